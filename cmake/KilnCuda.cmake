@@ -1,0 +1,10 @@
+# The CUDA backend is optional: KILN_CUDA=AUTO uses /usr/local/cuda (NVRTC) when present.
+set(KILN_HAVE_CUDA OFF)
+if(NOT KILN_CUDA STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND AND TARGET CUDA::nvrtc)
+    set(KILN_HAVE_CUDA ON)
+  elseif(KILN_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "KILN_CUDA=ON but no CUDA toolkit with NVRTC was found")
+  endif()
+endif()

@@ -1,0 +1,6 @@
+#pragma once
+
+namespace kiln {
+// "MAJOR.MINOR.PATCH"
+const char* version();
+}  // namespace kiln

@@ -1,0 +1,19 @@
+#pragma once
+// The kiln MLIR dialect. Include only from ir/, passes/, codegen/, frontend/trace and tools/.
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "kiln/ir/KilnDialect.h.inc"
+
+#define GET_OP_CLASSES
+#include "kiln/ir/KilnOps.h.inc"
+
+namespace kiln::ir {
+// Registers kiln plus the upstream dialects kiln modules use (func, arith, tensor, scf).
+void register_dialects(mlir::DialectRegistry& registry);
+}  // namespace kiln::ir

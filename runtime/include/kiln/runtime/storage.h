@@ -1,0 +1,40 @@
+#pragma once
+// Storage: one reference-counted block of bytes that views share. Its version counter is bumped by
+// every in-place write, so autograd can refuse a saved tensor that changed under it.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "kiln/runtime/allocator.h"
+#include "kiln/runtime/intrusive_ptr.h"
+
+namespace kiln {
+
+class Storage : public RefCounted {
+ public:
+  // Owns nbytes from the CPU allocator.
+  explicit Storage(size_t nbytes);
+  // Borrows external memory (a user's buffer, an mmap'd weight segment, an arena slot); `deleter`
+  // runs when the last reference goes (may be empty for memory the caller keeps alive).
+  Storage(void* data, size_t nbytes, std::function<void(void*)> deleter);
+  ~Storage() override;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  bool owns_memory() const { return allocator_ != nullptr; }
+
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Allocator* allocator_ = nullptr;
+  std::function<void(void*)> deleter_;
+  std::atomic<uint64_t> version_{0};
+};
+
+using StoragePtr = IntrusivePtr<Storage>;
+
+}  // namespace kiln

@@ -1,0 +1,130 @@
+#include "kiln/runtime/tensor.h"
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+
+namespace kiln {
+
+TensorImpl::TensorImpl(StoragePtr storage, Dims sizes, Dims strides, int64_t offset, DType dtype)
+    : storage_(std::move(storage)),
+      sizes_(std::move(sizes)),
+      strides_(std::move(strides)),
+      offset_(offset),
+      dtype_(dtype) {
+  refresh();
+}
+
+int64_t TensorImpl::size(int64_t d) const { return sizes_[wrap_dim(d, dim(), "size")]; }
+int64_t TensorImpl::stride(int64_t d) const { return strides_[wrap_dim(d, dim(), "stride")]; }
+
+void TensorImpl::set_view(Dims sizes, Dims strides, int64_t offset) {
+  sizes_ = std::move(sizes);
+  strides_ = std::move(strides);
+  offset_ = offset;
+  refresh();
+}
+
+void TensorImpl::refresh() {
+  numel_ = 1;
+  for (int64_t s : sizes_) numel_ *= s;
+  // Contiguous means row-major up to size-1 dims (whose stride does not matter).
+  contiguous_ = true;
+  int64_t expected = 1;
+  for (size_t i = sizes_.size(); i-- > 0;) {
+    if (sizes_[i] == 1) continue;
+    if (strides_[i] != expected) {
+      contiguous_ = numel_ == 0;
+      break;
+    }
+    expected *= sizes_[i];
+  }
+}
+
+Dims contiguous_strides(std::span<const int64_t> sizes) {
+  Dims strides(sizes.size());
+  int64_t s = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(sizes[i], 1);
+  }
+  return strides;
+}
+
+int64_t checked_numel(std::span<const int64_t> sizes, std::string_view op) {
+  int64_t n = 1;
+  for (int64_t s : sizes) {
+    KILN_CHECK(s >= 0, op, "sizes must be non-negative, got ", Dims(sizes));
+    if (s != 0 && n > INT64_MAX / s) fail(op, "size ", Dims(sizes), " overflows int64 elements");
+    n *= s;
+  }
+  return n;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t rank, std::string_view op) {
+  const int64_t r = rank == 0 ? 1 : rank;  // 0-dim tensors accept dim 0 / -1, as in PyTorch
+  KILN_CHECK(dim >= -r && dim < r, op, "dim ", dim, " out of range for a tensor of rank ", rank,
+             " (expected [", -r, ", ", r - 1, "])");
+  return dim < 0 ? dim + r : dim;
+}
+
+TensorImplPtr empty(std::span<const int64_t> sizes, DType dtype) {
+  const int64_t n = checked_numel(sizes, "empty");
+  const size_t itemsize = dtype_size(dtype);
+  KILN_CHECK(static_cast<uint64_t>(n) <= SIZE_MAX / itemsize, "empty", "size ", Dims(sizes),
+             " overflows the address space");
+  auto storage = make_intrusive<Storage>(static_cast<size_t>(n) * itemsize);
+  return make_intrusive<TensorImpl>(std::move(storage), Dims(sizes), contiguous_strides(sizes), 0,
+                                    dtype);
+}
+
+TensorImplPtr zeros(std::span<const int64_t> sizes, DType dtype) {
+  auto t = empty(sizes, dtype);
+  std::memset(t->data(), 0, t->nbytes());
+  return t;
+}
+
+TensorImplPtr from_blob(void* data, std::span<const int64_t> sizes, DType dtype,
+                        std::span<const int64_t> strides) {
+  const int64_t n = checked_numel(sizes, "from_blob");
+  Dims st = strides.empty() ? contiguous_strides(sizes) : Dims(strides);
+  KILN_CHECK(st.size() == sizes.size(), "from_blob", "expected ", sizes.size(),
+             " strides, got ", st.size());
+  // Extent in elements of the region the view touches.
+  int64_t extent = n == 0 ? 0 : 1;
+  for (size_t i = 0; i < sizes.size() && n > 0; ++i) {
+    KILN_CHECK(st[i] >= 0, "from_blob", "negative stride ", st[i], " at dim ", i);
+    extent += (sizes[i] - 1) * st[i];
+  }
+  auto storage =
+      make_intrusive<Storage>(data, static_cast<size_t>(extent) * dtype_size(dtype), nullptr);
+  return make_intrusive<TensorImpl>(std::move(storage), Dims(sizes), std::move(st), 0, dtype);
+}
+
+TensorImplPtr make_view(const TensorImpl& base, Dims sizes, Dims strides, int64_t offset) {
+  KILN_CHECK(sizes.size() == strides.size(), "view", "sizes ", sizes, " and strides ", strides,
+             " differ in rank");
+  int64_t lo = offset, hi = offset;  // element range touched, inclusive
+  bool empty_view = false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    KILN_CHECK(sizes[i] >= 0, "view", "negative size in ", sizes);
+    if (sizes[i] == 0) empty_view = true;
+    const int64_t span = (sizes[i] - 1) * strides[i];
+    (span < 0 ? lo : hi) += span;
+  }
+  const int64_t capacity = static_cast<int64_t>(base.storage()->nbytes() / base.itemsize());
+  KILN_CHECK(empty_view || (lo >= 0 && hi < capacity), "view",
+             "view of sizes ", sizes, " strides ", strides, " offset ", offset,
+             " reaches elements [", lo, ", ", hi, "] outside a storage of ", capacity, " elements");
+  return make_intrusive<TensorImpl>(base.storage(), std::move(sizes), std::move(strides), offset,
+                                    base.dtype());
+}
+
+std::string describe(const TensorImpl& t) {
+  std::ostringstream os;
+  os << t.sizes() << ' ' << dtype_short_name(t.dtype());
+  return os.str();
+}
+
+}  // namespace kiln

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs kiln's build dependencies from Debian's repositories; skips what is already present, so
+# a second run costs a few dpkg queries. CUDA (/usr/local/cuda) is optional and never installed.
+set -euo pipefail
+
+packages=(
+  llvm-19-dev libmlir-19-dev mlir-19-tools llvm-19-tools libzstd-dev libflatbuffers-dev
+  flatbuffers-compiler zlib1g-dev ccache lld ninja-build cmake g++ libgtest-dev libbenchmark-dev
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "bootstrap: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "bootstrap: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Bootstrap, configure and build one preset (default: release). Fast when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset=${1:-release}
+shift || true
+bash scripts/bootstrap.sh
+if [ ! -f "build/$preset/build.ninja" ]; then
+  cmake --preset "$preset" >/dev/null
+fi
+# Two cores here; MLIR-heavy files take ~1.2 GB each to compile, so two jobs fit in memory.
+cmake --build --preset "$preset" -j "${KILN_BUILD_JOBS:-$(nproc)}" "$@"

@@ -1,0 +1,20 @@
+// Round trip: parse, verify, print, parse the print again.
+// RUN: kiln-opt %s | kiln-opt | FileCheck %s
+
+// CHECK-LABEL: func.func @elementwise
+func.func @elementwise(%a: tensor<2x1xf32>, %b: tensor<3xf32>, %i: tensor<3xi32>) -> tensor<2x3xf32> {
+  // CHECK: %[[S:.*]] = kiln.add %{{.*}}, %{{.*}} : tensor<2x1xf32>, tensor<3xf32>
+  %0 = kiln.add %a, %b : tensor<2x1xf32>, tensor<3xf32>
+  // CHECK: kiln.mul %[[S]], %{{.*}} : tensor<2x3xf32>, tensor<3xi32>
+  %1 = kiln.mul %0, %i : tensor<2x3xf32>, tensor<3xi32>
+  // CHECK: kiln.relu %{{.*}} : tensor<2x3xf32>
+  %2 = kiln.relu %1 : tensor<2x3xf32>
+  return %2 : tensor<2x3xf32>
+}
+
+// CHECK-LABEL: func.func @matmul
+func.func @matmul(%a: tensor<8x2x3xf32>, %b: tensor<3x5xf32>) -> tensor<8x2x5xf32> {
+  // CHECK: kiln.matmul %{{.*}}, %{{.*}} : tensor<8x2x3xf32>, tensor<3x5xf32>
+  %0 = kiln.matmul %a, %b : tensor<8x2x3xf32>, tensor<3x5xf32>
+  return %0 : tensor<8x2x5xf32>
+}

@@ -1,0 +1,167 @@
+// Storage, allocator statistics, dtype conversions, tensor metadata and the thread pool.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kiln/runtime/allocator.h"
+#include "kiln/runtime/dtype.h"
+#include "kiln/runtime/tensor.h"
+#include "kiln/runtime/thread_pool.h"
+
+using namespace kiln;
+
+TEST(Allocator, AlignedAndCountsBytes) {
+  auto& a = cpu_allocator();
+  const auto before = a.stats();
+  void* p = a.allocate(1000);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+  auto mid = a.stats();
+  EXPECT_EQ(mid.bytes_in_use - before.bytes_in_use, 1000);
+  EXPECT_EQ(mid.allocations - before.allocations, 1);
+  EXPECT_GE(mid.peak_bytes, mid.bytes_in_use);
+  a.deallocate(p, 1000);
+  EXPECT_EQ(a.stats().bytes_in_use, before.bytes_in_use);
+}
+
+TEST(Allocator, ReusesCachedBlocksAndReleasesThem) {
+  auto& a = cpu_allocator();
+  void* p = a.allocate(4096);
+  a.deallocate(p, 4096);
+  EXPECT_GE(a.stats().cached_bytes, 4096);
+  void* q = a.allocate(4000);  // same size class
+  EXPECT_EQ(p, q);
+  a.deallocate(q, 4000);
+  a.release_cached();
+  EXPECT_EQ(a.stats().cached_bytes, 0);
+}
+
+TEST(Allocator, PeakTracksMaximum) {
+  auto& a = cpu_allocator();
+  a.reset_peak();
+  const int64_t base = a.stats().bytes_in_use;
+  {
+    auto t1 = empty(Dims{1000}, DType::Float32);
+    auto t2 = empty(Dims{500}, DType::Float64);
+    EXPECT_EQ(a.stats().bytes_in_use - base, 8000);
+  }
+  EXPECT_EQ(a.stats().bytes_in_use, base);
+  EXPECT_EQ(a.stats().peak_bytes - base, 8000);
+}
+
+TEST(DType, SizesNamesPromotion) {
+  EXPECT_EQ(dtype_size(DType::BFloat16), 2u);
+  EXPECT_EQ(dtype_size(DType::Int64), 8u);
+  EXPECT_EQ(dtype_name(DType::Float16), "float16");
+  EXPECT_EQ(promote_types(DType::Int32, DType::Float16), DType::Float16);
+  EXPECT_EQ(promote_types(DType::Float16, DType::BFloat16), DType::Float32);
+  EXPECT_EQ(promote_types(DType::Bool, DType::Int8), DType::Int8);
+  EXPECT_EQ(promote_types(DType::Int8, DType::UInt8), DType::Int32);
+  EXPECT_EQ(promote_types(DType::Int64, DType::Float32), DType::Float32);
+  EXPECT_EQ(promote_types(DType::Float32, DType::Float64), DType::Float64);
+}
+
+// Reference: binary16 decoded from its fields in double precision.
+static double half_reference(uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 31, mant = h & 1023;
+  double v;
+  if (exp == 0) v = std::ldexp(mant, -24);
+  else if (exp == 31) v = mant ? NAN : INFINITY;
+  else v = std::ldexp(1024 + mant, exp - 25);
+  return sign ? -v : v;
+}
+
+TEST(DType, HalfRoundTripsEveryValue) {
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    const double ref = half_reference(static_cast<uint16_t>(bits));
+    const float f = Half::to_float(static_cast<uint16_t>(bits));
+    if (std::isnan(ref)) {
+      EXPECT_TRUE(std::isnan(f));
+      continue;
+    }
+    ASSERT_EQ(static_cast<double>(f), ref) << bits;
+    ASSERT_EQ(Half::from_float(f), bits) << bits;
+  }
+}
+
+TEST(DType, HalfRoundsToNearestEven) {
+  // 1 + 2^-11 lies halfway between 1 and 1 + 2^-10: ties go to the even mantissa (1.0).
+  EXPECT_EQ(Half::from_float(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
+  EXPECT_EQ(Half::from_float(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  EXPECT_EQ(Half::from_float(65520.0f), 0x7c00);  // overflows to inf
+  EXPECT_EQ(Half::from_float(65504.0f), 0x7bff);
+  EXPECT_EQ(Half::from_float(std::ldexp(1.0f, -25)), 0x0000);  // half of the smallest subnormal
+  EXPECT_EQ(Half::from_float(std::ldexp(3.0f, -26)), 0x0001);
+}
+
+TEST(DType, BFloat16Rounding) {
+  EXPECT_EQ(BFloat16::from_float(1.0f), 0x3f80);
+  EXPECT_EQ(float(BFloat16(3.140625f)), 3.140625f);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even.
+  EXPECT_EQ(BFloat16::from_float(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  EXPECT_TRUE(std::isnan(float(BFloat16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(Tensor, MetadataOfEmptyAndScalar) {
+  auto s = empty(Dims{}, DType::Float32);
+  EXPECT_EQ(s->dim(), 0);
+  EXPECT_EQ(s->numel(), 1);
+  EXPECT_TRUE(s->is_contiguous());
+  auto e = empty(Dims{3, 0, 2}, DType::Int64);
+  EXPECT_EQ(e->numel(), 0);
+  EXPECT_EQ(e->nbytes(), 0u);
+  auto t = zeros(Dims{2, 3, 4}, DType::Float64);
+  EXPECT_EQ(t->strides(), (Dims{12, 4, 1}));
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(t->data_ptr<double>()[i], 0.0);
+}
+
+TEST(Tensor, ErrorsNameTheOp) {
+  try {
+    empty(Dims{2, -1}, DType::Float32);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), "empty");
+    EXPECT_NE(std::string(e.what()).find("[2, -1]"), std::string::npos);
+  }
+  EXPECT_THROW(empty(Dims{INT64_MAX / 2, 4}, DType::Float32), Error);
+  EXPECT_THROW(wrap_dim(3, 3, "sum"), Error);
+  EXPECT_EQ(wrap_dim(-1, 3, "sum"), 2);
+}
+
+TEST(Tensor, FromBlobBorrows) {
+  float data[6] = {1, 2, 3, 4, 5, 6};
+  auto t = from_blob(data, Dims{2, 3}, DType::Float32);
+  EXPECT_EQ(t->data_ptr<float>(), data);
+  EXPECT_FALSE(t->storage()->owns_memory());
+}
+
+TEST(ThreadPool, CoversRangeExactlyOnce) {
+  std::vector<std::atomic<int>> hits(100000);
+  parallel_for(0, 100000, 1000, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+  });
+  for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+}
+
+TEST(ThreadPool, NestedCallsRunSerially) {
+  set_num_threads(2);
+  std::atomic<int64_t> total{0};
+  parallel_for(0, 64, 1, [&](int64_t b, int64_t e) {
+    EXPECT_TRUE(in_parallel_region());
+    parallel_for(0, 1000, 1, [&](int64_t ib, int64_t ie) { total += (ie - ib) * (e - b); });
+  });
+  EXPECT_EQ(total.load(), 64 * 1000);
+  EXPECT_FALSE(in_parallel_region());
+}
+
+TEST(ThreadPool, ManySmallJobs) {
+  for (int rep = 0; rep < 2000; ++rep) {
+    std::atomic<int64_t> sum{0};
+    parallel_for(0, 8, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum += i;
+    });
+    ASSERT_EQ(sum.load(), 28);
+  }
+}
