@@ -1,47 +1,502 @@
-// Reference GEMM (correct, slow). Replaced by the packed, blocked, CPUID-dispatched GEMM.
+// Single-precision GEMM: packed, cache-blocked, register-blocked, CPUID-dispatched, threaded.
+//
+// The structure is the BLIS / GotoBLAS one (Goto & van de Geijn 2008; Van Zee & van de Geijn
+// 2015), written for row-major C where the microkernel vectorizes along N:
+//
+//   for i0 in M step MC            A block  MC x KC   packed once, shared by all threads (L3)
+//     for p0 in K step KC
+//       pack A block  (parallel over MR slivers)
+//       parallel over tasks (N block of NC columns) x (share of the A slivers):
+//         pack B block KC x NC into this thread's buffer (L2)
+//         for each A sliver (MR x KC, stays in L1)
+//           for each B panel (KC x NR, streamed from L2)
+//             microkernel: C tile (MR x NR) = alpha * A B + beta' * C       (beta' = 1 after p0 >
+//             0) after the last K block: epilogue on the tile while it is in L1
+//
+// Packing turns every transpose/leading-dimension combination into unit-stride panels, so the
+// microkernels see only one layout. The per-ISA kernels live in gemm_avx512.cpp, gemm_avx2.cpp
+// and (portable, NEON) below. Skinny products, where the packed B would be read only once, use
+// unpacked B or direct dot/axpy loops instead of paying for the copy.
 #include "kiln/runtime/kernels/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <utility>
+
+#include "gemm_internal.h"
+#include "kiln/runtime/error.h"
+#include "kiln/runtime/thread_pool.h"
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 namespace kiln::kernels {
 
 float apply_activation(float x, const Epilogue& e) {
   switch (e.activation) {
-    case Activation::None: return x;
-    case Activation::Relu: return x > 0.0f ? x : 0.0f;
-    case Activation::Relu6: return std::min(std::max(x, 0.0f), 6.0f);
-    case Activation::Clamp: return std::min(std::max(x, e.clamp_min), e.clamp_max);
-    case Activation::Gelu: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    case Activation::None:
+      return x;
+    case Activation::Relu:
+      return x > 0.0f ? x : 0.0f;
+    case Activation::Relu6:
+      return std::min(std::max(x, 0.0f), 6.0f);
+    case Activation::Clamp:
+      return std::min(std::max(x, e.clamp_min), e.clamp_max);
+    case Activation::Gelu:
+      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
     case Activation::GeluTanh: {
       const float c = 0.79788456080286536f;  // sqrt(2/pi)
       return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
     }
-    case Activation::Silu: return x / (1.0f + std::exp(-x));
-    case Activation::Sigmoid: return 1.0f / (1.0f + std::exp(-x));
-    case Activation::Tanh: return std::tanh(x);
+    case Activation::Silu:
+      return x / (1.0f + std::exp(-x));
+    case Activation::Sigmoid:
+      return 1.0f / (1.0f + std::exp(-x));
+    case Activation::Tanh:
+      return std::tanh(x);
   }
   return x;
 }
 
-void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-           int64_t ldc, const Epilogue& e) {
-  for (int64_t i = 0; i < M; ++i) {
-    for (int64_t j = 0; j < N; ++j) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < K; ++k) {
-        const float a = trans_a ? A[k * lda + i] : A[i * lda + k];
-        const float b = trans_b ? B[j * ldb + k] : B[k * ldb + j];
-        acc += a * b;
-      }
-      float v = alpha * acc + (beta == 0.0f ? 0.0f : beta * C[i * ldc + j]);
-      if (e.bias_kind == Epilogue::Bias::PerRow) v += e.bias[i];
-      if (e.bias_kind == Epilogue::Bias::PerCol) v += e.bias[j];
-      if (e.residual) v += e.residual[i * e.ld_residual + j];
-      C[i * ldc + j] = apply_activation(v, e);
+namespace gemm_detail {
+namespace {
+
+// ---- Portable kernel: plain C++ the compiler may vectorize for whatever the target is ---------
+constexpr int kPMR = 4;
+constexpr int kPNR = 16;
+
+template <int R>
+void portable_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                 int m, int n, float alpha, float beta) {
+  float acc[R][kPNR];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < kPNR; ++j) acc[r][j] = 0.0f;
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int r = 0; r < R; ++r) {
+      const float av = a[r];
+      for (int j = 0; j < kPNR; ++j) acc[r][j] += av * b[j];
+    }
+    a += kPMR;
+    b += ldb;
+  }
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+    if (beta != 0.0f) {
+      for (int j = 0; j < n; ++j) cr[j] = alpha * acc[r][j] + beta * cr[j];
+    } else {
+      for (int j = 0; j < n; ++j) cr[j] = alpha * acc[r][j];
     }
   }
+}
+
+void portable_micro(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                    int m, int n, float alpha, float beta) {
+  switch (m) {
+    case 1:
+      return portable_rn<1>(kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+    case 2:
+      return portable_rn<2>(kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+    case 3:
+      return portable_rn<3>(kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+    default:
+      return portable_rn<4>(kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+  }
+}
+
+void portable_pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst) {
+  pack_a_generic<kPMR>(trans, A, lda, m, k, dst);
+}
+void portable_pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float* dst) {
+  pack_b_generic<kPNR>(trans, B, ldb, k, n, dst);
+}
+
+const KernelSet kPortable{
+    "scalar", kPMR, kPNR, 256, 1024, 512, &portable_micro, &portable_pack_a, &portable_pack_b};
+
+#if defined(__aarch64__)
+// ---- NEON kernel: 8 x 12 tile, 24 q-register accumulators -------------------------------------
+constexpr int kNMR = 8;
+constexpr int kNNR = 12;
+
+template <int R>
+void neon_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m,
+             int n, float alpha, float beta) {
+  float32x4_t acc[R][3];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < 3; ++v) acc[r][v] = vdupq_n_f32(0.0f);
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8);
+    for (int r = 0; r < R; ++r) {
+      const float32x4_t av = vdupq_n_f32(a[r]);
+      acc[r][0] = vfmaq_f32(acc[r][0], av, b0);
+      acc[r][1] = vfmaq_f32(acc[r][1], av, b1);
+      acc[r][2] = vfmaq_f32(acc[r][2], av, b2);
+    }
+    a += kNMR;
+    b += ldb;
+  }
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+    if (n == kNNR) {
+      for (int v = 0; v < 3; ++v) {
+        float32x4_t x = vmulq_n_f32(acc[r][v], alpha);
+        if (beta != 0.0f) x = vfmaq_n_f32(x, vld1q_f32(cr + 4 * v), beta);
+        vst1q_f32(cr + 4 * v, x);
+      }
+    } else {
+      float tile[kNNR];
+      for (int v = 0; v < 3; ++v) vst1q_f32(tile + 4 * v, vmulq_n_f32(acc[r][v], alpha));
+      for (int j = 0; j < n; ++j) cr[j] = beta != 0.0f ? tile[j] + beta * cr[j] : tile[j];
+    }
+  }
+}
+
+template <int... Rs>
+void neon_dispatch(int m, std::integer_sequence<int, Rs...>, int64_t kc, const float* a,
+                   const float* b, int64_t ldb, float* c, int64_t ldc, int n, float alpha,
+                   float beta) {
+  ((m == Rs + 1 ? neon_rn<Rs + 1>(kc, a, b, ldb, c, ldc, m, n, alpha, beta) : void()), ...);
+}
+
+void neon_micro(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                int m, int n, float alpha, float beta) {
+  neon_dispatch(m, std::make_integer_sequence<int, kNMR>{}, kc, a, b, ldb, c, ldc, n, alpha, beta);
+}
+void neon_pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst) {
+  pack_a_generic<kNMR>(trans, A, lda, m, k, dst);
+}
+void neon_pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float* dst) {
+  pack_b_generic<kNNR>(trans, B, ldb, k, n, dst);
+}
+const KernelSet kNeon{"neon", kNMR, kNNR, 256, 1024, 384, &neon_micro, &neon_pack_a, &neon_pack_b};
+#endif
+
+}  // namespace
+
+const KernelSet* portable_kernels() {
+  return &kPortable;
+}
+const KernelSet* neon_kernels() {
+#if defined(__aarch64__)
+  return &kNeon;
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace gemm_detail
+
+namespace {
+
+using gemm_detail::KernelSet;
+
+// ---- ISA selection ------------------------------------------------------------------------------
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+const KernelSet* kernels_for(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::Avx512:
+      return cpu_has_avx512() ? gemm_detail::avx512_kernels() : nullptr;
+    case GemmIsa::Avx2:
+      return cpu_has_avx2() ? gemm_detail::avx2_kernels() : nullptr;
+    case GemmIsa::Neon:
+      return gemm_detail::neon_kernels();
+    case GemmIsa::Scalar:
+      return gemm_detail::portable_kernels();
+    case GemmIsa::Auto:
+      break;
+  }
+  for (GemmIsa i : {GemmIsa::Avx512, GemmIsa::Avx2, GemmIsa::Neon}) {
+    if (const KernelSet* k = kernels_for(i)) return k;
+  }
+  return gemm_detail::portable_kernels();
+}
+
+GemmIsa isa_of(const KernelSet* k) {
+  if (k == gemm_detail::avx512_kernels()) return GemmIsa::Avx512;
+  if (k == gemm_detail::avx2_kernels()) return GemmIsa::Avx2;
+  if (k == gemm_detail::neon_kernels()) return GemmIsa::Neon;
+  return GemmIsa::Scalar;
+}
+
+const KernelSet* initial_kernels() {
+  GemmIsa want = GemmIsa::Auto;
+  if (const char* env = std::getenv("KILN_GEMM_ISA")) {
+    const std::string_view v(env);
+    if (v == "avx512")
+      want = GemmIsa::Avx512;
+    else if (v == "avx2")
+      want = GemmIsa::Avx2;
+    else if (v == "neon")
+      want = GemmIsa::Neon;
+    else if (v == "scalar" || v == "portable")
+      want = GemmIsa::Scalar;
+    else if (!v.empty() && v != "auto")
+      std::fprintf(stderr, "kiln: unknown KILN_GEMM_ISA=%s (avx512|avx2|neon|scalar); using auto\n",
+                   env);
+    if (want != GemmIsa::Auto && kernels_for(want) == nullptr) {
+      std::fprintf(stderr, "kiln: KILN_GEMM_ISA=%s is not available on this CPU; using auto\n",
+                   env);
+      want = GemmIsa::Auto;
+    }
+  }
+  return kernels_for(want);
+}
+
+std::atomic<const KernelSet*> g_kernels{nullptr};
+
+const KernelSet& active_kernels() {
+  const KernelSet* k = g_kernels.load(std::memory_order_acquire);
+  if (k == nullptr) [[unlikely]] {
+    k = initial_kernels();
+    g_kernels.store(k, std::memory_order_release);
+  }
+  return *k;
+}
+
+// ---- Scratch: per-thread, 64-byte aligned, grows and is kept
+// --------------------------------------
+
+struct Scratch {
+  float* ptr = nullptr;
+  size_t cap = 0;  // floats
+  float* get(size_t n) {
+    if (n > cap) {
+      std::free(ptr);
+      const size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
+      ptr = static_cast<float*>(std::aligned_alloc(64, bytes));
+      if (ptr == nullptr) {
+        cap = 0;
+        fail("sgemm", "expected ", bytes, " bytes of packing scratch, got an allocation failure");
+      }
+      cap = n;
+    }
+    return ptr;
+  }
+  ~Scratch() { std::free(ptr); }
+};
+thread_local Scratch tls_pack_a;
+thread_local Scratch tls_pack_b;
+
+// ---- Epilogue -----------------------------------------------------------------------------------
+
+bool has_epilogue(const Epilogue& e) {
+  return e.bias_kind != Epilogue::Bias::None || e.residual != nullptr ||
+         e.activation != Activation::None;
+}
+
+void activate_row(float* row, int64_t n, const Epilogue& e) {
+  switch (e.activation) {
+    case Activation::None:
+      return;
+    case Activation::Relu:
+      for (int64_t j = 0; j < n; ++j) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
+      return;
+    case Activation::Relu6:
+      for (int64_t j = 0; j < n; ++j) row[j] = std::min(std::max(row[j], 0.0f), 6.0f);
+      return;
+    case Activation::Clamp: {
+      const float lo = e.clamp_min, hi = e.clamp_max;
+      for (int64_t j = 0; j < n; ++j) row[j] = std::min(std::max(row[j], lo), hi);
+      return;
+    }
+    default:
+      for (int64_t j = 0; j < n; ++j) row[j] = apply_activation(row[j], e);
+      return;
+  }
+}
+
+// bias + residual + activation on C[i0:i0+m, j0:j0+n] (C already holds alpha*AB + beta*C).
+void epilogue_block(float* C, int64_t ldc, int64_t i0, int64_t j0, int64_t m, int64_t n,
+                    const Epilogue& e) {
+  for (int64_t r = 0; r < m; ++r) {
+    float* row = C + (i0 + r) * ldc + j0;
+    if (e.bias_kind == Epilogue::Bias::PerRow) {
+      const float b = e.bias[i0 + r];
+      for (int64_t j = 0; j < n; ++j) row[j] += b;
+    } else if (e.bias_kind == Epilogue::Bias::PerCol) {
+      const float* b = e.bias + j0;
+      for (int64_t j = 0; j < n; ++j) row[j] += b[j];
+    }
+    if (e.residual != nullptr) {
+      const float* res = e.residual + (i0 + r) * e.ld_residual + j0;
+      for (int64_t j = 0; j < n; ++j) row[j] += res[j];
+    }
+    activate_row(row, n, e);
+  }
+}
+
+// C = beta * C, then the epilogue (alpha == 0 or K == 0).
+void scale_and_epilogue(int64_t M, int64_t N, float beta, float* C, int64_t ldc,
+                        const Epilogue& e) {
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(N, 1));
+  parallel_for(0, M, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      float* row = C + i * ldc;
+      if (beta == 0.0f) {
+        std::fill(row, row + N, 0.0f);
+      } else if (beta != 1.0f) {
+        for (int64_t j = 0; j < N; ++j) row[j] *= beta;
+      }
+    }
+    if (has_epilogue(e)) epilogue_block(C, ldc, r0, 0, r1 - r0, N, e);
+  });
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+int64_t round_up(int64_t a, int64_t b) {
+  return ceil_div(a, b) * b;
+}
+
+// ---- The packed, blocked driver ---------------------------------------------------------------
+
+void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                 float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                 float* C, int64_t ldc, const Epilogue& e) {
+  const int64_t MR = ks.mr, NR = ks.nr;
+  const bool epi = has_epilogue(e);
+  const int nth = in_parallel_region() ? 1 : num_threads();
+
+  // Equal K blocks no larger than KC (avoids a sliver of a last block).
+  const int64_t kblocks = ceil_div(K, ks.kc);
+  const int64_t kc = round_up(ceil_div(K, kblocks), 4);
+  // Equal A blocks no larger than MC, in whole slivers.
+  const int64_t mblocks = ceil_div(M, ks.mc);
+  const int64_t mc = round_up(ceil_div(M, mblocks), MR);
+  // B blocks no wider than NC, as many as a multiple of the thread count when there are several.
+  int64_t nblocks = ceil_div(N, ks.nc);
+  if (nth > 1 && nblocks > 1) nblocks = round_up(nblocks, nth);
+  const int64_t nc = round_up(ceil_div(N, nblocks), NR);
+  nblocks = ceil_div(N, nc);
+
+  float* apack = tls_pack_a.get(static_cast<size_t>(mc * kc));
+
+  for (int64_t i0 = 0; i0 < M; i0 += mc) {
+    const int64_t mb = std::min(mc, M - i0);
+    const int64_t slivers = ceil_div(mb, MR);
+    // Fewer B blocks than threads: the threads also split the A slivers of each block.
+    const int64_t msplit = nblocks >= nth ? 1 : std::min<int64_t>(slivers, ceil_div(nth, nblocks));
+    for (int64_t p0 = 0; p0 < K; p0 += kc) {
+      const int64_t kb = std::min(kc, K - p0);
+      const float* Ablk = ta ? A + p0 * lda + i0 : A + i0 * lda + p0;
+      const int64_t pack_grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, kb * MR / 16));
+      parallel_for(0, slivers, pack_grain, [&](int64_t s0, int64_t s1) {
+        const int64_t r0 = s0 * MR, r1 = std::min(s1 * MR, mb);
+        ks.pack_a(ta, ta ? Ablk + r0 : Ablk + r0 * lda, lda, r1 - r0, kb, apack + r0 * kb);
+      });
+      const float beta_k = p0 == 0 ? beta : 1.0f;
+      const bool last = p0 + kb == K;
+      const float* Bblk = tb ? B + p0 : B + p0 * ldb;
+      parallel_for(0, nblocks * msplit, 1, [&](int64_t t0, int64_t t1) {
+        float* bpack = tls_pack_b.get(static_cast<size_t>(nc * kb));
+        int64_t packed = -1;
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t nbi = t / msplit, ms = t % msplit;
+          const int64_t j0 = nbi * nc, nw = std::min(nc, N - j0);
+          if (packed != nbi) {
+            ks.pack_b(tb, tb ? Bblk + j0 * ldb : Bblk + j0, ldb, kb, nw, bpack);
+            packed = nbi;
+          }
+          const int64_t s_begin = slivers * ms / msplit, s_end = slivers * (ms + 1) / msplit;
+          for (int64_t s = s_begin; s < s_end; ++s) {
+            const int64_t i = s * MR;
+            const int m = static_cast<int>(std::min(MR, mb - i));
+            const float* asl = apack + i * kb;
+            float* crow = C + (i0 + i) * ldc + j0;
+            for (int64_t j = 0; j < nw; j += NR) {
+              const int n = static_cast<int>(std::min(NR, nw - j));
+              ks.kernel(kb, asl, bpack + j * kb, NR, crow + j, ldc, m, n, alpha, beta_k);
+              if (last && epi) epilogue_block(C, ldc, i0 + i, j0 + j, m, n, e);
+            }
+          }
+        }
+      });
+    }
+  }
+}
+
+}  // namespace
+
+bool sgemm_isa_available(GemmIsa isa) {
+  return isa == GemmIsa::Auto || kernels_for(isa);
+}
+
+void set_sgemm_isa(GemmIsa isa) {
+  const KernelSet* k = kernels_for(isa);
+  KILN_CHECK(k != nullptr, "sgemm", "expected an ISA available on this CPU, got ",
+             gemm_isa_name(isa), " (not available)");
+  g_kernels.store(k, std::memory_order_release);
+}
+
+GemmIsa sgemm_isa() {
+  return isa_of(&active_kernels());
+}
+
+const char* gemm_isa_name(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::Auto:
+      return "auto";
+    case GemmIsa::Avx512:
+      return "avx512";
+    case GemmIsa::Avx2:
+      return "avx2";
+    case GemmIsa::Neon:
+      return "neon";
+    case GemmIsa::Scalar:
+      return "scalar";
+  }
+  return "?";
+}
+
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+           const Epilogue& e) {
+  KILN_CHECK(M >= 0 && N >= 0 && K >= 0, "sgemm", "expected non-negative sizes, got M=", M,
+             " N=", N, " K=", K);
+  if (M == 0 || N == 0) return;
+  KILN_CHECK(M == 1 || ldc >= N, "sgemm", "expected ldc >= N (", N, "), got ", ldc);
+  if (e.bias_kind != Epilogue::Bias::None)
+    KILN_CHECK(e.bias != nullptr, "sgemm", "expected a bias pointer, got nullptr");
+  if (e.residual != nullptr)
+    KILN_CHECK(M == 1 || e.ld_residual >= N, "sgemm", "expected ld_residual >= N (", N, "), got ",
+               e.ld_residual);
+  if (K == 0 || alpha == 0.0f) {
+    scale_and_epilogue(M, N, beta, C, ldc, e);
+    return;
+  }
+  // Stored shapes: A is M x K (K x M when transposed), B is K x N (N x K when transposed).
+  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+  KILN_CHECK(a_rows == 1 || lda >= a_cols, "sgemm", "expected lda >= ", a_cols, ", got ", lda);
+  KILN_CHECK(b_rows == 1 || ldb >= b_cols, "sgemm", "expected ldb >= ", b_cols, ", got ", ldb);
+
+  gemm_packed(active_kernels(), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e);
 }
 
 }  // namespace kiln::kernels

@@ -24,9 +24,23 @@ struct Epilogue {
   float clamp_max = 0.0f;
 };
 
-void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-           int64_t ldc, const Epilogue& epilogue = {});
+// alpha == 0 or K == 0 still apply beta and the epilogue. beta == 0 never reads C. The residual
+// must not overlap C. Leading dimensions must be at least the row length of their (stored) matrix
+// unless that matrix has a single row. Runs on the thread pool (serially inside a parallel region).
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+           const Epilogue& epilogue = {});
+
+// Microkernel family used by sgemm. Auto picks the best one this CPU supports (CPUID); the
+// environment variable KILN_GEMM_ISA=avx512|avx2|neon|scalar overrides it at start-up (tests and
+// benchmarks use that, or set_sgemm_isa, to exercise every path on one machine).
+enum class GemmIsa : uint8_t { Auto, Avx512, Avx2, Neon, Scalar };
+bool sgemm_isa_available(GemmIsa isa);
+// Throws kiln::Error ("sgemm: ISA avx512 is not available on this CPU") for an unavailable ISA.
+void set_sgemm_isa(GemmIsa isa);
+// The ISA in use (never Auto).
+GemmIsa sgemm_isa();
+const char* gemm_isa_name(GemmIsa isa);
 
 // Applies the activation to one value (shared by the GEMM epilogue and reference tests).
 float apply_activation(float x, const Epilogue& e);

@@ -1,0 +1,114 @@
+#pragma once
+// Internal interface between the GEMM driver (gemm.cpp) and its per-ISA microkernels
+// (gemm_avx512.cpp, gemm_avx2.cpp, the portable and NEON kernels in gemm.cpp).
+//
+// The layout follows the BLIS / GotoBLAS idea (Goto & van de Geijn, "Anatomy of high-performance
+// matrix multiplication", 2008; Van Zee & van de Geijn, "BLIS", 2015): op(A) and op(B) are copied
+// ("packed") into contiguous panels so that the microkernel reads both operands with unit stride,
+// whatever the transposes and leading dimensions of the caller.
+//
+//   packed A sliver (MR rows x kc): a[p * MR + r]      (zero rows past M)
+//   packed B panel  (kc x NR cols): b[p * NR + j]      (zero columns past N)
+//
+// A microkernel computes one MR x NR tile of C in registers:
+//   C[0:m, 0:n] = alpha * sum_p a[p*MR + r] * b[p*ldb + j] + beta * C[0:m, 0:n]
+// (beta == 0: C is not read, so NaN/Inf there does not leak). m <= MR, n <= NR; `b` may also point
+// straight into an unpacked row-major B whose rows hold at least NR readable columns (ldb = its
+// leading dimension), which the driver uses for skinny products where packing B would double the
+// memory traffic.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace kiln::kernels::gemm_detail {
+
+using MicroKernelFn = void (*)(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
+                               int64_t ldc, int m, int n, float alpha, float beta);
+// Packs rows [0, m) x columns [0, k) of op(A) into ceil(m / MR) slivers (see above).
+using PackAFn = void (*)(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst);
+// Packs rows [0, k) x columns [0, n) of op(B) into ceil(n / NR) panels (see above).
+using PackBFn = void (*)(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float* dst);
+
+struct KernelSet {
+  const char* name;
+  int mr, nr;  // register tile
+  int64_t kc;  // K block: an A sliver (MR x KC) stays in L1 while B panels stream from L2
+  int64_t mc;  // rows of the packed A block shared by all threads (L3 resident), multiple of MR
+  int64_t nc;  // columns of one thread's packed B block (L2 resident), multiple of NR
+  MicroKernelFn kernel;
+  PackAFn pack_a;
+  PackBFn pack_b;
+};
+
+// nullptr when the ISA is not compiled into this build.
+const KernelSet* avx512_kernels();
+const KernelSet* avx2_kernels();
+const KernelSet* neon_kernels();
+const KernelSet* portable_kernels();
+
+// ---- Generic packing, instantiated in each ISA's translation unit ------------------------------
+
+template <int MR>
+inline void pack_a_generic(bool trans, const float* A, int64_t lda, int64_t m, int64_t k,
+                           float* dst) {
+  for (int64_t r0 = 0; r0 < m; r0 += MR) {
+    const int mr = static_cast<int>(std::min<int64_t>(MR, m - r0));
+    float* d = dst + r0 * k;
+    if (trans) {  // op(A)(i, p) = A[p * lda + i]: MR contiguous values per p
+      const float* s = A + r0;
+      if (mr == MR) {
+        for (int64_t p = 0; p < k; ++p) std::memcpy(d + p * MR, s + p * lda, MR * sizeof(float));
+      } else {
+        for (int64_t p = 0; p < k; ++p) {
+          for (int r = 0; r < mr; ++r) d[p * MR + r] = s[p * lda + r];
+          for (int r = mr; r < MR; ++r) d[p * MR + r] = 0.0f;
+        }
+      }
+    } else {  // op(A)(i, p) = A[i * lda + p]: interleave MR row streams
+      const float* s = A + r0 * lda;
+      if (mr == MR) {
+        for (int64_t p = 0; p < k; ++p) {
+#pragma GCC unroll 16
+          for (int r = 0; r < MR; ++r) d[p * MR + r] = s[r * lda + p];
+        }
+      } else {
+        for (int64_t p = 0; p < k; ++p) {
+          for (int r = 0; r < mr; ++r) d[p * MR + r] = s[r * lda + p];
+          for (int r = mr; r < MR; ++r) d[p * MR + r] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+template <int NR>
+inline void pack_b_generic(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n,
+                           float* dst) {
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    const int nr = static_cast<int>(std::min<int64_t>(NR, n - j0));
+    float* d = dst + j0 * k;
+    if (!trans) {  // op(B)(p, j) = B[p * ldb + j]: NR contiguous values per p
+      const float* s = B + j0;
+      if (nr == NR) {
+        for (int64_t p = 0; p < k; ++p) std::memcpy(d + p * NR, s + p * ldb, NR * sizeof(float));
+      } else {
+        for (int64_t p = 0; p < k; ++p) {
+          for (int j = 0; j < nr; ++j) d[p * NR + j] = s[p * ldb + j];
+          for (int j = nr; j < NR; ++j) d[p * NR + j] = 0.0f;
+        }
+      }
+    } else {  // op(B)(p, j) = B[j * ldb + p]: transpose NR row streams
+      const float* s = B + j0 * ldb;
+      for (int j = 0; j < nr; ++j) {
+        const float* row = s + j * ldb;
+        for (int64_t p = 0; p < k; ++p) d[p * NR + j] = row[p];
+      }
+      for (int j = nr; j < NR; ++j) {
+        for (int64_t p = 0; p < k; ++p) d[p * NR + j] = 0.0f;
+      }
+    }
+  }
+}
+
+}  // namespace kiln::kernels::gemm_detail
