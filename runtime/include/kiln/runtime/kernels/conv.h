@@ -1,0 +1,84 @@
+#pragma once
+// Convolutions (PyTorch semantics and names): conv2d / conv1d / conv_transpose2d, forward and
+// backward. Layouts: input NCHW, weight OIHW (conv) or IOHW (transposed conv), bias [C_out].
+//
+// DTypes: float32 is the fast path (GEMM-based: 1x1/stride-1 as a direct GEMM, kxk through a
+// column-tiled im2col into kernels::sgemm, depthwise as a direct vectorized kernel). float64 runs
+// the same algorithms with a simple reference GEMM (for tests / finite differences). float16 and
+// bfloat16 are converted to float32, computed, and converted back. Other dtypes are rejected:
+//   conv2d: expected a floating dtype (float32, float64, float16, bfloat16), got int64
+//
+// All tensors may be non-contiguous; outputs are written in place whatever their strides.
+
+#include <cstdint>
+
+#include "kiln/runtime/kernels/gemm.h"
+#include "kiln/runtime/tensor.h"
+
+namespace kiln::kernels {
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+
+// What runs on each output element after the bias, while the tile is still hot:
+//   out = act(conv(x, w) + bias + residual)
+// `residual` has the output's shape (any strides). Used to fuse conv + (folded) bn + add + relu.
+// For float64 the same is applied in double precision.
+struct ConvEpilogue {
+  const TensorImpl* residual = nullptr;
+  Activation activation = Activation::None;
+  float clamp_min = 0.0f;  // Activation::Clamp
+  float clamp_max = 0.0f;
+};
+
+// [N, C_out, H_out, W_out] from input [N, C_in, H, W] and weight [C_out, C_in/groups, KH, KW];
+// checks ranks, channel counts, groups, params and that the output is not empty-by-error.
+Dims conv2d_output_shape(std::span<const int64_t> input, std::span<const int64_t> weight,
+                         const Conv2dParams& p);
+
+// out = conv2d(input, weight) + bias (bias may be null) with the fused epilogue.
+void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                const Conv2dParams& p, TensorImpl& out, const ConvEpilogue& epilogue = {});
+
+// Gradients of conv2d (without epilogue) given grad_output [N, C_out, H_out, W_out]. Any of the
+// outputs may be null (not needed). grad_input has input's shape, grad_weight weight's shape,
+// grad_bias [C_out]. All are overwritten (not accumulated).
+void conv2d_backward_out(const TensorImpl& grad_output, const TensorImpl& input,
+                         const TensorImpl& weight, const Conv2dParams& p, TensorImpl* grad_input,
+                         TensorImpl* grad_weight, TensorImpl* grad_bias);
+
+// conv1d: input [N, C_in, L], weight [C_out, C_in/groups, K]; runs as conv2d with H = 1.
+struct Conv1dParams {
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+};
+Dims conv1d_output_shape(std::span<const int64_t> input, std::span<const int64_t> weight,
+                         const Conv1dParams& p);
+void conv1d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                const Conv1dParams& p, TensorImpl& out, const ConvEpilogue& epilogue = {});
+void conv1d_backward_out(const TensorImpl& grad_output, const TensorImpl& input,
+                         const TensorImpl& weight, const Conv1dParams& p, TensorImpl* grad_input,
+                         TensorImpl* grad_weight, TensorImpl* grad_bias);
+
+// conv_transpose2d: input [N, C_in, H, W], weight [C_in, C_out/groups, KH, KW] (PyTorch layout),
+// H_out = (H-1)*stride - 2*pad + dilation*(KH-1) + output_padding + 1. It is conv2d's grad_input.
+struct ConvTranspose2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t output_pad_h = 0, output_pad_w = 0;  // must be < stride or < dilation (as PyTorch)
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+Dims conv_transpose2d_output_shape(std::span<const int64_t> input, std::span<const int64_t> weight,
+                                   const ConvTranspose2dParams& p);
+void conv_transpose2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                          const ConvTranspose2dParams& p, TensorImpl& out);
+void conv_transpose2d_backward_out(const TensorImpl& grad_output, const TensorImpl& input,
+                                   const TensorImpl& weight, const ConvTranspose2dParams& p,
+                                   TensorImpl* grad_input, TensorImpl* grad_weight,
+                                   TensorImpl* grad_bias);
+
+}  // namespace kiln::kernels

@@ -1,0 +1,987 @@
+// conv2d / conv1d / conv_transpose2d, forward and backward.
+//
+// Forward, per image and group, is one GEMM  Y[Og, HoWo] = W[Og, K] · col[K, HoWo]  with
+// K = Cg*KH*KW. The column matrix is never materialized whole: it is built in column tiles that
+// fit in L2 (im2col of the output positions [c0, c1)), and each tile goes straight to sgemm with
+// the epilogue (bias per row, residual, activation). A 1x1 stride-1 unpadded conv needs no
+// im2col at all (the input plane block is the column matrix). Depthwise convs use a direct kernel
+// (conv_depthwise.cpp).
+//
+// Backward: grad_input = col2im(Wᵀ · grad_out) (again tiled), grad_weight = Σ_n grad_out · colᵀ,
+// grad_bias = Σ grad_out. conv_transpose2d is conv2d's grad_input; its backward is conv2d forward
+// (grad_input) and conv2d's grad_weight with the roles of input and grad_output swapped.
+//
+// Threads: when there are enough (image, group) units they are spread over the pool and each
+// unit runs its GEMMs serially (a nested parallel_for runs serially); otherwise the units run one
+// after another and the GEMM and the im2col/col2im inside each are parallel.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "conv_internal.h"
+#include "kiln/runtime/allocator.h"
+#include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/thread_pool.h"
+#include "kiln/runtime/views.h"
+
+namespace kiln::kernels {
+namespace {
+
+using conv_detail::ConvGeom;
+
+// ---------------------------------------------------------------------------------------------
+// Scratch from the runtime allocator (cached size classes: no OS call in a steady loop).
+template <typename T>
+class Scratch {
+ public:
+  explicit Scratch(int64_t n) : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)) {
+    p_ = static_cast<T*>(cpu_allocator().allocate(bytes_));
+  }
+  ~Scratch() { cpu_allocator().deallocate(p_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T* get() const { return p_; }
+
+ private:
+  size_t bytes_;
+  T* p_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// GEMM: float -> kernels::sgemm (fast, fused epilogue); double -> a simple reference loop.
+template <typename T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc, const Epilogue& e = {});
+
+template <>
+void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                 const Epilogue& e) {
+  if (M == 0 || N == 0) return;
+  sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, e);
+}
+
+template <>
+void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
+                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc,
+                  const Epilogue&) {
+  // Epilogue is applied by the caller for double.
+  parallel_for(0, M, std::max<int64_t>(1, 4096 / std::max<int64_t>(N * K, 1)),
+               [&](int64_t i0, int64_t i1) {
+                 std::vector<double> acc(static_cast<size_t>(N));
+                 for (int64_t i = i0; i < i1; ++i) {
+                   std::fill(acc.begin(), acc.end(), 0.0);
+                   for (int64_t k = 0; k < K; ++k) {
+                     const double a = ta ? A[k * lda + i] : A[i * lda + k];
+                     if (a == 0.0) continue;
+                     if (!tb) {
+                       const double* b = B + k * ldb;
+                       for (int64_t j = 0; j < N; ++j) acc[j] += a * b[j];
+                     } else {
+                       for (int64_t j = 0; j < N; ++j) acc[j] += a * B[j * ldb + k];
+                     }
+                   }
+                   double* c = C + i * ldc;
+                   for (int64_t j = 0; j < N; ++j)
+                     c[j] = acc[j] + (beta == 0.0 ? 0.0 : beta * c[j]);
+                 }
+               });
+}
+
+double activation_d(double x, const ConvEpilogue& e) {
+  switch (e.activation) {
+    case Activation::None:
+      return x;
+    case Activation::Relu:
+      return x > 0.0 ? x : 0.0;
+    case Activation::Relu6:
+      return std::min(std::max(x, 0.0), 6.0);
+    case Activation::Clamp:
+      return std::min(std::max(x, static_cast<double>(e.clamp_min)),
+                      static_cast<double>(e.clamp_max));
+    case Activation::Gelu:
+      return 0.5 * x * (1.0 + std::erf(x * 0.70710678118654752));
+    case Activation::GeluTanh: {
+      const double c = 0.79788456080286536;
+      return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+    }
+    case Activation::Silu:
+      return x / (1.0 + std::exp(-x));
+    case Activation::Sigmoid:
+      return 1.0 / (1.0 + std::exp(-x));
+    case Activation::Tanh:
+      return std::tanh(x);
+  }
+  return x;
+}
+
+Epilogue to_gemm_epilogue(const ConvEpilogue& ep) {
+  Epilogue e;
+  e.activation = ep.activation;
+  e.clamp_min = ep.clamp_min;
+  e.clamp_max = ep.clamp_max;
+  return e;
+}
+
+// y[rows, cols] (row stride ld) = act(y + bias[row] + residual) for the paths that do not go
+// through the GEMM epilogue.
+template <typename T>
+void apply_epilogue_block(T* y, int64_t rows, int64_t cols, int64_t ld, const T* bias, const T* res,
+                          int64_t ld_res, const ConvEpilogue& ep) {
+  const bool has_act = ep.activation != Activation::None;
+  if (!bias && !res && !has_act) return;
+  const Epilogue fe = to_gemm_epilogue(ep);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = y + r * ld;
+    const T b = bias ? bias[r] : T(0);
+    const T* rr = res ? res + r * ld_res : nullptr;
+    for (int64_t j = 0; j < cols; ++j) {
+      T v = row[j] + b;
+      if (rr) v += rr[j];
+      if constexpr (std::is_same_v<T, float>) {
+        if (ep.activation == Activation::Relu) {
+          v = v > 0.0f ? v : 0.0f;
+        } else if (has_act) {
+          v = apply_activation(v, fe);
+        }
+      } else {
+        if (has_act) v = activation_d(v, ep);
+      }
+      row[j] = v;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Geometry and checks.
+
+std::string dims_str(std::span<const int64_t> d) {
+  std::ostringstream os;
+  os << Dims(d);
+  return os.str();
+}
+
+// Output extent of one spatial dim, or -1 when the (padded) input is smaller than the kernel.
+int64_t out_extent(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  const int64_t eff = d * (k - 1) + 1;
+  if (in + 2 * p < eff) return -1;
+  return (in + 2 * p - eff) / s + 1;
+}
+
+void check_params(std::string_view op, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+                  int64_t dw, int64_t groups) {
+  KILN_CHECK(sh >= 1 && sw >= 1, op, "expected stride >= 1, got (", sh, ", ", sw, ")");
+  KILN_CHECK(ph >= 0 && pw >= 0, op, "expected padding >= 0, got (", ph, ", ", pw, ")");
+  KILN_CHECK(dh >= 1 && dw >= 1, op, "expected dilation >= 1, got (", dh, ", ", dw, ")");
+  KILN_CHECK(groups >= 1, op, "expected groups >= 1, got ", groups);
+}
+
+// Validates a conv2d (input, weight) pair and resolves its geometry. `in_name` is what the error
+// calls the NCHW operand.
+ConvGeom make_geom(std::string_view op, std::span<const int64_t> in, std::span<const int64_t> wt,
+                   const Conv2dParams& p) {
+  KILN_CHECK(in.size() == 4, op, "expected input of 4 dims (N,C,H,W), got ", dims_str(in));
+  KILN_CHECK(wt.size() == 4, op, "expected weight of 4 dims (C_out, C_in/groups, KH, KW), got ",
+             dims_str(wt));
+  check_params(op, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups);
+  ConvGeom g;
+  g.N = in[0], g.C = in[1], g.H = in[2], g.W = in[3];
+  g.O = wt[0], g.KH = wt[2], g.KW = wt[3];
+  g.G = p.groups;
+  g.sh = p.stride_h, g.sw = p.stride_w, g.ph = p.pad_h, g.pw = p.pad_w;
+  g.dh = p.dilation_h, g.dw = p.dilation_w;
+  KILN_CHECK(g.KH > 0 && g.KW > 0, op, "expected a non-empty kernel, got weight ", dims_str(wt));
+  KILN_CHECK(g.C % g.G == 0, op, "expected input channels (", g.C, ") divisible by groups (", g.G,
+             ")");
+  KILN_CHECK(g.O % g.G == 0, op, "expected output channels (", g.O, ") divisible by groups (", g.G,
+             ")");
+  KILN_CHECK(wt[1] * g.G == g.C, op, "expected input with weight.size(1)*groups = ", wt[1] * g.G,
+             " channels, got ", g.C, " channels (input ", dims_str(in), ", weight ", dims_str(wt),
+             ", groups ", g.G, ")");
+  g.Cg = g.C / g.G;
+  g.Og = g.O / g.G;
+  g.Ho = out_extent(g.H, g.KH, g.sh, g.ph, g.dh);
+  g.Wo = out_extent(g.W, g.KW, g.sw, g.pw, g.dw);
+  KILN_CHECK(g.Ho >= 1 && g.Wo >= 1, op, "expected padded input (", g.H + 2 * g.ph, "x",
+             g.W + 2 * g.pw, ") at least as large as the dilated kernel (", g.dh * (g.KH - 1) + 1,
+             "x", g.dw * (g.KW - 1) + 1, "), input ", dims_str(in));
+  return g;
+}
+
+Conv2dParams to_params(const ConvTranspose2dParams& t) {
+  Conv2dParams p;
+  p.stride_h = t.stride_h, p.stride_w = t.stride_w;
+  p.pad_h = t.pad_h, p.pad_w = t.pad_w;
+  p.dilation_h = t.dilation_h, p.dilation_w = t.dilation_w;
+  p.groups = t.groups;
+  return p;
+}
+
+void check_dtype_floating(std::string_view op, const TensorImpl& t, std::string_view what) {
+  const DType d = t.dtype();
+  KILN_CHECK(
+      d == DType::Float32 || d == DType::Float64 || d == DType::Float16 || d == DType::BFloat16, op,
+      "expected a floating dtype (float32, float64, float16, bfloat16) for ", what, ", got ",
+      dtype_name(d));
+}
+
+void check_same_dtype(std::string_view op, const TensorImpl& ref, const TensorImpl& t,
+                      std::string_view what) {
+  KILN_CHECK(t.dtype() == ref.dtype(), op, "expected ", what, " of dtype ", dtype_name(ref.dtype()),
+             " (as input), got ", dtype_name(t.dtype()));
+}
+
+void check_shape(std::string_view op, const TensorImpl& t, std::span<const int64_t> want,
+                 std::string_view what) {
+  KILN_CHECK(Dims(t.sizes()) == Dims(want), op, "expected ", what, " of shape ", dims_str(want),
+             ", got ", dims_str(t.sizes()));
+}
+
+bool is_lowp(DType d) {
+  return d == DType::Float16 || d == DType::BFloat16;
+}
+
+TensorImplPtr to_f32(const TensorImpl* t) {
+  if (!t) return {};
+  auto r = empty(t->sizes(), DType::Float32);
+  copy_(*r, *t);
+  return r;
+}
+
+// A contiguous destination for a kernel: `out` itself, or a temp copied back by finish().
+struct OutTarget {
+  TensorImpl* dst = nullptr;
+  TensorImplPtr tmp;
+  void* ptr = nullptr;
+  explicit OutTarget(TensorImpl* d) : dst(d) {
+    if (!d) return;
+    if (d->is_contiguous()) {
+      ptr = d->data();
+    } else {
+      tmp = empty(d->sizes(), d->dtype());
+      ptr = tmp->data();
+    }
+  }
+  template <typename T>
+  T* get() const {
+    return static_cast<T*>(ptr);
+  }
+  void finish() {
+    if (tmp) copy_(*dst, *tmp);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// im2col / col2im over a tile of output positions [c0, c1) (flattened oh*Wo + ow). The column
+// matrix tile has rows r = (ci, kh, kw) and row stride ldc = c1 - c0.
+
+// Calls seg(r_row_ptr_offset_in_tile, ow0, ow1, ih, iw_off) for each output-row segment.
+struct Segment {
+  int64_t j0;   // column in the tile
+  int64_t ow0;  // first output column
+  int64_t len;  // segment length
+  int64_t oh;
+};
+
+template <typename F>
+void for_each_segment(const ConvGeom& g, int64_t c0, int64_t c1, F&& f) {
+  int64_t j = c0;
+  while (j < c1) {
+    const int64_t oh = j / g.Wo, ow0 = j % g.Wo;
+    const int64_t len = std::min(c1 - j, g.Wo - ow0);
+    f(Segment{j - c0, ow0, len, oh});
+    j += len;
+  }
+}
+
+// Valid output columns [lo, hi) within [ow0, ow1) for which 0 <= ow*sw + off < W.
+inline void valid_range(int64_t ow0, int64_t ow1, int64_t off, int64_t sw, int64_t W, int64_t& lo,
+                        int64_t& hi) {
+  const int64_t lo_ = off >= 0 ? 0 : (-off + sw - 1) / sw;
+  const int64_t hi_ = (W - 1 - off) < 0 ? 0 : (W - 1 - off) / sw + 1;
+  lo = std::clamp(lo_, ow0, ow1);
+  hi = std::clamp(hi_, lo, ow1);
+}
+
+template <typename T>
+void im2col_rows(const ConvGeom& g, const T* xg, int64_t c0, int64_t c1, T* col, int64_t r0,
+                 int64_t r1) {
+  const int64_t ldc = c1 - c0, KK = g.KH * g.KW;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t ci = r / KK, kh = (r / g.KW) % g.KH, kw = r % g.KW;
+    const T* plane = xg + ci * g.HW();
+    T* dst = col + r * ldc;
+    const int64_t iw_off = kw * g.dw - g.pw;
+    for_each_segment(g, c0, c1, [&](const Segment& s) {
+      T* d = dst + s.j0;
+      const int64_t ih = s.oh * g.sh - g.ph + kh * g.dh;
+      if (ih < 0 || ih >= g.H) {
+        std::memset(d, 0, sizeof(T) * s.len);
+        return;
+      }
+      int64_t lo, hi;
+      valid_range(s.ow0, s.ow0 + s.len, iw_off, g.sw, g.W, lo, hi);
+      const T* src = plane + ih * g.W + iw_off;
+      for (int64_t ow = s.ow0; ow < lo; ++ow) d[ow - s.ow0] = T(0);
+      if (g.sw == 1) {
+        if (hi > lo) std::memcpy(d + (lo - s.ow0), src + lo, sizeof(T) * (hi - lo));
+      } else {
+        for (int64_t ow = lo; ow < hi; ++ow) d[ow - s.ow0] = src[ow * g.sw];
+      }
+      for (int64_t ow = hi; ow < s.ow0 + s.len; ++ow) d[ow - s.ow0] = T(0);
+    });
+  }
+}
+
+// gx[ci] += col rows of channel ci, for ci in [ci0, ci1).
+template <typename T>
+void col2im_channels(const ConvGeom& g, const T* col, int64_t c0, int64_t c1, T* gxg, int64_t ci0,
+                     int64_t ci1) {
+  const int64_t ldc = c1 - c0;
+  for (int64_t ci = ci0; ci < ci1; ++ci) {
+    T* plane = gxg + ci * g.HW();
+    for (int64_t kh = 0; kh < g.KH; ++kh) {
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        const int64_t r = (ci * g.KH + kh) * g.KW + kw;
+        const T* src = col + r * ldc;
+        const int64_t iw_off = kw * g.dw - g.pw;
+        for_each_segment(g, c0, c1, [&](const Segment& s) {
+          const int64_t ih = s.oh * g.sh - g.ph + kh * g.dh;
+          if (ih < 0 || ih >= g.H) return;
+          int64_t lo, hi;
+          valid_range(s.ow0, s.ow0 + s.len, iw_off, g.sw, g.W, lo, hi);
+          const T* sp = src + s.j0 - s.ow0;
+          T* dp = plane + ih * g.W + iw_off;
+          if (g.sw == 1) {
+            for (int64_t ow = lo; ow < hi; ++ow) dp[ow] += sp[ow];
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) dp[ow * g.sw] += sp[ow];
+          }
+        });
+      }
+    }
+  }
+}
+
+// Columns per im2col tile: keep the tile (K x nt) around kTileBytes so it stays in L2 between
+// im2col and the GEMM's packing; never fewer than kMinTileCols columns.
+constexpr int64_t kTileBytes = 384 * 1024;
+constexpr int64_t kMinTileCols = 96;
+
+template <typename T>
+int64_t tile_cols(const ConvGeom& g) {
+  const int64_t howo = g.HoWo();
+  int64_t nt = kTileBytes / (std::max<int64_t>(g.K(), 1) * static_cast<int64_t>(sizeof(T)));
+  nt = std::max<int64_t>(kMinTileCols, nt / 16 * 16);
+  if (nt >= howo || howo - nt < nt / 4) return howo;  // avoid a tiny last tile
+  return nt;
+}
+
+// Units (image, group) run in parallel when there are enough of them to keep every thread busy.
+bool parallel_units(int64_t units) {
+  const int nt = num_threads();
+  if (nt <= 1 || in_parallel_region()) return false;
+  return units >= 4 * nt || (units >= nt && units % nt == 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward.
+
+template <typename T>
+void forward_unit(const ConvGeom& g, int64_t n, int64_t grp, const T* x, const T* w, const T* bias,
+                  const T* res, T* y, const ConvEpilogue& ep, T* scratch, int64_t nt) {
+  const int64_t K = g.K(), howo = g.HoWo();
+  const T* xg = x + (n * g.C + grp * g.Cg) * g.HW();
+  const T* wg = w + grp * g.Og * K;
+  T* yg = y + (n * g.O + grp * g.Og) * howo;
+  const T* bg = bias ? bias + grp * g.Og : nullptr;
+  const T* rg = res ? res + (n * g.O + grp * g.Og) * howo : nullptr;
+  constexpr bool kF32 = std::is_same_v<T, float>;
+
+  auto epi_for = [&](int64_t c0) {
+    Epilogue e = to_gemm_epilogue(ep);
+    if constexpr (kF32) {
+      if (bg) {
+        e.bias_kind = Epilogue::Bias::PerRow;
+        e.bias = bg;
+      }
+      if (rg) {
+        e.residual = rg + c0;
+        e.ld_residual = howo;
+      }
+    }
+    return e;
+  };
+
+  if (K == 0) {
+    for (int64_t o = 0; o < g.Og; ++o) std::fill(yg + o * howo, yg + (o + 1) * howo, T(0));
+    apply_epilogue_block<T>(yg, g.Og, howo, howo, bg, rg, howo, ep);
+    return;
+  }
+  if (g.direct_1x1()) {
+    gemm<T>(false, false, g.Og, howo, K, wg, K, xg, g.HW(), T(0), yg, howo, epi_for(0));
+  } else {
+    for (int64_t c0 = 0; c0 < howo; c0 += nt) {
+      const int64_t c1 = std::min(howo, c0 + nt), cols = c1 - c0;
+      if (in_parallel_region()) {
+        im2col_rows<T>(g, xg, c0, c1, scratch, 0, K);
+      } else {
+        parallel_for(0, K, std::max<int64_t>(1, 16384 / cols), [&](int64_t r0, int64_t r1) {
+          im2col_rows<T>(g, xg, c0, c1, scratch, r0, r1);
+        });
+      }
+      gemm<T>(false, false, g.Og, cols, K, wg, K, scratch, cols, T(0), yg + c0, howo, epi_for(c0));
+    }
+  }
+  if constexpr (!kF32) apply_epilogue_block<T>(yg, g.Og, howo, howo, bg, rg, howo, ep);
+}
+
+template <typename T>
+void conv_forward(const ConvGeom& g, const T* x, const T* w, const T* bias, const T* res, T* y,
+                  const ConvEpilogue& ep) {
+  if (g.N == 0 || g.O == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (g.depthwise()) {
+      conv_detail::depthwise_conv2d_f32(g, x, w, bias, res, y, ep);
+      return;
+    }
+  }
+  const int64_t units = g.N * g.G;
+  const int64_t nt = tile_cols<T>(g);
+  const int64_t scratch_elems = g.direct_1x1() ? 1 : g.K() * nt;
+  if (parallel_units(units)) {
+    parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
+      Scratch<T> s(scratch_elems);
+      for (int64_t u = u0; u < u1; ++u)
+        forward_unit<T>(g, u / g.G, u % g.G, x, w, bias, res, y, ep, s.get(), nt);
+    });
+  } else {
+    Scratch<T> s(scratch_elems);
+    for (int64_t u = 0; u < units; ++u)
+      forward_unit<T>(g, u / g.G, u % g.G, x, w, bias, res, y, ep, s.get(), nt);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward data: gx = col2im(Wᵀ gy). gx is overwritten.
+
+template <typename T>
+void backward_input_unit(const ConvGeom& g, int64_t n, int64_t grp, const T* gy, const T* w, T* gx,
+                         T* scratch, int64_t nt) {
+  const int64_t K = g.K(), howo = g.HoWo();
+  const T* gyg = gy + (n * g.O + grp * g.Og) * howo;
+  const T* wg = w + grp * g.Og * K;
+  T* gxg = gx + (n * g.C + grp * g.Cg) * g.HW();
+  if (g.direct_1x1()) {
+    gemm<T>(true, false, g.Cg, howo, g.Og, wg, K, gyg, howo, T(0), gxg, g.HW());
+    return;
+  }
+  std::fill(gxg, gxg + g.Cg * g.HW(), T(0));
+  if (K == 0) return;
+  for (int64_t c0 = 0; c0 < howo; c0 += nt) {
+    const int64_t c1 = std::min(howo, c0 + nt), cols = c1 - c0;
+    gemm<T>(true, false, K, cols, g.Og, wg, K, gyg + c0, howo, T(0), scratch, cols);
+    if (in_parallel_region()) {
+      col2im_channels<T>(g, scratch, c0, c1, gxg, 0, g.Cg);
+    } else {
+      const int64_t per_ch = g.KH * g.KW * cols;
+      parallel_for(
+          0, g.Cg, std::max<int64_t>(1, 16384 / std::max<int64_t>(per_ch, 1)),
+          [&](int64_t a, int64_t b) { col2im_channels<T>(g, scratch, c0, c1, gxg, a, b); });
+    }
+  }
+}
+
+template <typename T>
+void conv_backward_input(const ConvGeom& g, const T* gy, const T* w, T* gx) {
+  if (g.N == 0 || g.C == 0) return;
+  const int64_t units = g.N * g.G;
+  const int64_t nt = tile_cols<T>(g);
+  const int64_t scratch_elems = g.direct_1x1() ? 1 : g.K() * nt;
+  if (g.O == 0) {
+    std::fill(gx, gx + g.N * g.C * g.HW(), T(0));
+    return;
+  }
+  if (parallel_units(units)) {
+    parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
+      Scratch<T> s(scratch_elems);
+      for (int64_t u = u0; u < u1; ++u)
+        backward_input_unit<T>(g, u / g.G, u % g.G, gy, w, gx, s.get(), nt);
+    });
+  } else {
+    Scratch<T> s(scratch_elems);
+    for (int64_t u = 0; u < units; ++u)
+      backward_input_unit<T>(g, u / g.G, u % g.G, gy, w, gx, s.get(), nt);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward weight: gw[grp] (+)= Σ_n gy[n, grp] · col[n, grp]ᵀ. accumulate=false overwrites.
+
+template <typename T>
+void backward_weight_unit(const ConvGeom& g, int64_t n, int64_t grp, const T* x, const T* gy, T* gw,
+                          T* scratch, int64_t nt) {
+  const int64_t K = g.K(), howo = g.HoWo();
+  const T* xg = x + (n * g.C + grp * g.Cg) * g.HW();
+  const T* gyg = gy + (n * g.O + grp * g.Og) * howo;
+  T* gwg = gw + grp * g.Og * K;
+  if (K == 0) return;
+  if (g.direct_1x1()) {
+    gemm<T>(false, true, g.Og, K, howo, gyg, howo, xg, g.HW(), T(1), gwg, K);
+    return;
+  }
+  for (int64_t c0 = 0; c0 < howo; c0 += nt) {
+    const int64_t c1 = std::min(howo, c0 + nt), cols = c1 - c0;
+    if (in_parallel_region()) {
+      im2col_rows<T>(g, xg, c0, c1, scratch, 0, K);
+    } else {
+      parallel_for(0, K, std::max<int64_t>(1, 16384 / cols),
+                   [&](int64_t r0, int64_t r1) { im2col_rows<T>(g, xg, c0, c1, scratch, r0, r1); });
+    }
+    gemm<T>(false, true, g.Og, K, cols, gyg + c0, howo, scratch, cols, T(1), gwg, K);
+  }
+}
+
+template <typename T>
+void conv_backward_weight(const ConvGeom& g, const T* x, const T* gy, T* gw) {
+  const int64_t wsize = g.O * g.K();
+  std::fill(gw, gw + wsize, T(0));
+  if (g.N == 0 || wsize == 0) return;
+  const int64_t nt = tile_cols<T>(g);
+  const int64_t scratch_elems = g.direct_1x1() ? 1 : g.K() * nt;
+  const int nthreads = num_threads();
+  if (parallel_units(g.G)) {
+    // Groups write disjoint slices of gw.
+    parallel_for(0, g.G, 1, [&](int64_t g0, int64_t g1) {
+      Scratch<T> s(scratch_elems);
+      for (int64_t grp = g0; grp < g1; ++grp)
+        for (int64_t n = 0; n < g.N; ++n)
+          backward_weight_unit<T>(g, n, grp, x, gy, gw, s.get(), nt);
+    });
+  } else if (nthreads > 1 && !in_parallel_region() && g.N >= nthreads) {
+    // Images split into one chunk per thread, each accumulating into its own buffer.
+    const int64_t chunks = nthreads;
+    std::vector<T> partial(static_cast<size_t>((chunks - 1) * wsize), T(0));
+    parallel_for(0, chunks, 1, [&](int64_t k0, int64_t k1) {
+      Scratch<T> s(scratch_elems);
+      for (int64_t k = k0; k < k1; ++k) {
+        T* dst = k == 0 ? gw : partial.data() + (k - 1) * wsize;
+        const int64_t n0 = g.N * k / chunks, n1 = g.N * (k + 1) / chunks;
+        for (int64_t n = n0; n < n1; ++n)
+          for (int64_t grp = 0; grp < g.G; ++grp)
+            backward_weight_unit<T>(g, n, grp, x, gy, dst, s.get(), nt);
+      }
+    });
+    for (int64_t k = 1; k < chunks; ++k) {
+      const T* src = partial.data() + (k - 1) * wsize;
+      for (int64_t i = 0; i < wsize; ++i) gw[i] += src[i];
+    }
+  } else {
+    Scratch<T> s(scratch_elems);
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t grp = 0; grp < g.G; ++grp)
+        backward_weight_unit<T>(g, n, grp, x, gy, gw, s.get(), nt);
+  }
+}
+
+// Depthwise backward: direct loops, parallel over channels (disjoint gx planes and gw rows).
+template <typename T>
+void depthwise_backward(const ConvGeom& g, const T* x, const T* gy, const T* w, T* gx, T* gw) {
+  const int64_t HW = g.HW(), howo = g.HoWo(), KK = g.KH * g.KW;
+  parallel_for(0, g.C, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.N * howo * KK, 1)),
+               [&](int64_t c0, int64_t c1) {
+                 for (int64_t c = c0; c < c1; ++c) {
+                   const T* wc = w + c * KK;
+                   std::vector<double> gwacc(static_cast<size_t>(KK), 0.0);
+                   for (int64_t n = 0; n < g.N; ++n) {
+                     const T* gyp = gy + (n * g.C + c) * howo;
+                     const T* xp = x ? x + (n * g.C + c) * HW : nullptr;
+                     T* gxp = gx ? gx + (n * g.C + c) * HW : nullptr;
+                     if (gxp) std::fill(gxp, gxp + HW, T(0));
+                     for (int64_t kh = 0; kh < g.KH; ++kh) {
+                       for (int64_t kw = 0; kw < g.KW; ++kw) {
+                         const T wv = wc[kh * g.KW + kw];
+                         const int64_t off = kw * g.dw - g.pw;
+                         int64_t lo, hi;
+                         valid_range(0, g.Wo, off, g.sw, g.W, lo, hi);
+                         T acc = T(0);
+                         for (int64_t oh = 0; oh < g.Ho; ++oh) {
+                           const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+                           if (ih < 0 || ih >= g.H) continue;
+                           const T* gr = gyp + oh * g.Wo;
+                           if (gxp) {
+                             T* dr = gxp + ih * g.W + off;
+                             for (int64_t ow = lo; ow < hi; ++ow) dr[ow * g.sw] += wv * gr[ow];
+                           }
+                           if (gw) {
+                             const T* xr = xp + ih * g.W + off;
+                             for (int64_t ow = lo; ow < hi; ++ow) acc += gr[ow] * xr[ow * g.sw];
+                           }
+                         }
+                         gwacc[kh * g.KW + kw] += acc;
+                       }
+                     }
+                   }
+                   if (gw)
+                     for (int64_t k = 0; k < KK; ++k) gw[c * KK + k] = static_cast<T>(gwacc[k]);
+                 }
+               });
+}
+
+template <typename T>
+void bias_grad(int64_t N, int64_t O, int64_t HW, const T* gy, T* gb) {
+  parallel_for(0, O, std::max<int64_t>(1, 16384 / std::max<int64_t>(N * HW, 1)),
+               [&](int64_t o0, int64_t o1) {
+                 for (int64_t o = o0; o < o1; ++o) {
+                   double acc = 0.0;
+                   for (int64_t n = 0; n < N; ++n) {
+                     const T* p = gy + (n * O + o) * HW;
+                     T s = T(0);
+                     for (int64_t i = 0; i < HW; ++i) s += p[i];
+                     acc += s;
+                   }
+                   gb[o] = static_cast<T>(acc);
+                 }
+               });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dtype dispatch helpers.
+
+template <typename Fn>
+void dispatch_fd(DType d, Fn&& fn) {
+  if (d == DType::Float32) {
+    fn(float{});
+  } else {
+    fn(double{});
+  }
+}
+
+template <typename T>
+const T* ptr_or_null(const TensorImplPtr& t) {
+  return t ? t->data_ptr<T>() : nullptr;
+}
+
+TensorImplPtr contig_or_null(const TensorImpl* t) {
+  return t ? views::contiguous(*t) : TensorImplPtr{};
+}
+
+// Shared backward driver for conv2d (x = input, gy = grad_output) on resolved geometry.
+void conv2d_backward_impl(std::string_view op, const ConvGeom& g, const TensorImpl& grad_output,
+                          const TensorImpl& input, const TensorImpl& weight, TensorImpl* grad_input,
+                          TensorImpl* grad_weight, TensorImpl* grad_bias) {
+  auto gy = views::contiguous(grad_output);
+  auto x = views::contiguous(input);
+  auto w = views::contiguous(weight);
+  OutTarget gx(grad_input), gw(grad_weight), gb(grad_bias);
+  dispatch_fd(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (g.depthwise() && (grad_input || grad_weight)) {
+      depthwise_backward<T>(g, x->data_ptr<T>(), gy->data_ptr<T>(), w->data_ptr<T>(),
+                            grad_input ? gx.get<T>() : nullptr,
+                            grad_weight ? gw.get<T>() : nullptr);
+    } else {
+      if (grad_input) conv_backward_input<T>(g, gy->data_ptr<T>(), w->data_ptr<T>(), gx.get<T>());
+      if (grad_weight) conv_backward_weight<T>(g, x->data_ptr<T>(), gy->data_ptr<T>(), gw.get<T>());
+    }
+    if (grad_bias) bias_grad<T>(g.N, g.O, g.HoWo(), gy->data_ptr<T>(), gb.get<T>());
+  });
+  gx.finish();
+  gw.finish();
+  gb.finish();
+}
+
+}  // namespace
+
+// =============================================================================================
+// conv2d
+
+Dims conv2d_output_shape(std::span<const int64_t> input, std::span<const int64_t> weight,
+                         const Conv2dParams& p) {
+  const ConvGeom g = make_geom("conv2d", input, weight, p);
+  return Dims{g.N, g.O, g.Ho, g.Wo};
+}
+
+void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                const Conv2dParams& p, TensorImpl& out, const ConvEpilogue& ep) {
+  constexpr std::string_view op = "conv2d";
+  const ConvGeom g = make_geom(op, input.sizes(), weight.sizes(), p);
+  check_dtype_floating(op, input, "input");
+  check_same_dtype(op, input, weight, "weight");
+  check_same_dtype(op, input, out, "out");
+  const Dims out_shape{g.N, g.O, g.Ho, g.Wo};
+  check_shape(op, out, out_shape, "out");
+  if (bias) {
+    check_same_dtype(op, input, *bias, "bias");
+    check_shape(op, *bias, Dims{g.O}, "bias");
+  }
+  if (ep.residual) {
+    check_same_dtype(op, input, *ep.residual, "residual");
+    check_shape(op, *ep.residual, out_shape, "residual");
+  }
+  if (is_lowp(input.dtype())) {
+    auto x = to_f32(&input), w = to_f32(&weight), b = to_f32(bias), r = to_f32(ep.residual);
+    auto y = empty(out.sizes(), DType::Float32);
+    ConvEpilogue e2 = ep;
+    e2.residual = r.get();
+    conv2d_out(*x, *w, b.get(), p, *y, e2);
+    copy_(out, *y);
+    return;
+  }
+  auto x = views::contiguous(input);
+  auto w = views::contiguous(weight);
+  auto b = contig_or_null(bias);
+  auto r = contig_or_null(ep.residual);
+  OutTarget y(&out);
+  dispatch_fd(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    conv_forward<T>(g, x->data_ptr<T>(), w->data_ptr<T>(), ptr_or_null<T>(b), ptr_or_null<T>(r),
+                    y.get<T>(), ep);
+  });
+  y.finish();
+}
+
+void conv2d_backward_out(const TensorImpl& grad_output, const TensorImpl& input,
+                         const TensorImpl& weight, const Conv2dParams& p, TensorImpl* grad_input,
+                         TensorImpl* grad_weight, TensorImpl* grad_bias) {
+  constexpr std::string_view op = "conv2d_backward";
+  const ConvGeom g = make_geom(op, input.sizes(), weight.sizes(), p);
+  check_dtype_floating(op, input, "input");
+  check_same_dtype(op, input, weight, "weight");
+  check_same_dtype(op, input, grad_output, "grad_output");
+  check_shape(op, grad_output, Dims{g.N, g.O, g.Ho, g.Wo}, "grad_output");
+  if (grad_input) {
+    check_same_dtype(op, input, *grad_input, "grad_input");
+    check_shape(op, *grad_input, input.sizes(), "grad_input");
+  }
+  if (grad_weight) {
+    check_same_dtype(op, input, *grad_weight, "grad_weight");
+    check_shape(op, *grad_weight, weight.sizes(), "grad_weight");
+  }
+  if (grad_bias) {
+    check_same_dtype(op, input, *grad_bias, "grad_bias");
+    check_shape(op, *grad_bias, Dims{g.O}, "grad_bias");
+  }
+  if (is_lowp(input.dtype())) {
+    auto gy = to_f32(&grad_output), x = to_f32(&input), w = to_f32(&weight);
+    auto gx = grad_input ? empty(input.sizes(), DType::Float32) : TensorImplPtr{};
+    auto gw = grad_weight ? empty(weight.sizes(), DType::Float32) : TensorImplPtr{};
+    auto gb = grad_bias ? empty(Dims{g.O}, DType::Float32) : TensorImplPtr{};
+    conv2d_backward_out(*gy, *x, *w, p, gx.get(), gw.get(), gb.get());
+    if (grad_input) copy_(*grad_input, *gx);
+    if (grad_weight) copy_(*grad_weight, *gw);
+    if (grad_bias) copy_(*grad_bias, *gb);
+    return;
+  }
+  conv2d_backward_impl(op, g, grad_output, input, weight, grad_input, grad_weight, grad_bias);
+}
+
+// =============================================================================================
+// conv1d: conv2d with H = 1.
+
+namespace {
+Conv2dParams to_params(const Conv1dParams& p) {
+  Conv2dParams q;
+  q.stride_w = p.stride, q.pad_w = p.padding, q.dilation_w = p.dilation, q.groups = p.groups;
+  return q;
+}
+void check_conv1d_ranks(std::string_view op, std::span<const int64_t> in,
+                        std::span<const int64_t> wt) {
+  KILN_CHECK(in.size() == 3, op, "expected input of 3 dims (N,C,L), got ", dims_str(in));
+  KILN_CHECK(wt.size() == 3, op, "expected weight of 3 dims (C_out, C_in/groups, K), got ",
+             dims_str(wt));
+}
+Dims as_2d(std::span<const int64_t> d) {
+  return Dims{d[0], d[1], 1, d[2]};
+}
+TensorImplPtr view_2d(const TensorImpl& t) {
+  return views::unsqueeze(t, 2);
+}
+}  // namespace
+
+Dims conv1d_output_shape(std::span<const int64_t> input, std::span<const int64_t> weight,
+                         const Conv1dParams& p) {
+  check_conv1d_ranks("conv1d", input, weight);
+  const ConvGeom g = make_geom("conv1d", as_2d(input), as_2d(weight), to_params(p));
+  return Dims{g.N, g.O, g.Wo};
+}
+
+void conv1d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                const Conv1dParams& p, TensorImpl& out, const ConvEpilogue& ep) {
+  const Dims os = conv1d_output_shape(input.sizes(), weight.sizes(), p);
+  check_shape("conv1d", out, os, "out");
+  auto x = view_2d(input), w = view_2d(weight), y = view_2d(out);
+  TensorImplPtr r = ep.residual ? view_2d(*ep.residual) : TensorImplPtr{};
+  if (ep.residual) check_shape("conv1d", *ep.residual, os, "residual");
+  ConvEpilogue e2 = ep;
+  e2.residual = r.get();
+  conv2d_out(*x, *w, bias, to_params(p), *y, e2);
+}
+
+void conv1d_backward_out(const TensorImpl& grad_output, const TensorImpl& input,
+                         const TensorImpl& weight, const Conv1dParams& p, TensorImpl* grad_input,
+                         TensorImpl* grad_weight, TensorImpl* grad_bias) {
+  const Dims os = conv1d_output_shape(input.sizes(), weight.sizes(), p);
+  check_shape("conv1d_backward", grad_output, os, "grad_output");
+  if (grad_input) check_shape("conv1d_backward", *grad_input, input.sizes(), "grad_input");
+  if (grad_weight) check_shape("conv1d_backward", *grad_weight, weight.sizes(), "grad_weight");
+  auto gy = view_2d(grad_output), x = view_2d(input), w = view_2d(weight);
+  auto gx = grad_input ? view_2d(*grad_input) : TensorImplPtr{};
+  auto gw = grad_weight ? view_2d(*grad_weight) : TensorImplPtr{};
+  conv2d_backward_out(*gy, *x, *w, to_params(p), gx.get(), gw.get(), grad_bias);
+}
+
+// =============================================================================================
+// conv_transpose2d: the output plays conv2d's input, the input plays conv2d's output.
+
+namespace {
+// Geometry of the equivalent conv2d (input = convT output) plus checks.
+ConvGeom transpose_geom(std::string_view op, std::span<const int64_t> in,
+                        std::span<const int64_t> wt, const ConvTranspose2dParams& t) {
+  KILN_CHECK(in.size() == 4, op, "expected input of 4 dims (N,C,H,W), got ", dims_str(in));
+  KILN_CHECK(wt.size() == 4, op, "expected weight of 4 dims (C_in, C_out/groups, KH, KW), got ",
+             dims_str(wt));
+  check_params(op, t.stride_h, t.stride_w, t.pad_h, t.pad_w, t.dilation_h, t.dilation_w, t.groups);
+  KILN_CHECK(t.output_pad_h >= 0 && t.output_pad_w >= 0, op, "expected output_padding >= 0, got (",
+             t.output_pad_h, ", ", t.output_pad_w, ")");
+  KILN_CHECK((t.output_pad_h < t.stride_h || t.output_pad_h < t.dilation_h) &&
+                 (t.output_pad_w < t.stride_w || t.output_pad_w < t.dilation_w),
+             op, "expected output_padding smaller than stride or dilation, got output_padding (",
+             t.output_pad_h, ", ", t.output_pad_w, "), stride (", t.stride_h, ", ", t.stride_w,
+             "), dilation (", t.dilation_h, ", ", t.dilation_w, ")");
+  KILN_CHECK(wt[2] > 0 && wt[3] > 0, op, "expected a non-empty kernel, got weight ", dims_str(wt));
+  KILN_CHECK(wt[0] == in[1], op, "expected input with weight.size(0) = ", wt[0], " channels, got ",
+             in[1], " channels (input ", dims_str(in), ", weight ", dims_str(wt), ")");
+  KILN_CHECK(wt[0] % t.groups == 0, op, "expected input channels (", wt[0],
+             ") divisible by groups (", t.groups, ")");
+  const int64_t ho =
+      (in[2] - 1) * t.stride_h - 2 * t.pad_h + t.dilation_h * (wt[2] - 1) + t.output_pad_h + 1;
+  const int64_t wo =
+      (in[3] - 1) * t.stride_w - 2 * t.pad_w + t.dilation_w * (wt[3] - 1) + t.output_pad_w + 1;
+  KILN_CHECK(ho >= 1 && wo >= 1, op, "expected a positive output size, got ", ho, "x", wo,
+             " (input ", dims_str(in), ", weight ", dims_str(wt), ")");
+  const Dims conv_in{in[0], wt[1] * t.groups, ho, wo};
+  ConvGeom g = make_geom(op, conv_in, wt, to_params(t));
+  KILN_CHECK(g.Ho == in[2] && g.Wo == in[3], op, "internal: inconsistent transposed geometry");
+  return g;
+}
+}  // namespace
+
+Dims conv_transpose2d_output_shape(std::span<const int64_t> input, std::span<const int64_t> weight,
+                                   const ConvTranspose2dParams& p) {
+  const ConvGeom g = transpose_geom("conv_transpose2d", input, weight, p);
+  return Dims{g.N, g.C, g.H, g.W};
+}
+
+void conv_transpose2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                          const ConvTranspose2dParams& p, TensorImpl& out) {
+  constexpr std::string_view op = "conv_transpose2d";
+  const ConvGeom g = transpose_geom(op, input.sizes(), weight.sizes(), p);
+  check_dtype_floating(op, input, "input");
+  check_same_dtype(op, input, weight, "weight");
+  check_same_dtype(op, input, out, "out");
+  check_shape(op, out, Dims{g.N, g.C, g.H, g.W}, "out");
+  if (bias) {
+    check_same_dtype(op, input, *bias, "bias");
+    check_shape(op, *bias, Dims{g.C}, "bias");
+  }
+  if (is_lowp(input.dtype())) {
+    auto x = to_f32(&input), w = to_f32(&weight), b = to_f32(bias);
+    auto y = empty(out.sizes(), DType::Float32);
+    conv_transpose2d_out(*x, *w, b.get(), p, *y);
+    copy_(out, *y);
+    return;
+  }
+  auto x = views::contiguous(input);
+  auto w = views::contiguous(weight);
+  auto b = contig_or_null(bias);
+  OutTarget y(&out);
+  dispatch_fd(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* yp = y.get<T>();
+    if (g.depthwise()) {
+      depthwise_backward<T>(g, nullptr, x->data_ptr<T>(), w->data_ptr<T>(), yp, nullptr);
+    } else {
+      conv_backward_input<T>(g, x->data_ptr<T>(), w->data_ptr<T>(), yp);
+    }
+    if (b) {
+      const T* bp = b->data_ptr<T>();
+      const int64_t hw = g.HW();
+      parallel_for(0, g.N * g.C, std::max<int64_t>(1, 16384 / std::max<int64_t>(hw, 1)),
+                   [&](int64_t a, int64_t e) {
+                     for (int64_t i = a; i < e; ++i) {
+                       T* pl = yp + i * hw;
+                       const T bv = bp[i % g.C];
+                       for (int64_t k = 0; k < hw; ++k) pl[k] += bv;
+                     }
+                   });
+    }
+  });
+  y.finish();
+}
+
+void conv_transpose2d_backward_out(const TensorImpl& grad_output, const TensorImpl& input,
+                                   const TensorImpl& weight, const ConvTranspose2dParams& p,
+                                   TensorImpl* grad_input, TensorImpl* grad_weight,
+                                   TensorImpl* grad_bias) {
+  constexpr std::string_view op = "conv_transpose2d_backward";
+  const ConvGeom g = transpose_geom(op, input.sizes(), weight.sizes(), p);
+  check_dtype_floating(op, input, "input");
+  check_same_dtype(op, input, weight, "weight");
+  check_same_dtype(op, input, grad_output, "grad_output");
+  check_shape(op, grad_output, Dims{g.N, g.C, g.H, g.W}, "grad_output");
+  if (grad_input) {
+    check_same_dtype(op, input, *grad_input, "grad_input");
+    check_shape(op, *grad_input, input.sizes(), "grad_input");
+  }
+  if (grad_weight) {
+    check_same_dtype(op, input, *grad_weight, "grad_weight");
+    check_shape(op, *grad_weight, weight.sizes(), "grad_weight");
+  }
+  if (grad_bias) {
+    check_same_dtype(op, input, *grad_bias, "grad_bias");
+    check_shape(op, *grad_bias, Dims{g.C}, "grad_bias");
+  }
+  if (is_lowp(input.dtype())) {
+    auto gy = to_f32(&grad_output), x = to_f32(&input), w = to_f32(&weight);
+    auto gx = grad_input ? empty(input.sizes(), DType::Float32) : TensorImplPtr{};
+    auto gw = grad_weight ? empty(weight.sizes(), DType::Float32) : TensorImplPtr{};
+    auto gb = grad_bias ? empty(Dims{g.C}, DType::Float32) : TensorImplPtr{};
+    conv_transpose2d_backward_out(*gy, *x, *w, p, gx.get(), gw.get(), gb.get());
+    if (grad_input) copy_(*grad_input, *gx);
+    if (grad_weight) copy_(*grad_weight, *gw);
+    if (grad_bias) copy_(*grad_bias, *gb);
+    return;
+  }
+  // convT input = conv "output" (gy role); convT grad_output = conv "input" (x role).
+  // grad_input of convT = conv2d(grad_output, w); grad_weight = conv2d weight grad with
+  // x = grad_output, gy = input.
+  if (grad_input) {
+    Conv2dParams cp = to_params(p);
+    conv2d_out(grad_output, weight, nullptr, cp, *grad_input);
+  }
+  if (grad_weight || grad_bias) {
+    auto x = views::contiguous(grad_output);
+    auto gyc = views::contiguous(input);
+    auto w = views::contiguous(weight);
+    OutTarget gw(grad_weight), gb(grad_bias);
+    dispatch_fd(input.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if (grad_weight) {
+        if (g.depthwise()) {
+          depthwise_backward<T>(g, x->data_ptr<T>(), gyc->data_ptr<T>(), w->data_ptr<T>(), nullptr,
+                                gw.get<T>());
+        } else {
+          conv_backward_weight<T>(g, x->data_ptr<T>(), gyc->data_ptr<T>(), gw.get<T>());
+        }
+      }
+      if (grad_bias) bias_grad<T>(g.N, g.C, g.HW(), x->data_ptr<T>(), gb.get<T>());
+    });
+    gw.finish();
+    gb.finish();
+  }
+}
+
+}  // namespace kiln::kernels

@@ -1,0 +1,114 @@
+#pragma once
+// Helpers shared by the NN kernel tests (test_conv, test_pool_norm, test_loss): random tensors,
+// float64 read-back in logical order, non-contiguous copies and tolerance checks.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/error.h"
+#include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/tensor.h"
+#include "kiln/runtime/views.h"
+
+namespace nn_test {
+
+using kiln::Dims;
+using kiln::DType;
+using kiln::TensorImpl;
+using kiln::TensorImplPtr;
+
+inline std::mt19937& rng() {
+  static std::mt19937 g(1234);
+  return g;
+}
+
+// Values in logical (row-major) order as doubles.
+inline std::vector<double> to_vec(const TensorImpl& t) {
+  auto d = kiln::empty(t.sizes(), DType::Float64);
+  kiln::kernels::copy_(*d, t);
+  const double* p = d->data_ptr<double>();
+  return std::vector<double>(p, p + d->numel());
+}
+
+inline TensorImplPtr from_vec(const std::vector<double>& v, Dims sizes, DType dt) {
+  auto d = kiln::empty(sizes, DType::Float64);
+  std::copy(v.begin(), v.end(), d->data_ptr<double>());
+  auto t = kiln::empty(sizes, dt);
+  kiln::kernels::copy_(*t, *d);
+  return t;
+}
+
+inline std::vector<double> rand_vec(int64_t n, double lo = -1.0, double hi = 1.0) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (auto& x : v) x = u(rng());
+  return v;
+}
+
+inline TensorImplPtr rand_tensor(Dims sizes, DType dt = DType::Float32, double lo = -1.0,
+                                 double hi = 1.0) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return from_vec(rand_vec(n, lo, hi), sizes, dt);
+}
+
+// Same values, non-contiguous layout: a step-2 slice of a tensor twice as wide in the last dim
+// (or a transposed copy when `transposed`, for rank >= 2: stored with the last two dims swapped).
+inline TensorImplPtr noncontig(const TensorImpl& t, bool transposed = false) {
+  const int64_t r = t.dim();
+  if (r == 0) return kiln::views::contiguous(t);
+  if (transposed && r >= 2) {
+    Dims sw = t.sizes();
+    std::swap(sw[r - 1], sw[r - 2]);
+    auto base = kiln::empty(sw, t.dtype());
+    auto v = kiln::views::transpose(*base, r - 1, r - 2);
+    kiln::kernels::copy_(*v, t);
+    return v;
+  }
+  Dims wide = t.sizes();
+  wide[r - 1] = wide[r - 1] * 2;
+  auto base = kiln::zeros(wide, t.dtype());
+  auto v = kiln::views::slice(*base, r - 1, 0, wide[r - 1], 2);
+  kiln::kernels::copy_(*v, t);
+  return v;
+}
+
+// |got - want| <= atol + rtol*|want| elementwise, reporting the first failures.
+inline void expect_close(const std::vector<double>& got, const std::vector<double>& want,
+                         double rtol, double atol, const std::string& what = "") {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = atol + rtol * std::abs(want[i]);
+    const bool ok =
+        std::abs(got[i] - want[i]) <= tol || (std::isnan(got[i]) && std::isnan(want[i]));
+    if (!ok && bad++ < 5) {
+      ADD_FAILURE() << what << " at " << i << ": got " << got[i] << ", want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ";
+}
+
+// Runs fn, expects a kiln::Error whose message contains every fragment.
+template <typename Fn>
+void expect_error(Fn&& fn, std::initializer_list<std::string> fragments) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected kiln::Error";
+  } catch (const kiln::Error& e) {
+    const std::string msg = e.what();
+    for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << msg;
+  }
+}
+
+inline int64_t numel(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t s : d) n *= s;
+  return n;
+}
+
+}  // namespace nn_test
