@@ -1,0 +1,105 @@
+// fp32 GEMM throughput (GFLOP/s = 2*M*N*K per call).
+// Run: KILN_NUM_THREADS=1 build/bench/bench_gemm --benchmark_min_time=0.2
+// (KILN_GEMM_ISA=avx512|avx2|scalar forces a microkernel family.)
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "kiln/runtime/kernels/gemm.h"
+
+using namespace kiln;
+
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+void set_flops(benchmark::State& state, int64_t M, int64_t N, int64_t K) {
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * state.iterations() * 1e-9, benchmark::Counter::kIsRate);
+}
+
+// Args: M, N, K, trans_b (1: B stored [N, K], as a linear layer's weight).
+void BM_Sgemm(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  const bool tb = state.range(3) != 0;
+  auto A = random_vec(M * K, 1), B = random_vec(K * N, 2), C = random_vec(M * N, 3);
+  for (auto _ : state) {
+    kernels::sgemm(false, tb, M, N, K, 1.0f, A.data(), K, B.data(), tb ? K : N, 0.0f, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_flops(state, M, N, K);
+  state.SetLabel(kernels::gemm_isa_name(kernels::sgemm_isa()));
+}
+
+// The naive triple loop (i, k, j order so it at least streams rows), for a ratio.
+void BM_NaiveGemm(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  auto A = random_vec(M * K, 1), B = random_vec(K * N, 2), C = random_vec(M * N, 3);
+  for (auto _ : state) {
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < N; ++j) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; ++k) acc += A[i * K + k] * B[k * N + j];
+        C[i * N + j] = acc;
+      }
+    }
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_flops(state, M, N, K);
+}
+
+// Bias + ReLU epilogue (a fused conv/linear layer).
+void BM_SgemmBiasRelu(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  auto A = random_vec(M * K, 1), B = random_vec(K * N, 2), C = random_vec(M * N, 3);
+  auto bias = random_vec(M, 4);
+  kernels::Epilogue e;
+  e.bias_kind = kernels::Epilogue::Bias::PerRow;
+  e.bias = bias.data();
+  e.activation = kernels::Activation::Relu;
+  for (auto _ : state) {
+    kernels::sgemm(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N, e);
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_flops(state, M, N, K);
+}
+
+}  // namespace
+
+BENCHMARK(BM_Sgemm)
+    ->ArgNames({"M", "N", "K", "tb"})
+    // square
+    ->Args({256, 256, 256, 0})
+    ->Args({512, 512, 512, 0})
+    ->Args({1024, 1024, 1024, 0})
+    ->Args({2048, 2048, 2048, 0})
+    ->Args({1024, 1024, 1024, 1})
+    // linear layers y = x W^T, W [4096, 4096]: batch 1, 8, 64
+    ->Args({1, 4096, 4096, 1})
+    ->Args({8, 4096, 4096, 1})
+    ->Args({64, 4096, 4096, 1})
+    // VGG fc6 at batch 1 (K = 512*7*7) and a ResNet-18 fc at batch 64
+    ->Args({1, 4096, 25088, 1})
+    ->Args({64, 1000, 512, 1})
+    // ResNet-18 convs as im2col GEMMs: C_out x (H*W) x (C_in*3*3)
+    ->Args({64, 3136, 576, 0})
+    ->Args({128, 784, 1152, 0})
+    ->Args({256, 196, 2304, 0})
+    ->Args({512, 49, 4608, 0})
+    ->UseRealTime();
+
+BENCHMARK(BM_NaiveGemm)->ArgNames({"M", "N", "K"})->Args({256, 256, 256})->UseRealTime();
+BENCHMARK(BM_SgemmBiasRelu)
+    ->ArgNames({"M", "N", "K"})
+    ->Args({64, 3136, 576})
+    ->Args({1024, 1024, 1024})
+    ->UseRealTime();
+
+BENCHMARK_MAIN();
