@@ -1,8 +1,11 @@
 #pragma once
 // kiln's public eager API: #include <kiln/kiln.h>.
 
+#include "kiln/autograd.h"
+#include "kiln/dispatch.h"
+#include "kiln/ops.h"
 #include "kiln/runtime/dtype.h"
 #include "kiln/runtime/error.h"
-#include "kiln/runtime/tensor.h"
 #include "kiln/runtime/thread_pool.h"
+#include "kiln/tensor.h"
 #include "kiln/version.h"

@@ -1,0 +1,62 @@
+#pragma once
+// The single point every op passes through after its kernel ran: autograd recording (see
+// autograd.h: record) and tracer notification. With no tracer active the cost is one predictable
+// branch on a global pointer.
+
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln::dispatch {
+
+using AttrValue = std::variant<int64_t, double, bool, Dims, std::string>;
+using Attrs = std::vector<std::pair<std::string, AttrValue>>;
+
+// Implemented by kiln_trace. Every dispatched op calls on_op; every value read back from a
+// tensor (item(), bool conversion) calls on_read_back with the caller's source location.
+class TraceHook {
+ public:
+  virtual ~TraceHook() = default;
+  virtual void on_op(const char* op, const TensorList& inputs, const TensorList& outputs,
+                     const Attrs& attrs) = 0;
+  virtual void on_read_back(const Tensor& t, double value, const std::source_location& where) = 0;
+};
+
+namespace detail {
+extern thread_local TraceHook* active_hook;
+}
+
+inline TraceHook* tracer() {
+  return detail::active_hook;
+}
+
+// Installs `hook` for this thread until the guard goes out of scope.
+class TraceGuard {
+ public:
+  explicit TraceGuard(TraceHook* hook) : prev_(detail::active_hook) { detail::active_hook = hook; }
+  ~TraceGuard() { detail::active_hook = prev_; }
+  TraceGuard(const TraceGuard&) = delete;
+  TraceGuard& operator=(const TraceGuard&) = delete;
+
+ private:
+  TraceHook* prev_;
+};
+
+inline void trace(const char* op, const TensorList& inputs, const TensorList& outputs,
+                  const Attrs& attrs = {}) {
+  if (auto* hook = detail::active_hook) hook->on_op(op, inputs, outputs, attrs);
+}
+
+}  // namespace kiln::dispatch
+
+// Notifies the tracer, if any, building the argument lists only when one is active.
+#define KILN_TRACE(op, inputs, outputs, ...)                                              \
+  do {                                                                                    \
+    if (::kiln::dispatch::detail::active_hook) [[unlikely]]                               \
+      ::kiln::dispatch::trace(op, inputs, outputs, ::kiln::dispatch::Attrs{__VA_ARGS__}); \
+  } while (0)
