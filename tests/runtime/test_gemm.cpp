@@ -10,7 +10,10 @@
 
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/kernels/gemm.h"
+#include "kiln/runtime/kernels/linalg.h"
+#include "kiln/runtime/tensor.h"
 #include "kiln/runtime/thread_pool.h"
+#include "kiln/runtime/views.h"
 
 using namespace kiln;
 using kernels::Activation;
@@ -330,4 +333,379 @@ TEST(Gemm, RejectsBadArguments) {
   } catch (const Error& err) {
     EXPECT_NE(std::string(err.what()).find("lda"), std::string::npos);
   }
+}
+
+// ---- The matmul family -----------------------------------------------------------------------
+
+namespace {
+
+double get_elem(const TensorImpl& t, int64_t off) {
+  return visit_dtype(t.dtype(), [&](auto v) -> double {
+    using T = decltype(v);
+    return static_cast<double>(static_cast<float>(t.data_ptr<T>()[off]));
+  });
+}
+double get_f64(const TensorImpl& t, int64_t off) {
+  if (t.dtype() == DType::Float64) return t.data_ptr<double>()[off];
+  return get_elem(t, off);
+}
+
+// Element at a multi-index (strided read).
+double at(const TensorImpl& t, const std::vector<int64_t>& idx) {
+  int64_t off = 0;
+  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides()[d];
+  return get_f64(t, off);
+}
+
+TensorImplPtr rand_tensor(std::vector<int64_t> sizes, DType dt, uint32_t seed) {
+  auto t = empty(Dims(sizes), dt);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  visit_dtype(dt, [&](auto v) {
+    using T = decltype(v);
+    T* p = t->data_ptr<T>();
+    for (int64_t i = 0; i < t->numel(); ++i) p[i] = T(static_cast<float>(dist(gen)));
+    if constexpr (std::is_same_v<T, double>)
+      for (int64_t i = 0; i < t->numel(); ++i) p[i] = dist(gen);
+  });
+  return t;
+}
+
+// Row-major values of a tensor of any strides.
+std::vector<double> values(const TensorImpl& t) {
+  std::vector<double> out;
+  std::vector<int64_t> idx(t.dim(), 0);
+  if (t.numel() == 0) return out;
+  for (int64_t n = 0; n < t.numel(); ++n) {
+    out.push_back(at(t, idx));
+    for (int64_t d = t.dim() - 1; d >= 0; --d) {
+      if (++idx[d] < t.size(d)) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+// torch.matmul written out: returns (shape, row-major values) computed in float64.
+std::pair<std::vector<int64_t>, std::vector<double>> ref_matmul(const TensorImpl& a,
+                                                                const TensorImpl& b) {
+  const int64_t da = a.dim(), db = b.dim();
+  const int64_t n = da >= 2 ? a.size(-2) : 1, k = a.size(-1), m = db >= 2 ? b.size(-1) : 1;
+  std::vector<int64_t> ab(a.sizes().begin(), a.sizes().end() - std::min<int64_t>(da, 2));
+  std::vector<int64_t> bb(b.sizes().begin(), b.sizes().end() - std::min<int64_t>(db, 2));
+  const size_t rb = std::max(ab.size(), bb.size());
+  std::vector<int64_t> batch(rb);
+  for (size_t i = 0; i < rb; ++i) {
+    const int64_t x = i < rb - ab.size() ? 1 : ab[i - (rb - ab.size())];
+    const int64_t y = i < rb - bb.size() ? 1 : bb[i - (rb - bb.size())];
+    batch[i] = x == 1 ? y : x;
+  }
+  std::vector<int64_t> shape = batch;
+  if (da >= 2) shape.push_back(n);
+  if (db >= 2) shape.push_back(m);
+  int64_t nbatch = 1;
+  for (int64_t s : batch) nbatch *= s;
+  std::vector<double> vals;
+  for (int64_t bi = 0; bi < nbatch; ++bi) {
+    std::vector<int64_t> bidx(rb);
+    for (int64_t r = bi, d = int64_t(rb) - 1; d >= 0; --d) {
+      bidx[d] = r % batch[d];
+      r /= batch[d];
+    }
+    auto a_index = [&](int64_t i, int64_t p) {
+      std::vector<int64_t> idx;
+      for (size_t d = 0; d < ab.size(); ++d) {
+        const int64_t s = ab[d];
+        idx.push_back(s == 1 ? 0 : bidx[d + rb - ab.size()]);
+      }
+      if (da >= 2) idx.push_back(i);
+      idx.push_back(p);
+      return idx;
+    };
+    auto b_index = [&](int64_t p, int64_t j) {
+      std::vector<int64_t> idx;
+      for (size_t d = 0; d < bb.size(); ++d) {
+        const int64_t s = bb[d];
+        idx.push_back(s == 1 ? 0 : bidx[d + rb - bb.size()]);
+      }
+      idx.push_back(p);
+      if (db >= 2) idx.push_back(j);
+      return idx;
+    };
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p) acc += at(a, a_index(i, p)) * at(b, b_index(p, j));
+        vals.push_back(acc);
+      }
+  }
+  return {shape, vals};
+}
+
+double tol_for(DType dt, int64_t k) {
+  switch (dt) {
+    case DType::Float64:
+      return 1e-12 * (k + 1);
+    case DType::Float32:
+      return 1e-5 * (k + 1);
+    case DType::Float16:
+      return 2e-3 * (k + 1);
+    default:
+      return 1e-2 * (k + 1);  // bf16 output rounding
+  }
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " at " << i;
+}
+
+void check_matmul(const TensorImpl& a, const TensorImpl& b, const std::string& what) {
+  auto [shape, want] = ref_matmul(a, b);
+  EXPECT_EQ(kernels::matmul_shape(a, b), Dims(shape)) << what;
+  auto out = empty(Dims(shape), a.dtype());
+  kernels::matmul_out(a, b, *out);
+  expect_close(values(*out), want, tol_for(a.dtype(), a.size(-1)), what);
+}
+
+std::string shape_str(const TensorImpl& t) {
+  return describe(t);
+}
+
+}  // namespace
+
+TEST(Linalg, MatmulShapesAndBroadcasting) {
+  IsaThreads restore;
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{5}, {5}},
+      {{3, 5}, {5}},
+      {{5}, {5, 4}},
+      {{3, 5}, {5, 4}},
+      {{5}, {2, 5, 3}},
+      {{2, 3, 5}, {5}},
+      {{2, 3, 5}, {5, 4}},
+      {{2, 1, 3, 5}, {4, 5, 6}},
+      {{4, 3, 5}, {4, 5, 2}},
+      {{1, 3, 5}, {2, 2, 5, 3}},
+      {{2, 2, 3, 5}, {1, 5, 7}},
+      {{0, 3, 5}, {5, 4}},
+      {{3, 0}, {0, 4}},
+      {{2, 3, 0}, {2, 0, 4}},
+      {{3, 5}, {5, 0}}};
+  uint32_t seed = 1000;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (auto& [sa, sb] : cases) {
+      auto a = rand_tensor(sa, DType::Float32, seed++);
+      auto b = rand_tensor(sb, DType::Float32, seed++);
+      check_matmul(*a, *b, shape_str(*a) + " x " + shape_str(*b));
+    }
+  }
+}
+
+TEST(Linalg, NonContiguousOperandsAndOutputs) {
+  IsaThreads restore;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    // Transposed contiguous matrices (no copy) and strided slices (copied).
+    auto at_ = rand_tensor({13, 7}, DType::Float32, 1);
+    auto bt = rand_tensor({5, 13}, DType::Float32, 2);
+    auto a = views::transpose(*at_, 0, 1);  // [7, 13]
+    auto b = views::transpose(*bt, 0, 1);   // [13, 5]
+    check_matmul(*a, *b, "transposed both");
+    auto big = rand_tensor({14, 26}, DType::Float32, 3);
+    auto sl = views::slice(*views::slice(*big, 0, 0, 14, 2), 1, 0, 26, 2);  // [7, 13] stride 2
+    check_matmul(*sl, *b, "sliced a");
+    check_matmul(*a, *views::slice(*rand_tensor({13, 10}, DType::Float32, 4), 1, 1, 10, 2),
+                 "sliced b");
+    // Batched operand whose batch cannot fold into rows (batch dim innermost in memory).
+    auto p = rand_tensor({6, 4, 3}, DType::Float32, 5);
+    auto batched = views::permute(*p, Dims{2, 0, 1});  // [3, 6, 4]
+    check_matmul(*batched, *rand_tensor({4, 5}, DType::Float32, 6), "permuted batch");
+    // Transposed / strided outputs.
+    auto out_t = empty(Dims{5, 7}, DType::Float32);
+    auto out = views::transpose(*out_t, 0, 1);  // [7, 5]
+    kernels::mm_out(*a, *b, *out);
+    auto [shape, want] = ref_matmul(*a, *b);
+    expect_close(values(*out), want, 1e-4, "transposed out");
+    auto o3 = empty(Dims{3, 7, 2}, DType::Float32);
+    auto o3v = views::permute(*o3, Dims{1, 0, 2});  // [7, 3, 2]
+    auto x3 = rand_tensor({7, 3, 4}, DType::Float32, 7);
+    auto w = rand_tensor({4, 2}, DType::Float32, 8);
+    kernels::matmul_out(*x3, *w, *o3v);
+    expect_close(values(*o3v), ref_matmul(*x3, *w).second, 1e-4, "permuted out");
+    // Vectors with strides.
+    auto v = views::slice(*rand_tensor({26}, DType::Float32, 9), 0, 0, 26, 2);  // [13]
+    check_matmul(*a, *v, "strided mv");
+    check_matmul(*v, *views::slice(*rand_tensor({26}, DType::Float32, 10), 0, 1, 26, 2),
+                 "strided dot");
+    check_matmul(*v, *b, "strided vm");
+  }
+}
+
+TEST(Linalg, OtherDtypes) {
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{7, 13}, {13, 5}}, {{2, 3, 6}, {6, 4}}, {{2, 3, 6}, {2, 6, 4}},
+      {{6}, {6}},         {{4, 6}, {6}},       {{70, 300}, {300, 65}}};
+  uint32_t seed = 2000;
+  for (DType dt : {DType::Float64, DType::Float16, DType::BFloat16}) {
+    for (auto& [sa, sb] : cases) {
+      auto a = rand_tensor(sa, dt, seed++);
+      auto b = rand_tensor(sb, dt, seed++);
+      check_matmul(*a, *b,
+                   std::string(dtype_name(dt)) + " " + shape_str(*a) + " x " + shape_str(*b));
+    }
+    auto at_ = rand_tensor({9, 4}, dt, seed++);
+    check_matmul(*views::transpose(*at_, 0, 1), *rand_tensor({9, 3}, dt, seed++),
+                 std::string(dtype_name(dt)) + " transposed");
+  }
+}
+
+TEST(Linalg, MmBmmMvDot) {
+  auto a = rand_tensor({6, 9}, DType::Float32, 1), b = rand_tensor({9, 4}, DType::Float32, 2);
+  auto out = empty(Dims{6, 4}, DType::Float32);
+  kernels::mm_out(*a, *b, *out);
+  expect_close(values(*out), ref_matmul(*a, *b).second, 1e-4, "mm");
+  auto a3 = rand_tensor({3, 6, 9}, DType::Float32, 3),
+       b3 = rand_tensor({3, 9, 4}, DType::Float32, 4);
+  auto o3 = empty(Dims{3, 6, 4}, DType::Float32);
+  kernels::bmm_out(*a3, *b3, *o3);
+  expect_close(values(*o3), ref_matmul(*a3, *b3).second, 1e-4, "bmm");
+  auto v = rand_tensor({9}, DType::Float32, 5);
+  auto ov = empty(Dims{6}, DType::Float32);
+  kernels::mv_out(*a, *v, *ov);
+  expect_close(values(*ov), ref_matmul(*a, *v).second, 1e-4, "mv");
+  auto od = empty(Dims{}, DType::Float32);
+  auto w = rand_tensor({9}, DType::Float32, 6);
+  kernels::dot_out(*v, *w, *od);
+  expect_close(values(*od), ref_matmul(*v, *w).second, 1e-4, "dot");
+  // Many small products in a batch (the per-thread batch path) and a long dot product.
+  auto sa = rand_tensor({40, 5, 7}, DType::Float32, 7),
+       sb = rand_tensor({40, 7, 3}, DType::Float32, 8);
+  auto so = empty(Dims{40, 5, 3}, DType::Float32);
+  kernels::bmm_out(*sa, *sb, *so);
+  expect_close(values(*so), ref_matmul(*sa, *sb).second, 1e-4, "small bmm");
+  auto lv = rand_tensor({5000}, DType::Float32, 9), lw = rand_tensor({5000}, DType::Float32, 10);
+  kernels::dot_out(*lv, *lw, *od);
+  expect_close(values(*od), ref_matmul(*lv, *lw).second, 1e-5, "long dot");
+}
+
+TEST(Linalg, Addmm) {
+  const int64_t n = 7, k = 11, m = 9;
+  const std::vector<std::vector<int64_t>> bias_shapes = {{m}, {1, m}, {n, 1}, {n, m}, {}, {1, 1}};
+  uint32_t seed = 3000;
+  for (DType dt : {DType::Float32, DType::Float64, DType::Float16}) {
+    for (auto& bs : bias_shapes) {
+      for (auto [beta, alpha] : {std::pair{1.0, 1.0}, {0.5, -2.0}, {0.0, 1.5}}) {
+        auto bias = rand_tensor(bs, dt, seed++);
+        auto a = rand_tensor({n, k}, dt, seed++), b = rand_tensor({k, m}, dt, seed++);
+        if (beta == 0.0 && dt == DType::Float32)  // beta == 0 ignores the bias, NaN included
+          for (int64_t i = 0; i < bias->numel(); ++i)
+            bias->data_ptr<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+        auto out = empty(Dims{n, m}, dt);
+        kernels::addmm_out(*bias, *a, *b, beta, alpha, *out);
+        auto prod = ref_matmul(*a, *b).second;
+        auto bexp = views::expand(*bias, Dims{n, m});
+        auto bvals = values(*bexp);
+        std::vector<double> want(prod.size());
+        for (size_t i = 0; i < want.size(); ++i)
+          want[i] = alpha * prod[i] + (beta == 0.0 ? 0.0 : beta * bvals[i]);
+        expect_close(values(*out), want, tol_for(dt, k) * 4,
+                     std::string(dtype_name(dt)) + " bias " + describe(*bias) +
+                         " beta=" + std::to_string(beta));
+      }
+    }
+  }
+  // In place on the bias (addmm_): out is the bias.
+  auto c = rand_tensor({n, m}, DType::Float32, 1);
+  auto a = rand_tensor({n, k}, DType::Float32, 2), b = rand_tensor({k, m}, DType::Float32, 3);
+  auto before = values(*c);
+  kernels::addmm_out(*c, *a, *b, 2.0, 1.0, *c);
+  auto prod = ref_matmul(*a, *b).second;
+  for (size_t i = 0; i < prod.size(); ++i) prod[i] += 2.0 * before[i];
+  expect_close(values(*c), prod, 1e-4, "in-place addmm");
+}
+
+TEST(Linalg, Linear) {
+  IsaThreads restore;
+  uint32_t seed = 4000;
+  for (DType dt : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (std::vector<int64_t> xs :
+           {std::vector<int64_t>{2, 3, 20}, {20}, {1, 20}, {0, 20}, {5, 20}}) {
+        for (bool transposed_w : {false, true}) {
+          for (bool with_bias : {false, true}) {
+            auto x = rand_tensor(xs, dt, seed++);
+            TensorImplPtr wstore = rand_tensor(
+                transposed_w ? std::vector<int64_t>{20, 13} : std::vector<int64_t>{13, 20}, dt,
+                seed++);
+            auto w = transposed_w ? views::transpose(*wstore, 0, 1) : wstore;  // [13, 20]
+            auto bias = rand_tensor({13}, dt, seed++);
+            Dims shape = kernels::linear_shape(*x, *w);
+            auto out = empty(shape, dt);
+            kernels::linear_out(*x, *w, with_bias ? bias.get() : nullptr, *out);
+            auto ref = ref_matmul(*x, *views::transpose(*w, 0, 1)).second;
+            auto bv = values(*bias);
+            if (with_bias)
+              for (size_t i = 0; i < ref.size(); ++i) ref[i] += bv[i % 13];
+            expect_close(values(*out), ref, tol_for(dt, 20) * 2,
+                         std::string(dtype_name(dt)) + " x=" + describe(*x) +
+                             (transposed_w ? " wT" : "") + (with_bias ? " bias" : ""));
+          }
+        }
+      }
+    }
+  }
+  // A larger one through the blocked path with the fused per-column bias.
+  auto x = rand_tensor({37, 300}, DType::Float32, 1), w = rand_tensor({70, 300}, DType::Float32, 2);
+  auto bias = rand_tensor({70}, DType::Float32, 3);
+  auto out = empty(Dims{37, 70}, DType::Float32);
+  kernels::linear_out(*x, *w, bias.get(), *out);
+  auto ref = ref_matmul(*x, *views::transpose(*w, 0, 1)).second;
+  auto bv = values(*bias);
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] += bv[i % 70];
+  expect_close(values(*out), ref, 1e-4, "linear 37x300x70");
+}
+
+TEST(Linalg, Errors) {
+  auto expect_error = [](auto&& fn, const std::string& op, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected an error from " << op;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.op(), op);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto a = rand_tensor({3, 4}, DType::Float32, 1), b = rand_tensor({5, 2}, DType::Float32, 2);
+  auto s = rand_tensor({}, DType::Float32, 3);
+  auto out = empty(Dims{3, 2}, DType::Float32);
+  expect_error([&] { kernels::matmul_shape(*a, *b); }, "matmul", "expected inner dims");
+  expect_error([&] { kernels::matmul_shape(*s, *a); }, "matmul", "at least 1 dim");
+  expect_error(
+      [&] {
+        kernels::matmul_shape(*rand_tensor({2, 3, 4}, DType::Float32, 4),
+                              *rand_tensor({3, 4, 2}, DType::Float32, 5));
+      },
+      "matmul", "broadcast");
+  expect_error([&] { kernels::mm_out(*a, *b, *out); }, "mm", "expected");
+  auto b2 = rand_tensor({4, 2}, DType::Float64, 6);
+  expect_error([&] { kernels::matmul_out(*a, *b2, *out); }, "matmul", "same dtype");
+  auto b3 = rand_tensor({4, 2}, DType::Float32, 7);
+  auto bad_out = empty(Dims{2, 3}, DType::Float32);
+  expect_error([&] { kernels::matmul_out(*a, *b3, *bad_out); }, "matmul", "expected out of shape");
+  auto ia = empty(Dims{3, 4}, DType::Int32), ib = empty(Dims{4, 2}, DType::Int32);
+  auto io = empty(Dims{3, 2}, DType::Int32);
+  expect_error([&] { kernels::mm_out(*ia, *ib, *io); }, "mm", "floating");
+  expect_error([&] { kernels::bmm_out(*a, *b3, *out); }, "bmm", "3-D");
+  auto w = rand_tensor({6, 5}, DType::Float32, 8);
+  expect_error([&] { kernels::linear_shape(*a, *w); }, "linear", "expected input");
+  auto wb = rand_tensor({2, 4}, DType::Float32, 9), bias = rand_tensor({3}, DType::Float32, 10);
+  expect_error([&] { kernels::linear_out(*a, *wb, bias.get(), *out); }, "linear", "bias");
+  auto bad_bias = rand_tensor({2, 3}, DType::Float32, 11);
+  expect_error([&] { kernels::addmm_out(*bad_bias, *a, *b3, 1.0, 1.0, *out); }, "addmm",
+               "broadcast");
 }

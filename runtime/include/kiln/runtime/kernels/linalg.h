@@ -1,0 +1,41 @@
+#pragma once
+// The matmul family over TensorImpl (PyTorch names and semantics). Float32 runs on sgemm (with
+// fused bias epilogues for addmm/linear); float64 on a blocked loop; float16/bfloat16 are converted
+// to float32 and back. All operands (and `out`) share one dtype. Operands may be non-contiguous:
+// a 2-D operand that is a transposed contiguous matrix is passed to the GEMM as such (no copy);
+// other layouts are copied. `out` must already have the result shape (see the *_shape helpers) and
+// may be any strided view; it must not overlap the inputs (except addmm's bias, which may be
+// `out`).
+
+#include "kiln/runtime/tensor.h"
+
+namespace kiln::kernels {
+
+// torch.matmul: 1-D x 1-D -> dot (0-dim); 2-D x 2-D -> mm; 1-D x 2-D and 2-D x 1-D -> vector;
+// otherwise batched, with a 1-D operand promoted to a matrix (and that dim removed afterwards) and
+// the batch dims (all but the last two) broadcast.
+// Throws "matmul: expected ..." for 0-dim operands, mismatched inner dims or unbroadcastable
+// batches.
+Dims matmul_shape(const TensorImpl& a, const TensorImpl& b);
+void matmul_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out);
+
+// a [n, k] x b [k, m] -> out [n, m]
+void mm_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out);
+// a [B, n, k] x b [B, k, m] -> out [B, n, m] (no broadcasting, as torch.bmm)
+void bmm_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out);
+// a [n, k] x v [k] -> out [n]
+void mv_out(const TensorImpl& a, const TensorImpl& v, TensorImpl& out);
+// a [n] . b [n] -> out [] (0-dim)
+void dot_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out);
+// out [n, m] = beta * bias + alpha * (a [n, k] x b [k, m]); bias broadcasts to [n, m]. beta == 0
+// ignores bias (NaN there does not propagate), as torch.addmm.
+void addmm_out(const TensorImpl& bias, const TensorImpl& a, const TensorImpl& b, double beta,
+               double alpha, TensorImpl& out);
+
+// torch.nn.functional.linear: out [..., out_features] = input [..., in] x weight [out, in]^T +
+// bias.
+Dims linear_shape(const TensorImpl& input, const TensorImpl& weight);
+void linear_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                TensorImpl& out);
+
+}  // namespace kiln::kernels

@@ -1,0 +1,465 @@
+// The matmul family: shape rules, operand layout (direct / transposed / copied), batching, dtype
+// handling. The arithmetic is sgemm (float32) or a blocked float64 loop.
+#include "kiln/runtime/kernels/linalg.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/gemm.h"
+#include "kiln/runtime/thread_pool.h"
+#include "kiln/runtime/views.h"
+
+namespace kiln::kernels {
+namespace {
+
+// A strided matrix view (strides in elements).
+struct Mat {
+  char* data;
+  int64_t rows, cols, rs, cs;
+};
+
+Mat mat_of(const TensorImpl& t) {  // t is 2-D
+  return {static_cast<char*>(t.data()), t.size(0), t.size(1), t.stride(0), t.stride(1)};
+}
+
+bool is_half(DType t) {
+  return t == DType::Float16 || t == DType::BFloat16;
+}
+
+void check_dtypes(std::string_view op, const TensorImpl& a, const TensorImpl& b,
+                  const TensorImpl& out) {
+  KILN_CHECK(a.dtype() == b.dtype(), op, "expected both operands of the same dtype, got ",
+             describe(a), " and ", describe(b));
+  KILN_CHECK(out.dtype() == a.dtype(), op, "expected out of dtype ", dtype_short_name(a.dtype()),
+             ", got ", describe(out));
+  KILN_CHECK(is_floating(a.dtype()), op, "expected a floating dtype (f32, f64, f16, bf16), got ",
+             describe(a));
+}
+
+void check_out_shape(std::string_view op, const TensorImpl& out, std::span<const int64_t> shape) {
+  KILN_CHECK(out.sizes() == Dims(shape), op, "expected out of shape ", Dims(shape), ", got ",
+             describe(out));
+}
+
+TensorImplPtr to_f32(const TensorImpl& t) {
+  auto r = empty(t.sizes(), DType::Float32);
+  copy_(*r, t);
+  return r;
+}
+
+// Can sgemm read this matrix as is? Sets trans and the leading dimension.
+bool gemm_layout(const Mat& m, bool& trans, int64_t& ld) {
+  if ((m.cols <= 1 || m.cs == 1) && (m.rows <= 1 || m.rs >= std::max<int64_t>(m.cols, 1))) {
+    trans = false;
+    ld = m.rows <= 1 ? std::max<int64_t>(m.cols, 1) : m.rs;
+    return true;
+  }
+  if ((m.rows <= 1 || m.rs == 1) && (m.cols <= 1 || m.cs >= std::max<int64_t>(m.rows, 1))) {
+    trans = true;
+    ld = m.cols <= 1 ? std::max<int64_t>(m.rows, 1) : m.cs;
+    return true;
+  }
+  return false;
+}
+
+template <typename T>
+void gather(const Mat& m, std::vector<T>& buf) {
+  buf.resize(static_cast<size_t>(m.rows * m.cols));
+  const T* src = reinterpret_cast<const T*>(m.data);
+  for (int64_t i = 0; i < m.rows; ++i)
+    for (int64_t j = 0; j < m.cols; ++j) buf[i * m.cols + j] = src[i * m.rs + j * m.cs];
+}
+
+// out = alpha * a b + beta * out, then the epilogue (float32).
+void gemm_f32(const Mat& a, const Mat& b, const Mat& out, float alpha, float beta,
+              const Epilogue& e = {}) {
+  const int64_t M = a.rows, K = a.cols, N = b.cols;
+  if (M == 0 || N == 0) return;
+  std::vector<float> abuf, bbuf, cbuf;
+  bool ta = false, tb = false;
+  int64_t lda = 0, ldb = 0;
+  const float* ap = reinterpret_cast<const float*>(a.data);
+  const float* bp = reinterpret_cast<const float*>(b.data);
+  if (!gemm_layout(a, ta, lda)) {
+    gather(a, abuf);
+    ap = abuf.data();
+    ta = false;
+    lda = std::max<int64_t>(K, 1);
+  }
+  if (!gemm_layout(b, tb, ldb)) {
+    gather(b, bbuf);
+    bp = bbuf.data();
+    tb = false;
+    ldb = std::max<int64_t>(N, 1);
+  }
+  bool tc = false;
+  int64_t ldc = 0;
+  if (gemm_layout(out, tc, ldc) && !tc) {
+    sgemm(ta, tb, M, N, K, alpha, ap, lda, bp, ldb, beta, reinterpret_cast<float*>(out.data), ldc,
+          e);
+    return;
+  }
+  // Output with another layout: compute contiguous, then scatter.
+  float* o = reinterpret_cast<float*>(out.data);
+  if (beta != 0.0f)
+    gather(out, cbuf);
+  else
+    cbuf.resize(static_cast<size_t>(M * N));
+  sgemm(ta, tb, M, N, K, alpha, ap, lda, bp, ldb, beta, cbuf.data(), N, e);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) o[i * out.rs + j * out.cs] = cbuf[i * N + j];
+}
+
+// out = alpha * a b + beta * out (float64): rows of out in parallel, column blocks of B reused
+// from cache across the rows of a thread's share.
+void gemm_f64(const Mat& a, const Mat& b, const Mat& out, double alpha, double beta) {
+  const int64_t M = a.rows, K = a.cols, N = b.cols;
+  if (M == 0 || N == 0) return;
+  std::vector<double> bbuf;
+  const double* bp;
+  if (b.cs == 1 && (b.rows <= 1 || b.rs >= N)) {
+    bp = reinterpret_cast<const double*>(b.data);
+  } else {
+    gather(b, bbuf);
+    bp = bbuf.data();
+  }
+  const int64_t ldb = (b.cs == 1 && (b.rows <= 1 || b.rs >= N)) ? b.rs : N;
+  const double* ap = reinterpret_cast<const double*>(a.data);
+  double* op = reinterpret_cast<double*>(out.data);
+  constexpr int64_t kJB = 256;
+  const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, K * N));
+  parallel_for(0, M, grain, [&](int64_t i0, int64_t i1) {
+    double acc[kJB];
+    for (int64_t j0 = 0; j0 < N; j0 += kJB) {
+      const int64_t nj = std::min(kJB, N - j0);
+      for (int64_t i = i0; i < i1; ++i) {
+        std::fill(acc, acc + nj, 0.0);
+        for (int64_t k = 0; k < K; ++k) {
+          const double av = ap[i * a.rs + k * a.cs];
+          const double* brow = bp + k * ldb + j0;
+          for (int64_t j = 0; j < nj; ++j) acc[j] += av * brow[j];
+        }
+        double* orow = op + i * out.rs + j0 * out.cs;
+        for (int64_t j = 0; j < nj; ++j) {
+          const double prev = beta == 0.0 ? 0.0 : beta * orow[j * out.cs];
+          orow[j * out.cs] = alpha * acc[j] + prev;
+        }
+      }
+    }
+  });
+}
+
+// One 2-D product for f32/f64 (half types were converted by the caller).
+void gemm_2d(DType dt, const Mat& a, const Mat& b, const Mat& out, double alpha, double beta) {
+  if (dt == DType::Float32)
+    gemm_f32(a, b, out, float(alpha), float(beta));
+  else
+    gemm_f64(a, b, out, alpha, beta);
+}
+
+// Batched product over the leading dims of same-rank a [..., n, k], b [..., k, m] (broadcast
+// strides allowed) into out [..., n, m].
+void gemm_batched(DType dt, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  const int64_t r = out.dim();
+  const int64_t nb_dims = r - 2;
+  int64_t batch = 1;
+  for (int64_t d = 0; d < nb_dims; ++d) batch *= out.size(d);
+  if (batch == 0 || out.numel() == 0) return;
+  const int64_t n = out.size(-2), m = out.size(-1), k = a.size(-1);
+  const int64_t item = static_cast<int64_t>(a.itemsize());
+  auto mat_at = [&](const TensorImpl& t, int64_t bi, int64_t rows, int64_t cols) {
+    int64_t off = 0;
+    for (int64_t d = nb_dims - 1; d >= 0; --d) {
+      const int64_t sz = out.size(d);
+      off += (bi % sz) * t.stride(d);
+      bi /= sz;
+    }
+    return Mat{static_cast<char*>(t.data()) + off * item, rows, cols, t.stride(-2), t.stride(-1)};
+  };
+  auto one = [&](int64_t bi) {
+    gemm_2d(dt, mat_at(a, bi, n, k), mat_at(b, bi, k, m), mat_at(out, bi, n, m), 1.0, 0.0);
+  };
+  // Many small products: one per thread (sgemm runs serially inside). Large ones: each product
+  // uses all threads.
+  if (batch > 1 && n * m * std::max<int64_t>(k, 1) < (int64_t(1) << 21)) {
+    parallel_for(0, batch, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t bi = b0; bi < b1; ++bi) one(bi);
+    });
+  } else {
+    for (int64_t bi = 0; bi < batch; ++bi) one(bi);
+  }
+}
+
+void check_2d(std::string_view op, const TensorImpl& t, const char* what) {
+  KILN_CHECK(t.dim() == 2, op, "expected ", what, " to be 2-D, got ", describe(t));
+}
+
+}  // namespace
+
+Dims matmul_shape(const TensorImpl& a, const TensorImpl& b) {
+  const int64_t da = a.dim(), db = b.dim();
+  KILN_CHECK(da >= 1 && db >= 1, "matmul", "expected both arguments to have at least 1 dim, got ",
+             describe(a), " and ", describe(b));
+  const int64_t ka = a.size(-1);
+  const int64_t kb = db == 1 ? b.size(0) : b.size(-2);
+  KILN_CHECK(ka == kb, "matmul", "expected inner dims to match (a.size(-1) == b.size(",
+             db == 1 ? "0" : "-2", ")), got ", describe(a), " and ", describe(b));
+  if (da == 1 && db == 1) return Dims{};
+  if (da == 2 && db == 1) return Dims{a.size(0)};
+  if (da == 1 && db == 2) return Dims{b.size(1)};
+  if (da == 2 && db == 2) return Dims{a.size(0), b.size(1)};
+  const Dims& as = a.sizes();
+  const Dims& bs = b.sizes();
+  const std::span<const int64_t> abatch(as.data(), da >= 2 ? size_t(da - 2) : 0);
+  const std::span<const int64_t> bbatch(bs.data(), db >= 2 ? size_t(db - 2) : 0);
+  Dims out = broadcast_shapes(abatch, bbatch, "matmul");
+  if (da >= 2) out.push_back(a.size(-2));
+  if (db >= 2) out.push_back(b.size(-1));
+  return out;
+}
+
+void mm_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  check_2d("mm", a, "self");
+  check_2d("mm", b, "mat2");
+  check_dtypes("mm", a, b, out);
+  KILN_CHECK(a.size(1) == b.size(0), "mm", "expected mat1 [n, k] and mat2 [k, m], got ",
+             describe(a), " and ", describe(b));
+  check_out_shape("mm", out, Dims{a.size(0), b.size(1)});
+  if (out.numel() == 0) return;
+  if (is_half(a.dtype())) {
+    auto o = empty(out.sizes(), DType::Float32);
+    mm_out(*to_f32(a), *to_f32(b), *o);
+    copy_(out, *o);
+    return;
+  }
+  gemm_2d(a.dtype(), mat_of(a), mat_of(b), mat_of(out), 1.0, 0.0);
+}
+
+void bmm_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  KILN_CHECK(a.dim() == 3 && b.dim() == 3, "bmm", "expected 3-D operands, got ", describe(a),
+             " and ", describe(b));
+  check_dtypes("bmm", a, b, out);
+  KILN_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "bmm",
+             "expected [B, n, k] and [B, k, m], got ", describe(a), " and ", describe(b));
+  check_out_shape("bmm", out, Dims{a.size(0), a.size(1), b.size(2)});
+  if (out.numel() == 0) return;
+  if (is_half(a.dtype())) {
+    auto o = empty(out.sizes(), DType::Float32);
+    bmm_out(*to_f32(a), *to_f32(b), *o);
+    copy_(out, *o);
+    return;
+  }
+  gemm_batched(a.dtype(), a, b, out);
+}
+
+void mv_out(const TensorImpl& a, const TensorImpl& v, TensorImpl& out) {
+  KILN_CHECK(a.dim() == 2 && v.dim() == 1, "mv", "expected a 2-D matrix and a 1-D vector, got ",
+             describe(a), " and ", describe(v));
+  check_dtypes("mv", a, v, out);
+  KILN_CHECK(a.size(1) == v.size(0), "mv", "expected [n, k] and [k], got ", describe(a), " and ",
+             describe(v));
+  check_out_shape("mv", out, Dims{a.size(0)});
+  if (out.numel() == 0) return;
+  if (is_half(a.dtype())) {
+    auto o = empty(out.sizes(), DType::Float32);
+    mv_out(*to_f32(a), *to_f32(v), *o);
+    copy_(out, *o);
+    return;
+  }
+  const Mat vm{static_cast<char*>(v.data()), v.size(0), 1, v.stride(0), 1};
+  const Mat om{static_cast<char*>(out.data()), out.size(0), 1, out.stride(0), 1};
+  gemm_2d(a.dtype(), mat_of(a), vm, om, 1.0, 0.0);
+}
+
+void dot_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  KILN_CHECK(a.dim() == 1 && b.dim() == 1, "dot", "expected 1-D operands, got ", describe(a),
+             " and ", describe(b));
+  check_dtypes("dot", a, b, out);
+  KILN_CHECK(a.size(0) == b.size(0), "dot", "expected operands of the same length, got ",
+             describe(a), " and ", describe(b));
+  check_out_shape("dot", out, Dims{});
+  if (is_half(a.dtype())) {
+    auto o = empty(out.sizes(), DType::Float32);
+    dot_out(*to_f32(a), *to_f32(b), *o);
+    copy_(out, *o);
+    return;
+  }
+  const Mat am{static_cast<char*>(a.data()), 1, a.size(0), 1, a.stride(0)};
+  const Mat bm{static_cast<char*>(b.data()), b.size(0), 1, b.stride(0), 1};
+  const Mat om{static_cast<char*>(out.data()), 1, 1, 1, 1};
+  gemm_2d(a.dtype(), am, bm, om, 1.0, 0.0);
+}
+
+void matmul_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  const Dims shape = matmul_shape(a, b);
+  check_dtypes("matmul", a, b, out);
+  check_out_shape("matmul", out, shape);
+  const int64_t da = a.dim(), db = b.dim();
+  if (da == 1 && db == 1) return dot_out(a, b, out);
+  if (da == 2 && db == 1) return mv_out(a, b, out);
+  if (da == 2 && db == 2) return mm_out(a, b, out);
+  if (out.numel() == 0) return;
+  if (is_half(a.dtype())) {
+    auto o = empty(out.sizes(), DType::Float32);
+    matmul_out(*to_f32(a), *to_f32(b), *o);
+    copy_(out, *o);
+    return;
+  }
+  if (da == 1 && db == 2) {  // [k] x [k, m] = [1, k] x [k, m] with the 1 removed
+    auto a2 = views::unsqueeze(a, 0);
+    auto o2 = views::unsqueeze(out, 0);
+    gemm_2d(a.dtype(), mat_of(*a2), mat_of(b), mat_of(*o2), 1.0, 0.0);
+    return;
+  }
+  const int64_t k = a.size(-1);
+  // [..., n, k] x [k, m]: fold the batch into the rows of one GEMM when the views allow.
+  if (db == 2 && da >= 3) {
+    const int64_t rows = a.numel() / std::max<int64_t>(k, 1);
+    Dims a_strides, o_strides;
+    const Dims a_shape{rows, k}, o_shape{rows, b.size(1)};
+    if (k > 0 && views::compute_view_strides(a, a_shape, a_strides) &&
+        views::compute_view_strides(out, o_shape, o_strides)) {
+      auto a2 = views::view(a, a_shape);
+      auto o2 = views::view(out, o_shape);
+      gemm_2d(a.dtype(), mat_of(*a2), mat_of(b), mat_of(*o2), 1.0, 0.0);
+      return;
+    }
+  }
+  // General batched case: promote 1-D operands, broadcast the batch dims.
+  TensorImplPtr a_hold, b_hold, o_hold;
+  const TensorImpl* a3 = &a;
+  const TensorImpl* b3 = &b;
+  TensorImpl* o3 = &out;
+  if (da == 1) a3 = (a_hold = views::unsqueeze(a, 0)).get();
+  if (db == 1) b3 = (b_hold = views::unsqueeze(b, 1)).get();
+  if (da == 1) o3 = (o_hold = views::unsqueeze(*o3, o3->dim() - 1)).get();
+  if (db == 1) o3 = (o_hold = views::unsqueeze(*o3, o3->dim())).get();
+  const int64_t r = o3->dim();
+  Dims a_full(o3->sizes()), b_full(o3->sizes());
+  a_full[r - 2] = a3->size(-2);
+  a_full[r - 1] = k;
+  b_full[r - 2] = k;
+  b_full[r - 1] = b3->size(-1);
+  auto ae = views::expand(*a3, a_full);
+  auto be = views::expand(*b3, b_full);
+  gemm_batched(a.dtype(), *ae, *be, *o3);
+}
+
+void addmm_out(const TensorImpl& bias, const TensorImpl& a, const TensorImpl& b, double beta,
+               double alpha, TensorImpl& out) {
+  check_2d("addmm", a, "mat1");
+  check_2d("addmm", b, "mat2");
+  check_dtypes("addmm", a, b, out);
+  KILN_CHECK(bias.dtype() == a.dtype(), "addmm", "expected bias of dtype ",
+             dtype_short_name(a.dtype()), ", got ", describe(bias));
+  KILN_CHECK(a.size(1) == b.size(0), "addmm", "expected mat1 [n, k] and mat2 [k, m], got ",
+             describe(a), " and ", describe(b));
+  const Dims shape{a.size(0), b.size(1)};
+  check_out_shape("addmm", out, shape);
+  // Validates that bias broadcasts (throws "addmm: cannot broadcast ...").
+  const Dims bias_strides = broadcast_strides(bias, shape, "addmm");
+  if (out.numel() == 0) return;
+  if (is_half(a.dtype())) {
+    auto o = empty(out.sizes(), DType::Float32);
+    addmm_out(*to_f32(bias), *to_f32(a), *to_f32(b), beta, alpha, *o);
+    copy_(out, *o);
+    return;
+  }
+  const int64_t n = shape[0], m = shape[1];
+  if (a.dtype() == DType::Float32 && beta != 0.0 &&
+      (bias_strides[0] == 0 || bias_strides[1] == 0)) {
+    // A bias vector along the columns (or rows): fused into the GEMM epilogue.
+    const bool per_col = bias_strides[0] == 0;
+    const int64_t len = per_col ? m : n;
+    const int64_t st = per_col ? bias_strides[1] : bias_strides[0];
+    std::vector<float> scaled(static_cast<size_t>(len));
+    const float* bp = bias.data_ptr<float>();
+    for (int64_t i = 0; i < len; ++i) scaled[i] = float(beta) * bp[i * st];
+    Epilogue e;
+    e.bias_kind = per_col ? Epilogue::Bias::PerCol : Epilogue::Bias::PerRow;
+    e.bias = scaled.data();
+    gemm_f32(mat_of(a), mat_of(b), mat_of(out), float(alpha), 0.0f, e);
+    return;
+  }
+  if (beta != 0.0) {
+    // out = bias (broadcast), then out = alpha * a b + beta * out.
+    if (&bias != &out) copy_(out, bias);
+    gemm_2d(a.dtype(), mat_of(a), mat_of(b), mat_of(out), alpha, beta);
+  } else {
+    gemm_2d(a.dtype(), mat_of(a), mat_of(b), mat_of(out), alpha, 0.0);
+  }
+}
+
+Dims linear_shape(const TensorImpl& input, const TensorImpl& weight) {
+  KILN_CHECK(weight.dim() == 2, "linear", "expected weight [out_features, in_features], got ",
+             describe(weight));
+  KILN_CHECK(input.dim() >= 1, "linear", "expected input [..., in_features], got ",
+             describe(input));
+  KILN_CHECK(input.size(-1) == weight.size(1), "linear", "expected input [..., ", weight.size(1),
+             "] for weight ", describe(weight), ", got ", describe(input));
+  Dims out(input.sizes());
+  out.back() = weight.size(0);
+  return out;
+}
+
+void linear_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                TensorImpl& out) {
+  const Dims shape = linear_shape(input, weight);
+  check_dtypes("linear", input, weight, out);
+  check_out_shape("linear", out, shape);
+  const int64_t out_f = weight.size(0), in_f = weight.size(1);
+  if (bias != nullptr) {
+    KILN_CHECK(bias->dtype() == input.dtype(), "linear", "expected bias of dtype ",
+               dtype_short_name(input.dtype()), ", got ", describe(*bias));
+    KILN_CHECK(bias->dim() == 1 && bias->size(0) == out_f, "linear", "expected bias [", out_f,
+               "], got ", describe(*bias));
+  }
+  if (out.numel() == 0) return;
+  if (is_half(input.dtype())) {
+    auto o = empty(out.sizes(), DType::Float32);
+    TensorImplPtr b32 = bias ? to_f32(*bias) : TensorImplPtr();
+    linear_out(*to_f32(input), *to_f32(weight), b32.get(), *o);
+    copy_(out, *o);
+    return;
+  }
+  const int64_t rows = out.numel() / out_f;
+  // Input and output as [rows, features] matrices (a copy only when the views cannot be formed).
+  TensorImplPtr x2 = views::reshape(input, Dims{rows, in_f});
+  Dims o_strides;
+  TensorImplPtr o2, tmp;
+  if (views::compute_view_strides(out, Dims{rows, out_f}, o_strides)) {
+    o2 = views::view(out, Dims{rows, out_f});
+  } else {
+    tmp = empty(Dims{rows, out_f}, out.dtype());
+    o2 = tmp;
+  }
+  // weight^T is a [in, out] matrix with strides (weight.stride(1), weight.stride(0)): a
+  // contiguous weight becomes sgemm's trans_b with no copy.
+  const Mat wt{static_cast<char*>(weight.data()), in_f, out_f, weight.stride(1), weight.stride(0)};
+  if (input.dtype() == DType::Float32) {
+    Epilogue e;
+    std::vector<float> bbuf;
+    if (bias != nullptr) {
+      e.bias_kind = Epilogue::Bias::PerCol;
+      if (bias->stride(0) == 1) {
+        e.bias = bias->data_ptr<float>();
+      } else {
+        bbuf.resize(static_cast<size_t>(out_f));
+        for (int64_t j = 0; j < out_f; ++j) bbuf[j] = bias->data_ptr<float>()[j * bias->stride(0)];
+        e.bias = bbuf.data();
+      }
+    }
+    gemm_f32(mat_of(*x2), wt, mat_of(*o2), 1.0f, 0.0f, e);
+  } else {
+    if (bias != nullptr) {
+      copy_(*o2, *bias);
+      gemm_f64(mat_of(*x2), wt, mat_of(*o2), 1.0, 1.0);
+    } else {
+      gemm_f64(mat_of(*x2), wt, mat_of(*o2), 1.0, 0.0);
+    }
+  }
+  if (tmp) copy_(out, *views::view(*tmp, out.sizes()));
+}
+
+}  // namespace kiln::kernels
