@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -109,6 +110,29 @@ inline int64_t numel(const Dims& d) {
   int64_t n = 1;
   for (int64_t s : d) n *= s;
   return n;
+}
+
+// Central-difference gradient of L(v) = Σ_i f(v)_i · r_i with respect to v (float64).
+inline std::vector<double> numeric_grad(
+    std::vector<double> v, const std::function<std::vector<double>(const std::vector<double>&)>& f,
+    const std::vector<double>& r, double h = 1e-6) {
+  std::vector<double> g(v.size());
+  auto L = [&](const std::vector<double>& vv) {
+    const auto y = f(vv);
+    double l = 0;
+    for (size_t i = 0; i < y.size(); ++i) l += y[i] * r[i];
+    return l;
+  };
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double s = v[i];
+    v[i] = s + h;
+    const double lp = L(v);
+    v[i] = s - h;
+    const double lm = L(v);
+    v[i] = s;
+    g[i] = (lp - lm) / (2 * h);
+  }
+  return g;
 }
 
 }  // namespace nn_test

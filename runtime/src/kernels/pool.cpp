@@ -1,0 +1,418 @@
+// max_pool2d / avg_pool2d / adaptive_avg_pool2d and their backward passes. Planes (n, c) are
+// independent: every kernel is parallel over planes (and their backward writes only its own
+// grad_input plane, so no atomics).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "kiln/runtime/kernels/pool.h"
+#include "kiln/runtime/thread_pool.h"
+#include "nn_common.h"
+
+namespace kiln::kernels {
+namespace {
+
+using namespace nn_detail;
+
+struct PoolGeom {
+  int64_t planes = 0, H = 0, W = 0, Ho = 0, Wo = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  Dims out_shape;
+};
+
+void check_pool_input(std::string_view op, std::span<const int64_t> in) {
+  KILN_CHECK(in.size() == 3 || in.size() == 4, op,
+             "expected input of 3 or 4 dims ((N,)C,H,W), got ", dims_str(in));
+  for (size_t d = in.size() - 3; d < in.size(); ++d)
+    KILN_CHECK(in[d] > 0, op, "expected non-empty C, H and W, got input ", dims_str(in));
+}
+
+PoolGeom pool_geom(std::string_view op, std::span<const int64_t> in, const Pool2dParams& p,
+                   bool max_pool) {
+  check_pool_input(op, in);
+  PoolGeom g;
+  g.kh = p.kernel_h, g.kw = p.kernel_w;
+  g.sh = p.stride_h == 0 ? p.kernel_h : p.stride_h;
+  g.sw = p.stride_w == 0 ? p.kernel_w : p.stride_w;
+  g.ph = p.pad_h, g.pw = p.pad_w;
+  g.dh = max_pool ? p.dilation_h : 1;
+  g.dw = max_pool ? p.dilation_w : 1;
+  KILN_CHECK(g.kh > 0 && g.kw > 0, op, "expected kernel size > 0, got (", g.kh, ", ", g.kw, ")");
+  KILN_CHECK(g.sh > 0 && g.sw > 0, op, "expected stride > 0, got (", g.sh, ", ", g.sw, ")");
+  KILN_CHECK(g.dh > 0 && g.dw > 0, op, "expected dilation > 0, got (", g.dh, ", ", g.dw, ")");
+  KILN_CHECK(g.ph >= 0 && g.pw >= 0, op, "expected padding >= 0, got (", g.ph, ", ", g.pw, ")");
+  const int64_t eff_h = g.dh * (g.kh - 1) + 1, eff_w = g.dw * (g.kw - 1) + 1;
+  KILN_CHECK(g.ph <= (max_pool ? eff_h : g.kh) / 2 && g.pw <= (max_pool ? eff_w : g.kw) / 2, op,
+             "expected padding at most half of the kernel size, got padding (", g.ph, ", ", g.pw,
+             ") for kernel (", g.kh, ", ", g.kw, ")");
+  const size_t r = in.size();
+  g.H = in[r - 2], g.W = in[r - 1];
+  g.Ho = pool_output_size(g.H, g.kh, g.sh, g.ph, g.dh, p.ceil_mode);
+  g.Wo = pool_output_size(g.W, g.kw, g.sw, g.pw, g.dw, p.ceil_mode);
+  KILN_CHECK(g.Ho >= 1 && g.Wo >= 1, op, "expected an output of at least 1x1, got ", g.Ho, "x",
+             g.Wo, " for input ", dims_str(in));
+  g.planes = 1;
+  for (size_t d = 0; d + 2 < r; ++d) g.planes *= in[d];
+  g.out_shape = Dims(in);
+  g.out_shape[r - 2] = g.Ho;
+  g.out_shape[r - 1] = g.Wo;
+  return g;
+}
+
+int64_t plane_grain(int64_t work_per_plane) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(work_per_plane, 1));
+}
+
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+void max_pool_fwd(const PoolGeom& g, const T* x, T* y, int64_t* idx) {
+  const int64_t HW = g.H * g.W, howo = g.Ho * g.Wo;
+  parallel_for(0, g.planes, plane_grain(howo * g.kh * g.kw), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* xp = x + p * HW;
+      T* yp = y + p * howo;
+      int64_t* ip = idx ? idx + p * howo : nullptr;
+      for (int64_t oh = 0; oh < g.Ho; ++oh) {
+        int64_t hs = oh * g.sh - g.ph;
+        int64_t he = std::min(hs + (g.kh - 1) * g.dh + 1, g.H);
+        while (hs < 0) hs += g.dh;
+        for (int64_t ow = 0; ow < g.Wo; ++ow) {
+          int64_t ws = ow * g.sw - g.pw;
+          const int64_t we = std::min(ws + (g.kw - 1) * g.dw + 1, g.W);
+          while (ws < 0) ws += g.dw;
+          int64_t best = hs * g.W + ws;
+          T m = -std::numeric_limits<T>::infinity();
+          for (int64_t ih = hs; ih < he; ih += g.dh) {
+            const T* row = xp + ih * g.W;
+            for (int64_t iw = ws; iw < we; iw += g.dw) {
+              const T v = row[iw];
+              if (v > m || std::isnan(v)) {
+                m = v;
+                best = ih * g.W + iw;
+              }
+            }
+          }
+          yp[oh * g.Wo + ow] = m;
+          if (ip) ip[oh * g.Wo + ow] = best;
+        }
+      }
+    }
+  });
+}
+
+// Returns false (after finishing) when an index was outside the plane; such entries are skipped.
+// (Workers must not throw: the error is raised by the caller after the parallel loop.)
+template <typename T>
+bool max_pool_bwd(int64_t planes, int64_t HW, int64_t howo, const T* gy, const int64_t* idx, T* gx,
+                  int64_t& bad_index) {
+  std::atomic<bool> ok{true};
+  std::atomic<int64_t> bad{0};
+  parallel_for(0, planes, plane_grain(howo + HW), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* gp = gx + p * HW;
+      std::fill(gp, gp + HW, T(0));
+      const T* g = gy + p * howo;
+      const int64_t* ip = idx + p * howo;
+      for (int64_t i = 0; i < howo; ++i) {
+        const int64_t k = ip[i];
+        if (k < 0 || k >= HW) [[unlikely]] {
+          bad.store(k);
+          ok.store(false);
+          continue;
+        }
+        gp[k] += g[i];
+      }
+    }
+  });
+  bad_index = bad.load();
+  return ok.load();
+}
+
+// Avg pool window for one output position, PyTorch's rules.
+struct AvgWin {
+  int64_t hs, he, ws, we;
+  int64_t divisor;
+};
+inline AvgWin avg_window(const PoolGeom& g, const Pool2dParams& p, int64_t oh, int64_t ow) {
+  int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
+  int64_t he = std::min(hs + g.kh, g.H + g.ph), we = std::min(ws + g.kw, g.W + g.pw);
+  const int64_t pool_size = (he - hs) * (we - ws);
+  hs = std::max<int64_t>(hs, 0), ws = std::max<int64_t>(ws, 0);
+  he = std::min(he, g.H), we = std::min(we, g.W);
+  int64_t div;
+  if (p.divisor_override != 0) {
+    div = p.divisor_override;
+  } else if (p.count_include_pad) {
+    div = pool_size;
+  } else {
+    div = (he - hs) * (we - ws);
+  }
+  return {hs, he, ws, we, div};
+}
+
+template <typename T>
+void avg_pool_fwd(const PoolGeom& g, const Pool2dParams& pp, const T* x, T* y) {
+  const int64_t HW = g.H * g.W, howo = g.Ho * g.Wo;
+  parallel_for(0, g.planes, plane_grain(howo * g.kh * g.kw), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* xp = x + p * HW;
+      T* yp = y + p * howo;
+      for (int64_t oh = 0; oh < g.Ho; ++oh)
+        for (int64_t ow = 0; ow < g.Wo; ++ow) {
+          const AvgWin w = avg_window(g, pp, oh, ow);
+          if (w.hs >= w.he || w.ws >= w.we) {
+            yp[oh * g.Wo + ow] = T(0);
+            continue;
+          }
+          T s = T(0);
+          for (int64_t ih = w.hs; ih < w.he; ++ih)
+            for (int64_t iw = w.ws; iw < w.we; ++iw) s += xp[ih * g.W + iw];
+          yp[oh * g.Wo + ow] = s / static_cast<T>(w.divisor);
+        }
+    }
+  });
+}
+
+template <typename T>
+void avg_pool_bwd(const PoolGeom& g, const Pool2dParams& pp, const T* gy, T* gx) {
+  const int64_t HW = g.H * g.W, howo = g.Ho * g.Wo;
+  parallel_for(0, g.planes, plane_grain(howo * g.kh * g.kw), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* gp = gx + p * HW;
+      std::fill(gp, gp + HW, T(0));
+      const T* yp = gy + p * howo;
+      for (int64_t oh = 0; oh < g.Ho; ++oh)
+        for (int64_t ow = 0; ow < g.Wo; ++ow) {
+          const AvgWin w = avg_window(g, pp, oh, ow);
+          const T v = yp[oh * g.Wo + ow] / static_cast<T>(w.divisor);
+          for (int64_t ih = w.hs; ih < w.he; ++ih)
+            for (int64_t iw = w.ws; iw < w.we; ++iw) gp[ih * g.W + iw] += v;
+        }
+    }
+  });
+}
+
+inline int64_t adaptive_start(int64_t i, int64_t out, int64_t in) {
+  return (i * in) / out;
+}
+inline int64_t adaptive_end(int64_t i, int64_t out, int64_t in) {
+  return ((i + 1) * in + out - 1) / out;
+}
+
+template <typename T>
+void adaptive_fwd(int64_t planes, int64_t H, int64_t W, int64_t Ho, int64_t Wo, const T* x, T* y) {
+  parallel_for(0, planes, plane_grain(H * W + Ho * Wo), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* xp = x + p * H * W;
+      T* yp = y + p * Ho * Wo;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const int64_t hs = adaptive_start(oh, Ho, H), he = adaptive_end(oh, Ho, H);
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const int64_t ws = adaptive_start(ow, Wo, W), we = adaptive_end(ow, Wo, W);
+          T s = T(0);
+          for (int64_t ih = hs; ih < he; ++ih)
+            for (int64_t iw = ws; iw < we; ++iw) s += xp[ih * W + iw];
+          yp[oh * Wo + ow] = s / static_cast<T>((he - hs) * (we - ws));
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void adaptive_bwd(int64_t planes, int64_t H, int64_t W, int64_t Ho, int64_t Wo, const T* gy,
+                  T* gx) {
+  parallel_for(0, planes, plane_grain(H * W + Ho * Wo), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* gp = gx + p * H * W;
+      std::fill(gp, gp + H * W, T(0));
+      const T* yp = gy + p * Ho * Wo;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const int64_t hs = adaptive_start(oh, Ho, H), he = adaptive_end(oh, Ho, H);
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const int64_t ws = adaptive_start(ow, Wo, W), we = adaptive_end(ow, Wo, W);
+          const T v = yp[oh * Wo + ow] / static_cast<T>((he - hs) * (we - ws));
+          for (int64_t ih = hs; ih < he; ++ih)
+            for (int64_t iw = ws; iw < we; ++iw) gp[ih * W + iw] += v;
+        }
+      }
+    }
+  });
+}
+
+// Compute dtype for a floating tensor: f64 stays f64, everything else computes in f32.
+DType compute_dtype(DType d) {
+  return d == DType::Float64 ? DType::Float64 : DType::Float32;
+}
+
+TensorImplPtr input_as(const TensorImpl& t, DType d) {
+  return t.dtype() == d ? views::contiguous(t) : to_dtype(&t, d);
+}
+
+// grad_input / grad_output shape agreement for the backward passes: same rank, same leading dims.
+void check_grad_pair(std::string_view op, const TensorImpl& gy, const TensorImpl& gx) {
+  check_pool_input(op, gx.sizes());
+  KILN_CHECK(gy.dim() == gx.dim(), op, "expected grad_output of rank ", gx.dim(), ", got ",
+             dims_str(gy.sizes()));
+  for (int64_t d = 0; d + 2 < gx.dim(); ++d)
+    KILN_CHECK(gy.size(d) == gx.size(d), op, "expected grad_output with leading dims of ",
+               dims_str(gx.sizes()), ", got ", dims_str(gy.sizes()));
+  check_same_dtype(op, gx, gy, "grad_output");
+}
+
+}  // namespace
+
+int64_t pool_output_size(int64_t in, int64_t k, int64_t s, int64_t pad, int64_t d, bool ceil_mode) {
+  const int64_t num = in + 2 * pad - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+  // Floor division (num may be negative when the input is too small).
+  int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+  if (ceil_mode && (out - 1) * s >= in + pad) --out;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+Dims max_pool2d_output_shape(std::span<const int64_t> input, const Pool2dParams& p) {
+  return pool_geom("max_pool2d", input, p, true).out_shape;
+}
+
+void max_pool2d_out(const TensorImpl& input, const Pool2dParams& p, TensorImpl& out,
+                    TensorImpl* indices) {
+  constexpr std::string_view op = "max_pool2d";
+  const PoolGeom g = pool_geom(op, input.sizes(), p, true);
+  check_floating(op, input, "input");
+  check_same_dtype(op, input, out, "out");
+  check_shape(op, out, g.out_shape, "out");
+  if (indices) {
+    KILN_CHECK(indices->dtype() == DType::Int64, op, "expected indices of dtype int64, got ",
+               dtype_name(indices->dtype()));
+    check_shape(op, *indices, g.out_shape, "indices");
+  }
+  const DType cd = compute_dtype(input.dtype());
+  auto x = input_as(input, cd);
+  OutTarget y(&out, cd), id(indices);
+  dispatch_fd(cd, [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_fwd<T>(g, x->data_ptr<T>(), y.get<T>(), indices ? id.get<int64_t>() : nullptr);
+  });
+  y.finish();
+  id.finish();
+}
+
+void max_pool2d_backward_out(const TensorImpl& grad_output, const TensorImpl& indices,
+                             TensorImpl& grad_input) {
+  constexpr std::string_view op = "max_pool2d_backward";
+  check_grad_pair(op, grad_output, grad_input);
+  check_floating(op, grad_input, "grad_input");
+  KILN_CHECK(indices.dtype() == DType::Int64, op, "expected indices of dtype int64, got ",
+             dtype_name(indices.dtype()));
+  check_shape(op, indices, grad_output.sizes(), "indices");
+  const int64_t r = grad_input.dim();
+  const int64_t HW = grad_input.size(r - 2) * grad_input.size(r - 1);
+  const int64_t howo = grad_output.size(r - 2) * grad_output.size(r - 1);
+  const int64_t planes = HW == 0 ? 0 : grad_input.numel() / HW;
+  const DType cd = compute_dtype(grad_input.dtype());
+  auto gy = input_as(grad_output, cd);
+  auto ix = views::contiguous(indices);
+  OutTarget gx(&grad_input, cd);
+  dispatch_fd(cd, [&](auto tag) {
+    using T = decltype(tag);
+    int64_t bad = 0;
+    if (!max_pool_bwd<T>(planes, HW, howo, gy->data_ptr<T>(), ix->data_ptr<int64_t>(), gx.get<T>(),
+                         bad))
+      fail(op, "expected indices in [0, ", HW, ") (the input plane), got ", bad);
+  });
+  gx.finish();
+}
+
+Dims avg_pool2d_output_shape(std::span<const int64_t> input, const Pool2dParams& p) {
+  return pool_geom("avg_pool2d", input, p, false).out_shape;
+}
+
+void avg_pool2d_out(const TensorImpl& input, const Pool2dParams& p, TensorImpl& out) {
+  constexpr std::string_view op = "avg_pool2d";
+  const PoolGeom g = pool_geom(op, input.sizes(), p, false);
+  check_floating(op, input, "input");
+  check_same_dtype(op, input, out, "out");
+  check_shape(op, out, g.out_shape, "out");
+  const DType cd = compute_dtype(input.dtype());
+  auto x = input_as(input, cd);
+  OutTarget y(&out, cd);
+  dispatch_fd(cd, [&](auto tag) {
+    using T = decltype(tag);
+    avg_pool_fwd<T>(g, p, x->data_ptr<T>(), y.get<T>());
+  });
+  y.finish();
+}
+
+void avg_pool2d_backward_out(const TensorImpl& grad_output, const Pool2dParams& p,
+                             TensorImpl& grad_input) {
+  constexpr std::string_view op = "avg_pool2d_backward";
+  check_grad_pair(op, grad_output, grad_input);
+  const PoolGeom g = pool_geom(op, grad_input.sizes(), p, false);
+  check_floating(op, grad_input, "grad_input");
+  check_shape(op, grad_output, g.out_shape, "grad_output");
+  const DType cd = compute_dtype(grad_input.dtype());
+  auto gy = input_as(grad_output, cd);
+  OutTarget gx(&grad_input, cd);
+  dispatch_fd(cd, [&](auto tag) {
+    using T = decltype(tag);
+    avg_pool_bwd<T>(g, p, gy->data_ptr<T>(), gx.get<T>());
+  });
+  gx.finish();
+}
+
+Dims adaptive_avg_pool2d_output_shape(std::span<const int64_t> input, int64_t out_h,
+                                      int64_t out_w) {
+  constexpr std::string_view op = "adaptive_avg_pool2d";
+  check_pool_input(op, input);
+  KILN_CHECK(out_h >= 1 && out_w >= 1, op, "expected output size >= 1, got (", out_h, ", ", out_w,
+             ")");
+  Dims s(input);
+  s[s.size() - 2] = out_h;
+  s[s.size() - 1] = out_w;
+  return s;
+}
+
+void adaptive_avg_pool2d_out(const TensorImpl& input, TensorImpl& out) {
+  constexpr std::string_view op = "adaptive_avg_pool2d";
+  check_pool_input(op, input.sizes());
+  check_floating(op, input, "input");
+  check_same_dtype(op, input, out, "out");
+  const int64_t r = input.dim();
+  KILN_CHECK(out.dim() == r, op, "expected out of rank ", r, ", got ", dims_str(out.sizes()));
+  const int64_t Ho = out.size(r - 2), Wo = out.size(r - 1);
+  check_shape(op, out, adaptive_avg_pool2d_output_shape(input.sizes(), Ho, Wo), "out");
+  const int64_t H = input.size(r - 2), W = input.size(r - 1);
+  const int64_t planes = input.numel() / (H * W);
+  const DType cd = compute_dtype(input.dtype());
+  auto x = input_as(input, cd);
+  OutTarget y(&out, cd);
+  dispatch_fd(cd, [&](auto tag) {
+    using T = decltype(tag);
+    adaptive_fwd<T>(planes, H, W, Ho, Wo, x->data_ptr<T>(), y.get<T>());
+  });
+  y.finish();
+}
+
+void adaptive_avg_pool2d_backward_out(const TensorImpl& grad_output, TensorImpl& grad_input) {
+  constexpr std::string_view op = "adaptive_avg_pool2d_backward";
+  check_grad_pair(op, grad_output, grad_input);
+  check_floating(op, grad_input, "grad_input");
+  const int64_t r = grad_input.dim();
+  const int64_t Ho = grad_output.size(r - 2), Wo = grad_output.size(r - 1);
+  KILN_CHECK(Ho >= 1 && Wo >= 1, op, "expected a non-empty grad_output, got ",
+             dims_str(grad_output.sizes()));
+  const int64_t H = grad_input.size(r - 2), W = grad_input.size(r - 1);
+  const int64_t planes = grad_input.numel() / (H * W);
+  const DType cd = compute_dtype(grad_input.dtype());
+  auto gy = input_as(grad_output, cd);
+  OutTarget gx(&grad_input, cd);
+  dispatch_fd(cd, [&](auto tag) {
+    using T = decltype(tag);
+    adaptive_bwd<T>(planes, H, W, Ho, Wo, gy->data_ptr<T>(), gx.get<T>());
+  });
+  gx.finish();
+}
+
+}  // namespace kiln::kernels
