@@ -2,6 +2,7 @@
 // kiln's public eager API: #include <kiln/kiln.h>.
 
 #include "kiln/autograd.h"
+#include "kiln/custom_function.h"
 #include "kiln/dispatch.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/dtype.h"

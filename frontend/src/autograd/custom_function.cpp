@@ -1,0 +1,75 @@
+#include "kiln/custom_function.h"
+
+#include <cxxabi.h>
+
+#include <cstdlib>
+
+namespace kiln::autograd {
+
+std::string demangle(const char* mangled) {
+  int status = 0;
+  char* out = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && out ? out : mangled;
+  std::free(out);
+  return name;
+}
+
+TensorList AutogradContext::get_saved_variables() const {
+  TensorList out;
+  out.reserve(saved_.size());
+  for (const auto& s : saved_) out.push_back(s.unpack(*owner_));
+  return out;
+}
+
+void CppNodeBase::finalize_saved(const TensorList& outputs) {
+  ctx.owner_ = this;
+  for (const Tensor& t : ctx.to_save_) {
+    bool is_output = false;
+    for (const Tensor& o : outputs) is_output |= o.defined() && t.defined() && o.is_same(t);
+    ctx.saved_.emplace_back(t, is_output);
+  }
+  ctx.to_save_.clear();
+}
+
+TensorList CppNodeBase::select_input_grads(TensorList&& per_arg, size_t num_args) const {
+  KILN_CHECK(per_arg.size() == num_args || per_arg.size() == tensor_arg_index.size(), node_name,
+             "backward returned ", per_arg.size(),
+             " gradients; expected one per forward argument (", num_args, ")");
+  if (per_arg.size() == tensor_arg_index.size() && num_args != tensor_arg_index.size()) {
+    return std::move(per_arg);  // already one per tensor input
+  }
+  TensorList out;
+  out.reserve(tensor_arg_index.size());
+  for (size_t i : tensor_arg_index) out.push_back(std::move(per_arg[i]));
+  return out;
+}
+
+namespace detail {
+
+void wrap_outputs(const std::shared_ptr<CppNodeBase>& node, const TensorList& inputs,
+                  TensorList& outputs, bool needs_grad) {
+  for (const Tensor& d : node->ctx.dirty_) d.impl()->storage()->bump_version();
+  if (!needs_grad) {
+    node->ctx.to_save_.clear();
+    return;
+  }
+  // Outputs that alias an input not marked dirty would silently share history: make them views.
+  for (Tensor& o : outputs) {
+    for (const Tensor& in : inputs) {
+      bool dirty = false;
+      for (const Tensor& d : node->ctx.dirty_) dirty |= d.is_same(in);
+      if (o.is_same(in) && !dirty) o = o.detach();
+    }
+  }
+  TensorList differentiable = outputs;
+  for (Tensor& o : differentiable) {
+    for (const Tensor& nd : node->ctx.non_differentiable_) {
+      if (o.is_same(nd)) o = Tensor();
+    }
+  }
+  set_history(node, inputs, differentiable);
+  node->finalize_saved(outputs);
+}
+
+}  // namespace detail
+}  // namespace kiln::autograd
