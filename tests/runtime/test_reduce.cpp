@@ -575,3 +575,200 @@ TEST(Reduce, ErrorsNameTheOp) {
   expect_op([&] { kernels::max_out(*x, 1, false, *v, *i32); }, "max");
   expect_op([&] { kernels::argmin_out(*x, 5, false, *i32); }, "argmin");
 }
+
+// ---------------------------------------------------------------------------------------------
+// softmax family and scans
+
+namespace {
+
+// Calls fn(indices of one line along dim) for every line, as row-major linear indices.
+template <typename Fn>
+void for_each_line(const Dims& shape, int64_t dim, Fn&& fn) {
+  const int64_t r = static_cast<int64_t>(shape.size());
+  int64_t outer = 1, len = 1, inner = 1;
+  for (int64_t i = 0; i < r; ++i) {
+    if (i < dim) outer *= shape[i];
+    if (i == dim) len = shape[i];
+    if (i > dim) inner *= shape[i];
+  }
+  std::vector<int64_t> idx(static_cast<size_t>(len));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      for (int64_t k = 0; k < len; ++k) idx[k] = (o * len + k) * inner + j;
+      fn(idx);
+    }
+}
+
+struct SoftmaxCase {
+  Dims shape;
+  int64_t dim;
+};
+std::vector<SoftmaxCase> softmax_cases() {
+  return {{Dims{}, 0},        {Dims{5}, 0},          {Dims{5}, -1},      {Dims{3, 7}, 1},
+          {Dims{3, 7}, 0},    {Dims{4, 5, 6}, 0},    {Dims{4, 5, 6}, 1}, {Dims{4, 5, 6}, -1},
+          {Dims{2, 1000}, 1}, {Dims{3, 40, 300}, 1}, {Dims{0, 4}, 1},    {Dims{1, 33}, -1},
+          {Dims{70, 3}, -1},  {Dims{3, 50}, 1},      {Dims{2, 63}, 1}};
+}
+
+}  // namespace
+
+TEST(Reduce, SoftmaxAndLogSoftmax) {
+  std::mt19937 rng(11);
+  for (DType dt : kFloats) {
+    const double rtol = dt == DType::Float64 ? 1e-12 : rtol_for(dt) + 1e-6;
+    for (const auto& c : softmax_cases()) {
+      for (Layout layout : {Layout::Contiguous, Layout::Transposed, Layout::Strided}) {
+        auto x = make_tensor(c.shape, dt, layout, rng, -10, 10);
+        const int64_t r = static_cast<int64_t>(c.shape.size());
+        const int64_t d = r == 0 ? 0 : (c.dim < 0 ? c.dim + r : c.dim);
+        // One line with large values (stability) and one with a -inf.
+        if (x->numel() > 2) {
+          for_each_line(c.shape, d, [&](const std::vector<int64_t>& line) {
+            if (line[0] == 0) {
+              for (int64_t i : line) set(*x, i, get(*x, i) + 1000);
+              if (line.size() > 1) set(*x, line[1], -kInf);
+            }
+          });
+        }
+        for (bool log : {false, true}) {
+          // A non-contiguous out for the strided layout.
+          auto out = layout == Layout::Strided ? make_tensor(c.shape, dt, Layout::Transposed, rng)
+                                               : empty(c.shape, dt);
+          if (log) {
+            kernels::log_softmax_out(*x, c.dim, *out);
+          } else {
+            kernels::softmax_out(*x, c.dim, *out);
+          }
+          for_each_line(c.shape, d, [&](const std::vector<int64_t>& line) {
+            double m = -kInf;
+            for (int64_t i : line) m = std::max(m, get(*x, i));
+            double s = 0;
+            for (int64_t i : line) s += std::exp(get(*x, i) - m);
+            for (int64_t i : line) {
+              const double want = log ? get(*x, i) - m - std::log(s) : std::exp(get(*x, i) - m) / s;
+              const double tol = log ? rtol * std::max(1.0, std::fabs(want)) * 4 : rtol + 1e-7;
+              ASSERT_TRUE(close(get(*out, i), want, tol, 0))
+                  << (log ? "log_softmax " : "softmax ")
+                  << case_name(c.shape, dt, layout, Dims{c.dim}, false) << " at " << i << ": got "
+                  << get(*out, i) << " want " << want;
+            }
+          });
+        }
+      }
+    }
+  }
+}
+
+TEST(Reduce, SoftmaxInPlaceAndErrors) {
+  std::mt19937 rng(2);
+  auto x = make_tensor(Dims{6, 50}, DType::Float32, Layout::Contiguous, rng);
+  auto ref = empty(Dims{6, 50}, DType::Float32);
+  kernels::softmax_out(*x, 1, *ref);
+  kernels::softmax_out(*x, 1, *x);
+  for (int64_t i = 0; i < x->numel(); ++i) ASSERT_EQ(get(*x, i), get(*ref, i));
+  auto xi = empty(Dims{2, 3}, DType::Int32);
+  try {
+    kernels::softmax_out(*xi, 1, *xi);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), "softmax");
+  }
+  auto bad = empty(Dims{6, 5}, DType::Float32);
+  EXPECT_THROW(kernels::log_softmax_out(*x, 1, *bad), Error);
+  EXPECT_THROW(kernels::softmax_out(*x, 2, *ref), Error);
+  // NaN in a row makes that row NaN only.
+  set(*x, 3, kNaN);
+  kernels::softmax_out(*x, 1, *ref);
+  EXPECT_TRUE(std::isnan(get(*ref, 0)));
+  EXPECT_FALSE(std::isnan(get(*ref, 50)));
+}
+
+TEST(Reduce, SoftmaxBackward) {
+  std::mt19937 rng(12);
+  for (DType dt : kFloats) {
+    const double tol = dt == DType::Float64 ? 1e-12 : (dt == DType::Float32 ? 1e-5 : 3e-2);
+    for (const auto& c : softmax_cases()) {
+      const int64_t r = static_cast<int64_t>(c.shape.size());
+      const int64_t d = r == 0 ? 0 : (c.dim < 0 ? c.dim + r : c.dim);
+      for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
+        auto x = make_tensor(c.shape, dt, layout, rng, -3, 3);
+        auto g = make_tensor(c.shape, dt, Layout::Strided, rng, -1, 1);
+        for (bool log : {false, true}) {
+          auto y = empty(c.shape, dt);
+          if (log) {
+            kernels::log_softmax_out(*x, c.dim, *y);
+          } else {
+            kernels::softmax_out(*x, c.dim, *y);
+          }
+          auto gi = empty(c.shape, dt);
+          if (log) {
+            kernels::log_softmax_backward_out(*g, *y, c.dim, *gi);
+          } else {
+            kernels::softmax_backward_out(*g, *y, c.dim, *gi);
+          }
+          for_each_line(c.shape, d, [&](const std::vector<int64_t>& line) {
+            double dot = 0, sg = 0;
+            for (int64_t i : line) dot += get(*g, i) * get(*y, i), sg += get(*g, i);
+            for (int64_t i : line) {
+              const double want =
+                  log ? get(*g, i) - std::exp(get(*y, i)) * sg : get(*y, i) * (get(*g, i) - dot);
+              ASSERT_NEAR(get(*gi, i), want, tol * (1 + std::fabs(sg)))
+                  << (log ? "log_softmax_backward " : "softmax_backward ")
+                  << case_name(c.shape, dt, layout, Dims{c.dim}, false);
+            }
+          });
+        }
+      }
+    }
+  }
+  auto a = empty(Dims{2, 3}, DType::Float32), b = empty(Dims{3, 2}, DType::Float32);
+  try {
+    kernels::softmax_backward_out(*a, *b, 1, *a);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), "softmax_backward");
+  }
+}
+
+TEST(Reduce, CumsumCumprod) {
+  std::mt19937 rng(13);
+  for (DType dt : kAll) {
+    const DType odt = kernels::sum_result_dtype(dt);
+    for (const auto& c : softmax_cases()) {
+      const int64_t r = static_cast<int64_t>(c.shape.size());
+      const int64_t d = r == 0 ? 0 : (c.dim < 0 ? c.dim + r : c.dim);
+      for (Layout layout : {Layout::Contiguous, Layout::Strided}) {
+        for (bool prod : {false, true}) {
+          auto x = prod ? make_tensor(c.shape, dt, layout, rng, is_floating(dt) ? 0.9 : -1,
+                                      is_floating(dt) ? 1.1 : 1)
+                        : make_tensor(c.shape, dt, layout, rng);
+          auto out = layout == Layout::Strided ? make_tensor(c.shape, odt, Layout::Transposed, rng)
+                                               : empty(c.shape, odt);
+          if (prod) {
+            kernels::cumprod_out(*x, c.dim, *out);
+          } else {
+            kernels::cumsum_out(*x, c.dim, *out);
+          }
+          for_each_line(c.shape, d, [&](const std::vector<int64_t>& line) {
+            double acc = prod ? 1 : 0, mag = 0;
+            for (int64_t i : line) {
+              acc = prod ? acc * get(*x, i) : acc + get(*x, i);
+              mag = prod ? std::fabs(acc) : mag + std::fabs(get(*x, i));
+              ASSERT_NEAR(get(*out, i), acc, rtol_for(odt) * mag + 1e-300)
+                  << (prod ? "cumprod " : "cumsum ")
+                  << case_name(c.shape, dt, layout, Dims{c.dim}, false);
+            }
+          });
+        }
+      }
+    }
+  }
+  auto x = empty(Dims{2, 3}, DType::Int32);
+  auto o = empty(Dims{2, 3}, DType::Int32);
+  try {
+    kernels::cumsum_out(*x, 1, *o);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), "cumsum");
+  }
+}

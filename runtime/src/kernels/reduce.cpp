@@ -26,8 +26,11 @@ using namespace red;
 
 namespace {
 
-constexpr int64_t kChunk = 65536;    // elements per piece of a split reduction
-constexpr int64_t kTile = 256;       // outputs per tile on the outer path
+constexpr int64_t kChunk = 65536;  // elements per piece of a split reduction
+// Outputs per tile on the outer path: about 4 KiB of accumulators, so that each input row
+// contributes a long contiguous segment (prefetch-friendly) and the tile stays in L1.
+template <typename A>
+inline constexpr int64_t kTileOf = std::max<int64_t>(64, 4096 / static_cast<int64_t>(sizeof(A)));
 constexpr int64_t kBlockRows = 128;  // rows accumulated before merging, outer path
 constexpr int kMaxRank = 64;
 
@@ -200,6 +203,7 @@ void drive(const Op& op, const TensorImpl& in, const Geom& g, TensorImpl* out0, 
 
   const bool outer = R > 1 && g.rin[rr - 1] != 1 && g.kin[kr - 1] == 1 && g.ksize[kr - 1] >= 8;
   if (outer) {
+    constexpr int64_t kTile = kTileOf<A>;
     const int64_t W = g.ksize[kr - 1];
     const int64_t co0 = g.kout0[kr - 1], co1 = g.kout1[kr - 1];
     const int64_t nouter = g.nout / W;
@@ -228,6 +232,25 @@ void drive(const Op& op, const TensorImpl& in, const Geom& g, TensorImpl* out0, 
       for (int64_t r = rb; r < re;) {
         const int64_t be = std::min(re, r + kBlockRows);
         for (int64_t j = 0; j < tw; ++j) blk[j] = id;
+        // Four rows per sweep: each accumulator is loaded and stored once per four inputs.
+        for (; r + 4 <= be; r += 4) {
+          const T* q0 = p0 + ro.off[0];
+          ro.next();
+          const T* q1 = p0 + ro.off[0];
+          ro.next();
+          const T* q2 = p0 + ro.off[0];
+          ro.next();
+          const T* q3 = p0 + ro.off[0];
+          ro.next();
+          for (int64_t j = 0; j < tw; ++j) {
+            A a = blk[j];
+            op.combine(a, q0[j], r);
+            op.combine(a, q1[j], r + 1);
+            op.combine(a, q2[j], r + 2);
+            op.combine(a, q3[j], r + 3);
+            blk[j] = a;
+          }
+        }
         for (; r < be; ++r, ro.next()) {
           const T* p = p0 + ro.off[0];
           for (int64_t j = 0; j < tw; ++j) op.combine(blk[j], p[j], r);
@@ -462,6 +485,39 @@ struct VarOp {
     if (n == 0) return;
     if (a.n == 0) a.k = to<double>(p[0]);
     const double k = a.k;
+    if constexpr (std::is_same_v<T, float>) {
+      if (s == 1) {
+        // Blocks of 1024 summed in float vectors (64 terms per lane), block totals in double.
+        const float kf = static_cast<float>(k);  // exact: K is one of the samples
+        const vf vk = vsplat<vf>(kf);
+        constexpr int64_t L = kLanes<float>, kBlk = 1024;
+        int64_t i = 0;
+        while (i + 4 * L <= n) {
+          const int64_t end = std::min(n, i + kBlk);
+          vf s1[4] = {}, s2[4] = {};
+          for (; i + 4 * L <= end; i += 4 * L) {
+            for (int q = 0; q < 4; ++q) {
+              const vf d = vload<vf>(p + i + q * L) - vk;
+              s1[q] += d;
+              s2[q] += d * d;
+            }
+          }
+          const vf t1 = (s1[0] + s1[1]) + (s1[2] + s1[3]);
+          const vf t2 = (s2[0] + s2[1]) + (s2[2] + s2[3]);
+          for (int64_t q = 0; q < L; ++q) {
+            a.s += t1[q];
+            a.s2 += t2[q];
+          }
+        }
+        for (; i < n; ++i) {
+          const double d = static_cast<double>(p[i]) - k;
+          a.s += d;
+          a.s2 += d * d;
+        }
+        a.n += n;
+        return;
+      }
+    }
     constexpr int L = 8;
     double ls[L] = {}, ls2[L] = {};
     int64_t i = 0;

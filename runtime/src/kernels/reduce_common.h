@@ -10,9 +10,6 @@
 
 #include "kiln/runtime/dtype.h"
 
-// All helpers are inline; 64-byte vectors in their signatures never cross a real call boundary.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 namespace kiln::kernels::red {
 
 template <typename T>
@@ -50,10 +47,11 @@ inline O from(A a) {
   }
 }
 
-// 64-byte vectors (one zmm, or two ymm on AVX2).
-typedef float vf __attribute__((vector_size(64)));
-typedef double vd __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
+// 32-byte vectors: native on the AVX2 baseline (64-byte ones get lowered element by element when
+// they hold comparisons/selects without AVX-512).
+typedef float vf __attribute__((vector_size(32)));
+typedef double vd __attribute__((vector_size(32)));
+typedef int32_t vi __attribute__((vector_size(32)));
 template <typename S>
 struct VecOf;
 template <>
@@ -108,21 +106,21 @@ struct Abs {
   double operator()(double v) const { return std::fabs(v); }
 };
 
-// Sum of f(p[i]) over a block: 4 vector accumulators, lanes combined pairwise.
+// Sum of f(p[i]) over a block: 8 vector accumulators, lanes combined pairwise.
 template <typename S, typename F>
 inline S block_sum(const S* p, int64_t n, F f) {
   using V = vec_t<S>;
   constexpr int64_t L = kLanes<S>;
-  V a0{}, a1{}, a2{}, a3{};
+  constexpr int kAcc = 8;
+  V a[kAcc] = {};
   int64_t i = 0;
-  for (; i + 4 * L <= n; i += 4 * L) {
-    a0 += f(vload<V>(p + i));
-    a1 += f(vload<V>(p + i + L));
-    a2 += f(vload<V>(p + i + 2 * L));
-    a3 += f(vload<V>(p + i + 3 * L));
+  for (; i + kAcc * L <= n; i += kAcc * L) {
+    for (int k = 0; k < kAcc; ++k) a[k] += f(vload<V>(p + i + k * L));
   }
-  for (; i + L <= n; i += L) a0 += f(vload<V>(p + i));
-  V s = (a0 + a1) + (a2 + a3);
+  for (; i + L <= n; i += L) a[0] += f(vload<V>(p + i));
+  for (int w = kAcc / 2; w >= 1; w /= 2)
+    for (int k = 0; k < w; ++k) a[k] += a[k + w];
+  V s = a[0];
   for (int64_t w = L / 2; w >= 1; w /= 2)
     for (int64_t k = 0; k < w; ++k) s[k] += s[k + w];
   S tail = 0;
@@ -162,23 +160,22 @@ template <bool Max, typename S, typename F>
 inline S vec_extreme(S acc, const S* p, int64_t n, F f) {
   using V = vec_t<S>;
   constexpr int64_t L = kLanes<S>;
+  constexpr int kAcc = 4;
   int64_t i = 0;
-  if (n >= 4 * L) {
-    V a0 = vsplat<V>(acc), a1 = a0, a2 = a0, a3 = a0;
-    for (; i + 4 * L <= n; i += 4 * L) {
-      a0 = sticky_pick<Max>(a0, f(vload<V>(p + i)));
-      a1 = sticky_pick<Max>(a1, f(vload<V>(p + i + L)));
-      a2 = sticky_pick<Max>(a2, f(vload<V>(p + i + 2 * L)));
-      a3 = sticky_pick<Max>(a3, f(vload<V>(p + i + 3 * L)));
+  if (n >= kAcc * L) {
+    V a[kAcc];
+    for (int k = 0; k < kAcc; ++k) a[k] = vsplat<V>(acc);
+    for (; i + kAcc * L <= n; i += kAcc * L) {
+      for (int k = 0; k < kAcc; ++k) a[k] = sticky_pick<Max>(a[k], f(vload<V>(p + i + k * L)));
     }
-    a0 = sticky_pick<Max>(sticky_pick<Max>(a0, a1), sticky_pick<Max>(a2, a3));
-    for (int64_t k = 0; k < L; ++k) acc = sticky_pick_scalar<Max>(acc, a0[k]);
+    a[0] = sticky_pick<Max>(sticky_pick<Max>(a[0], a[1]), sticky_pick<Max>(a[2], a[3]));
+    for (int64_t k = 0; k < L; ++k) acc = sticky_pick_scalar<Max>(acc, a[0][k]);
   }
   for (; i < n; ++i) acc = sticky_pick_scalar<Max>(acc, f(p[i]));
   return acc;
 }
 
-// exp on 16 floats: Cody-Waite range reduction and a degree-6 polynomial (about 1 ulp over the
+// exp on 8 floats: Cody-Waite range reduction and a degree-6 polynomial (about 1 ulp over the
 // normal range; overflow gives inf, underflow 0, NaN stays NaN).
 inline vf vexp(vf x) {
   const vf hi = vsplat<vf>(88.7228394f), lo = vsplat<vf>(-103.972084f);
