@@ -4,6 +4,7 @@
 #include "kiln/autograd.h"
 #include "kiln/custom_function.h"
 #include "kiln/dispatch.h"
+#include "kiln/nn_ops.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/dtype.h"
 #include "kiln/runtime/error.h"

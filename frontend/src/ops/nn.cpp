@@ -1,0 +1,459 @@
+// Neural-network ops: the runtime's fused forward and backward kernels behind autograd nodes.
+// Their backward nodes are first-order: differentiating a gradient of these ops again raises a
+// clear error instead of returning a wrong second derivative.
+
+#include "kiln/autograd.h"
+#include "kiln/dispatch.h"
+#include "kiln/nn_ops.h"
+#include "kiln/ops.h"
+#include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/embedding.h"
+#include "kiln/runtime/kernels/loss.h"
+#include "kiln/runtime/kernels/norm.h"
+#include "kiln/runtime/kernels/pool.h"
+
+namespace kiln {
+
+namespace {
+
+const TensorImpl* opt(const Tensor& t) {
+  return t.defined() ? t.impl() : nullptr;
+}
+TensorImpl* opt_mut(const Tensor& t) {
+  return t.defined() ? t.impl() : nullptr;
+}
+
+void first_order_only(const char* op, const TensorList& grads) {
+  if (!autograd::grad_enabled()) return;
+  for (const Tensor& g : grads) {
+    KILN_CHECK(!(g.defined() && g.requires_grad()), op,
+               "double backward (create_graph through this op's gradient) is not supported");
+  }
+}
+
+Tensor new_tensor(std::span<const int64_t> sizes, DType dtype) {
+  return Tensor(kiln::empty(sizes, dtype));
+}
+Tensor new_like(const Tensor& t) {
+  return Tensor(kiln::empty(t.sizes(), t.dtype()));
+}
+// Normalization statistics keep float64 inputs' precision; everything else accumulates in f32.
+DType stat_dtype(const Tensor& t) {
+  return t.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
+}
+
+kernels::LossReduction to_kernel(Reduction r) {
+  switch (r) {
+    case Reduction::None:
+      return kernels::LossReduction::None;
+    case Reduction::Sum:
+      return kernels::LossReduction::Sum;
+    case Reduction::Mean:
+      return kernels::LossReduction::Mean;
+  }
+  return kernels::LossReduction::Mean;
+}
+
+}  // namespace
+
+// --- convolution ------------------------------------------------------------------------------
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Pair2 stride,
+              Pair2 padding, Pair2 dilation, int64_t groups) {
+  kernels::Conv2dParams p;
+  p.stride_h = stride.h, p.stride_w = stride.w;
+  p.pad_h = padding.h, p.pad_w = padding.w;
+  p.dilation_h = dilation.h, p.dilation_w = dilation.w;
+  p.groups = groups;
+  Tensor out =
+      new_tensor(kernels::conv2d_output_shape(input.sizes(), weight.sizes(), p), input.dtype());
+  kernels::conv2d_out(*input.impl(), *weight.impl(), opt(bias), p, *out.impl());
+  autograd::record("Conv2dBackward", {input, weight, bias}, {out}, {input, weight}, {},
+                   [p, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
+                     first_order_only("conv2d", g);
+                     const Tensor &x = s[0], &w = s[1];
+                     Tensor gi = x.requires_grad() ? new_like(x) : Tensor();
+                     Tensor gw = w.requires_grad() ? new_like(w) : Tensor();
+                     Tensor gb = has_bias ? new_tensor(Dims{w.size(0)}, w.dtype()) : Tensor();
+                     kernels::conv2d_backward_out(*g[0].contiguous().impl(), *x.impl(), *w.impl(),
+                                                  p, opt_mut(gi), opt_mut(gw), opt_mut(gb));
+                     return TensorList{gi, gw, gb};
+                   });
+  KILN_TRACE("conv2d",
+             bias.defined() ? TensorList({input, weight, bias}) : TensorList({input, weight}),
+             {out}, {"stride", Dims{stride.h, stride.w}}, {"padding", Dims{padding.h, padding.w}},
+             {"dilation", Dims{dilation.h, dilation.w}}, {"groups", groups});
+  return out;
+}
+
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t stride,
+              int64_t padding, int64_t dilation, int64_t groups) {
+  kernels::Conv1dParams p{stride, padding, dilation, groups};
+  Tensor out =
+      new_tensor(kernels::conv1d_output_shape(input.sizes(), weight.sizes(), p), input.dtype());
+  kernels::conv1d_out(*input.impl(), *weight.impl(), opt(bias), p, *out.impl());
+  autograd::record("Conv1dBackward", {input, weight, bias}, {out}, {input, weight}, {},
+                   [p, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
+                     first_order_only("conv1d", g);
+                     const Tensor &x = s[0], &w = s[1];
+                     Tensor gi = x.requires_grad() ? new_like(x) : Tensor();
+                     Tensor gw = w.requires_grad() ? new_like(w) : Tensor();
+                     Tensor gb = has_bias ? new_tensor(Dims{w.size(0)}, w.dtype()) : Tensor();
+                     kernels::conv1d_backward_out(*g[0].contiguous().impl(), *x.impl(), *w.impl(),
+                                                  p, opt_mut(gi), opt_mut(gw), opt_mut(gb));
+                     return TensorList{gi, gw, gb};
+                   });
+  KILN_TRACE(
+      "conv1d", bias.defined() ? TensorList({input, weight, bias}) : TensorList({input, weight}),
+      {out}, {"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups});
+  return out;
+}
+
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Pair2 stride,
+                        Pair2 padding, Pair2 output_padding, int64_t groups, Pair2 dilation) {
+  kernels::ConvTranspose2dParams p;
+  p.stride_h = stride.h, p.stride_w = stride.w;
+  p.pad_h = padding.h, p.pad_w = padding.w;
+  p.output_pad_h = output_padding.h, p.output_pad_w = output_padding.w;
+  p.dilation_h = dilation.h, p.dilation_w = dilation.w;
+  p.groups = groups;
+  Tensor out = new_tensor(kernels::conv_transpose2d_output_shape(input.sizes(), weight.sizes(), p),
+                          input.dtype());
+  kernels::conv_transpose2d_out(*input.impl(), *weight.impl(), opt(bias), p, *out.impl());
+  autograd::record(
+      "ConvTranspose2dBackward", {input, weight, bias}, {out}, {input, weight}, {},
+      [p, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
+        first_order_only("conv_transpose2d", g);
+        const Tensor &x = s[0], &w = s[1];
+        Tensor gi = x.requires_grad() ? new_like(x) : Tensor();
+        Tensor gw = w.requires_grad() ? new_like(w) : Tensor();
+        Tensor gb = has_bias ? new_tensor(Dims{w.size(1) * p.groups}, w.dtype()) : Tensor();
+        kernels::conv_transpose2d_backward_out(*g[0].contiguous().impl(), *x.impl(), *w.impl(), p,
+                                               opt_mut(gi), opt_mut(gw), opt_mut(gb));
+        return TensorList{gi, gw, gb};
+      });
+  KILN_TRACE("conv_transpose2d",
+             bias.defined() ? TensorList({input, weight, bias}) : TensorList({input, weight}),
+             {out}, {"stride", Dims{stride.h, stride.w}}, {"padding", Dims{padding.h, padding.w}},
+             {"output_padding", Dims{output_padding.h, output_padding.w}}, {"groups", groups},
+             {"dilation", Dims{dilation.h, dilation.w}});
+  return out;
+}
+
+// --- pooling
+// --------------------------------------------------------------------------------------
+
+namespace {
+kernels::Pool2dParams pool_params(Pair2 kernel, std::optional<Pair2> stride, Pair2 padding,
+                                  Pair2 dilation, bool ceil_mode) {
+  kernels::Pool2dParams p;
+  p.kernel_h = kernel.h, p.kernel_w = kernel.w;
+  Pair2 s = stride.value_or(kernel);
+  p.stride_h = s.h, p.stride_w = s.w;
+  p.pad_h = padding.h, p.pad_w = padding.w;
+  p.dilation_h = dilation.h, p.dilation_w = dilation.w;
+  p.ceil_mode = ceil_mode;
+  return p;
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, Pair2 kernel,
+                                                  std::optional<Pair2> stride, Pair2 padding,
+                                                  Pair2 dilation, bool ceil_mode) {
+  auto p = pool_params(kernel, stride, padding, dilation, ceil_mode);
+  Dims shape = kernels::max_pool2d_output_shape(input.sizes(), p);
+  Tensor out = new_tensor(shape, input.dtype());
+  Tensor indices = new_tensor(shape, DType::Int64);
+  kernels::max_pool2d_out(*input.impl(), p, *out.impl(), indices.impl());
+  Dims in = input.sizes();
+  DType dt = input.dtype();
+  autograd::record("MaxPool2dBackward", {input}, {out}, {indices}, {},
+                   [in, dt](const TensorList& s, const TensorList& g) {
+                     first_order_only("max_pool2d", g);
+                     Tensor gi = new_tensor(in, dt);
+                     kernels::max_pool2d_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
+                                                      *gi.impl());
+                     return TensorList{gi};
+                   });
+  KILN_TRACE("max_pool2d", {input}, TensorList({out, indices}),
+             {"kernel", Dims{kernel.h, kernel.w}}, {"stride", Dims{p.stride_h, p.stride_w}},
+             {"padding", Dims{padding.h, padding.w}}, {"dilation", Dims{dilation.h, dilation.w}},
+             {"ceil_mode", ceil_mode});
+  return {out, indices};
+}
+
+Tensor max_pool2d(const Tensor& input, Pair2 kernel, std::optional<Pair2> stride, Pair2 padding,
+                  Pair2 dilation, bool ceil_mode) {
+  return max_pool2d_with_indices(input, kernel, stride, padding, dilation, ceil_mode).first;
+}
+
+Tensor avg_pool2d(const Tensor& input, Pair2 kernel, std::optional<Pair2> stride, Pair2 padding,
+                  bool ceil_mode, bool count_include_pad) {
+  auto p = pool_params(kernel, stride, padding, 1, ceil_mode);
+  p.count_include_pad = count_include_pad;
+  Tensor out = new_tensor(kernels::avg_pool2d_output_shape(input.sizes(), p), input.dtype());
+  kernels::avg_pool2d_out(*input.impl(), p, *out.impl());
+  Dims in = input.sizes();
+  DType dt = input.dtype();
+  autograd::record("AvgPool2dBackward", {input}, {out}, {}, {},
+                   [in, dt, p](const TensorList&, const TensorList& g) {
+                     first_order_only("avg_pool2d", g);
+                     Tensor gi = new_tensor(in, dt);
+                     kernels::avg_pool2d_backward_out(*g[0].contiguous().impl(), p, *gi.impl());
+                     return TensorList{gi};
+                   });
+  KILN_TRACE("avg_pool2d", {input}, {out}, {"kernel", Dims{kernel.h, kernel.w}},
+             {"stride", Dims{p.stride_h, p.stride_w}}, {"padding", Dims{padding.h, padding.w}},
+             {"ceil_mode", ceil_mode}, {"count_include_pad", count_include_pad});
+  return out;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& input, Pair2 output_size) {
+  Tensor out = new_tensor(
+      kernels::adaptive_avg_pool2d_output_shape(input.sizes(), output_size.h, output_size.w),
+      input.dtype());
+  kernels::adaptive_avg_pool2d_out(*input.impl(), *out.impl());
+  Dims in = input.sizes();
+  DType dt = input.dtype();
+  autograd::record("AdaptiveAvgPool2dBackward", {input}, {out}, {}, {},
+                   [in, dt](const TensorList&, const TensorList& g) {
+                     first_order_only("adaptive_avg_pool2d", g);
+                     Tensor gi = new_tensor(in, dt);
+                     kernels::adaptive_avg_pool2d_backward_out(*g[0].contiguous().impl(),
+                                                               *gi.impl());
+                     return TensorList{gi};
+                   });
+  KILN_TRACE("adaptive_avg_pool2d", {input}, {out},
+             {"output_size", Dims{output_size.h, output_size.w}});
+  return out;
+}
+
+// --- normalization
+// --------------------------------------------------------------------------------
+
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps) {
+  KILN_CHECK(input.dim() >= 2, "batch_norm", "expected input of at least 2 dims (N, C, ...), got ",
+             input.sizes());
+  const int64_t C = input.size(1);
+  Tensor out = new_like(input);
+  Tensor save_mean = training ? new_tensor(Dims{C}, stat_dtype(input)) : Tensor();
+  Tensor save_invstd = training ? new_tensor(Dims{C}, stat_dtype(input)) : Tensor();
+  kernels::batch_norm_out(*input.impl(), opt(weight), opt(bias), opt_mut(running_mean),
+                          opt_mut(running_var), training, momentum, eps, *out.impl(),
+                          opt_mut(save_mean), opt_mut(save_invstd));
+  if (training) {
+    if (running_mean.defined()) running_mean.impl()->storage()->bump_version();
+    if (running_var.defined()) running_var.impl()->storage()->bump_version();
+  }
+  // Running statistics are read (not differentiated) in eval mode: save copies' references.
+  autograd::record("BatchNormBackward", {input, weight, bias}, {out},
+                   {input, weight, save_mean, save_invstd, training ? Tensor() : running_mean,
+                    training ? Tensor() : running_var},
+                   {}, [training, eps](const TensorList& s, const TensorList& g) {
+                     first_order_only("batch_norm", g);
+                     const Tensor &x = s[0], &w = s[1];
+                     Tensor gi = x.requires_grad() ? new_like(x) : Tensor();
+                     Tensor gw = w.defined() && w.requires_grad() ? new_like(w) : Tensor();
+                     Tensor gb = w.defined() ? new_tensor(w.sizes(), w.dtype())
+                                             : new_tensor(Dims{x.size(1)}, x.dtype());
+                     kernels::batch_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), opt(w),
+                                                      opt(s[4]), opt(s[5]), opt(s[2]), opt(s[3]),
+                                                      training, eps, opt_mut(gi), opt_mut(gw),
+                                                      opt_mut(gb));
+                     return TensorList{gi, gw, gb};
+                   });
+  KILN_TRACE("batch_norm", TensorList({input, running_mean, running_var, weight, bias}), {out},
+             {"training", training}, {"momentum", momentum}, {"eps", eps});
+  return out;
+}
+
+Tensor layer_norm(const Tensor& input, std::span<const int64_t> normalized_shape,
+                  const Tensor& weight, const Tensor& bias, double eps) {
+  Dims ns(normalized_shape);
+  Dims stats = kernels::layer_norm_stats_shape(input.sizes(), ns);
+  Tensor out = new_like(input);
+  Tensor mean = new_tensor(stats, stat_dtype(input));
+  Tensor rstd = new_tensor(stats, stat_dtype(input));
+  kernels::layer_norm_out(*input.impl(), ns, opt(weight), opt(bias), eps, *out.impl(), mean.impl(),
+                          rstd.impl());
+  autograd::record("LayerNormBackward", {input, weight, bias}, {out}, {input, weight, mean, rstd},
+                   {}, [ns, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
+                     first_order_only("layer_norm", g);
+                     const Tensor &x = s[0], &w = s[1];
+                     Tensor gi = x.requires_grad() ? new_like(x) : Tensor();
+                     Tensor gw = w.defined() && w.requires_grad() ? new_like(w) : Tensor();
+                     Tensor gb = has_bias ? new_tensor(ns, x.dtype()) : Tensor();
+                     kernels::layer_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), ns,
+                                                      *s[2].impl(), *s[3].impl(), opt(w),
+                                                      opt_mut(gi), opt_mut(gw), opt_mut(gb));
+                     return TensorList{gi, gw, gb};
+                   });
+  KILN_TRACE("layer_norm", TensorList({input, weight, bias}), {out}, {"normalized_shape", ns},
+             {"eps", eps});
+  return out;
+}
+
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  KILN_CHECK(input.dim() >= 2, "group_norm", "expected input of at least 2 dims (N, C, ...), got ",
+             input.sizes());
+  Tensor out = new_like(input);
+  Tensor mean = new_tensor(Dims{input.size(0), num_groups}, stat_dtype(input));
+  Tensor rstd = new_tensor(Dims{input.size(0), num_groups}, stat_dtype(input));
+  kernels::group_norm_out(*input.impl(), num_groups, opt(weight), opt(bias), eps, *out.impl(),
+                          mean.impl(), rstd.impl());
+  autograd::record(
+      "GroupNormBackward", {input, weight, bias}, {out}, {input, weight, mean, rstd}, {},
+      [num_groups, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
+        first_order_only("group_norm", g);
+        const Tensor &x = s[0], &w = s[1];
+        Tensor gi = x.requires_grad() ? new_like(x) : Tensor();
+        Tensor gw = w.defined() && w.requires_grad() ? new_like(w) : Tensor();
+        Tensor gb = has_bias ? new_tensor(Dims{x.size(1)}, x.dtype()) : Tensor();
+        kernels::group_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), num_groups,
+                                         *s[2].impl(), *s[3].impl(), opt(w), opt_mut(gi),
+                                         opt_mut(gw), opt_mut(gb));
+        return TensorList{gi, gw, gb};
+      });
+  KILN_TRACE("group_norm", TensorList({input, weight, bias}), {out}, {"num_groups", num_groups},
+             {"eps", eps});
+  return out;
+}
+
+// --- embedding ----------------------------------------------------------------------------------
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
+  Tensor out =
+      new_tensor(kernels::embedding_output_shape(indices.sizes(), weight.sizes()), weight.dtype());
+  kernels::embedding_out(*weight.impl(), *indices.impl(), *out.impl());
+  Dims ws = weight.sizes();
+  DType dt = weight.dtype();
+  autograd::record("EmbeddingBackward", {weight}, {out}, {indices}, {},
+                   [ws, dt, padding_idx](const TensorList& s, const TensorList& g) {
+                     first_order_only("embedding", g);
+                     Tensor gw = new_tensor(ws, dt);
+                     kernels::embedding_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
+                                                     padding_idx, false, *gw.impl());
+                     return TensorList{gw};
+                   });
+  KILN_TRACE("embedding", TensorList({weight, indices}), {out},
+             {"padding_idx", padding_idx.value_or(-1)});
+  return out;
+}
+
+// --- losses -----------------------------------------------------------------------------------
+
+namespace {
+kernels::CrossEntropyOptions ce_options(const Tensor& weight, int64_t ignore_index,
+                                        Reduction reduction, double smoothing) {
+  kernels::CrossEntropyOptions o;
+  o.weight = opt(weight);
+  o.ignore_index = ignore_index;
+  o.reduction = to_kernel(reduction);
+  o.label_smoothing = smoothing;
+  return o;
+}
+}  // namespace
+
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight,
+                     int64_t ignore_index, Reduction reduction, double label_smoothing) {
+  auto o = ce_options(weight, ignore_index, reduction, label_smoothing);
+  Tensor out =
+      new_tensor(kernels::cross_entropy_output_shape(input.sizes(), target.sizes(), o.reduction),
+                 input.dtype());
+  kernels::cross_entropy_out(*input.impl(), *target.impl(), o, *out.impl());
+  autograd::record(
+      "CrossEntropyBackward", {input}, {out}, {input, target, weight}, {},
+      [ignore_index, reduction, label_smoothing](const TensorList& s, const TensorList& g) {
+        first_order_only("cross_entropy", g);
+        auto o = ce_options(s[2], ignore_index, reduction, label_smoothing);
+        Tensor gi = new_like(s[0]);
+        kernels::cross_entropy_backward_out(*g[0].contiguous().impl(), *s[0].impl(), *s[1].impl(),
+                                            o, *gi.impl());
+        return TensorList{gi};
+      });
+  KILN_TRACE("cross_entropy", TensorList({input, target}), {out}, {"ignore_index", ignore_index},
+             {"reduction", static_cast<int64_t>(reduction)}, {"label_smoothing", label_smoothing});
+  return out;
+}
+
+Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
+                int64_t ignore_index, Reduction reduction) {
+  auto o = ce_options(weight, ignore_index, reduction, 0.0);
+  Tensor out =
+      new_tensor(kernels::cross_entropy_output_shape(input.sizes(), target.sizes(), o.reduction),
+                 input.dtype());
+  kernels::nll_loss_out(*input.impl(), *target.impl(), o, *out.impl());
+  autograd::record("NllLossBackward", {input}, {out}, {input, target, weight}, {},
+                   [ignore_index, reduction](const TensorList& s, const TensorList& g) {
+                     first_order_only("nll_loss", g);
+                     auto o = ce_options(s[2], ignore_index, reduction, 0.0);
+                     Tensor gi = new_like(s[0]);
+                     kernels::nll_loss_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
+                                                    *s[1].impl(), o, *gi.impl());
+                     return TensorList{gi};
+                   });
+  KILN_TRACE("nll_loss", TensorList({input, target}), {out}, {"ignore_index", ignore_index},
+             {"reduction", static_cast<int64_t>(reduction)});
+  return out;
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const auto r = to_kernel(reduction);
+  Tensor out = new_tensor(kernels::pointwise_loss_output_shape(input.sizes(), r), input.dtype());
+  kernels::mse_loss_out(*input.impl(), *target.impl(), r, *out.impl());
+  autograd::record("MseLossBackward", {input, target}, {out}, {input, target}, {},
+                   [r](const TensorList& s, const TensorList& g) {
+                     first_order_only("mse_loss", g);
+                     Tensor gi = new_like(s[0]);
+                     kernels::mse_loss_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
+                                                    *s[1].impl(), r, *gi.impl());
+                     return TensorList{gi, s[1].requires_grad() ? -gi : Tensor()};
+                   });
+  KILN_TRACE("mse_loss", TensorList({input, target}), {out},
+             {"reduction", static_cast<int64_t>(reduction)});
+  return out;
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  const auto r = to_kernel(reduction);
+  Tensor out = new_tensor(kernels::pointwise_loss_output_shape(input.sizes(), r), input.dtype());
+  kernels::smooth_l1_loss_out(*input.impl(), *target.impl(), r, beta, *out.impl());
+  autograd::record("SmoothL1LossBackward", {input, target}, {out}, {input, target}, {},
+                   [r, beta](const TensorList& s, const TensorList& g) {
+                     first_order_only("smooth_l1_loss", g);
+                     Tensor gi = new_like(s[0]);
+                     kernels::smooth_l1_loss_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
+                                                          *s[1].impl(), r, beta, *gi.impl());
+                     return TensorList{gi, s[1].requires_grad() ? -gi : Tensor()};
+                   });
+  KILN_TRACE("smooth_l1_loss", TensorList({input, target}), {out},
+             {"reduction", static_cast<int64_t>(reduction)}, {"beta", beta});
+  return out;
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const Tensor& weight, const Tensor& pos_weight,
+                                        Reduction reduction) {
+  const auto r = to_kernel(reduction);
+  Tensor out = new_tensor(kernels::pointwise_loss_output_shape(input.sizes(), r), input.dtype());
+  kernels::binary_cross_entropy_with_logits_out(*input.impl(), *target.impl(), opt(weight),
+                                                opt(pos_weight), r, *out.impl());
+  autograd::record("BinaryCrossEntropyWithLogitsBackward", {input}, {out},
+                   {input, target, weight, pos_weight}, {},
+                   [r](const TensorList& s, const TensorList& g) {
+                     first_order_only("binary_cross_entropy_with_logits", g);
+                     Tensor gi = new_like(s[0]);
+                     kernels::binary_cross_entropy_with_logits_backward_out(
+                         *g[0].contiguous().impl(), *s[0].impl(), *s[1].impl(), opt(s[2]),
+                         opt(s[3]), r, *gi.impl());
+                     return TensorList{gi};
+                   });
+  KILN_TRACE("binary_cross_entropy_with_logits", TensorList({input, target}), {out},
+             {"reduction", static_cast<int64_t>(reduction)});
+  return out;
+}
+
+}  // namespace kiln
