@@ -237,7 +237,7 @@ TEST(Gemm, LeadingDimsAlphaBeta) {
 // Shapes larger than the cache blocks: several K blocks (beta and the epilogue must apply once),
 // several N blocks and several M blocks.
 TEST(Gemm, MultipleCacheBlocks) {
-  const int64_t sizes[][3] = {{30, 70, 1000}, {40, 1100, 50}, {1700, 24, 20}, {65, 1300, 700}};
+  const int64_t sizes[][3] = {{30, 70, 1000}, {40, 1100, 50}, {1700, 24, 20}, {29, 1300, 400}};
   for_each_config([&] {
     uint32_t seed = 200;
     for (int t = 0; t < 4; ++t) {
@@ -254,6 +254,34 @@ TEST(Gemm, MultipleCacheBlocks) {
         c.e.bias_kind = Epilogue::Bias::PerCol;
         c.e.activation = Activation::Relu;
         c.residual = true;
+        EXPECT_EQ(run_case(c, seed++), "") << describe(c);
+      }
+    }
+  });
+}
+
+// Matrix-vector shapes (M == 1 or N == 1) with strided vectors, beta and epilogues.
+TEST(Gemm, MatrixVector) {
+  const int64_t sizes[][3] = {{1, 300, 70}, {1, 5, 1000}, {200, 1, 45},
+                              {3000, 1, 5}, {1, 1, 33},   {1, 4500, 3}};
+  for_each_config([&] {
+    uint32_t seed = 500;
+    for (int t = 0; t < 4; ++t) {
+      for (auto& s : sizes) {
+        Case c;
+        c.ta = t & 1;
+        c.tb = t & 2;
+        c.M = s[0];
+        c.N = s[1];
+        c.K = s[2];
+        c.pad_a = 2;
+        c.pad_b = 3;
+        c.pad_c = 1;
+        c.alpha = 1.25f;
+        c.beta = (seed & 1) ? 0.5f : 0.0f;
+        c.e.bias_kind = (seed & 2) ? Epilogue::Bias::PerRow : Epilogue::Bias::PerCol;
+        c.e.activation = Activation::GeluTanh;
+        c.residual = seed & 4;
         EXPECT_EQ(run_case(c, seed++), "") << describe(c);
       }
     }

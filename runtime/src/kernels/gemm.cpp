@@ -374,6 +374,144 @@ int64_t round_up(int64_t a, int64_t b) {
   return ceil_div(a, b) * b;
 }
 
+// ---- Matrix-vector products (M == 1 or N == 1)
+// --------------------------------------------------- Memory-bound: read the matrix once, in its
+// storage order, with several independent partial sums. GCC/Clang vector extensions keep this
+// portable (AVX2 here, NEON on arm64).
+
+typedef float vf8 __attribute__((vector_size(32)));
+
+inline vf8 load8(const float* p) {
+  vf8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, vf8 v) {
+  std::memcpy(p, &v, sizeof v);
+}
+inline float hsum(vf8 v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
+inline float finish(float acc, float alpha, float beta, const float* y) {
+  return beta == 0.0f ? alpha * acc : alpha * acc + beta * *y;
+}
+
+// y[i * incy] = alpha * dot(X[i, :K], v) + beta * y[i * incy] for i < n (rows of X contiguous).
+void gemv_dots(int64_t n, int64_t K, float alpha, const float* X, int64_t ldx, const float* v,
+               float beta, float* y, int64_t incy) {
+  const int64_t grain = std::max<int64_t>(4, 32768 / std::max<int64_t>(K, 1));
+  parallel_for(0, n, grain, [&](int64_t i0, int64_t i1) {
+    int64_t i = i0;
+    for (; i + 4 <= i1; i += 4) {
+      const float* x0 = X + i * ldx;
+      const float* x1 = x0 + ldx;
+      const float* x2 = x1 + ldx;
+      const float* x3 = x2 + ldx;
+      vf8 s0{}, s1{}, s2{}, s3{}, t0{}, t1{}, t2{}, t3{};
+      int64_t k = 0;
+      for (; k + 16 <= K; k += 16) {
+        const vf8 va = load8(v + k), vb = load8(v + k + 8);
+        s0 += load8(x0 + k) * va;
+        s1 += load8(x1 + k) * va;
+        s2 += load8(x2 + k) * va;
+        s3 += load8(x3 + k) * va;
+        t0 += load8(x0 + k + 8) * vb;
+        t1 += load8(x1 + k + 8) * vb;
+        t2 += load8(x2 + k + 8) * vb;
+        t3 += load8(x3 + k + 8) * vb;
+      }
+      float r[4] = {hsum(s0 + t0), hsum(s1 + t1), hsum(s2 + t2), hsum(s3 + t3)};
+      for (; k < K; ++k) {
+        r[0] += x0[k] * v[k];
+        r[1] += x1[k] * v[k];
+        r[2] += x2[k] * v[k];
+        r[3] += x3[k] * v[k];
+      }
+      for (int q = 0; q < 4; ++q) y[(i + q) * incy] = finish(r[q], alpha, beta, y + (i + q) * incy);
+    }
+    for (; i < i1; ++i) {
+      const float* x0 = X + i * ldx;
+      vf8 s0{}, t0{};
+      int64_t k = 0;
+      for (; k + 16 <= K; k += 16) {
+        s0 += load8(x0 + k) * load8(v + k);
+        t0 += load8(x0 + k + 8) * load8(v + k + 8);
+      }
+      float r = hsum(s0 + t0);
+      for (; k < K; ++k) r += x0[k] * v[k];
+      y[i * incy] = finish(r, alpha, beta, y + i * incy);
+    }
+  });
+}
+
+// y[j * incy] = alpha * sum_k v[k] X[k, j] + beta * y[j * incy] for j < n: rows of X stream in
+// order into an accumulator row (L1/L2 resident); threads split the columns.
+void gemv_axpys(int64_t n, int64_t K, float alpha, const float* X, int64_t ldx, const float* v,
+                float beta, float* y, int64_t incy) {
+  constexpr int64_t kMaxCols = 2048;
+  const int nth = in_parallel_region() ? 1 : num_threads();
+  const int64_t cw = std::clamp<int64_t>(round_up(ceil_div(n, nth), 16), 16, kMaxCols);
+  parallel_for(0, ceil_div(n, cw), 1, [&](int64_t c0, int64_t c1) {
+    alignas(64) float acc[kMaxCols];
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t j0 = c * cw, nj = std::min<int64_t>(cw, n - j0);
+      std::fill(acc, acc + nj, 0.0f);
+      int64_t k = 0;
+      for (; k + 4 <= K; k += 4) {
+        const float* x0 = X + k * ldx + j0;
+        const float* x1 = x0 + ldx;
+        const float* x2 = x1 + ldx;
+        const float* x3 = x2 + ldx;
+        const float v0 = v[k], v1 = v[k + 1], v2 = v[k + 2], v3 = v[k + 3];
+        int64_t j = 0;
+        for (; j + 8 <= nj; j += 8)
+          store8(acc + j, load8(acc + j) + load8(x0 + j) * v0 + load8(x1 + j) * v1 +
+                              load8(x2 + j) * v2 + load8(x3 + j) * v3);
+        for (; j < nj; ++j) acc[j] += x0[j] * v0 + x1[j] * v1 + x2[j] * v2 + x3[j] * v3;
+      }
+      for (; k < K; ++k) {
+        const float* x0 = X + k * ldx + j0;
+        const float v0 = v[k];
+        for (int64_t j = 0; j < nj; ++j) acc[j] += x0[j] * v0;
+      }
+      for (int64_t j = 0; j < nj; ++j)
+        y[(j0 + j) * incy] = finish(acc[j], alpha, beta, y + (j0 + j) * incy);
+    }
+  });
+}
+
+// M == 1 or N == 1. Returns false when the shape is not a matrix-vector product.
+bool try_gemv(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+              int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+              const Epilogue& e) {
+  if (M != 1 && N != 1) return false;
+  auto contiguous = [&](const float* p, int64_t inc) -> const float* {
+    if (inc == 1 || K == 1) return p;
+    float* buf = tls_pack_a.get(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) buf[k] = p[k * inc];
+    return buf;
+  };
+  if (M == 1) {
+    // c[j] = sum_k a[k] op(B)(k, j); a = A row 0 (stride lda when A is stored K x 1).
+    const float* a = contiguous(A, ta ? lda : 1);
+    if (tb)
+      gemv_dots(N, K, alpha, B, ldb, a, beta, C, 1);
+    else
+      gemv_axpys(N, K, alpha, B, ldb, a, beta, C, 1);
+    if (has_epilogue(e)) epilogue_block(C, ldc, 0, 0, 1, N, e);
+  } else {
+    // c[i] = sum_k op(A)(i, k) b[k]; b = column 0 of op(B) (stride ldb unless B is stored 1 x K).
+    const float* b = contiguous(B, tb ? 1 : ldb);
+    if (!ta)
+      gemv_dots(M, K, alpha, A, lda, b, beta, C, ldc);
+    else
+      gemv_axpys(M, K, alpha, A, lda, b, beta, C, ldc);
+    if (has_epilogue(e)) epilogue_block(C, ldc, 0, 0, M, 1, e);
+  }
+  return true;
+}
+
 // ---- The packed, blocked driver ---------------------------------------------------------------
 
 void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
@@ -496,6 +634,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
   KILN_CHECK(a_rows == 1 || lda >= a_cols, "sgemm", "expected lda >= ", a_cols, ", got ", lda);
   KILN_CHECK(b_rows == 1 || ldb >= b_cols, "sgemm", "expected ldb >= ", b_cols, ", got ", ldb);
 
+  if (try_gemv(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e)) return;
   gemm_packed(active_kernels(), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e);
 }
 

@@ -10,6 +10,9 @@
 
 #include "gemm_internal.h"
 
+// GCC 12 reports the transposes' shuffles of fully initialized registers as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace kiln::kernels::gemm_detail {
 namespace {
 
@@ -103,12 +106,71 @@ void micro(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, in
   t[m](kc, a, b, ldb, c, ldc, m, n, alpha, beta);
 }
 
+// In-register transpose of a 16 x 16 block (r[i] = row i on entry, column i on exit): pairs of
+// rows interleave (unpack), 4 x 4 blocks form within 128-bit lanes (shuffle_ps), then the 128-bit
+// lanes are exchanged twice (shuffle_f32x4).
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int g = 0; g < 16; g += 4) {  // u[g + c]: column 4L + c of rows g..g+3 in lane L
+    u[g + 0] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+    u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+    u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+    u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    t[c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+    t[8 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+  }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
+    r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
+  }
+}
+
+// dst[p * dst_stride + i] = src[i * lds + p] for i < rows (<= 16; zeros up to `width`), p < k:
+// 16 x 16 blocks through registers, masked at the k edge. Stores `width` (16 or 12) floats per p.
+inline void pack_transposed(const float* src, int64_t lds, int rows, int64_t k, float* dst,
+                            int64_t dst_stride, int width) {
+  const __mmask16 store_mask = width >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << width) - 1u);
+  for (int64_t p = 0; p < k; p += 16) {
+    const int rem = static_cast<int>(std::min<int64_t>(16, k - p));
+    const __mmask16 m = rem == 16 ? __mmask16(0xFFFF) : __mmask16((1u << rem) - 1u);
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+      r[i] = i < rows ? _mm512_maskz_loadu_ps(m, src + i * lds + p) : _mm512_setzero_ps();
+    transpose16(r);
+    for (int q = 0; q < rem; ++q)
+      _mm512_mask_storeu_ps(dst + (p + q) * dst_stride, store_mask, r[q]);
+  }
+}
+
 void pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst) {
-  pack_a_generic<kMR>(trans, A, lda, m, k, dst);
+  if (trans) return pack_a_generic<kMR>(trans, A, lda, m, k, dst);
+  for (int64_t r0 = 0; r0 < m; r0 += kMR) {
+    const int rows = static_cast<int>(std::min<int64_t>(kMR, m - r0));
+    pack_transposed(A + r0 * lda, lda, rows, k, dst + r0 * k, kMR, kMR);
+  }
 }
 
 void pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float* dst) {
-  pack_b_generic<kNR>(trans, B, ldb, k, n, dst);
+  if (!trans) return pack_b_generic<kNR>(trans, B, ldb, k, n, dst);
+  for (int64_t j0 = 0; j0 < n; j0 += kNR) {
+    const int cols = static_cast<int>(std::min<int64_t>(kNR, n - j0));
+    float* d = dst + j0 * k;
+    for (int h = 0; h < kNV; ++h) {
+      const int rows = std::max(0, std::min(16, cols - 16 * h));
+      pack_transposed(B + (j0 + 16 * h) * ldb, ldb, rows, k, d + 16 * h, kNR, 16);
+    }
+  }
 }
 
 const KernelSet kSet{"avx512",   kMR,    kNR,     /*kc=*/384, /*mc=*/1536,
