@@ -1,0 +1,308 @@
+// Unary elementwise ops: float32 through the vector kernels of elementwise_vec.h, float64 and
+// integers through scalar loops (which the compiler vectorizes where it can).
+#include <cmath>
+#include <limits>
+
+#include "elementwise_engine.h"
+#include "elementwise_vec.h"
+
+namespace kiln::kernels {
+
+namespace {
+
+bool is_float_op(UnaryOp op) {
+  return static_cast<int>(op) >= static_cast<int>(UnaryOp::Exp);
+}
+
+double param_a(UnaryOp op, const UnaryParams& p) {
+  if (!std::isnan(p.a)) return p.a;
+  return op == UnaryOp::LeakyRelu ? 0.01 : op == UnaryOp::Hardtanh ? -1.0 : 0.0;
+}
+double param_b(UnaryOp op, const UnaryParams& p) {
+  if (!std::isnan(p.b)) return p.b;
+  return op == UnaryOp::Hardtanh ? 1.0 : 0.0;
+}
+
+// out[i] = f(in[i]) over contiguous blocks.
+template <typename T, typename F>
+struct UnaryLoop {
+  F f;
+  void operator()(T* out, const T* const* in, const bool*, int64_t n) const {
+    const T* x = in[0];
+    for (int64_t i = 0; i < n; ++i) out[i] = f(x[i]);
+  }
+};
+
+template <typename T, typename F>
+void run_scalar(TensorImpl& out, const ew::In& in, F f) {
+  ew::run<1, T, T, false>(out, std::array<ew::In, 1>{in}, UnaryLoop<T, F>{f});
+}
+
+// Ops that keep an integer or bool dtype.
+template <typename T>
+void run_integral(UnaryOp op, TensorImpl& out, const ew::In& in) {
+  constexpr bool kBool = std::is_same_v<T, bool>;
+  switch (op) {
+    case UnaryOp::Neg:
+      if constexpr (!kBool) run_scalar<T>(out, in, [](T x) { return ew::wsub(T(0), x); });
+      return;
+    case UnaryOp::Abs:
+      if constexpr (kBool || std::is_unsigned_v<T>) {
+        run_scalar<T>(out, in, [](T x) { return x; });
+      } else {
+        run_scalar<T>(out, in, [](T x) { return x < 0 ? ew::wsub(T(0), x) : x; });
+      }
+      return;
+    case UnaryOp::Sign:
+      if constexpr (kBool) {
+        run_scalar<T>(out, in, [](T x) { return x; });
+      } else {
+        run_scalar<T>(out, in, [](T x) { return static_cast<T>((x > 0) - (x < 0)); });
+      }
+      return;
+    case UnaryOp::Relu:
+      run_scalar<T>(out, in, [](T x) { return x < T(0) ? T(0) : x; });
+      return;
+    case UnaryOp::Floor:
+    case UnaryOp::Ceil:
+    case UnaryOp::Round:
+      run_scalar<T>(out, in, [](T x) { return x; });
+      return;
+    default:
+      fail(unary_op_name(op), "internal: not an integral op");
+  }
+}
+
+// Floating ops in plain scalar code (float64, and float32 ops without a vector kernel).
+template <typename T>
+void run_floating(UnaryOp op, TensorImpl& out, const ew::In& in, T pa, T pb) {
+  using L = std::numeric_limits<T>;
+  switch (op) {
+    case UnaryOp::Neg:
+      return run_scalar<T>(out, in, [](T x) { return -x; });
+    case UnaryOp::Abs:
+      return run_scalar<T>(out, in, [](T x) { return std::fabs(x); });
+    case UnaryOp::Sign:
+      return run_scalar<T>(out, in,
+                           [](T x) { return x != x ? x : static_cast<T>((x > 0) - (x < 0)); });
+    case UnaryOp::Relu:
+      return run_scalar<T>(out, in, [](T x) { return x < 0 ? T(0) : x; });
+    case UnaryOp::Floor:
+      return run_scalar<T>(out, in, [](T x) { return std::floor(x); });
+    case UnaryOp::Ceil:
+      return run_scalar<T>(out, in, [](T x) { return std::ceil(x); });
+    case UnaryOp::Round:
+      return run_scalar<T>(out, in, [](T x) { return std::nearbyint(x); });
+    case UnaryOp::Exp:
+      return run_scalar<T>(out, in, [](T x) { return std::exp(x); });
+    case UnaryOp::Log:
+      return run_scalar<T>(out, in, [](T x) { return std::log(x); });
+    case UnaryOp::Log1p:
+      return run_scalar<T>(out, in, [](T x) { return std::log1p(x); });
+    case UnaryOp::Sqrt:
+      return run_scalar<T>(out, in, [](T x) { return std::sqrt(x); });
+    case UnaryOp::Rsqrt:
+      return run_scalar<T>(out, in, [](T x) { return T(1) / std::sqrt(x); });
+    case UnaryOp::Sin:
+      return run_scalar<T>(out, in, [](T x) { return std::sin(x); });
+    case UnaryOp::Cos:
+      return run_scalar<T>(out, in, [](T x) { return std::cos(x); });
+    case UnaryOp::Tanh:
+      return run_scalar<T>(out, in, [](T x) { return std::tanh(x); });
+    case UnaryOp::Sigmoid:
+      return run_scalar<T>(out, in, [](T x) { return T(1) / (T(1) + std::exp(-x)); });
+    case UnaryOp::Gelu:
+      return run_scalar<T>(
+          out, in, [](T x) { return T(0.5) * x * std::erfc(-x * T(0.70710678118654752440)); });
+    case UnaryOp::GeluTanh:
+      return run_scalar<T>(out, in, [](T x) {
+        const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+        return x / (T(1) + std::exp(-2 * u));
+      });
+    case UnaryOp::Silu:
+      return run_scalar<T>(out, in, [](T x) { return x / (T(1) + std::exp(-x)); });
+    case UnaryOp::Erf:
+      return run_scalar<T>(out, in, [](T x) { return std::erf(x); });
+    case UnaryOp::Reciprocal:
+      return run_scalar<T>(out, in, [](T x) { return T(1) / x; });
+    case UnaryOp::LeakyRelu:
+      return run_scalar<T>(out, in, [pa](T x) { return x > 0 ? x : x * pa; });
+    case UnaryOp::Hardtanh:
+      return run_scalar<T>(out, in, [pa, pb](T x) {
+        const T r = x < pa ? pa : x;
+        return r > pb ? pb : r;
+      });
+  }
+  (void)L::quiet_NaN();
+}
+
+}  // namespace
+
+std::string_view unary_op_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg:
+      return "neg";
+    case UnaryOp::Abs:
+      return "abs";
+    case UnaryOp::Sign:
+      return "sign";
+    case UnaryOp::Relu:
+      return "relu";
+    case UnaryOp::Floor:
+      return "floor";
+    case UnaryOp::Ceil:
+      return "ceil";
+    case UnaryOp::Round:
+      return "round";
+    case UnaryOp::Exp:
+      return "exp";
+    case UnaryOp::Log:
+      return "log";
+    case UnaryOp::Log1p:
+      return "log1p";
+    case UnaryOp::Sqrt:
+      return "sqrt";
+    case UnaryOp::Rsqrt:
+      return "rsqrt";
+    case UnaryOp::Sin:
+      return "sin";
+    case UnaryOp::Cos:
+      return "cos";
+    case UnaryOp::Tanh:
+      return "tanh";
+    case UnaryOp::Sigmoid:
+      return "sigmoid";
+    case UnaryOp::Gelu:
+      return "gelu";
+    case UnaryOp::GeluTanh:
+      return "gelu";
+    case UnaryOp::Silu:
+      return "silu";
+    case UnaryOp::Erf:
+      return "erf";
+    case UnaryOp::Reciprocal:
+      return "reciprocal";
+    case UnaryOp::LeakyRelu:
+      return "leaky_relu";
+    case UnaryOp::Hardtanh:
+      return "hardtanh";
+  }
+  return "unary";
+}
+
+DType unary_result_type(UnaryOp op, DType x) {
+  return (is_float_op(op) && !is_floating(x)) ? DType::Float32 : x;
+}
+
+void unary_out(UnaryOp op, const TensorImpl& x, TensorImpl& out, const UnaryParams& params) {
+  const std::string_view name = unary_op_name(op);
+  KILN_CHECK(static_cast<int>(op) < ew::kNumUnaryOps, "unary", "invalid op ", static_cast<int>(op));
+  const DType result = unary_result_type(op, x.dtype());
+  KILN_CHECK(!(op == UnaryOp::Neg && x.dtype() == DType::Bool), name,
+             "negation, the `-` operator, on a bool tensor is not supported; use logical_not");
+  const TensorImpl* inputs[] = {&x};
+  ew::check_out(name, out, x.sizes(), result, inputs);
+  if (out.numel() == 0) return;
+  const ew::In in = ew::make_in(x, out.sizes(), name);
+  const double pa = param_a(op, params), pb = param_b(op, params);
+  const DType compute = ew::opmath_dtype(result);
+  ew::visit_compute(compute, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float>) {
+      if (const ew::VecUnaryFn fn = ew::vec_table().unary[static_cast<int>(op)]) {
+        const float fa = static_cast<float>(pa), fb = static_cast<float>(pb);
+        ew::run<1, float, float, false>(out, std::array<ew::In, 1>{in},
+                                        [fn, fa, fb](float* o, const float* const* i, const bool*,
+                                                     int64_t n) { fn(o, i[0], n, fa, fb); });
+        return;
+      }
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      run_floating<T>(op, out, in, static_cast<T>(pa), static_cast<T>(pb));
+    } else {
+      run_integral<T>(op, out, in);
+    }
+  });
+}
+
+TensorImplPtr unary(UnaryOp op, const TensorImpl& x, const UnaryParams& params) {
+  auto out = empty(x.sizes(), unary_result_type(op, x.dtype()));
+  unary_out(op, x, *out, params);
+  return out;
+}
+
+void unary_(UnaryOp op, TensorImpl& x, const UnaryParams& params) {
+  unary_out(op, x, x, params);
+}
+void relu_(TensorImpl& x) {
+  unary_out(UnaryOp::Relu, x, x);
+}
+
+void neg_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Neg, x, out);
+}
+void abs_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Abs, x, out);
+}
+void sign_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Sign, x, out);
+}
+void relu_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Relu, x, out);
+}
+void floor_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Floor, x, out);
+}
+void ceil_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Ceil, x, out);
+}
+void round_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Round, x, out);
+}
+void exp_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Exp, x, out);
+}
+void log_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Log, x, out);
+}
+void log1p_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Log1p, x, out);
+}
+void sqrt_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Sqrt, x, out);
+}
+void rsqrt_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Rsqrt, x, out);
+}
+void sin_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Sin, x, out);
+}
+void cos_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Cos, x, out);
+}
+void tanh_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Tanh, x, out);
+}
+void sigmoid_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Sigmoid, x, out);
+}
+void gelu_out(const TensorImpl& x, TensorImpl& out, GeluApproximate approximate) {
+  unary_out(approximate == GeluApproximate::Tanh ? UnaryOp::GeluTanh : UnaryOp::Gelu, x, out);
+}
+void silu_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Silu, x, out);
+}
+void erf_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Erf, x, out);
+}
+void reciprocal_out(const TensorImpl& x, TensorImpl& out) {
+  unary_out(UnaryOp::Reciprocal, x, out);
+}
+void leaky_relu_out(const TensorImpl& x, double negative_slope, TensorImpl& out) {
+  unary_out(UnaryOp::LeakyRelu, x, out, UnaryParams{negative_slope, 0.0});
+}
+void hardtanh_out(const TensorImpl& x, double min_val, double max_val, TensorImpl& out) {
+  unary_out(UnaryOp::Hardtanh, x, out, UnaryParams{min_val, max_val});
+}
+
+}  // namespace kiln::kernels
