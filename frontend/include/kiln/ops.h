@@ -189,3 +189,36 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta =
 // x @ weightᵀ + bias (bias may be undefined)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 }  // namespace kiln
+
+// --- indexing, joining, padding -------------------------------------------------------------
+namespace kiln {
+enum class PadMode { Constant, Reflect, Replicate };
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, double value);
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                 double alpha = 1.0);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+Tensor& masked_fill_(Tensor& x, const Tensor& mask, double value);
+Tensor masked_select(const Tensor& x, const Tensor& mask);  // no gradient
+Tensor cat(const TensorList& tensors, int64_t dim = 0);
+Tensor stack(const TensorList& tensors, int64_t dim = 0);
+TensorList split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+TensorList split_with_sizes(const Tensor& x, std::span<const int64_t> sizes, int64_t dim = 0);
+TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+// pad = (left, right) pairs from the last dim backwards, as torch.nn.functional.pad.
+Tensor pad(const Tensor& x, std::span<const int64_t> pad, PadMode mode = PadMode::Constant,
+           double value = 0.0);
+inline Tensor pad(const Tensor& x, std::initializer_list<int64_t> p,
+                  PadMode mode = PadMode::Constant, double value = 0.0) {
+  return pad(x, Dims(p), mode, value);
+}
+Tensor one_hot(const Tensor& index, int64_t num_classes = -1);
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
+                               bool sorted = true);
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+}  // namespace kiln
