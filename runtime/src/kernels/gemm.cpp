@@ -527,19 +527,27 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
   // Equal A blocks no larger than MC, in whole slivers.
   const int64_t mblocks = ceil_div(M, ks.mc);
   const int64_t mc = round_up(ceil_div(M, mblocks), MR);
-  // B blocks no wider than NC, as many as a multiple of the thread count when there are several.
+  // B blocks no wider than NC. With several threads, several blocks per thread so that the
+  // dynamic task queue balances threads slowed by other load (blocks stay >= 4 panels wide).
   int64_t nblocks = ceil_div(N, ks.nc);
-  if (nth > 1 && nblocks > 1) nblocks = round_up(nblocks, nth);
+  if (nth > 1) {
+    nblocks = std::max(nblocks, std::min<int64_t>(4 * nth, N / (4 * NR)));
+    if (nblocks > 1) nblocks = round_up(nblocks, nth);
+  }
   const int64_t nc = round_up(ceil_div(N, nblocks), NR);
   nblocks = ceil_div(N, nc);
+  // One B block: its packed copy is shared by all threads, which split the A slivers instead.
+  // A single A sliver with row-major B: the kernel reads B in place (packing would only add a
+  // second pass over B); only a ragged last panel is packed.
+  const bool direct_b = !tb && M <= MR;
+  const bool shared_b = !direct_b && nblocks == 1 && nth > 1;
 
   float* apack = tls_pack_a.get(static_cast<size_t>(mc * kc));
+  float* bshared = shared_b || direct_b ? tls_pack_b.get(static_cast<size_t>(nc * kc)) : nullptr;
 
   for (int64_t i0 = 0; i0 < M; i0 += mc) {
     const int64_t mb = std::min(mc, M - i0);
     const int64_t slivers = ceil_div(mb, MR);
-    // Fewer B blocks than threads: the threads also split the A slivers of each block.
-    const int64_t msplit = nblocks >= nth ? 1 : std::min<int64_t>(slivers, ceil_div(nth, nblocks));
     for (int64_t p0 = 0; p0 < K; p0 += kc) {
       const int64_t kb = std::min(kc, K - p0);
       const float* Ablk = ta ? A + p0 * lda + i0 : A + i0 * lda + p0;
@@ -551,30 +559,50 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
       const float beta_k = p0 == 0 ? beta : 1.0f;
       const bool last = p0 + kb == K;
       const float* Bblk = tb ? B + p0 : B + p0 * ldb;
-      parallel_for(0, nblocks * msplit, 1, [&](int64_t t0, int64_t t1) {
-        float* bpack = tls_pack_b.get(static_cast<size_t>(nc * kb));
-        int64_t packed = -1;
-        for (int64_t t = t0; t < t1; ++t) {
-          const int64_t nbi = t / msplit, ms = t % msplit;
-          const int64_t j0 = nbi * nc, nw = std::min(nc, N - j0);
-          if (packed != nbi) {
+
+      // C[i0 + i : +MR, j : j + panel width] for sliver s and a B panel at bp (row stride bld).
+      auto tile = [&](int64_t s, int64_t j, const float* bp, int64_t bld) {
+        const int64_t i = s * MR;
+        const int m = static_cast<int>(std::min(MR, mb - i));
+        const int n = static_cast<int>(std::min(NR, N - j));
+        ks.kernel(kb, apack + i * kb, bp, bld, C + (i0 + i) * ldc + j, ldc, m, n, alpha, beta_k);
+        if (last && epi) epilogue_block(C, ldc, i0 + i, j, m, n, e);
+      };
+
+      if (direct_b) {
+        const int64_t panels = ceil_div(N, NR);
+        const int64_t full = N / NR;
+        if (full < panels)  // ragged last panel, zero padded
+          ks.pack_b(false, Bblk + full * NR, ldb, kb, N - full * NR, bshared);
+        parallel_for(0, panels, 4, [&](int64_t q0, int64_t q1) {
+          for (int64_t q = q0; q < q1; ++q) {
+            if (q < full)
+              tile(0, q * NR, Bblk + q * NR, ldb);
+            else
+              tile(0, q * NR, bshared, NR);
+          }
+        });
+      } else if (shared_b) {
+        const int64_t panels = ceil_div(N, NR);
+        parallel_for(0, panels, 1, [&](int64_t q0, int64_t q1) {
+          const int64_t j0 = q0 * NR, j1 = std::min(q1 * NR, N);
+          ks.pack_b(tb, tb ? Bblk + j0 * ldb : Bblk + j0, ldb, kb, j1 - j0, bshared + j0 * kb);
+        });
+        parallel_for(0, slivers, 1, [&](int64_t s0, int64_t s1) {
+          for (int64_t s = s0; s < s1; ++s)
+            for (int64_t j = 0; j < N; j += NR) tile(s, j, bshared + j * kb, NR);
+        });
+      } else {
+        parallel_for(0, nblocks, 1, [&](int64_t t0, int64_t t1) {
+          float* bpack = tls_pack_b.get(static_cast<size_t>(nc * kb));
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t j0 = t * nc, nw = std::min(nc, N - j0);
             ks.pack_b(tb, tb ? Bblk + j0 * ldb : Bblk + j0, ldb, kb, nw, bpack);
-            packed = nbi;
+            for (int64_t s = 0; s < slivers; ++s)
+              for (int64_t j = 0; j < nw; j += NR) tile(s, j0 + j, bpack + j * kb, NR);
           }
-          const int64_t s_begin = slivers * ms / msplit, s_end = slivers * (ms + 1) / msplit;
-          for (int64_t s = s_begin; s < s_end; ++s) {
-            const int64_t i = s * MR;
-            const int m = static_cast<int>(std::min(MR, mb - i));
-            const float* asl = apack + i * kb;
-            float* crow = C + (i0 + i) * ldc + j0;
-            for (int64_t j = 0; j < nw; j += NR) {
-              const int n = static_cast<int>(std::min(NR, nw - j));
-              ks.kernel(kb, asl, bpack + j * kb, NR, crow + j, ldc, m, n, alpha, beta_k);
-              if (last && epi) epilogue_block(C, ldc, i0 + i, j0 + j, m, n, e);
-            }
-          }
-        }
-      });
+        });
+      }
     }
   }
 }
