@@ -118,7 +118,8 @@ void portable_pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t
 }
 
 const KernelSet kPortable{
-    "scalar", kPMR, kPNR, 256, 1024, 512, &portable_micro, &portable_pack_a, &portable_pack_b};
+    "scalar",         kPMR,   kPNR, 256, 1024, 512, &portable_micro, &portable_pack_a,
+    &portable_pack_b, nullptr};
 
 #if defined(__aarch64__)
 // ---- NEON kernel: 8 x 12 tile, 24 q-register accumulators -------------------------------------
@@ -176,7 +177,8 @@ void neon_pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, 
 void neon_pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float* dst) {
   pack_b_generic<kNNR>(trans, B, ldb, k, n, dst);
 }
-const KernelSet kNeon{"neon", kNMR, kNNR, 256, 1024, 384, &neon_micro, &neon_pack_a, &neon_pack_b};
+const KernelSet kNeon{"neon", kNMR,        kNNR,         256,          1024,
+                      384,    &neon_micro, &neon_pack_a, &neon_pack_b, nullptr};
 #endif
 
 }  // namespace
@@ -481,6 +483,68 @@ void gemv_axpys(int64_t n, int64_t K, float alpha, const float* X, int64_t ldx, 
   });
 }
 
+// Portable DotTileFn (see gemm_internal.h): up to 2 rows of A at a time against 4 rows of W.
+void portable_dot_tile(int m, int n, int64_t K, float alpha, const float* A, int64_t lda,
+                       const float* W, int64_t ldw, float beta, float* C, int64_t ldc) {
+  const float* w[4];
+  for (int q = 0; q < 4; ++q) w[q] = W + std::min(q, n - 1) * ldw;  // repeats the last row
+  for (int r0 = 0; r0 < m; r0 += 2) {
+    const int mr = std::min(2, m - r0);
+    const float* a0 = A + r0 * lda;
+    const float* a1 = mr > 1 ? a0 + lda : a0;
+    vf8 s[2][4] = {};
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+      const vf8 x0 = load8(a0 + k), x1 = load8(a1 + k);
+      for (int q = 0; q < 4; ++q) {
+        const vf8 wq = load8(w[q] + k);
+        s[0][q] += x0 * wq;
+        s[1][q] += x1 * wq;
+      }
+    }
+    for (int r = 0; r < mr; ++r) {
+      const float* a = r == 0 ? a0 : a1;
+      for (int q = 0; q < n; ++q) {
+        float acc = hsum(s[r][q]);
+        for (int64_t kk = k; kk < K; ++kk) acc += a[kk] * w[q][kk];
+        float* c = C + (r0 + r) * ldc + q;
+        *c = finish(acc, alpha, beta, c);
+      }
+    }
+  }
+}
+
+// op(A) x W^T with few rows (small-batch linear layers): dot products straight from W's rows, W
+// read once from memory, 4 rows at a time reused from L1/L2 by all rows of A.
+bool try_small_m_dots(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                      float beta, float* C, int64_t ldc, const Epilogue& e) {
+  if (!tb || M > 16 || K < 16) return false;
+  if (ta) {  // gather op(A) into M contiguous rows
+    float* buf = tls_pack_a.get(static_cast<size_t>(M * K));
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t i = 0; i < M; ++i) buf[i * K + k] = A[k * lda + i];
+    A = buf;
+    lda = K;
+  }
+  const gemm_detail::DotTileFn tile = ks.dot_tile ? ks.dot_tile : &portable_dot_tile;
+  const bool epi = has_epilogue(e);
+  const int64_t groups = ceil_div(N, 4);
+  const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, M * K / 4));
+  parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t j = g * 4;
+      const int nj = static_cast<int>(std::min<int64_t>(4, N - j));
+      for (int64_t i = 0; i < M; i += 4) {
+        const int mi = static_cast<int>(std::min<int64_t>(4, M - i));
+        tile(mi, nj, K, alpha, A + i * lda, lda, B + j * ldb, ldb, beta, C + i * ldc + j, ldc);
+      }
+    }
+    if (epi) epilogue_block(C, ldc, 0, g0 * 4, M, std::min(N, g1 * 4) - g0 * 4, e);
+  });
+  return true;
+}
+
 // M == 1 or N == 1. Returns false when the shape is not a matrix-vector product.
 bool try_gemv(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
@@ -663,7 +727,10 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
   KILN_CHECK(b_rows == 1 || ldb >= b_cols, "sgemm", "expected ldb >= ", b_cols, ", got ", ldb);
 
   if (try_gemv(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e)) return;
-  gemm_packed(active_kernels(), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e);
+  const KernelSet& ks = active_kernels();
+  if (try_small_m_dots(ks, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e))
+    return;
+  gemm_packed(ks, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e);
 }
 
 }  // namespace kiln::kernels

@@ -101,7 +101,7 @@ void pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float
 }
 
 const KernelSet kSet{"avx2",     kMR,    kNR,     /*kc=*/256, /*mc=*/1536,
-                     /*nc=*/512, &micro, &pack_a, &pack_b};
+                     /*nc=*/512, &micro, &pack_a, &pack_b,    nullptr};
 
 }  // namespace
 

@@ -30,6 +30,12 @@ using PackAFn = void (*)(bool trans, const float* A, int64_t lda, int64_t m, int
 // Packs rows [0, k) x columns [0, n) of op(B) into ceil(n / NR) panels (see above).
 using PackBFn = void (*)(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float* dst);
 
+// C[i, j] = alpha * dot(A[i, 0:K], W[j, 0:K]) + beta * C[i, j] for i < m (<= 4), j < n (<= 4):
+// rows of A and W contiguous. Used for A x W^T with few rows of A (small-batch linear layers),
+// where packing the transposed W would cost more than the product.
+using DotTileFn = void (*)(int m, int n, int64_t K, float alpha, const float* A, int64_t lda,
+                           const float* W, int64_t ldw, float beta, float* C, int64_t ldc);
+
 struct KernelSet {
   const char* name;
   int mr, nr;  // register tile
@@ -39,6 +45,7 @@ struct KernelSet {
   MicroKernelFn kernel;
   PackAFn pack_a;
   PackBFn pack_b;
+  DotTileFn dot_tile;  // nullptr: the portable one
 };
 
 // nullptr when the ISA is not compiled into this build.
