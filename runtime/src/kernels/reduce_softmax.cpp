@@ -4,6 +4,7 @@
 // float64 computes in double, everything else in float (f16/bf16 converted once).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "kiln/runtime/kernels/copy.h"
@@ -14,6 +15,12 @@
 #include "reduce_common.h"
 
 namespace kiln::kernels {
+
+namespace red {
+// reduce_softmax_avx512.cpp (x86 builds only).
+void softmax_rows_f32_avx512(const float* x, float* y, int64_t row_begin, int64_t row_end,
+                             int64_t D, bool log);
+}  // namespace red
 
 using namespace red;
 
@@ -102,9 +109,29 @@ C row_sum(const C* x, int64_t n) {
   return pairwise_sum(x, n, Ident{});
 }
 
+// CPUID once; KILN_DISABLE_AVX512=1 (read per call, so tests can cover both paths) opts out.
+bool use_avx512() {
+#if defined(__x86_64__)
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  const char* off = std::getenv("KILN_DISABLE_AVX512");
+  return ok && !(off && *off && *off != '0');
+#else
+  return false;
+#endif
+}
+
 template <typename C>
 void softmax_rows(const C* x, C* y, const Shape3& s, bool log) {
   const int64_t D = s.d;
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<C, float>) {
+    if (use_avx512()) {
+      parallel_for(0, s.outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(D, 1)),
+                   [&](int64_t b, int64_t e) { softmax_rows_f32_avx512(x, y, b, e, D, log); });
+      return;
+    }
+  }
+#endif
   parallel_for(0, s.outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(D, 1)),
                [&](int64_t b, int64_t e) {
                  for (int64_t r = b; r < e; ++r) {
