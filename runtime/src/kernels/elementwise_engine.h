@@ -20,7 +20,7 @@
 #include "kiln/runtime/kernels/loop.h"
 #include "kiln/runtime/tensor.h"
 
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -154,6 +154,125 @@ void store_convert(char* dst, int64_t sb, DType dt, const R* src, int64_t n) {
   });
 }
 
+// Outputs of at least this many bytes are written with non-temporal stores (see run_typed).
+inline constexpr int64_t kStreamBytes = int64_t{16} << 20;
+
+#if defined(__AVX2__)
+inline constexpr bool kHaveStreamStores = true;
+// Copies `bytes` from src (L1-resident scratch) to dst with non-temporal stores where aligned.
+inline void stream_store(char* dst, const void* src_v, int64_t bytes) {
+  const char* src = static_cast<const char*>(src_v);
+  const int64_t head =
+      std::min<int64_t>(bytes, (32 - (reinterpret_cast<uintptr_t>(dst) & 31)) & 31);
+  std::memcpy(dst, src, static_cast<size_t>(head));
+  int64_t i = head;
+  for (; i + 32 <= bytes; i += 32) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+  }
+  std::memcpy(dst + i, src + i, static_cast<size_t>(bytes - i));
+}
+inline void stream_fence() {
+  _mm_sfence();
+}
+#else
+inline constexpr bool kHaveStreamStores = false;
+inline void stream_store(char* dst, const void* src, int64_t bytes) {
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+inline void stream_fence() {}
+#endif
+
+// Sorts dims so that operand 0's byte strides decrease (ties: operand 1's), keeping the logical
+// correspondence between operands; size-1 dims are left where they are (plan_loop drops them).
+template <size_t N>
+void reorder_dims(Dims& shape, std::array<Dims, N>& bytes) {
+  const size_t r = shape.size();
+  if (r < 2) return;
+  auto key_less = [&](size_t a, size_t b) {  // should dim a come after dim b (inner)?
+    for (size_t k = 0; k < N; ++k) {
+      const int64_t sa = std::abs(bytes[k][a]), sb = std::abs(bytes[k][b]);
+      if (sa != sb) return sa < sb;
+    }
+    return false;
+  };
+  // Insertion sort of dim indices by decreasing stride (stable).
+  int64_t perm[64];
+  if (r > 64) return;
+  for (size_t i = 0; i < r; ++i) perm[i] = static_cast<int64_t>(i);
+  bool changed = false;
+  for (size_t i = 1; i < r; ++i) {
+    const int64_t v = perm[i];
+    size_t j = i;
+    while (j > 0 && shape[v] != 1 && shape[perm[j - 1]] != 1 &&
+           key_less(static_cast<size_t>(perm[j - 1]), static_cast<size_t>(v))) {
+      perm[j] = perm[j - 1];
+      --j;
+      changed = true;
+    }
+    perm[j] = v;
+  }
+  if (!changed) return;
+  Dims s2(r);
+  for (size_t i = 0; i < r; ++i) s2[i] = shape[perm[i]];
+  shape = std::move(s2);
+  for (size_t k = 0; k < N; ++k) {
+    Dims b2(r);
+    for (size_t i = 0; i < r; ++i) b2[i] = bytes[k][perm[i]];
+    bytes[k] = std::move(b2);
+  }
+}
+
+// True when some operand walks the inner dim with a large stride (a transposed operand): then
+// rows are processed in tiles so that the cache lines it touches get reused across rows.
+template <size_t N>
+bool needs_tiling(const LoopPlan<N>& p) {
+  const size_t rank = p.shape.size();
+  if (rank < 2 || p.shape[rank - 1] < 32 || p.shape[rank - 2] < 8) return false;
+  for (size_t k = 0; k < N; ++k) {
+    if (std::abs(p.strides[k][rank - 1]) > 16) return true;
+  }
+  return false;
+}
+
+// Like for_each_strided, but over tiles of kTileRows rows x kTileCols columns.
+template <size_t N, typename Row>
+void for_each_tiled(const LoopPlan<N>& p, const Row& row) {
+  constexpr int64_t kTileRows = 32, kTileCols = 64;
+  const size_t rank = p.shape.size();
+  const int64_t n = p.shape[rank - 1];
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < rank; ++d) rows *= p.shape[d];
+  std::array<int64_t, N> s;
+  for (size_t k = 0; k < N; ++k) s[k] = p.strides[k][rank - 1];
+  const int64_t groups = (rows + kTileRows - 1) / kTileRows;
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / (kTileRows * n));
+  parallel_for(0, groups, grain, [&](int64_t gb, int64_t ge) {
+    std::array<char*, N> ptrs[kTileRows];
+    for (int64_t g = gb; g < ge; ++g) {
+      const int64_t r0 = g * kTileRows, r1 = std::min(rows, r0 + kTileRows);
+      for (int64_t r = r0; r < r1; ++r) {
+        int64_t rem = r;
+        std::array<char*, N>& q = ptrs[r - r0];
+        for (size_t k = 0; k < N; ++k) q[k] = p.base[k];
+        for (size_t d = rank - 1; d-- > 0;) {
+          const int64_t i = rem % p.shape[d];
+          rem /= p.shape[d];
+          for (size_t k = 0; k < N; ++k) q[k] += i * p.strides[k][d];
+        }
+      }
+      for (int64_t c0 = 0; c0 < n; c0 += kTileCols) {
+        const int64_t m = std::min(kTileCols, n - c0);
+        for (int64_t r = r0; r < r1; ++r) {
+          std::array<char*, N> q = ptrs[r - r0];
+          for (size_t k = 0; k < N; ++k) q[k] += c0 * s[k];
+          row(q.data(), s.data(), m);
+        }
+      }
+    }
+  });
+}
+
 // An input operand: data, dtype and element strides already broadcast to the iteration shape.
 struct In {
   const char* data = nullptr;
@@ -181,8 +300,16 @@ void run_typed(TensorImpl& out, const std::array<In, sizeof...(Ts)>& ins, const 
     for (auto& v : bytes[j + 1]) v *= item;
     base[j + 1] = const_cast<char*>(ins[j].data);
   }
-  const auto plan = plan_loop<N>(out.sizes(), base, bytes);
+  // Order dims by the output's strides (then the first input's), outermost first, so a
+  // transposed output with equally transposed inputs still runs contiguous rows.
+  Dims shape = out.sizes();
+  reorder_dims<N>(shape, bytes);
+  const auto plan = plan_loop<N>(shape, base, bytes);
   const DType out_dt = out.dtype();
+  // Outputs much larger than the caches bypass them (no read-for-ownership, no eviction of the
+  // inputs' lines): the kernel fills a small L1 block that is then streamed out.
+  const bool stream = out_dt == dtype_of<R> && out.is_contiguous() &&
+                      out.nbytes() >= static_cast<size_t>(kStreamBytes) && kHaveStreamStores;
   std::array<DType, NI> in_dt;
   for (size_t j = 0; j < NI; ++j) in_dt[j] = ins[j].dtype;
   static constexpr std::array<DType, NI> kT = {dtype_of<Ts>...};
@@ -191,7 +318,7 @@ void run_typed(TensorImpl& out, const std::array<In, sizeof...(Ts)>& ins, const 
   constexpr int64_t kRs = sizeof(R);
   using Seq = std::index_sequence_for<Ts...>;
 
-  for_each_strided(plan, [&](char** p, const int64_t* s, int64_t n) {
+  auto row = [&](char** p, const int64_t* s, int64_t n) {
     // Classify operands for this row: used in place, or converted through a block.
     const bool out_direct = out_dt == kR && s[0] == kRs;
     bool all_direct = out_direct;
@@ -202,7 +329,7 @@ void run_typed(TensorImpl& out, const std::array<In, sizeof...(Ts)>& ins, const 
       all_direct = all_direct && direct[j];
     }
     std::array<const void*, NI> in;
-    if (all_direct) {
+    if (all_direct && !stream) {
       for (size_t j = 0; j < NI; ++j) in[j] = p[j + 1];
       k(reinterpret_cast<R*>(p[0]), in.data(), sc.data(), n);
       return;
@@ -229,14 +356,23 @@ void run_typed(TensorImpl& out, const std::array<In, sizeof...(Ts)>& ins, const 
          ...);
       }
       (Seq{});
-      if (out_direct) {
+      if (out_direct && stream) {
+        k(obuf, in.data(), sc.data(), m);
+        stream_store(p[0] + off * s[0], obuf, m * kRs);
+      } else if (out_direct) {
         k(reinterpret_cast<R*>(p[0] + off * s[0]), in.data(), sc.data(), m);
       } else {
         k(obuf, in.data(), sc.data(), m);
         store_convert<R>(p[0] + off * s[0], s[0], out_dt, obuf, m);
       }
     }
-  });
+    if (stream) stream_fence();
+  };
+  if (needs_tiling(plan)) {
+    for_each_tiled(plan, row);
+  } else {
+    for_each_strided(plan, row);
+  }
 }
 
 namespace detail {
