@@ -358,6 +358,9 @@ TEST(Conv, Conv2dBackwardThreadingStrategies) {
     run_backward_case({8, 3, 7, 7, 4, 3, 3, P(1, 1, 1, 1)}, DType::Float32, false, 2e-4);
     run_backward_case({3, 3, 7, 7, 4, 3, 3, P(1, 1, 1, 1)}, DType::Float32, false, 2e-4);
     run_backward_case({1, 24, 36, 36, 4, 3, 3, P(1, 1, 1, 1)}, DType::Float32, false, 5e-4);
+    // K = 576: several column tiles in grad_input / grad_weight.
+    run_backward_case({1, 64, 30, 30, 2, 3, 3, P(1, 1, 1, 1)}, DType::Float32, false, 5e-4);
+    run_backward_case({1, 64, 31, 29, 3, 3, 3, P(2, 1, 1, 1)}, DType::Float32, false, 5e-4);
     run_backward_case({2, 16, 6, 6, 16, 3, 3, P(1, 1, 1, 1, 1, 1, 16)}, DType::Float32, false,
                       2e-4);
     run_backward_case({2, 16, 6, 6, 16, 3, 3, P(1, 1, 1, 1, 1, 1, 8)}, DType::Float32, false, 2e-4);

@@ -64,30 +64,31 @@ void fill_plane(const ConvGeom& g, const float* x, const PlaneBuf& b) {
     const int64_t prow = (ih + g.ph) * b.pitch;
     if (sw == 1) {
       const int64_t n = std::min(g.W, b.pitch - g.pw);
-      if (n > 0) std::memcpy(b.data + prow + g.pw, src, sizeof(float) * n);
+      float* dst = b.data + prow + g.pw;
+      if (n >= 64) {
+        std::memcpy(dst, src, sizeof(float) * n);
+      } else {
+        for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+      }
     } else if (sw == 2) {
       // Evens of x go to phase pw%2 at offset pw/2, odds to phase (pw+1)%2 at (pw+1)/2.
-      float* ev = b.phase(g.pw % 2) + prow + g.pw / 2;
-      float* od = b.phase((g.pw + 1) % 2) + prow + (g.pw + 1) / 2;
-      const int64_t half = g.W / 2;
-      const int64_t lim_e = b.pitch - g.pw / 2, lim_o = b.pitch - (g.pw + 1) / 2;
+      float* __restrict ev = b.phase(g.pw % 2) + prow + g.pw / 2;
+      float* __restrict od = b.phase((g.pw + 1) % 2) + prow + (g.pw + 1) / 2;
+      const int64_t ne = std::min((g.W + 1) / 2, b.pitch - g.pw / 2);
+      const int64_t no = std::min(g.W / 2, b.pitch - (g.pw + 1) / 2);
       int64_t t = 0;
-      if (half <= lim_e && half <= lim_o) {
-        for (; t + kV <= half; t += kV) {
-          const __m256 a = _mm256_loadu_ps(src + 2 * t);
-          const __m256 c = _mm256_loadu_ps(src + 2 * t + kV);
-          const __m256 e = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0));
-          const __m256 o = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1));
-          _mm256_storeu_ps(ev + t, _mm256_castpd_ps(_mm256_permute4x64_pd(
-                                       _mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))));
-          _mm256_storeu_ps(od + t, _mm256_castpd_ps(_mm256_permute4x64_pd(
-                                       _mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0))));
-        }
+      for (; t + kV <= std::min(ne, no) && 2 * t + 2 * kV <= g.W; t += kV) {
+        const __m256 a = _mm256_loadu_ps(src + 2 * t);
+        const __m256 c = _mm256_loadu_ps(src + 2 * t + kV);
+        const __m256 e = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m256 o = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1));
+        _mm256_storeu_ps(ev + t, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e),
+                                                                        _MM_SHUFFLE(3, 1, 2, 0))));
+        _mm256_storeu_ps(od + t, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o),
+                                                                        _MM_SHUFFLE(3, 1, 2, 0))));
       }
-      for (int64_t iw = 2 * t; iw < g.W; ++iw) {
-        const int64_t jp = iw + g.pw;
-        if (jp / 2 < b.pitch) b.phase(jp % 2)[prow + jp / 2] = src[iw];
-      }
+      for (int64_t k = t; k < ne; ++k) ev[k] = src[2 * k];
+      for (int64_t k = t; k < no; ++k) od[k] = src[2 * k + 1];
     } else {
       for (int64_t iw = 0; iw < g.W; ++iw) {
         const int64_t jp = iw + g.pw;
@@ -153,26 +154,23 @@ void row_kernel(int64_t Wo, int ntaps_dyn, const float* const* src, const float*
   }
 }
 
+// tap_off[t]: offset of tap t = (kh, kw) in the phase buffer relative to the row start
+// oh*sh*pitch (precomputed once: no divisions in the row loop).
 template <int kTaps>
-void plane(const ConvGeom& g, const PlaneBuf& b, const float* wc, float bias, const float* res,
-           float* y, const ConvEpilogue& ep, bool vec_act) {
-  const int ntaps = static_cast<int>(g.KH * g.KW);
-  const float* src[64];
+void plane(const ConvGeom& g, const PlaneBuf& b, const int64_t* tap_off, const float* wc,
+           float bias, const float* res, float* y, const ConvEpilogue& ep, bool vec_act) {
+  const int ntaps = kTaps > 0 ? kTaps : static_cast<int>(g.KH * g.KW);
+  const float* src[kTaps > 0 ? kTaps : 64];
   std::vector<const float*> src_heap;
   const float** sp = src;
-  if (ntaps > 64) {
+  if (kTaps == 0 && ntaps > 64) {
     src_heap.resize(static_cast<size_t>(ntaps));
     sp = src_heap.data();
   }
+  const int64_t row_step = g.sh * b.pitch;
   for (int64_t oh = 0; oh < g.Ho; ++oh) {
-    int t = 0;
-    for (int64_t kh = 0; kh < g.KH; ++kh) {
-      const int64_t prow = (oh * g.sh + kh * g.dh) * b.pitch;
-      for (int64_t kw = 0; kw < g.KW; ++kw, ++t) {
-        const int64_t c = kw * g.dw;
-        sp[t] = b.phase(c % g.sw) + prow + c / g.sw;
-      }
-    }
+    const float* base = b.data + oh * row_step;
+    for (int t = 0; t < ntaps; ++t) sp[t] = base + tap_off[t];
     row_kernel<kTaps>(g.Wo, ntaps, sp, wc, bias, res ? res + oh * g.Wo : nullptr, y + oh * g.Wo, ep,
                       vec_act);
   }
@@ -193,6 +191,13 @@ void depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, con
   const bool vec_act = vector_activation(ep.activation);
   const bool k3x3 = g.KH == 3 && g.KW == 3;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(howo * KK, 1));
+  std::vector<int64_t> tap_off(static_cast<size_t>(KK));
+  for (int64_t kh = 0; kh < g.KH; ++kh)
+    for (int64_t kw = 0; kw < g.KW; ++kw) {
+      const int64_t c = kw * g.dw;
+      tap_off[kh * g.KW + kw] =
+          (c % g.sw) * proto.rows * proto.pitch + kh * g.dh * proto.pitch + c / g.sw;
+    }
 
   parallel_for(0, planes, grain, [&](int64_t p0, int64_t p1) {
     const size_t bytes = static_cast<size_t>(buf_elems) * sizeof(float);
@@ -206,9 +211,9 @@ void depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, con
       const float bv = bias ? bias[c] : 0.0f;
       const float* res = residual ? residual + p * howo : nullptr;
       if (k3x3) {
-        plane<9>(g, b, wc, bv, res, y + p * howo, ep, vec_act);
+        plane<9>(g, b, tap_off.data(), wc, bv, res, y + p * howo, ep, vec_act);
       } else {
-        plane<0>(g, b, wc, bv, res, y + p * howo, ep, vec_act);
+        plane<0>(g, b, tap_off.data(), wc, bv, res, y + p * howo, ep, vec_act);
       }
     }
     cpu_allocator().deallocate(b.data, bytes);
