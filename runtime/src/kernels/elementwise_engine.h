@@ -183,29 +183,29 @@ inline void stream_store(char* dst, const void* src, int64_t bytes) {
 inline void stream_fence() {}
 #endif
 
-// Sorts dims so that operand 0's byte strides decrease (ties: operand 1's), keeping the logical
-// correspondence between operands; size-1 dims are left where they are (plan_loop drops them).
+// Drops size-1 dims and sorts the others so that operand 0's byte strides decrease (ties:
+// operand 1's, ...), keeping the dims of all operands in correspondence.
 template <size_t N>
 void reorder_dims(Dims& shape, std::array<Dims, N>& bytes) {
   const size_t r = shape.size();
-  if (r < 2) return;
-  auto key_less = [&](size_t a, size_t b) {  // should dim a come after dim b (inner)?
+  if (r > 64) return;
+  size_t perm[64];
+  size_t m = 0;
+  for (size_t i = 0; i < r; ++i) {
+    if (shape[i] != 1) perm[m++] = i;
+  }
+  auto inner_than = [&](size_t a, size_t b) {  // should dim a come after (inside) dim b?
     for (size_t k = 0; k < N; ++k) {
       const int64_t sa = std::abs(bytes[k][a]), sb = std::abs(bytes[k][b]);
       if (sa != sb) return sa < sb;
     }
     return false;
   };
-  // Insertion sort of dim indices by decreasing stride (stable).
-  int64_t perm[64];
-  if (r > 64) return;
-  for (size_t i = 0; i < r; ++i) perm[i] = static_cast<int64_t>(i);
-  bool changed = false;
-  for (size_t i = 1; i < r; ++i) {
-    const int64_t v = perm[i];
+  bool changed = m != r;
+  for (size_t i = 1; i < m; ++i) {  // stable insertion sort
+    const size_t v = perm[i];
     size_t j = i;
-    while (j > 0 && shape[v] != 1 && shape[perm[j - 1]] != 1 &&
-           key_less(static_cast<size_t>(perm[j - 1]), static_cast<size_t>(v))) {
+    while (j > 0 && inner_than(perm[j - 1], v)) {
       perm[j] = perm[j - 1];
       --j;
       changed = true;
@@ -213,12 +213,12 @@ void reorder_dims(Dims& shape, std::array<Dims, N>& bytes) {
     perm[j] = v;
   }
   if (!changed) return;
-  Dims s2(r);
-  for (size_t i = 0; i < r; ++i) s2[i] = shape[perm[i]];
+  Dims s2(m);
+  for (size_t i = 0; i < m; ++i) s2[i] = shape[perm[i]];
   shape = std::move(s2);
   for (size_t k = 0; k < N; ++k) {
-    Dims b2(r);
-    for (size_t i = 0; i < r; ++i) b2[i] = bytes[k][perm[i]];
+    Dims b2(m);
+    for (size_t i = 0; i < m; ++i) b2[i] = bytes[k][perm[i]];
     bytes[k] = std::move(b2);
   }
 }
