@@ -531,13 +531,21 @@ bool try_small_m_dots(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t 
   const bool epi = has_epilogue(e);
   const int64_t groups = ceil_div(N, 4);
   const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, M * K / 4));
+  // Long K blocks: W's rows stream from memory best in long runs (measured: blocks of 256..1024
+  // that keep A's slice in L1 are slower); very long K is still split to keep A's rows in L2.
+  constexpr int64_t kKC = 4096;
   parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t j = g * 4;
-      const int nj = static_cast<int>(std::min<int64_t>(4, N - j));
-      for (int64_t i = 0; i < M; i += 4) {
-        const int mi = static_cast<int>(std::min<int64_t>(4, M - i));
-        tile(mi, nj, K, alpha, A + i * lda, lda, B + j * ldb, ldb, beta, C + i * ldc + j, ldc);
+    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+      const int64_t kb = std::min(kKC, K - k0);
+      const float beta_k = k0 == 0 ? beta : 1.0f;
+      for (int64_t g = g0; g < g1; ++g) {
+        const int64_t j = g * 4;
+        const int nj = static_cast<int>(std::min<int64_t>(4, N - j));
+        for (int64_t i = 0; i < M; i += 4) {
+          const int mi = static_cast<int>(std::min<int64_t>(4, M - i));
+          tile(mi, nj, kb, alpha, A + i * lda + k0, lda, B + j * ldb + k0, ldb, beta_k,
+               C + i * ldc + j, ldc);
+        }
       }
     }
     if (epi) epilogue_block(C, ldc, 0, g0 * 4, M, std::min(N, g1 * 4) - g0 * 4, e);

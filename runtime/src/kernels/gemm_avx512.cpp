@@ -174,8 +174,77 @@ void pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float
   }
 }
 
+// 4 rows of A against 4 rows of W: 16 zmm partial sums along K, 8 loads per 16 FMAs.
+template <int MI>
+void dot_tile_m(int n, int64_t K, float alpha, const float* A, int64_t lda, const float* W,
+                int64_t ldw, float beta, float* C, int64_t ldc) {
+  __m512 acc[MI][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < MI; ++r) {
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_setzero_ps();
+  }
+  const float* w[4];
+  for (int q = 0; q < 4; ++q) w[q] = W + std::min(q, n - 1) * ldw;  // repeats the last row
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    __m512 wv[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) wv[q] = _mm512_loadu_ps(w[q] + k);
+#pragma GCC unroll 4
+    for (int r = 0; r < MI; ++r) {
+      const __m512 av = _mm512_loadu_ps(A + r * lda + k);
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_fmadd_ps(av, wv[q], acc[r][q]);
+    }
+  }
+  if (k < K) {
+    const __mmask16 m = __mmask16((1u << (K - k)) - 1u);
+    __m512 wv[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) wv[q] = _mm512_maskz_loadu_ps(m, w[q] + k);
+#pragma GCC unroll 4
+    for (int r = 0; r < MI; ++r) {
+      const __m512 av = _mm512_maskz_loadu_ps(m, A + r * lda + k);
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_fmadd_ps(av, wv[q], acc[r][q]);
+    }
+  }
+  // Four horizontal sums at once: interleave and add pairs, then fold the 128-bit lanes.
+  for (int r = 0; r < MI; ++r) {
+    const __m512 b0 = _mm512_add_ps(_mm512_unpacklo_ps(acc[r][0], acc[r][1]),
+                                    _mm512_unpackhi_ps(acc[r][0], acc[r][1]));
+    const __m512 b1 = _mm512_add_ps(_mm512_unpacklo_ps(acc[r][2], acc[r][3]),
+                                    _mm512_unpackhi_ps(acc[r][2], acc[r][3]));
+    __m512 c = _mm512_add_ps(_mm512_shuffle_ps(b0, b1, 0x44), _mm512_shuffle_ps(b0, b1, 0xEE));
+    c = _mm512_add_ps(c, _mm512_shuffle_f32x4(c, c, 0x4E));
+    c = _mm512_add_ps(c, _mm512_shuffle_f32x4(c, c, 0xB1));
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, _mm512_castps512_ps128(c));
+    for (int q = 0; q < n; ++q) {
+      const float v = alpha * sums[q];
+      float* cp = C + r * ldc + q;
+      *cp = beta == 0.0f ? v : v + beta * *cp;
+    }
+  }
+}
+
+void dot_tile(int m, int n, int64_t K, float alpha, const float* A, int64_t lda, const float* W,
+              int64_t ldw, float beta, float* C, int64_t ldc) {
+  switch (m) {
+    case 1:
+      return dot_tile_m<1>(n, K, alpha, A, lda, W, ldw, beta, C, ldc);
+    case 2:
+      return dot_tile_m<2>(n, K, alpha, A, lda, W, ldw, beta, C, ldc);
+    case 3:
+      return dot_tile_m<3>(n, K, alpha, A, lda, W, ldw, beta, C, ldc);
+    default:
+      return dot_tile_m<4>(n, K, alpha, A, lda, W, ldw, beta, C, ldc);
+  }
+}
+
 const KernelSet kSet{"avx512",   kMR,    kNR,     /*kc=*/384, /*mc=*/1536,
-                     /*nc=*/512, &micro, &pack_a, &pack_b};
+                     /*nc=*/512, &micro, &pack_a, &pack_b,    &dot_tile};
 
 }  // namespace
 
