@@ -3,9 +3,11 @@
 
 #include "kiln/autograd.h"
 #include "kiln/custom_function.h"
+#include "kiln/data.h"
 #include "kiln/dispatch.h"
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
+#include "kiln/optim.h"
 #include "kiln/runtime/dtype.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/thread_pool.h"
