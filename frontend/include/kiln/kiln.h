@@ -3,6 +3,7 @@
 
 #include "kiln/autograd.h"
 #include "kiln/custom_function.h"
+#include "kiln/data.h"
 #include "kiln/dispatch.h"
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
