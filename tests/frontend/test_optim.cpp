@@ -227,6 +227,26 @@ TEST(OptimAdamW, MatchesPyTorchTrajectories) {
       optim_ref::k_adamw_amsgrad);
 }
 
+TEST(OptimAdam, Float32ParametersFollowTheFloat64Trajectory) {
+  // The optimizers keep their state in the parameter's dtype; float32 stays close to float64.
+  Lsq p64;
+  Tensor X = p64.X.to(DType::Float32), Y = p64.Y.to(DType::Float32);
+  Tensor W = p64.W.detach().to(DType::Float32).requires_grad_();
+  Tensor b = p64.b.detach().to(DType::Float32).requires_grad_();
+  Adam opt({W, b}, AdamOptions(0.01));
+  const auto& ref = optim_ref::k_adam_default;
+  for (int s = 0; s < kSteps; ++s) {
+    opt.zero_grad();
+    (mean(pow(matmul(X, W.t()) + b - Y, 2.0)) + 0.01 * sum(pow(W, 4.0))).backward();
+    opt.step();
+    Tensor w = W.detach().to(DType::Float64), bb = b.detach().to(DType::Float64);
+    auto wv = values(w), bv = values(bb);
+    for (size_t i = 0; i < 12; ++i) EXPECT_NEAR(wv[i], ref[s * 15 + i], 2e-5) << s;
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(bv[i], ref[s * 15 + 12 + i], 2e-5) << s;
+  }
+  EXPECT_EQ(get_tensor(opt.state().at(W.impl()), "exp_avg", "test").dtype(), DType::Float32);
+}
+
 // --- RMSprop -------------------------------------------------------------------------------------
 
 TEST(OptimRMSprop, MatchesPyTorchTrajectories) {
