@@ -321,6 +321,28 @@ TEST(Gemm, EveryEpilogue) {
   });
 }
 
+// The vectorized activations over their whole range (saturation, tiny and huge inputs).
+TEST(Gemm, ActivationExtremes) {
+  std::vector<float> xs = {-1000, -100,   -88.5f, -87, -30,   -20,   -9,   -5,     -3,    -2, -1,
+                           -0.5f, -1e-3f, -1e-6f, 0,   1e-6f, 1e-3f, 0.5f, 1,      2,     3,  5,
+                           9,     20,     30,     87,  88.5f, 100,   1000, -0.25f, 0.25f, 7};
+  const int64_t N = static_cast<int64_t>(xs.size()), M = 2;
+  std::vector<float> A = {1.0f, 1.0f};  // M x 1
+  for (Activation act : {Activation::Gelu, Activation::GeluTanh, Activation::Silu,
+                         Activation::Sigmoid, Activation::Tanh}) {
+    Epilogue e;
+    e.activation = act;
+    std::vector<float> C(M * N);
+    kernels::sgemm(false, false, M, N, 1, 1.0f, A.data(), 1, xs.data(), N, 0.0f, C.data(), N, e);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        const double want = ref_activation(xs[j], e);
+        EXPECT_NEAR(C[i * N + j], want, 2e-6 + 2e-6 * std::abs(want))
+            << "activation " << int(act) << " x=" << xs[j];
+      }
+  }
+}
+
 TEST(Gemm, AlphaZeroAndEmptyK) {
   for_each_config([&] {
     uint32_t seed = 400;

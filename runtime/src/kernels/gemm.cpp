@@ -304,6 +304,78 @@ struct Scratch {
 thread_local Scratch tls_pack_a;
 thread_local Scratch tls_pack_b;
 
+// ---- Vector helpers (GCC/Clang vector extensions: AVX2 here, NEON on arm64) ---------------------
+
+typedef float vf8 __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+
+inline vf8 load8(const float* p) {
+  vf8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, vf8 v) {
+  std::memcpy(p, &v, sizeof v);
+}
+inline float hsum(vf8 v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
+inline vf8 splat(float x) {
+  return vf8{} + x;
+}
+
+// exp(x) for float32: Cody-Waite reduction x = n ln2 + r, a degree-6 polynomial for e^r (the
+// Cephes expf coefficients), 2^n added to the exponent bits. Inputs clamped to the normal range.
+inline vf8 vexp(vf8 x) {
+  x = x < -87.3f ? splat(-87.3f) : x;
+  x = x > 88.3f ? splat(88.3f) : x;
+  const vf8 magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  const vf8 t = x * 1.44269504088896341f + magic;
+  const vf8 n = t - magic;
+  const vf8 r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  vf8 p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const vf8 y = p * r * r + r + 1.0f;
+  vi8 yi, ti, mi;
+  std::memcpy(&yi, &y, sizeof y);
+  std::memcpy(&ti, &t, sizeof t);
+  std::memcpy(&mi, &magic, sizeof magic);
+  yi += (ti - mi) << 23;
+  vf8 out;
+  std::memcpy(&out, &yi, sizeof out);
+  return out;
+}
+inline vf8 vsigmoid(vf8 x) {
+  return 1.0f / (1.0f + vexp(-x));
+}
+inline vf8 vtanh(vf8 x) {  // 1 - 2 / (e^2x + 1); exact at the saturated ends
+  return 1.0f - 2.0f / (vexp(2.0f * x) + 1.0f);
+}
+// erf by Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7).
+inline vf8 verf(vf8 x) {
+  const vf8 ax = x < 0.0f ? -x : x;
+  const vf8 t = 1.0f / (1.0f + 0.3275911f * ax);
+  vf8 p = splat(1.061405429f);
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  const vf8 y = 1.0f - p * t * vexp(-ax * ax);
+  return x < 0.0f ? -y : y;
+}
+
+template <typename F>
+void map_row(float* row, int64_t n, const Epilogue& e, F&& f) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) store8(row + j, f(load8(row + j)));
+  for (; j < n; ++j) row[j] = apply_activation(row[j], e);
+}
+
 // ---- Epilogue -----------------------------------------------------------------------------------
 
 bool has_epilogue(const Epilogue& e) {
@@ -326,9 +398,18 @@ void activate_row(float* row, int64_t n, const Epilogue& e) {
       for (int64_t j = 0; j < n; ++j) row[j] = std::min(std::max(row[j], lo), hi);
       return;
     }
-    default:
-      for (int64_t j = 0; j < n; ++j) row[j] = apply_activation(row[j], e);
-      return;
+    case Activation::Gelu:
+      return map_row(row, n, e, [](vf8 x) { return 0.5f * x * (1.0f + verf(x * 0.70710678f)); });
+    case Activation::GeluTanh:
+      return map_row(row, n, e, [](vf8 x) {
+        return 0.5f * x * (1.0f + vtanh(0.79788456f * (x + 0.044715f * x * x * x)));
+      });
+    case Activation::Silu:
+      return map_row(row, n, e, [](vf8 x) { return x * vsigmoid(x); });
+    case Activation::Sigmoid:
+      return map_row(row, n, e, [](vf8 x) { return vsigmoid(x); });
+    case Activation::Tanh:
+      return map_row(row, n, e, [](vf8 x) { return vtanh(x); });
   }
 }
 
@@ -376,24 +457,8 @@ int64_t round_up(int64_t a, int64_t b) {
   return ceil_div(a, b) * b;
 }
 
-// ---- Matrix-vector products (M == 1 or N == 1)
-// --------------------------------------------------- Memory-bound: read the matrix once, in its
-// storage order, with several independent partial sums. GCC/Clang vector extensions keep this
-// portable (AVX2 here, NEON on arm64).
-
-typedef float vf8 __attribute__((vector_size(32)));
-
-inline vf8 load8(const float* p) {
-  vf8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, vf8 v) {
-  std::memcpy(p, &v, sizeof v);
-}
-inline float hsum(vf8 v) {
-  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
-}
+// ---- Matrix-vector products (M == 1 or N == 1) --------------------------------------------------
+// Memory-bound: read the matrix once, in its storage order, with several independent partial sums.
 
 inline float finish(float acc, float alpha, float beta, const float* y) {
   return beta == 0.0f ? alpha * acc : alpha * acc + beta * *y;
