@@ -67,31 +67,37 @@ float apply_activation(float x, const Epilogue& e) {
 namespace gemm_detail {
 namespace {
 
-// ---- Portable kernel: plain C++ the compiler may vectorize for whatever the target is ---------
+// ---- Portable kernel: GCC/Clang vector extensions (lowered to whatever SIMD the target has)
+// ------
 constexpr int kPMR = 4;
 constexpr int kPNR = 16;
+typedef float pvf8 __attribute__((vector_size(32)));
 
 template <int R>
 void portable_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                  int m, int n, float alpha, float beta) {
-  float acc[R][kPNR];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < kPNR; ++j) acc[r][j] = 0.0f;
-  }
+  pvf8 acc[R][2] = {};
   for (int64_t p = 0; p < kc; ++p) {
+    pvf8 b0, b1;
+    std::memcpy(&b0, b, sizeof b0);
+    std::memcpy(&b1, b + 8, sizeof b1);
     for (int r = 0; r < R; ++r) {
       const float av = a[r];
-      for (int j = 0; j < kPNR; ++j) acc[r][j] += av * b[j];
+      acc[r][0] += av * b0;
+      acc[r][1] += av * b1;
     }
     a += kPMR;
     b += ldb;
   }
   for (int r = 0; r < R; ++r) {
+    float tile[kPNR];
+    std::memcpy(tile, &acc[r][0], sizeof acc[r][0]);
+    std::memcpy(tile + 8, &acc[r][1], sizeof acc[r][1]);
     float* cr = c + r * ldc;
     if (beta != 0.0f) {
-      for (int j = 0; j < n; ++j) cr[j] = alpha * acc[r][j] + beta * cr[j];
+      for (int j = 0; j < n; ++j) cr[j] = alpha * tile[j] + beta * cr[j];
     } else {
-      for (int j = 0; j < n; ++j) cr[j] = alpha * acc[r][j];
+      for (int j = 0; j < n; ++j) cr[j] = alpha * tile[j];
     }
   }
 }
