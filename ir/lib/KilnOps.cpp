@@ -9,7 +9,7 @@ namespace kiln::ir {
 namespace {
 
 // Promotion of element types, as the runtime's promote_types: floats beat integers, wider wins.
-Type promote(Type a, Type b) {
+Type promote_types(Type a, Type b) {
   if (a == b) return a;
   const bool fa = isa<FloatType>(a), fb = isa<FloatType>(b);
   if (fa != fb) return fa ? a : b;
@@ -40,29 +40,119 @@ LogicalResult broadcast(ArrayRef<int64_t> a, ArrayRef<int64_t> b, SmallVectorImp
   return success();
 }
 
+bool is_float(Type t) {
+  return isa<FloatType>(t);
+}
+bool is_bool(Type t) {
+  return t.isInteger(1);
+}
+
+// PyTorch's result_type for two tensors: a 0-dim operand only raises the category
+// (bool < integer < floating) of a dimensioned one.
+Type result_type(RankedTensorType a, RankedTensorType b) {
+  Type ea = a.getElementType(), eb = b.getElementType();
+  const bool a0 = a.getRank() == 0, b0 = b.getRank() == 0;
+  if (a0 != b0) {
+    Type dim = a0 ? eb : ea, zero = a0 ? ea : eb;
+    auto category = [](Type t) { return is_float(t) ? 2 : is_bool(t) ? 0 : 1; };
+    if (category(zero) <= category(dim)) return dim;
+    if (is_float(zero)) return Float32Type::get(a.getContext());
+    return zero;  // integer 0-dim with a bool tensor
+  }
+  return promote_types(ea, eb);
+}
+
 LogicalResult infer_binary(ValueRange operands, std::optional<Location> loc, StringRef op,
-                           SmallVectorImpl<Type>& inferred) {
+                           bool true_div, SmallVectorImpl<Type>& inferred) {
   auto lhs = cast<RankedTensorType>(operands[0].getType());
   auto rhs = cast<RankedTensorType>(operands[1].getType());
   SmallVector<int64_t> shape;
   if (failed(broadcast(lhs.getShape(), rhs.getShape(), shape, loc, op))) return failure();
-  inferred.push_back(
-      RankedTensorType::get(shape, promote(lhs.getElementType(), rhs.getElementType())));
+  Type element = result_type(lhs, rhs);
+  if (true_div && !is_float(element)) element = Float32Type::get(lhs.getContext());
+  inferred.push_back(RankedTensorType::get(shape, element));
+  return success();
+}
+
+LogicalResult infer_compare(ValueRange operands, std::optional<Location> loc, StringRef op,
+                            SmallVectorImpl<Type>& inferred) {
+  auto lhs = cast<RankedTensorType>(operands[0].getType());
+  auto rhs = cast<RankedTensorType>(operands[1].getType());
+  SmallVector<int64_t> shape;
+  if (failed(broadcast(lhs.getShape(), rhs.getShape(), shape, loc, op))) return failure();
+  inferred.push_back(RankedTensorType::get(shape, IntegerType::get(lhs.getContext(), 1)));
+  return success();
+}
+
+// Unary ops keep the shape; the element type is the input's or (float op on integers) a float.
+LogicalResult verify_unary(Operation* op) {
+  auto in = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto out = cast<RankedTensorType>(op->getResult(0).getType());
+  if (in.getShape() != out.getShape()) {
+    return op->emitOpError("result shape must equal the input's: input ")
+           << in << ", result " << out;
+  }
   return success();
 }
 
 }  // namespace
 
-#define KILN_BINARY_INFER(Op, name)                                                        \
-  LogicalResult Op::inferReturnTypes(MLIRContext*, std::optional<Location> loc,            \
+#define KILN_BINARY_INFER(Op, name, true_div)                                                \
+  LogicalResult Op::inferReturnTypes(MLIRContext*, std::optional<Location> loc,              \
                                      Op::Adaptor adaptor, SmallVectorImpl<Type>& inferred) { \
-    return infer_binary(adaptor.getOperands(), loc, name, inferred);                       \
+    return infer_binary(ValueRange{adaptor.getLhs(), adaptor.getRhs()}, loc, name, true_div, \
+                        inferred);                                                           \
   }
-KILN_BINARY_INFER(AddOp, "kiln.add")
-KILN_BINARY_INFER(SubOp, "kiln.sub")
-KILN_BINARY_INFER(MulOp, "kiln.mul")
-KILN_BINARY_INFER(DivOp, "kiln.div")
+KILN_BINARY_INFER(AddOp, "kiln.add", false)
+KILN_BINARY_INFER(SubOp, "kiln.sub", false)
+KILN_BINARY_INFER(MulOp, "kiln.mul", false)
+KILN_BINARY_INFER(DivOp, "kiln.div", true)
+KILN_BINARY_INFER(PowOp, "kiln.pow", false)
+KILN_BINARY_INFER(MaximumOp, "kiln.maximum", false)
+KILN_BINARY_INFER(MinimumOp, "kiln.minimum", false)
 #undef KILN_BINARY_INFER
+
+#define KILN_COMPARE_INFER(Op, name)                                                         \
+  LogicalResult Op::inferReturnTypes(MLIRContext*, std::optional<Location> loc,              \
+                                     Op::Adaptor adaptor, SmallVectorImpl<Type>& inferred) { \
+    return infer_compare(adaptor.getOperands(), loc, name, inferred);                        \
+  }
+KILN_COMPARE_INFER(EqOp, "kiln.eq")
+KILN_COMPARE_INFER(NeOp, "kiln.ne")
+KILN_COMPARE_INFER(LtOp, "kiln.lt")
+KILN_COMPARE_INFER(LeOp, "kiln.le")
+KILN_COMPARE_INFER(GtOp, "kiln.gt")
+KILN_COMPARE_INFER(GeOp, "kiln.ge")
+KILN_COMPARE_INFER(LogicalAndOp, "kiln.logical_and")
+KILN_COMPARE_INFER(LogicalOrOp, "kiln.logical_or")
+#undef KILN_COMPARE_INFER
+
+#define KILN_UNARY_VERIFY(Op)            \
+  LogicalResult Op::verify() {           \
+    return verify_unary(getOperation()); \
+  }
+KILN_UNARY_VERIFY(NegOp)
+KILN_UNARY_VERIFY(AbsOp)
+KILN_UNARY_VERIFY(ExpOp)
+KILN_UNARY_VERIFY(LogOp)
+KILN_UNARY_VERIFY(Log1pOp)
+KILN_UNARY_VERIFY(SqrtOp)
+KILN_UNARY_VERIFY(RsqrtOp)
+KILN_UNARY_VERIFY(SinOp)
+KILN_UNARY_VERIFY(CosOp)
+KILN_UNARY_VERIFY(TanhOp)
+KILN_UNARY_VERIFY(SigmoidOp)
+KILN_UNARY_VERIFY(ReluOp)
+KILN_UNARY_VERIFY(SiluOp)
+KILN_UNARY_VERIFY(ErfOp)
+KILN_UNARY_VERIFY(FloorOp)
+KILN_UNARY_VERIFY(CeilOp)
+KILN_UNARY_VERIFY(RoundOp)
+KILN_UNARY_VERIFY(SignOp)
+KILN_UNARY_VERIFY(ReciprocalOp)
+KILN_UNARY_VERIFY(LogicalNotOp)
+KILN_UNARY_VERIFY(CloneOp)
+#undef KILN_UNARY_VERIFY
 
 // relu(relu(x)) == relu(x)
 OpFoldResult ReluOp::fold(FoldAdaptor) {
@@ -79,9 +169,10 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext*, std::optional<Location> l
     return emitOptionalError(loc, "kiln.matmul: expected operands of rank >= 2, got rank ",
                              lhs.getRank(), " and ", rhs.getRank());
   }
-  if (lhs.getElementType() != rhs.getElementType()) {
-    return emitOptionalError(loc, "kiln.matmul: operand element types differ: ",
-                             lhs.getElementType(), " vs ", rhs.getElementType());
+  if (lhs.getElementType() != rhs.getElementType()) {  // the tracer inserts kiln.to first
+    return emitOptionalError(loc,
+                             "kiln.matmul: operand element types differ: ", lhs.getElementType(),
+                             " vs ", rhs.getElementType());
   }
   ArrayRef<int64_t> a = lhs.getShape(), b = rhs.getShape();
   const int64_t k_lhs = a.back(), k_rhs = b[b.size() - 2];

@@ -8,7 +8,7 @@ func.func @elementwise(%a: tensor<2x1xf32>, %b: tensor<3xf32>, %i: tensor<3xi32>
   // CHECK: kiln.mul %[[S]], %{{.*}} : tensor<2x3xf32>, tensor<3xi32>
   %1 = kiln.mul %0, %i : tensor<2x3xf32>, tensor<3xi32>
   // CHECK: kiln.relu %{{.*}} : tensor<2x3xf32>
-  %2 = kiln.relu %1 : tensor<2x3xf32>
+  %2 = kiln.relu %1 : tensor<2x3xf32> -> tensor<2x3xf32>
   return %2 : tensor<2x3xf32>
 }
 

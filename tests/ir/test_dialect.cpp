@@ -33,7 +33,8 @@ TEST_F(IrTest, BinaryOpsBroadcastAndPromote) {
   auto f64x4 = RankedTensorType::get({4}, b.getF64Type());
   auto fn = b.create<func::FuncOp>(loc, "f", b.getFunctionType({f32x3x1, f64x4}, {}));
   b.setInsertionPointToStart(fn.addEntryBlock());
-  auto add = b.create<kiln::ir::AddOp>(loc, fn.getArgument(0), fn.getArgument(1));
+  auto add =
+      b.create<kiln::ir::AddOp>(loc, fn.getArgument(0), fn.getArgument(1), b.getF64FloatAttr(1.0));
   EXPECT_EQ(add.getType(), RankedTensorType::get({3, 4}, b.getF64Type()));
   b.create<func::ReturnOp>(loc);
   EXPECT_TRUE(succeeded(verify(module)));

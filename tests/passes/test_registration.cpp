@@ -22,9 +22,9 @@ TEST(Passes, CleanupRemovesRedundantRelu) {
   mlir::MLIRContext ctx(registry);
   auto module = mlir::parseSourceString<mlir::ModuleOp>(R"(
     func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
-      %0 = kiln.relu %x : tensor<4xf32>
-      %1 = kiln.relu %0 : tensor<4xf32>
-      %2 = kiln.relu %1 : tensor<4xf32>
+      %0 = kiln.relu %x : tensor<4xf32> -> tensor<4xf32>
+      %1 = kiln.relu %0 : tensor<4xf32> -> tensor<4xf32>
+      %2 = kiln.relu %1 : tensor<4xf32> -> tensor<4xf32>
       return %2 : tensor<4xf32>
     })",
                                                         &ctx);

@@ -131,6 +131,12 @@ class InferenceMode {
   bool prev_grad_, prev_inference_;
 };
 
+// Marks an in-place write to t's storage (skipped in InferenceMode, which keeps no graph that
+// could read a stale saved tensor).
+inline void bump_version(const Tensor& t) {
+  if (!inference_mode_enabled()) t.impl()->storage()->bump_version();
+}
+
 // --- engine
 // Computes d(outputs)/d(inputs) · grad_outputs. Leaves' .grad is left untouched.
 TensorList grad(const TensorList& outputs, const TensorList& inputs,

@@ -48,7 +48,7 @@ namespace detail {
 
 void wrap_outputs(const std::shared_ptr<CppNodeBase>& node, const TensorList& inputs,
                   TensorList& outputs, bool needs_grad) {
-  for (const Tensor& d : node->ctx.dirty_) d.impl()->storage()->bump_version();
+  for (const Tensor& d : node->ctx.dirty_) bump_version(d);
   if (!needs_grad) {
     node->ctx.to_save_.clear();
     return;

@@ -22,8 +22,16 @@ namespace {
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 1.0) {
   return Tensor(kernels::binary(op, *a.impl(), *b.impl(), alpha));
 }
+// C++ callers write `x + 1` for integer tensors: an integral value keeps an integral tensor's
+// dtype (as a Python int would), anything else is a float scalar.
+kernels::Scalar scalar_for(const Tensor& t, double v) {
+  if (is_integral(t.dtype(), true) && v == static_cast<double>(static_cast<int64_t>(v))) {
+    return kernels::Scalar(static_cast<int64_t>(v));
+  }
+  return kernels::Scalar(v);
+}
 Tensor binary(BinaryOp op, const Tensor& a, double s) {
-  return Tensor(kernels::binary(op, *a.impl(), kernels::Scalar(s)));
+  return Tensor(kernels::binary(op, *a.impl(), scalar_for(a, s)));
 }
 Tensor unary(UnaryOp op, const Tensor& x, kernels::UnaryParams p = {}) {
   return Tensor(kernels::unary(op, *x.impl(), p));
@@ -156,8 +164,8 @@ Tensor sub(const Tensor& a, double b) {
 }
 
 Tensor rsub(const Tensor& a, double b) {
-  Tensor out(kiln::empty(a.sizes(), kernels::result_type(*a.impl(), kernels::Scalar(b))));
-  kernels::rsub_scalar_out(*a.impl(), kernels::Scalar(b), *out.impl());
+  Tensor out(kiln::empty(a.sizes(), kernels::result_type(*a.impl(), scalar_for(a, b))));
+  kernels::rsub_scalar_out(*a.impl(), scalar_for(a, b), *out.impl());
   autograd::record("RsubBackward", {a}, {out}, {}, {},
                    [](const TensorList&, const TensorList& g) { return TensorList{-g[0]}; });
   KILN_TRACE("rsub_scalar", {a}, {out}, {"other", b});
@@ -197,7 +205,8 @@ namespace {
 // An op whose gradient is a function of the input (saved) and/or the output (saved as output).
 template <typename Fn>
 Tensor unary_op(UnaryOp op, const char* name, const char* backward_name, const Tensor& x,
-                bool save_input, bool save_output, Fn grad_fn, kernels::UnaryParams p = {}) {
+                bool save_input, bool save_output, Fn grad_fn, kernels::UnaryParams p = {},
+                dispatch::Attrs trace_attrs = {}) {
   Tensor out = unary(op, x, p);
   if (autograd::any_requires_grad({&x})) [[unlikely]] {
     TensorList si = save_input ? TensorList{x} : TensorList{};
@@ -207,7 +216,8 @@ Tensor unary_op(UnaryOp op, const char* name, const char* backward_name, const T
                        return TensorList{grad_fn(s, g[0])};
                      });
   }
-  KILN_TRACE(name, {x}, {out});
+  if (dispatch::tracer()) [[unlikely]]
+    dispatch::trace(name, {x}, {out}, trace_attrs);
   return out;
 }
 bool first_order(const Tensor& g) {
@@ -287,7 +297,8 @@ Tensor relu(const Tensor& x) {
 Tensor gelu(const Tensor& x, bool tanh_approx) {
   const auto approx = tanh_approx ? kernels::GeluApproximate::Tanh : kernels::GeluApproximate::None;
   return unary_op(tanh_approx ? UnaryOp::GeluTanh : UnaryOp::Gelu, "gelu", "GeluBackward", x, true,
-                  false, [approx, tanh_approx](const TensorList& s, const Tensor& g) {
+                  false,
+                  [approx, tanh_approx](const TensorList& s, const Tensor& g) {
                     if (first_order(g) && !s[0].requires_grad()) {
                       Tensor gi(kiln::empty(g.sizes(), g.dtype()));
                       kernels::gelu_backward_out(*g.impl(), *s[0].impl(), approx, *gi.impl());
@@ -305,7 +316,8 @@ Tensor gelu(const Tensor& x, bool tanh_approx) {
                     Tensor cdf = 0.5 * (1.0 + erf(v * 0.70710678118654752));
                     Tensor pdf = exp(v * v * -0.5) * 0.3989422804014327;
                     return g * (cdf + v * pdf);
-                  });
+                  },
+                  {}, {{"approximate", tanh_approx}});
 }
 Tensor silu(const Tensor& x) {
   return unary_op(UnaryOp::Silu, "silu", "SiluBackward", x, true, false,
@@ -350,20 +362,19 @@ Tensor reciprocal(const Tensor& x) {
 Tensor leaky_relu(const Tensor& x, double slope) {
   kernels::UnaryParams p;
   p.a = slope;
-  return unary_op(
-      UnaryOp::LeakyRelu, "leaky_relu", "LeakyReluBackward", x, true, false,
-      [slope](const TensorList& s, const Tensor& g) {
-        Tensor pos = gt(s[0], zeros_like(s[0])).to(g.dtype());
-        return g * (pos + (1.0 - pos) * slope);
-      },
-      p);
+  return unary_op(UnaryOp::LeakyRelu, "leaky_relu", "LeakyReluBackward", x, true, false,
+                  [slope](const TensorList& s, const Tensor& g) {
+                    Tensor pos = gt(s[0], zeros_like(s[0])).to(g.dtype());
+                    return g * (pos + (1.0 - pos) * slope);
+                  },
+                  p, {{"negative_slope", slope}});
 }
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   Tensor out(kiln::empty(x.sizes(), x.dtype()));
   std::optional<kernels::Scalar> l, h;
-  if (lo) l = kernels::Scalar(*lo);
-  if (hi) h = kernels::Scalar(*hi);
+  if (lo) l = scalar_for(x, *lo);
+  if (hi) h = scalar_for(x, *hi);
   kernels::clamp_out(*x.impl(), l, h, *out.impl());
   if (autograd::any_requires_grad({&x})) [[unlikely]] {
     autograd::record("ClampBackward", {x}, {out}, {x}, {},
@@ -425,7 +436,7 @@ namespace {
 // output of a node whose inputs are self's previous history and the other operands.
 void rebase(Tensor& self, const char* name, const TensorList& others, autograd::BackwardFn fn,
             const TensorList& saved = {}) {
-  self.impl()->storage()->bump_version();
+  autograd::bump_version(self);
   TensorList inputs{self};
   inputs.insert(inputs.end(), others.begin(), others.end());
   if (!autograd::any_requires_grad(inputs)) return;
@@ -486,7 +497,7 @@ Tensor& div_(Tensor& self, const Tensor& other) {
 
 Tensor& add_(Tensor& self, double other) {
   detail::check_inplace(self, "add_");
-  kernels::add_scalar_(*self.impl(), kernels::Scalar(other));
+  kernels::add_scalar_(*self.impl(), scalar_for(self, other));
   rebase(self, "AddBackward", {},
          [](const TensorList&, const TensorList& g) { return TensorList{g[0]}; });
   KILN_TRACE("add_scalar_", {self}, {self}, {"other", other});
@@ -495,7 +506,7 @@ Tensor& add_(Tensor& self, double other) {
 
 Tensor& mul_(Tensor& self, double other) {
   detail::check_inplace(self, "mul_");
-  kernels::mul_scalar_(*self.impl(), kernels::Scalar(other));
+  kernels::mul_scalar_(*self.impl(), scalar_for(self, other));
   rebase(self, "MulBackward", {},
          [other](const TensorList&, const TensorList& g) { return TensorList{g[0] * other}; });
   KILN_TRACE("mul_scalar_", {self}, {self}, {"other", other});

@@ -170,7 +170,7 @@ void check_inplace(const Tensor& t, const char* op) {
 Tensor& fill_(Tensor& t, double value) {
   detail::check_inplace(t, "fill_");
   fill_raw(t, value);
-  t.impl()->storage()->bump_version();
+  autograd::bump_version(t);
   if (autograd::grad_enabled() && t.requires_grad()) {
     // The old value no longer matters: no gradient flows past the fill.
     auto node = std::make_shared<autograd::FunctionNode>(
@@ -188,7 +188,7 @@ Tensor& zero_(Tensor& t) {
 Tensor& copy_(Tensor& dst, const Tensor& src) {
   detail::check_inplace(dst, "copy_");
   kernels::copy_(*dst.impl(), *src.impl());
-  dst.impl()->storage()->bump_version();
+  autograd::bump_version(dst);
   if (autograd::any_requires_grad({&dst, &src})) {
     Dims src_sizes = src.sizes();
     DType src_dtype = src.dtype();

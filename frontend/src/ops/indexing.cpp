@@ -118,7 +118,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 Tensor& masked_fill_(Tensor& x, const Tensor& mask, double value) {
   detail::check_inplace(x, "masked_fill_");
   kernels::masked_fill_(*x.impl(), *mask.impl(), value);
-  x.impl()->storage()->bump_version();
+  autograd::bump_version(x);
   if (autograd::any_requires_grad({&x})) {
     auto node = std::make_shared<autograd::FunctionNode>(
         "MaskedFillBackward", [](const TensorList& s, const TensorList& g) {

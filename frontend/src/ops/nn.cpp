@@ -244,8 +244,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                           opt_mut(running_var), training, momentum, eps, *out.impl(),
                           opt_mut(save_mean), opt_mut(save_invstd));
   if (training) {
-    if (running_mean.defined()) running_mean.impl()->storage()->bump_version();
-    if (running_var.defined()) running_var.impl()->storage()->bump_version();
+    if (running_mean.defined()) autograd::bump_version(running_mean);
+    if (running_var.defined()) autograd::bump_version(running_var);
   }
   // Running statistics are read (not differentiated) in eval mode: save copies' references.
   autograd::record("BatchNormBackward", {input, weight, bias}, {out},

@@ -1,0 +1,98 @@
+#pragma once
+// kiln::jit::trace — run a function eagerly with a trace hook active and record every dispatched
+// op into an MLIR module (`func.func @forward`) in the kiln dialect. The result can be printed,
+// parsed back, saved as bytecode, and executed by the reference interpreter on the runtime's
+// kernels.
+//
+// Headers here name MLIR types only through forward declarations: including this file does not
+// pull MLIR into a user's translation unit.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace mlir {
+class MLIRContext;
+class ModuleOp;
+}  // namespace mlir
+
+namespace kiln::jit {
+
+// A value read back from a tensor while tracing (item(), a bool conversion): the trace baked it in.
+struct ReadBack {
+  double value = 0;
+  std::string file;
+  unsigned line = 0;
+  std::string function;
+};
+
+// The assumption the trace makes about one argument: its shape and dtype.
+struct Guard {
+  std::string name;
+  Dims sizes;
+  DType dtype;
+};
+
+struct TraceOptions {
+  // Names for tensors the function reads that are not inputs (parameters, buffers): they become
+  // named function arguments. Unnamed captured tensors become arguments "capture<N>", except
+  // small ones (<= max_inline_constant elements), which become constants.
+  std::vector<std::pair<std::string, Tensor>> named_captures;
+  int64_t max_inline_constant = 16;
+  // Print a warning for each value read back from a tensor during tracing.
+  bool warn_on_read_back = true;
+};
+
+class TracedFunction {
+ public:
+  TracedFunction();
+  ~TracedFunction();
+  TracedFunction(TracedFunction&&) noexcept;
+  TracedFunction& operator=(TracedFunction&&) noexcept;
+
+  // The module's text (the MLIR generic-free, pretty form kiln-opt reads).
+  std::string str() const;
+  // MLIR bytecode of the module.
+  std::string bytecode() const;
+  mlir::ModuleOp module() const;
+  mlir::MLIRContext& context() const;
+
+  // Arguments of @forward in order: the inputs, then the captured tensors.
+  const std::vector<std::string>& arg_names() const { return arg_names_; }
+  const TensorList& captures() const { return captures_; }
+  const std::vector<Guard>& guards() const { return guards_; }
+  const std::vector<ReadBack>& read_backs() const { return read_backs_; }
+  size_t num_inputs() const { return num_inputs_; }
+
+  // Runs the traced module with the reference interpreter (inputs checked against the guards;
+  // captured tensors supplied from the trace).
+  TensorList operator()(const TensorList& inputs) const;
+
+ private:
+  friend class Tracer;
+  friend TracedFunction trace(const std::function<TensorList(const TensorList&)>&,
+                              const TensorList&, const TraceOptions&);
+  struct State;
+  std::unique_ptr<State> state_;
+  std::vector<std::string> arg_names_;
+  TensorList captures_;
+  std::vector<Guard> guards_;
+  std::vector<ReadBack> read_backs_;
+  size_t num_inputs_ = 0;
+};
+
+TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
+                     const TensorList& example_inputs, const TraceOptions& options = {});
+
+// Parses kiln IR text or bytecode into a module owned by `ctx`; throws kiln::Error on failure.
+// The returned module must be destroyed (module->erase()) or kept for the context's lifetime.
+mlir::ModuleOp parse_module(mlir::MLIRContext& ctx, const std::string& text_or_bytecode);
+
+// The reference interpreter: executes @forward op by op on the eager ops (and so the runtime's
+// kernels). `args` are all of @forward's arguments in order.
+TensorList interpret(mlir::ModuleOp module, const TensorList& args);
+
+}  // namespace kiln::jit

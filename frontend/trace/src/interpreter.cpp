@@ -1,0 +1,364 @@
+// The reference interpreter: runs @forward op by op through the eager ops (and so the same runtime
+// kernels eager mode uses). Slow but simple; it is the oracle passes and codegen are checked
+// against.
+
+#include <functional>
+#include <unordered_map>
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include "kiln/autograd.h"
+#include "kiln/nn_ops.h"
+#include "kiln/ops.h"
+#include "kiln/trace/trace.h"
+#include "types.h"
+
+namespace kiln::jit {
+namespace {
+
+struct Attrs {
+  mlir::Operation* op;
+  int64_t i(const char* name) const {
+    auto a = op->getAttrOfType<mlir::IntegerAttr>(name);
+    KILN_CHECK(a, op_name(), "missing integer attribute '", name, "'");
+    return a.getInt();
+  }
+  double f(const char* name, double fallback = 0.0) const {
+    auto a = op->getAttrOfType<mlir::FloatAttr>(name);
+    return a ? a.getValueAsDouble() : fallback;
+  }
+  bool b(const char* name) const {
+    auto a = op->getAttrOfType<mlir::BoolAttr>(name);
+    return a && a.getValue();
+  }
+  Dims dims(const char* name) const {
+    auto a = op->getAttrOfType<mlir::DenseI64ArrayAttr>(name);
+    KILN_CHECK(a, op_name(), "missing array attribute '", name, "'");
+    return Dims(std::vector<int64_t>(a.asArrayRef().begin(), a.asArrayRef().end()));
+  }
+  Pair2 pair(const char* name) const {
+    Dims d = dims(name);
+    return Pair2(d[0], d[1]);
+  }
+  std::string op_name() const { return op->getName().getStringRef().str(); }
+};
+
+using Kernel = std::function<TensorList(const TensorList&, const Attrs&, mlir::Operation*)>;
+
+Tensor result_like(mlir::Operation* op, unsigned i) {
+  auto type = mlir::cast<mlir::RankedTensorType>(op->getResult(i).getType());
+  return Tensor(
+      kiln::empty(Dims(std::vector<int64_t>(type.getShape().begin(), type.getShape().end())),
+                  dtype_of_element(type.getElementType())));
+}
+
+Tensor constant_value(mlir::Operation* op) {
+  auto attr = mlir::cast<mlir::DenseElementsAttr>(op->getAttr("value"));
+  Tensor out = result_like(op, 0);
+  const int64_t n = out.numel();
+  if (is_floating(out.dtype())) {
+    std::vector<double> v;
+    for (const llvm::APFloat& f : attr.getValues<llvm::APFloat>()) v.push_back(f.convertToDouble());
+    if (attr.isSplat()) v.assign(n, v.empty() ? 0.0 : v[0]);
+    Tensor src = from_blob(v.data(), out.sizes(), TensorOptions(DType::Float64));
+    copy_(out, src);
+  } else {
+    std::vector<int64_t> v;
+    const bool is_bool = out.dtype() == DType::Bool;
+    for (const llvm::APInt& x : attr.getValues<llvm::APInt>()) {
+      v.push_back(is_bool ? static_cast<int64_t>(x.getZExtValue()) : x.getSExtValue());
+    }
+    if (attr.isSplat()) v.assign(n, v.empty() ? 0 : v[0]);
+    Tensor src = from_blob(v.data(), out.sizes(), TensorOptions(DType::Int64));
+    copy_(out, src);
+  }
+  return out;
+}
+
+Reduction reduction(const Attrs& a) {
+  return static_cast<Reduction>(a.i("reduction"));
+}
+
+const std::unordered_map<std::string, Kernel>& kernels() {
+  using L = const TensorList&;
+  using A = const Attrs&;
+  using O = mlir::Operation*;
+  static const std::unordered_map<std::string, Kernel> table = {
+      {"kiln.add", [](L x, A a, O) { return TensorList{add(x[0], x[1], a.f("alpha", 1.0))}; }},
+      {"kiln.sub", [](L x, A a, O) { return TensorList{sub(x[0], x[1], a.f("alpha", 1.0))}; }},
+      {"kiln.mul", [](L x, A, O) { return TensorList{mul(x[0], x[1])}; }},
+      {"kiln.div", [](L x, A, O) { return TensorList{div(x[0], x[1])}; }},
+      {"kiln.pow", [](L x, A, O) { return TensorList{pow(x[0], x[1])}; }},
+      {"kiln.maximum", [](L x, A, O) { return TensorList{maximum(x[0], x[1])}; }},
+      {"kiln.minimum", [](L x, A, O) { return TensorList{minimum(x[0], x[1])}; }},
+      {"kiln.eq", [](L x, A, O) { return TensorList{eq(x[0], x[1])}; }},
+      {"kiln.ne", [](L x, A, O) { return TensorList{ne(x[0], x[1])}; }},
+      {"kiln.lt", [](L x, A, O) { return TensorList{lt(x[0], x[1])}; }},
+      {"kiln.le", [](L x, A, O) { return TensorList{le(x[0], x[1])}; }},
+      {"kiln.gt", [](L x, A, O) { return TensorList{gt(x[0], x[1])}; }},
+      {"kiln.ge", [](L x, A, O) { return TensorList{ge(x[0], x[1])}; }},
+      {"kiln.logical_and", [](L x, A, O) { return TensorList{logical_and(x[0], x[1])}; }},
+      {"kiln.logical_or", [](L x, A, O) { return TensorList{logical_or(x[0], x[1])}; }},
+      {"kiln.logical_not", [](L x, A, O) { return TensorList{logical_not(x[0])}; }},
+      {"kiln.neg", [](L x, A, O) { return TensorList{neg(x[0])}; }},
+      {"kiln.abs", [](L x, A, O) { return TensorList{abs(x[0])}; }},
+      {"kiln.exp", [](L x, A, O) { return TensorList{exp(x[0])}; }},
+      {"kiln.log", [](L x, A, O) { return TensorList{log(x[0])}; }},
+      {"kiln.log1p", [](L x, A, O) { return TensorList{log1p(x[0])}; }},
+      {"kiln.sqrt", [](L x, A, O) { return TensorList{sqrt(x[0])}; }},
+      {"kiln.rsqrt", [](L x, A, O) { return TensorList{rsqrt(x[0])}; }},
+      {"kiln.sin", [](L x, A, O) { return TensorList{sin(x[0])}; }},
+      {"kiln.cos", [](L x, A, O) { return TensorList{cos(x[0])}; }},
+      {"kiln.tanh", [](L x, A, O) { return TensorList{tanh(x[0])}; }},
+      {"kiln.sigmoid", [](L x, A, O) { return TensorList{sigmoid(x[0])}; }},
+      {"kiln.relu", [](L x, A, O) { return TensorList{relu(x[0])}; }},
+      {"kiln.silu", [](L x, A, O) { return TensorList{silu(x[0])}; }},
+      {"kiln.erf", [](L x, A, O) { return TensorList{erf(x[0])}; }},
+      {"kiln.floor", [](L x, A, O) { return TensorList{floor(x[0])}; }},
+      {"kiln.ceil", [](L x, A, O) { return TensorList{ceil(x[0])}; }},
+      {"kiln.round", [](L x, A, O) { return TensorList{round(x[0])}; }},
+      {"kiln.sign", [](L x, A, O) { return TensorList{sign(x[0])}; }},
+      {"kiln.reciprocal", [](L x, A, O) { return TensorList{reciprocal(x[0])}; }},
+      {"kiln.clone", [](L x, A, O) { return TensorList{x[0].clone()}; }},
+      {"kiln.gelu", [](L x, A a, O) { return TensorList{gelu(x[0], a.b("approximate"))}; }},
+      {"kiln.leaky_relu",
+       [](L x, A a, O) { return TensorList{leaky_relu(x[0], a.f("negative_slope"))}; }},
+      {"kiln.clamp",
+       [](L x, A a, O) {
+         const double lo = a.f("min", -INFINITY), hi = a.f("max", INFINITY);
+         return TensorList{clamp(x[0], std::isinf(lo) ? std::nullopt : std::optional(lo),
+                                 std::isinf(hi) ? std::nullopt : std::optional(hi))};
+       }},
+      {"kiln.to", [](L x, A, O op) { return TensorList{x[0].to(result_like(op, 0).dtype())}; }},
+      {"kiln.where", [](L x, A, O) { return TensorList{where(x[0], x[1], x[2])}; }},
+      {"kiln.fill",
+       [](L x, A a, O) { return TensorList{full_like(x[0], a.f("value"))}; }},
+      {"kiln.copy",
+       [](L x, A, O) {
+         Tensor out = x[0].clone();
+         copy_(out, x[1]);
+         return TensorList{out};
+       }},
+      {"kiln.sum", [](L x, A a, O) { return TensorList{sum(x[0], a.dims("dims"), a.b("keepdim"))}; }},
+      {"kiln.mean", [](L x, A a, O) { return TensorList{mean(x[0], a.dims("dims"), a.b("keepdim"))}; }},
+      {"kiln.prod", [](L x, A a, O) { return TensorList{prod(x[0], a.dims("dims"), a.b("keepdim"))}; }},
+      {"kiln.amax", [](L x, A a, O) { return TensorList{amax(x[0], a.dims("dims"), a.b("keepdim"))}; }},
+      {"kiln.amin", [](L x, A a, O) { return TensorList{amin(x[0], a.dims("dims"), a.b("keepdim"))}; }},
+      {"kiln.max",
+       [](L x, A a, O) {
+         auto [v, i] = max(x[0], a.i("dim"), a.b("keepdim"));
+         return TensorList{v, i};
+       }},
+      {"kiln.min",
+       [](L x, A a, O) {
+         auto [v, i] = min(x[0], a.i("dim"), a.b("keepdim"));
+         return TensorList{v, i};
+       }},
+      {"kiln.argmax",
+       [](L x, A a, O) {
+         const int64_t d = a.i("dim");
+         return TensorList{argmax(x[0], d == INT64_MIN ? std::nullopt : std::optional(d),
+                                  a.b("keepdim"))};
+       }},
+      {"kiln.argmin",
+       [](L x, A a, O) {
+         const int64_t d = a.i("dim");
+         return TensorList{argmin(x[0], d == INT64_MIN ? std::nullopt : std::optional(d),
+                                  a.b("keepdim"))};
+       }},
+      {"kiln.var",
+       [](L x, A a, O) {
+         return TensorList{var(x[0], a.dims("dims"), a.b("unbiased"), a.b("keepdim"))};
+       }},
+      {"kiln.norm",
+       [](L x, A a, O) { return TensorList{norm(x[0], a.f("p"), a.dims("dims"), a.b("keepdim"))}; }},
+      {"kiln.logsumexp",
+       [](L x, A a, O) { return TensorList{logsumexp(x[0], a.dims("dims"), a.b("keepdim"))}; }},
+      {"kiln.softmax", [](L x, A a, O) { return TensorList{softmax(x[0], a.i("dim"))}; }},
+      {"kiln.log_softmax", [](L x, A a, O) { return TensorList{log_softmax(x[0], a.i("dim"))}; }},
+      {"kiln.softmax_backward",
+       [](L x, A a, O) {
+         return TensorList{x[1] * (x[0] - sum(x[0] * x[1], Dims{a.i("dim")}, true))};
+       }},
+      {"kiln.log_softmax_backward",
+       [](L x, A a, O) {
+         return TensorList{x[0] - exp(x[1]) * sum(x[0], Dims{a.i("dim")}, true)};
+       }},
+      {"kiln.cumsum", [](L x, A a, O) { return TensorList{cumsum(x[0], a.i("dim"))}; }},
+      {"kiln.view", [](L x, A a, O) { return TensorList{x[0].reshape(a.dims("shape"))}; }},
+      {"kiln.reshape", [](L x, A a, O) { return TensorList{x[0].reshape(a.dims("shape"))}; }},
+      {"kiln.transpose",
+       [](L x, A a, O) { return TensorList{x[0].transpose(a.i("dim0"), a.i("dim1"))}; }},
+      {"kiln.permute", [](L x, A a, O) { return TensorList{x[0].permute(a.dims("dims"))}; }},
+      {"kiln.slice",
+       [](L x, A a, O) {
+         return TensorList{x[0].slice(a.i("dim"), a.i("start"), a.i("end"), a.i("step"))};
+       }},
+      {"kiln.select", [](L x, A a, O) { return TensorList{x[0].select(a.i("dim"), a.i("index"))}; }},
+      {"kiln.expand", [](L x, A a, O) { return TensorList{x[0].expand(a.dims("shape"))}; }},
+      {"kiln.as_strided",
+       [](L x, A a, O) {
+         Tensor c = x[0].contiguous();
+         return TensorList{c.as_strided(a.dims("sizes"), a.dims("strides"),
+                                        c.storage_offset() + a.i("offset"))};
+       }},
+      {"kiln.matmul", [](L x, A, O) { return TensorList{matmul(x[0], x[1])}; }},
+      {"kiln.linear", [](L x, A, O) { return TensorList{linear(x[0], x[1], x[2])}; }},
+      {"kiln.conv2d",
+       [](L x, A a, O) {
+         return TensorList{conv2d(x[0], x[1], x[2], a.pair("stride"), a.pair("padding"),
+                                  a.pair("dilation"), a.i("groups"))};
+       }},
+      {"kiln.conv1d",
+       [](L x, A a, O) {
+         return TensorList{conv1d(x[0], x[1], x[2], a.i("stride"), a.i("padding"),
+                                  a.i("dilation"), a.i("groups"))};
+       }},
+      {"kiln.conv_transpose2d",
+       [](L x, A a, O) {
+         return TensorList{conv_transpose2d(x[0], x[1], x[2], a.pair("stride"), a.pair("padding"),
+                                            a.pair("output_padding"), a.i("groups"),
+                                            a.pair("dilation"))};
+       }},
+      {"kiln.max_pool2d",
+       [](L x, A a, O) {
+         auto [v, i] = max_pool2d_with_indices(x[0], a.pair("kernel"), a.pair("stride"),
+                                               a.pair("padding"), a.pair("dilation"),
+                                               a.b("ceil_mode"));
+         return TensorList{v, i};
+       }},
+      {"kiln.avg_pool2d",
+       [](L x, A a, O) {
+         return TensorList{avg_pool2d(x[0], a.pair("kernel"), a.pair("stride"), a.pair("padding"),
+                                      a.b("ceil_mode"), a.b("count_include_pad"))};
+       }},
+      {"kiln.adaptive_avg_pool2d",
+       [](L x, A a, O) { return TensorList{adaptive_avg_pool2d(x[0], a.pair("output_size"))}; }},
+      {"kiln.batch_norm",
+       [](L x, A a, O) {
+         // Running statistics are updated on copies: interpreting never mutates its arguments.
+         Tensor rm = x[1].defined() ? x[1].clone() : Tensor();
+         Tensor rv = x[2].defined() ? x[2].clone() : Tensor();
+         return TensorList{batch_norm(x[0], rm, rv, x[3], x[4], a.b("training"),
+                                      a.f("momentum"), a.f("eps"))};
+       }},
+      {"kiln.layer_norm",
+       [](L x, A a, O) {
+         return TensorList{layer_norm(x[0], a.dims("normalized_shape"), x[1], x[2], a.f("eps"))};
+       }},
+      {"kiln.group_norm",
+       [](L x, A a, O) {
+         return TensorList{group_norm(x[0], a.i("num_groups"), x[1], x[2], a.f("eps"))};
+       }},
+      {"kiln.embedding",
+       [](L x, A a, O) {
+         const int64_t p = a.i("padding_idx");
+         return TensorList{embedding(x[0], x[1], p < 0 ? std::nullopt : std::optional(p))};
+       }},
+      {"kiln.cross_entropy",
+       [](L x, A a, O) {
+         return TensorList{cross_entropy(x[0], x[1], {}, a.i("ignore_index"), reduction(a),
+                                         a.f("label_smoothing"))};
+       }},
+      {"kiln.nll_loss",
+       [](L x, A a, O) {
+         return TensorList{nll_loss(x[0], x[1], {}, a.i("ignore_index"), reduction(a))};
+       }},
+      {"kiln.mse_loss", [](L x, A a, O) { return TensorList{mse_loss(x[0], x[1], reduction(a))}; }},
+      {"kiln.smooth_l1_loss",
+       [](L x, A a, O) {
+         return TensorList{smooth_l1_loss(x[0], x[1], reduction(a), a.f("beta"))};
+       }},
+      {"kiln.binary_cross_entropy_with_logits",
+       [](L x, A a, O) {
+         return TensorList{binary_cross_entropy_with_logits(x[0], x[1], {}, {}, reduction(a))};
+       }},
+      {"kiln.index_select",
+       [](L x, A a, O) { return TensorList{index_select(x[0], a.i("dim"), x[1])}; }},
+      {"kiln.index_add",
+       [](L x, A a, O) {
+         return TensorList{index_add(x[0], a.i("dim"), x[1], x[2], a.f("alpha", 1.0))};
+       }},
+      {"kiln.gather", [](L x, A a, O) { return TensorList{gather(x[0], a.i("dim"), x[1])}; }},
+      {"kiln.scatter",
+       [](L x, A a, O) { return TensorList{scatter(x[0], a.i("dim"), x[1], x[2])}; }},
+      {"kiln.scatter_value",
+       [](L x, A a, O) { return TensorList{scatter(x[0], a.i("dim"), x[1], a.f("value"))}; }},
+      {"kiln.scatter_add",
+       [](L x, A a, O) { return TensorList{scatter_add(x[0], a.i("dim"), x[1], x[2])}; }},
+      {"kiln.masked_fill",
+       [](L x, A a, O) { return TensorList{masked_fill(x[0], x[1], a.f("value"))}; }},
+      {"kiln.pad",
+       [](L x, A a, O) {
+         return TensorList{pad(x[0], a.dims("pad"), static_cast<PadMode>(a.i("mode")),
+                               a.f("value"))};
+       }},
+      {"kiln.one_hot", [](L x, A a, O) { return TensorList{one_hot(x[0], a.i("num_classes"))}; }},
+      {"kiln.topk",
+       [](L x, A a, O) {
+         auto [v, i] = topk(x[0], a.i("k"), a.i("dim"), a.b("largest"), a.b("sorted"));
+         return TensorList{v, i};
+       }},
+      {"kiln.sort",
+       [](L x, A a, O) {
+         auto [v, i] = sort(x[0], a.i("dim"), a.b("descending"));
+         return TensorList{v, i};
+       }},
+      {"kiln.argsort",
+       [](L x, A a, O) { return TensorList{argsort(x[0], a.i("dim"), a.b("descending"))}; }},
+      {"kiln.cat", [](L x, A a, O) { return TensorList{cat(x, a.i("dim"))}; }},
+      {"kiln.stack", [](L x, A a, O) { return TensorList{stack(x, a.i("dim"))}; }},
+  };
+  return table;
+}
+
+}  // namespace
+
+TensorList interpret(mlir::ModuleOp module, const TensorList& args) {
+  auto fn = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  KILN_CHECK(fn, "interpret", "the module has no func.func @forward");
+  mlir::Block& block = fn.getBody().front();
+  KILN_CHECK(block.getNumArguments() == args.size(), "interpret", "@forward takes ",
+             block.getNumArguments(), " arguments, got ", args.size());
+  autograd::NoGradGuard no_grad;
+  llvm::DenseMap<mlir::Value, Tensor> env;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto type = mlir::cast<mlir::RankedTensorType>(block.getArgument(i).getType());
+    Dims want(std::vector<int64_t>(type.getShape().begin(), type.getShape().end()));
+    KILN_CHECK(
+        args[i].sizes() == want && args[i].dtype() == dtype_of_element(type.getElementType()),
+        "interpret", "argument ", i, ": expected ", want, " ",
+        dtype_short_name(dtype_of_element(type.getElementType())), ", got ", args[i].sizes(), " ",
+        dtype_short_name(args[i].dtype()));
+    env[block.getArgument(i)] = args[i];
+  }
+  for (mlir::Operation& op : block) {
+    const std::string name = op.getName().getStringRef().str();
+    if (name == "func.return") {
+      TensorList out;
+      for (mlir::Value v : op.getOperands()) out.push_back(env[v]);
+      return out;
+    }
+    if (name == "kiln.none") {
+      env[op.getResult(0)] = Tensor();
+      continue;
+    }
+    if (name == "kiln.constant") {
+      env[op.getResult(0)] = constant_value(&op);
+      continue;
+    }
+    auto it = kernels().find(name);
+    KILN_CHECK(it != kernels().end(), "interpret", "no interpreter kernel for op '", name, "'");
+    TensorList inputs;
+    for (mlir::Value v : op.getOperands()) inputs.push_back(env[v]);
+    TensorList results = it->second(inputs, Attrs{&op}, &op);
+    KILN_CHECK(results.size() == op.getNumResults(), name, "produced ", results.size(),
+               " results, the op declares ", op.getNumResults());
+    for (unsigned i = 0; i < op.getNumResults(); ++i) env[op.getResult(i)] = results[i];
+  }
+  fail("interpret", "@forward has no return");
+}
+
+}  // namespace kiln::jit

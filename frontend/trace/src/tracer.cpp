@@ -1,0 +1,320 @@
+// The tracer: a dispatch::TraceHook that turns every op the eager frontend runs into a kiln
+// dialect op, keyed by the identity of the tensors flowing between them.
+
+#include <cstdio>
+#include <unordered_map>
+
+#include "llvm/Support/raw_ostream.h"
+#include "mlir/Bytecode/BytecodeWriter.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+
+#include "kiln/autograd.h"
+#include "kiln/dispatch.h"
+#include "kiln/ir/KilnDialect.h"
+#include "kiln/ops.h"
+#include "kiln/trace/module.h"
+#include "kiln/trace/trace.h"
+#include "types.h"
+
+namespace kiln::jit {
+
+struct TracedFunction::State {
+  std::unique_ptr<mlir::MLIRContext> ctx;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+};
+
+TracedFunction::TracedFunction() : state_(std::make_unique<State>()) {}
+TracedFunction::~TracedFunction() = default;
+TracedFunction::TracedFunction(TracedFunction&&) noexcept = default;
+TracedFunction& TracedFunction::operator=(TracedFunction&&) noexcept = default;
+
+mlir::ModuleOp TracedFunction::module() const {
+  return *state_->module;
+}
+mlir::MLIRContext& TracedFunction::context() const {
+  return *state_->ctx;
+}
+
+std::string TracedFunction::str() const {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  state_->module->print(os);
+  return s;
+}
+
+std::string TracedFunction::bytecode() const {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  if (mlir::failed(mlir::writeBytecodeToFile(*state_->module, os))) {
+    fail("trace", "could not write MLIR bytecode");
+  }
+  return s;
+}
+
+TensorList TracedFunction::operator()(const TensorList& inputs) const {
+  KILN_CHECK(inputs.size() == num_inputs_, "traced function", "expected ", num_inputs_,
+             " inputs, got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Guard& g = guards_[i];
+    KILN_CHECK(inputs[i].sizes() == g.sizes && inputs[i].dtype() == g.dtype, "traced function",
+               "input \"", g.name, "\": expected ", g.sizes, " ", dtype_short_name(g.dtype),
+               ", got ", inputs[i].sizes(), " ", dtype_short_name(inputs[i].dtype()));
+  }
+  TensorList args = inputs;
+  args.insert(args.end(), captures_.begin(), captures_.end());
+  return interpret(*state_->module, args);
+}
+
+class Tracer final : public dispatch::TraceHook {
+ public:
+  Tracer(mlir::MLIRContext* ctx, const TraceOptions& options)
+      : ctx_(ctx), builder_(ctx), options_(options) {}
+
+  void begin(const TensorList& inputs, TracedFunction& out) {
+    out_ = &out;
+    auto loc = builder_.getUnknownLoc();
+    module_ = mlir::ModuleOp::create(loc);
+    builder_.setInsertionPointToEnd(module_.getBody());
+    // Arguments are appended as captures appear: start with the inputs.
+    fn_ = builder_.create<mlir::func::FuncOp>(loc, "forward", builder_.getFunctionType({}, {}));
+    block_ = fn_.addEntryBlock();
+    builder_.setInsertionPointToStart(block_);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const std::string name = "input" + std::to_string(i);
+      bind(inputs[i], add_argument(inputs[i], name));
+      out.guards_.push_back({name, inputs[i].sizes(), inputs[i].dtype()});
+    }
+    out.num_inputs_ = inputs.size();
+    for (const auto& [name, t] : options_.named_captures) capture_names_[t.impl()] = name;
+  }
+
+  mlir::ModuleOp finish(const TensorList& outputs) {
+    llvm::SmallVector<mlir::Value> results;
+    llvm::SmallVector<mlir::Type> types;
+    for (const Tensor& t : outputs) {
+      mlir::Value v = lookup(t);
+      results.push_back(v);
+      types.push_back(v.getType());
+    }
+    builder_.create<mlir::func::ReturnOp>(builder_.getUnknownLoc(), results);
+    fn_.setFunctionType(builder_.getFunctionType(block_->getArgumentTypes(), types));
+    llvm::SmallVector<mlir::Attribute> names;
+    for (const auto& n : out_->arg_names_) names.push_back(builder_.getStringAttr(n));
+    fn_->setAttr("kiln.arg_names", builder_.getArrayAttr(names));
+    return module_;
+  }
+
+  void on_op(const char* op, const TensorList& inputs, const TensorList& outputs,
+             const dispatch::Attrs& attrs) override {
+    dispatch::TraceGuard pause(nullptr);  // the tracer's own tensor work is not part of the trace
+    std::string name = op;
+    // In-place ops are recorded as their functional form; the written tensor is rebound to the
+    // new value (the aliasing the in-place op implies).
+    if (name.size() > 1 && name.back() == '_') name.pop_back();
+    if (name == "add_scalar" || name == "mul_scalar" || name == "div_scalar" ||
+        name == "pow_scalar" || name == "rsub_scalar") {
+      emit_scalar_binary(name, inputs[0], outputs[0], attrs);
+      return;
+    }
+    if (name == "masked_select") {
+      fail("trace",
+           "masked_select has a data-dependent shape and cannot be traced; use "
+           "where() or masked_fill()");
+    }
+    if (name == "fill") {
+      emit("fill", {inputs[0]}, outputs, attrs);
+      return;
+    }
+    emit(name, inputs, outputs, attrs);
+  }
+
+  void on_read_back(const Tensor& t, double value, const std::source_location& where) override {
+    out_->read_backs_.push_back({value, where.file_name(), where.line(), where.function_name()});
+    if (options_.warn_on_read_back) {
+      std::fprintf(stderr,
+                   "kiln trace warning: %s:%u (%s): a value was read back from a tensor "
+                   "(value %g); control flow that depends on it is frozen into the trace\n",
+                   where.file_name(), where.line(), where.function_name(), value);
+    }
+  }
+
+ private:
+  mlir::Value add_argument(const Tensor& t, const std::string& name) {
+    mlir::Value arg =
+        block_->addArgument(tensor_type(ctx_, t.sizes(), t.dtype()), builder_.getUnknownLoc());
+    out_->arg_names_.push_back(name);
+    return arg;
+  }
+
+  void bind(const Tensor& t, mlir::Value v) {
+    keep_alive_.push_back(t.impl_ptr());
+    values_[t.impl()] = v;
+  }
+
+  // The value of a tensor: produced earlier in the trace, or captured from outside.
+  mlir::Value lookup(const Tensor& t) {
+    auto it = values_.find(t.impl());
+    if (it != values_.end()) return it->second;
+    mlir::Value v;
+    auto named = capture_names_.find(t.impl());
+    if (named == capture_names_.end() && t.numel() <= options_.max_inline_constant &&
+        !t.requires_grad()) {
+      v = constant(t);
+    } else {
+      const std::string name = named != capture_names_.end()
+                                   ? named->second
+                                   : "capture" + std::to_string(out_->captures_.size());
+      // Captured arguments must come before any op uses them: arguments live on the block, so
+      // appending is fine.
+      v = add_argument(t, name);
+      out_->captures_.push_back(t);
+    }
+    bind(t, v);
+    return v;
+  }
+
+  mlir::Value constant(const Tensor& t) {
+    auto type = tensor_type(ctx_, t.sizes(), t.dtype());
+    Tensor c = t.detach().contiguous();
+    mlir::DenseElementsAttr attr;
+    if (is_floating(t.dtype())) {
+      Tensor d = c.to(DType::Float64);
+      std::vector<mlir::APFloat> values;
+      const double* p = d.data_ptr<double>();
+      auto et = mlir::cast<mlir::FloatType>(type.getElementType());
+      for (int64_t i = 0; i < d.numel(); ++i) {
+        bool lost;
+        mlir::APFloat f(p[i]);
+        f.convert(et.getFloatSemantics(), llvm::APFloat::rmNearestTiesToEven, &lost);
+        values.push_back(f);
+      }
+      attr = mlir::DenseElementsAttr::get(type, values);
+    } else {
+      Tensor d = c.to(DType::Int64);
+      std::vector<llvm::APInt> values;
+      const int64_t* p = d.data_ptr<int64_t>();
+      const unsigned width = type.getElementType().getIntOrFloatBitWidth();
+      for (int64_t i = 0; i < d.numel(); ++i) {
+        values.emplace_back(width, static_cast<uint64_t>(p[i]), /*isSigned=*/true);
+      }
+      attr = mlir::DenseElementsAttr::get(type, values);
+    }
+    mlir::OperationState state(builder_.getUnknownLoc(), "kiln.constant");
+    state.addAttribute("value", attr);
+    state.addTypes(type);
+    return builder_.create(state)->getResult(0);
+  }
+
+  mlir::Value none() {
+    mlir::OperationState state(builder_.getUnknownLoc(), "kiln.none");
+    state.addTypes(builder_.getNoneType());
+    return builder_.create(state)->getResult(0);
+  }
+
+  mlir::Attribute attribute(const dispatch::AttrValue& v) {
+    if (auto* i = std::get_if<int64_t>(&v)) return builder_.getI64IntegerAttr(*i);
+    if (auto* d = std::get_if<double>(&v)) return builder_.getF64FloatAttr(*d);
+    if (auto* b = std::get_if<bool>(&v)) return builder_.getBoolAttr(*b);
+    if (auto* dims = std::get_if<Dims>(&v)) {
+      return builder_.getDenseI64ArrayAttr(llvm::ArrayRef<int64_t>(dims->data(), dims->size()));
+    }
+    return builder_.getStringAttr(std::get<std::string>(v));
+  }
+
+  // Number of operands each op with optional operands takes (missing ones become kiln.none).
+  static size_t arity(const std::string& name) {
+    static const std::unordered_map<std::string, size_t> table = {
+        {"linear", 3},     {"conv2d", 3},     {"conv1d", 3},    {"conv_transpose2d", 3},
+        {"batch_norm", 5}, {"layer_norm", 3}, {"group_norm", 3}};
+    auto it = table.find(name);
+    return it == table.end() ? 0 : it->second;
+  }
+
+  void emit(const std::string& name, const TensorList& inputs, const TensorList& outputs,
+            const dispatch::Attrs& attrs) {
+    mlir::OperationState state(builder_.getUnknownLoc(), "kiln." + name);
+    const size_t n = std::max(arity(name), inputs.size());
+    for (size_t i = 0; i < n; ++i) {
+      state.addOperands(i < inputs.size() && inputs[i].defined() ? lookup(inputs[i]) : none());
+    }
+    for (const auto& [key, value] : attrs) state.addAttribute(key, attribute(value));
+    for (const Tensor& t : outputs) state.addTypes(tensor_type(ctx_, t.sizes(), t.dtype()));
+    if (!mlir::RegisteredOperationName::lookup(state.name.getStringRef(), ctx_)) {
+      fail("trace", "op '", name, "' has no kiln dialect counterpart");
+    }
+    mlir::Operation* op = builder_.create(state);
+    for (size_t i = 0; i < outputs.size(); ++i) bind(outputs[i], op->getResult(i));
+  }
+
+  void emit_scalar_binary(const std::string& name, const Tensor& x, const Tensor& out,
+                          const dispatch::Attrs& attrs) {
+    double s = 0;
+    for (const auto& [k, v] : attrs) {
+      if (auto* d = std::get_if<double>(&v)) s = *d;
+    }
+    // The scalar as a 0-dim constant of the result's dtype (it never widens the tensor).
+    Tensor cst(kiln::full(Dims{}, s, TensorOptions(out.dtype())));
+    mlir::Value c = constant(cst);
+    mlir::Value xv = lookup(x);
+    const std::string op = name == "add_scalar"   ? "kiln.add"
+                           : name == "mul_scalar" ? "kiln.mul"
+                           : name == "div_scalar" ? "kiln.div"
+                           : name == "pow_scalar" ? "kiln.pow"
+                                                  : "kiln.sub";
+    mlir::OperationState state(builder_.getUnknownLoc(), op);
+    if (name == "rsub_scalar") {
+      state.addOperands({c, xv});
+    } else {
+      state.addOperands({xv, c});
+    }
+    state.addTypes(tensor_type(ctx_, out.sizes(), out.dtype()));
+    bind(out, builder_.create(state)->getResult(0));
+  }
+
+  mlir::MLIRContext* ctx_;
+  mlir::OpBuilder builder_;
+  const TraceOptions& options_;
+  TracedFunction* out_ = nullptr;
+  mlir::ModuleOp module_;
+  mlir::func::FuncOp fn_;
+  mlir::Block* block_ = nullptr;
+  std::unordered_map<const TensorImpl*, mlir::Value> values_;
+  std::unordered_map<const TensorImpl*, std::string> capture_names_;
+  std::vector<TensorImplPtr> keep_alive_;  // tensor identities stay unique while tracing
+};
+
+TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
+                     const TensorList& example_inputs, const TraceOptions& options) {
+  TracedFunction out;
+  out.state_->ctx = make_context();
+  Tracer tracer(out.state_->ctx.get(), options);
+  tracer.begin(example_inputs, out);
+  TensorList results;
+  {
+    dispatch::TraceGuard guard(&tracer);
+    results = fn(example_inputs);
+  }
+  out.state_->module = tracer.finish(results);
+  if (mlir::failed(mlir::verify(*out.state_->module))) {
+    fail("trace", "the traced module does not verify:\n", out.str());
+  }
+  return out;
+}
+
+mlir::ModuleOp parse_module(mlir::MLIRContext& ctx, const std::string& text) {
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic& d) {
+    diagnostics += d.str() + "\n";
+    return mlir::success();
+  });
+  mlir::OwningOpRef<mlir::ModuleOp> m = mlir::parseSourceString<mlir::ModuleOp>(text, &ctx);
+  KILN_CHECK(m, "parse_module", "invalid kiln IR: ", diagnostics);
+  return m.release();
+}
+
+}  // namespace kiln::jit
