@@ -238,8 +238,8 @@ TEST(Gemm, LeadingDimsAlphaBeta) {
 // Shapes larger than the cache blocks: several K blocks (beta and the epilogue must apply once),
 // several N blocks and several M blocks.
 TEST(Gemm, MultipleCacheBlocks) {
-  const int64_t sizes[][3] = {{30, 70, 1000},  {40, 1100, 50}, {1700, 24, 20},
-                              {29, 1300, 400}, {9, 300, 70},   {16, 45, 17}};
+  const int64_t sizes[][3] = {{30, 70, 1000}, {40, 1100, 50}, {1700, 24, 40}, {29, 600, 400},
+                              {9, 300, 70},   {16, 45, 17},   {3, 20, 4500},  {8, 2000, 100}};
   for_each_config([&] {
     uint32_t seed = 200;
     for (int t = 0; t < 4; ++t) {

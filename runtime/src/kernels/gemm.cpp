@@ -662,7 +662,14 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
                  float* C, int64_t ldc, const Epilogue& e) {
   const int64_t MR = ks.mr, NR = ks.nr;
   const bool epi = has_epilogue(e);
-  const int nth = in_parallel_region() ? 1 : num_threads();
+  // Below ~1M multiply-adds (a few microseconds) waking another thread costs more than it saves.
+  const int nth = in_parallel_region() || M * N * K < (int64_t(1) << 20) ? 1 : num_threads();
+  auto pfor = [nth](int64_t begin, int64_t end, int64_t grain, auto&& fn) {
+    if (nth == 1)
+      fn(begin, end);
+    else
+      parallel_for(begin, end, grain, fn);
+  };
 
   // Equal K blocks no larger than KC (avoids a sliver of a last block).
   const int64_t kblocks = ceil_div(K, ks.kc);
@@ -695,7 +702,7 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
       const int64_t kb = std::min(kc, K - p0);
       const float* Ablk = ta ? A + p0 * lda + i0 : A + i0 * lda + p0;
       const int64_t pack_grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, kb * MR / 16));
-      parallel_for(0, slivers, pack_grain, [&](int64_t s0, int64_t s1) {
+      pfor(0, slivers, pack_grain, [&](int64_t s0, int64_t s1) {
         const int64_t r0 = s0 * MR, r1 = std::min(s1 * MR, mb);
         ks.pack_a(ta, ta ? Ablk + r0 : Ablk + r0 * lda, lda, r1 - r0, kb, apack + r0 * kb);
       });
@@ -717,7 +724,7 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
         const int64_t full = N / NR;
         if (full < panels)  // ragged last panel, zero padded
           ks.pack_b(false, Bblk + full * NR, ldb, kb, N - full * NR, bshared);
-        parallel_for(0, panels, 4, [&](int64_t q0, int64_t q1) {
+        pfor(0, panels, 4, [&](int64_t q0, int64_t q1) {
           for (int64_t q = q0; q < q1; ++q) {
             if (q < full)
               tile(0, q * NR, Bblk + q * NR, ldb);
@@ -727,16 +734,16 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
         });
       } else if (shared_b) {
         const int64_t panels = ceil_div(N, NR);
-        parallel_for(0, panels, 1, [&](int64_t q0, int64_t q1) {
+        pfor(0, panels, 1, [&](int64_t q0, int64_t q1) {
           const int64_t j0 = q0 * NR, j1 = std::min(q1 * NR, N);
           ks.pack_b(tb, tb ? Bblk + j0 * ldb : Bblk + j0, ldb, kb, j1 - j0, bshared + j0 * kb);
         });
-        parallel_for(0, slivers, 1, [&](int64_t s0, int64_t s1) {
+        pfor(0, slivers, 1, [&](int64_t s0, int64_t s1) {
           for (int64_t s = s0; s < s1; ++s)
             for (int64_t j = 0; j < N; j += NR) tile(s, j, bshared + j * kb, NR);
         });
       } else {
-        parallel_for(0, nblocks, 1, [&](int64_t t0, int64_t t1) {
+        pfor(0, nblocks, 1, [&](int64_t t0, int64_t t1) {
           float* bpack = tls_pack_b.get(static_cast<size_t>(nc * kb));
           for (int64_t t = t0; t < t1; ++t) {
             const int64_t j0 = t * nc, nw = std::min(nc, N - j0);
