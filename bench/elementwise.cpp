@@ -30,6 +30,7 @@ void BM_Add(benchmark::State& state) {
   const int64_t n = state.range(0);
   auto a = filled(Dims{n}, -1, 1), b = filled(Dims{n}, -1, 1);
   auto out = empty(Dims{n}, DType::Float32);
+  add_out(*a, *b, *out);  // first touch of out's pages outside the timing
   for (auto _ : state) add_out(*a, *b, *out);
   state.SetBytesProcessed(state.iterations() * 3 * n * 4);
 }
@@ -47,6 +48,7 @@ void BM_MulScalar(benchmark::State& state) {
   const int64_t n = state.range(0);
   auto a = filled(Dims{n}, -1, 1);
   auto out = empty(Dims{n}, DType::Float32);
+  mul_scalar_out(*a, 1.0001, *out);
   for (auto _ : state) mul_scalar_out(*a, 1.0001, *out);
   state.SetBytesProcessed(state.iterations() * 2 * n * 4);
 }
@@ -56,6 +58,7 @@ void unary_bench(benchmark::State& state, UnaryOp op, float lo, float hi) {
   const int64_t n = state.range(0);
   auto x = filled(Dims{n}, lo, hi);
   auto out = empty(Dims{n}, DType::Float32);
+  unary_out(op, *x, *out);
   for (auto _ : state) unary_out(op, *x, *out);
   state.SetBytesProcessed(state.iterations() * 2 * n * 4);
   state.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(n) * 1e-9,
@@ -100,6 +103,8 @@ void BM_Chain(benchmark::State& state) {
   auto x = filled(Dims{n}, -1, 1), a = filled(Dims{n}, -1, 1), b = filled(Dims{n}, -1, 1),
        c = filled(Dims{n}, -1, 1);
   auto t = empty(Dims{n}, DType::Float32), out = empty(Dims{n}, DType::Float32);
+  mul_out(*x, *a, *t);
+  mul_out(*x, *a, *out);
   for (auto _ : state) {
     mul_out(*x, *a, *t);
     add_out(*t, *b, *t);
@@ -114,6 +119,7 @@ void BM_BroadcastAddRow(benchmark::State& state) {
   const int64_t m = 4096, n = 4096;
   auto a = filled(Dims{m, n}, -1, 1), b = filled(Dims{n}, -1, 1);
   auto out = empty(Dims{m, n}, DType::Float32);
+  add_out(*a, *b, *out);
   for (auto _ : state) add_out(*a, *b, *out);
   state.SetBytesProcessed(state.iterations() * (2 * m * n + n) * 4);
 }
@@ -123,6 +129,7 @@ void BM_BroadcastAddCol(benchmark::State& state) {
   const int64_t m = 4096, n = 4096;
   auto a = filled(Dims{m, n}, -1, 1), b = filled(Dims{m, 1}, -1, 1);
   auto out = empty(Dims{m, n}, DType::Float32);
+  add_out(*a, *b, *out);
   for (auto _ : state) add_out(*a, *b, *out);
   state.SetBytesProcessed(state.iterations() * (2 * m * n + m) * 4);
 }
@@ -134,6 +141,7 @@ void BM_AddTransposed(benchmark::State& state) {
   auto a = filled(Dims{m, n}, -1, 1), b = filled(Dims{n, m}, -1, 1);
   auto bt = views::transpose(*b, 0, 1);
   auto out = empty(Dims{m, n}, DType::Float32);
+  add_out(*a, *bt, *out);
   for (auto _ : state) add_out(*a, *bt, *out);
   state.SetBytesProcessed(state.iterations() * 3 * m * n * 4);
 }
@@ -145,6 +153,7 @@ void BM_AddHalf(benchmark::State& state) {
   add_out(*filled(Dims{n}, -1, 1), *filled(Dims{n}, 0, 0), *a);
   add_out(*filled(Dims{n}, -1, 1), *filled(Dims{n}, 0, 0), *b);
   auto out = empty(Dims{n}, DType::Float16);
+  add_out(*a, *b, *out);
   for (auto _ : state) add_out(*a, *b, *out);
   state.SetBytesProcessed(state.iterations() * 3 * n * 2);
 }

@@ -1,5 +1,6 @@
 // Promotion, broadcasting and output checks shared by the elementwise kernels.
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 
 #include "elementwise_engine.h"
@@ -113,6 +114,15 @@ Dims broadcast_shape(std::span<const int64_t> a, std::span<const int64_t> b,
 }
 
 namespace ew {
+
+bool streaming_disabled() {
+  static const bool off = [] {
+    const char* v = std::getenv("KILN_EW_NO_STREAM");
+    return v && *v && *v != '0';
+  }();
+  return off;
+}
+
 namespace {
 
 // Byte range [lo, hi) covered by a tensor's elements.

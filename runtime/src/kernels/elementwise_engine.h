@@ -154,8 +154,10 @@ void store_convert(char* dst, int64_t sb, DType dt, const R* src, int64_t n) {
   });
 }
 
-// Outputs of at least this many bytes are written with non-temporal stores (see run_typed).
+// Outputs of at least this many bytes are written with non-temporal stores (see run_typed);
+// KILN_EW_NO_STREAM=1 turns them off (for measuring their effect).
 inline constexpr int64_t kStreamBytes = int64_t{16} << 20;
+bool streaming_disabled();
 
 #if defined(__AVX2__)
 inline constexpr bool kHaveStreamStores = true;
@@ -309,7 +311,8 @@ void run_typed(TensorImpl& out, const std::array<In, sizeof...(Ts)>& ins, const 
   // Outputs much larger than the caches bypass them (no read-for-ownership, no eviction of the
   // inputs' lines): the kernel fills a small L1 block that is then streamed out.
   const bool stream = out_dt == dtype_of<R> && out.is_contiguous() &&
-                      out.nbytes() >= static_cast<size_t>(kStreamBytes) && kHaveStreamStores;
+                      out.nbytes() >= static_cast<size_t>(kStreamBytes) && kHaveStreamStores &&
+                      !streaming_disabled();
   std::array<DType, NI> in_dt;
   for (size_t j = 0; j < NI; ++j) in_dt[j] = ins[j].dtype;
   static constexpr std::array<DType, NI> kT = {dtype_of<Ts>...};
