@@ -45,6 +45,15 @@ static void BM_RowSum(benchmark::State& state) {
 }
 BENCHMARK(BM_RowSum)->ArgName("dim")->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// Many short rows: [262144, 16] summed along dim 1 (per-output overhead).
+static void BM_SumShortRows(benchmark::State& state) {
+  auto x = randn(Dims{262144, 16});
+  auto out = empty(Dims{262144}, DType::Float32);
+  for (auto _ : state) kernels::sum_out(*x, Dims{1}, false, *out);
+  state.SetBytesProcessed(state.iterations() * x->nbytes());
+}
+BENCHMARK(BM_SumShortRows)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 static void BM_Var(benchmark::State& state) {
   const int64_t dim = state.range(0);
   auto x = randn(Dims{4096, 4096});

@@ -297,6 +297,10 @@ void drive(const Op& op, const TensorImpl& in, const Geom& g, TensorImpl* out0, 
   const int64_t inner = g.rsize[rr - 1], istride = g.rin[rr - 1];
   auto reduce_one = [&](int64_t in_off, int64_t rb, int64_t re) {
     A acc = op.identity();
+    if (rr == 1) {  // one reduced dim: a single run
+      op.run(acc, base + in_off + rb * istride, istride, re - rb, rb);
+      return acc;
+    }
     Odo rows(rr - 1, g.rsize.data(), g.rin.data());
     rows.init(rb / inner);
     int64_t col = rb % inner;

@@ -106,26 +106,43 @@ struct Abs {
   double operator()(double v) const { return std::fabs(v); }
 };
 
+// Sum of the lanes of v, pairwise.
+template <typename V>
+inline auto hsum(V v) {
+  using S = std::remove_reference_t<decltype(v[0])>;
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(S));
+  S t[L];
+  std::memcpy(t, &v, sizeof(V));
+  for (int w = L / 2; w >= 1; w /= 2)
+    for (int k = 0; k < w; ++k) t[k] += t[k + w];
+  return t[0];
+}
+
 // Sum of f(p[i]) over a block: 8 vector accumulators, lanes combined pairwise.
 template <typename S, typename F>
 inline S block_sum(const S* p, int64_t n, F f) {
   using V = vec_t<S>;
   constexpr int64_t L = kLanes<S>;
   constexpr int kAcc = 8;
-  V a[kAcc] = {};
   int64_t i = 0;
-  for (; i + kAcc * L <= n; i += kAcc * L) {
-    for (int k = 0; k < kAcc; ++k) a[k] += f(vload<V>(p + i + k * L));
+  S head = 0;
+  if (n >= kAcc * L) {
+    V a[kAcc] = {};
+    for (; i + kAcc * L <= n; i += kAcc * L) {
+      for (int k = 0; k < kAcc; ++k) a[k] += f(vload<V>(p + i + k * L));
+    }
+    for (int w = kAcc / 2; w >= 1; w /= 2)
+      for (int k = 0; k < w; ++k) a[k] += a[k + w];
+    head = hsum(a[0]);
   }
-  for (; i + L <= n; i += L) a[0] += f(vload<V>(p + i));
-  for (int w = kAcc / 2; w >= 1; w /= 2)
-    for (int k = 0; k < w; ++k) a[k] += a[k + w];
-  V s = a[0];
-  for (int64_t w = L / 2; w >= 1; w /= 2)
-    for (int64_t k = 0; k < w; ++k) s[k] += s[k + w];
+  if (i + L <= n) {
+    V a{};
+    for (; i + L <= n; i += L) a += f(vload<V>(p + i));
+    head += hsum(a);
+  }
   S tail = 0;
   for (; i < n; ++i) tail += f(p[i]);
-  return s[0] + tail;
+  return head + tail;
 }
 
 // Pairwise (cascade) sum: error grows with log(n), speed of a plain vector loop.
