@@ -10,3 +10,5 @@
 #include "kiln/nn/module.h"
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/pooling.h"
+#include "kiln/nn/rnn.h"
+#include "kiln/nn/transformer.h"

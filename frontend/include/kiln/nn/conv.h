@@ -13,43 +13,43 @@ enum class PaddingMode { Zeros, Reflect, Replicate };
 struct Conv1dOptions {
   Conv1dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  KILN_ARG(int64_t, in_channels);
-  KILN_ARG(int64_t, out_channels);
-  KILN_ARG(int64_t, kernel_size);
-  KILN_ARG(int64_t, stride) = 1;
-  KILN_ARG(int64_t, padding) = 0;
-  KILN_ARG(int64_t, dilation) = 1;
-  KILN_ARG(int64_t, groups) = 1;
-  KILN_ARG(bool, bias) = true;
-  KILN_ARG(PaddingMode, padding_mode) = PaddingMode::Zeros;
+  KILN_NN_ARG(int64_t, in_channels);
+  KILN_NN_ARG(int64_t, out_channels);
+  KILN_NN_ARG(int64_t, kernel_size);
+  KILN_NN_ARG(int64_t, stride) = 1;
+  KILN_NN_ARG(int64_t, padding) = 0;
+  KILN_NN_ARG(int64_t, dilation) = 1;
+  KILN_NN_ARG(int64_t, groups) = 1;
+  KILN_NN_ARG(bool, bias) = true;
+  KILN_NN_ARG(PaddingMode, padding_mode) = PaddingMode::Zeros;
 };
 
 struct Conv2dOptions {
   Conv2dOptions(int64_t in_channels, int64_t out_channels, Pair2 kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  KILN_ARG(int64_t, in_channels);
-  KILN_ARG(int64_t, out_channels);
-  KILN_ARG(Pair2, kernel_size);
-  KILN_ARG(Pair2, stride) = 1;
-  KILN_ARG(Pair2, padding) = 0;
-  KILN_ARG(Pair2, dilation) = 1;
-  KILN_ARG(int64_t, groups) = 1;
-  KILN_ARG(bool, bias) = true;
-  KILN_ARG(PaddingMode, padding_mode) = PaddingMode::Zeros;
+  KILN_NN_ARG(int64_t, in_channels);
+  KILN_NN_ARG(int64_t, out_channels);
+  KILN_NN_ARG(Pair2, kernel_size);
+  KILN_NN_ARG(Pair2, stride) = 1;
+  KILN_NN_ARG(Pair2, padding) = 0;
+  KILN_NN_ARG(Pair2, dilation) = 1;
+  KILN_NN_ARG(int64_t, groups) = 1;
+  KILN_NN_ARG(bool, bias) = true;
+  KILN_NN_ARG(PaddingMode, padding_mode) = PaddingMode::Zeros;
 };
 
 struct ConvTranspose2dOptions {
   ConvTranspose2dOptions(int64_t in_channels, int64_t out_channels, Pair2 kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  KILN_ARG(int64_t, in_channels);
-  KILN_ARG(int64_t, out_channels);
-  KILN_ARG(Pair2, kernel_size);
-  KILN_ARG(Pair2, stride) = 1;
-  KILN_ARG(Pair2, padding) = 0;
-  KILN_ARG(Pair2, output_padding) = 0;
-  KILN_ARG(int64_t, groups) = 1;
-  KILN_ARG(bool, bias) = true;
-  KILN_ARG(Pair2, dilation) = 1;
+  KILN_NN_ARG(int64_t, in_channels);
+  KILN_NN_ARG(int64_t, out_channels);
+  KILN_NN_ARG(Pair2, kernel_size);
+  KILN_NN_ARG(Pair2, stride) = 1;
+  KILN_NN_ARG(Pair2, padding) = 0;
+  KILN_NN_ARG(Pair2, output_padding) = 0;
+  KILN_NN_ARG(int64_t, groups) = 1;
+  KILN_NN_ARG(bool, bias) = true;
+  KILN_NN_ARG(Pair2, dilation) = 1;
 };
 
 // weight [out, in/groups, k], bias [out].

@@ -1,8 +1,8 @@
 #pragma once
-// KILN_ARG(T, name): a chainable option with a getter, as PyTorch's TORCH_ARG:
+// KILN_NN_ARG(T, name): a chainable option with a getter, as PyTorch's TORCH_ARG:
 //   Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)
 
-#define KILN_ARG(T, name)          \
+#define KILN_NN_ARG(T, name)       \
  public:                           \
   auto& name(const T& new_value) { \
     this->name##_ = new_value;     \
