@@ -27,11 +27,23 @@ namespace {
 
 using Bytes = std::vector<unsigned char>;
 
+// Scratch files live in tmpfs when there is one (the tests write hundreds of small files) and
+// are removed at exit.
 fs::path tmp_dir() {
-  fs::path d = fs::temp_directory_path() /
-               ("kiln_test_data_" + std::to_string(static_cast<long>(::getpid())));
-  fs::create_directories(d);
-  return d;
+  static const struct Dir {
+    fs::path path;
+    Dir() {
+      const fs::path base =
+          fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+      path = base / ("kiln_test_data_" + std::to_string(static_cast<long>(::getpid())));
+      fs::create_directories(path);
+    }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } dir;
+  return dir.path;
 }
 
 void put_be32(Bytes& b, uint32_t v) {
