@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "kiln/autograd.h"
+#include "kiln/dispatch.h"
 #include "kiln/ops.h"
 
 namespace kiln::autograd {
@@ -298,6 +299,7 @@ SavedVariable::SavedVariable(const Tensor& t, bool is_output) : is_output_(is_ou
   // An output would point back at this node: keep its data and a weak link to its grad_fn.
   const TensorImpl& impl = *t.impl();
   data_ = make_view(impl, impl.sizes(), impl.strides(), impl.storage_offset());
+  KILN_TRACE("detach", {t}, {Tensor(data_)});  // the tracer sees the saved copy as the output
   if (auto* meta = t.autograd_meta()) {
     weak_grad_fn_ = meta->grad_fn;
     output_nr_ = meta->output_nr;
@@ -315,6 +317,7 @@ Tensor SavedVariable::unpack(const Node& owner) const {
              ")");
   if (!is_output_) return Tensor(data_);
   Tensor alias(make_view(*data_, data_->sizes(), data_->strides(), data_->storage_offset()));
+  KILN_TRACE("detach", {Tensor(data_)}, {alias});
   if (grad_enabled() && requires_grad_) {
     if (auto fn = weak_grad_fn_.lock()) {
       auto& meta = alias.ensure_autograd_meta();

@@ -220,8 +220,10 @@ Tensor unary_op(UnaryOp op, const char* name, const char* backward_name, const T
     dispatch::trace(name, {x}, {out}, trace_attrs);
   return out;
 }
+// The fused backward kernels serve plain first-order gradients; under create_graph, or while
+// tracing (so a traced training step records the backward as ops), the tensor-op formula runs.
 bool first_order(const Tensor& g) {
-  return !(autograd::grad_enabled() && g.requires_grad());
+  return !(autograd::grad_enabled() && g.requires_grad()) && !dispatch::tracer();
 }
 }  // namespace
 

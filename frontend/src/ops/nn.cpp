@@ -372,6 +372,9 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
         Tensor gi = new_like(s[0]);
         kernels::cross_entropy_backward_out(*g[0].contiguous().impl(), *s[0].impl(), *s[1].impl(),
                                             o, *gi.impl());
+        KILN_TRACE("cross_entropy_backward", TensorList({g[0], s[0], s[1]}), {gi},
+                   {"ignore_index", ignore_index}, {"reduction", static_cast<int64_t>(reduction)},
+                   {"label_smoothing", label_smoothing});
         return TensorList{gi};
       });
   KILN_TRACE("cross_entropy", TensorList({input, target}), {out}, {"ignore_index", ignore_index},
@@ -410,6 +413,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
                      Tensor gi = new_like(s[0]);
                      kernels::mse_loss_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
                                                     *s[1].impl(), r, *gi.impl());
+                     KILN_TRACE("mse_loss_backward", TensorList({g[0], s[0], s[1]}), {gi},
+                                {"reduction", static_cast<int64_t>(r)});
                      return TensorList{gi, s[1].requires_grad() ? -gi : Tensor()};
                    });
   KILN_TRACE("mse_loss", TensorList({input, target}), {out},

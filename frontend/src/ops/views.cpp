@@ -254,7 +254,9 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::detach() const {
   const TensorImpl& t = *impl();
-  return Tensor(make_view(t, t.sizes(), t.strides(), t.storage_offset()));
+  Tensor out(make_view(t, t.sizes(), t.strides(), t.storage_offset()));
+  KILN_TRACE("detach", {*this}, {out});  // same value to the tracer: an alias, not an op
+  return out;
 }
 
 Tensor Tensor::contiguous() const {

@@ -267,6 +267,25 @@ const std::unordered_map<std::string, Kernel>& kernels() {
          return TensorList{nll_loss(x[0], x[1], {}, a.i("ignore_index"), reduction(a))};
        }},
       {"kiln.mse_loss", [](L x, A a, O) { return TensorList{mse_loss(x[0], x[1], reduction(a))}; }},
+      {"kiln.mse_loss_backward",
+       [](L x, A a, O) {
+         // d/dinput of mean((input - target)^2) (or the sum): 2 (input - target) * g [/ numel]
+         Tensor d = (x[1] - x[2]) * 2.0;
+         if (reduction(a) == Reduction::Mean) d = d / static_cast<double>(x[1].numel());
+         return TensorList{d * x[0]};
+       }},
+      {"kiln.cross_entropy_backward",
+       [](L x, A a, O) {
+         // Replays the eager op's own backward on the recorded operands.
+         Tensor logits = x[1].detach().requires_grad_();
+         Tensor loss;
+         {
+           autograd::EnableGradGuard grad;
+           loss = cross_entropy(logits, x[2], {}, a.i("ignore_index"), reduction(a),
+                                a.f("label_smoothing"));
+         }
+         return TensorList{autograd::grad({loss}, {logits}, {x[0]})[0]};
+       }},
       {"kiln.smooth_l1_loss",
        [](L x, A a, O) {
          return TensorList{smooth_l1_loss(x[0], x[1], reduction(a), a.f("beta"))};

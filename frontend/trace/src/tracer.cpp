@@ -17,6 +17,7 @@
 #include "kiln/dispatch.h"
 #include "kiln/ir/KilnDialect.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/kernels/copy.h"
 #include "kiln/trace/module.h"
 #include "kiln/trace/trace.h"
 #include "types.h"
@@ -67,7 +68,14 @@ TensorList TracedFunction::operator()(const TensorList& inputs) const {
   }
   TensorList args = inputs;
   args.insert(args.end(), captures_.begin(), captures_.end());
-  return interpret(*state_->module, args);
+  TensorList results = interpret(*state_->module, args);
+  // Write in-out values back into the captured tensors (a training step updates its parameters).
+  for (size_t k = 0; k < mutated_captures_.size(); ++k) {
+    kernels::copy_(*captures_[mutated_captures_[k]].impl(), *results[num_outputs_ + k].impl());
+    autograd::bump_version(captures_[mutated_captures_[k]]);
+  }
+  results.resize(num_outputs_);
+  return results;
 }
 
 class Tracer final : public dispatch::TraceHook {
@@ -101,6 +109,18 @@ class Tracer final : public dispatch::TraceHook {
       results.push_back(v);
       types.push_back(v.getType());
     }
+    out_->num_outputs_ = outputs.size();
+    // Captured tensors written in place (parameters and optimizer state of a training step) are
+    // in-out values: their final values are extra results, written back after each call.
+    for (size_t i = 0; i < out_->captures_.size(); ++i) {
+      const TensorImpl* impl = out_->captures_[i].impl();
+      mlir::Value now = values_[impl];
+      if (now != capture_args_[impl]) {
+        results.push_back(now);
+        types.push_back(now.getType());
+        out_->mutated_captures_.push_back(i);
+      }
+    }
     builder_.create<mlir::func::ReturnOp>(builder_.getUnknownLoc(), results);
     fn_.setFunctionType(builder_.getFunctionType(block_->getArgumentTypes(), types));
     llvm::SmallVector<mlir::Attribute> names;
@@ -116,6 +136,14 @@ class Tracer final : public dispatch::TraceHook {
     // In-place ops are recorded as their functional form; the written tensor is rebound to the
     // new value (the aliasing the in-place op implies).
     if (name.size() > 1 && name.back() == '_') name.pop_back();
+    if (name == "detach") {  // an alias: same value, no op
+      // Autograd saves an alias of an op's output before the op itself reaches the tracer, so
+      // the source may not be bound yet: resolve it on first use.
+      keep_alive_.push_back(inputs[0].impl_ptr());
+      keep_alive_.push_back(outputs[0].impl_ptr());
+      aliases_[outputs[0].impl()] = inputs[0];
+      return;
+    }
     if (name == "add_scalar" || name == "mul_scalar" || name == "div_scalar" ||
         name == "pow_scalar" || name == "rsub_scalar") {
       emit_scalar_binary(name, inputs[0], outputs[0], attrs);
@@ -160,6 +188,12 @@ class Tracer final : public dispatch::TraceHook {
   mlir::Value lookup(const Tensor& t) {
     auto it = values_.find(t.impl());
     if (it != values_.end()) return it->second;
+    auto alias = aliases_.find(t.impl());
+    if (alias != aliases_.end()) {
+      mlir::Value v = lookup(alias->second);
+      bind(t, v);
+      return v;
+    }
     mlir::Value v;
     auto named = capture_names_.find(t.impl());
     if (named == capture_names_.end() && t.numel() <= options_.max_inline_constant &&
@@ -172,6 +206,7 @@ class Tracer final : public dispatch::TraceHook {
       // Captured arguments must come before any op uses them: arguments live on the block, so
       // appending is fine.
       v = add_argument(t, name);
+      capture_args_[t.impl()] = v;
       out_->captures_.push_back(t);
     }
     bind(t, v);
@@ -285,6 +320,8 @@ class Tracer final : public dispatch::TraceHook {
   mlir::Block* block_ = nullptr;
   std::unordered_map<const TensorImpl*, mlir::Value> values_;
   std::unordered_map<const TensorImpl*, std::string> capture_names_;
+  std::unordered_map<const TensorImpl*, mlir::Value> capture_args_;
+  std::unordered_map<const TensorImpl*, Tensor> aliases_;
   std::vector<TensorImplPtr> keep_alive_;  // tensor identities stay unique while tracing
 };
 

@@ -351,6 +351,18 @@ def Kiln_MseLossOp : Kiln_Op<"mse_loss", [Pure]> {
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
+def Kiln_MseLossBackwardOp : Kiln_Op<"mse_loss_backward", [Pure]> {
+  let summary = "gradient of mse_loss with respect to input";
+  let arguments = (ins Kiln_Tensor:$grad, Kiln_Tensor:$input, Kiln_Tensor:$target, I64Attr:$reduction);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_CrossEntropyBackwardOp : Kiln_Op<"cross_entropy_backward", [Pure]> {
+  let summary = "gradient of cross_entropy with respect to the logits";
+  let arguments = (ins Kiln_Tensor:$grad, Kiln_Tensor:$input, Kiln_Tensor:$target, I64Attr:$ignore_index, I64Attr:$reduction, F64Attr:$label_smoothing);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
 def Kiln_SmoothL1LossOp : Kiln_Op<"smooth_l1_loss", [Pure]> {
   let summary = "smooth L1";
   let arguments = (ins Kiln_Tensor:$input, Kiln_Tensor:$target, I64Attr:$reduction, F64Attr:$beta);

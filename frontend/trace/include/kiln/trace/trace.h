@@ -66,6 +66,8 @@ class TracedFunction {
   const std::vector<Guard>& guards() const { return guards_; }
   const std::vector<ReadBack>& read_backs() const { return read_backs_; }
   size_t num_inputs() const { return num_inputs_; }
+  // Captures the function wrote in place; @forward returns their new values after its outputs.
+  const std::vector<size_t>& mutated_captures() const { return mutated_captures_; }
 
   // Runs the traced module with the reference interpreter (inputs checked against the guards;
   // captured tensors supplied from the trace).
@@ -82,6 +84,8 @@ class TracedFunction {
   std::vector<Guard> guards_;
   std::vector<ReadBack> read_backs_;
   size_t num_inputs_ = 0;
+  size_t num_outputs_ = 0;
+  std::vector<size_t> mutated_captures_;
 };
 
 TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
