@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "kiln/runtime/kernels/random.h"
 #include "kiln/runtime/kernels/reduce.h"
 #include "kiln/runtime/tensor.h"
 
@@ -89,5 +90,31 @@ static void BM_SoftmaxDim1(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * x->nbytes());
 }
 BENCHMARK(BM_SoftmaxDim1)->UseRealTime();
+
+// Random fills (Philox4x32-10), 4M elements.
+static void BM_UniformFill(benchmark::State& state) {
+  auto x = empty(Dims{4 << 20}, DType::Float32);
+  Generator g(1);
+  for (auto _ : state) kernels::uniform_(*x, 0, 1, &g);
+  state.SetBytesProcessed(state.iterations() * x->nbytes());
+  state.SetItemsProcessed(state.iterations() * x->numel());
+}
+BENCHMARK(BM_UniformFill)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+static void BM_DropoutMask(benchmark::State& state) {
+  auto m = empty(Dims{4 << 20}, DType::Bool);
+  Generator g(1);
+  for (auto _ : state) kernels::dropout_mask_out(0.1, *m, &g);
+  state.SetItemsProcessed(state.iterations() * m->numel());
+}
+BENCHMARK(BM_DropoutMask)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+static void BM_NormalFill(benchmark::State& state) {
+  auto x = empty(Dims{4 << 20}, DType::Float32);
+  Generator g(1);
+  for (auto _ : state) kernels::normal_(*x, 0, 1, &g);
+  state.SetItemsProcessed(state.iterations() * x->numel());
+}
+BENCHMARK(BM_NormalFill)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

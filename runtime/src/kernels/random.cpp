@@ -3,6 +3,9 @@
 #include "kiln/runtime/kernels/random.h"
 
 #include <cmath>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 #include <limits>
 #include <vector>
 
@@ -57,6 +60,63 @@ inline double u53(uint32_t hi, uint32_t lo) {
   return static_cast<double>(((static_cast<uint64_t>(hi) << 32) | lo) >> 11) * 0x1.0p-53;
 }
 
+// Eight consecutive blocks first_block .. first_block + 7 at once.
+#if defined(__AVX2__)
+void philox_x8(uint64_t first_block, uint64_t seed, std::array<uint32_t, 4>* out) {
+  alignas(32) uint32_t lo[8], hi[8];
+  for (int l = 0; l < 8; ++l) {
+    const uint64_t b = first_block + static_cast<uint64_t>(l);
+    lo[l] = static_cast<uint32_t>(b);
+    hi[l] = static_cast<uint32_t>(b >> 32);
+  }
+  __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
+  __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
+  __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  // 32x32 -> 64-bit products of every lane: even lanes directly, odd lanes shifted down; then
+  // the high and low halves are blended back into lane order.
+  auto mulhilo = [](__m256i a, __m256i m, __m256i& h, __m256i& l) {
+    const __m256i pe = _mm256_mul_epu32(a, m);
+    const __m256i po = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
+    h = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
+    l = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
+  };
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    __m256i h0, l0, h1, l1;
+    mulhilo(c0, m0, h0, l0);
+    mulhilo(c2, m1, h1, l1);
+    const __m256i n0 =
+        _mm256_xor_si256(_mm256_xor_si256(h1, c1), _mm256_set1_epi32(static_cast<int>(k0)));
+    const __m256i n2 =
+        _mm256_xor_si256(_mm256_xor_si256(h0, c3), _mm256_set1_epi32(static_cast<int>(k1)));
+    c0 = n0;
+    c1 = l1;
+    c2 = n2;
+    c3 = l0;
+  }
+  alignas(32) uint32_t w[4][8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w[0]), c0);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w[1]), c1);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w[2]), c2);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w[3]), c3);
+  for (int l = 0; l < 8; ++l) out[l] = {w[0][l], w[1][l], w[2][l], w[3][l]};
+}
+#else
+void philox_x8(uint64_t first_block, uint64_t seed, std::array<uint32_t, 4>* out) {
+  const std::array<uint32_t, 2> key{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  for (int l = 0; l < 8; ++l) {
+    const uint64_t b = first_block + static_cast<uint64_t>(l);
+    out[l] = philox4x32_10({static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), 0, 0}, key);
+  }
+}
+#endif
+
 // Runs gen(words, out, count) for every block of `per_block` consecutive elements, in parallel,
 // writing into t (through a contiguous buffer when t is not contiguous).
 template <typename T, typename Gen>
@@ -67,11 +127,18 @@ void fill_blocks(TensorImpl& t, Generator& g, int64_t per_block, Gen&& gen) {
   const uint64_t base = g.reserve(static_cast<uint64_t>(nblocks));
   TensorImplPtr buf = t.is_contiguous() ? TensorImplPtr() : empty(t.sizes(), t.dtype());
   T* out = buf ? buf->data_ptr<T>() : t.data_ptr<T>();
-  parallel_for(0, nblocks, 2048, [&](int64_t b, int64_t e) {
-    for (int64_t blk = b; blk < e; ++blk) {
-      const auto w = g.block(base + static_cast<uint64_t>(blk));
-      const int64_t first = blk * per_block;
-      gen(w, out + first, std::min<int64_t>(per_block, n - first));
+  const int64_t ngroups = (nblocks + 7) / 8;
+  const uint64_t seed = g.seed();
+  parallel_for(0, ngroups, 256, [&](int64_t b, int64_t e) {
+    std::array<uint32_t, 4> w[8];
+    for (int64_t grp = b; grp < e; ++grp) {
+      philox_x8(base + static_cast<uint64_t>(grp * 8), seed, w);
+      for (int64_t l = 0; l < 8; ++l) {
+        const int64_t blk = grp * 8 + l;
+        if (blk >= nblocks) break;
+        const int64_t first = blk * per_block;
+        gen(w[l], out + first, std::min<int64_t>(per_block, n - first));
+      }
     }
   });
   if (buf) copy_(t, *buf);
@@ -130,15 +197,27 @@ void normal_(TensorImpl& t, double mean, double std, Generator* gen) {
   Generator& g = gen_or_default(gen);
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (is_fp_v<T>) {
+    if constexpr (std::is_same_v<T, double>) {
       // Box-Muller on two 53-bit uniforms: u1 in (0, 1] (no log(0)), angle from u2.
       fill_blocks<T>(t, g, 2, [&](const std::array<uint32_t, 4>& w, T* out, int64_t cnt) {
         const double u1 = 1.0 - u53(w[0], w[1]);
         const double u2 = u53(w[2], w[3]);
         const double r = std::sqrt(-2.0 * std::log(u1));
         const double th = kTwoPi * u2;
-        out[0] = from<T>(mean + std * r * std::cos(th));
-        if (cnt > 1) out[1] = from<T>(mean + std * r * std::sin(th));
+        out[0] = mean + std * r * std::cos(th);
+        if (cnt > 1) out[1] = mean + std * r * std::sin(th);
+      });
+    } else if constexpr (is_fp_v<T>) {
+      // float math, one word per uniform: u1 = (w + 1) / 2^32 in (0, 1] (tails to 6.6 sigma).
+      const float fm = static_cast<float>(mean), fs = static_cast<float>(std);
+      fill_blocks<T>(t, g, 4, [&](const std::array<uint32_t, 4>& w, T* out, int64_t cnt) {
+        for (int64_t k = 0; k < cnt; k += 2) {
+          const float u1 = static_cast<float>((static_cast<double>(w[k]) + 1.0) * 0x1.0p-32);
+          const float r = std::sqrt(-2.0f * std::log(u1));
+          const float th = static_cast<float>(kTwoPi) * u24(w[k + 1]);
+          out[k] = from<T>(fm + fs * r * std::cos(th));
+          if (k + 1 < cnt) out[k + 1] = from<T>(fm + fs * r * std::sin(th));
+        }
       });
     }
   });

@@ -5,8 +5,9 @@
 // block gives four 32-bit words.
 //
 // Element i of a fill (row-major order of the tensor's logical shape) reads the words of block
-// offset + i / 4 (one word per element: float32/16, bernoulli, small randint) or offset + i / 2
-// (two words: float64, normal_ of any dtype, 64-bit randint); after the call the generator's
+// offset + i / 4 (one word per element: float32/16 uniform_ and normal_, bernoulli, randint of a
+// range up to 2^32) or offset + i / 2 (two words: float64, randint of a wider range); normal_
+// pairs consecutive elements (Box-Muller: cos and sin of one draw). After the call the generator's
 // offset moves past every block used. So the values depend only on (seed, offset, shape, dtype),
 // never on the thread count or the tensor's strides, and kernels parallelize freely.
 
