@@ -12,5 +12,6 @@
 #include "kiln/runtime/dtype.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/thread_pool.h"
+#include "kiln/serialize.h"
 #include "kiln/tensor.h"
 #include "kiln/version.h"
