@@ -7,12 +7,14 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "gemm_internal.h"
 
 // GCC 12 reports the transposes' shuffles of fully initialized registers as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace kiln::kernels::gemm_detail {
 namespace {
@@ -148,6 +150,12 @@ inline void pack_transposed(const float* src, int64_t lds, int rows, int64_t k, 
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i)
       r[i] = i < rows ? _mm512_maskz_loadu_ps(m, src + i * lds + p) : _mm512_setzero_ps();
+    // The next 16 rows, one group ahead: short row runs that the hardware prefetcher misses.
+    // (Integer address arithmetic: the next group may lie past the matrix; prefetches never fault.)
+    const uintptr_t ahead = static_cast<uintptr_t>(16 * lds) * sizeof(float);
+    for (int i = 0; i < 16; ++i)
+      __builtin_prefetch(
+          reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(src + i * lds + p) + ahead));
     transpose16(r);
     for (int q = 0; q < rem; ++q)
       _mm512_mask_storeu_ps(dst + (p + q) * dst_stride, store_mask, r[q]);
