@@ -232,6 +232,14 @@ void drive(const Op& op, const TensorImpl& in, const Geom& g, TensorImpl* out0, 
       for (int64_t r = rb; r < re;) {
         const int64_t be = std::min(re, r + kBlockRows);
         for (int64_t j = 0; j < tw; ++j) blk[j] = id;
+        if constexpr (requires(A & a, T x) { op.prime(a, x, int64_t{0}); }) {
+          // Ops that start from their first element (var's shift) take it here, so that their
+          // combine needs no branch.
+          const T* p = p0 + ro.off[0];
+          for (int64_t j = 0; j < tw; ++j) op.prime(blk[j], p[j], r);
+          ++r;
+          ro.next();
+        }
         // Four rows per sweep: each accumulator is loaded and stored once per four inputs.
         for (; r + 4 <= be; r += 4) {
           const T* q0 = p0 + ro.off[0];
@@ -477,9 +485,10 @@ struct VarOp {
   using out_t = T;
   double correction = 1;
   acc_t identity() const { return {0, 0, 0, 0}; }
+  // The outer path primes every accumulator with its first element; run() sets K itself.
+  void prime(acc_t& a, T xin, int64_t) const { a = {1, to<double>(xin), 0, 0}; }
   void combine(acc_t& a, T xin, int64_t) const {
     const double x = to<double>(xin);
-    if (a.n == 0) a.k = x;
     const double d = x - a.k;
     a.s += d;
     a.s2 += d * d;
