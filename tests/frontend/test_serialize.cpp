@@ -628,3 +628,22 @@ TEST(Safetensors, EveryTruncationIsAnErrorAndFlipsNeverCrash) {
   }
   EXPECT_GT(errors, 150);  // most header flips break the JSON or its consistency
 }
+
+TEST(Serialize, ModuleStateDictRoundTrip) {
+  auto a = std::make_shared<nn::Linear>(4, 3);
+  auto b = std::make_shared<nn::Linear>(4, 3);
+  save(Value(a->state_dict()), tmp("linear.kiln"));  // nn::StateDict converts directly
+  nn::StateDict sd;
+  for (auto& [k, t] : load(tmp("linear.kiln")).to_named_tensors()) sd.insert(k, t);
+  EXPECT_EQ(sd.keys(), a->state_dict().keys());
+  b->load_state_dict(sd);
+  Tensor x = patterned({2, 4}, DType::Float32);
+  EXPECT_EQ(values(b->forward(x)), values(a->forward(x)));
+  // and through safetensors
+  write_safetensors(tmp("linear.safetensors"), a->state_dict());
+  nn::StateDict sd2;
+  for (auto& [k, t] : read_safetensors(tmp("linear.safetensors"))) sd2.insert(k, t);
+  auto c = std::make_shared<nn::Linear>(4, 3);
+  c->load_state_dict(sd2);
+  EXPECT_EQ(values(c->forward(x)), values(a->forward(x)));
+}
