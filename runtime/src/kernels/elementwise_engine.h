@@ -237,22 +237,42 @@ bool needs_tiling(const LoopPlan<N>& p) {
   return false;
 }
 
-// Like for_each_strided, but over tiles of kTileRows rows x kTileCols columns.
+// Copies a tile column by column: dst[t * m + c] = src_t[c * stride] for rows t (each src_t a row
+// start), reading down the rows, which is the contiguous direction of a transposed operand.
+template <typename E>
+void gather_tile(E* dst, char* const* row_ptr, size_t rows, int64_t stride, int64_t m) {
+  for (int64_t c = 0; c < m; ++c) {
+    for (size_t t = 0; t < rows; ++t) {
+      dst[t * m + c] = *reinterpret_cast<const E*>(row_ptr[t] + c * stride);
+    }
+  }
+}
+
+// Like for_each_strided, but over tiles of kTileRows rows x kTileCols columns. Inputs that walk
+// the rows with a large stride (transposed) are first copied into an L1 tile in their own
+// contiguous direction, so every cache line they touch is read once, whole.
 template <size_t N, typename Row>
-void for_each_tiled(const LoopPlan<N>& p, const Row& row) {
+void for_each_tiled(const LoopPlan<N>& p, const std::array<int64_t, N>& items, const Row& row) {
   constexpr int64_t kTileRows = 32, kTileCols = 64;
   const size_t rank = p.shape.size();
   const int64_t n = p.shape[rank - 1];
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < rank; ++d) rows *= p.shape[d];
   std::array<int64_t, N> s;
-  for (size_t k = 0; k < N; ++k) s[k] = p.strides[k][rank - 1];
+  std::array<bool, N> staged;
+  for (size_t k = 0; k < N; ++k) {
+    s[k] = p.strides[k][rank - 1];
+    staged[k] = k > 0 && std::abs(s[k]) > 16 &&
+                (items[k] == 1 || items[k] == 2 || items[k] == 4 || items[k] == 8);
+  }
   const int64_t groups = (rows + kTileRows - 1) / kTileRows;
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / (kTileRows * n));
   parallel_for(0, groups, grain, [&](int64_t gb, int64_t ge) {
     std::array<char*, N> ptrs[kTileRows];
+    alignas(64) char tiles[N][kTileRows * kTileCols * 8];
     for (int64_t g = gb; g < ge; ++g) {
       const int64_t r0 = g * kTileRows, r1 = std::min(rows, r0 + kTileRows);
+      const size_t nr = static_cast<size_t>(r1 - r0);
       for (int64_t r = r0; r < r1; ++r) {
         int64_t rem = r;
         std::array<char*, N>& q = ptrs[r - r0];
@@ -265,10 +285,33 @@ void for_each_tiled(const LoopPlan<N>& p, const Row& row) {
       }
       for (int64_t c0 = 0; c0 < n; c0 += kTileCols) {
         const int64_t m = std::min(kTileCols, n - c0);
-        for (int64_t r = r0; r < r1; ++r) {
-          std::array<char*, N> q = ptrs[r - r0];
-          for (size_t k = 0; k < N; ++k) q[k] += c0 * s[k];
-          row(q.data(), s.data(), m);
+        std::array<int64_t, N> st = s;
+        for (size_t k = 0; k < N; ++k) {
+          if (!staged[k]) continue;
+          char* rp[kTileRows];
+          for (size_t t = 0; t < nr; ++t) rp[t] = ptrs[t][k] + c0 * s[k];
+          switch (items[k]) {
+            case 1:
+              gather_tile(reinterpret_cast<uint8_t*>(tiles[k]), rp, nr, s[k], m);
+              break;
+            case 2:
+              gather_tile(reinterpret_cast<uint16_t*>(tiles[k]), rp, nr, s[k], m);
+              break;
+            case 4:
+              gather_tile(reinterpret_cast<uint32_t*>(tiles[k]), rp, nr, s[k], m);
+              break;
+            default:
+              gather_tile(reinterpret_cast<uint64_t*>(tiles[k]), rp, nr, s[k], m);
+              break;
+          }
+          st[k] = items[k];
+        }
+        for (size_t t = 0; t < nr; ++t) {
+          std::array<char*, N> q = ptrs[t];
+          for (size_t k = 0; k < N; ++k) {
+            q[k] = staged[k] ? tiles[k] + static_cast<int64_t>(t) * m * items[k] : q[k] + c0 * s[k];
+          }
+          row(q.data(), st.data(), m);
         }
       }
     }
@@ -310,7 +353,9 @@ void run_typed(TensorImpl& out, const std::array<In, sizeof...(Ts)>& ins, const 
   const DType out_dt = out.dtype();
   // Outputs much larger than the caches bypass them (no read-for-ownership, no eviction of the
   // inputs' lines): the kernel fills a small L1 block that is then streamed out.
-  const bool stream = out_dt == dtype_of<R> && out.is_contiguous() &&
+  const bool tiled = needs_tiling(plan);
+  // (Not for tiled loops: their rows are short and each would need its own fence.)
+  const bool stream = !tiled && out_dt == dtype_of<R> && out.is_contiguous() &&
                       out.nbytes() >= static_cast<size_t>(kStreamBytes) && kHaveStreamStores &&
                       !streaming_disabled();
   std::array<DType, NI> in_dt;
@@ -321,22 +366,12 @@ void run_typed(TensorImpl& out, const std::array<In, sizeof...(Ts)>& ins, const 
   constexpr int64_t kRs = sizeof(R);
   using Seq = std::index_sequence_for<Ts...>;
 
-  auto row = [&](char** p, const int64_t* s, int64_t n) {
-    // Classify operands for this row: used in place, or converted through a block.
-    const bool out_direct = out_dt == kR && s[0] == kRs;
-    bool all_direct = out_direct;
-    std::array<bool, NI> direct, sc;
-    for (size_t j = 0; j < NI; ++j) {
-      sc[j] = kScalarOK && s[j + 1] == 0;
-      direct[j] = in_dt[j] == kT[j] && (s[j + 1] == kTs[j] || sc[j]);
-      all_direct = all_direct && direct[j];
-    }
+  // Rows that need conversion, expansion of broadcast inputs or streaming stores go through
+  // stack blocks; kept out of line so that the direct path has a small frame (rows can be short).
+  auto slow_row = [&](char** p, const int64_t* s, int64_t n, bool out_direct,
+                      const std::array<bool, NI>& direct, const std::array<bool, NI>& sc)
+      __attribute__((noinline)) {
     std::array<const void*, NI> in;
-    if (all_direct && !stream) {
-      for (size_t j = 0; j < NI; ++j) in[j] = p[j + 1];
-      k(reinterpret_cast<R*>(p[0]), in.data(), sc.data(), n);
-      return;
-    }
     alignas(64) unsigned char buf[NI][kBlock * 8];
     alignas(64) unsigned char sval[NI][16];
     alignas(64) R obuf[kBlock];
@@ -371,8 +406,29 @@ void run_typed(TensorImpl& out, const std::array<In, sizeof...(Ts)>& ins, const 
     }
     if (stream) stream_fence();
   };
-  if (needs_tiling(plan)) {
-    for_each_tiled(plan, row);
+  auto row = [&](char** p, const int64_t* s, int64_t n) {
+    // Classify operands for this row: used in place, or converted through a block.
+    const bool out_direct = out_dt == kR && s[0] == kRs;
+    bool all_direct = out_direct && !stream;
+    std::array<bool, NI> direct, sc;
+    for (size_t j = 0; j < NI; ++j) {
+      sc[j] = kScalarOK && s[j + 1] == 0;
+      direct[j] = in_dt[j] == kT[j] && (s[j + 1] == kTs[j] || sc[j]);
+      all_direct = all_direct && direct[j];
+    }
+    if (all_direct) {
+      std::array<const void*, NI> in;
+      for (size_t j = 0; j < NI; ++j) in[j] = p[j + 1];
+      k(reinterpret_cast<R*>(p[0]), in.data(), sc.data(), n);
+      return;
+    }
+    slow_row(p, s, n, out_direct, direct, sc);
+  };
+  if (tiled) {
+    std::array<int64_t, N> items;
+    items[0] = static_cast<int64_t>(out.itemsize());
+    for (size_t j = 0; j < NI; ++j) items[j + 1] = static_cast<int64_t>(dtype_size(in_dt[j]));
+    for_each_tiled(plan, items, row);
   } else {
     for_each_strided(plan, row);
   }
