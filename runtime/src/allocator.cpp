@@ -59,7 +59,8 @@ void* CpuAllocator::allocate(size_t nbytes) {
     }
     s.stats.system_bytes += static_cast<int64_t>(cls);
   }
-  void* p = std::aligned_alloc(kAlignment, cls);
+  // aligned_alloc requires a size that is a multiple of the alignment (C11).
+  void* p = std::aligned_alloc(kAlignment, (cls + kAlignment - 1) / kAlignment * kAlignment);
   if (!p) {
     std::lock_guard<std::mutex> lock(s.mu);
     s.stats.bytes_in_use -= static_cast<int64_t>(nbytes);

@@ -384,3 +384,34 @@ TEST(Tensor, FactoriesAndItem) {
   buf[3] = 9;
   EXPECT_FLOAT_EQ(b.index({1, 1}).item<float>(), 9.0f);
 }
+
+TEST(Random, FactoriesAreSeededAndShaped) {
+  manual_seed(7);
+  Tensor a = rand({1000});
+  manual_seed(7);
+  Tensor b = rand({1000});
+  EXPECT_EQ(amax(abs(a - b)).item<double>(), 0.0);
+  EXPECT_GE(amin(a).item<double>(), 0.0);
+  EXPECT_LT(amax(a).item<double>(), 1.0);
+  Tensor n = randn({20000}, DType::Float64);
+  EXPECT_NEAR(mean(n).item<double>(), 0.0, 0.05);
+  EXPECT_NEAR(kiln::std(n).item<double>(), 1.0, 0.05);
+  Tensor r = randint(3, 7, {1000});
+  EXPECT_GE(amin(r).item<int64_t>(), 3);
+  EXPECT_LE(amax(r).item<int64_t>(), 6);
+  Tensor p = randperm(50);
+  EXPECT_EQ(sum(p).item<int64_t>(), 49 * 50 / 2);
+}
+
+TEST(Random, DropoutScalesKeptElementsAndDifferentiates) {
+  manual_seed(3);
+  Tensor x = ones({10000}).requires_grad_();
+  Tensor y = dropout(x, 0.25);
+  const double kept = sum(gt(y, zeros_like(y)).to(DType::Float64)).item<double>();
+  EXPECT_NEAR(kept / 10000.0, 0.75, 0.02);
+  EXPECT_FLOAT_EQ(amax(y).item<float>(), 1.0f / 0.75f);
+  sum(y).backward();
+  // The gradient is the same mask and scale: grad == y for x == 1.
+  EXPECT_EQ(amax(abs(x.grad() - y.detach())).item<double>(), 0.0);
+  EXPECT_TRUE(dropout(x, 0.5, false).is_same(x));
+}

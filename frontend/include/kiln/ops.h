@@ -222,3 +222,25 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, boo
 std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
 }  // namespace kiln
+
+// --- random (seeded, counter-based: results do not depend on the thread count) ---------------
+namespace kiln {
+// Seeds the global generator (kiln::manual_seed from the runtime) — re-exported here.
+Tensor rand(std::span<const int64_t> sizes, TensorOptions options = {});   // U[0, 1)
+Tensor randn(std::span<const int64_t> sizes, TensorOptions options = {});  // N(0, 1)
+Tensor randint(int64_t low, int64_t high, std::span<const int64_t> sizes,
+               TensorOptions options = DType::Int64);  // [low, high)
+Tensor randperm(int64_t n, TensorOptions options = DType::Int64);
+inline Tensor rand(std::initializer_list<int64_t> s, TensorOptions o = {}) {
+  return rand(Dims(s), o);
+}
+inline Tensor randn(std::initializer_list<int64_t> s, TensorOptions o = {}) {
+  return randn(Dims(s), o);
+}
+inline Tensor randint(int64_t low, int64_t high, std::initializer_list<int64_t> s,
+                      TensorOptions o = DType::Int64) {
+  return randint(low, high, Dims(s), o);
+}
+Tensor& uniform_(Tensor& t, double low = 0.0, double high = 1.0);
+Tensor& normal_(Tensor& t, double mean = 0.0, double std = 1.0);
+}  // namespace kiln
