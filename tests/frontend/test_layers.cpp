@@ -584,7 +584,7 @@ TEST(Layers, InitFansAndGains) {
   EXPECT_DOUBLE_EQ(calculate_gain(Nonlinearity::SELU), 0.75);
   EXPECT_DOUBLE_EQ(calculate_gain(Nonlinearity::Conv2D), 1.0);
 
-  manual_seed(7);
+  nn::init::manual_seed(7);
   Tensor w = kiln::empty({256, 128, 3, 3});  // fan_in 1152, fan_out 2304
   kaiming_normal_(w, 0, FanMode::FanOut, Nonlinearity::ReLU);
   EXPECT_NEAR(kiln::std(w.to(F64)).item<double>(), std::sqrt(2.0 / 2304),

@@ -5,32 +5,29 @@
 
 #include "kiln/autograd.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/kernels/random.h"
 
 namespace kiln::nn::init {
 
-std::mt19937_64& generator() {
-  static std::mt19937_64 gen(67280421310721ULL);
-  return gen;
+Generator& generator() {
+  return kiln::default_generator();
 }
 
 void manual_seed(uint64_t seed) {
-  generator().seed(seed);
+  kiln::manual_seed(seed);
 }
 
 namespace {
 
-// Writes values produced by `next()` into t in row-major order.
-template <typename Next>
-Tensor fill_with(const Tensor& t, const char* op, Next next) {
+void check_fillable(const Tensor& t, const char* op) {
   KILN_CHECK(t.defined(), op, "expected a defined tensor");
   KILN_CHECK(t.is_floating_point(), op, "expected a floating-point tensor, got ", t.dtype());
-  std::vector<double> buf(static_cast<size_t>(t.numel()));
-  for (double& v : buf) v = next();
-  autograd::NoGradGuard no_grad;
-  Tensor src = from_blob(buf.data(), t.sizes(), TensorOptions(DType::Float64));
-  Tensor dst = t;
-  copy_(dst, src);
-  return t;
+}
+
+// In-place writes straight through the runtime kernels: parameters stay leaves, their version
+// moves on (saved copies in a graph notice).
+void bump(const Tensor& t) {
+  t.impl()->storage()->bump_version();
 }
 
 }  // namespace
@@ -70,28 +67,50 @@ std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t) {
 }
 
 Tensor uniform_(const Tensor& t, double a, double b) {
-  std::uniform_real_distribution<double> dist(a, b);
-  return fill_with(t, "init::uniform_", [&] { return dist(generator()); });
+  check_fillable(t, "init::uniform_");
+  KILN_CHECK(a <= b, "init::uniform_", "expected a <= b, got a=", a, " b=", b);
+  if (a == b) return constant_(t, a);
+  kernels::uniform_(*t.impl(), a, b, &generator());
+  bump(t);
+  return t;
 }
 
 Tensor normal_(const Tensor& t, double mean, double std) {
   KILN_CHECK(std >= 0, "init::normal_", "expected std >= 0, got ", std);
   if (std == 0) return constant_(t, mean);
-  std::normal_distribution<double> dist(mean, std);
-  return fill_with(t, "init::normal_", [&] { return dist(generator()); });
+  check_fillable(t, "init::normal_");
+  kernels::normal_(*t.impl(), mean, std, &generator());
+  bump(t);
+  return t;
 }
 
 Tensor trunc_normal_(const Tensor& t, double mean, double std, double a, double b) {
   KILN_CHECK(a < b && std > 0, "init::trunc_normal_", "expected a < b and std > 0, got a=", a,
              " b=", b, " std=", std);
-  std::normal_distribution<double> dist(mean, std);
-  return fill_with(t, "init::trunc_normal_", [&] {
-    for (int tries = 0; tries < 1000; ++tries) {
-      double v = dist(generator());
-      if (v >= a && v <= b) return v;
+  check_fillable(t, "init::trunc_normal_");
+  // Draw in float64, redraw the values outside [a, b], then copy in.
+  Tensor v = kiln::empty(t.sizes(), TensorOptions(DType::Float64));
+  kernels::normal_(*v.impl(), mean, std, &generator());
+  double* p = v.data_ptr<double>();
+  std::vector<int64_t> bad;
+  for (int64_t i = 0; i < v.numel(); ++i)
+    if (p[i] < a || p[i] > b) bad.push_back(i);
+  for (int round = 0; !bad.empty() && round < 100; ++round) {
+    Tensor r = kiln::empty({static_cast<int64_t>(bad.size())}, TensorOptions(DType::Float64));
+    kernels::normal_(*r.impl(), mean, std, &generator());
+    std::vector<int64_t> still;
+    for (size_t k = 0; k < bad.size(); ++k) {
+      const double x = r.data_ptr<double>()[k];
+      p[bad[k]] = x;
+      if (x < a || x > b) still.push_back(bad[k]);
     }
-    return std::min(std::max(mean, a), b);
-  });
+    bad.swap(still);
+  }
+  for (int64_t i : bad) p[i] = std::min(std::max(mean, a), b);
+  autograd::NoGradGuard no_grad;
+  Tensor dst = t;
+  copy_(dst, v);
+  return t;
 }
 
 Tensor constant_(const Tensor& t, double value) {

@@ -3,14 +3,15 @@
 // (torch.nn.init). Each writes through the tensor's storage under NoGradGuard and returns the
 // tensor, so parameters keep their identity.
 //
-// Randomness comes from nn::init::generator(), a seeded std::mt19937_64 (seed it with
-// nn::init::manual_seed for reproducible models).
+// Randomness comes from kiln's global Philox generator (kiln::default_generator(), seeded by
+// kiln::manual_seed or nn::init::manual_seed), as torch.manual_seed seeds torch.nn.init: the
+// values depend only on the seed and the order of draws, never on the thread count.
 
 #include <cstdint>
 #include <optional>
-#include <random>
 #include <utility>
 
+#include "kiln/runtime/kernels/random.h"
 #include "kiln/tensor.h"
 
 namespace kiln::nn::init {
@@ -31,8 +32,9 @@ enum class Nonlinearity {
   SELU,
 };
 
-// The generator every initializer draws from.
-std::mt19937_64& generator();
+// The generator every initializer draws from (kiln::default_generator()).
+Generator& generator();
+// kiln::manual_seed(seed).
 void manual_seed(uint64_t seed);
 
 // torch.nn.init.calculate_gain; `param` is LeakyReLU's negative slope (0.01 when not given).
