@@ -415,3 +415,20 @@ TEST(Random, DropoutScalesKeptElementsAndDifferentiates) {
   EXPECT_EQ(amax(abs(x.grad() - y.detach())).item<double>(), 0.0);
   EXPECT_TRUE(dropout(x, 0.5, false).is_same(x));
 }
+
+TEST(Tensor, MethodFormsMatchFreeFunctions) {
+  Tensor x = tensor({{1.0, -2.0}, {3.0, 4.0}}, DType::Float64).requires_grad_();
+  EXPECT_DOUBLE_EQ(x.sum().item<double>(), 6.0);
+  EXPECT_DOUBLE_EQ(x.mean({1}).index({1}).item<double>(), 3.5);
+  EXPECT_DOUBLE_EQ(x.abs().max().item<double>(), 4.0);
+  EXPECT_EQ(x.argmax(1).index({0}).item<int64_t>(), 0);
+  EXPECT_DOUBLE_EQ(x.matmul(x).index({0, 0}).item<double>(), 1.0 - 6.0);
+  Tensor y = x.mul(x).relu().sum();
+  y.backward();
+  EXPECT_DOUBLE_EQ(x.grad().index({0, 1}).item<double>(), -4.0);  // d/dx x^2 = 2x = -4
+  Tensor z = zeros({3});
+  z.add_(1.0).mul_(3.0);
+  EXPECT_DOUBLE_EQ(z.sum().item<double>(), 9.0);
+  z.zero_();
+  EXPECT_DOUBLE_EQ(z.sum().item<double>(), 0.0);
+}

@@ -127,6 +127,41 @@ class Tensor {
                     int64_t storage_offset) const;
   Tensor index(std::initializer_list<TensorIndex> indices) const;
 
+  // --- method forms of common ops (same semantics as the free functions in ops.h)
+  Tensor sum() const;
+  Tensor sum(std::initializer_list<int64_t> dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(std::initializer_list<int64_t> dims, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor abs() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor neg() const;
+  Tensor relu() const;
+  Tensor sigmoid() const;
+  Tensor tanh() const;
+  Tensor pow(double exponent) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor mm(const Tensor& other) const;
+  Tensor add(const Tensor& other, double alpha = 1.0) const;
+  Tensor sub(const Tensor& other, double alpha = 1.0) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor div(const Tensor& other) const;
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& sub_(const Tensor& other, double alpha = 1.0);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double other);
+  Tensor& add_(double other);
+  Tensor& div_(const Tensor& other);
+  Tensor& zero_();
+  Tensor& fill_(double value);
+  Tensor& copy_(const Tensor& src);
+
   // --- autograd
   bool requires_grad() const;
   Tensor& requires_grad_(bool requires_grad = true);
