@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 preset=${1:-release}
 shift || true
 bash scripts/bootstrap.sh
+# ccache keys on relative paths below the checkout, so clones in other folders share its hits.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(pwd)}
 if [ ! -f "build/$preset/build.ninja" ]; then
   cmake --preset "$preset" >/dev/null
 fi

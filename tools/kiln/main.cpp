@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "demo.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -28,18 +29,6 @@ int print_version() {
   return 0;
 }
 
-int demo(int argc, char** argv) {
-  if (argc > 0 && std::strcmp(argv[0], "--help") == 0) {
-    std::printf("usage: kiln demo\n\nTrains LeNet on Fashion-MNIST, then traces, compiles and runs "
-                "it.\n");
-    return 0;
-  }
-  print_version();
-  std::printf("demo: the training demo arrives with the nn/optim issue; this build has the "
-              "runtime core.\n");
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,7 +37,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
     if (cmd == "--version" || cmd == "version") return print_version();
-    if (cmd == "demo") return demo(argc - 2, argv + 2);
+    if (cmd == "demo") return kiln::cli::demo(argc - 2, argv + 2);
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln %s: %s\n", cmd.c_str(), e.what());
     return 1;
