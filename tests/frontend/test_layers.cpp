@@ -38,7 +38,7 @@ Tensor fx(const std::string& name, bool grad = false) {
   return t;
 }
 
-[[maybe_unused]] Tensor fx_bool(const std::string& name) {
+Tensor fx_bool(const std::string& name) {
   return fx(name) != kiln::zeros({1}, F64);
 }
 
@@ -511,6 +511,12 @@ TEST(Layers, Containers) {
   });
   (*seq)(x);
   EXPECT_EQ(calls, 1);
+  // replace_module swaps the child that forward calls.
+  seq->replace_module("1", std::make_shared<nn::Identity>());
+  EXPECT_EQ((*seq)[1]->type_name(), "Identity");
+  expect_close((*seq)(x), kiln::linear(kiln::linear(x, l0->weight, l0->bias), l2->weight, l2->bias),
+               1e-6, "sequential after replace");
+  EXPECT_THROW(seq->replace_module("7", std::make_shared<nn::ReLU>()), Error);
 
   nn::Sequential named(
       {{"conv", std::make_shared<nn::Conv2d>(1, 2, 3)}, {"act", std::make_shared<nn::ReLU>()}});
@@ -530,6 +536,240 @@ TEST(Layers, Containers) {
   EXPECT_EQ(dict.state_dict().keys(), (std::vector<std::string>{"enc.weight", "dec.weight"}));
   EXPECT_TRUE(dict.contains("dec"));
   EXPECT_THROW(dict.insert("dec", std::make_shared<nn::ReLU>()), Error);
+}
+
+// --- dropout --------------------------------------------------------------------------------
+
+TEST(Layers, Dropout) {
+  nn::Dropout drop(0.25);
+  Tensor x = kiln::ones({20000}).requires_grad_();
+  drop.eval();
+  EXPECT_EQ(max_abs_diff(drop(x), x), 0.0);
+  drop.train();
+  kiln::manual_seed(42);
+  Tensor y = drop(x);
+  // Kept values are scaled by 1 / (1 - p); about a quarter are zero.
+  const double zeros = sum(y == kiln::zeros({1})).item<double>();
+  EXPECT_NEAR(zeros / 20000.0, 0.25, 0.015);
+  EXPECT_NEAR(amax(y).item<double>(), 1.0 / 0.75, 1e-6);
+  EXPECT_NEAR(mean(y.to(F64)).item<double>(), 1.0, 0.03);
+  // Gradient: the same mask and scale.
+  sum(y).backward();
+  EXPECT_EQ(max_abs_diff(x.grad(), y.detach()), 0.0);
+  // Reproducible from the seed.
+  kiln::manual_seed(42);
+  EXPECT_EQ(max_abs_diff(drop(x), y), 0.0);
+  nn::Dropout none(0.0);
+  EXPECT_EQ(max_abs_diff(none(x), x), 0.0);
+  EXPECT_THROW(nn::Dropout(1.5), Error);
+  EXPECT_EQ(drop.repr(), "Dropout(p=0.25, inplace=False)");
+}
+
+// --- attention and transformer ----------------------------------------------------------------
+
+TEST(Layers, MultiheadAttentionMatchesPyTorch) {
+  {
+    auto m = std::make_shared<nn::MultiheadAttention>(8, 2);
+    EXPECT_EQ(m->state_dict().keys(),
+              (std::vector<std::string>{"in_proj_weight", "in_proj_bias", "out_proj.weight",
+                                        "out_proj.bias"}));
+    EXPECT_EQ(amax(abs(m->in_proj_bias)).item<double>(), 0.0);
+    // xavier_uniform_ on [24, 8]: bound sqrt(6 / 32).
+    EXPECT_LE(amax(abs(m->in_proj_weight)).item<double>(), std::sqrt(6.0 / 32.0));
+    m->to(F64);
+    load_ref(*m, "mha_a");
+    Tensor q = fx("mha_a.q", true), k = fx("mha_a.k", true), v = fx("mha_a.v", true);
+    auto [out, w] = (*m)(q, k, v, fx_bool("mha_a.kpm"), true, fx("mha_a.am"));
+    expect_close(out, fx("mha_a.out"), 1e-12, "mha_a out");
+    expect_close(w, fx("mha_a.w"), 1e-12, "mha_a weights");
+    sum(out * fx("mha_a.R")).backward();
+    expect_close(q.grad(), fx("mha_a.grad.q"), 1e-12, "mha_a dq");
+    expect_close(k.grad(), fx("mha_a.grad.k"), 1e-12, "mha_a dk");
+    expect_close(v.grad(), fx("mha_a.grad.v"), 1e-12, "mha_a dv");
+    expect_param_grads(*m, "mha_a", 1e-12);
+  }
+  {
+    auto m = std::make_shared<nn::MultiheadAttention>(
+        nn::MultiheadAttentionOptions(6, 3).batch_first(true));
+    m->to(F64);
+    load_ref(*m, "mha_b");
+    Tensor x = fx("mha_b.x", true);
+    auto [out, w] = (*m)(x, x, x, {}, true, fx_bool("mha_b.mask"), false);
+    expect_close(out, fx("mha_b.out"), 1e-12, "mha_b out");
+    expect_close(w, fx("mha_b.w"), 1e-12, "mha_b per-head weights");
+    sum(out * fx("mha_b.R")).backward();
+    expect_close(x.grad(), fx("mha_b.grad.x"), 1e-12, "mha_b dx");
+    expect_param_grads(*m, "mha_b", 1e-12);
+  }
+}
+
+TEST(Layers, MultiheadAttentionGradcheck) {
+  auto m = std::make_shared<nn::MultiheadAttention>(4, 2);
+  m->to(F64);
+  Tensor q = rnd({2, 1, 4}, 31, true), kv = rnd({3, 1, 4}, 32, true);
+  gradcheck_module(
+      *m, {q, kv}, [&](const TensorList& v) { return (*m)(v[0], v[1], v[1]).first; }, "MHA");
+}
+
+TEST(Layers, TransformerEncoderLayerMatchesPyTorch) {
+  {
+    auto m = std::make_shared<nn::TransformerEncoderLayer>(
+        nn::TransformerEncoderLayerOptions(8, 2).dim_feedforward(16).dropout(0.0));
+    EXPECT_EQ(m->state_dict().keys(),
+              (std::vector<std::string>{
+                  "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
+                  "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
+                  "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"}));
+    m->to(F64);
+    load_ref(*m, "tel_post");
+    Tensor src = fx("tel_post.src", true);
+    Tensor out = (*m)(src, {}, fx_bool("tel_post.kpm"));
+    expect_close(out, fx("tel_post.out"), 1e-12, "post-norm out");
+    sum(out * fx("tel_post.R")).backward();
+    expect_close(src.grad(), fx("tel_post.grad.src"), 1e-11, "post-norm dsrc");
+    expect_param_grads(*m, "tel_post", 1e-11);
+  }
+  {
+    auto m = std::make_shared<nn::TransformerEncoderLayer>(nn::TransformerEncoderLayerOptions(8, 4)
+                                                               .dim_feedforward(12)
+                                                               .dropout(0.0)
+                                                               .activation(nn::Activation::GELU)
+                                                               .batch_first(true)
+                                                               .norm_first(true));
+    m->to(F64);
+    load_ref(*m, "tel_pre");
+    Tensor src = fx("tel_pre.src", true);
+    Tensor out = (*m)(src, fx_bool("tel_pre.mask"));
+    expect_close(out, fx("tel_pre.out"), 1e-12, "pre-norm out");
+    sum(out * fx("tel_pre.R")).backward();
+    expect_close(src.grad(), fx("tel_pre.grad.src"), 1e-11, "pre-norm dsrc");
+    expect_param_grads(*m, "tel_pre", 1e-11);
+  }
+}
+
+// --- recurrent ------------------------------------------------------------------------------
+
+TEST(Layers, LSTMMatchesPyTorch) {
+  auto m = std::make_shared<nn::LSTM>(
+      nn::RNNOptions(3, 4).num_layers(2).batch_first(true).bidirectional(true));
+  auto keys = m->state_dict().keys();
+  ASSERT_EQ(keys.size(), 16u);
+  EXPECT_EQ(keys[0], "weight_ih_l0");
+  EXPECT_EQ(keys[4], "weight_ih_l0_reverse");
+  EXPECT_EQ(keys[15], "bias_hh_l1_reverse");
+  EXPECT_EQ(m->get_parameter("weight_ih_l1").sizes(), (Dims{16, 8}));
+  EXPECT_LE(amax(abs(m->get_parameter("weight_hh_l1"))).item<double>(), 0.5);  // 1/sqrt(4)
+  m->to(F64);
+  load_ref(*m, "lstm");
+  Tensor x = fx("lstm.x", true), h0 = fx("lstm.h0", true), c0 = fx("lstm.c0", true);
+  nn::RNNOutput r = (*m)(x, h0, c0);
+  expect_close(r.output, fx("lstm.out"), 1e-12, "lstm out");
+  expect_close(r.h_n, fx("lstm.hn"), 1e-12, "lstm h_n");
+  expect_close(r.c_n, fx("lstm.cn"), 1e-12, "lstm c_n");
+  sum(r.output * fx("lstm.R")).backward();
+  expect_close(x.grad(), fx("lstm.grad.x"), 1e-12, "lstm dx");
+  expect_close(h0.grad(), fx("lstm.grad.h0"), 1e-12, "lstm dh0");
+  expect_close(c0.grad(), fx("lstm.grad.c0"), 1e-12, "lstm dc0");
+  expect_param_grads(*m, "lstm", 1e-12);
+}
+
+TEST(Layers, GRUMatchesPyTorch) {
+  auto m = std::make_shared<nn::GRU>(nn::RNNOptions(3, 4).num_layers(2));
+  EXPECT_EQ(m->state_dict().keys(),
+            (std::vector<std::string>{"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0",
+                                      "weight_ih_l1", "weight_hh_l1", "bias_ih_l1", "bias_hh_l1"}));
+  m->to(F64);
+  load_ref(*m, "gru");
+  Tensor x = fx("gru.x", true), h0 = fx("gru.h0", true);
+  nn::RNNOutput r = (*m)(x, h0);
+  expect_close(r.output, fx("gru.out"), 1e-12, "gru out");
+  expect_close(r.h_n, fx("gru.hn"), 1e-12, "gru h_n");
+  EXPECT_FALSE(r.c_n.defined());
+  sum(r.output * fx("gru.R")).backward();
+  expect_close(x.grad(), fx("gru.grad.x"), 1e-12, "gru dx");
+  expect_close(h0.grad(), fx("gru.grad.h0"), 1e-12, "gru dh0");
+  expect_param_grads(*m, "gru", 1e-12);
+}
+
+namespace {
+double sigm(double v) {
+  return 1 / (1 + std::exp(-v));
+}
+// Row `r` of W (rows x cols, row-major) dotted with v.
+double rowdot(const Tensor& w, int64_t r, const std::vector<double>& v) {
+  double s = 0;
+  const int64_t cols = w.size(1);
+  for (int64_t c = 0; c < cols; ++c) s += w.data_ptr<double>()[r * cols + c] * v[c];
+  return s;
+}
+}  // namespace
+
+TEST(Layers, LSTMAndGRUAgainstCellEquations) {
+  // One layer, one sequence, plain loops over the documented gate equations.
+  const int64_t I = 2, H = 3, T = 4;
+  Tensor x = rnd({T, 1, I}, 41);
+  auto run_ref = [&](const TensorList& w, bool lstm) {
+    std::vector<double> h(H, 0.0), c(H, 0.0);
+    std::vector<std::vector<double>> outs;
+    auto b = [&](const Tensor& t, int64_t i) { return t.data_ptr<double>()[i]; };
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> xt = {x.data_ptr<double>()[t * I], x.data_ptr<double>()[t * I + 1]};
+      std::vector<double> hn(H), cn(H);
+      for (int64_t j = 0; j < H; ++j) {
+        auto pre_x = [&](int64_t gate) {
+          return rowdot(w[0], gate * H + j, xt) + b(w[2], gate * H + j);
+        };
+        auto pre_h = [&](int64_t gate) {
+          return rowdot(w[1], gate * H + j, h) + b(w[3], gate * H + j);
+        };
+        if (lstm) {
+          double i = sigm(pre_x(0) + pre_h(0)), f = sigm(pre_x(1) + pre_h(1));
+          double g = std::tanh(pre_x(2) + pre_h(2)), o = sigm(pre_x(3) + pre_h(3));
+          cn[j] = f * c[j] + i * g;
+          hn[j] = o * std::tanh(cn[j]);
+        } else {
+          double r = sigm(pre_x(0) + pre_h(0)), z = sigm(pre_x(1) + pre_h(1));
+          double n = std::tanh(pre_x(2) + r * pre_h(2));
+          hn[j] = (1 - z) * n + z * h[j];
+        }
+      }
+      h = hn;
+      c = cn;
+      outs.push_back(h);
+    }
+    return outs;
+  };
+  for (bool lstm : {true, false}) {
+    std::shared_ptr<nn::RNNBase> m;
+    if (lstm)
+      m = std::make_shared<nn::LSTM>(I, H);
+    else
+      m = std::make_shared<nn::GRU>(I, H);
+    m->to(F64);
+    auto want = run_ref(m->layer_weights(0, 0), lstm);
+    Tensor out = m->forward(x);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < H; ++j)
+        EXPECT_NEAR(out.index({t, 0, j}).item<double>(), want[t][j], 1e-12)
+            << (lstm ? "lstm" : "gru") << " t=" << t << " j=" << j;
+    // Unbatched input gives the same sequence.
+    Tensor un = m->forward(x.squeeze(1));
+    EXPECT_EQ(un.sizes(), (Dims{T, H}));
+    EXPECT_LT(max_abs_diff(un, out.squeeze(1)), 1e-15);
+  }
+}
+
+TEST(Layers, RecurrentGradcheck) {
+  auto lstm = std::make_shared<nn::LSTM>(nn::RNNOptions(2, 2).bidirectional(true));
+  lstm->to(F64);
+  gradcheck_module(
+      *lstm, {rnd({3, 1, 2}, 51, true)}, [&](const TensorList& v) { return (*lstm)(v[0]).output; },
+      "LSTM");
+  auto gru = std::make_shared<nn::GRU>(nn::RNNOptions(2, 2).num_layers(2).batch_first(true));
+  gru->to(F64);
+  gradcheck_module(
+      *gru, {rnd({1, 3, 2}, 52, true)}, [&](const TensorList& v) { return (*gru)(v[0]).h_n; },
+      "GRU");
 }
 
 // --- losses -----------------------------------------------------------------------------------

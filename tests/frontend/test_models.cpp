@@ -195,3 +195,110 @@ TEST(Models, ResNet50) {
   net->fc = net->replace_module("fc", std::make_shared<nn::Linear>(2048, 10));
   expect_reference_logits(net, ref, 2e-3);
 }
+
+TEST(Models, MobileNetV2) {
+  const auto& ref = ref_model("mobilenet_v2");
+  auto net = models::mobilenet_v2();
+  expect_same_state_layout(*net, ref);
+  auto sd = net->state_dict();
+  EXPECT_EQ(net->num_parameters(), 3504872);
+  EXPECT_EQ(sd.keys().front(), "features.0.0.weight");
+  EXPECT_EQ(sd["features.0.0.weight"].sizes(), (Dims{32, 3, 3, 3}));
+  EXPECT_EQ(sd["features.1.conv.0.0.weight"].sizes(), (Dims{32, 1, 3, 3}));  // depthwise
+  EXPECT_EQ(sd["features.1.conv.1.weight"].sizes(), (Dims{16, 32, 1, 1}));
+  EXPECT_EQ(sd["features.2.conv.0.0.weight"].sizes(), (Dims{96, 16, 1, 1}));
+  EXPECT_EQ(sd["features.18.0.weight"].sizes(), (Dims{1280, 320, 1, 1}));
+  EXPECT_EQ(sd.keys().back(), "classifier.1.bias");
+  EXPECT_EQ(sd["classifier.1.weight"].sizes(), (Dims{1000, 1280}));
+  // torchvision init: classifier N(0, 0.01), bias 0.
+  EXPECT_NEAR(kiln::std(sd["classifier.1.weight"].to(F64)).item<double>(), 0.01, 0.0005);
+  EXPECT_EQ(amax(abs(sd["classifier.1.bias"])).item<double>(), 0.0);
+  auto block = net->features->at<models::InvertedResidual>(3);  // 24 -> 24, stride 1
+  EXPECT_TRUE(block->use_res_connect);
+  EXPECT_FALSE(net->features->at<models::InvertedResidual>(2)->use_res_connect);
+  // A 10-class head: replacing a Sequential's child also changes what its forward calls.
+  net->classifier->replace_module("1", std::make_shared<nn::Linear>(1280, 10));
+  expect_reference_logits(net, ref, 2e-3);
+}
+
+TEST(Models, TransformerClassifier) {
+  models::TransformerClassifierOptions o{20, 3};
+  o.d_model = 16;
+  o.nhead = 2;
+  o.num_layers = 2;
+  o.dim_feedforward = 32;
+  o.max_len = 12;
+  o.padding_idx = 0;
+  nn::init::manual_seed(4);
+  auto net = std::make_shared<models::TransformerClassifier>(o);
+  auto keys = net->state_dict().keys();
+  EXPECT_EQ(keys[0], "pos_embedding");
+  EXPECT_EQ(keys[1], "embedding.weight");
+  EXPECT_EQ(keys[2], "layers.0.self_attn.in_proj_weight");
+  EXPECT_EQ(keys.back(), "head.bias");
+  EXPECT_EQ(keys.size(), 2u + 2u * 12u + 4u);
+  net->eval();
+  // Padding is masked from attention and pooling: trailing pads change nothing.
+  Tensor a = kiln::tensor({{5, 6, 7, 0, 0}}, DType::Int64);
+  Tensor b = kiln::tensor({{5, 6, 7, 0, 0, 0, 0, 0}}, DType::Int64);
+  Tensor c = kiln::tensor({{5, 6, 7}}, DType::Int64);
+  Tensor ya = (*net)(a), yb = (*net)(b), yc = (*net)(c);
+  EXPECT_EQ(ya.sizes(), (Dims{1, 3}));
+  EXPECT_LT(amax(abs(ya - yb)).item<double>(), 1e-5);
+  EXPECT_LT(amax(abs(ya - yc)).item<double>(), 1e-5);
+  // A different real token changes the output.
+  EXPECT_GT(amax(abs(ya - (*net)(kiln::tensor({{5, 6, 8, 0, 0}}, DType::Int64)))).item<double>(),
+            1e-6);
+  EXPECT_THROW((*net)(kiln::zeros({1, 13}, DType::Int64)), Error);  // longer than max_len
+  EXPECT_THROW((*net)(kiln::zeros({1, 3})), Error);                 // float tokens
+
+  // Training: loss falls on a small separable task (label = which of tokens 1..3 comes first).
+  net->train();
+  Tensor tokens = kiln::empty({12, 6}, TensorOptions(DType::Int64));
+  Tensor labels = kiln::empty({12}, TensorOptions(DType::Int64));
+  for (int64_t i = 0; i < 12; ++i) {
+    labels.data_ptr<int64_t>()[i] = i % 3;
+    for (int64_t t = 0; t < 6; ++t)
+      tokens.data_ptr<int64_t>()[i * 6 + t] = t == 0 ? 1 + i % 3 : 4 + (i * 7 + t * 3) % 15;
+  }
+  nn::CrossEntropyLoss loss_fn;
+  double first = 0, last = 0;
+  TensorList params = net->parameters();
+  for (int step = 0; step < 25; ++step) {
+    net->zero_grad();
+    Tensor loss = loss_fn((*net)(tokens), labels);
+    loss.backward();
+    if (step == 0) first = loss.item<double>();
+    last = loss.item<double>();
+    autograd::NoGradGuard ng;
+    for (Tensor& p : params) sub_(p, p.grad(), 0.1);
+  }
+  EXPECT_LT(last, 0.5 * first) << "first " << first << " last " << last;
+}
+
+TEST(Models, LSTMClassifier) {
+  for (bool bidir : {false, true}) {
+    models::LSTMClassifierOptions o{30, 4};
+    o.embedding_dim = 8;
+    o.hidden_size = 6;
+    o.num_layers = 2;
+    o.bidirectional = bidir;
+    auto net = std::make_shared<models::LSTMClassifier>(o);
+    auto keys = net->state_dict().keys();
+    EXPECT_EQ(keys.front(), "embedding.weight");
+    EXPECT_EQ(keys[1], "lstm.weight_ih_l0");
+    EXPECT_EQ(keys.back(), "fc.bias");
+    EXPECT_EQ(keys.size(), 1u + 8u * (bidir ? 2u : 1u) + 2u);
+    Tensor tokens = kiln::tensor({{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 9, 9, 9}}, DType::Int64);
+    Tensor y = (*net)(tokens);
+    EXPECT_EQ(y.sizes(), (Dims{3, 4}));
+    // The head reads the last layer's final states: the forward direction's last output and,
+    // when bidirectional, the backward direction's first output.
+    Tensor out = (*net->lstm)((*net->embedding)(tokens)).output;  // (N, T, D * H)
+    Tensor h = out.select(1, 3).narrow(1, 0, 6);
+    if (bidir) h = kiln::cat({h, out.select(1, 0).narrow(1, 6, 6)}, 1);
+    EXPECT_LT(amax(abs(y - (*net->fc)(h))).item<double>(), 1e-6);
+    sum(y).backward();
+    for (const auto& [name, p] : net->named_parameters()) EXPECT_TRUE(p.grad().defined()) << name;
+  }
+}

@@ -22,7 +22,15 @@ void Sequential::push_back(ModulePtr module) {
 void Sequential::push_back(const std::string& name, ModulePtr module) {
   KILN_CHECK(module, "Sequential", "cannot append a null module ('", name, "')");
   register_module(name, module);
+  names_.push_back(name);
   modules_.push_back(std::move(module));
+}
+
+void Sequential::replace_module_impl(const std::string& name, ModulePtr module) {
+  KILN_CHECK(module, "Sequential", "cannot replace '", name, "' with a null module");
+  Module::replace_module_impl(name, module);
+  for (size_t i = 0; i < names_.size(); ++i)
+    if (names_[i] == name) modules_[i] = module;
 }
 
 const ModulePtr& Sequential::operator[](size_t i) const {
@@ -51,6 +59,12 @@ void ModuleList::push_back(ModulePtr module) {
   modules_.push_back(std::move(module));
 }
 
+void ModuleList::replace_module_impl(const std::string& name, ModulePtr module) {
+  KILN_CHECK(module, "ModuleList", "cannot replace '", name, "' with a null module");
+  Module::replace_module_impl(name, module);
+  modules_[std::stoul(name)] = std::move(module);
+}
+
 const ModulePtr& ModuleList::operator[](size_t i) const {
   KILN_CHECK(i < modules_.size(), "ModuleList", "index ", i, " out of range for size ",
              modules_.size());
@@ -68,4 +82,12 @@ void ModuleDict::insert(const std::string& name, ModulePtr module) {
   modules_.insert(name, std::move(module));
 }
 
+}  // namespace kiln::nn
+
+namespace kiln::nn {
+void ModuleDict::replace_module_impl(const std::string& name, ModulePtr module) {
+  KILN_CHECK(module, "ModuleDict", "cannot replace '", name, "' with a null module");
+  Module::replace_module_impl(name, module);
+  modules_.insert_or_assign(name, std::move(module));
+}
 }  // namespace kiln::nn

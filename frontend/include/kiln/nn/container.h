@@ -38,7 +38,11 @@ class Sequential : public Module {
 
   Tensor forward(const Tensor& input) override;
 
+ protected:
+  void replace_module_impl(const std::string& name, ModulePtr module) override;
+
  private:
+  std::vector<std::string> names_;
   std::vector<ModulePtr> modules_;
 };
 
@@ -61,6 +65,9 @@ class ModuleList : public Module {
   }
   auto begin() const { return modules_.begin(); }
   auto end() const { return modules_.end(); }
+
+ protected:
+  void replace_module_impl(const std::string& name, ModulePtr module) override;
 
  private:
   std::vector<ModulePtr> modules_;
@@ -85,6 +92,9 @@ class ModuleDict : public Module {
   std::vector<std::string> keys() const { return modules_.keys(); }
   auto begin() const { return modules_.begin(); }
   auto end() const { return modules_.end(); }
+
+ protected:
+  void replace_module_impl(const std::string& name, ModulePtr module) override;
 
  private:
   OrderedDict<ModulePtr> modules_;

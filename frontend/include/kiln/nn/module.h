@@ -132,7 +132,8 @@ class Module : public std::enable_shared_from_this<Module> {
 
  protected:
   void register_module_impl(const std::string& name, ModulePtr module);
-  void replace_module_impl(const std::string& name, ModulePtr module);
+  // Containers override it to keep their own lists in step.
+  virtual void replace_module_impl(const std::string& name, ModulePtr module);
 
  private:
   struct TensorSlot {
