@@ -33,8 +33,8 @@ struct DemoOptions {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string out = "kiln-demo-lenet.safetensors";
   int epochs = 2;
-  int64_t batch_size = 64;
-  double lr = 2e-3;
+  int64_t batch_size = 32;
+  double lr = 3e-3;
   int64_t limit = 0;  // train on the first N images only (0 = all)
   int workers = 1;
   uint64_t seed = 1;
