@@ -772,6 +772,41 @@ TEST(Layers, RecurrentGradcheck) {
       "GRU");
 }
 
+TEST(Layers, MoreGradchecks) {
+  auto bil = std::make_shared<nn::Bilinear>(2, 3, 2);
+  bil->to(F64);
+  gradcheck_module(
+      *bil, {rnd({2, 2}, 61, true), rnd({2, 3}, 62, true)},
+      [&](const TensorList& v) { return (*bil)(v[0], v[1]); }, "Bilinear");
+  auto ct = std::make_shared<nn::ConvTranspose2d>(
+      nn::ConvTranspose2dOptions(2, 2, 2).stride(2).padding(1).output_padding(1));
+  ct->to(F64);
+  gradcheck_module(
+      *ct, {rnd({1, 2, 2, 2}, 63, true)}, [&](const TensorList& v) { return (*ct)(v[0]); },
+      "ConvTranspose2d");
+  auto c1 = std::make_shared<nn::Conv1d>(nn::Conv1dOptions(2, 2, 3).padding(1).groups(2));
+  c1->to(F64);
+  gradcheck_module(
+      *c1, {rnd({1, 2, 4}, 64, true)}, [&](const TensorList& v) { return (*c1)(v[0]); }, "Conv1d");
+  auto gn = std::make_shared<nn::GroupNorm>(2, 4);
+  gn->to(F64);
+  gradcheck_module(
+      *gn, {rnd({2, 4, 2}, 65, true)}, [&](const TensorList& v) { return (*gn)(v[0]); },
+      "GroupNorm");
+  auto emb = std::make_shared<nn::Embedding>(5, 2, 1);
+  emb->to(F64);
+  // The padding row (1) gets no gradient by design, so it is left out of the indices here.
+  Tensor idx = kiln::tensor({3, 0, 3, 4}, DType::Int64);
+  gradcheck_module(
+      *emb, {}, [&](const TensorList&) { return (*emb)(idx); }, "Embedding");
+  auto tel = std::make_shared<nn::TransformerEncoderLayer>(
+      nn::TransformerEncoderLayerOptions(4, 2).dim_feedforward(6).dropout(0.0));
+  tel->to(F64);
+  gradcheck_module(
+      *tel, {rnd({3, 1, 4}, 66, true)}, [&](const TensorList& v) { return (*tel)(v[0]); },
+      "TransformerEncoderLayer");
+}
+
 // --- losses -----------------------------------------------------------------------------------
 
 TEST(Layers, LossesMatchPyTorch) {
