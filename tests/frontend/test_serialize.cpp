@@ -44,7 +44,8 @@ std::string tmp(const std::string& name) {
   return (tmp_dir() / name).string();
 }
 std::string fixture(const std::string& name) {
-  return (fs::path(__FILE__).parent_path().parent_path() / "data" / "serialize" / name).string();
+  // KILN_TEST_DATA_DIR comes from CMake: __FILE__ may be relative (ccache base_dir).
+  return (fs::path(KILN_TEST_DATA_DIR) / "serialize" / name).string();
 }
 Bytes read_all(const std::string& p) {
   std::ifstream in(p, std::ios::binary);
