@@ -38,7 +38,6 @@ class SavedVariable {
   bool is_output_ = false;
   bool requires_grad_ = false;
   bool was_leaf_ = false;
-  std::shared_ptr<Node> grad_fn_;     // for saved inputs with history (double backward)
   std::weak_ptr<Node> weak_grad_fn_;  // for saved outputs (a strong ref would be a cycle)
   uint32_t output_nr_ = 0;
 };
