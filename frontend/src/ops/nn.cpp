@@ -23,7 +23,12 @@ TensorImpl* opt_mut(const Tensor& t) {
   return t.defined() ? t.impl() : nullptr;
 }
 
-void first_order_only(const char* op, const TensorList& grads) {
+// `traced`: the backward reports itself to the tracer. The others run fused kernels the tracer
+// cannot see, so tracing through them would silently freeze their gradients: refuse instead.
+void first_order_only(const char* op, const TensorList& grads, bool traced = false) {
+  KILN_CHECK(traced || !dispatch::tracer(), op,
+             "the backward of this op cannot be traced yet (trace forward passes, or training "
+             "steps built from linear/matmul, elementwise ops and cross_entropy/mse_loss)");
   if (!autograd::grad_enabled()) return;
   for (const Tensor& g : grads) {
     KILN_CHECK(!(g.defined() && g.requires_grad()), op,
@@ -367,7 +372,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
   autograd::record(
       "CrossEntropyBackward", {input}, {out}, {input, target, weight}, {},
       [ignore_index, reduction, label_smoothing](const TensorList& s, const TensorList& g) {
-        first_order_only("cross_entropy", g);
+        first_order_only("cross_entropy", g, /*traced=*/true);
         auto o = ce_options(s[2], ignore_index, reduction, label_smoothing);
         Tensor gi = new_like(s[0]);
         kernels::cross_entropy_backward_out(*g[0].contiguous().impl(), *s[0].impl(), *s[1].impl(),
@@ -409,7 +414,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   kernels::mse_loss_out(*input.impl(), *target.impl(), r, *out.impl());
   autograd::record("MseLossBackward", {input, target}, {out}, {input, target}, {},
                    [r](const TensorList& s, const TensorList& g) {
-                     first_order_only("mse_loss", g);
+                     first_order_only("mse_loss", g, /*traced=*/true);
                      Tensor gi = new_like(s[0]);
                      kernels::mse_loss_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
                                                     *s[1].impl(), r, *gi.impl());
