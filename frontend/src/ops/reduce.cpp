@@ -91,22 +91,21 @@ Tensor prod(const Tensor& x, std::span<const int64_t> dims, bool keepdim) {
   Dims in = x.sizes(), d(dims);
   // d prod / d x_i = prod / x_i (inputs with zeros need the product of the others: computed
   // directly for correctness).
-  autograd::record(
-      "ProdBackward", {x}, {out}, {x}, {out}, [=](const TensorList& s, const TensorList& g) {
-        const Tensor& xi = s[0];
-        Tensor gout = unsqueeze_reduced(g[0], in, d, keepdim);
-        Tensor pout = unsqueeze_reduced(s[1], in, d, keepdim);
-        Tensor zero_mask = eq(xi, zeros_like(xi));
-        Tensor safe = where(zero_mask, ones_like(xi), xi);
-        Tensor others = prod(where(zero_mask, ones_like(xi), xi), d, true);
-        // With one zero in the group, its gradient is the product of the rest.
-        Tensor nz = sum(zero_mask.to(xi.dtype()), d, true);
-        Tensor grad_nonzero = pout / safe;
-        Tensor grad_zero = where(eq(nz, ones_like(nz)), others, zeros_like(others));
-        return TensorList{gout *
-                          where(zero_mask, grad_zero.expand(in),
-                                where(gt(nz, zeros_like(nz)), zeros_like(xi), grad_nonzero))};
-      });
+  autograd::record("ProdBackward", {x}, {out}, {x}, {out},
+                   [=](const TensorList& s, const TensorList& g) {
+                     const Tensor& xi = s[0];
+                     Tensor gout = unsqueeze_reduced(g[0], in, d, keepdim);
+                     Tensor pout = unsqueeze_reduced(s[1], in, d, keepdim);
+                     Tensor zero_mask = eq(xi, zeros_like(xi));
+                     Tensor safe = where(zero_mask, ones_like(xi), xi);
+                     // x_i != 0: prod / x_i (already 0 when another element of the group is 0).
+                     // x_i == 0: the product of the others when it is the group's only zero, else
+                     // 0.
+                     Tensor zeros_in_group = sum(zero_mask.to(xi.dtype()), d, true);
+                     Tensor others = where(eq(zeros_in_group, ones_like(zeros_in_group)),
+                                           prod(safe, d, true), zeros_like(zeros_in_group));
+                     return TensorList{gout * where(zero_mask, others.expand(in), pout / safe)};
+                   });
   KILN_TRACE("prod", {x}, {out}, {"dims", d}, {"keepdim", keepdim});
   return out;
 }
