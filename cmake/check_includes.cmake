@@ -1,11 +1,11 @@
-# Fails when a file under runtime/ or frontend/ (outside frontend/trace) includes an LLVM or MLIR
+# Fails when a file under runtime/ or frontend/ (outside frontend/trace and frontend/jit) includes an LLVM or MLIR
 # header. Run with -DROOT=<source dir>.
 file(GLOB_RECURSE files
   ${ROOT}/runtime/*.h ${ROOT}/runtime/*.cpp ${ROOT}/runtime/*.cc
   ${ROOT}/frontend/*.h ${ROOT}/frontend/*.cpp ${ROOT}/frontend/*.cc)
 set(bad "")
 foreach(f IN LISTS files)
-  if(f MATCHES "/frontend/trace/")
+  if(f MATCHES "/frontend/(trace|jit)/")
     continue()
   endif()
   file(STRINGS ${f} lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"](mlir|llvm|llvm-c|mlir-c)/")
