@@ -483,6 +483,7 @@ def Kiln_NoneOp : Kiln_Op<"none", [Pure, ConstantLike]> {
   let summary = "the absent optional operand (no bias, no running statistics)";
   let results = (outs NoneType:$result);
   let assemblyFormat = "attr-dict";
+  let hasFolder = 1;  // ConstantLike ops must fold to their value: MLIR's folder uniques by it
 }
 
 // A tensor constant held by reference: a DenseResourceElementsAttr (weights frozen into the
@@ -492,6 +493,7 @@ def Kiln_ConstantOp : Kiln_Op<"constant", [Pure, ConstantLike]> {
   let arguments = (ins ElementsAttr:$value);
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "$value attr-dict `:` type($result)";
+  let hasFolder = 1;  // ConstantLike ops must fold to their value: MLIR's folder uniques by it
 }
 
 
