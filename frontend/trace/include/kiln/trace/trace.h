@@ -75,6 +75,7 @@ class TracedFunction {
 
  private:
   friend class Tracer;
+  friend void freeze(TracedFunction&);
   friend TracedFunction trace(const std::function<TensorList(const TensorList&)>&,
                               const TensorList&, const TraceOptions&);
   struct State;
@@ -86,6 +87,7 @@ class TracedFunction {
   size_t num_inputs_ = 0;
   size_t num_outputs_ = 0;
   std::vector<size_t> mutated_captures_;
+  TensorList frozen_;  // storage the frozen module's constants point into (see freeze.h)
 };
 
 TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
