@@ -95,18 +95,25 @@ struct FuseElementwisePass
     std::vector<Group> groups;
     for (mlir::Operation& op : block) {
       if (!is_elementwise(&op)) continue;
-      int chosen = -1;
+      // Join every producer group that may end here; they merge into one region.
+      llvm::SmallVector<int, 2> joinable;
       for (mlir::Value v : op.getOperands()) {
         auto it = group_of.find(v.getDefiningOp());
-        if (it == group_of.end()) continue;
-        if (can_join(groups[it->second], it->second, &op, group_of, block)) {
-          chosen = it->second;
-          break;
-        }
+        if (it == group_of.end() || llvm::is_contained(joinable, it->second)) continue;
+        if (can_join(groups[it->second], it->second, &op, group_of, block))
+          joinable.push_back(it->second);
       }
-      if (chosen < 0) {
-        chosen = static_cast<int>(groups.size());
-        groups.emplace_back();
+      int chosen = joinable.empty() ? static_cast<int>(groups.size()) : joinable.front();
+      if (joinable.empty()) groups.emplace_back();
+      if (joinable.size() > 1) {
+        for (size_t k = 1; k < joinable.size(); ++k) {
+          Group& other = groups[joinable[k]];
+          for (mlir::Operation* member : other) group_of[member] = chosen;
+          groups[chosen].append(other.begin(), other.end());
+          other.clear();
+        }
+        llvm::sort(groups[chosen],
+                   [](mlir::Operation* a, mlir::Operation* b) { return a->isBeforeInBlock(b); });
       }
       groups[chosen].push_back(&op);
       group_of[&op] = chosen;

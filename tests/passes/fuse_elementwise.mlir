@@ -32,3 +32,16 @@ func.func @escaping_value(%x: tensor<4xf32>) -> tensor<4xf32> {
   %3 = kiln.add %1, %2 : tensor<4xf32>, tensor<f32>
   return %3 : tensor<4xf32>
 }
+
+// Two independent chains meeting in one op merge into a single region.
+// CHECK-LABEL: func.func @merge
+// CHECK-NEXT: %[[F:.*]] = kiln.fused(%arg0, %arg1)
+// CHECK-COUNT-3: kiln.
+// CHECK-NEXT: kiln.yield
+// CHECK-NOT: kiln.fused
+func.func @merge(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = kiln.exp %x : tensor<4xf32> -> tensor<4xf32>
+  %1 = kiln.neg %y : tensor<4xf32> -> tensor<4xf32>
+  %2 = kiln.mul %0, %1 : tensor<4xf32>, tensor<4xf32>
+  return %2 : tensor<4xf32>
+}
