@@ -329,3 +329,43 @@ TEST(Optimize, MobileNetV2EveryConvFoldedAndFused) {
   EXPECT_EQ(count(t.module(), "kiln.conv2d") + count(t.module(), "kiln.conv2d_fused"), convs);
   expect_close(t({x})[0], eager);
 }
+
+TEST(Optimize, TrainingPipelineKeepsTheStepExact) {
+  // A compiled training step must still update the parameters exactly like eager: fusion may only
+  // touch values that backward does not read.
+  auto make = [] {
+    return TensorList{rnd({16, 8}, 81, 0.3).requires_grad_(), rnd({16}, 82).requires_grad_(),
+                      rnd({3, 16}, 83, 0.3).requires_grad_()};
+  };
+  auto step = [](TensorList& p) {
+    return [&p](const TensorList& in) {
+      Tensor h = tanh(linear(in[0], p[0], p[1]) * 0.5 + 0.1);
+      Tensor loss = cross_entropy(linear(relu(h), p[2]), in[1]);
+      loss.backward();
+      autograd::NoGradGuard no_grad;
+      for (Tensor& w : p) {
+        sub_(w, w.grad(), 0.1);
+        w.set_grad(Tensor());
+      }
+      return TensorList{loss.detach()};
+    };
+  };
+  Tensor x = rnd({4, 8}, 84);
+  Tensor y = tensor({0.0, 2.0, 1.0, 2.0}, DType::Int64);
+  TensorList eager_params = make();
+  auto eager_step = step(eager_params);
+  eager_step({x, y});
+  Tensor eager_loss = eager_step({x, y})[0];
+
+  TensorList traced_params = make();
+  auto traced_step = step(traced_params);
+  jit::TraceOptions options;
+  options.named_captures = {
+      {"w1", traced_params[0]}, {"b1", traced_params[1]}, {"w2", traced_params[2]}};
+  jit::TracedFunction t = jit::trace(traced_step, {x, y}, options);  // step 1, eagerly
+  run(t.module(), [](mlir::OpPassManager& pm) { passes::build_training_pipeline(pm); });
+  EXPECT_GE(count(t.module(), "kiln.fused"), 1) << t.str();
+  Tensor loss = t({x, y})[0];  // step 2 through the optimized module
+  expect_close(loss, eager_loss, 1e-5);
+  for (size_t i = 0; i < 3; ++i) expect_close(traced_params[i], eager_params[i], 1e-5);
+}
