@@ -160,6 +160,34 @@ OpFoldResult ReluOp::fold(FoldAdaptor) {
   return {};
 }
 
+// Fused conv/linear: the activation is one of the runtime's kernels::Activation values, a clamp
+// has ordered bounds, and a residual has exactly the result's type (it is added element by
+// element, without broadcasting).
+LogicalResult verify_fused_epilogue(Operation* op, Value residual, int64_t activation, double lo,
+                                    double hi) {
+  if (activation < 0 || activation > 8) {
+    return op->emitOpError("activation must be a kernels::Activation in [0, 8], got ")
+           << activation;
+  }
+  if (activation == 3 && !(lo <= hi)) {
+    return op->emitOpError("clamp bounds are not ordered: min ") << lo << " > max " << hi;
+  }
+  if (!isa<NoneType>(residual.getType()) && residual.getType() != op->getResult(0).getType()) {
+    return op->emitOpError("residual type ")
+           << residual.getType() << " differs from the result type " << op->getResult(0).getType();
+  }
+  return success();
+}
+
+LogicalResult Conv2dFusedOp::verify() {
+  return verify_fused_epilogue(*this, getResidual(), getActivation(),
+                               getClampMin().convertToDouble(), getClampMax().convertToDouble());
+}
+LogicalResult LinearFusedOp::verify() {
+  return verify_fused_epilogue(*this, getResidual(), getActivation(),
+                               getClampMin().convertToDouble(), getClampMax().convertToDouble());
+}
+
 // Constant-like ops fold to their value: the greedy rewrite driver identifies (and dedups)
 // constants by that attribute, so without it every constant would look alike.
 OpFoldResult ConstantOp::fold(FoldAdaptor) {

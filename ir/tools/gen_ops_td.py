@@ -120,6 +120,7 @@ VARIADIC = {
     "cat": ({"dim": I64}, "concatenate along dim"),
     "stack": ({"dim": I64}, "stack along a new dim"),
 }
+VERIFIED = {"conv2d_fused", "linear_fused"}  # custom verifier in ir/lib/KilnOps.cpp
 OPTIONAL_OPERANDS = {"bias", "running_mean", "running_var", "weight_opt", "residual"}
 
 
@@ -181,6 +182,8 @@ for n, (operands, nres, attrs, summary) in OPS.items():
     w(f"  let arguments = (ins {', '.join(args)});")
     w(f"  let results = (outs {res});")
     w("  let assemblyFormat = \"operands attr-dict `:` functional-type(operands, results)\";")
+    if n in VERIFIED:
+        w("  let hasVerifier = 1;")
     w("}")
 for n, (attrs, summary) in VARIADIC.items():
     args = [f"Variadic<{T}>:$inputs"] + [f"{t}:${a}" for a, t in attrs.items()]

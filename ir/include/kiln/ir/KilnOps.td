@@ -452,12 +452,14 @@ def Kiln_Conv2dFusedOp : Kiln_Op<"conv2d_fused", [Pure]> {
   let arguments = (ins Kiln_Tensor:$input, Kiln_Tensor:$weight, Kiln_OptTensor:$bias, Kiln_OptTensor:$residual, DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding, DenseI64ArrayAttr:$dilation, I64Attr:$groups, I64Attr:$activation, F64Attr:$clamp_min, F64Attr:$clamp_max);
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 def Kiln_LinearFusedOp : Kiln_Op<"linear_fused", [Pure]> {
   let summary = "linear + bias + residual + activation in one kernel";
   let arguments = (ins Kiln_Tensor:$input, Kiln_Tensor:$weight, Kiln_OptTensor:$bias, Kiln_OptTensor:$residual, I64Attr:$activation, F64Attr:$clamp_min, F64Attr:$clamp_max);
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 def Kiln_CatOp : Kiln_Op<"cat", [Pure]> {
   let summary = "concatenate along dim";

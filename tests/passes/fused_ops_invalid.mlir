@@ -1,0 +1,63 @@
+// The ops the passes create verify their structure; errors name the op and the mismatch.
+// RUN: kiln-opt %s -split-input-file -verify-diagnostics
+
+func.func @fused_arg_type(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'kiln.fused' op body argument type 'tensor<4xf64>' differs from operand type 'tensor<4xf32>'}}
+  %0 = kiln.fused(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf64>):
+    %1 = kiln.to %a {dtype = 0 : i64} : (tensor<4xf64>) -> tensor<4xf32>
+    kiln.yield %1 : tensor<4xf32>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fused_yield(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'kiln.fused' op yields 'tensor<2x2xf32>', the op returns 'tensor<4xf32>'}}
+  %0 = kiln.fused(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %1 = kiln.reshape %a {shape = array<i64: 2, 2>} : (tensor<4xf32>) -> tensor<2x2xf32>
+    kiln.yield %1 : tensor<2x2xf32>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fused_foreign_op(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'kiln.fused' op body may hold only kiln ops without regions, found arith.constant}}
+  %0 = kiln.fused(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %c = arith.constant dense<1.0> : tensor<4xf32>
+    kiln.yield %c : tensor<4xf32>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @conv_activation(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x1x1xf32>) -> tensor<1x1x4x4xf32> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.conv2d_fused' op activation must be a kernels::Activation in [0, 8], got 9}}
+  %0 = kiln.conv2d_fused %x, %w, %n, %n {activation = 9 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, none, none) -> tensor<1x1x4x4xf32>
+  return %0 : tensor<1x1x4x4xf32>
+}
+
+// -----
+
+func.func @linear_residual(%x: tensor<2x3xf32>, %w: tensor<4x3xf32>, %r: tensor<4xf32>) -> tensor<2x4xf32> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.linear_fused' op residual type 'tensor<4xf32>' differs from the result type 'tensor<2x4xf32>'}}
+  %0 = kiln.linear_fused %x, %w, %n, %r {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64} : (tensor<2x3xf32>, tensor<4x3xf32>, none, tensor<4xf32>) -> tensor<2x4xf32>
+  return %0 : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @clamp_bounds(%x: tensor<2x3xf32>, %w: tensor<4x3xf32>) -> tensor<2x4xf32> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.linear_fused' op clamp bounds are not ordered: min 1.000000e+00 > max -1.000000e+00}}
+  %0 = kiln.linear_fused %x, %w, %n, %n {activation = 3 : i64, clamp_max = -1.0 : f64, clamp_min = 1.0 : f64} : (tensor<2x3xf32>, tensor<4x3xf32>, none, none) -> tensor<2x4xf32>
+  return %0 : tensor<2x4xf32>
+}
