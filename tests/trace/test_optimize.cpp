@@ -369,3 +369,52 @@ TEST(Optimize, TrainingPipelineKeepsTheStepExact) {
   expect_close(loss, eager_loss, 1e-5);
   for (size_t i = 0; i < 3; ++i) expect_close(traced_params[i], eager_params[i], 1e-5);
 }
+
+namespace {
+
+// Eval-mode trace of a sequence model on int64 tokens, frozen and optimized, against eager.
+// Returns the optimized module's text for op-level checks.
+std::string expect_sequence_model_optimizes(nn::Module& model, int64_t vocab, uint32_t seed) {
+  model.eval();
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int64_t> token(0, vocab - 1);
+  Tensor tokens(kiln::empty(Dims{2, 7}, DType::Int64));
+  for (int64_t i = 0; i < tokens.numel(); ++i) tokens.data_ptr<int64_t>()[i] = token(gen);
+  Tensor eager;
+  {
+    autograd::NoGradGuard no_grad;
+    eager = model(tokens);
+  }
+  jit::TracedFunction t = trace_module(model, tokens);
+  jit::freeze(t);
+  run(t.module(), [](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm); });
+  expect_close(t({tokens})[0], eager);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  t.module().lookupSymbol<mlir::func::FuncOp>("forward").print(os);
+  return text;
+}
+
+int occurrences(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST(Optimize, TransformerClassifierMatchesEager) {
+  auto model = models::transformer_classifier(50, 3, 16, 2, 2);
+  const std::string text = expect_sequence_model_optimizes(*model, 50, 41);
+  // Per layer: the FFN's first linear takes the GELU (4), the second the residual add.
+  EXPECT_EQ(occurrences(text, "kiln.linear_fused"), 4) << text;
+  EXPECT_EQ(occurrences(text, "activation = 4 : i64"), 2) << text;
+  EXPECT_EQ(occurrences(text, "kiln.gelu"), 0) << text;
+}
+
+TEST(Optimize, LstmClassifierMatchesEager) {
+  auto model = models::lstm_classifier(50, 3, 8, 16);
+  const std::string text = expect_sequence_model_optimizes(*model, 50, 42);
+  // The gate arithmetic (sigmoid, tanh, products, sums) of each step becomes fused regions.
+  EXPECT_GE(occurrences(text, "kiln.fused"), 1) << text;
+}
