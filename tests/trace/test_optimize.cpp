@@ -19,6 +19,7 @@
 #include "kiln/models.h"
 #include "kiln/passes/Passes.h"
 #include "kiln/trace/freeze.h"
+#include "kiln/trace/module.h"
 #include "kiln/trace/trace.h"
 
 using namespace kiln;
@@ -129,6 +130,13 @@ TEST(Optimize, FreezeReferencesTheCallersWeights) {
   EXPECT_TRUE(llvm::is_contained(blobs, w.data()));
   EXPECT_TRUE(llvm::is_contained(blobs, b.data()));
   expect_close(t({x})[0], fn({x})[0], 1e-6);
+  // The printed module carries the bytes (dialect_resources) and parses back on its own.
+  {
+    auto ctx = jit::make_context();
+    mlir::ModuleOp parsed = jit::parse_module(*ctx, t.str());
+    expect_close(jit::interpret(parsed, {x})[0], fn({x})[0], 1e-6);
+    parsed->erase();
+  }
   // By reference: writing the weight changes what the frozen function computes.
   {
     autograd::NoGradGuard no_grad;
