@@ -219,14 +219,17 @@ def Kiln_ConstantOp : Kiln_Op<"constant", [Pure, ConstantLike]> {
 }
 """)
 w("""
-// A fused elementwise region (made by --kiln-fuse-elementwise, never traced). Semantics, kept
-// simple for codegen: the body is one block whose arguments are the operands (same types); it
-// holds ordinary kiln elementwise ops (implicit NumPy broadcasting allowed, same tensor types as
-// outside the region) and ends in kiln.yield of the results. Running the body op by op, exactly as
-// if it were inlined, defines the results; codegen may instead emit one loop nest over the
-// result's shape. Isolated from above: every value the body reads is an operand.
 def Kiln_FusedOp : Kiln_Op<"fused", [RecursiveMemoryEffects, IsolatedFromAbove, SingleBlock]> {
   let summary = "a fused elementwise region";
+  let description = [{
+    Made by --kiln-fuse-elementwise, never traced. Semantics, kept simple for codegen: the body
+    is one block whose arguments are the operands (same types, in order); it holds ordinary kiln
+    elementwise ops (implicit NumPy broadcasting allowed, the same tensor types they would have
+    outside the region) and ends in kiln.yield of the results. Running the body op by op, exactly
+    as if it were inlined, defines the results; codegen may instead emit one loop nest over the
+    results' shape. Isolated from above: every value the body reads is an operand (constants
+    too). Pure exactly when its body is.
+  }];
   let arguments = (ins Variadic<Kiln_Tensor>:$inputs);
   let results = (outs Variadic<Kiln_Tensor>:$results);
   let regions = (region SizedRegion<1>:$body);

@@ -146,6 +146,44 @@ Tensor conv2d_fused(const TensorList& x, const Attrs& a, mlir::Operation* op) {
   return out;
 }
 
+// act(x W^T + bias + residual): float32 through one sgemm call with the runtime's epilogue (the
+// kernel the compiled code calls), other dtypes through the eager ops.
+Tensor linear_fused(const TensorList& x, const Attrs& a, mlir::Operation* op) {
+  const int64_t act = a.i("activation");
+  KILN_CHECK(act >= 0 && act <= static_cast<int64_t>(kernels::Activation::Tanh), a.op_name(),
+             "activation must be in [0, 8], got ", act);
+  const bool f32 = x[0].dtype() == DType::Float32 && x[1].dtype() == DType::Float32 &&
+                   (!x[2].defined() || x[2].dtype() == DType::Float32) &&
+                   (!x[3].defined() || x[3].dtype() == DType::Float32);
+  if (!f32) {
+    Tensor y = linear(x[0], x[1], x[2]);
+    if (x[3].defined()) y = y + x[3];
+    return activate(y, a);
+  }
+  Tensor out = result_like(op, 0);
+  Tensor input = x[0].contiguous(), weight = x[1].contiguous();
+  const int64_t K = weight.size(1), N = weight.size(0), M = N == 0 ? 0 : out.numel() / N;
+  KILN_CHECK(input.size(-1) == K && out.size(-1) == N, a.op_name(), "input ", input.sizes(),
+             " and weight ", weight.sizes(), " do not give the result ", out.sizes());
+  Tensor bias = x[2].defined() ? x[2].contiguous() : Tensor();
+  Tensor residual = x[3].defined() ? x[3].contiguous() : Tensor();
+  kernels::Epilogue e;
+  if (bias.defined()) {
+    e.bias_kind = kernels::Epilogue::Bias::PerCol;
+    e.bias = bias.data_ptr<float>();
+  }
+  if (residual.defined()) {
+    e.residual = residual.data_ptr<float>();
+    e.ld_residual = N;
+  }
+  e.activation = static_cast<kernels::Activation>(act);
+  e.clamp_min = static_cast<float>(a.f("clamp_min"));
+  e.clamp_max = static_cast<float>(a.f("clamp_max"));
+  kernels::sgemm(false, true, M, N, K, 1.0f, input.data_ptr<float>(), K, weight.data_ptr<float>(),
+                 K, 0.0f, out.data_ptr<float>(), N, e);
+  return out;
+}
+
 const std::unordered_map<std::string, Kernel>& kernels();
 
 // kiln.fused: the body runs op by op on the region's arguments, exactly as if inlined.
@@ -428,12 +466,7 @@ const std::unordered_map<std::string, Kernel>& kernels() {
       {"kiln.stack", [](L x, A a, O) { return TensorList{stack(x, a.i("dim"))}; }},
       // ops made by the optimization passes
       {"kiln.conv2d_fused", [](L x, A a, O op) { return TensorList{conv2d_fused(x, a, op)}; }},
-      {"kiln.linear_fused",
-       [](L x, A a, O) {
-         Tensor y = linear(x[0], x[1], x[2]);
-         if (x[3].defined()) y = y + x[3];
-         return TensorList{activate(y, a)};
-       }},
+      {"kiln.linear_fused", [](L x, A a, O op) { return TensorList{linear_fused(x, a, op)}; }},
       {"kiln.fused", [](L x, A, O op) { return run_fused(x, op); }},
   };
   return table;
