@@ -50,8 +50,15 @@ mlir::Value forwarded_value(mlir::Operation* op) {
   if (name == "kiln.sub") return all_equal(op->getOperand(1), 0.0) ? same(x) : mlir::Value();
   if (name == "kiln.div" || name == "kiln.pow")
     return all_equal(op->getOperand(1), 1.0) ? same(x) : mlir::Value();
+  if (name == "kiln.clone") {
+    // A returned clone is a fresh tensor the caller may write; inside the graph it is a no-op.
+    const bool returned = llvm::any_of(op->getUsers(), [](mlir::Operation* u) {
+      return u->hasTrait<mlir::OpTrait::IsTerminator>();
+    });
+    return returned ? mlir::Value() : same(x);
+  }
   if (name == "kiln.reshape" || name == "kiln.view" || name == "kiln.expand" ||
-      name == "kiln.slice" || name == "kiln.clone" || name == "kiln.to") {
+      name == "kiln.slice" || name == "kiln.to") {
     // A slice whose result shape equals its input's takes every element in order.
     return same(x);
   }
@@ -65,9 +72,9 @@ mlir::Value forwarded_value(mlir::Operation* op) {
   if (name == "kiln.permute") {
     auto dims = op->getAttrOfType<mlir::DenseI64ArrayAttr>("dims");
     if (!dims) return {};
-    for (size_t i = 0; i < dims.size(); ++i) {
-      if (dims[i] != static_cast<int64_t>(i) && dims[i] != static_cast<int64_t>(i - dims.size()))
-        return {};
+    const int64_t rank = static_cast<int64_t>(dims.size());
+    for (int64_t i = 0; i < rank; ++i) {
+      if (dims[i] != i && dims[i] != i - rank) return {};
     }
     return same(x);
   }

@@ -97,8 +97,10 @@ bool freeze(mlir::ModuleOp module, const WeightMap& weights) {
       fn.emitError("kiln freeze: weight '") << name << "' is not aligned to " << align << " bytes";
       return false;
     }
+    // The caller owns the bytes: nothing to free (an explicit no-op deleter).
     auto blob = mlir::UnmanagedAsmResourceBlob::allocateWithAlign(
-        llvm::ArrayRef<char>(static_cast<const char*>(it->second.data), want), align);
+        llvm::ArrayRef<char>(static_cast<const char*>(it->second.data), want), align,
+        [](void*, size_t, size_t) {});
     auto attr = mlir::DenseResourceElementsAttr::get(type, resource_key(name), std::move(blob));
     auto constant = b.create<ir::ConstantOp>(fn.getLoc(), type, attr);
     fn.getArgument(i).replaceAllUsesWith(constant.getResult());

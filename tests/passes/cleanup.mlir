@@ -85,3 +85,15 @@ func.func @fold_broadcast() -> tensor<2x3xf32> {
   %0 = kiln.add %a, %b : tensor<2x1xf32>, tensor<3xf32>
   return %0 : tensor<2x3xf32>
 }
+
+// A clone inside the graph is a no-op; a returned clone stays (the caller gets a fresh tensor).
+// CHECK-LABEL: func.func @clones
+// CHECK-NEXT: %[[E:.*]] = kiln.exp %arg0
+// CHECK-NEXT: %[[C:.*]] = kiln.clone %arg0
+// CHECK-NEXT: return %[[E]], %[[C]]
+func.func @clones(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %0 = kiln.clone %x : tensor<4xf32> -> tensor<4xf32>
+  %1 = kiln.exp %0 : tensor<4xf32> -> tensor<4xf32>
+  %2 = kiln.clone %x : tensor<4xf32> -> tensor<4xf32>
+  return %1, %2 : tensor<4xf32>, tensor<4xf32>
+}
