@@ -4,7 +4,9 @@
 //   W'[c, ...] = W[c, ...] * s[c]        b'[c] = (b[c] - running_mean[c]) * s[c] + beta[c]
 // (gamma = 1, beta = 0, b = 0 when absent). The folded weight and bias are new constants owned by
 // the module (a heap resource blob); the frozen originals are untouched, because other ops or the
-// caller may still read them. Runs after freezing; batch_norm in training mode never folds.
+// caller may still read them. An eval batch_norm with constant statistics but nothing to fold
+// into becomes x * scale + shift (per-channel constants). Runs after freezing; batch_norm in
+// training mode never folds.
 
 #include <cmath>
 
@@ -25,6 +27,47 @@ std::optional<std::vector<double>> per_channel(mlir::Value v, int64_t channels, 
   auto values = constant_values(v);
   if (!values || static_cast<int64_t>(values->size()) != channels) return std::nullopt;
   return values;
+}
+
+// An eval batch_norm with constant statistics that has no conv/linear to fold into becomes
+// x * scale + shift with per-channel constants shaped [C, 1, ...] (broadcast over N and the
+// spatial dims): plain elementwise work that --kiln-fuse-elementwise and codegen handle.
+bool to_scale_shift(ir::BatchNormOp bn) {
+  auto type = bn.getInput().getType();
+  if (bn.getTraining() || type.getRank() < 2 ||
+      !mlir::isa<mlir::FloatType>(type.getElementType()) ||
+      mlir::isa<mlir::NoneType>(bn.getRunningMean().getType()) ||
+      mlir::isa<mlir::NoneType>(bn.getRunningVar().getType()))
+    return false;
+  const int64_t channels = type.getDimSize(1);
+  auto mean = per_channel(bn.getRunningMean(), channels, 0.0);
+  auto var = per_channel(bn.getRunningVar(), channels, 1.0);
+  auto gamma = per_channel(bn.getWeight(), channels, 1.0);
+  auto beta = per_channel(bn.getBias(), channels, 0.0);
+  if (!mean || !var || !gamma || !beta) return false;
+  const double eps = bn.getEps().convertToDouble();
+  std::vector<double> scale(channels), shift(channels);
+  for (int64_t c = 0; c < channels; ++c) {
+    scale[c] = (*gamma)[c] / std::sqrt((*var)[c] + eps);
+    shift[c] = (*beta)[c] - (*mean)[c] * scale[c];
+  }
+  llvm::SmallVector<int64_t> shape(type.getRank() - 1, 1);
+  shape[0] = channels;
+  auto ctype = mlir::RankedTensorType::get(shape, type.getElementType());
+  mlir::OpBuilder b(bn);
+  mlir::Location loc = bn.getLoc();
+  mlir::Value s = make_constant(b, loc, ctype, scale, "bn_scale");
+  mlir::Value t = make_constant(b, loc, ctype, shift, "bn_shift");
+  mlir::OperationState mul(loc, "kiln.mul");
+  mul.addOperands({bn.getInput(), s});
+  mul.addTypes(type);
+  mlir::Value scaled = b.create(mul)->getResult(0);
+  mlir::OperationState add(loc, "kiln.add");
+  add.addOperands({scaled, t});
+  add.addTypes(type);
+  bn.getResult().replaceAllUsesWith(b.create(add)->getResult(0));
+  bn->erase();
+  return true;
 }
 
 bool fold(ir::BatchNormOp bn) {
@@ -81,7 +124,9 @@ struct FoldBatchNormPass
   void runOnOperation() override {
     llvm::SmallVector<ir::BatchNormOp> bns;
     getOperation().walk([&](ir::BatchNormOp op) { bns.push_back(op); });
-    for (ir::BatchNormOp op : bns) fold(op);
+    for (ir::BatchNormOp op : bns) {
+      if (!fold(op)) to_scale_shift(op);
+    }
   }
 };
 

@@ -34,10 +34,14 @@ func.func @training_bn_stays(%x: tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32> {
   return %1 : tensor<1x2x4x4xf32>
 }
 
-// Weights that are still arguments (not frozen) cannot fold.
-// CHECK-LABEL: func.func @unfrozen_stays
-// CHECK: kiln.batch_norm
-func.func @unfrozen_stays(%x: tensor<3x2xf32>, %w: tensor<2x2xf32>) -> tensor<3x2xf32> {
+// Weights that are still arguments (not frozen) cannot absorb the batch norm: it becomes a
+// per-channel scale and shift after the linear instead.
+// CHECK-LABEL: func.func @unfrozen_weight
+// CHECK: %[[L:.*]] = kiln.linear %arg0, %arg1
+// CHECK: %[[M:.*]] = kiln.mul %[[L]]
+// CHECK: kiln.add %[[M]]
+// CHECK-NOT: kiln.batch_norm
+func.func @unfrozen_weight(%x: tensor<3x2xf32>, %w: tensor<2x2xf32>) -> tensor<3x2xf32> {
   %none = kiln.none
   %m = kiln.constant dense<[1.0, 2.0]> : tensor<2xf32> : tensor<2xf32>
   %v = kiln.constant dense<[3.0, 0.0]> : tensor<2xf32> : tensor<2xf32>
@@ -62,4 +66,25 @@ func.func @linear_bn(%x: tensor<3x2xf32>) -> tensor<3x2xf32> {
   %0 = kiln.linear %x, %w, %bias : (tensor<3x2xf32>, tensor<2x2xf32>, tensor<2xf32>) -> tensor<3x2xf32>
   %1 = kiln.batch_norm %0, %m, %v, %g, %none {eps = 1.0 : f64, momentum = 0.1 : f64, training = false} : (tensor<3x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, none) -> tensor<3x2xf32>
   return %1 : tensor<3x2xf32>
+}
+
+// With nothing to fold into (here a max pool), an eval batch_norm becomes x * scale + shift with
+// [C, 1, 1] constants, scale = gamma / sqrt(var + eps), shift = beta - mean * scale:
+// channel 0 scale 1, shift 0.5 - 1 * 1 = -0.5; channel 1 scale 3, shift 0 - 2 * 3 = -6.
+// CHECK-LABEL: func.func @standalone
+// CHECK: kiln.max_pool2d
+// CHECK-DAG: %[[S:.*]] = kiln.constant dense<{{\[\[\[}}1.000000e+00]], {{\[\[}}3.000000e+00]]]> : tensor<2x1x1xf32>
+// CHECK-DAG: %[[T:.*]] = kiln.constant dense<{{\[\[\[}}-5.000000e-01]], {{\[\[}}-6.000000e+00]]]> : tensor<2x1x1xf32>
+// CHECK: %[[M:.*]] = kiln.mul %{{.*}}, %[[S]]
+// CHECK: %[[A:.*]] = kiln.add %[[M]], %[[T]]
+// CHECK-NOT: kiln.batch_norm
+// CHECK: return %[[A]]
+func.func @standalone(%x: tensor<1x2x4x4xf32>) -> tensor<1x2x2x2xf32> {
+  %m = kiln.constant dense<[1.0, 2.0]> : tensor<2xf32> : tensor<2xf32>
+  %v = kiln.constant dense<[3.0, 0.0]> : tensor<2xf32> : tensor<2xf32>
+  %g = kiln.constant dense<[2.0, 3.0]> : tensor<2xf32> : tensor<2xf32>
+  %b = kiln.constant dense<[0.5, 0.0]> : tensor<2xf32> : tensor<2xf32>
+  %p:2 = kiln.max_pool2d %x {ceil_mode = false, dilation = array<i64: 1, 1>, kernel = array<i64: 2, 2>, padding = array<i64: 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x2x4x4xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x2xi64>)
+  %1 = kiln.batch_norm %p#0, %m, %v, %g, %b {eps = 1.0 : f64, momentum = 0.1 : f64, training = false} : (tensor<1x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<1x2x2x2xf32>
+  return %1 : tensor<1x2x2x2xf32>
 }

@@ -426,3 +426,25 @@ TEST(Optimize, LstmClassifierMatchesEager) {
   // The gate arithmetic (sigmoid, tanh, products, sums) of each step becomes fused regions.
   EXPECT_GE(occurrences(text, "kiln.fused"), 1) << text;
 }
+
+TEST(Optimize, StandaloneBatchNormBecomesScaleShift) {
+  // Batch norm after a pool has no weights to fold into: it becomes x * scale + shift, fused with
+  // the relu that follows into one elementwise region.
+  auto bn = std::make_shared<nn::BatchNorm2d>(3);
+  randomize_norms(*bn, 51);
+  bn->eval();
+  auto fn = [&](const TensorList& in) { return TensorList{relu((*bn)(max_pool2d(in[0], 2)))}; };
+  Tensor x = rnd({2, 3, 6, 6}, 52);
+  Tensor eager = fn({x})[0];
+  jit::TraceOptions options;
+  auto params = bn->named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) options.named_captures.push_back(params[i]);
+  auto buffers = bn->named_buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) options.named_captures.push_back(buffers[i]);
+  jit::TracedFunction t = jit::trace(fn, {x}, options);
+  jit::freeze(t);
+  run(t.module(), [](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm); });
+  EXPECT_EQ(count(t.module(), "kiln.batch_norm"), 0) << t.str();
+  EXPECT_EQ(count(t.module(), "kiln.fused"), 1) << t.str();
+  expect_close(t({x})[0], eager, 1e-6);
+}
