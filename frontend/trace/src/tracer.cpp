@@ -20,6 +20,7 @@
 #include "kiln/control_flow.h"
 #include "kiln/dispatch.h"
 #include "kiln/ir/KilnDialect.h"
+#include "kiln/nn/module.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/trace/module.h"
@@ -332,6 +333,7 @@ class Tracer final : public dispatch::TraceHook {
   mlir::Value lookup(const Tensor& t) {
     auto it = values_.find(t.impl());
     if (it != values_.end()) return it->second;
+    dispatch::TraceGuard pause(nullptr);  // inspecting a capture is not part of the trace
     auto alias = aliases_.find(t.impl());
     if (alias != aliases_.end()) {
       mlir::Value v = lookup(alias->second);
@@ -340,8 +342,10 @@ class Tracer final : public dispatch::TraceHook {
     }
     mlir::Value v;
     auto named = capture_names_.find(t.impl());
-    if (named == capture_names_.end() && t.numel() <= options_.max_inline_constant &&
-        !t.requires_grad()) {
+    if (named == capture_names_.end() && !t.requires_grad() &&
+        (t.numel() <= options_.max_inline_constant || is_splat(t))) {
+      // Small tensors, and tensors of one repeated value (zeros made by a factory inside the
+      // traced function, such as an RNN's initial state), are constants, not inputs.
       v = constant(t);
     } else {
       const std::string name = named != capture_names_.end()
@@ -357,8 +361,32 @@ class Tracer final : public dispatch::TraceHook {
     return v;
   }
 
+  static bool is_splat(const Tensor& t) {
+    if (t.numel() == 0) return false;
+    Tensor d = t.detach().to(DType::Float64).contiguous();
+    const double* p = d.data_ptr<double>();
+    for (int64_t i = 1; i < d.numel(); ++i) {
+      if (p[i] != p[0] || std::signbit(p[i]) != std::signbit(p[0])) return false;
+    }
+    return !std::isnan(p[0]);
+  }
+
   mlir::Value constant(const Tensor& t) {
     auto type = tensor_type(ctx_, t.sizes(), t.dtype());
+    if (t.numel() > options_.max_inline_constant) {  // a splat (is_splat): store one element
+      const double v =
+          t.detach().reshape(Dims{t.numel()}).slice(0, 0, 1).to(DType::Float64).item_double();
+      mlir::Attribute element;
+      if (auto ft = mlir::dyn_cast<mlir::FloatType>(type.getElementType())) {
+        element = mlir::FloatAttr::get(ft, v);
+      } else {
+        element = mlir::IntegerAttr::get(type.getElementType(), static_cast<int64_t>(v));
+      }
+      mlir::OperationState state(builder_.getUnknownLoc(), "kiln.constant");
+      state.addAttribute("value", mlir::DenseElementsAttr::get(type, element));
+      state.addTypes(type);
+      return builder_.create(state)->getResult(0);
+    }
     Tensor c = t.detach().contiguous();
     mlir::DenseElementsAttr attr;
     if (is_floating(t.dtype())) {
@@ -468,7 +496,8 @@ class Tracer final : public dispatch::TraceHook {
   std::unordered_map<const TensorImpl*, Tensor> aliases_;
   std::vector<TensorImplPtr> keep_alive_;
   // One set per cond/loop region being recorded: the tensors created inside it.
-  std::vector<std::unordered_set<const TensorImpl*>> region_created_;  // tensor identities stay unique while tracing
+  std::vector<std::unordered_set<const TensorImpl*>>
+      region_created_;  // tensor identities stay unique while tracing
 };
 
 TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
@@ -487,6 +516,16 @@ TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
     fail("trace", "the traced module does not verify:\n", out.str());
   }
   return out;
+}
+
+TracedFunction trace(nn::Module& module, const TensorList& example_inputs, TraceOptions options) {
+  KILN_CHECK(example_inputs.size() == 1, "trace", "a module's forward takes one input, got ",
+             example_inputs.size());
+  for (const auto& [name, t] : module.named_parameters())
+    options.named_captures.emplace_back(name, t);
+  for (const auto& [name, t] : module.named_buffers()) options.named_captures.emplace_back(name, t);
+  return trace([&](const TensorList& in) { return TensorList{module.forward(in[0])}; },
+               example_inputs, options);
 }
 
 mlir::ModuleOp parse_module(mlir::MLIRContext& ctx, const std::string& text) {

@@ -14,6 +14,10 @@
 
 #include "kiln/tensor.h"
 
+namespace kiln::nn {
+class Module;
+}
+
 namespace mlir {
 class MLIRContext;
 class ModuleOp;
@@ -90,6 +94,12 @@ class TracedFunction {
 
 TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
                      const TensorList& example_inputs, const TraceOptions& options = {});
+
+// Traces module.forward(inputs[0]) with its parameters and buffers as named arguments
+// ("conv1.weight", "bn1.running_mean", ... in named_parameters() then named_buffers() order of
+// first use).
+TracedFunction trace(nn::Module& module, const TensorList& example_inputs,
+                     TraceOptions options = {});
 
 // Parses kiln IR text or bytecode into a module owned by `ctx`; throws kiln::Error on failure.
 // The returned module must be destroyed (module->erase()) or kept for the context's lifetime.
