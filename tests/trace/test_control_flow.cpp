@@ -163,3 +163,38 @@ TEST(ControlFlow, InPlaceWriteToOuterTensorInsideBranchIsRejected) {
     EXPECT_NE(std::string(e.what()).find("in place"), std::string::npos) << e.what();
   }
 }
+
+// Random ops draw from an explicit (seed, offset) state: a traced dropout produces a fresh mask
+// on every call, the same one eager would draw at that point of the stream.
+TEST(TraceRandom, DropoutDrawsAFreshMaskPerCallLikeEager) {
+  auto fn = [](const TensorList& in) { return TensorList{dropout(in[0], 0.5) + randn({64})}; };
+  Tensor x = ones({64});
+  manual_seed(11);
+  jit::TracedFunction traced = jit::trace(fn, {x});
+  const std::string text = traced.str();
+  EXPECT_NE(text.find("kiln.dropout_mask"), std::string::npos) << text;
+  EXPECT_NE(text.find("kiln.normal"), std::string::npos) << text;
+  // No frozen mask or noise among the arguments: only the input and the generator state.
+  ASSERT_EQ(traced.arg_names().size(), 2u) << text;
+  EXPECT_EQ(traced.arg_names()[1], "rng_state");
+  for (uint64_t seed : {3u, 4u}) {
+    manual_seed(seed);
+    Tensor want1 = fn({x})[0], want2 = fn({x})[0];
+    manual_seed(seed);
+    Tensor got1 = traced({x})[0], got2 = traced({x})[0];
+    EXPECT_EQ(max_abs_diff(got1, want1), 0.0);
+    EXPECT_EQ(max_abs_diff(got2, want2), 0.0);
+    EXPECT_GT(max_abs_diff(got1, got2), 0.0) << "two calls must draw different numbers";
+  }
+}
+
+TEST(TraceRandom, UntraceableRandomOpsAreRefused) {
+  EXPECT_THROW(jit::trace([](const TensorList&) { return TensorList{randperm(8)}; }, {ones({1})}),
+               Error);
+  auto in_region = [](const TensorList& in) {
+    return cond(
+        gt(in[0].sum(), zeros({})), [&] { return TensorList{in[0] + rand({2})}; },
+        [&] { return TensorList{in[0]}; });
+  };
+  EXPECT_THROW(jit::trace(in_region, {ones({2})}), Error);
+}

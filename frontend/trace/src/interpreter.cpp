@@ -12,6 +12,7 @@
 #include "kiln/autograd.h"
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/kernels/random.h"
 #include "kiln/trace/trace.h"
 #include "types.h"
 
@@ -75,6 +76,23 @@ Tensor constant_value(mlir::Operation* op) {
     copy_(out, src);
   }
   return out;
+}
+
+// A random op: draws into a fresh result from the (seed, offset) state operand and returns the
+// advanced state, exactly as the eager op advanced the default generator.
+template <typename Draw>
+TensorList draw(const Tensor& state, mlir::Operation* op, Draw&& fill) {
+  KILN_CHECK(state.numel() == 2 && state.dtype() == DType::Int64,
+             op->getName().getStringRef().str(), "expected a [2] i64 generator state, got ",
+             state.sizes(), " ", dtype_short_name(state.dtype()));
+  Tensor s = state.contiguous();
+  Generator gen(static_cast<uint64_t>(s.data_ptr<int64_t>()[0]),
+                static_cast<uint64_t>(s.data_ptr<int64_t>()[1]));
+  Tensor out = result_like(op, 0);
+  fill(*out.impl(), gen);
+  Tensor next = s.clone();
+  next.data_ptr<int64_t>()[1] = static_cast<int64_t>(gen.offset());
+  return TensorList{out, next};
 }
 
 Reduction reduction(const Attrs& a) {
@@ -327,6 +345,34 @@ const std::unordered_map<std::string, Kernel>& kernels() {
        }},
       {"kiln.argsort",
        [](L x, A a, O) { return TensorList{argsort(x[0], a.i("dim"), a.b("descending"))}; }},
+      {"kiln.dropout",
+       [](L x, A a, O) {
+         const double p = a.f("p");
+         return TensorList{p >= 1.0 ? zeros_like(x[0]) : x[0] * x[1].to(x[0].dtype()) / (1.0 - p)};
+       }},
+      {"kiln.uniform",
+       [](L x, A a, O op) {
+         return draw(x[0], op, [&](TensorImpl& t, Generator& g) {
+           kernels::uniform_(t, a.f("low"), a.f("high"), &g);
+         });
+       }},
+      {"kiln.normal",
+       [](L x, A a, O op) {
+         return draw(x[0], op, [&](TensorImpl& t, Generator& g) {
+           kernels::normal_(t, a.f("mean"), a.f("std"), &g);
+         });
+       }},
+      {"kiln.randint",
+       [](L x, A a, O op) {
+         return draw(x[0], op, [&](TensorImpl& t, Generator& g) {
+           kernels::randint_(t, a.i("low"), a.i("high"), &g);
+         });
+       }},
+      {"kiln.dropout_mask",
+       [](L x, A a, O op) {
+         return draw(x[0], op,
+                     [&](TensorImpl& t, Generator& g) { kernels::dropout_mask_out(a.f("p"), t, &g); });
+       }},
       {"kiln.cat", [](L x, A a, O) { return TensorList{cat(x, a.i("dim"))}; }},
       {"kiln.stack", [](L x, A a, O) { return TensorList{stack(x, a.i("dim"))}; }},
   };

@@ -23,6 +23,7 @@
 #include "kiln/nn/module.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/random.h"
 #include "kiln/trace/module.h"
 #include "kiln/trace/trace.h"
 #include "types.h"
@@ -71,6 +72,12 @@ TensorList TracedFunction::operator()(const TensorList& inputs) const {
                "input \"", g.name, "\": expected ", g.sizes, " ", dtype_short_name(g.dtype),
                ", got ", inputs[i].sizes(), " ", dtype_short_name(inputs[i].dtype()));
   }
+  // Random ops continue the process's default stream, as eager calls would.
+  if (rng_capture_) {
+    int64_t* rng = captures_[*rng_capture_].data_ptr<int64_t>();
+    rng[0] = static_cast<int64_t>(default_generator().seed());
+    rng[1] = static_cast<int64_t>(default_generator().offset());
+  }
   TensorList args = inputs;
   args.insert(args.end(), captures_.begin(), captures_.end());
   TensorList results = interpret(*state_->module, args);
@@ -78,6 +85,10 @@ TensorList TracedFunction::operator()(const TensorList& inputs) const {
   for (size_t k = 0; k < mutated_captures_.size(); ++k) {
     kernels::copy_(*captures_[mutated_captures_[k]].impl(), *results[num_outputs_ + k].impl());
     autograd::bump_version(captures_[mutated_captures_[k]]);
+  }
+  if (rng_capture_) {
+    default_generator().set_offset(
+        static_cast<uint64_t>(captures_[*rng_capture_].data_ptr<int64_t>()[1]));
   }
   results.resize(num_outputs_);
   return results;
@@ -126,6 +137,9 @@ class Tracer final : public dispatch::TraceHook {
         out_->mutated_captures_.push_back(i);
       }
     }
+    for (size_t i = 0; i < out_->captures_.size(); ++i) {
+      if (rng_.defined() && out_->captures_[i].impl() == rng_.impl()) out_->rng_capture_ = i;
+    }
     builder_.create<mlir::func::ReturnOp>(builder_.getUnknownLoc(), results);
     fn_.setFunctionType(builder_.getFunctionType(block_->getArgumentTypes(), types));
     llvm::SmallVector<mlir::Attribute> names;
@@ -153,6 +167,10 @@ class Tracer final : public dispatch::TraceHook {
       keep_alive_.push_back(inputs[0].impl_ptr());
       keep_alive_.push_back(outputs[0].impl_ptr());
       aliases_[outputs[0].impl()] = inputs[0];
+      return;
+    }
+    if (name == "uniform" || name == "normal" || name == "randint" || name == "dropout_mask") {
+      emit_random(name, outputs[0], attrs);
       return;
     }
     if (name == "add_scalar" || name == "mul_scalar" || name == "div_scalar" ||
@@ -458,6 +476,41 @@ class Tracer final : public dispatch::TraceHook {
     for (size_t i = 0; i < outputs.size(); ++i) bind_created(outputs[i], op->getResult(i));
   }
 
+  // A random draw: the op takes the generator state (seed, offset) as an operand and returns the
+  // next state, threaded through the trace as the in-out argument "rng_state".
+  void emit_random(const std::string& name, const Tensor& out, const dispatch::Attrs& attrs) {
+    KILN_CHECK(region_created_.empty(), "trace", "random op '", name,
+               "' inside kiln::cond/kiln::loop cannot be traced; draw it outside the region and "
+               "pass it in");
+    mlir::OperationState state(builder_.getUnknownLoc(), "kiln." + name);
+    int64_t seed = 0, offset = 0;
+    for (const auto& [key, value] : attrs) {
+      if (key == "seed") {
+        seed = std::get<int64_t>(value);
+      } else if (key == "offset") {
+        offset = std::get<int64_t>(value);
+      } else {
+        state.addAttribute(key, attribute(value));
+      }
+    }
+    if (!rng_.defined()) {
+      dispatch::TraceGuard pause(nullptr);
+      rng_ = kiln::empty(Dims{2}, TensorOptions(DType::Int64));
+      rng_.data_ptr<int64_t>()[0] = seed;
+      rng_.data_ptr<int64_t>()[1] = offset;
+      capture_names_[rng_.impl()] = "rng_state";
+    }
+    KILN_CHECK(rng_.data_ptr<int64_t>()[0] == seed, "trace",
+               "the random seed changed while tracing (manual_seed inside the traced function); "
+               "seed outside it");
+    state.addOperands(lookup(rng_));
+    state.addTypes(
+        {tensor_type(ctx_, out.sizes(), out.dtype()), tensor_type(ctx_, Dims{2}, DType::Int64)});
+    mlir::Operation* op = builder_.create(state);
+    bind_created(out, op->getResult(0));
+    bind(rng_, op->getResult(1));
+  }
+
   void emit_scalar_binary(const std::string& name, const Tensor& x, const Tensor& out,
                           const dispatch::Attrs& attrs) {
     double s = 0;
@@ -495,6 +548,7 @@ class Tracer final : public dispatch::TraceHook {
   std::unordered_map<const TensorImpl*, mlir::Value> capture_args_;
   std::unordered_map<const TensorImpl*, Tensor> aliases_;
   std::vector<TensorImplPtr> keep_alive_;
+  Tensor rng_;  // the generator state the trace's random ops draw from (see emit_random)
   // One set per cond/loop region being recorded: the tensors created inside it.
   std::vector<std::unordered_set<const TensorImpl*>>
       region_created_;  // tensor identities stay unique while tracing

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,8 @@ class TracedFunction {
   size_t num_inputs_ = 0;
   size_t num_outputs_ = 0;
   std::vector<size_t> mutated_captures_;
+  // The capture holding the random-number state ("rng_state"), when the trace draws random numbers.
+  std::optional<size_t> rng_capture_;
 };
 
 TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
