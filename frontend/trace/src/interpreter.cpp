@@ -12,6 +12,9 @@
 #include "kiln/autograd.h"
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/norm.h"
+#include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/kernels/random.h"
 #include "kiln/trace/trace.h"
 #include "types.h"
@@ -261,6 +264,71 @@ const std::unordered_map<std::string, Kernel>& kernels() {
          Tensor rv = x[2].defined() ? x[2].clone() : Tensor();
          return TensorList{batch_norm(x[0], rm, rv, x[3], x[4], a.b("training"),
                                       a.f("momentum"), a.f("eps"))};
+       }},
+      {"kiln.batch_norm_update_stats",
+       [](L x, A a, O) {
+         // The eager kernel's own update, on copies (interpreting never mutates arguments).
+         Tensor rm = x[1].clone(), rv = x[2].clone(), scratch = empty_like(x[0]);
+         kernels::batch_norm_out(*x[0].impl(), nullptr, nullptr, rm.impl(), rv.impl(), true,
+                                 a.f("momentum"), 1e-5, *scratch.impl(), nullptr, nullptr);
+         return TensorList{rm, rv};
+       }},
+      {"kiln.batch_norm_backward",
+       [](L x, A a, O op) {
+         const Tensor &g = x[0], &in = x[1], &w = x[2];
+         const bool training = a.b("training");
+         const double eps = a.f("eps");
+         Tensor save_mean, save_invstd;
+         if (training) {  // the forward's batch statistics, recomputed by the forward kernel
+           const DType st = in.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
+           save_mean = kiln::empty(Dims{in.size(1)}, TensorOptions(st));
+           save_invstd = kiln::empty(Dims{in.size(1)}, TensorOptions(st));
+           Tensor scratch = empty_like(in);
+           kernels::batch_norm_out(*in.impl(), nullptr, nullptr, nullptr, nullptr, true, 0.0, eps,
+                                   *scratch.impl(), save_mean.impl(), save_invstd.impl());
+         }
+         auto ptr = [](const Tensor& t) { return t.defined() ? t.impl() : nullptr; };
+         Tensor gi = result_like(op, 0), gw = result_like(op, 1), gb = result_like(op, 2);
+         kernels::batch_norm_backward_out(*g.contiguous().impl(), *in.contiguous().impl(), ptr(w),
+                                          ptr(x[3]), ptr(x[4]), ptr(save_mean), ptr(save_invstd),
+                                          training, eps, gi.impl(), gw.impl(), gb.impl());
+         return TensorList{gi, gw, gb};
+       }},
+      {"kiln.conv2d_backward",
+       [](L x, A a, O op) {
+         kernels::Conv2dParams p;
+         const Dims s = a.dims("stride"), pad = a.dims("padding"), d = a.dims("dilation");
+         p.stride_h = s[0], p.stride_w = s[1], p.pad_h = pad[0], p.pad_w = pad[1];
+         p.dilation_h = d[0], p.dilation_w = d[1], p.groups = a.i("groups");
+         Tensor gi = result_like(op, 0), gw = result_like(op, 1), gb = result_like(op, 2);
+         kernels::conv2d_backward_out(*x[0].contiguous().impl(), *x[1].contiguous().impl(),
+                                      *x[2].contiguous().impl(), p, gi.impl(), gw.impl(),
+                                      gb.impl());
+         return TensorList{gi, gw, gb};
+       }},
+      {"kiln.max_pool2d_backward",
+       [](L x, A, O op) {
+         Tensor gi = result_like(op, 0);
+         kernels::max_pool2d_backward_out(*x[0].contiguous().impl(), *x[1].contiguous().impl(),
+                                          *gi.impl());
+         return TensorList{gi};
+       }},
+      {"kiln.avg_pool2d_backward",
+       [](L x, A a, O op) {
+         kernels::Pool2dParams p;
+         const Dims k = a.dims("kernel"), s = a.dims("stride"), pad = a.dims("padding");
+         p.kernel_h = k[0], p.kernel_w = k[1], p.stride_h = s[0], p.stride_w = s[1];
+         p.pad_h = pad[0], p.pad_w = pad[1];
+         p.ceil_mode = a.b("ceil_mode"), p.count_include_pad = a.b("count_include_pad");
+         Tensor gi = result_like(op, 0);
+         kernels::avg_pool2d_backward_out(*x[0].contiguous().impl(), p, *gi.impl());
+         return TensorList{gi};
+       }},
+      {"kiln.adaptive_avg_pool2d_backward",
+       [](L x, A, O op) {
+         Tensor gi = result_like(op, 0);
+         kernels::adaptive_avg_pool2d_backward_out(*x[0].contiguous().impl(), *gi.impl());
+         return TensorList{gi};
        }},
       {"kiln.layer_norm",
        [](L x, A a, O) {
