@@ -146,6 +146,8 @@ class Tracer final : public dispatch::TraceHook {
     llvm::SmallVector<mlir::Attribute> names;
     for (const auto& n : out_->arg_names_) names.push_back(builder_.getStringAttr(n));
     fn_->setAttr("kiln.arg_names", builder_.getArrayAttr(names));
+    // The results before the in-out values: what gradient elimination keeps.
+    fn_->setAttr("kiln.num_outputs", builder_.getI64IntegerAttr(out_->num_outputs_));
     return module_;
   }
 
