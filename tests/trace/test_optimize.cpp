@@ -448,3 +448,67 @@ TEST(Optimize, StandaloneBatchNormBecomesScaleShift) {
   EXPECT_EQ(count(t.module(), "kiln.fused"), 1) << t.str();
   expect_close(t({x})[0], eager, 1e-6);
 }
+
+TEST(Optimize, ResNetTrainingStepToFrozenInference) {
+  // A traced ResNet-18 training step (train-mode batch norm, SGD with momentum) turned into the
+  // inference function: gradients, optimizer and loss head eliminated, batch norm switched to its
+  // running statistics, then frozen and optimized. It must compute what the eager model computes
+  // in eval mode with the parameters and statistics the step left behind.
+  manual_seed(61);
+  auto model = models::resnet18(10);
+  randomize_norms(*model, 62);
+  model->train();
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  jit::TraceOptions options;
+  auto params = model->named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) options.named_captures.push_back(params[i]);
+  auto buffers = model->named_buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) options.named_captures.push_back(buffers[i]);
+  Tensor x = rnd({2, 3, 32, 32}, 63);
+  Tensor y = tensor({1.0, 7.0}, DType::Int64);
+  auto train_step = [&](const TensorList& in) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model->forward(in[0]), in[1]);
+    loss.backward();
+    opt.step();
+    return TensorList{loss.detach()};
+  };
+  train_step({x, y});  // the optimizer creates its momentum buffers on the first (eager) step
+  jit::TracedFunction step = jit::trace(train_step, {x, y}, options);
+  ASSERT_GT(step.mutated_captures().size(), params.size());  // parameters, statistics, momentum
+  mlir::ModuleOp m = step.module();
+  run(m, [](mlir::OpPassManager& pm) {
+    pm.addPass(passes::create_eliminate_gradients_pass(/*drop_loss_head=*/true));
+  });
+  int backward_ops = 0;
+  m.walk([&](mlir::Operation* op) {
+    backward_ops += op->getName().getStringRef().ends_with("_backward");
+  });
+  EXPECT_EQ(backward_ops, 0);
+  EXPECT_EQ(count(m, "kiln.cross_entropy"), 0);
+  // Bind the current parameters and statistics by name and optimize as for inference.
+  auto f = m.lookupSymbol<mlir::func::FuncOp>("forward");
+  auto names = f->getAttrOfType<mlir::ArrayAttr>("kiln.arg_names");
+  ASSERT_EQ(names.size(), f.getNumArguments());
+  passes::WeightMap weights;
+  TensorList keep;
+  for (auto name : names.getAsValueRange<mlir::StringAttr>()) {
+    if (name == "input0") continue;
+    const Tensor* t = params.find(name.str());
+    if (!t) t = buffers.find(name.str());
+    ASSERT_NE(t, nullptr) << "argument " << name.str() << " is neither a parameter nor a buffer";
+    keep.push_back(t->detach().contiguous());
+    weights[name.str()] = {keep.back().data(), keep.back().numel() * keep.back().element_size()};
+  }
+  ASSERT_TRUE(passes::freeze(m, weights));
+  run(m, [](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm); });
+  expect_all_fused(m);
+  EXPECT_EQ(count(m, "kiln.conv2d_fused"), 17);
+  model->eval();
+  Tensor eager;
+  {
+    autograd::NoGradGuard no_grad;
+    eager = model->forward(x);
+  }
+  expect_close(jit::interpret(m, {x})[0], eager);
+}
