@@ -512,3 +512,49 @@ TEST(Optimize, ResNetTrainingStepToFrozenInference) {
   }
   expect_close(jit::interpret(m, {x})[0], eager);
 }
+
+TEST(Optimize, TrainingPipelineOnResNetStepMatchesEager) {
+  // The training pipeline on a CNN step (conv/batch-norm backward in the trace): the optimized
+  // step must move parameters and running statistics exactly as eager steps do.
+  auto make = [] {
+    manual_seed(71);
+    auto m = models::resnet18(10);
+    randomize_norms(*m, 72);
+    m->train();
+    return m;
+  };
+  auto traced_model = make(), eager_model = make();
+  optim::SGD traced_opt(traced_model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  optim::SGD eager_opt(eager_model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  auto step = [](nn::Module& m, optim::Optimizer& opt) {
+    return [&m, &opt](const TensorList& in) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(m.forward(in[0]), in[1]);
+      loss.backward();
+      opt.step();
+      return TensorList{loss.detach()};
+    };
+  };
+  Tensor x = rnd({2, 3, 32, 32}, 73), y = tensor({3.0, 5.0}, DType::Int64);
+  step(*traced_model, traced_opt)({x, y});
+  step(*eager_model, eager_opt)({x, y});
+  jit::TraceOptions options;
+  auto params = traced_model->named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) options.named_captures.push_back(params[i]);
+  auto buffers = traced_model->named_buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) options.named_captures.push_back(buffers[i]);
+  jit::TracedFunction t = jit::trace(step(*traced_model, traced_opt), {x, y}, options);
+  step(*eager_model, eager_opt)({x, y});  // tracing ran step 2 eagerly
+  run(t.module(), [](mlir::OpPassManager& pm) { passes::build_training_pipeline(pm); });
+  EXPECT_GE(count(t.module(), "kiln.fused"), 1);
+  for (uint32_t k = 0; k < 2; ++k) {
+    Tensor xk = rnd({2, 3, 32, 32}, 80 + k);
+    Tensor traced_loss = t({xk, y})[0];
+    Tensor eager_loss = step(*eager_model, eager_opt)({xk, y})[0];
+    expect_close(traced_loss, eager_loss, 1e-4);
+  }
+  TensorList a = traced_model->parameters(), b = eager_model->parameters();
+  for (size_t i = 0; i < a.size(); ++i) expect_close(a[i], b[i], 1e-4);
+  auto ba = traced_model->named_buffers(), bb = eager_model->named_buffers();
+  for (size_t i = 0; i < ba.size(); ++i) expect_close(ba[i].second, bb[i].second, 1e-4);
+}
