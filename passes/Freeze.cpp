@@ -59,6 +59,12 @@ std::unique_ptr<mlir::Pass> create_freeze_pass() {
   return std::make_unique<FreezePass>();
 }
 
+// GCC 12 reports a false "maybe uninitialized" inside llvm::unique_function's move when the blob's
+// deleter is moved (LLVM headers, not this code).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 bool freeze(mlir::ModuleOp module, const WeightMap& weights) {
   auto fn = module.lookupSymbol<mlir::func::FuncOp>("forward");
   if (!fn) {
@@ -120,5 +126,8 @@ bool freeze(mlir::ModuleOp module, const WeightMap& weights) {
   fold_eval_mode(fn);
   return true;
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace kiln::passes
