@@ -12,6 +12,9 @@ namespace kiln::passes {
 namespace {
 
 bool all_equal(mlir::Value v, double x) {
+  // Only small constants are scanned: a weight-sized one is never all ones or zeros in practice.
+  auto type = mlir::dyn_cast<mlir::RankedTensorType>(v.getType());
+  if (!type || !type.hasStaticShape() || type.getNumElements() > kFoldLimit) return false;
   auto values = constant_values(v);
   if (!values || values->empty()) return false;
   for (double e : *values) {
