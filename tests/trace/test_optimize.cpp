@@ -18,6 +18,7 @@
 #include "kiln/kiln.h"
 #include "kiln/models.h"
 #include "kiln/passes/Passes.h"
+#include "kiln/trace/eliminate_gradients.h"
 #include "kiln/trace/freeze.h"
 #include "kiln/trace/module.h"
 #include "kiln/trace/trace.h"
@@ -557,4 +558,42 @@ TEST(Optimize, TrainingPipelineOnResNetStepMatchesEager) {
   for (size_t i = 0; i < a.size(); ++i) expect_close(a[i], b[i], 1e-4);
   auto ba = traced_model->named_buffers(), bb = eager_model->named_buffers();
   for (size_t i = 0; i < ba.size(); ++i) expect_close(ba[i].second, bb[i].second, 1e-4);
+}
+
+TEST(Optimize, TracedTrainingStepBecomesAFrozenInferenceCallable) {
+  // The C++ path a user takes: trace a training step, keep its inference function, freeze it.
+  TensorList p = {rnd({16, 8}, 91, 0.3).requires_grad_(), rnd({16}, 92).requires_grad_(),
+                  rnd({3, 16}, 93, 0.3).requires_grad_()};
+  auto forward = [&](const Tensor& x) { return linear(relu(linear(x, p[0], p[1])), p[2]); };
+  jit::TraceOptions options;
+  options.named_captures = {{"fc1.weight", p[0]}, {"fc1.bias", p[1]}, {"fc2.weight", p[2]}};
+  Tensor x = rnd({4, 8}, 94);
+  Tensor y = tensor({0.0, 2.0, 1.0, 2.0}, DType::Int64);
+  jit::TracedFunction t = jit::trace(
+      [&](const TensorList& in) {
+        Tensor loss = cross_entropy(forward(in[0]), in[1]);
+        loss.backward();
+        autograd::NoGradGuard no_grad;
+        for (Tensor& w : p) {
+          sub_(w, w.grad(), 0.1);
+          w.set_grad(Tensor());
+        }
+        return TensorList{loss.detach()};
+      },
+      {x, y}, options);
+  jit::eliminate_gradients(t, /*drop_loss_head=*/true);
+  EXPECT_EQ(t.num_inputs(), 1u);  // the targets are gone
+  EXPECT_TRUE(t.mutated_captures().empty());
+  Tensor want;
+  {
+    autograd::NoGradGuard no_grad;
+    want = forward(x);
+  }
+  TensorList before = p;
+  for (Tensor& w : before) w = w.detach().clone();
+  expect_close(t({x})[0], want, 1e-6);
+  for (size_t i = 0; i < p.size(); ++i) expect_close(p[i], before[i], 0.0);  // nothing written
+  jit::freeze(t);
+  expect_close(t({x})[0], want, 1e-6);
+  EXPECT_THROW(t({x, y}), kiln::Error);  // the old calling convention is refused
 }

@@ -81,6 +81,7 @@ class TracedFunction {
  private:
   friend class Tracer;
   friend void freeze(TracedFunction&);
+  friend void eliminate_gradients(TracedFunction&, bool);
   friend TracedFunction trace(const std::function<TensorList(const TensorList&)>&,
                               const TensorList&, const TraceOptions&);
   struct State;
