@@ -7,6 +7,7 @@ namespace kiln::passes {
 
 void register_passes() {
   mlir::registerPass([] { return create_cleanup_pass(); });
+  mlir::registerPass([] { return create_plan_memory_pass(); });
 }
 
 }  // namespace kiln::passes
