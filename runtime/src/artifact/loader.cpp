@@ -300,8 +300,9 @@ std::unique_ptr<Model::Impl> verify_and_decode(std::unique_ptr<Mapping> file,
   flatbuffers::Verifier::Options vo;
   vo.max_depth = 32;
   vo.max_tables = 1u << 22;
-  flatbuffers::Verifier verifier(data + 4, fb_size, vo);
-  KILN_CHECK(fb::VerifyModelBuffer(verifier), kOp,
+  // Verified with its size prefix: the builder aligned the prefixed buffer as a whole.
+  flatbuffers::Verifier verifier(data, uint64_t{fb_size} + 4, vo);
+  KILN_CHECK(fb::VerifySizePrefixedModelBuffer(verifier), kOp,
              "the FlatBuffers table is malformed (verifier rejected it)");
   const fb::Model& m = *fb::GetModel(data + 4);
   KILN_CHECK(m.format_version() == kFormatVersion, kOp, "format version ", m.format_version(),
