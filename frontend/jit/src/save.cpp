@@ -8,10 +8,12 @@
 #include <stdexcept>
 
 #include "kiln/codegen/artifact.h"
+#include "mlir/Pass/Pass.h"
 #include "kiln/passes/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
 
 namespace kiln::jit {
