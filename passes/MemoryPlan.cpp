@@ -18,12 +18,12 @@
 #include <algorithm>
 #include <numeric>
 
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Pass/Pass.h"
-#include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/StringSet.h"
 
 #include "kiln/passes/Passes.h"
 
@@ -48,11 +48,10 @@ bool is_alias_op(llvm::StringRef name) {
 // Elementwise ops whose kernels may write their output over a same-shaped input.
 bool is_inplace_op(llvm::StringRef name) {
   static const llvm::StringSet<> ops = {
-      "kiln.add",   "kiln.sub",     "kiln.mul",   "kiln.div",     "kiln.maximum",
-      "kiln.minimum", "kiln.neg",   "kiln.abs",   "kiln.exp",     "kiln.log",
-      "kiln.log1p", "kiln.sqrt",    "kiln.rsqrt", "kiln.sin",     "kiln.cos",
-      "kiln.tanh",  "kiln.sigmoid", "kiln.relu",  "kiln.silu",    "kiln.erf",
-      "kiln.gelu",  "kiln.leaky_relu", "kiln.clamp", "kiln.reciprocal"};
+      "kiln.add",   "kiln.sub", "kiln.mul",  "kiln.div",        "kiln.maximum", "kiln.minimum",
+      "kiln.neg",   "kiln.abs", "kiln.exp",  "kiln.log",        "kiln.log1p",   "kiln.sqrt",
+      "kiln.rsqrt", "kiln.sin", "kiln.cos",  "kiln.tanh",       "kiln.sigmoid", "kiln.relu",
+      "kiln.silu",  "kiln.erf", "kiln.gelu", "kiln.leaky_relu", "kiln.clamp",   "kiln.reciprocal"};
   return ops.contains(name);
 }
 
@@ -62,8 +61,7 @@ struct Buffer {
   int64_t offset = -1;
 };
 
-struct PlanMemoryPass
-    : mlir::PassWrapper<PlanMemoryPass, mlir::OperationPass<mlir::func::FuncOp>> {
+struct PlanMemoryPass : mlir::PassWrapper<PlanMemoryPass, mlir::OperationPass<mlir::func::FuncOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PlanMemoryPass)
 
   llvm::StringRef getArgument() const override { return "kiln-plan-memory"; }
@@ -104,8 +102,8 @@ struct PlanMemoryPass
       for (mlir::OpOperand& use : v.getUses()) {
         mlir::Operation* user = block.findAncestorOpInBlock(*use.getOwner());
         if (!user) continue;
-        last = std::max(last, user->getName().getStringRef() == "func.return" ? end_pos
-                                                                                : position[user]);
+        last = std::max(last,
+                        user->getName().getStringRef() == "func.return" ? end_pos : position[user]);
       }
       return last;
     };
@@ -114,7 +112,8 @@ struct PlanMemoryPass
 
     for (int64_t i = 0; i < num_inputs; ++i) {
       new_buffer(block.getArgument(i), -1);
-      if (buffer_of.count(block.getArgument(i))) buffer_last.push_back(last_use(block.getArgument(i)));
+      if (buffer_of.count(block.getArgument(i)))
+        buffer_last.push_back(last_use(block.getArgument(i)));
     }
     for (mlir::Operation& op : block) {
       const int64_t pos = position[&op];
@@ -163,9 +162,10 @@ struct PlanMemoryPass
                      [&](size_t a, size_t b) { return buffers[a].size > buffers[b].size; });
     std::vector<size_t> placed;
     int64_t arena = 0, naive = 0;
+    for (const auto& [value, b] : buffer_of)
+      naive += (buffers[b].size + kAlign - 1) / kAlign * kAlign;
     for (size_t b : order) {
       Buffer& buf = buffers[b];
-      naive += (buf.size + kAlign - 1) / kAlign * kAlign;
       std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, offset + size) of live neighbours
       for (size_t p : placed) {
         const Buffer& o = buffers[p];
@@ -204,6 +204,8 @@ struct PlanMemoryPass
 
 }  // namespace
 
-std::unique_ptr<mlir::Pass> create_plan_memory_pass() { return std::make_unique<PlanMemoryPass>(); }
+std::unique_ptr<mlir::Pass> create_plan_memory_pass() {
+  return std::make_unique<PlanMemoryPass>();
+}
 
 }  // namespace kiln::passes

@@ -7,19 +7,23 @@
 
 #include "kiln/codegen/artifact.h"
 #include "kiln_generated.h"
+#include "llvm/Support/raw_ostream.h"
 #include "mlir/Bytecode/BytecodeWriter.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
-#include "llvm/Support/raw_ostream.h"
 
 namespace kiln::codegen {
 namespace {
 
-[[noreturn]] void fail(const std::string& msg) { throw std::runtime_error("kiln save: " + msg); }
+[[noreturn]] void fail(const std::string& msg) {
+  throw std::runtime_error("kiln save: " + msg);
+}
 
-std::string op_name(mlir::Operation* op) { return op->getName().getStringRef().str(); }
+std::string op_name(mlir::Operation* op) {
+  return op->getName().getStringRef().str();
+}
 
 fb::DType dtype_of(mlir::Type t, const std::string& where) {
   if (t.isF32()) return fb::DType::Float32;
@@ -40,16 +44,22 @@ fb::DType dtype_of(mlir::Type t, const std::string& where) {
 size_t dtype_bytes(fb::DType d) {
   switch (d) {
     case fb::DType::Float64:
-    case fb::DType::Int64: return 8;
+    case fb::DType::Int64:
+      return 8;
     case fb::DType::Float32:
-    case fb::DType::Int32: return 4;
+    case fb::DType::Int32:
+      return 4;
     case fb::DType::Float16:
-    case fb::DType::BFloat16: return 2;
-    default: return 1;
+    case fb::DType::BFloat16:
+      return 2;
+    default:
+      return 1;
   }
 }
 
-uint64_t align64(uint64_t x) { return (x + 63) & ~uint64_t{63}; }
+uint64_t align64(uint64_t x) {
+  return (x + 63) & ~uint64_t{63};
+}
 
 class Writer {
  public:
@@ -120,7 +130,8 @@ class Writer {
   size_t value_bytes(mlir::Value v, const std::string& where) {
     auto t = mlir::dyn_cast<mlir::RankedTensorType>(v.getType());
     if (!t || !t.hasStaticShape()) fail(where + ": expected a tensor of static shape");
-    return static_cast<size_t>(t.getNumElements()) * dtype_bytes(dtype_of(t.getElementType(), where));
+    return static_cast<size_t>(t.getNumElements()) *
+           dtype_bytes(dtype_of(t.getElementType(), where));
   }
 
   flatbuffers::Offset<fb::Slot> slot_table(mlir::Value v, fb::SlotKind kind, uint64_t offset,
@@ -176,7 +187,9 @@ class Writer {
     std::vector<uint8_t> out(n * eb);
     if (auto res = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(attr)) {
       mlir::AsmResourceBlob* blob = res.getRawHandle().getBlob();
-      if (!blob) fail("kiln.constant: dense resource '" + res.getRawHandle().getKey().str() + "' has no data");
+      if (!blob)
+        fail("kiln.constant: dense resource '" + res.getRawHandle().getKey().str() +
+             "' has no data");
       llvm::ArrayRef<char> data = blob->getData();
       if (data.size() != out.size()) {
         fail("kiln.constant: resource of " + std::to_string(data.size()) + " bytes for a " +
@@ -331,8 +344,8 @@ class Writer {
       }
     }
     instrs_.push_back(fb::CreateInstructionDirect(fbb_, symbol.empty() ? kernel.c_str() : nullptr,
-                                                  symbol.empty() ? nullptr : symbol.c_str(),
-                                                  &attrs, &ins, &outs));
+                                                  symbol.empty() ? nullptr : symbol.c_str(), &attrs,
+                                                  &ins, &outs));
   }
 
   void finish_outputs(const std::vector<int32_t>& results) {
@@ -349,7 +362,8 @@ class Writer {
     }
     for (size_t k = 0; k < o_.state_args.size(); ++k) {
       auto it = arg_blob_.find(static_cast<unsigned>(o_.state_args[k]));
-      if (it == arg_blob_.end()) fail("state argument " + std::to_string(o_.state_args[k]) + " is not a weight");
+      if (it == arg_blob_.end())
+        fail("state argument " + std::to_string(o_.state_args[k]) + " is not a weight");
       state_.push_back(fb::CreateStateUpdate(fbb_, results[num_outputs + k], it->second));
     }
   }
@@ -361,12 +375,14 @@ class Writer {
       std::vector<flatbuffers::Offset<flatbuffers::String>> feats, syms;
       for (const auto& f : c.cpu_features) feats.push_back(fbb_.CreateString(f));
       for (const auto& s : c.symbols) syms.push_back(fbb_.CreateString(s));
-      code.push_back(fb::CreateCodeObjectDirect(fbb_, c.target_triple.c_str(), &feats, blob, &syms));
+      code.push_back(
+          fb::CreateCodeObjectDirect(fbb_, c.target_triple.c_str(), &feats, blob, &syms));
     }
     std::vector<flatbuffers::Offset<flatbuffers::String>> feats;
     for (const auto& f : o_.cpu_features) feats.push_back(fbb_.CreateString(f));
     std::vector<flatbuffers::Offset<fb::KeyValue>> meta;
-    for (const auto& [k, v] : o_.metadata) meta.push_back(fb::CreateKeyValueDirect(fbb_, k.c_str(), v.c_str()));
+    for (const auto& [k, v] : o_.metadata)
+      meta.push_back(fb::CreateKeyValueDirect(fbb_, k.c_str(), v.c_str()));
     std::vector<uint8_t> bytecode;
     if (o_.embed_mlir_bytecode) {
       std::string s;
@@ -377,8 +393,9 @@ class Writer {
     }
     auto root = fb::CreateModelDirect(
         fbb_, 1, o_.name.c_str(), o_.producer.c_str(), o_.target_triple.c_str(), &feats, &inputs_,
-        &outputs_, &slot_list_, &instrs_, align64(arena_), naive_ ? naive_ + naive_extra_ : naive_extra_,
-        &blobs_, &state_, &code, o_.embed_mlir_bytecode ? &bytecode : nullptr, &meta);
+        &outputs_, &slot_list_, &instrs_, align64(arena_),
+        naive_ ? naive_ + naive_extra_ : naive_extra_, &blobs_, &state_, &code,
+        o_.embed_mlir_bytecode ? &bytecode : nullptr, &meta);
     fbb_.FinishSizePrefixed(root, fb::ModelIdentifier());
     std::vector<uint8_t> file(fbb_.GetBufferPointer(), fbb_.GetBufferPointer() + fbb_.GetSize());
     file.resize(align64(file.size()), 0);

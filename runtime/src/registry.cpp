@@ -8,11 +8,16 @@ namespace kiln::rt {
 
 std::string_view attr_type_name(AttrType t) {
   switch (t) {
-    case AttrType::Int: return "int";
-    case AttrType::Float: return "float";
-    case AttrType::Bool: return "bool";
-    case AttrType::Ints: return "int array";
-    case AttrType::String: return "string";
+    case AttrType::Int:
+      return "int";
+    case AttrType::Float:
+      return "float";
+    case AttrType::Bool:
+      return "bool";
+    case AttrType::Ints:
+      return "int array";
+    case AttrType::String:
+      return "string";
   }
   return "?";
 }
@@ -36,7 +41,9 @@ const AttrValue& AttrMap::get(std::string_view name, AttrType type) const {
   return *v;
 }
 
-int64_t AttrMap::i(std::string_view name) const { return get(name, AttrType::Int).i; }
+int64_t AttrMap::i(std::string_view name) const {
+  return get(name, AttrType::Int).i;
+}
 int64_t AttrMap::i(std::string_view name, int64_t fallback) const {
   return find(name) ? i(name) : fallback;
 }
@@ -55,8 +62,7 @@ std::span<const int64_t> AttrMap::ints(std::string_view name) const {
 }
 std::span<const int64_t> AttrMap::ints(std::string_view name, size_t n) const {
   std::span<const int64_t> v = ints(name);
-  KILN_CHECK(v.size() == n, op_, "attribute '", name, "': expected ", n, " values, got ",
-             v.size());
+  KILN_CHECK(v.size() == n, op_, "attribute '", name, "': expected ", n, " values, got ", v.size());
   return v;
 }
 

@@ -29,7 +29,8 @@ jit::TracedFunction trace_module(nn::Module& module, const Tensor& x) {
   module.eval();
   autograd::NoGradGuard no_grad;
   jit::TraceOptions options;
-  for (const auto& [name, t] : module.named_parameters()) options.named_captures.push_back({name, t});
+  for (const auto& [name, t] : module.named_parameters())
+    options.named_captures.push_back({name, t});
   for (const auto& [name, t] : module.named_buffers()) options.named_captures.push_back({name, t});
   options.warn_on_read_back = false;
   return jit::trace([&](const TensorList& in) { return TensorList{module.forward(in[0])}; }, {x},

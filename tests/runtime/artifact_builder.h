@@ -78,9 +78,9 @@ struct ArtifactSpec {
     for (const auto& [v, w] : this->state) state.push_back(fb::CreateStateUpdate(b, v, w));
     std::vector<flatbuffers::Offset<flatbuffers::String>> feats;
     for (const auto& f : cpu_features) feats.push_back(b.CreateString(f));
-    auto root = fb::CreateModelDirect(b, version, name.c_str(), "test", target_triple.c_str(),
-                                      &feats, &ins, &outs, &slots, &instrs, arena_bytes, 0, &blobs,
-                                      &state);
+    auto root =
+        fb::CreateModelDirect(b, version, name.c_str(), "test", target_triple.c_str(), &feats, &ins,
+                              &outs, &slots, &instrs, arena_bytes, 0, &blobs, &state);
     b.FinishSizePrefixed(root, fb::ModelIdentifier());
     std::vector<uint8_t> file(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
     file.resize((file.size() + 63) / 64 * 64, 0);
@@ -101,11 +101,11 @@ inline ArtifactSpec linear_relu_spec(const std::vector<float>& w, const std::vec
   ArtifactSpec a;
   a.blobs = {{"fc.weight", bytes_of(w)}, {"fc.bias", bytes_of(bias)}};
   a.slots = {
-      {fb::SlotKind::Arena, fb::DType::Float32, {2, 3}, 0, 0},    // 0: x
-      {fb::SlotKind::Weight, fb::DType::Float32, {4, 3}, 0, 0},   // 1: W
-      {fb::SlotKind::Weight, fb::DType::Float32, {4}, 0, 1},      // 2: b
-      {fb::SlotKind::Arena, fb::DType::Float32, {2, 4}, 64, 0},   // 3: x W^T + b
-      {fb::SlotKind::Arena, fb::DType::Float32, {2, 4}, 64, 0},   // 4: relu, in place
+      {fb::SlotKind::Arena, fb::DType::Float32, {2, 3}, 0, 0},   // 0: x
+      {fb::SlotKind::Weight, fb::DType::Float32, {4, 3}, 0, 0},  // 1: W
+      {fb::SlotKind::Weight, fb::DType::Float32, {4}, 0, 1},     // 2: b
+      {fb::SlotKind::Arena, fb::DType::Float32, {2, 4}, 64, 0},  // 3: x W^T + b
+      {fb::SlotKind::Arena, fb::DType::Float32, {2, 4}, 64, 0},  // 4: relu, in place
   };
   a.instrs = {{"linear", {0, 1, 2}, {3}, {}}, {"relu", {3}, {4}, {}}};
   a.inputs = {{"x", 0}};

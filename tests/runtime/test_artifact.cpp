@@ -51,11 +51,35 @@ std::string error_of(const std::vector<uint8_t>& bytes) {
 
 TEST(Registry, HasTheZooOpsAndRejectsUnknownNames) {
   const rt::Registry& r = rt::builtin_registry();
-  for (const char* name :
-       {"conv2d", "conv2d_fused", "linear", "linear_fused", "relu", "add", "batch_norm",
-        "max_pool2d", "adaptive_avg_pool2d", "view", "reshape", "softmax", "layer_norm", "gelu",
-        "matmul", "embedding", "clamp", "mean", "cat", "transpose", "permute", "sigmoid", "tanh",
-        "mul", "slice", "select", "stack", "dropout", "hardtanh_fake_never"}) {
+  for (const char* name : {"conv2d",
+                           "conv2d_fused",
+                           "linear",
+                           "linear_fused",
+                           "relu",
+                           "add",
+                           "batch_norm",
+                           "max_pool2d",
+                           "adaptive_avg_pool2d",
+                           "view",
+                           "reshape",
+                           "softmax",
+                           "layer_norm",
+                           "gelu",
+                           "matmul",
+                           "embedding",
+                           "clamp",
+                           "mean",
+                           "cat",
+                           "transpose",
+                           "permute",
+                           "sigmoid",
+                           "tanh",
+                           "mul",
+                           "slice",
+                           "select",
+                           "stack",
+                           "dropout",
+                           "hardtanh_fake_never"}) {
     if (std::string(name) == "hardtanh_fake_never") {
       EXPECT_EQ(r.find(name), nullptr);
     } else {
@@ -76,8 +100,8 @@ TEST(Artifact, LinearReluMatchesFloat64Reference) {
   EXPECT_EQ(model->inputs()[0].name, "x");
   EXPECT_EQ(model->outputs()[0].shape, Dims({2, 4}));
   rt::Session session(model);
-  TensorImplPtr xt = kiln::from_blob(const_cast<float*>(x.data()), std::vector<int64_t>{2, 3},
-                                     DType::Float32);
+  TensorImplPtr xt =
+      kiln::from_blob(const_cast<float*>(x.data()), std::vector<int64_t>{2, 3}, DType::Float32);
   const std::vector<double> want = reference_linear_relu(x, w, b);
   for (int rep = 0; rep < 3; ++rep) {  // the arena is reused: results must not drift
     auto y = session.run({xt.get()});
@@ -95,7 +119,8 @@ TEST(Artifact, LinearReluMatchesFloat64Reference) {
 }
 
 TEST(Artifact, GuardsNameTheInputExpectedAndActual) {
-  auto model = rt::Model::from_bytes(linear_relu_spec(random_floats(12, 1), random_floats(4, 2)).build());
+  auto model =
+      rt::Model::from_bytes(linear_relu_spec(random_floats(12, 1), random_floats(4, 2)).build());
   rt::Session session(model);
   std::vector<float> x(8);
   TensorImplPtr bad = kiln::from_blob(x.data(), std::vector<int64_t>{2, 4}, DType::Float32);
@@ -134,24 +159,44 @@ TEST(Artifact, SemanticChecksNameWhatIsWrong) {
       {"arena offset", [](ArtifactSpec& a) { a.slots[3].offset = 1 << 20; }, "outside the arena"},
       {"misaligned", [](ArtifactSpec& a) { a.slots[3].offset = 66; }, "not aligned"},
       {"weight index", [](ArtifactSpec& a) { a.slots[1].weight = 9; }, "weight index 9"},
-      {"weight too small", [](ArtifactSpec& a) { a.slots[1].shape = {40, 3}; }, "needs 480 bytes"},
+      {"weight too small",
+       [](ArtifactSpec& a) {
+         a.slots[1].shape = {40, 3};
+       },
+       "needs 480 bytes"},
       {"operand range", [](ArtifactSpec& a) { a.instrs[0].inputs[0] = 77; }, "out of range"},
       {"required operand", [](ArtifactSpec& a) { a.instrs[0].inputs[1] = -1; }, "is required"},
-      {"write weight", [](ArtifactSpec& a) { a.instrs[1].outputs[0] = 1; }, "weights are read-only"},
+      {"write weight", [](ArtifactSpec& a) { a.instrs[1].outputs[0] = 1; },
+       "weights are read-only"},
       {"read before write", [](ArtifactSpec& a) { std::swap(a.instrs[0], a.instrs[1]); },
        "before any instruction writes it"},
       {"arity", [](ArtifactSpec& a) { a.instrs[1].inputs.push_back(0); }, "expected 1 inputs"},
       {"version", [](ArtifactSpec& a) { a.version = 99; }, "format version 99"},
-      {"huge dims", [](ArtifactSpec& a) { a.slots[3].shape = {1ll << 40, 1ll << 40}; }, "overflows"},
-      {"negative dim", [](ArtifactSpec& a) { a.slots[3].shape = {-2, 4}; }, "negative dimension"},
+      {"huge dims",
+       [](ArtifactSpec& a) {
+         a.slots[3].shape = {1ll << 40, 1ll << 40};
+       },
+       "overflows"},
+      {"negative dim",
+       [](ArtifactSpec& a) {
+         a.slots[3].shape = {-2, 4};
+       },
+       "negative dimension"},
       {"huge arena", [](ArtifactSpec& a) { a.arena_bytes = 1ull << 62; }, "exceeds the limit"},
-      {"bad dtype", [](ArtifactSpec& a) { a.slots[0].dtype = static_cast<fb::DType>(42); }, "unknown dtype 42"},
-      {"foreign target", [](ArtifactSpec& a) { a.target_triple = "riscv64-unknown-linux-gnu"; }, "riscv64"},
+      {"bad dtype", [](ArtifactSpec& a) { a.slots[0].dtype = static_cast<fb::DType>(42); },
+       "unknown dtype 42"},
+      {"foreign target", [](ArtifactSpec& a) { a.target_triple = "riscv64-unknown-linux-gnu"; },
+       "riscv64"},
       {"cpu feature", [](ArtifactSpec& a) { a.cpu_features = {"quantum"}; }, "unknown CPU feature"},
-      {"attr missing", [](ArtifactSpec& a) {
-         a.instrs[1] = {"softmax", {3}, {4}, {}}; }, "missing attribute 'dim'"},
-      {"attr type", [](ArtifactSpec& a) {
-         a.instrs[1] = {"softmax", {3}, {4}, {{"dim", fb::AttrKind::Ints, 0, 0, {1}}}}; },
+      {"attr missing",
+       [](ArtifactSpec& a) {
+         a.instrs[1] = {"softmax", {3}, {4}, {}};
+       },
+       "missing attribute 'dim'"},
+      {"attr type",
+       [](ArtifactSpec& a) {
+         a.instrs[1] = {"softmax", {3}, {4}, {{"dim", fb::AttrKind::Ints, 0, 0, {1}}}};
+       },
        "attribute 'dim': expected int"},
       {"output never written", [](ArtifactSpec& a) { a.instrs.pop_back(); }, "never written"},
       {"input slot kind", [](ArtifactSpec& a) { a.inputs[0].second = 1; }, "not an arena slot"},
@@ -211,11 +256,12 @@ TEST(Artifact, SessionsRunConcurrently) {
       rt::Session s(model);
       for (int rep = 0; rep < 200; ++rep) {
         const auto x = random_floats(6, 100 + t * 1000 + rep);
-        TensorImplPtr xt = kiln::from_blob(const_cast<float*>(x.data()),
-                                           std::vector<int64_t>{2, 3}, DType::Float32);
+        TensorImplPtr xt = kiln::from_blob(const_cast<float*>(x.data()), std::vector<int64_t>{2, 3},
+                                           DType::Float32);
         auto y = s.run({xt.get()});
         const auto want = reference_linear_relu(x, w, b);
-        for (int i = 0; i < 8; ++i) bad[t] += std::fabs(y[0]->data_ptr<float>()[i] - want[i]) > 1e-5;
+        for (int i = 0; i < 8; ++i)
+          bad[t] += std::fabs(y[0]->data_ptr<float>()[i] - want[i]) > 1e-5;
       }
     });
   }
@@ -229,9 +275,9 @@ TEST(Artifact, StateUpdatesPersistPerSession) {
   const std::vector<float> w0 = {1, 2, 3, 4};
   a.blobs = {{"w", testing::bytes_of(w0)}};
   a.slots = {
-      {fb::SlotKind::Arena, fb::DType::Float32, {4}, 0, 0},    // 0: g
-      {fb::SlotKind::Weight, fb::DType::Float32, {4}, 0, 0},   // 1: w
-      {fb::SlotKind::Arena, fb::DType::Float32, {4}, 64, 0},   // 2: w - 0.5 g
+      {fb::SlotKind::Arena, fb::DType::Float32, {4}, 0, 0},   // 0: g
+      {fb::SlotKind::Weight, fb::DType::Float32, {4}, 0, 0},  // 1: w
+      {fb::SlotKind::Arena, fb::DType::Float32, {4}, 64, 0},  // 2: w - 0.5 g
   };
   a.instrs = {{"sub", {1, 0}, {2}, {{"alpha", fb::AttrKind::Float, 0, 0.5, {}}}}};
   a.inputs = {{"g", 0}};
@@ -258,16 +304,19 @@ TEST(Artifact, StateUpdatesPersistPerSession) {
 TEST(Artifact, ShapeKernelsCopyStridedViews) {
   ArtifactSpec a;
   a.slots = {
-      {fb::SlotKind::Arena, fb::DType::Float32, {2, 3, 4}, 0, 0},   // 0: x
-      {fb::SlotKind::Arena, fb::DType::Float32, {4, 2, 3}, 128, 0}, // 1: permute(2,0,1)
-      {fb::SlotKind::Arena, fb::DType::Float32, {2, 2, 4}, 256, 0}, // 2: slice dim1 [1:3]
-      {fb::SlotKind::Arena, fb::DType::Float32, {3, 4}, 384, 0},    // 3: select dim0 idx 1
+      {fb::SlotKind::Arena, fb::DType::Float32, {2, 3, 4}, 0, 0},       // 0: x
+      {fb::SlotKind::Arena, fb::DType::Float32, {4, 2, 3}, 128, 0},     // 1: permute(2,0,1)
+      {fb::SlotKind::Arena, fb::DType::Float32, {2, 2, 4}, 256, 0},     // 2: slice dim1 [1:3]
+      {fb::SlotKind::Arena, fb::DType::Float32, {3, 4}, 384, 0},        // 3: select dim0 idx 1
       {fb::SlotKind::Arena, fb::DType::Float32, {6, 4}, 128 + 384, 0},  // 4: view of x
   };
   using K = fb::AttrKind;
   a.instrs = {
       {"permute", {0}, {1}, {{"dims", K::Ints, 0, 0, {2, 0, 1}}}},
-      {"slice", {0}, {2}, {{"dim", K::Int, 1}, {"start", K::Int, 1}, {"end", K::Int, 3}, {"step", K::Int, 1}}},
+      {"slice",
+       {0},
+       {2},
+       {{"dim", K::Int, 1}, {"start", K::Int, 1}, {"end", K::Int, 3}, {"step", K::Int, 1}}},
       {"select", {0}, {3}, {{"dim", K::Int, 0}, {"index", K::Int, 1}}},
       {"view", {0}, {4}, {{"shape", K::Ints, 0, 0, {6, 4}}}},
   };
@@ -286,7 +335,8 @@ TEST(Artifact, ShapeKernelsCopyStridedViews) {
       for (int j = 0; j < 3; ++j) EXPECT_EQ(y[0]->data_ptr<float>()[k * 6 + i * 3 + j], X(i, j, k));
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 2; ++j)
-      for (int k = 0; k < 4; ++k) EXPECT_EQ(y[1]->data_ptr<float>()[i * 8 + j * 4 + k], X(i, j + 1, k));
+      for (int k = 0; k < 4; ++k)
+        EXPECT_EQ(y[1]->data_ptr<float>()[i * 8 + j * 4 + k], X(i, j + 1, k));
   for (int j = 0; j < 3; ++j)
     for (int k = 0; k < 4; ++k) EXPECT_EQ(y[2]->data_ptr<float>()[j * 4 + k], X(1, j, k));
   for (int i = 0; i < 24; ++i) EXPECT_EQ(y[3]->data_ptr<float>()[i], x[i]);

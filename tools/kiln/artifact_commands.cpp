@@ -100,8 +100,9 @@ void print_timings(const std::vector<double>& ms) {
   std::sort(s.begin(), s.end());
   double sum = 0;
   for (double v : s) sum += v;
-  std::printf("steady state over %zu runs: median %.3f ms, mean %.3f ms, min %.3f ms, max %.3f ms\n",
-              s.size(), s[s.size() / 2], sum / s.size(), s.front(), s.back());
+  std::printf(
+      "steady state over %zu runs: median %.3f ms, mean %.3f ms, min %.3f ms, max %.3f ms\n",
+      s.size(), s[s.size() / 2], sum / s.size(), s.front(), s.back());
 }
 
 }  // namespace
@@ -130,10 +131,12 @@ int run_artifact(int argc, char** argv) {
     Tensor flat = t.reshape({-1}).to(DType::Float64);
     const int64_t n = std::min<int64_t>(flat.numel(), 8);
     std::printf(" [");
-    for (int64_t k = 0; k < n; ++k) std::printf("%s%.6g", k ? ", " : "", flat.data_ptr<double>()[k]);
+    for (int64_t k = 0; k < n; ++k)
+      std::printf("%s%.6g", k ? ", " : "", flat.data_ptr<double>()[k]);
     std::printf("%s]\n", flat.numel() > n ? ", ..." : "");
     if (!a.output.empty()) {
-      const std::string path = out.size() == 1 ? a.output : a.output + "." + std::to_string(i) + ".npy";
+      const std::string path =
+          out.size() == 1 ? a.output : a.output + "." + std::to_string(i) + ".npy";
       write_npy(path, t);
     }
   }
@@ -158,11 +161,13 @@ int inspect_artifact(int argc, char** argv) {
   auto m = rt::Model::load(a.artifact, rt::builtin_registry(), lo);
   const rt::ModelStats& st = m->stats();
   std::printf("model:    %s (producer: %s)\n", m->name().c_str(), m->producer().c_str());
-  std::printf("target:   %s", m->target_triple().empty() ? "portable (runtime kernels)" : m->target_triple().c_str());
+  std::printf("target:   %s", m->target_triple().empty() ? "portable (runtime kernels)"
+                                                         : m->target_triple().c_str());
   for (const std::string& f : m->cpu_features()) std::printf(" +%s", f.c_str());
   std::printf("\nfile:     %zu bytes\n", st.file_bytes);
   for (const rt::TensorSpec& s : m->inputs()) {
-    std::printf("input:    %s %s (guard)\n", s.name.c_str(), rt::describe_spec(s.shape, s.dtype).c_str());
+    std::printf("input:    %s %s (guard)\n", s.name.c_str(),
+                rt::describe_spec(s.shape, s.dtype).c_str());
   }
   for (const rt::TensorSpec& s : m->outputs()) {
     std::printf("output:   %s %s\n", s.name.c_str(), rt::describe_spec(s.shape, s.dtype).c_str());

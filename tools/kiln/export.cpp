@@ -34,7 +34,8 @@ std::shared_ptr<nn::Module> build(const std::string& name, int64_t classes, bool
   if (name == "resnet50") return models::resnet50(classes < 0 ? 1000 : classes);
   if (name == "mobilenet_v2") return models::mobilenet_v2(classes < 0 ? 1000 : classes);
   tokens = true;
-  if (name == "transformer") return models::transformer_classifier(1000, classes < 0 ? 10 : classes);
+  if (name == "transformer")
+    return models::transformer_classifier(1000, classes < 0 ? 10 : classes);
   if (name == "lstm") return models::lstm_classifier(1000, classes < 0 ? 10 : classes);
   fail("export", "unknown model '", name,
        "' (mlp, lenet, resnet18, resnet34, resnet50, mobilenet_v2, transformer, lstm)");
@@ -45,7 +46,8 @@ std::vector<int64_t> parse_shape(const std::string& s) {
   size_t pos = 0;
   while (pos <= s.size()) {
     const size_t next = s.find(',', pos);
-    const std::string part = s.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    const std::string part =
+        s.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
     char* end = nullptr;
     const long long v = std::strtoll(part.c_str(), &end, 10);
     KILN_CHECK(!part.empty() && end && *end == 0 && v > 0, "export",

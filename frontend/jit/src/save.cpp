@@ -8,7 +8,6 @@
 #include <stdexcept>
 
 #include "kiln/codegen/artifact.h"
-#include "mlir/Pass/Pass.h"
 #include "kiln/passes/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -46,11 +45,13 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
     Tensor t = fn.captures()[k].contiguous();
     keep.push_back(t);
     const auto* p = static_cast<const uint8_t*>(t.impl()->data());
-    o.weights[fn.arg_names()[fn.num_inputs() + k]] = std::span<const uint8_t>(p, t.impl()->nbytes());
+    o.weights[fn.arg_names()[fn.num_inputs() + k]] =
+        std::span<const uint8_t>(p, t.impl()->nbytes());
   }
   const size_t num_results = forward.getFunctionType().getNumResults();
   o.num_outputs = static_cast<int64_t>(num_results - fn.mutated_captures().size());
-  for (size_t k : fn.mutated_captures()) o.state_args.push_back(static_cast<int64_t>(fn.num_inputs() + k));
+  for (size_t k : fn.mutated_captures())
+    o.state_args.push_back(static_cast<int64_t>(fn.num_inputs() + k));
   try {
     return codegen::write_artifact(*module, o);
   } catch (const std::runtime_error& e) {

@@ -57,8 +57,8 @@ kiln::TensorImplPtr wrap(const kiln_tensor& t, const char* what, size_t i) {
   std::span<const int64_t> shape(t.shape, static_cast<size_t>(t.rank));
   const auto dtype = static_cast<kiln::DType>(t.dtype);
   const int64_t n = kiln::checked_numel(shape, "kiln run");
-  KILN_CHECK(static_cast<size_t>(n) * kiln::dtype_size(dtype) == t.nbytes, "kiln run", what, " ",
-             i, ": nbytes ", t.nbytes, " does not match ", kiln::rt::describe_spec(shape, dtype));
+  KILN_CHECK(static_cast<size_t>(n) * kiln::dtype_size(dtype) == t.nbytes, "kiln run", what, " ", i,
+             ": nbytes ", t.nbytes, " does not match ", kiln::rt::describe_spec(shape, dtype));
   return kiln::from_blob(t.data, shape, dtype);
 }
 
@@ -68,18 +68,28 @@ extern "C" {
 
 const char* kiln_status_string(kiln_status s) {
   switch (s) {
-    case KILN_OK: return "ok";
-    case KILN_ERROR_INVALID_ARGUMENT: return "invalid argument";
-    case KILN_ERROR_IO: return "i/o error";
-    case KILN_ERROR_INVALID_ARTIFACT: return "invalid artifact";
-    case KILN_ERROR_GUARD: return "input does not match the artifact's guard";
-    case KILN_ERROR_RUNTIME: return "runtime error";
+    case KILN_OK:
+      return "ok";
+    case KILN_ERROR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case KILN_ERROR_IO:
+      return "i/o error";
+    case KILN_ERROR_INVALID_ARTIFACT:
+      return "invalid artifact";
+    case KILN_ERROR_GUARD:
+      return "input does not match the artifact's guard";
+    case KILN_ERROR_RUNTIME:
+      return "runtime error";
   }
   return "unknown status";
 }
 
-const char* kiln_last_error(void) { return last_error.c_str(); }
-void kiln_string_free(char* s) { std::free(s); }
+const char* kiln_last_error(void) {
+  return last_error.c_str();
+}
+void kiln_string_free(char* s) {
+  std::free(s);
+}
 size_t kiln_dtype_size(kiln_dtype d) {
   if (static_cast<int>(d) < 0 || static_cast<int>(d) >= kiln::kNumDTypes) return 0;
   return kiln::dtype_size(static_cast<kiln::DType>(d));
@@ -99,9 +109,15 @@ kiln_status kiln_model_load(const char* path, kiln_model** model, char** error_m
   return s;
 }
 
-void kiln_model_free(kiln_model* model) { delete model; }
-size_t kiln_model_num_inputs(const kiln_model* m) { return m ? m->model->inputs().size() : 0; }
-size_t kiln_model_num_outputs(const kiln_model* m) { return m ? m->model->outputs().size() : 0; }
+void kiln_model_free(kiln_model* model) {
+  delete model;
+}
+size_t kiln_model_num_inputs(const kiln_model* m) {
+  return m ? m->model->inputs().size() : 0;
+}
+size_t kiln_model_num_outputs(const kiln_model* m) {
+  return m ? m->model->outputs().size() : 0;
+}
 kiln_status kiln_model_input(const kiln_model* m, size_t i, kiln_tensor_info* info) {
   if (!m) return set_error(KILN_ERROR_INVALID_ARGUMENT, "null model");
   return info_of(m->model->inputs(), i, info);
@@ -122,7 +138,9 @@ kiln_status kiln_session_create(const kiln_model* model, kiln_session** session)
   }
 }
 
-void kiln_session_free(kiln_session* session) { delete session; }
+void kiln_session_free(kiln_session* session) {
+  delete session;
+}
 
 kiln_status kiln_session_run(kiln_session* s, const kiln_tensor* inputs, size_t num_inputs,
                              kiln_tensor* outputs, size_t num_outputs) {
@@ -146,7 +164,8 @@ kiln_status kiln_session_run(kiln_session* s, const kiln_tensor* inputs, size_t 
     return KILN_OK;
   } catch (const std::exception& e) {
     const kiln_status st = from_exception(e, KILN_ERROR_RUNTIME);
-    if (st == KILN_ERROR_RUNTIME && std::string(e.what()).find("instruction") == std::string::npos) {
+    if (st == KILN_ERROR_RUNTIME &&
+        std::string(e.what()).find("instruction") == std::string::npos) {
       return set_error(KILN_ERROR_INVALID_ARGUMENT, e.what());
     }
     return st;

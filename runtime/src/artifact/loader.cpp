@@ -14,12 +14,16 @@ namespace kiln::rt {
 namespace {
 
 constexpr const char* kOp = "kiln artifact";
-constexpr size_t kMaxRank = 6;                    // Dims keeps 6 dims inline
+constexpr size_t kMaxRank = 6;                   // Dims keeps 6 dims inline
 constexpr uint64_t kMaxArenaBytes = 1ull << 40;  // far beyond any real model; rejects garbage
 
-uint64_t align64(uint64_t x) { return (x + 63) & ~uint64_t{63}; }
+uint64_t align64(uint64_t x) {
+  return (x + 63) & ~uint64_t{63};
+}
 
-std::string str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+std::string str(const flatbuffers::String* s) {
+  return s ? s->str() : std::string();
+}
 
 struct Checker {
   const fb::Model& m;
@@ -64,8 +68,8 @@ struct Checker {
         for (size_t d = 0; d < rank; ++d) {
           const int64_t n = s->shape()->Get(d);
           KILN_CHECK(n >= 0, kOp, "slot ", i, ": negative dimension ", n);
-          KILN_CHECK(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(n), &bytes), kOp,
-                     "slot ", i, ": size overflows");
+          KILN_CHECK(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(n), &bytes), kOp, "slot ",
+                     i, ": size overflows");
           info.shape.push_back(n);
         }
         info.nbytes = bytes;
@@ -80,8 +84,8 @@ struct Checker {
                    ") lie outside the arena of ", out.arena_bytes, " bytes");
       } else if (info.kind == SlotKind::Weight) {
         info.weight = s->weight();
-        KILN_CHECK(info.weight < out.blobs.size(), kOp, "slot ", i, ": weight index ",
-                   info.weight, " out of range (", out.blobs.size(), " weights)");
+        KILN_CHECK(info.weight < out.blobs.size(), kOp, "slot ", i, ": weight index ", info.weight,
+                   " out of range (", out.blobs.size(), " weights)");
         KILN_CHECK(info.nbytes <= out.blobs[info.weight].size, kOp, "slot ", i, ": needs ",
                    info.nbytes, " bytes, weight \"", out.blobs[info.weight].name, "\" has ",
                    out.blobs[info.weight].size);
@@ -108,13 +112,13 @@ struct Checker {
         const fb::Io* io = v->Get(i);
         const uint32_t s = slot_index(io->slot(), what, i);
         const SlotInfo& info = out.slots[s];
-        KILN_CHECK(info.kind != SlotKind::None, kOp, what, " \"", io->name()->str(),
-                   "\": slot ", s, " holds no value");
+        KILN_CHECK(info.kind != SlotKind::None, kOp, what, " \"", io->name()->str(), "\": slot ", s,
+                   " holds no value");
         if (std::string_view(what) == "input") {
-          KILN_CHECK(info.kind == SlotKind::Arena, kOp, "input \"", io->name()->str(),
-                     "\": slot ", s, " is not an arena slot");
-          KILN_CHECK(names.insert(io->name()->str()).second, kOp, "input \"",
-                     io->name()->str(), "\" appears twice");
+          KILN_CHECK(info.kind == SlotKind::Arena, kOp, "input \"", io->name()->str(), "\": slot ",
+                     s, " is not an arena slot");
+          KILN_CHECK(names.insert(io->name()->str()).second, kOp, "input \"", io->name()->str(),
+                     "\" appears twice");
         }
         specs.push_back({io->name()->str(), info.dtype, info.shape});
         slots.push_back(s);
@@ -155,8 +159,8 @@ struct Checker {
     for (const std::string& f : out.cpu_features) {
       if (!host_has_feature(f)) missing += (missing.empty() ? "" : ", ") + f;
     }
-    KILN_CHECK(missing.empty(), kOp, "this CPU lacks the features the artifact requires: ",
-               missing);
+    KILN_CHECK(missing.empty(), kOp,
+               "this CPU lacks the features the artifact requires: ", missing);
   }
 
   // Compiled code for this host: loaded now so a missing symbol is a load-time error.
@@ -173,7 +177,8 @@ struct Checker {
       out.stats.code_bytes += blob.size;
       out.code.push_back(load_code_object(blob.data, blob.size, "code object " + triple));
       if (c->symbols()) {
-        for (const auto* s : *c->symbols()) symbols[s->str()] = find_symbol(*out.code.back(), s->str());
+        for (const auto* s : *c->symbols())
+          symbols[s->str()] = find_symbol(*out.code.back(), s->str());
       }
     }
     return symbols;
@@ -198,7 +203,8 @@ struct Checker {
   void instructions() {
     const std::map<std::string, CompiledFn> symbols = code();
     std::vector<uint8_t> defined(out.slots.size(), 0);
-    for (size_t s = 0; s < out.slots.size(); ++s) defined[s] = out.slots[s].kind == SlotKind::Weight;
+    for (size_t s = 0; s < out.slots.size(); ++s)
+      defined[s] = out.slots[s].kind == SlotKind::Weight;
     for (uint32_t s : out.input_slots) defined[s] = 1;
     std::set<std::string> missing;
     std::map<std::string, size_t> counts;
@@ -214,9 +220,9 @@ struct Checker {
       auto operands = [&](const flatbuffers::Vector<int32_t>* v, std::vector<int32_t>& dst) {
         if (!v) return;
         for (int32_t s : *v) {
-          KILN_CHECK(s >= -1 && s < static_cast<int64_t>(out.slots.size()), kOp, "instruction ",
-                     k, " (", info.name, "): operand slot ", s, " out of range (",
-                     out.slots.size(), " slots)");
+          KILN_CHECK(s >= -1 && s < static_cast<int64_t>(out.slots.size()), kOp, "instruction ", k,
+                     " (", info.name, "): operand slot ", s, " out of range (", out.slots.size(),
+                     " slots)");
           dst.push_back(s);
         }
       };
@@ -236,13 +242,13 @@ struct Checker {
                    ": expected ", d.min_inputs, d.max_inputs < 0 ? " or more" : "",
                    d.max_inputs > d.min_inputs ? " to " + std::to_string(d.max_inputs) : "",
                    " inputs, got ", ni);
-        KILN_CHECK(no == d.num_outputs, kOp, where, ": expected ", d.num_outputs,
-                   " outputs, got ", no);
+        KILN_CHECK(no == d.num_outputs, kOp, where, ": expected ", d.num_outputs, " outputs, got ",
+                   no);
         for (int64_t i = 0; i < ni; ++i) {
           const bool optional = i < 32 && (d.optional_inputs >> i) & 1u;
-          KILN_CHECK(optional || (info.inputs[i] >= 0 &&
-                                  out.slots[info.inputs[i]].kind != SlotKind::None),
-                     kOp, where, ": input ", i, " is required");
+          KILN_CHECK(
+              optional || (info.inputs[i] >= 0 && out.slots[info.inputs[i]].kind != SlotKind::None),
+              kOp, where, ": input ", i, " is required");
         }
         std::vector<AttrValue> values;
         attrs(ins, values);
@@ -264,8 +270,8 @@ struct Checker {
                    ": reads slot ", s, " before any instruction writes it");
       }
       for (int32_t s : info.outputs) {
-        KILN_CHECK(s >= 0 && out.slots[s].kind == SlotKind::Arena, kOp, where, ": output slot ",
-                   s, " is not an arena slot (weights are read-only)");
+        KILN_CHECK(s >= 0 && out.slots[s].kind == SlotKind::Arena, kOp, where, ": output slot ", s,
+                   " is not an arena slot (weights are read-only)");
         defined[s] = 1;
       }
       out.instrs.push_back(std::move(info));
@@ -313,7 +319,8 @@ std::unique_ptr<Model::Impl> verify_and_decode(std::unique_ptr<Mapping> file,
   impl->producer = str(m.producer());
   impl->stats.file_bytes = size;
   if (m.metadata()) {
-    for (const fb::KeyValue* kv : *m.metadata()) impl->metadata.emplace_back(kv->key()->str(), str(kv->value()));
+    for (const fb::KeyValue* kv : *m.metadata())
+      impl->metadata.emplace_back(kv->key()->str(), str(kv->value()));
   }
   Checker c{m, *impl, registry};
   const uint64_t seg = align64(uint64_t{fb_size} + 4);

@@ -79,17 +79,33 @@ std::shared_ptr<const Model> Model::from_bytes(std::span<const uint8_t> bytes,
       new Model(verify_and_decode(std::move(file), registry, options)));
 }
 
-const std::string& Model::name() const { return impl_->name; }
-const std::string& Model::producer() const { return impl_->producer; }
-const std::string& Model::target_triple() const { return impl_->target_triple; }
-const std::vector<std::string>& Model::cpu_features() const { return impl_->cpu_features; }
-const std::vector<TensorSpec>& Model::inputs() const { return impl_->inputs; }
-const std::vector<TensorSpec>& Model::outputs() const { return impl_->outputs; }
+const std::string& Model::name() const {
+  return impl_->name;
+}
+const std::string& Model::producer() const {
+  return impl_->producer;
+}
+const std::string& Model::target_triple() const {
+  return impl_->target_triple;
+}
+const std::vector<std::string>& Model::cpu_features() const {
+  return impl_->cpu_features;
+}
+const std::vector<TensorSpec>& Model::inputs() const {
+  return impl_->inputs;
+}
+const std::vector<TensorSpec>& Model::outputs() const {
+  return impl_->outputs;
+}
 const std::vector<std::pair<std::string, std::string>>& Model::metadata() const {
   return impl_->metadata;
 }
-uint64_t Model::arena_bytes() const { return impl_->arena_bytes; }
-const ModelStats& Model::stats() const { return impl_->stats; }
+uint64_t Model::arena_bytes() const {
+  return impl_->arena_bytes;
+}
+const ModelStats& Model::stats() const {
+  return impl_->stats;
+}
 
 int Model::input_index(std::string_view name) const {
   for (size_t i = 0; i < impl_->inputs.size(); ++i) {

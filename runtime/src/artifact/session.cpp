@@ -51,8 +51,8 @@ Session::Session(std::shared_ptr<const Model> model) : model_(std::move(model)),
   for (size_t i = 0; i < m.slots.size(); ++i) {
     const SlotInfo& info = m.slots[i];
     if (info.kind == SlotKind::Arena) {
-      s_->slots[i] = kiln::from_blob(static_cast<char*>(s_->arena) + info.offset, info.shape,
-                                     info.dtype);
+      s_->slots[i] =
+          kiln::from_blob(static_cast<char*>(s_->arena) + info.offset, info.shape, info.dtype);
     } else if (info.kind == SlotKind::Weight) {
       s_->slots[i] = m.weight_tensors[i];
       for (const auto& [blob, p] : s_->state) {
@@ -84,8 +84,8 @@ void Session::execute(std::span<const TensorImpl* const> inputs) {
     const TensorImpl* x = inputs[i];
     KILN_CHECK(x, "kiln run", "input \"", spec.name, "\" is null");
     if (x->dtype() != spec.dtype || x->sizes() != spec.shape) [[unlikely]] {
-      fail("kiln run", "input \"", spec.name, "\": expected ", describe_spec(spec.shape, spec.dtype),
-           ", got ", describe_spec(x->sizes(), x->dtype()));
+      fail("kiln run", "input \"", spec.name, "\": expected ",
+           describe_spec(spec.shape, spec.dtype), ", got ", describe_spec(x->sizes(), x->dtype()));
     }
     TensorImpl& dst = *s_->slots[m.input_slots[i]];
     if (x->is_contiguous()) {
@@ -100,8 +100,8 @@ void Session::execute(std::span<const TensorImpl* const> inputs) {
     const State::Step& st = s_->steps[k];
     try {
       if (in.def) {
-        in.def->run(KernelCall{in.params.get(), {ops + st.in_begin, st.n_in},
-                               {ops + st.out_begin, st.n_out}});
+        in.def->run(KernelCall{
+            in.params.get(), {ops + st.in_begin, st.n_in}, {ops + st.out_begin, st.n_out}});
       } else {
         in.fn(s_->pointers.data() + st.in_begin);
       }

@@ -8,11 +8,15 @@
 
 namespace kiln::rt::ops {
 
-inline const TensorImpl& in(const KernelCall& c, size_t i) { return *c.inputs[i]; }
+inline const TensorImpl& in(const KernelCall& c, size_t i) {
+  return *c.inputs[i];
+}
 inline const TensorImpl* opt_in(const KernelCall& c, size_t i) {
   return i < c.inputs.size() ? c.inputs[i] : nullptr;
 }
-inline TensorImpl& out(const KernelCall& c, size_t i = 0) { return *c.outputs[i]; }
+inline TensorImpl& out(const KernelCall& c, size_t i = 0) {
+  return *c.outputs[i];
+}
 
 template <typename P>
 const P& params(const KernelCall& c) {

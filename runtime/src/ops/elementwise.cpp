@@ -19,12 +19,24 @@ struct UnaryEntry {
   UnaryOp op;
 };
 constexpr UnaryEntry kUnary[] = {
-    {"neg", UnaryOp::Neg},         {"abs", UnaryOp::Abs},       {"sign", UnaryOp::Sign},
-    {"relu", UnaryOp::Relu},       {"floor", UnaryOp::Floor},   {"ceil", UnaryOp::Ceil},
-    {"round", UnaryOp::Round},     {"exp", UnaryOp::Exp},       {"log", UnaryOp::Log},
-    {"log1p", UnaryOp::Log1p},     {"sqrt", UnaryOp::Sqrt},     {"rsqrt", UnaryOp::Rsqrt},
-    {"sin", UnaryOp::Sin},         {"cos", UnaryOp::Cos},       {"tanh", UnaryOp::Tanh},
-    {"sigmoid", UnaryOp::Sigmoid}, {"silu", UnaryOp::Silu},     {"erf", UnaryOp::Erf},
+    {"neg", UnaryOp::Neg},
+    {"abs", UnaryOp::Abs},
+    {"sign", UnaryOp::Sign},
+    {"relu", UnaryOp::Relu},
+    {"floor", UnaryOp::Floor},
+    {"ceil", UnaryOp::Ceil},
+    {"round", UnaryOp::Round},
+    {"exp", UnaryOp::Exp},
+    {"log", UnaryOp::Log},
+    {"log1p", UnaryOp::Log1p},
+    {"sqrt", UnaryOp::Sqrt},
+    {"rsqrt", UnaryOp::Rsqrt},
+    {"sin", UnaryOp::Sin},
+    {"cos", UnaryOp::Cos},
+    {"tanh", UnaryOp::Tanh},
+    {"sigmoid", UnaryOp::Sigmoid},
+    {"silu", UnaryOp::Silu},
+    {"erf", UnaryOp::Erf},
     {"reciprocal", UnaryOp::Reciprocal},
 };
 
@@ -93,7 +105,9 @@ void run_binary(const KernelCall& c) {
   kernels::binary_out(p.op, in(c, 0), in(c, 1), out(c), alpha);
 }
 
-void run_logical_not(const KernelCall& c) { kernels::logical_not_out(in(c, 0), out(c)); }
+void run_logical_not(const KernelCall& c) {
+  kernels::logical_not_out(in(c, 0), out(c));
+}
 
 std::unique_ptr<KernelParams> decode_clamp(const AttrMap& a) {
   auto p = std::make_unique<FloatParams>();
@@ -109,11 +123,15 @@ void run_clamp(const KernelCall& c) {
   kernels::clamp_out(in(c, 0), lo, hi, out(c));
 }
 
-void run_where(const KernelCall& c) { kernels::where_out(in(c, 0), in(c, 1), in(c, 2), out(c)); }
+void run_where(const KernelCall& c) {
+  kernels::where_out(in(c, 0), in(c, 1), in(c, 2), out(c));
+}
 
 // to / clone / contiguous / copy: the result is the (last) input converted and broadcast into
 // the output's shape and dtype.
-void run_copy(const KernelCall& c) { kernels::copy_(out(c), in(c, c.inputs.size() - 1)); }
+void run_copy(const KernelCall& c) {
+  kernels::copy_(out(c), in(c, c.inputs.size() - 1));
+}
 
 std::unique_ptr<KernelParams> decode_fill(const AttrMap& a) {
   auto p = std::make_unique<FloatParams>();

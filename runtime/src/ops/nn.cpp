@@ -65,8 +65,7 @@ std::unique_ptr<KernelParams> decode_conv1d(const AttrMap& a) {
 }
 void run_conv1d(const KernelCall& c) {
   const auto& p = params<IntParams>(c);
-  kernels::conv1d_out(in(c, 0), in(c, 1), opt_in(c, 2), {p.v[0], p.v[1], p.v[2], p.v[3]},
-                      out(c));
+  kernels::conv1d_out(in(c, 0), in(c, 1), opt_in(c, 2), {p.v[0], p.v[1], p.v[2], p.v[3]}, out(c));
 }
 
 void run_linear(const KernelCall& c) {
@@ -92,14 +91,15 @@ void run_linear_fused(const KernelCall& c) {
                    o.dtype() == DType::Float32 && (!bias || bias->dtype() == DType::Float32) &&
                    (!res || res->dtype() == DType::Float32);
   const bool dense = x.is_contiguous() && w.is_contiguous() && o.is_contiguous() && w.dim() == 2 &&
-                     x.dim() >= 1 && (!bias || (bias->is_contiguous() && bias->numel() == w.size(0))) &&
+                     x.dim() >= 1 &&
+                     (!bias || (bias->is_contiguous() && bias->numel() == w.size(0))) &&
                      (!res || (res->is_contiguous() && res->sizes() == o.sizes()));
   if (f32 && dense) {
     // One GEMM with the whole epilogue: out = act(x W^T + bias + residual).
     const int64_t K = w.size(1), N = w.size(0);
-    KILN_CHECK(x.size(-1) == K && o.size(-1) == N && o.numel() / N == x.numel() / K,
-               "linear_fused", "expected input [..., ", K, "] and out [..., ", N, "], got ",
-               describe(x), " and ", describe(o));
+    KILN_CHECK(x.size(-1) == K && o.size(-1) == N && o.numel() / N == x.numel() / K, "linear_fused",
+               "expected input [..., ", K, "] and out [..., ", N, "], got ", describe(x), " and ",
+               describe(o));
     const int64_t M = x.numel() / K;
     kernels::Epilogue e;
     if (bias) {
@@ -113,27 +113,46 @@ void run_linear_fused(const KernelCall& c) {
     e.activation = f.activation;
     e.clamp_min = f.clamp_min;
     e.clamp_max = f.clamp_max;
-    kernels::sgemm(false, true, M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K,
-                   0.0f, o.data_ptr<float>(), N, e);
+    kernels::sgemm(false, true, M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K, 0.0f,
+                   o.data_ptr<float>(), N, e);
     return;
   }
   // Other dtypes and layouts: the unfused steps.
   kernels::linear_out(x, w, bias, o);
   if (res) kernels::add_out(o, *res, o);
   switch (f.activation) {
-    case Activation::None: break;
-    case Activation::Relu: kernels::relu_out(o, o); break;
-    case Activation::Relu6: kernels::hardtanh_out(o, 0.0, 6.0, o); break;
-    case Activation::Clamp: kernels::hardtanh_out(o, f.clamp_min, f.clamp_max, o); break;
-    case Activation::Gelu: kernels::gelu_out(o, o); break;
-    case Activation::GeluTanh: kernels::gelu_out(o, o, kernels::GeluApproximate::Tanh); break;
-    case Activation::Silu: kernels::silu_out(o, o); break;
-    case Activation::Sigmoid: kernels::sigmoid_out(o, o); break;
-    case Activation::Tanh: kernels::tanh_out(o, o); break;
+    case Activation::None:
+      break;
+    case Activation::Relu:
+      kernels::relu_out(o, o);
+      break;
+    case Activation::Relu6:
+      kernels::hardtanh_out(o, 0.0, 6.0, o);
+      break;
+    case Activation::Clamp:
+      kernels::hardtanh_out(o, f.clamp_min, f.clamp_max, o);
+      break;
+    case Activation::Gelu:
+      kernels::gelu_out(o, o);
+      break;
+    case Activation::GeluTanh:
+      kernels::gelu_out(o, o, kernels::GeluApproximate::Tanh);
+      break;
+    case Activation::Silu:
+      kernels::silu_out(o, o);
+      break;
+    case Activation::Sigmoid:
+      kernels::sigmoid_out(o, o);
+      break;
+    case Activation::Tanh:
+      kernels::tanh_out(o, o);
+      break;
   }
 }
 
-void run_matmul(const KernelCall& c) { kernels::matmul_out(in(c, 0), in(c, 1), out(c)); }
+void run_matmul(const KernelCall& c) {
+  kernels::matmul_out(in(c, 0), in(c, 1), out(c));
+}
 
 struct PoolParams : KernelParams {
   kernels::Pool2dParams p;
@@ -180,9 +199,9 @@ void run_batch_norm(const KernelCall& c) {
   // operands: in training mode the batch statistics are used and the running ones left alone.
   const auto& p = params<FloatParams>(c);
   const bool training = p.k != 0;
-  kernels::batch_norm_out(in(c, 0), opt_in(c, 3), opt_in(c, 4),
-                          training ? nullptr : c.inputs[1], training ? nullptr : c.inputs[2],
-                          training, p.v[1], p.v[0], out(c), nullptr, nullptr);
+  kernels::batch_norm_out(in(c, 0), opt_in(c, 3), opt_in(c, 4), training ? nullptr : c.inputs[1],
+                          training ? nullptr : c.inputs[2], training, p.v[1], p.v[0], out(c),
+                          nullptr, nullptr);
 }
 
 std::unique_ptr<KernelParams> decode_layer_norm(const AttrMap& a) {
@@ -211,7 +230,9 @@ void run_group_norm(const KernelCall& c) {
                           nullptr);
 }
 
-void run_embedding(const KernelCall& c) { kernels::embedding_out(in(c, 0), in(c, 1), out(c)); }
+void run_embedding(const KernelCall& c) {
+  kernels::embedding_out(in(c, 0), in(c, 1), out(c));
+}
 
 std::unique_ptr<KernelParams> decode_p(const AttrMap& a) {
   auto p = std::make_unique<FloatParams>();
@@ -238,13 +259,11 @@ constexpr AttrSpec kConv2d[] = {{"stride", AttrType::Ints},
                                 {"padding", AttrType::Ints},
                                 {"dilation", AttrType::Ints},
                                 {"groups", AttrType::Int}};
-constexpr AttrSpec kConv2dFused[] = {{"stride", AttrType::Ints},
-                                     {"padding", AttrType::Ints},
-                                     {"dilation", AttrType::Ints},
-                                     {"groups", AttrType::Int},
-                                     {"activation", AttrType::Int, false},
-                                     {"clamp_min", AttrType::Float, false},
-                                     {"clamp_max", AttrType::Float, false}};
+constexpr AttrSpec kConv2dFused[] = {
+    {"stride", AttrType::Ints},           {"padding", AttrType::Ints},
+    {"dilation", AttrType::Ints},         {"groups", AttrType::Int},
+    {"activation", AttrType::Int, false}, {"clamp_min", AttrType::Float, false},
+    {"clamp_max", AttrType::Float, false}};
 constexpr AttrSpec kConv1d[] = {{"stride", AttrType::Int},
                                 {"padding", AttrType::Int},
                                 {"dilation", AttrType::Int},
@@ -252,8 +271,10 @@ constexpr AttrSpec kConv1d[] = {{"stride", AttrType::Int},
 constexpr AttrSpec kFusion[] = {{"activation", AttrType::Int, false},
                                 {"clamp_min", AttrType::Float, false},
                                 {"clamp_max", AttrType::Float, false}};
-constexpr AttrSpec kMaxPool[] = {{"kernel", AttrType::Ints},    {"stride", AttrType::Ints},
-                                 {"padding", AttrType::Ints},   {"dilation", AttrType::Ints},
+constexpr AttrSpec kMaxPool[] = {{"kernel", AttrType::Ints},
+                                 {"stride", AttrType::Ints},
+                                 {"padding", AttrType::Ints},
+                                 {"dilation", AttrType::Ints},
                                  {"ceil_mode", AttrType::Bool, false}};
 constexpr AttrSpec kAvgPool[] = {{"kernel", AttrType::Ints},
                                  {"stride", AttrType::Ints},

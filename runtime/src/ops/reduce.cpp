@@ -19,10 +19,10 @@ std::unique_ptr<KernelParams> decode_dims(const AttrMap& a) {
   return p;
 }
 
-#define KILN_REDUCE(name)                                                            \
-  void run_##name(const KernelCall& c) {                                             \
-    const auto& p = params<DimsParams>(c);                                           \
-    kernels::name##_out(in(c, 0), p.dims, p.keepdim, out(c));                        \
+#define KILN_REDUCE(name)                                     \
+  void run_##name(const KernelCall& c) {                      \
+    const auto& p = params<DimsParams>(c);                    \
+    kernels::name##_out(in(c, 0), p.dims, p.keepdim, out(c)); \
   }
 KILN_REDUCE(sum)
 KILN_REDUCE(mean)
@@ -58,13 +58,13 @@ void run_min(const KernelCall& c) {
 // dim == INT64_MIN: over the flattened input.
 void run_argmax(const KernelCall& c) {
   const auto& p = params<IntParams>(c);
-  kernels::argmax_out(in(c, 0), p.v[0] == INT64_MIN ? std::nullopt : std::optional(p.v[0]),
-                      p.flag, out(c));
+  kernels::argmax_out(in(c, 0), p.v[0] == INT64_MIN ? std::nullopt : std::optional(p.v[0]), p.flag,
+                      out(c));
 }
 void run_argmin(const KernelCall& c) {
   const auto& p = params<IntParams>(c);
-  kernels::argmin_out(in(c, 0), p.v[0] == INT64_MIN ? std::nullopt : std::optional(p.v[0]),
-                      p.flag, out(c));
+  kernels::argmin_out(in(c, 0), p.v[0] == INT64_MIN ? std::nullopt : std::optional(p.v[0]), p.flag,
+                      out(c));
 }
 void run_cumsum(const KernelCall& c) {
   kernels::cumsum_out(in(c, 0), params<IntParams>(c).v[0], out(c));

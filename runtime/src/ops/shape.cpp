@@ -32,8 +32,8 @@ void copy_view(std::string_view op, const TensorImpl& x, const Dims& sizes, cons
 void run_reshape(const KernelCall& c) {
   const TensorImpl& x = in(c, 0);
   TensorImpl& o = out(c);
-  KILN_CHECK(x.numel() == o.numel() && x.dtype() == o.dtype(), "reshape", "expected ",
-             o.numel(), " elements of ", dtype_short_name(o.dtype()), ", got ", x.numel(), " ",
+  KILN_CHECK(x.numel() == o.numel() && x.dtype() == o.dtype(), "reshape", "expected ", o.numel(),
+             " elements of ", dtype_short_name(o.dtype()), ", got ", x.numel(), " ",
              dtype_short_name(x.dtype()));
   if (x.data() == o.data()) return;  // planned as an alias
   if (x.is_contiguous()) {
