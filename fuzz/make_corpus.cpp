@@ -26,7 +26,9 @@ std::vector<float> ramp(size_t n) {
   return v;
 }
 
-ArtifactSpec linear_relu() { return kiln::testing::linear_relu_spec(ramp(12), ramp(4)); }
+ArtifactSpec linear_relu() {
+  return kiln::testing::linear_relu_spec(ramp(12), ramp(4));
+}
 
 // conv2d -> max_pool2d -> view -> softmax: a seed that reaches more kernels.
 ArtifactSpec conv_net() {
@@ -35,22 +37,30 @@ ArtifactSpec conv_net() {
   a.blobs = {{"conv.weight", kiln::testing::bytes_of(ramp(2 * 1 * 3 * 3))},
              {"conv.bias", kiln::testing::bytes_of(ramp(2))}};
   a.slots = {
-      {fb::SlotKind::Arena, fb::DType::Float32, {1, 1, 6, 6}, 0, 0},     // 0 x
-      {fb::SlotKind::Weight, fb::DType::Float32, {2, 1, 3, 3}, 0, 0},    // 1 w
-      {fb::SlotKind::Weight, fb::DType::Float32, {2}, 0, 1},             // 2 b
-      {fb::SlotKind::Arena, fb::DType::Float32, {1, 2, 6, 6}, 192, 0},   // 3 conv
-      {fb::SlotKind::Arena, fb::DType::Float32, {1, 2, 3, 3}, 512, 0},   // 4 pool
-      {fb::SlotKind::Arena, fb::DType::Int64, {1, 2, 3, 3}, 640, 0},     // 5 indices
-      {fb::SlotKind::Arena, fb::DType::Float32, {1, 18}, 512, 0},        // 6 view
-      {fb::SlotKind::Arena, fb::DType::Float32, {1, 18}, 0, 0},          // 7 softmax
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, 1, 6, 6}, 0, 0},    // 0 x
+      {fb::SlotKind::Weight, fb::DType::Float32, {2, 1, 3, 3}, 0, 0},   // 1 w
+      {fb::SlotKind::Weight, fb::DType::Float32, {2}, 0, 1},            // 2 b
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, 2, 6, 6}, 192, 0},  // 3 conv
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, 2, 3, 3}, 512, 0},  // 4 pool
+      {fb::SlotKind::Arena, fb::DType::Int64, {1, 2, 3, 3}, 640, 0},    // 5 indices
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, 18}, 512, 0},       // 6 view
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, 18}, 0, 0},         // 7 softmax
   };
   a.instrs = {
-      {"conv2d", {0, 1, 2}, {3},
-       {{"stride", K::Ints, 0, 0, {1, 1}}, {"padding", K::Ints, 0, 0, {1, 1}},
-        {"dilation", K::Ints, 0, 0, {1, 1}}, {"groups", K::Int, 1}}},
-      {"max_pool2d", {3}, {4, 5},
-       {{"kernel", K::Ints, 0, 0, {2, 2}}, {"stride", K::Ints, 0, 0, {2, 2}},
-        {"padding", K::Ints, 0, 0, {0, 0}}, {"dilation", K::Ints, 0, 0, {1, 1}}}},
+      {"conv2d",
+       {0, 1, 2},
+       {3},
+       {{"stride", K::Ints, 0, 0, {1, 1}},
+        {"padding", K::Ints, 0, 0, {1, 1}},
+        {"dilation", K::Ints, 0, 0, {1, 1}},
+        {"groups", K::Int, 1}}},
+      {"max_pool2d",
+       {3},
+       {4, 5},
+       {{"kernel", K::Ints, 0, 0, {2, 2}},
+        {"stride", K::Ints, 0, 0, {2, 2}},
+        {"padding", K::Ints, 0, 0, {0, 0}},
+        {"dilation", K::Ints, 0, 0, {1, 1}}}},
       {"view", {4}, {6}, {{"shape", K::Ints, 0, 0, {1, 18}}}},
       {"softmax", {6}, {7}, {{"dim", K::Int, 1}}},
   };

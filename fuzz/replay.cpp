@@ -35,11 +35,13 @@ int main(int argc, char** argv) {
     const std::string kind = argv[i];
     const bool expect_valid = kind == "--valid";
     std::vector<std::filesystem::path> paths;
-    for (const auto& e : std::filesystem::directory_iterator(argv[i + 1])) paths.push_back(e.path());
+    for (const auto& e : std::filesystem::directory_iterator(argv[i + 1]))
+      paths.push_back(e.path());
     std::sort(paths.begin(), paths.end());
     for (const auto& p : paths) {
       std::ifstream f(p, std::ios::binary);
-      std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
+                                 std::istreambuf_iterator<char>());
       ++files;
       try {
         load_and_run(bytes);

@@ -30,7 +30,6 @@ bool host_has_feature(std::string_view f) {
   if (f == "avx") return __builtin_cpu_supports("avx");
   if (f == "avx2") return __builtin_cpu_supports("avx2");
   if (f == "fma") return __builtin_cpu_supports("fma");
-  if (f == "f16c") return __builtin_cpu_supports("f16c");
   if (f == "avx512f") return __builtin_cpu_supports("avx512f");
   if (f == "avx512bw") return __builtin_cpu_supports("avx512bw");
   if (f == "avx512dq") return __builtin_cpu_supports("avx512dq");

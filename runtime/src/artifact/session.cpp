@@ -6,10 +6,35 @@
 #include <cstring>
 #include <new>
 
-#include "kiln/runtime/kernels/copy.h"
 #include "model_impl.h"
 
 namespace kiln::rt {
+namespace {
+
+// dst <- src for tensors of one dtype and shape, any strides (the core's only copy: the
+// kernels' general copy_ converts dtypes and broadcasts, which the executor never needs).
+void copy_same(TensorImpl& dst, const TensorImpl& src) {
+  if (dst.is_contiguous() && src.is_contiguous()) {
+    std::memcpy(dst.data(), src.data(), dst.nbytes());
+    return;
+  }
+  const size_t es = dst.itemsize();
+  const int64_t rank = dst.dim();
+  int64_t idx[8] = {0};
+  char* d = static_cast<char*>(dst.data());
+  const char* s = static_cast<const char*>(src.data());
+  for (int64_t n = 0; n < dst.numel(); ++n) {
+    int64_t od = 0, os = 0;
+    for (int64_t k = 0; k < rank; ++k) {
+      od += idx[k] * dst.strides()[k];
+      os += idx[k] * src.strides()[k];
+    }
+    std::memcpy(d + od * static_cast<int64_t>(es), s + os * static_cast<int64_t>(es), es);
+    for (int64_t k = rank - 1; k >= 0 && ++idx[k] == dst.sizes()[k]; --k) idx[k] = 0;
+  }
+}
+
+}  // namespace
 
 struct Session::State {
   void* arena = nullptr;
@@ -87,12 +112,7 @@ void Session::execute(std::span<const TensorImpl* const> inputs) {
       fail("kiln run", "input \"", spec.name, "\": expected ",
            describe_spec(spec.shape, spec.dtype), ", got ", describe_spec(x->sizes(), x->dtype()));
     }
-    TensorImpl& dst = *s_->slots[m.input_slots[i]];
-    if (x->is_contiguous()) {
-      std::memcpy(dst.data(), x->data(), dst.nbytes());
-    } else {
-      kernels::copy_(dst, *x);
-    }
+    copy_same(*s_->slots[m.input_slots[i]], *x);
   }
   TensorImpl* const* ops = s_->operands.data();
   for (size_t k = 0; k < m.instrs.size(); ++k) {
@@ -144,12 +164,7 @@ void Session::run_into(std::span<const TensorImpl* const> inputs,
   }
   execute(inputs);
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const TensorImpl& src = *s_->slots[m.output_slots[i]];
-    if (outputs[i]->is_contiguous()) {
-      std::memcpy(outputs[i]->data(), src.data(), src.nbytes());
-    } else {
-      kernels::copy_(*outputs[i], src);
-    }
+    copy_same(*outputs[i], *s_->slots[m.output_slots[i]]);
   }
 }
 
