@@ -17,6 +17,7 @@ void register_passes() {
   mlir::registerPass([] { return create_fuse_elementwise_pass(); });
   mlir::registerPass([] { return create_choose_layout_pass(); });
   register_pipelines();
+  mlir::registerPass([] { return create_plan_memory_pass(); });
 }
 
 }  // namespace kiln::passes

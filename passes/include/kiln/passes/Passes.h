@@ -76,6 +76,11 @@ void set_memory_plan_hook(std::function<void(mlir::OpPassManager&)> hook);
 // Registers the pipelines (kiln-inference-pipeline, kiln-training-pipeline) by name.
 void register_pipelines();
 
+// --kiln-plan-memory: liveness, in-place and view aliasing, greedy-by-size arena offsets
+// (`kiln.arena_offsets` on ops; `kiln.arg_offsets`, `kiln.arena_bytes`, `kiln.naive_bytes` on the
+// func). Arguments from `kiln.num_inputs` on (captured parameters) are weights, not arena values.
+std::unique_ptr<mlir::Pass> create_plan_memory_pass();
+
 // Registers every kiln pass and pipeline with MLIR's global pass registry.
 void register_passes();
 
