@@ -1,7 +1,8 @@
 // The default pass pipelines: --kiln-inference-pipeline (what the compiler runs on a frozen
 // model) and --kiln-training-pipeline (for compiled training steps, where weights stay arguments
-// and every value backward needs must survive). Both end with the memory-planning hook, which the
-// memory planner (passes/MemoryPlan.cpp) sets through set_memory_plan_hook().
+// and every value backward needs must survive). Both end with memory planning
+// (--kiln-plan-memory, passes/MemoryPlan.cpp) unless PipelineOptions or set_memory_plan_hook()
+// substitute another planner or turn it off.
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
@@ -19,10 +20,13 @@ std::function<void(mlir::OpPassManager&)>& memory_plan_hook() {
 }
 
 void append_memory_plan(mlir::OpPassManager& pm, const PipelineOptions& options) {
+  if (!options.plan_memory) return;
   if (options.memory_plan) {
     options.memory_plan(pm);
   } else if (memory_plan_hook()) {
     memory_plan_hook()(pm);
+  } else {
+    pm.addNestedPass<mlir::func::FuncOp>(create_plan_memory_pass());
   }
 }
 

@@ -44,6 +44,20 @@ TEST(Passes, MemoryPlanHookIsAppendedToThePipelines) {
   kiln::passes::build_inference_pipeline(pm);
   EXPECT_EQ(calls, 12);
   kiln::passes::set_memory_plan_hook({});
+  // By default the pipelines end in --kiln-plan-memory; plan_memory = false leaves it out.
+  mlir::PassManager with(&ctx), without(&ctx);
+  kiln::passes::build_inference_pipeline(with);
+  kiln::passes::PipelineOptions off;
+  off.plan_memory = false;
+  kiln::passes::build_inference_pipeline(without, off);
+  auto last = [](mlir::PassManager& pm) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    pm.printAsTextualPipeline(os);
+    return s;
+  };
+  EXPECT_NE(last(with).find("kiln-plan-memory"), std::string::npos) << last(with);
+  EXPECT_EQ(last(without).find("kiln-plan-memory"), std::string::npos) << last(without);
 }
 
 TEST(Passes, CleanupRemovesRedundantRelu) {

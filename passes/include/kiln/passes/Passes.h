@@ -59,7 +59,9 @@ std::unique_ptr<mlir::Pass> create_choose_layout_pass();
 
 struct PipelineOptions {
   bool drop_loss_head = false;
-  // Appended last (memory planning); when empty, the hook from set_memory_plan_hook() is used.
+  // Memory planning runs last (it annotates the final values): `memory_plan` when set, else the
+  // hook from set_memory_plan_hook(), else --kiln-plan-memory. plan_memory = false skips it.
+  bool plan_memory = true;
   std::function<void(mlir::OpPassManager&)> memory_plan;
 };
 
@@ -70,7 +72,7 @@ struct PipelineOptions {
 void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& options = {});
 void build_training_pipeline(mlir::OpPassManager& pm, const PipelineOptions& options = {});
 
-// Lets the memory planner append itself to both pipelines without the pipelines depending on it.
+// Replaces the default memory planner in both pipelines (an empty function restores it).
 void set_memory_plan_hook(std::function<void(mlir::OpPassManager&)> hook);
 
 // Registers the pipelines (kiln-inference-pipeline, kiln-training-pipeline) by name.
