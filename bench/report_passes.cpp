@@ -2,7 +2,8 @@
 // eval mode, random weights with batch-norm statistics away from identity, batch 1, 3x224x224).
 // Prints, per model: ops before/after (top level of @forward, kiln.constant/kiln.none excluded;
 // a kiln.fused region counts once, its body separately), convs and how each was fused, batch
-// norms left, and the max abs / relative error of the optimized module against the unoptimized
+// norms left, the memory plan's arena vs the sum of all intermediates, and the max abs / relative
+// error of the optimized module against the unoptimized
 // one, both run by the reference interpreter. Relative error = max|opt - ref| / max|ref|. Then a
 // traced ResNet-18 training step: op counts after the training pipeline and after gradient
 // elimination.
@@ -143,6 +144,13 @@ bool report(const char* label, nn::Module& model, int64_t size) {
       get(after, "kiln.conv2d"));
   std::printf("  left: batch_norm %d, relu %d, clamp %d\n", get(after, "kiln.batch_norm"),
               get(after, "kiln.relu"), get(after, "kiln.clamp"));
+  auto forward = optimized.module().lookupSymbol<mlir::func::FuncOp>("forward");
+  auto mib = [&](const char* attr) {
+    auto a = forward->getAttrOfType<mlir::IntegerAttr>(attr);
+    return a ? static_cast<double>(a.getInt()) / (1 << 20) : -1.0;
+  };
+  std::printf("  memory plan: arena %.2f MiB vs %.2f MiB for all intermediates unshared\n",
+              mib("kiln.arena_bytes"), mib("kiln.naive_bytes"));
   std::printf(
       "  optimized vs unoptimized (interpreter): max abs err %.3g, max |ref| %.3g, rel err "
       "%.3g\n",
