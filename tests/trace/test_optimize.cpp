@@ -450,23 +450,28 @@ TEST(Optimize, StandaloneBatchNormBecomesScaleShift) {
   expect_close(t({x})[0], eager, 1e-6);
 }
 
-TEST(Optimize, ResNetTrainingStepToFrozenInference) {
-  // A traced ResNet-18 training step (train-mode batch norm, SGD with momentum) turned into the
-  // inference function: gradients, optimizer and loss head eliminated, batch norm switched to its
-  // running statistics, then frozen and optimized. It must compute what the eager model computes
-  // in eval mode with the parameters and statistics the step left behind.
-  manual_seed(61);
-  auto model = models::resnet18(10);
-  randomize_norms(*model, 62);
+namespace {
+
+// A traced training step (train-mode batch norm and dropout, SGD with momentum) turned into the
+// inference function: gradients, optimizer and loss head eliminated, batch norm switched to its
+// running statistics and dropout to identity, then frozen and optimized. It must compute what the
+// eager model computes in eval mode with the parameters and statistics the step left behind.
+// Counts kept for the caller's expectations.
+struct StepCounts {
+  int dropouts_in_step = -1;  // kiln.dropout ops in the traced training step
+  int conv2d_fused = -1;      // in the optimized inference module
+};
+void expect_training_step_to_inference(nn::Module& net, StepCounts* counts) {
+  nn::Module* model = &net;
   model->train();
-  optim::SGD opt(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.001).momentum(0.9));
   jit::TraceOptions options;
   auto params = model->named_parameters();
   for (size_t i = 0; i < params.size(); ++i) options.named_captures.push_back(params[i]);
   auto buffers = model->named_buffers();
   for (size_t i = 0; i < buffers.size(); ++i) options.named_captures.push_back(buffers[i]);
-  Tensor x = rnd({2, 3, 32, 32}, 63);
-  Tensor y = tensor({1.0, 7.0}, DType::Int64);
+  Tensor x = rnd({4, 3, 32, 32}, 63);
+  Tensor y = tensor({1.0, 7.0, 0.0, 3.0}, DType::Int64);
   auto train_step = [&](const TensorList& in) {
     opt.zero_grad();
     Tensor loss = cross_entropy(model->forward(in[0]), in[1]);
@@ -478,9 +483,12 @@ TEST(Optimize, ResNetTrainingStepToFrozenInference) {
   jit::TracedFunction step = jit::trace(train_step, {x, y}, options);
   ASSERT_GT(step.mutated_captures().size(), params.size());  // parameters, statistics, momentum
   mlir::ModuleOp m = step.module();
+  counts->dropouts_in_step = count(m, "kiln.dropout");
   run(m, [](mlir::OpPassManager& pm) {
     pm.addPass(passes::create_eliminate_gradients_pass(/*drop_loss_head=*/true));
   });
+  EXPECT_EQ(count(m, "kiln.dropout"), 0);
+  EXPECT_EQ(count(m, "kiln.dropout_mask"), 0);
   int backward_ops = 0;
   m.walk([&](mlir::Operation* op) {
     backward_ops += op->getName().getStringRef().ends_with("_backward");
@@ -504,7 +512,6 @@ TEST(Optimize, ResNetTrainingStepToFrozenInference) {
   ASSERT_TRUE(passes::freeze(m, weights));
   run(m, [](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm); });
   expect_all_fused(m);
-  EXPECT_EQ(count(m, "kiln.conv2d_fused"), 17);
   model->eval();
   Tensor eager;
   {
@@ -512,6 +519,30 @@ TEST(Optimize, ResNetTrainingStepToFrozenInference) {
     eager = model->forward(x);
   }
   expect_close(jit::interpret(m, {x})[0], eager);
+  counts->conv2d_fused = count(m, "kiln.conv2d_fused");
+}
+
+}  // namespace
+
+TEST(Optimize, ResNetTrainingStepToFrozenInference) {
+  manual_seed(61);
+  auto model = models::resnet18(10);
+  randomize_norms(*model, 62);
+  StepCounts counts;
+  expect_training_step_to_inference(*model, &counts);
+  EXPECT_EQ(counts.conv2d_fused, 17);
+}
+
+TEST(Optimize, MobileNetTrainingStepToFrozenInference) {
+  // MobileNetV2's classifier has Dropout(0.2): in the step it draws a mask from the trace's random
+  // state; the inference function must drop both.
+  manual_seed(65);
+  auto model = models::mobilenet_v2(10);
+  randomize_norms(*model, 66);
+  StepCounts counts;
+  expect_training_step_to_inference(*model, &counts);
+  EXPECT_EQ(counts.dropouts_in_step, 1);
+  EXPECT_EQ(counts.conv2d_fused, 45);
 }
 
 TEST(Optimize, TrainingPipelineOnResNetStepMatchesEager) {
