@@ -50,6 +50,10 @@ struct EliminateGradientsPass
       *this, "drop-loss-head",
       llvm::cl::desc("Return the loss's prediction input instead of the loss"),
       llvm::cl::init(false)};
+  Option<int> num_outputs{*this, "num-outputs",
+                          llvm::cl::desc("Results to keep (default: func attr kiln.num_outputs, "
+                                         "else all)"),
+                          llvm::cl::init(-1)};
   Option<bool> eval_mode{*this, "eval-mode",
                          llvm::cl::desc("batch_norm uses running statistics, dropout is identity"),
                          llvm::cl::init(true)};
@@ -60,13 +64,17 @@ struct EliminateGradientsPass
     mlir::Block& block = fn.getBody().front();
     auto ret = mlir::cast<mlir::func::ReturnOp>(block.getTerminator());
     unsigned keep = ret.getNumOperands();
-    if (auto n = fn->getAttrOfType<mlir::IntegerAttr>("kiln.num_outputs")) {
-      if (n.getInt() < 0 || n.getInt() > static_cast<int64_t>(keep)) {
-        fn.emitError("kiln.num_outputs = ") << n.getInt() << " but @forward returns " << keep;
-        return signalPassFailure();
-      }
-      keep = static_cast<unsigned>(n.getInt());
+    int64_t wanted = num_outputs;
+    if (wanted < 0) {
+      auto n = fn->getAttrOfType<mlir::IntegerAttr>("kiln.num_outputs");
+      wanted = n ? n.getInt() : static_cast<int64_t>(keep);
     }
+    if (wanted < 0 || wanted > static_cast<int64_t>(keep)) {
+      fn.emitError("kiln-eliminate-gradients: keeping ")
+          << wanted << " results, but @forward returns " << keep;
+      return signalPassFailure();
+    }
+    keep = static_cast<unsigned>(wanted);
     llvm::SmallVector<mlir::Value> results(ret.getOperands().take_front(keep));
     if (drop_loss_head) {
       for (mlir::Value& r : results) {

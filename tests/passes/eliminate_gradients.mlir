@@ -29,3 +29,4 @@ func.func @forward(%x: tensor<4x3xf32>, %t: tensor<4xi64>, %w: tensor<2x3xf32>, 
   %w2 = kiln.sub %w, %step : tensor<2x3xf32>, tensor<2x3xf32>
   return %loss, %w2 : tensor<f32>, tensor<2x3xf32>
 }
+
