@@ -4,8 +4,9 @@
 // producers when every use of that group's values outside the group comes at or after the op, so
 // the region can be emitted where its last member was without any value being used before it is
 // defined (and no two groups depend on each other both ways). Groups of one op stay as they are.
-// Operands of the region are its external inputs (constants included), results the values that
-// escape it. Conv/linear epilogues are fused earlier by --kiln-fuse-epilogues.
+// All ops of one region compute the same shape, so the region is one loop nest; operands (external
+// inputs, constants included) may broadcast into it; results are the values that escape.
+// Conv/linear epilogues are fused earlier by --kiln-fuse-epilogues.
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -42,6 +43,12 @@ bool can_join(const Group& group, int id, mlir::Operation* op,
     }
   }
   return true;
+}
+
+// Every op of a region computes the same shape (the loop nest codegen emits); operands may be
+// smaller and broadcast into it.
+llvm::ArrayRef<int64_t> shape_of(mlir::Operation* op) {
+  return mlir::cast<mlir::RankedTensorType>(op->getResult(0).getType()).getShape();
 }
 
 void materialize(const Group& group) {
@@ -100,7 +107,8 @@ struct FuseElementwisePass
       for (mlir::Value v : op.getOperands()) {
         auto it = group_of.find(v.getDefiningOp());
         if (it == group_of.end() || llvm::is_contained(joinable, it->second)) continue;
-        if (can_join(groups[it->second], it->second, &op, group_of, block))
+        if (shape_of(groups[it->second].front()) == shape_of(&op) &&
+            can_join(groups[it->second], it->second, &op, group_of, block))
           joinable.push_back(it->second);
       }
       int chosen = joinable.empty() ? static_cast<int>(groups.size()) : joinable.front();

@@ -45,3 +45,16 @@ func.func @merge(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
   %2 = kiln.mul %0, %1 : tensor<4xf32>, tensor<4xf32>
   return %2 : tensor<4xf32>
 }
+
+// Ops of different shapes never share a region (one loop nest per region): the per-channel
+// exp/neg on [4] fuse, the [2x4] add and relu that broadcast their result fuse separately.
+// CHECK-LABEL: func.func @shapes
+// CHECK: %[[S:.*]] = kiln.fused(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+// CHECK: kiln.fused(%arg1, %[[S]]) : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+func.func @shapes(%c: tensor<4xf32>, %x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %0 = kiln.exp %c : tensor<4xf32> -> tensor<4xf32>
+  %1 = kiln.neg %0 : tensor<4xf32> -> tensor<4xf32>
+  %2 = kiln.add %x, %1 : tensor<2x4xf32>, tensor<4xf32>
+  %3 = kiln.relu %2 : tensor<2x4xf32> -> tensor<2x4xf32>
+  return %3 : tensor<2x4xf32>
+}
