@@ -2,6 +2,7 @@
 
 #include "kiln/codegen/jit_engine.h"
 
+#include <cstdlib>
 #include <mutex>
 
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
@@ -13,6 +14,7 @@
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
 #include "llvm/Support/xxhash.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Target/TargetOptions.h"
@@ -94,6 +96,12 @@ bool compile_to_object(mlir::ModuleOp module, const Target& target, const LowerO
   std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(target, error);
   if (!tm) return false;
   optimize_llvm_module(*ir, *tm, opt_level);
+  // KILN_CODEGEN_DUMP=file writes the optimized LLVM IR there (inspecting vectorization).
+  if (const char* dump = std::getenv("KILN_CODEGEN_DUMP"); dump && *dump) {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(dump, ec);
+    if (!ec) ir->print(out, nullptr);
+  }
   llvm::SmallVector<char, 0> buffer;
   llvm::raw_svector_ostream os(buffer);
   llvm::legacy::PassManager pm;
