@@ -78,6 +78,12 @@ OPS = {
                    "group normalization"),
     "embedding": (["weight", "indices"], 1, {"padding_idx": I64}, "row lookup"),
     "dropout": (["input", "mask"], 1, {"p": F64}, "input * mask / (1 - p)"),
+    # random: each draws from an explicit Philox state operand tensor<2xi64> (seed, offset) and
+    # returns (values, next state), so the ops are pure and a trace replays a fresh stream
+    "uniform": (["state"], 2, {"low": F64, "high": F64}, "uniform in [low, high)"),
+    "normal": (["state"], 2, {"mean": F64, "std": F64}, "normal(mean, std)"),
+    "randint": (["state"], 2, {"low": I64, "high": I64}, "uniform integers in [low, high)"),
+    "dropout_mask": (["state"], 2, {"p": F64}, "keep-mask: 1 with probability 1 - p"),
     "cross_entropy": (["input", "target"], 1,
                       {"ignore_index": I64, "reduction": I64, "label_smoothing": F64},
                       "cross entropy from logits"),

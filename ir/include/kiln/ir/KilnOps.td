@@ -333,6 +333,30 @@ def Kiln_DropoutOp : Kiln_Op<"dropout", [Pure]> {
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
+def Kiln_UniformOp : Kiln_Op<"uniform", [Pure]> {
+  let summary = "uniform in [low, high)";
+  let arguments = (ins Kiln_Tensor:$state, F64Attr:$low, F64Attr:$high);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_NormalOp : Kiln_Op<"normal", [Pure]> {
+  let summary = "normal(mean, std)";
+  let arguments = (ins Kiln_Tensor:$state, F64Attr:$mean, F64Attr:$std);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_RandintOp : Kiln_Op<"randint", [Pure]> {
+  let summary = "uniform integers in [low, high)";
+  let arguments = (ins Kiln_Tensor:$state, I64Attr:$low, I64Attr:$high);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_DropoutMaskOp : Kiln_Op<"dropout_mask", [Pure]> {
+  let summary = "keep-mask: 1 with probability 1 - p";
+  let arguments = (ins Kiln_Tensor:$state, F64Attr:$p);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
 def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure]> {
   let summary = "cross entropy from logits";
   let arguments = (ins Kiln_Tensor:$input, Kiln_Tensor:$target, I64Attr:$ignore_index, I64Attr:$reduction, F64Attr:$label_smoothing);
