@@ -68,6 +68,10 @@ const llvm::StringMap<std::vector<const char*>>& abi_ops() {
       {"argsort", {"dim", "descending"}},
       {"cat", {"dim"}},
       {"stack", {"dim"}},
+      {"uniform", {"low", "high"}},
+      {"normal", {"mean", "std"}},
+      {"randint", {"low", "high"}},
+      {"dropout_mask", {"p"}},
   };
   return table;
 }

@@ -69,6 +69,10 @@ const std::vector<std::pair<std::string, void*>>& abi_symbols() {
       KILN_SYM(kiln_abi_cat),
       KILN_SYM(kiln_abi_stack),
       KILN_SYM(kiln_abi_copy),
+      KILN_SYM(kiln_abi_uniform),
+      KILN_SYM(kiln_abi_normal),
+      KILN_SYM(kiln_abi_randint),
+      KILN_SYM(kiln_abi_dropout_mask),
   };
 #undef KILN_SYM
   return symbols;

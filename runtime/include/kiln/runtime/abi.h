@@ -110,6 +110,11 @@ void kiln_abi_argsort(void* const* data, const int64_t* desc);  // dim, descendi
 void kiln_abi_cat(void* const* data, const int64_t* desc);      // inputs..., out; dim
 void kiln_abi_stack(void* const* data, const int64_t* desc);    // inputs..., out; dim
 void kiln_abi_copy(void* const* data, const int64_t* desc);     // src, out (any strides, dtypes)
+// random draws from an explicit Philox state [2] i64 (seed, offset): state, values, next_state
+void kiln_abi_uniform(void* const* data, const int64_t* desc);       // low, high
+void kiln_abi_normal(void* const* data, const int64_t* desc);        // mean, std
+void kiln_abi_randint(void* const* data, const int64_t* desc);       // low, high (integers)
+void kiln_abi_dropout_mask(void* const* data, const int64_t* desc);  // p
 
 #ifdef __cplusplus
 }  // extern "C"
