@@ -49,11 +49,17 @@ class CompiledFunction {
 
  private:
   friend CompiledFunction compile(const TracedFunction&, const CompileOptions&);
+  friend CompiledFunction compile_module(const std::string&, const CompileOptions&);
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };
 
 CompiledFunction compile(const TracedFunction& traced, const CompileOptions& options = {});
+
+// Compiles a kiln module given as text or bytecode (e.g. kiln-opt's output after the pass
+// pipelines): every argument of @forward is an input, in order.
+CompiledFunction compile_module(const std::string& text_or_bytecode,
+                                const CompileOptions& options = {});
 
 // Empties the in-memory cache (the disk cache is left alone).
 void clear_memory_cache();
