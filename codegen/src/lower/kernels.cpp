@@ -412,9 +412,10 @@ class KernelEmitter {
       const double p = f64_attr(op, "p", 0);
       Value x = arg_as(0, rt);
       Value keep = arg_as(1, i1);
-      Value scaled =
-          p >= 1.0 ? constant(0, rt)
-                   : b_.create<arith::MulFOp>(loc_, x, constant(1.0 / (1.0 - p), rt)).getResult();
+      // x / (1 - p), as the eager op rounds it.
+      Value scaled = p >= 1.0
+                         ? constant(0, rt)
+                         : b_.create<arith::DivFOp>(loc_, x, constant(1.0 - p, rt)).getResult();
       return b_.create<arith::SelectOp>(loc_, keep, scaled, constant(0, rt));
     }
 
