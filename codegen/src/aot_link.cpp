@@ -106,7 +106,9 @@ void link(const LinkOptions& o) {
     run_tool(driver, args);
     return;
   }
-  if (llvm::sys::findProgramByName("ld.lld")) args.push_back("-fuse-ld=lld");
+  // lld on the host (the cross gcc looks for a target-prefixed ld and keeps its own bfd ld).
+  const bool cross = is_aarch64(o.target) != llvm::Triple(host_target().triple).isAArch64();
+  if (!cross && llvm::sys::findProgramByName("ld.lld")) args.push_back("-fuse-ld=lld");
   std::optional<TempFile> version_script;
   if (o.kind == EmitKind::SharedLibrary) {
     args.push_back("-shared");

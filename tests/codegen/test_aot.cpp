@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -264,4 +265,43 @@ TEST(Aot, MissingRuntimeLibraryIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("libkiln_aot_main.a"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--runtime-dir"), std::string::npos) << e.what();
   }
+}
+
+// arm64: the same model compiled for aarch64-linux-gnu, linked with the cross-built runtime and
+// run under qemu-aarch64 equals the host executable and the float64 reference. Run by the CTest
+// aarch64/qemu_model (tests/codegen/aarch64_qemu.sh), which cross-builds the runtime first and
+// passes its folder in KILN_AARCH64_RUNTIME_DIR; disabled in the plain test list.
+TEST(AotAarch64, DISABLED_QemuRunMatchesHostAndReference) {
+  const char* runtime_dir = std::getenv("KILN_AARCH64_RUNTIME_DIR");
+  if (!runtime_dir || !*runtime_dir) GTEST_SKIP() << "KILN_AARCH64_RUNTIME_DIR not set";
+  if (!kiln::aot_test::have_program("qemu-aarch64")) GTEST_SKIP() << "qemu-aarch64 not installed";
+  if (cg::find_link_driver(cg::resolve_target("aarch64-linux-gnu")).empty())
+    GTEST_SKIP() << "aarch64-linux-gnu-g++ not installed";
+  ScratchDir dir;
+  LinearReluModel model(21, 3, 64, 10);
+  const std::vector<float> x = random_input(model, 22);
+  kiln::npy::write(dir / "x.npy", kiln::DType::Float32, {model.N, model.K}, x.data());
+  for (const char* target : {"host", "aarch64-linux-gnu"}) {
+    llvm::LLVMContext ctx;
+    auto m = parse(ctx, model.llvm_ir());
+    auto o = options(cg::EmitKind::Executable, dir / (std::string("model-") + target), target);
+    if (std::string(target) != "host") o.runtime_dir = runtime_dir;
+    cg::compile_module(*m, signature_of(model), o);
+  }
+  const CommandResult file = run_command("file " + dir / "model-aarch64-linux-gnu");
+  if (file.rc == 0) EXPECT_NE(file.output.find("aarch64"), std::string::npos) << file.output;
+  CommandResult r = run_command(dir / "model-host" + " " + dir / "x.npy -o " + dir / "host.npy");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  r = run_command("qemu-aarch64 -L /usr/aarch64-linux-gnu " + dir / "model-aarch64-linux-gnu" +
+                  " " + dir / "x.npy -o " + dir / "arm.npy");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const kiln::npy::Array host = kiln::npy::read(dir / "host.npy");
+  const kiln::npy::Array arm = kiln::npy::read(dir / "arm.npy");
+  ASSERT_EQ(arm.shape, host.shape);
+  std::vector<float> got(arm.numel()), want(host.numel());
+  std::memcpy(got.data(), arm.data.data(), arm.data.size());
+  std::memcpy(want.data(), host.data.data(), host.data.size());
+  expect_close(got, model.reference(x));
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "arm64 vs host, element " << i;
 }
