@@ -78,6 +78,12 @@ OPS = {
                    "group normalization"),
     "embedding": (["weight", "indices"], 1, {"padding_idx": I64}, "row lookup"),
     "dropout": (["input", "mask"], 1, {"p": F64}, "input * mask / (1 - p)"),
+    # random: each draws from an explicit Philox state operand tensor<2xi64> (seed, offset) and
+    # returns (values, next state), so the ops are pure and a trace replays a fresh stream
+    "uniform": (["state"], 2, {"low": F64, "high": F64}, "uniform in [low, high)"),
+    "normal": (["state"], 2, {"mean": F64, "std": F64}, "normal(mean, std)"),
+    "randint": (["state"], 2, {"low": I64, "high": I64}, "uniform integers in [low, high)"),
+    "dropout_mask": (["state"], 2, {"p": F64}, "keep-mask: 1 with probability 1 - p"),
     "cross_entropy": (["input", "target"], 1,
                       {"ignore_index": I64, "reduction": I64, "label_smoothing": F64},
                       "cross entropy from logits"),
@@ -105,12 +111,22 @@ OPS = {
     "topk": (["input"], 2, {"k": I64, "dim": I64, "largest": BOOL, "sorted": BOOL}, "top k"),
     "sort": (["input"], 2, {"dim": I64, "descending": BOOL}, "sort along dim"),
     "argsort": (["input"], 1, {"dim": I64, "descending": BOOL}, "sorting indices along dim"),
+    # fused ops made by passes (never traced): act(op(...) + bias + residual), `activation` is the
+    # runtime's kernels::Activation (0 none, 1 relu, 2 relu6, 3 clamp, 4 gelu, 5 gelu-tanh,
+    # 6 silu, 7 sigmoid, 8 tanh); clamp_min/clamp_max are used by clamp only.
+    "conv2d_fused": (["input", "weight", "bias", "residual"], 1,
+                     {"stride": ARR, "padding": ARR, "dilation": ARR, "groups": I64,
+                      "activation": I64, "clamp_min": F64, "clamp_max": F64},
+                     "conv2d + bias + residual + activation in one kernel"),
+    "linear_fused": (["input", "weight", "bias", "residual"], 1,
+                     {"activation": I64, "clamp_min": F64, "clamp_max": F64},
+                     "linear + bias + residual + activation in one kernel"),
 }
 VARIADIC = {
     "cat": ({"dim": I64}, "concatenate along dim"),
     "stack": ({"dim": I64}, "stack along a new dim"),
 }
-OPTIONAL_OPERANDS = {"bias", "running_mean", "running_var", "weight_opt"}
+OPTIONAL_OPERANDS = {"bias", "running_mean", "running_var", "weight_opt", "residual"}
 
 
 def cls(name):
@@ -201,6 +217,28 @@ def Kiln_ConstantOp : Kiln_Op<"constant", [Pure, ConstantLike]> {
   let arguments = (ins ElementsAttr:$value);
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "$value attr-dict `:` type($result)";
+}
+""")
+w("""
+// A fused elementwise region (made by --kiln-fuse-elementwise, never traced). Semantics, kept
+// simple for codegen: the body is one block whose arguments are the operands (same types); it
+// holds ordinary kiln elementwise ops (implicit NumPy broadcasting allowed, same tensor types as
+// outside the region) and ends in kiln.yield of the results. Running the body op by op, exactly as
+// if it were inlined, defines the results; codegen may instead emit one loop nest over the
+// result's shape. Isolated from above: every value the body reads is an operand.
+def Kiln_FusedOp : Kiln_Op<"fused", [RecursiveMemoryEffects, IsolatedFromAbove, SingleBlock]> {
+  let summary = "a fused elementwise region";
+  let arguments = (ins Variadic<Kiln_Tensor>:$inputs);
+  let results = (outs Variadic<Kiln_Tensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`(` $inputs `)` attr-dict `:` functional-type($inputs, results) $body";
+  let hasVerifier = 1;
+}
+
+def Kiln_YieldOp : Kiln_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
+  let summary = "the results of a kiln.fused region";
+  let arguments = (ins Variadic<Kiln_Tensor>:$values);
+  let assemblyFormat = "$values attr-dict `:` type($values)";
 }
 """)
 w("#endif")

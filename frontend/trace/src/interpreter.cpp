@@ -12,6 +12,7 @@
 #include "kiln/autograd.h"
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/kernels/random.h"
 #include "kiln/trace/trace.h"
 #include "types.h"
 
@@ -75,6 +76,23 @@ Tensor constant_value(mlir::Operation* op) {
     copy_(out, src);
   }
   return out;
+}
+
+// A random op: draws into a fresh result from the (seed, offset) state operand and returns the
+// advanced state, exactly as the eager op advanced the default generator.
+template <typename Draw>
+TensorList draw(const Tensor& state, mlir::Operation* op, Draw&& fill) {
+  KILN_CHECK(state.numel() == 2 && state.dtype() == DType::Int64,
+             op->getName().getStringRef().str(), "expected a [2] i64 generator state, got ",
+             state.sizes(), " ", dtype_short_name(state.dtype()));
+  Tensor s = state.contiguous();
+  Generator gen(static_cast<uint64_t>(s.data_ptr<int64_t>()[0]),
+                static_cast<uint64_t>(s.data_ptr<int64_t>()[1]));
+  Tensor out = result_like(op, 0);
+  fill(*out.impl(), gen);
+  Tensor next = s.clone();
+  next.data_ptr<int64_t>()[1] = static_cast<int64_t>(gen.offset());
+  return TensorList{out, next};
 }
 
 Reduction reduction(const Attrs& a) {
@@ -327,10 +345,129 @@ const std::unordered_map<std::string, Kernel>& kernels() {
        }},
       {"kiln.argsort",
        [](L x, A a, O) { return TensorList{argsort(x[0], a.i("dim"), a.b("descending"))}; }},
+      {"kiln.dropout",
+       [](L x, A a, O) {
+         const double p = a.f("p");
+         return TensorList{p >= 1.0 ? zeros_like(x[0]) : x[0] * x[1].to(x[0].dtype()) / (1.0 - p)};
+       }},
+      {"kiln.uniform",
+       [](L x, A a, O op) {
+         return draw(x[0], op, [&](TensorImpl& t, Generator& g) {
+           kernels::uniform_(t, a.f("low"), a.f("high"), &g);
+         });
+       }},
+      {"kiln.normal",
+       [](L x, A a, O op) {
+         return draw(x[0], op, [&](TensorImpl& t, Generator& g) {
+           kernels::normal_(t, a.f("mean"), a.f("std"), &g);
+         });
+       }},
+      {"kiln.randint",
+       [](L x, A a, O op) {
+         return draw(x[0], op, [&](TensorImpl& t, Generator& g) {
+           kernels::randint_(t, a.i("low"), a.i("high"), &g);
+         });
+       }},
+      {"kiln.dropout_mask",
+       [](L x, A a, O op) {
+         return draw(x[0], op,
+                     [&](TensorImpl& t, Generator& g) { kernels::dropout_mask_out(a.f("p"), t, &g); });
+       }},
       {"kiln.cat", [](L x, A a, O) { return TensorList{cat(x, a.i("dim"))}; }},
       {"kiln.stack", [](L x, A a, O) { return TensorList{stack(x, a.i("dim"))}; }},
   };
   return table;
+}
+
+using Env = llvm::DenseMap<mlir::Value, Tensor>;
+
+TensorList run_block(mlir::Block& block, Env& env);
+
+// Scalars of the upstream dialects (index, i64, i1 from arith/tensor ops) live in the
+// environment as 0-dim tensors, like everything else.
+int64_t scalar_int(const Env& env, mlir::Value v) {
+  return static_cast<int64_t>(env.lookup(v).item_double());
+}
+
+TensorList values_of(const Env& env, mlir::ValueRange range) {
+  TensorList out;
+  for (mlir::Value v : range) out.push_back(env.lookup(v));
+  return out;
+}
+
+// Runs the ops the upstream dialects contribute (control flow and scalar glue). Returns false when
+// `op` is not one of them.
+bool run_upstream_op(mlir::Operation& op, Env& env) {
+  const llvm::StringRef name = op.getName().getStringRef();
+  if (name == "arith.constant") {
+    auto attr = mlir::dyn_cast<mlir::IntegerAttr>(op.getAttr("value"));
+    KILN_CHECK(attr, "interpret", "only integer arith.constant is supported");
+    env[op.getResult(0)] =
+        scalar_tensor(static_cast<double>(attr.getInt()), TensorOptions(DType::Int64));
+    return true;
+  }
+  if (name == "arith.index_cast") {
+    env[op.getResult(0)] = env.lookup(op.getOperand(0));
+    return true;
+  }
+  if (name == "tensor.from_elements") {
+    KILN_CHECK(op.getNumOperands() == 1, "interpret", "tensor.from_elements: only 0-dim results");
+    env[op.getResult(0)] = env.lookup(op.getOperand(0)).to(result_like(&op, 0).dtype());
+    return true;
+  }
+  if (name == "tensor.extract") {
+    KILN_CHECK(op.getNumOperands() == 1, "interpret", "tensor.extract: only 0-dim operands");
+    env[op.getResult(0)] = env.lookup(op.getOperand(0)).reshape(Dims{});
+    return true;
+  }
+  if (name == "scf.if") {
+    const bool taken = env.lookup(op.getOperand(0)).item_double() != 0.0;
+    mlir::Region& region = op.getRegion(taken ? 0 : 1);
+    KILN_CHECK(!region.empty(), "interpret", "scf.if: missing branch");
+    TensorList results = run_block(region.front(), env);
+    for (unsigned i = 0; i < op.getNumResults(); ++i) env[op.getResult(i)] = results[i];
+    return true;
+  }
+  if (name == "scf.for") {
+    const int64_t lb = scalar_int(env, op.getOperand(0)), ub = scalar_int(env, op.getOperand(1)),
+                  step = scalar_int(env, op.getOperand(2));
+    KILN_CHECK(step > 0, "interpret", "scf.for: step must be positive, got ", step);
+    TensorList carry = values_of(env, op.getOperands().drop_front(3));
+    mlir::Block& body = op.getRegion(0).front();
+    for (int64_t i = lb; i < ub; i += step) {
+      env[body.getArgument(0)] = scalar_tensor(static_cast<double>(i), TensorOptions(DType::Int64));
+      for (size_t k = 0; k < carry.size(); ++k) env[body.getArgument(k + 1)] = carry[k];
+      carry = run_block(body, env);
+    }
+    for (unsigned i = 0; i < op.getNumResults(); ++i) env[op.getResult(i)] = carry[i];
+    return true;
+  }
+  return false;
+}
+
+// Runs `block` and returns the values its terminator (func.return / scf.yield) hands back.
+TensorList run_block(mlir::Block& block, Env& env) {
+  for (mlir::Operation& op : block) {
+    const std::string name = op.getName().getStringRef().str();
+    if (name == "func.return" || name == "scf.yield") return values_of(env, op.getOperands());
+    if (name == "kiln.none") {
+      env[op.getResult(0)] = Tensor();
+      continue;
+    }
+    if (name == "kiln.constant") {
+      env[op.getResult(0)] = constant_value(&op);
+      continue;
+    }
+    if (run_upstream_op(op, env)) continue;
+    auto it = kernels().find(name);
+    KILN_CHECK(it != kernels().end(), "interpret", "no interpreter kernel for op '", name, "'");
+    TensorList inputs = values_of(env, op.getOperands());
+    TensorList results = it->second(inputs, Attrs{&op}, &op);
+    KILN_CHECK(results.size() == op.getNumResults(), name, "produced ", results.size(),
+               " results, the op declares ", op.getNumResults());
+    for (unsigned i = 0; i < op.getNumResults(); ++i) env[op.getResult(i)] = results[i];
+  }
+  fail("interpret", "block has no terminator");
 }
 
 }  // namespace
@@ -342,7 +479,7 @@ TensorList interpret(mlir::ModuleOp module, const TensorList& args) {
   KILN_CHECK(block.getNumArguments() == args.size(), "interpret", "@forward takes ",
              block.getNumArguments(), " arguments, got ", args.size());
   autograd::NoGradGuard no_grad;
-  llvm::DenseMap<mlir::Value, Tensor> env;
+  Env env;
   for (size_t i = 0; i < args.size(); ++i) {
     auto type = mlir::cast<mlir::RankedTensorType>(block.getArgument(i).getType());
     Dims want(std::vector<int64_t>(type.getShape().begin(), type.getShape().end()));
@@ -353,31 +490,7 @@ TensorList interpret(mlir::ModuleOp module, const TensorList& args) {
         dtype_short_name(args[i].dtype()));
     env[block.getArgument(i)] = args[i];
   }
-  for (mlir::Operation& op : block) {
-    const std::string name = op.getName().getStringRef().str();
-    if (name == "func.return") {
-      TensorList out;
-      for (mlir::Value v : op.getOperands()) out.push_back(env[v]);
-      return out;
-    }
-    if (name == "kiln.none") {
-      env[op.getResult(0)] = Tensor();
-      continue;
-    }
-    if (name == "kiln.constant") {
-      env[op.getResult(0)] = constant_value(&op);
-      continue;
-    }
-    auto it = kernels().find(name);
-    KILN_CHECK(it != kernels().end(), "interpret", "no interpreter kernel for op '", name, "'");
-    TensorList inputs;
-    for (mlir::Value v : op.getOperands()) inputs.push_back(env[v]);
-    TensorList results = it->second(inputs, Attrs{&op}, &op);
-    KILN_CHECK(results.size() == op.getNumResults(), name, "produced ", results.size(),
-               " results, the op declares ", op.getNumResults());
-    for (unsigned i = 0; i < op.getNumResults(); ++i) env[op.getResult(i)] = results[i];
-  }
-  fail("interpret", "@forward has no return");
+  return run_block(block, env);
 }
 
 }  // namespace kiln::jit

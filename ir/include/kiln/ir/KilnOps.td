@@ -333,6 +333,30 @@ def Kiln_DropoutOp : Kiln_Op<"dropout", [Pure]> {
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
+def Kiln_UniformOp : Kiln_Op<"uniform", [Pure]> {
+  let summary = "uniform in [low, high)";
+  let arguments = (ins Kiln_Tensor:$state, F64Attr:$low, F64Attr:$high);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_NormalOp : Kiln_Op<"normal", [Pure]> {
+  let summary = "normal(mean, std)";
+  let arguments = (ins Kiln_Tensor:$state, F64Attr:$mean, F64Attr:$std);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_RandintOp : Kiln_Op<"randint", [Pure]> {
+  let summary = "uniform integers in [low, high)";
+  let arguments = (ins Kiln_Tensor:$state, I64Attr:$low, I64Attr:$high);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_DropoutMaskOp : Kiln_Op<"dropout_mask", [Pure]> {
+  let summary = "keep-mask: 1 with probability 1 - p";
+  let arguments = (ins Kiln_Tensor:$state, F64Attr:$p);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
 def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure]> {
   let summary = "cross entropy from logits";
   let arguments = (ins Kiln_Tensor:$input, Kiln_Tensor:$target, I64Attr:$ignore_index, I64Attr:$reduction, F64Attr:$label_smoothing);
@@ -447,6 +471,18 @@ def Kiln_ArgsortOp : Kiln_Op<"argsort", [Pure]> {
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
+def Kiln_Conv2dFusedOp : Kiln_Op<"conv2d_fused", [Pure]> {
+  let summary = "conv2d + bias + residual + activation in one kernel";
+  let arguments = (ins Kiln_Tensor:$input, Kiln_Tensor:$weight, Kiln_OptTensor:$bias, Kiln_OptTensor:$residual, DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding, DenseI64ArrayAttr:$dilation, I64Attr:$groups, I64Attr:$activation, F64Attr:$clamp_min, F64Attr:$clamp_max);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_LinearFusedOp : Kiln_Op<"linear_fused", [Pure]> {
+  let summary = "linear + bias + residual + activation in one kernel";
+  let arguments = (ins Kiln_Tensor:$input, Kiln_Tensor:$weight, Kiln_OptTensor:$bias, Kiln_OptTensor:$residual, I64Attr:$activation, F64Attr:$clamp_min, F64Attr:$clamp_max);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
 def Kiln_CatOp : Kiln_Op<"cat", [Pure]> {
   let summary = "concatenate along dim";
   let arguments = (ins Variadic<Kiln_Tensor>:$inputs, I64Attr:$dim);
@@ -480,6 +516,28 @@ def Kiln_ConstantOp : Kiln_Op<"constant", [Pure, ConstantLike]> {
   let arguments = (ins ElementsAttr:$value);
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "$value attr-dict `:` type($result)";
+}
+
+
+// A fused elementwise region (made by --kiln-fuse-elementwise, never traced). Semantics, kept
+// simple for codegen: the body is one block whose arguments are the operands (same types); it
+// holds ordinary kiln elementwise ops (implicit NumPy broadcasting allowed, same tensor types as
+// outside the region) and ends in kiln.yield of the results. Running the body op by op, exactly as
+// if it were inlined, defines the results; codegen may instead emit one loop nest over the
+// result's shape. Isolated from above: every value the body reads is an operand.
+def Kiln_FusedOp : Kiln_Op<"fused", [RecursiveMemoryEffects, IsolatedFromAbove, SingleBlock]> {
+  let summary = "a fused elementwise region";
+  let arguments = (ins Variadic<Kiln_Tensor>:$inputs);
+  let results = (outs Variadic<Kiln_Tensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`(` $inputs `)` attr-dict `:` functional-type($inputs, results) $body";
+  let hasVerifier = 1;
+}
+
+def Kiln_YieldOp : Kiln_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
+  let summary = "the results of a kiln.fused region";
+  let arguments = (ins Variadic<Kiln_Tensor>:$values);
+  let assemblyFormat = "$values attr-dict `:` type($values)";
 }
 
 #endif
