@@ -2,7 +2,8 @@
 // LLVM module so the model's object (from the lowering, or from any LLVM module) stays untouched:
 //
 //   int32 PREFIX_run(ptr inputs, ptr outputs)
-//     buffers = alloca [N + M x ptr]; buffers[i] = inputs[i]; buffers[N + j] = outputs[j]
+//     buffers = alloca [N + C + M x ptr]: inputs[i], then the C frozen weights (private
+//     constants in this module), then outputs[j]
 //     ENTRY(buffers)
 //     if kiln_abi_take_error() is a message: put it back (kiln_abi_set_error) and return 1
 //     return 0
@@ -42,6 +43,17 @@ struct InfoBuilder {
     return private_global(llvm::ConstantDataArray::getString(ctx, s), name);
   }
 
+  // A frozen weight: raw bytes, read-only, 64-byte aligned like every runtime buffer.
+  llvm::Constant* constant_data(const ConstantBuffer& c, size_t index) {
+    llvm::StringRef bytes(static_cast<const char*>(c.data), c.nbytes);
+    auto* init = llvm::ConstantDataArray::getRaw(bytes, c.nbytes, llvm::Type::getInt8Ty(ctx));
+    auto* g = new llvm::GlobalVariable(m, init->getType(), /*isConstant=*/true,
+                                       llvm::GlobalValue::PrivateLinkage, init,
+                                       prefix + ".weight" + std::to_string(index));
+    g->setAlignment(llvm::Align(64));
+    return g;
+  }
+
   llvm::Constant* tensors(const std::vector<TensorSpec>& specs, const std::string& kind) {
     auto* ptr = llvm::PointerType::get(ctx, 0);
     if (specs.empty()) return llvm::ConstantPointerNull::get(ptr);
@@ -67,7 +79,8 @@ struct InfoBuilder {
 }  // namespace
 
 std::unique_ptr<llvm::Module> build_interface_module(
-    llvm::LLVMContext& ctx, const ModelSignature& signature, const std::string& prefix,
+    llvm::LLVMContext& ctx, const ModelSignature& signature,
+    const std::vector<ConstantBuffer>& constants, const std::string& prefix,
     const std::string& entry, const std::string& triple, bool uses_runtime_errors) {
   auto m = std::make_unique<llvm::Module>(prefix + "_interface", ctx);
   auto* ptr = llvm::PointerType::get(ctx, 0);
@@ -99,13 +112,19 @@ std::unique_ptr<llvm::Module> build_interface_module(
   outputs->setName("outputs");
   auto* body = llvm::BasicBlock::Create(ctx, "entry", run);
   ib.SetInsertPoint(body);
-  const size_t n_in = signature.inputs.size(), n_out = signature.outputs.size();
-  auto* buffers_ty = llvm::ArrayType::get(ptr, std::max<size_t>(n_in + n_out, 1));
+  const size_t n_in = signature.inputs.size(), n_const = constants.size(),
+               n_out = signature.outputs.size();
+  auto* buffers_ty = llvm::ArrayType::get(ptr, std::max<size_t>(n_in + n_const + n_out, 1));
   llvm::Value* buffers = ib.CreateAlloca(buffers_ty, nullptr, "buffers");
-  for (size_t i = 0; i < n_in + n_out; ++i) {
-    llvm::Value* src = i < n_in ? inputs : outputs;
-    const size_t k = i < n_in ? i : i - n_in;
-    llvm::Value* p = ib.CreateLoad(ptr, ib.CreateConstInBoundsGEP1_64(ptr, src, k));
+  for (size_t i = 0; i < n_in + n_const + n_out; ++i) {
+    llvm::Value* p;
+    if (i < n_in) {
+      p = ib.CreateLoad(ptr, ib.CreateConstInBoundsGEP1_64(ptr, inputs, i));
+    } else if (i < n_in + n_const) {
+      p = b.constant_data(constants[i - n_in], i - n_in);
+    } else {
+      p = ib.CreateLoad(ptr, ib.CreateConstInBoundsGEP1_64(ptr, outputs, i - n_in - n_const));
+    }
     ib.CreateStore(p, ib.CreateConstInBoundsGEP2_64(buffers_ty, buffers, 0, i));
   }
   llvm::FunctionCallee entry_fn = m->getOrInsertFunction(

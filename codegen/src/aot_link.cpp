@@ -138,7 +138,7 @@ std::vector<std::string> package_object(const std::string& model_object,
   {
     llvm::LLVMContext ctx;
     auto tm = create_target_machine(o.target, 2);
-    auto m = build_interface_module(ctx, signature, prefix, o.entry, o.target.triple,
+    auto m = build_interface_module(ctx, signature, o.constants, prefix, o.entry, o.target.triple,
                                     o.uses_runtime_errors);
     interface_object = emit_object(*m, *tm, 2);
   }

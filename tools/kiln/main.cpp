@@ -6,6 +6,9 @@
 #include <string>
 
 #include "demo.h"
+#if KILN_HAVE_MLIR
+#include "compile.h"
+#endif
 #include "kiln/kiln.h"
 
 namespace {
@@ -15,6 +18,7 @@ int usage(FILE* out) {
                "usage: kiln <command> [options]\n\n"
                "commands:\n"
                "  demo       train, trace, compile and run a small model (the README's main job)\n"
+               "  compile    ahead-of-time native code: executable, shared object or object\n"
                "  version    print the version and build configuration\n\n"
                "options:\n"
                "  --version  same as `kiln version`\n"
@@ -38,6 +42,9 @@ int main(int argc, char** argv) {
     if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
     if (cmd == "--version" || cmd == "version") return print_version();
     if (cmd == "demo") return kiln::cli::demo(argc - 2, argv + 2);
+#if KILN_HAVE_MLIR
+    if (cmd == "compile") return kiln::cli::compile(argc - 2, argv + 2);
+#endif
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln %s: %s\n", cmd.c_str(), e.what());
     return 1;

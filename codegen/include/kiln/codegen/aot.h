@@ -45,6 +45,16 @@ struct ModelSignature {
   std::vector<TensorSpec> outputs;
 };
 
+// A buffer the entry point reads that is not a model input: a frozen weight. Its bytes are
+// embedded in the interface object as 64-byte aligned read-only data and passed to the entry
+// point after the inputs (buffers = inputs, constants, outputs). `data` must stay valid until
+// the object is emitted.
+struct ConstantBuffer {
+  std::string name;
+  const void* data = nullptr;
+  size_t nbytes = 0;
+};
+
 enum class EmitKind { Object, SharedLibrary, Executable };
 // "obj" | "so" | "exe"; anything else throws.
 EmitKind parse_emit_kind(const std::string& text);
@@ -68,7 +78,8 @@ std::string emit_object(llvm::Module& module, llvm::TargetMachine& tm, int opt_l
 // declared, defined by the model's object). `uses_runtime_errors` adds the kiln_abi_take_error
 // check (models lowered by kiln call the runtime; hand-written IR may not).
 std::unique_ptr<llvm::Module> build_interface_module(
-    llvm::LLVMContext& ctx, const ModelSignature& signature, const std::string& prefix,
+    llvm::LLVMContext& ctx, const ModelSignature& signature,
+    const std::vector<ConstantBuffer>& constants, const std::string& prefix,
     const std::string& entry, const std::string& triple, bool uses_runtime_errors);
 
 // The C header for `--emit so`: declarations of PREFIX_run / PREFIX_info and the signature as
@@ -104,6 +115,7 @@ struct AotOptions {
   std::string runtime_dir;
   int opt_level = 3;
   bool uses_runtime_errors = true;
+  std::vector<ConstantBuffer> constants;  // frozen weights, after the inputs
 };
 
 struct AotTimings {
