@@ -7,7 +7,9 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -39,6 +41,15 @@ Traced& traced(const std::string& name) {
   autograd::NoGradGuard no_grad;
   t.fn = jit::trace(*t.model, {randn({1, 3, 224, 224})});
   for (const Tensor& c : t.fn.captures()) t.weight_bytes += double(c.numel() * c.element_size());
+  // KILN_BENCH_AOT_DUMP=DIR also writes DIR/NAME.mlir + DIR/NAME.safetensors, the input of
+  // `kiln compile DIR/NAME.mlir --weights DIR/NAME.safetensors --emit exe -o NAME`.
+  if (const char* dir = std::getenv("KILN_BENCH_AOT_DUMP"); dir && *dir) {
+    std::ofstream(std::string(dir) + "/" + name + ".mlir") << t.fn.str();
+    NamedTensors w;
+    for (const auto& [n, p] : t.model->named_parameters()) w.emplace_back(n, p);
+    for (const auto& [n, b] : t.model->named_buffers()) w.emplace_back(n, b);
+    write_safetensors(std::string(dir) + "/" + name + ".safetensors", w);
+  }
   return cache.emplace(name, std::move(t)).first->second;
 }
 
