@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/runtime/abi.h"
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/aot_model.h"
 #include "kiln/runtime/dtype.h"
@@ -125,7 +126,13 @@ int run(int argc, char** argv) {
     const int rc = model_run(in_ptrs.data(), out_ptrs.data());
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    KILN_CHECK(rc == 0, "model", "model_run failed with code ", rc);
+    if (rc != 0) {
+      // model_run leaves the runtime's error message recorded (kiln/runtime/abi.h).
+      char* message = kiln_abi_take_error();
+      const std::string text = message ? message : "no message recorded";
+      kiln_abi_free_error(message);
+      kiln::fail("model", "model_run failed (code ", rc, "): ", text);
+    }
     total_ms += ms;
     best_ms = std::min(best_ms, ms);
   }

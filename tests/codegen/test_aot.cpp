@@ -307,3 +307,31 @@ TEST(AotAarch64, DISABLED_QemuRunMatchesHostAndReference) {
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "arm64 vs host, element " << i;
 }
+
+// A kernel error recorded by the runtime during model_run (kiln_abi_set_error) comes back as a
+// non-zero return code, and the executable prints the runtime's message.
+TEST(Aot, RuntimeErrorInsideTheModelIsReportedByTheExecutable) {
+  ScratchDir dir;
+  const std::string ir =
+      "@msg = private unnamed_addr constant [29 x i8] c\"conv2d: weight has 3 dims!!!\\00\"\n"
+      "declare void @kiln_abi_set_error(ptr)\n"
+      "define void @kiln_entry(ptr %buffers) {\n"
+      "  call void @kiln_abi_set_error(ptr @msg)\n"
+      "  ret void\n"
+      "}\n";
+  llvm::LLVMContext ctx;
+  auto m = parse(ctx, ir);
+  cg::ModelSignature sig;
+  sig.inputs.push_back({"x", 0, {2}});
+  sig.outputs.push_back({"y", 0, {2}});
+  auto o = options(cg::EmitKind::Executable, dir / "model");
+  o.uses_runtime_errors = true;
+  cg::compile_module(*m, sig, o);
+  const float x[2] = {1, 2};
+  kiln::npy::write(dir / "x.npy", kiln::DType::Float32, {2}, x);
+  const CommandResult r = run_command(dir / "model" + " " + dir / "x.npy -o " + dir / "y.npy");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.output.find("model_run failed (code 1): conv2d: weight has 3 dims!!!"),
+            std::string::npos)
+      << r.output;
+}
