@@ -136,8 +136,7 @@ bool Lowering::emit_abi_call(mlir::Operation* op) {
   }
   desc.insert(desc.end(), attrs.begin(), attrs.end());
 
-  static int counter = 0;
-  const std::string desc_name = "kiln_desc_" + std::to_string(counter++);
+  const std::string desc_name = "kiln_desc_" + std::to_string(num_descs_++);
   {
     mlir::OpBuilder::InsertionGuard guard(builder_);
     builder_.setInsertionPointToStart(module_.getBody());

@@ -128,8 +128,7 @@ class KernelEmitter {
 
   // ---- the kernel function ----
   void build_function() {
-    static int counter = 0;
-    name_ = "kiln_kernel_" + std::to_string(counter++);
+    name_ = "kiln_kernel_" + std::to_string(low_.next_kernel_id());
     Type ptr = low_.ptr_type(), i64 = b_.getI64Type();
     b_.setInsertionPointToEnd(low_.module().getBody());
     auto fn = b_.create<mlir::func::FuncOp>(loc_, name_, b_.getFunctionType({ptr, i64, i64}, {}));

@@ -73,6 +73,8 @@ class Lowering {
   // Emits a runtime call for op (false if the op is not an ABI op).
   bool emit_abi_call(mlir::Operation* op);
   void error(mlir::Operation* op, const std::string& message);
+  // Per-module counters: symbol names are deterministic for a given module.
+  int next_kernel_id() { return num_kernels_++; }
 
  private:
   bool lower_op(mlir::Operation* op);
@@ -99,6 +101,8 @@ class Lowering {
   llvm::DenseMap<mlir::Operation*, int> op_index_;
   std::string errors_;
   int num_constants_ = 0;
+  int num_kernels_ = 0;
+  int num_descs_ = 0;
 };
 
 }  // namespace kiln::codegen::detail

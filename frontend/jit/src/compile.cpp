@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -115,39 +116,38 @@ void clear_memory_cache() {
   memory_cache().clear();
 }
 
-CompiledFunction compile(const TracedFunction& traced, const CompileOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
+namespace {
+// The code for a module's bytes: from the memory cache, the disk cache, or compiled now.
+// `signature_of` reads the entry signature from @forward's type (for disk hits).
+std::shared_ptr<const Code> code_for(const std::string& bytes, const CompileOptions& options,
+                                     const std::function<codegen::EntrySignature()>& signature_of,
+                                     CompiledFunction::Source* source, std::string* key_out) {
   codegen::LowerOptions lower;
   lower.fuse_elementwise = options.fuse_elementwise;
   lower.parallel_min_elements = options.parallel_min_elements;
-  const std::string bytes = traced.bytecode();
   const codegen::Target host = codegen::host_target();
   const std::string key = codegen::cache_key(bytes, host, lower, options.opt_level);
-
-  auto impl = std::make_shared<CompiledFunction::Impl>();
-  impl->key = key;
+  *key_out = key;
+  std::shared_ptr<const Code> code;
+  *source = CompiledFunction::Source::Compiled;
   if (options.memory_cache) {
     std::lock_guard<std::mutex> lock(g_cache_mutex);
     auto it = memory_cache().find(key);
     if (it != memory_cache().end()) {
-      impl->code = it->second;
-      impl->source = CompiledFunction::Source::MemoryCache;
+      *source = CompiledFunction::Source::MemoryCache;
+      return it->second;
     }
   }
   const std::filesystem::path object_path = cache_dir(options) / (key + ".o");
-  if (!impl->code && options.disk_cache) {
+  if (options.disk_cache) {
     std::string object;
     if (read_file(object_path, &object) && !object.empty()) {
-      codegen::EntrySignature signature;
-      std::string error;
-      KILN_CHECK(codegen::entry_signature(traced.module(), &signature, &error), "jit::compile",
-                 error);
-      impl->code = load(object, signature);
-      impl->source = CompiledFunction::Source::DiskCache;
+      code = load(object, signature_of());
+      *source = CompiledFunction::Source::DiskCache;
     }
   }
-  if (!impl->code) {
-    // A private context: compiling never touches the trace's module, and compiles may overlap.
+  if (!code) {
+    // A private context: compiling never touches the caller's module, and compiles may overlap.
     std::unique_ptr<mlir::MLIRContext> ctx = make_context();
     mlir::ModuleOp module = parse_module(*ctx, bytes);
     std::string object, error;
@@ -157,12 +157,33 @@ CompiledFunction compile(const TracedFunction& traced, const CompileOptions& opt
     module->erase();
     KILN_CHECK(ok, "jit::compile", error);
     if (options.disk_cache) write_file(object_path, object);
-    impl->code = load(object, signature);
+    code = load(object, signature);
   }
-  if (options.memory_cache && impl->source != CompiledFunction::Source::MemoryCache) {
+  if (options.memory_cache) {
     std::lock_guard<std::mutex> lock(g_cache_mutex);
-    memory_cache().emplace(key, impl->code);
+    memory_cache().emplace(key, code);
   }
+  return code;
+}
+
+codegen::EntrySignature signature_of_module(mlir::ModuleOp module) {
+  codegen::EntrySignature signature;
+  std::string error;
+  KILN_CHECK(codegen::entry_signature(module, &signature, &error), "jit::compile", error);
+  return signature;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
+CompiledFunction compile(const TracedFunction& traced, const CompileOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  auto impl = std::make_shared<CompiledFunction::Impl>();
+  impl->code = code_for(
+      traced.bytecode(), options, [&] { return signature_of_module(traced.module()); },
+      &impl->source, &impl->key);
   impl->captures = traced.captures();
   impl->guards = traced.guards();
   impl->mutated = traced.mutated_captures();
@@ -171,7 +192,35 @@ CompiledFunction compile(const TracedFunction& traced, const CompileOptions& opt
   KILN_CHECK(results >= impl->mutated.size(), "jit::compile", "@forward returns ", results,
              " values, fewer than the ", impl->mutated.size(), " in-out captures");
   impl->num_outputs = results - impl->mutated.size();
-  impl->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  impl->seconds = seconds_since(start);
+  CompiledFunction f;
+  f.impl_ = std::move(impl);
+  return f;
+}
+
+CompiledFunction compile_module(const std::string& text_or_bytecode,
+                                const CompileOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  auto impl = std::make_shared<CompiledFunction::Impl>();
+  impl->code = code_for(
+      text_or_bytecode, options,
+      [&] {
+        std::unique_ptr<mlir::MLIRContext> ctx = make_context();
+        mlir::ModuleOp m = parse_module(*ctx, text_or_bytecode);
+        codegen::EntrySignature s = signature_of_module(m);
+        m->erase();
+        return s;
+      },
+      &impl->source, &impl->key);
+  const codegen::EntrySignature& sig = impl->code->signature;
+  for (size_t i = 0; i < sig.args.size(); ++i) {
+    impl->guards.push_back({"arg" + std::to_string(i),
+                            Dims(std::span<const int64_t>(sig.args[i].sizes)),
+                            static_cast<DType>(sig.args[i].dtype)});
+  }
+  impl->num_inputs = sig.args.size();
+  impl->num_outputs = sig.results.size();
+  impl->seconds = seconds_since(start);
   CompiledFunction f;
   f.impl_ = std::move(impl);
   return f;

@@ -11,6 +11,11 @@
 // exactly like TracedFunction::operator(). Ops that cannot be compiled are reported by compile()
 // (kiln::Error naming the op and its position in @forward), never at run time.
 //
+// Tolerances against eager (what the tests assert): heavy ops run the same runtime kernels, so
+// they agree exactly; elementwise chains agree to ~1e-6 relative (f32 exp/log/tanh/erf/sin/cos
+// are polynomial approximations within a few ulp, fused chains skip intermediate rounding);
+// whole models (ResNet-18, MobileNetV2, transformer, LSTM) to <= 1e-4 max relative error.
+//
 // Compiled code is cached by (IR, target triple, CPU features, options): in memory for the
 // process, and as object files under $XDG_CACHE_HOME/kiln (else ~/.cache/kiln).
 
@@ -49,11 +54,17 @@ class CompiledFunction {
 
  private:
   friend CompiledFunction compile(const TracedFunction&, const CompileOptions&);
+  friend CompiledFunction compile_module(const std::string&, const CompileOptions&);
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };
 
 CompiledFunction compile(const TracedFunction& traced, const CompileOptions& options = {});
+
+// Compiles a kiln module given as text or bytecode (e.g. kiln-opt's output after the pass
+// pipelines): every argument of @forward is an input, in order.
+CompiledFunction compile_module(const std::string& text_or_bytecode,
+                                const CompileOptions& options = {});
 
 // Empties the in-memory cache (the disk cache is left alone).
 void clear_memory_cache();
