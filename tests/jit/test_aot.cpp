@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "helpers.h"
@@ -213,4 +214,56 @@ TEST(JitAot, CliCompilesTracedModuleWithSafetensorsWeights) {
                 &out),
             0);
   EXPECT_NE(out.find("not supported"), std::string::npos) << out;
+}
+
+// Two models as relocatable objects (--emit obj, different --name) link into one C program with
+// the static runtime: their symbols (NAME_run, NAME_info, NAME_entry) do not collide, and each
+// computes its own model.
+TEST(JitAot, ObjectsOfTwoModelsLinkIntoOneProgram) {
+  autograd::NoGradGuard no_grad;
+  auto a = models::mlp({4, 8, 3});
+  auto b = models::mlp({4, 8, 3});
+  a->eval();
+  b->eval();
+  Scratch dir;
+  for (auto [model, name] : {std::pair{a, "net_a"}, std::pair{b, "net_b"}}) {
+    jit::AotOptions o;
+    o.emit = "obj";
+    o.name = name;
+    o.output = dir / (std::string(name) + ".o");
+    jit::compile_aot(trace_eval(*model, rnd({2, 4}, 15)), o);
+  }
+  Tensor x = rnd({2, 4}, 16);
+  std::ostringstream c;
+  c << "#include <stdio.h>\n#include <stdint.h>\n"
+    << "int net_a_run(const void* const*, void* const*);\n"
+    << "int net_b_run(const void* const*, void* const*);\n"
+    << "int main(void) {\n  const float x[8] = {";
+  for (int i = 0; i < 8; ++i)
+    c << (i ? ", " : "") << std::hexfloat << x.data_ptr<float>()[i] << "f";
+  c << "};\n  float ya[6], yb[6];\n  const void* in[1] = {x};\n"
+    << "  void* oa[1] = {ya};\n  void* ob[1] = {yb};\n"
+    << "  if (net_a_run(in, oa) || net_b_run(in, ob)) return 3;\n"
+    << "  for (int i = 0; i < 6; ++i) printf(\"%.9g\\n\", ya[i]);\n"
+    << "  for (int i = 0; i < 6; ++i) printf(\"%.9g\\n\", yb[i]);\n  return 0;\n}\n";
+  { std::ofstream(dir / "main.c") << c.str(); }
+  std::string out;
+  ASSERT_EQ(run("cc -c -o " + dir / "main.o " + dir / "main.c", &out), 0) << out;
+  ASSERT_EQ(run("c++ -o " + dir / "prog " + dir / "main.o " + dir / "net_a.o " + dir / "net_b.o " +
+                    KILN_RUNTIME_DIR + "/libkiln_runtime.a -pthread",
+                &out),
+            0)
+      << out;
+  out.clear();
+  ASSERT_EQ(run(dir / "prog", &out), 0) << out;
+  std::istringstream is(out);
+  std::vector<float> got;
+  for (float v; is >> v;) got.push_back(v);
+  ASSERT_EQ(got.size(), 12u);
+  const Tensor ya = a->forward(x), yb = b->forward(x);
+  const Dims shape{2, 3};
+  EXPECT_LE(max_rel_error(tensor(std::vector<float>(got.begin(), got.begin() + 6), shape), ya),
+            1e-5);
+  EXPECT_LE(max_rel_error(tensor(std::vector<float>(got.begin() + 6, got.end()), shape), yb), 1e-5);
+  EXPECT_GT(max_rel_error(ya, yb), 1e-3);  // the two models really differ
 }

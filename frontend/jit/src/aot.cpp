@@ -1,4 +1,4 @@
-// kiln::jit::compile_aot: trace → lower + O3 + object for the target (codegen::compile_to_object)
+// kiln::jit::compile_aot: trace → lower + O3 + object for the target (codegen::lower_to_object)
 // → interface object with the frozen weights → system linker (codegen::package_object).
 
 #include "kiln/jit/aot.h"
@@ -7,7 +7,6 @@
 #include <cstdlib>
 
 #include "kiln/codegen/aot.h"
-#include "kiln/codegen/jit_engine.h"
 #include "kiln/runtime/error.h"
 #include "kiln/trace/module.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -52,12 +51,16 @@ AotResult compile_aot(mlir::ModuleOp module, const std::vector<std::string>& inp
 
   codegen::LowerOptions lower;
   lower.fuse_elementwise = options.fuse_elementwise;
+  // NAME_entry, so that objects of several models (--emit obj, different --name) link together.
+  lower.entry_name = (o.kind == codegen::EmitKind::Executable ? "model" : options.name) + "_entry";
   o.entry = lower.entry_name;
-  std::string object, error;
+  std::string object;
   codegen::EntrySignature sig;
-  KILN_CHECK(
-      codegen::compile_to_object(module, o.target, lower, options.opt_level, &object, &sig, &error),
-      "compile_aot", error);
+  try {
+    object = codegen::lower_to_object(module, o.target, lower, options.opt_level, &sig);
+  } catch (const codegen::AotError& e) {
+    fail("compile_aot", e.what());
+  }
   AotResult r;
   r.lower_and_codegen_s = seconds_since(t0);
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/codegen/lower.h"
 #include "kiln/codegen/target.h"
 
 namespace llvm {
@@ -73,6 +74,12 @@ std::unique_ptr<llvm::TargetMachine> create_target_machine(const Target& target,
 // Runs LLVM's O-level pipeline for `tm` (when opt_level > 0) and emits an ELF relocatable object.
 // Sets the module's triple and data layout from `tm`.
 std::string emit_object(llvm::Module& module, llvm::TargetMachine& tm, int opt_level);
+
+// Lowers a kiln module (mutated: it ends in the LLVM dialect) to an optimized object for
+// `target` whose only global definition is options.entry_name (see aot_lower.cpp). Throws
+// AotError with the lowering's diagnostics (each op that cannot be lowered, with its location).
+std::string lower_to_object(mlir::ModuleOp module, const Target& target,
+                            const LowerOptions& options, int opt_level, EntrySignature* signature);
 
 // The interface module described above, in `ctx`, calling `entry` (the lowering's entry point;
 // declared, defined by the model's object). `uses_runtime_errors` adds the kiln_abi_take_error
