@@ -265,5 +265,6 @@ def Kiln_YieldOp : Kiln_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
   let assemblyFormat = "$values attr-dict `:` type($values)";
 }
 """)
+
 w("#endif")
 print("\n".join(out))
