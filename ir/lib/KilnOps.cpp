@@ -217,20 +217,9 @@ LogicalResult FusedOp::verify() {
     return emitOpError("yields ") << yield.getValues().getTypes() << ", the op returns "
                                   << getResultTypes();
   }
-  std::optional<ArrayRef<int64_t>> shape;
   for (Operation& op : body.without_terminator()) {
     if (op.getDialect() != (*this)->getDialect() || op.getNumRegions() != 0) {
       return emitOpError("body may hold only kiln ops without regions, found ") << op.getName();
-    }
-    for (Type t : op.getResultTypes()) {
-      auto ranked = dyn_cast<RankedTensorType>(t);
-      if (!ranked) continue;
-      if (!shape) shape = ranked.getShape();
-      if (ranked.getShape() != *shape) {
-        return emitOpError("body ops must share one iteration shape: ")
-               << op.getName() << " computes " << ranked << ", an earlier op shape ["
-               << llvm::make_range(shape->begin(), shape->end()) << "]";
-      }
     }
   }
   return success();

@@ -246,10 +246,10 @@ def Kiln_FusedOp : Kiln_Op<"fused", [RecursiveMemoryEffects, IsolatedFromAbove, 
     Made by --kiln-fuse-elementwise, never traced. Semantics, kept simple for codegen: the body
     is one block whose arguments are the operands (same types, in order); it holds ordinary kiln
     elementwise ops (the same tensor types they would have outside the region) and ends in
-    kiln.yield of the results. Every op in the body has the same result shape, the region's
-    iteration shape (element types may differ: compares give i1); operands may be smaller and
-    broadcast into it NumPy-style. Running the body op by op, exactly as if it were inlined,
-    defines the results; codegen emits instead one loop nest over the iteration shape. Isolated from above: every value the body reads is an operand (constants
+    kiln.yield of the results. Running the body op by op, exactly as if it were inlined, defines
+    the results; codegen emits loop nests instead. Values broadcast NumPy-style as anywhere
+    else; --kiln-fuse-elementwise only makes regions whose ops all compute one shape (one loop
+    nest, operands broadcast into it), but smaller intermediate shapes are valid. Isolated from above: every value the body reads is an operand (constants
     too). Pure exactly when its body is.
   }];
   let arguments = (ins Variadic<Kiln_Tensor>:$inputs);

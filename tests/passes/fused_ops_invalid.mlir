@@ -62,15 +62,3 @@ func.func @clamp_bounds(%x: tensor<2x3xf32>, %w: tensor<4x3xf32>) -> tensor<2x4x
   return %0 : tensor<2x4xf32>
 }
 
-// -----
-
-func.func @fused_two_shapes(%x: tensor<4xf32>, %y: tensor<2x4xf32>) -> tensor<2x4xf32> {
-  // expected-error @+1 {{'kiln.fused' op body ops must share one iteration shape: kiln.add computes 'tensor<2x4xf32>', an earlier op shape [4]}}
-  %0 = kiln.fused(%x, %y) : (tensor<4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> {
-  ^bb0(%a: tensor<4xf32>, %b: tensor<2x4xf32>):
-    %1 = kiln.exp %a : tensor<4xf32> -> tensor<4xf32>
-    %2 = kiln.add %1, %b : tensor<4xf32>, tensor<2x4xf32>
-    kiln.yield %2 : tensor<2x4xf32>
-  }
-  return %0 : tensor<2x4xf32>
-}
