@@ -125,6 +125,10 @@ void link(const LinkOptions& o) {
     args.push_back(require_file(o.runtime_dir, "libkiln_aot_main.a", o.target));
   args.push_back(require_file(o.runtime_dir, "libkiln_runtime.a", o.target));
   args.push_back("-pthread");
+  // The C++ runtime goes in statically: the output then needs only libc/libm/libpthread of the
+  // device, not a libstdc++ of the toolchain's version.
+  args.push_back("-static-libstdc++");
+  args.push_back("-static-libgcc");
   args.push_back("-lm");
   run_tool(driver, args);
 }
