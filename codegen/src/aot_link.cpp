@@ -130,6 +130,7 @@ void link(const LinkOptions& o) {
   args.push_back("-static-libstdc++");
   args.push_back("-static-libgcc");
   args.push_back("-lm");
+  args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
   run_tool(driver, args);
 }
 
@@ -158,6 +159,7 @@ std::vector<std::string> package_object(const std::string& model_object,
   lo.output = o.output;
   lo.runtime_dir = o.runtime_dir;
   lo.prefix = prefix;
+  lo.extra_args = o.link_args;
   link(lo);
   std::vector<std::string> files{o.output};
   if (o.kind == EmitKind::SharedLibrary) {

@@ -250,7 +250,7 @@ TEST(JitAot, ObjectsOfTwoModelsLinkIntoOneProgram) {
   std::string out;
   ASSERT_EQ(run("cc -c -o " + dir / "main.o " + dir / "main.c", &out), 0) << out;
   ASSERT_EQ(run("c++ -o " + dir / "prog " + dir / "main.o " + dir / "net_a.o " + dir / "net_b.o " +
-                    KILN_RUNTIME_DIR + "/libkiln_runtime.a -pthread",
+                    KILN_RUNTIME_DIR + "/libkiln_runtime.a -pthread " + KILN_HOST_LINK_FLAGS,
                 &out),
             0)
       << out;
