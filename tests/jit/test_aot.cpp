@@ -104,6 +104,17 @@ TEST(JitAot, MobileNetV2) {
   expect_aot_matches_eager(*m, rnd({2, 3, 64, 64}, 7), rnd({2, 3, 64, 64}, 8));
 }
 
+// Token inputs: the executable reads int64 .npy files.
+TEST(JitAot, TransformerClassifier) {
+  auto m = models::transformer_classifier(50, 5);
+  expect_aot_matches_eager(*m, randint(0, 50, {2, 12}), randint(0, 50, {2, 12}));
+}
+
+TEST(JitAot, LSTMClassifier) {
+  auto m = models::lstm_classifier(50, 5, 16, 32);
+  expect_aot_matches_eager(*m, randint(0, 50, {3, 7}), randint(0, 50, {3, 7}));
+}
+
 TEST(JitAot, SharedObjectWithHeaderAndEmbeddedWeights) {
   autograd::NoGradGuard no_grad;
   auto m = models::mlp({6, 8, 3});
