@@ -131,9 +131,22 @@ bool Lowering::deferred(mlir::Value v) const {
   return deferred_.lookup(v);
 }
 
+mlir::Value Lowering::stack_array(int64_t n) {
+  mlir::OpBuilder::InsertionGuard guard(builder_);
+  builder_.setInsertionPointToStart(&entry_.getBody().front());
+  mlir::Value count = builder_.create<mlir::arith::ConstantIntOp>(loc_, n, 64);
+  return builder_.create<LLVM::AllocaOp>(loc_, ptr_type(), ptr_type(), count, 8);
+}
+
 void Lowering::note_use(mlir::Value base, mlir::Operation* user) {
   auto it = owned_.find(base);
-  if (it != owned_.end()) it->second.last_use = user;
+  if (it == owned_.end()) return;
+  // A use inside a loop or branch keeps the buffer alive until that region op is done.
+  mlir::Block* block = it->second.alloc->getBlock();
+  while (user && user->getBlock() != block) user = user->getParentOp();
+  if (!user) return;
+  mlir::Operation*& last = it->second.last_use;
+  if (!last || last->isBeforeInBlock(user)) last = user;
 }
 
 View Lowering::destination(mlir::Value v) {
@@ -155,7 +168,7 @@ View Lowering::destination(mlir::Value v) {
   auto call = builder_.create<mlir::func::CallOp>(
       loc_, "kiln_abi_alloc", mlir::TypeRange{ptr_type()}, mlir::ValueRange{size});
   d.base = call.getResult(0);
-  owned_[d.base] = Owned{nbytes, call};
+  owned_[d.base] = Owned{nbytes, call, call};
   return d;
 }
 
@@ -326,6 +339,7 @@ bool Lowering::lower_op(mlir::Operation* op) {
       if (options_.fuse_elementwise && r.hasOneUse()) {
         mlir::Operation* user = *r.getUsers().begin();
         if (is_elementwise(user) && user->getNumResults() > 0 &&
+            user->getBlock() == op->getBlock() &&
             numel(mlir::cast<mlir::RankedTensorType>(user->getResult(0).getType()).getShape()) ==
                 n) {
           deferred_[r] = true;
@@ -339,6 +353,7 @@ bool Lowering::lower_op(mlir::Operation* op) {
     return true;
   }
   if (lower_view_op(op)) return true;
+  if (lower_control_flow(op)) return true;
   if (emit_abi_call(op)) return true;
   error(op, "no lowering for this op (neither generated loops nor a runtime kernel)");
   return false;
@@ -390,7 +405,9 @@ bool Lowering::run(std::string* error_out, EntrySignature* signature) {
     if (auto s = spec(ret.getOperand(i).getType(), "result", i)) sig.results.push_back(*s);
   }
   int index = 0;
-  for (mlir::Operation& op : body.without_terminator()) op_index_[&op] = index++;
+  forward_.walk<mlir::WalkOrder::PreOrder>([&](mlir::Operation* op) {
+    if (op != forward_.getOperation()) op_index_[op] = index++;
+  });
   if (errors_.empty()) {
     builder_.setInsertionPointToEnd(module_.getBody());
     entry_ = builder_.create<mlir::func::FuncOp>(loc_, options_.entry_name,
@@ -420,7 +437,7 @@ bool Lowering::run(std::string* error_out, EntrySignature* signature) {
       // result slot that returns it; arguments and views are copied below).
       if (!result_buffers_.count(v)) result_buffers_[v] = result_ptrs.back();
     }
-    for (mlir::Operation& op : body.without_terminator()) lower_op(&op);
+    lower_block(body);
     if (errors_.empty()) {
       for (size_t j = 0; j < ret.getNumOperands(); ++j) {
         mlir::Value v = ret.getOperand(j);
