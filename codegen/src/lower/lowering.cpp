@@ -188,19 +188,22 @@ View Lowering::constant_view(mlir::Operation* op) {
   v.strides = contiguous_strides(v.sizes);
   v.elem = type.getElementType();
   const int64_t n = numel(v.sizes);
-  mlir::Type mem = memory_type(v.elem);
-  auto flat = mlir::RankedTensorType::get({n}, mem);
-  mlir::Attribute value;
+  const int64_t nbytes = n * element_bytes(v.elem);
+  if (n == 0) {
+    v.base = builder_.create<LLVM::ZeroOp>(loc_, ptr_type());
+    return v;
+  }
+  // The global holds raw bytes (an i8 array): the code generator writes those in one piece,
+  // where a float array of millions of elements is emitted element by element (~70 ns each).
+  llvm::ArrayRef<char> raw;
+  std::vector<char> bools;
   mlir::Attribute attr = op->getAttr("value");
   if (auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(attr)) {
     if (v.elem.isInteger(1)) {
-      llvm::SmallVector<int8_t> bytes;
-      for (bool b : dense.getValues<bool>()) bytes.push_back(b ? 1 : 0);
-      value = mlir::DenseElementsAttr::get(flat, llvm::ArrayRef<int8_t>(bytes));
-    } else if (mem == v.elem) {
-      value = dense.reshape(flat);
+      for (bool b : dense.getValues<bool>()) bools.push_back(b ? 1 : 0);
+      raw = bools;
     } else {
-      value = mlir::DenseElementsAttr::getFromRawBuffer(flat, dense.getRawData());
+      raw = dense.getRawData();
     }
   } else if (auto res = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(attr)) {
     mlir::AsmResourceBlob* blob = res.getRawHandle().getBlob();
@@ -208,23 +211,25 @@ View Lowering::constant_view(mlir::Operation* op) {
       error(op, "the constant's resource blob is not loaded");
       return v;
     }
-    llvm::ArrayRef<char> data = blob->getData();
-    if (static_cast<int64_t>(data.size()) != n * element_bytes(v.elem) || v.elem.isInteger(1)) {
-      error(op, "the constant's resource blob has " + std::to_string(data.size()) +
-                    " bytes, expected " + std::to_string(n * element_bytes(v.elem)));
-      return v;
-    }
-    value = mlir::DenseElementsAttr::getFromRawBuffer(flat, data);
+    raw = blob->getData();
   } else {
     error(op, "unsupported constant attribute");
     return v;
   }
+  if (static_cast<int64_t>(raw.size()) != nbytes) {
+    error(op, "the constant holds " + std::to_string(raw.size()) + " bytes, expected " +
+                  std::to_string(nbytes));
+    return v;
+  }
+  auto bytes_type = mlir::RankedTensorType::get({nbytes}, builder_.getI8Type());
+  mlir::Attribute value = mlir::DenseElementsAttr::getFromRawBuffer(bytes_type, raw);
   const std::string name = "kiln_const_" + std::to_string(num_constants_++);
   {
     mlir::OpBuilder::InsertionGuard guard(builder_);
     builder_.setInsertionPointToStart(module_.getBody());
-    builder_.create<LLVM::GlobalOp>(loc_, LLVM::LLVMArrayType::get(mem, n), /*isConstant=*/true,
-                                    LLVM::Linkage::Internal, name, value, /*alignment=*/64);
+    builder_.create<LLVM::GlobalOp>(loc_, LLVM::LLVMArrayType::get(builder_.getI8Type(), nbytes),
+                                    /*isConstant=*/true, LLVM::Linkage::Internal, name, value,
+                                    /*alignment=*/64);
   }
   v.base = builder_.create<LLVM::AddressOfOp>(loc_, ptr_type(), name);
   return v;
