@@ -178,8 +178,7 @@ class KernelEmitter {
     mlir::OpBuilder& b = low_.builder();
     Type ptr = low_.ptr_type();
     const int64_t slots = static_cast<int64_t>(leaves_.size()) + 1;
-    Value count = b.create<arith::ConstantIntOp>(loc_, slots, 64);
-    Value ctx = b.create<LLVM::AllocaOp>(loc_, ptr, ptr, count, 8);
+    Value ctx = low_.stack_array(slots);
     llvm::SmallVector<mlir::Operation*> users;
     auto put = [&](int64_t i, Value p) {
       auto gep = b.create<LLVM::GEPOp>(loc_, ptr, ptr, ctx, llvm::ArrayRef<LLVM::GEPArg>{i});
@@ -412,9 +411,10 @@ class KernelEmitter {
       const double p = f64_attr(op, "p", 0);
       Value x = arg_as(0, rt);
       Value keep = arg_as(1, i1);
-      Value scaled =
-          p >= 1.0 ? constant(0, rt)
-                   : b_.create<arith::MulFOp>(loc_, x, constant(1.0 / (1.0 - p), rt)).getResult();
+      // x / (1 - p), as the eager op rounds it.
+      Value scaled = p >= 1.0
+                         ? constant(0, rt)
+                         : b_.create<arith::DivFOp>(loc_, x, constant(1.0 - p, rt)).getResult();
       return b_.create<arith::SelectOp>(loc_, keep, scaled, constant(0, rt));
     }
 

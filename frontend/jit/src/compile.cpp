@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -17,6 +18,7 @@
 #include "kiln/ops.h"
 #include "kiln/runtime/abi.h"
 #include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/random.h"
 #include "kiln/trace/module.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -89,6 +91,8 @@ struct CompiledFunction::Impl {
   TensorList captures;
   std::vector<Guard> guards;
   std::vector<size_t> mutated;
+  // The capture holding the random-number state ("rng_state") of a trace that draws numbers.
+  std::optional<size_t> rng_capture;
   size_t num_inputs = 0;
   size_t num_outputs = 0;
   Source source = Source::Compiled;
@@ -188,6 +192,9 @@ CompiledFunction compile(const TracedFunction& traced, const CompileOptions& opt
   impl->guards = traced.guards();
   impl->mutated = traced.mutated_captures();
   impl->num_inputs = traced.num_inputs();
+  for (size_t i = 0; i < impl->captures.size(); ++i) {
+    if (traced.arg_names()[impl->num_inputs + i] == "rng_state") impl->rng_capture = i;
+  }
   const size_t results = impl->code->signature.results.size();
   KILN_CHECK(results >= impl->mutated.size(), "jit::compile", "@forward returns ", results,
              " values, fewer than the ", impl->mutated.size(), " in-out captures");
@@ -239,6 +246,12 @@ TensorList CompiledFunction::operator()(const TensorList& inputs) const {
                inputs[i].defined() ? inputs[i].sizes() : Dims{}, " ",
                inputs[i].defined() ? dtype_short_name(inputs[i].dtype()) : "undefined");
   }
+  // Random ops continue the process's default stream, as eager calls (and the interpreter) do.
+  if (m.rng_capture) {
+    int64_t* rng = m.captures[*m.rng_capture].data_ptr<int64_t>();
+    rng[0] = static_cast<int64_t>(kiln::default_generator().seed());
+    rng[1] = static_cast<int64_t>(kiln::default_generator().offset());
+  }
   const codegen::EntrySignature& sig = m.code->signature;
   std::vector<void*> buffers;
   TensorList keep;
@@ -271,6 +284,10 @@ TensorList CompiledFunction::operator()(const TensorList& inputs) const {
     const Tensor& dst = m.captures[m.mutated[k]];
     kernels::copy_(*dst.impl(), *results[m.num_outputs + k].impl());
     autograd::bump_version(dst);
+  }
+  if (m.rng_capture) {
+    kiln::default_generator().set_offset(
+        static_cast<uint64_t>(m.captures[*m.rng_capture].data_ptr<int64_t>()[1]));
   }
   results.resize(m.num_outputs);
   return results;
