@@ -2,6 +2,8 @@
 
 #include "kiln/codegen/jit_engine.h"
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -89,13 +91,26 @@ bool entry_signature(mlir::ModuleOp module, EntrySignature* signature, std::stri
 bool compile_to_object(mlir::ModuleOp module, const Target& target, const LowerOptions& options,
                        int opt_level, std::string* object, EntrySignature* signature,
                        std::string* error) {
+  // KILN_CODEGEN_TIMING=1 prints the time of each phase to stderr.
+  const bool timing = std::getenv("KILN_CODEGEN_TIMING") != nullptr;
+  auto last = std::chrono::steady_clock::now();
+  auto phase = [&](const char* name) {
+    if (!timing) return;
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "kiln codegen: %-10s %7.1f ms\n", name,
+                 std::chrono::duration<double, std::milli>(now - last).count());
+    last = now;
+  };
   if (!lower_to_llvm_dialect(module, options, error, signature)) return false;
+  phase("lower");
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> ir = translate_to_llvm_ir(module, ctx, error);
   if (!ir) return false;
+  phase("translate");
   std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(target, error);
   if (!tm) return false;
   optimize_llvm_module(*ir, *tm, opt_level);
+  phase("optimize");
   // KILN_CODEGEN_DUMP=file writes the optimized LLVM IR there (inspecting vectorization).
   if (const char* dump = std::getenv("KILN_CODEGEN_DUMP"); dump && *dump) {
     std::error_code ec;
@@ -111,6 +126,7 @@ bool compile_to_object(mlir::ModuleOp module, const Target& target, const LowerO
   }
   pm.run(*ir);
   object->assign(buffer.begin(), buffer.end());
+  phase("emit");
   return true;
 }
 

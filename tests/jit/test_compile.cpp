@@ -188,3 +188,21 @@ TEST(JitCompile, UnsupportedOpIsReportedAtCompileTimeWithItsPosition) {
     EXPECT_NE(m.find("f16"), std::string::npos) << m;
   }
 }
+
+TEST(JitCompile, SmallCapturedTensorsBecomeConstantGlobals) {
+  // Captures of <= 16 elements are inlined into the trace as kiln.constant: f32, i64 and bool.
+  Tensor scale = tensor({1.0, -2.0, 0.5}, DType::Float32);
+  Tensor offset = tensor({3.0, 4.0, 5.0}, DType::Int64);
+  Tensor mask = gt(tensor({1.0, -1.0, 1.0}), zeros({3}));
+  auto fn = [&](const TensorList& t) {
+    return TensorList{where(mask, t[0] * scale + offset, t[0])};
+  };
+  Tensor x = rnd({4, 3}, 25);
+  jit::TracedFunction traced = jit::trace(fn, {x});
+  EXPECT_NE(traced.str().find("kiln.constant dense<[1.000000e+00, -2.000000e+00"),
+            std::string::npos)
+      << traced.str();
+  jit::CompiledFunction f = jit::compile(traced, no_disk());
+  Tensor x2 = rnd({4, 3}, 26);
+  EXPECT_LE(max_abs_diff(f({x2})[0], fn({x2})[0]), 1e-6);
+}

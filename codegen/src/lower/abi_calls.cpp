@@ -148,9 +148,7 @@ bool Lowering::emit_abi_call(mlir::Operation* op) {
         mlir::DenseElementsAttr::get(type, llvm::ArrayRef<int64_t>(desc)), /*alignment=*/8);
   }
   mlir::Type ptr = ptr_type();
-  mlir::Value count =
-      builder_.create<mlir::arith::ConstantIntOp>(loc_, static_cast<int64_t>(tensors.size()), 64);
-  mlir::Value data = builder_.create<LLVM::AllocaOp>(loc_, ptr, ptr, count, 8);
+  mlir::Value data = stack_array(static_cast<int64_t>(tensors.size()));
   mlir::Value null = builder_.create<LLVM::ZeroOp>(loc_, ptr);
   for (size_t k = 0; k < tensors.size(); ++k) {
     auto gep = builder_.create<LLVM::GEPOp>(loc_, ptr, ptr, data,

@@ -178,8 +178,7 @@ class KernelEmitter {
     mlir::OpBuilder& b = low_.builder();
     Type ptr = low_.ptr_type();
     const int64_t slots = static_cast<int64_t>(leaves_.size()) + 1;
-    Value count = b.create<arith::ConstantIntOp>(loc_, slots, 64);
-    Value ctx = b.create<LLVM::AllocaOp>(loc_, ptr, ptr, count, 8);
+    Value ctx = low_.stack_array(slots);
     llvm::SmallVector<mlir::Operation*> users;
     auto put = [&](int64_t i, Value p) {
       auto gep = b.create<LLVM::GEPOp>(loc_, ptr, ptr, ctx, llvm::ArrayRef<LLVM::GEPArg>{i});

@@ -131,9 +131,22 @@ bool Lowering::deferred(mlir::Value v) const {
   return deferred_.lookup(v);
 }
 
+mlir::Value Lowering::stack_array(int64_t n) {
+  mlir::OpBuilder::InsertionGuard guard(builder_);
+  builder_.setInsertionPointToStart(&entry_.getBody().front());
+  mlir::Value count = builder_.create<mlir::arith::ConstantIntOp>(loc_, n, 64);
+  return builder_.create<LLVM::AllocaOp>(loc_, ptr_type(), ptr_type(), count, 8);
+}
+
 void Lowering::note_use(mlir::Value base, mlir::Operation* user) {
   auto it = owned_.find(base);
-  if (it != owned_.end()) it->second.last_use = user;
+  if (it == owned_.end()) return;
+  // A use inside a loop or branch keeps the buffer alive until that region op is done.
+  mlir::Block* block = it->second.alloc->getBlock();
+  while (user && user->getBlock() != block) user = user->getParentOp();
+  if (!user) return;
+  mlir::Operation*& last = it->second.last_use;
+  if (!last || last->isBeforeInBlock(user)) last = user;
 }
 
 View Lowering::destination(mlir::Value v) {
@@ -155,7 +168,7 @@ View Lowering::destination(mlir::Value v) {
   auto call = builder_.create<mlir::func::CallOp>(
       loc_, "kiln_abi_alloc", mlir::TypeRange{ptr_type()}, mlir::ValueRange{size});
   d.base = call.getResult(0);
-  owned_[d.base] = Owned{nbytes, call};
+  owned_[d.base] = Owned{nbytes, call, call};
   return d;
 }
 
@@ -175,19 +188,22 @@ View Lowering::constant_view(mlir::Operation* op) {
   v.strides = contiguous_strides(v.sizes);
   v.elem = type.getElementType();
   const int64_t n = numel(v.sizes);
-  mlir::Type mem = memory_type(v.elem);
-  auto flat = mlir::RankedTensorType::get({n}, mem);
-  mlir::Attribute value;
+  const int64_t nbytes = n * element_bytes(v.elem);
+  if (n == 0) {
+    v.base = builder_.create<LLVM::ZeroOp>(loc_, ptr_type());
+    return v;
+  }
+  // The global holds raw bytes (an i8 array): the code generator writes those in one piece,
+  // where a float array of millions of elements is emitted element by element (~70 ns each).
+  llvm::ArrayRef<char> raw;
+  std::vector<char> bools;
   mlir::Attribute attr = op->getAttr("value");
   if (auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(attr)) {
     if (v.elem.isInteger(1)) {
-      llvm::SmallVector<int8_t> bytes;
-      for (bool b : dense.getValues<bool>()) bytes.push_back(b ? 1 : 0);
-      value = mlir::DenseElementsAttr::get(flat, llvm::ArrayRef<int8_t>(bytes));
-    } else if (mem == v.elem) {
-      value = dense.reshape(flat);
+      for (bool b : dense.getValues<bool>()) bools.push_back(b ? 1 : 0);
+      raw = bools;
     } else {
-      value = mlir::DenseElementsAttr::getFromRawBuffer(flat, dense.getRawData());
+      raw = dense.getRawData();
     }
   } else if (auto res = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(attr)) {
     mlir::AsmResourceBlob* blob = res.getRawHandle().getBlob();
@@ -195,23 +211,25 @@ View Lowering::constant_view(mlir::Operation* op) {
       error(op, "the constant's resource blob is not loaded");
       return v;
     }
-    llvm::ArrayRef<char> data = blob->getData();
-    if (static_cast<int64_t>(data.size()) != n * element_bytes(v.elem) || v.elem.isInteger(1)) {
-      error(op, "the constant's resource blob has " + std::to_string(data.size()) +
-                    " bytes, expected " + std::to_string(n * element_bytes(v.elem)));
-      return v;
-    }
-    value = mlir::DenseElementsAttr::getFromRawBuffer(flat, data);
+    raw = blob->getData();
   } else {
     error(op, "unsupported constant attribute");
     return v;
   }
+  if (static_cast<int64_t>(raw.size()) != nbytes) {
+    error(op, "the constant holds " + std::to_string(raw.size()) + " bytes, expected " +
+                  std::to_string(nbytes));
+    return v;
+  }
+  auto bytes_type = mlir::RankedTensorType::get({nbytes}, builder_.getI8Type());
+  mlir::Attribute value = mlir::DenseElementsAttr::getFromRawBuffer(bytes_type, raw);
   const std::string name = "kiln_const_" + std::to_string(num_constants_++);
   {
     mlir::OpBuilder::InsertionGuard guard(builder_);
     builder_.setInsertionPointToStart(module_.getBody());
-    builder_.create<LLVM::GlobalOp>(loc_, LLVM::LLVMArrayType::get(mem, n), /*isConstant=*/true,
-                                    LLVM::Linkage::Internal, name, value, /*alignment=*/64);
+    builder_.create<LLVM::GlobalOp>(loc_, LLVM::LLVMArrayType::get(builder_.getI8Type(), nbytes),
+                                    /*isConstant=*/true, LLVM::Linkage::Internal, name, value,
+                                    /*alignment=*/64);
   }
   v.base = builder_.create<LLVM::AddressOfOp>(loc_, ptr_type(), name);
   return v;
@@ -326,6 +344,7 @@ bool Lowering::lower_op(mlir::Operation* op) {
       if (options_.fuse_elementwise && r.hasOneUse()) {
         mlir::Operation* user = *r.getUsers().begin();
         if (is_elementwise(user) && user->getNumResults() > 0 &&
+            user->getBlock() == op->getBlock() &&
             numel(mlir::cast<mlir::RankedTensorType>(user->getResult(0).getType()).getShape()) ==
                 n) {
           deferred_[r] = true;
@@ -339,6 +358,7 @@ bool Lowering::lower_op(mlir::Operation* op) {
     return true;
   }
   if (lower_view_op(op)) return true;
+  if (lower_control_flow(op)) return true;
   if (emit_abi_call(op)) return true;
   error(op, "no lowering for this op (neither generated loops nor a runtime kernel)");
   return false;
@@ -390,7 +410,9 @@ bool Lowering::run(std::string* error_out, EntrySignature* signature) {
     if (auto s = spec(ret.getOperand(i).getType(), "result", i)) sig.results.push_back(*s);
   }
   int index = 0;
-  for (mlir::Operation& op : body.without_terminator()) op_index_[&op] = index++;
+  forward_.walk<mlir::WalkOrder::PreOrder>([&](mlir::Operation* op) {
+    if (op != forward_.getOperation()) op_index_[op] = index++;
+  });
   if (errors_.empty()) {
     builder_.setInsertionPointToEnd(module_.getBody());
     entry_ = builder_.create<mlir::func::FuncOp>(loc_, options_.entry_name,
@@ -420,7 +442,7 @@ bool Lowering::run(std::string* error_out, EntrySignature* signature) {
       // result slot that returns it; arguments and views are copied below).
       if (!result_buffers_.count(v)) result_buffers_[v] = result_ptrs.back();
     }
-    for (mlir::Operation& op : body.without_terminator()) lower_op(&op);
+    lower_block(body);
     if (errors_.empty()) {
       for (size_t j = 0; j < ret.getNumOperands(); ++j) {
         mlir::Value v = ret.getOperand(j);

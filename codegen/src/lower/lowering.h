@@ -55,6 +55,9 @@ class Lowering {
   // Records that the generated op `user` reads/writes the buffer behind `base` (frees go after
   // the last such op).
   void note_use(mlir::Value base, mlir::Operation* user);
+  // A stack array of n pointers, allocated once at the top of the entry point (never inside a
+  // loop, where each iteration would grow the stack).
+  mlir::Value stack_array(int64_t n);
   // Declares (once) a function in the module and returns its symbol name.
   void declare(llvm::StringRef name, mlir::FunctionType type);
   // True when the elementwise emitter can compute v from its operands (an elementwise op).
@@ -78,6 +81,11 @@ class Lowering {
 
  private:
   bool lower_op(mlir::Operation* op);
+  void lower_block(mlir::Block& block);
+  // Scalar glue (arith on index/integers, tensor.extract / from_elements) and scf.if / scf.for
+  // from kiln::cond / kiln::loop. False when op is none of these.
+  bool lower_control_flow(mlir::Operation* op);
+  mlir::Value load_scalar(const View& v);
   bool lower_view_op(mlir::Operation* op);
   View constant_view(mlir::Operation* op);
   void emit_frees();
@@ -91,11 +99,13 @@ class Lowering {
   mlir::func::FuncOp entry_;
   llvm::DenseMap<mlir::Value, View> views_;
   llvm::DenseMap<mlir::Value, bool> deferred_;
+  llvm::DenseMap<mlir::Value, mlir::Value> scalars_;         // @forward scalar → entry scalar
   llvm::DenseMap<mlir::Value, mlir::Value> result_buffers_;  // @forward result → caller buffer
   llvm::DenseSet<mlir::Value> written_results_;
   struct Owned {
     int64_t nbytes = 0;
-    mlir::Operation* last_use = nullptr;
+    mlir::Operation* alloc = nullptr;     // its kiln_abi_alloc call
+    mlir::Operation* last_use = nullptr;  // in the allocation's block (regions: their parent op)
   };
   llvm::MapVector<mlir::Value, Owned> owned_;
   llvm::DenseMap<mlir::Operation*, int> op_index_;
