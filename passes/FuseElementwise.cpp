@@ -97,7 +97,17 @@ struct FuseElementwisePass
     return "Group chains of elementwise ops into kiln.fused regions";
   }
   void runOnOperation() override {
-    mlir::Block& block = getOperation().getBody().front();
+    // Every block (the function's, and loop/branch bodies) is grouped on its own; the bodies of
+    // existing kiln.fused regions are left alone.
+    llvm::SmallVector<mlir::Block*> blocks;
+    getOperation().walk([&](mlir::Block* block) {
+      mlir::Operation* parent = block->getParentOp();
+      if (!mlir::isa<ir::FusedOp>(parent)) blocks.push_back(block);
+    });
+    for (mlir::Block* block : blocks) fuse_block(*block);
+  }
+
+  static void fuse_block(mlir::Block& block) {
     llvm::DenseMap<mlir::Operation*, int> group_of;
     std::vector<Group> groups;
     for (mlir::Operation& op : block) {

@@ -87,6 +87,9 @@ bool fuse(mlir::Operation* root) {
   mlir::Value cur = root->getResult(0);
   llvm::SmallVector<mlir::Operation*> absorbed;
   while (mlir::Operation* user = only_user(cur)) {
+    // Stay in the op's block: absorbing a user inside a loop or branch body would move the conv
+    // there (recomputed per iteration).
+    if (user->getBlock() != root->getBlock()) break;
     if (user->getNumResults() != 1 || user->getResult(0).getType() != cur.getType()) break;
     if (auto add = mlir::dyn_cast<ir::AddOp>(user)) {
       if (e.activation != kNone || add.getAlpha().convertToDouble() != 1.0) break;

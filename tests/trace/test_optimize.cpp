@@ -628,3 +628,49 @@ TEST(Optimize, TracedTrainingStepBecomesAFrozenInferenceCallable) {
   expect_close(t({x})[0], want, 1e-6);
   EXPECT_THROW(t({x, y}), kiln::Error);  // the old calling convention is refused
 }
+
+TEST(Optimize, ControlFlowRegionsOptimizeInPlace) {
+  // kiln::cond / kiln::loop become scf.if / scf.for: bn folding, epilogue fusion and elementwise
+  // fusion work inside the branch and loop bodies, and the result still follows both branches.
+  auto conv1 = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 4, 3).padding(1).bias(false));
+  auto bn1 = std::make_shared<nn::BatchNorm2d>(4);
+  auto conv2 = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(4, 4, 1).bias(false));
+  auto bn2 = std::make_shared<nn::BatchNorm2d>(4);
+  auto net = std::make_shared<nn::Sequential>(
+      std::vector<std::shared_ptr<nn::Module>>{conv1, bn1, conv2, bn2});
+  randomize_norms(*net, 101);
+  net->eval();
+  auto fn = [&](const TensorList& in) {
+    Tensor h = relu((*bn1)((*conv1)(in[0])));
+    return cond(
+        gt(in[0].mean(), zeros({})),
+        [&] {
+          return loop(3,
+                      [](const Tensor&, const TensorList& c) {
+                        return TensorList{tanh(c[0] * 0.5 + 0.1) * 2.0};
+                      },
+                      {h});
+        },
+        [&] { return TensorList{relu((*bn2)((*conv2)(h))) * 2.0 + 1.0}; });
+  };
+  Tensor x = abs(rnd({1, 3, 6, 6}, 102)) + 0.1;
+  jit::TraceOptions options;
+  auto params = net->named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) options.named_captures.push_back(params[i]);
+  auto buffers = net->named_buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) options.named_captures.push_back(buffers[i]);
+  jit::TracedFunction t = jit::trace(fn, {x}, options);
+  jit::freeze(t);
+  run(t.module(), [](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm); });
+  EXPECT_EQ(count(t.module(), "kiln.batch_norm"), 0) << t.str();
+  EXPECT_EQ(count(t.module(), "kiln.conv2d_fused"), 2) << t.str();
+  EXPECT_GE(count(t.module(), "kiln.fused"), 2) << t.str();  // the loop body and the else tail
+  for (const Tensor& in : {x, -x}) {
+    Tensor want;
+    {
+      autograd::NoGradGuard no_grad;
+      want = fn({in})[0];
+    }
+    expect_close(t({in})[0], want, 1e-5);
+  }
+}
