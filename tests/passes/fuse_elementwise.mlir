@@ -58,3 +58,21 @@ func.func @shapes(%c: tensor<4xf32>, %x: tensor<2x4xf32>) -> tensor<2x4xf32> {
   %3 = kiln.relu %2 : tensor<2x4xf32> -> tensor<2x4xf32>
   return %3 : tensor<2x4xf32>
 }
+
+// Loop bodies fuse on their own; the region sits inside the loop.
+// CHECK-LABEL: func.func @loop_body
+// CHECK: scf.for
+// CHECK-NEXT: %[[F:.*]] = kiln.fused(%{{.*}}) : (tensor<4xf32>) -> tensor<4xf32>
+// CHECK: kiln.yield
+// CHECK: scf.yield %[[F]]
+func.func @loop_body(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %r = scf.for %i = %c0 to %c3 step %c1 iter_args(%a = %x) -> (tensor<4xf32>) {
+    %0 = kiln.exp %a : tensor<4xf32> -> tensor<4xf32>
+    %1 = kiln.neg %0 : tensor<4xf32> -> tensor<4xf32>
+    scf.yield %1 : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
