@@ -14,75 +14,180 @@ namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicLen = 6;
+constexpr const char* kRead = "read_npy";
 
-struct DescrEntry {
-  const char* code;  // without the byte-order character
-  DType dtype;
-};
-constexpr DescrEntry kDescrs[] = {
-    {"f4", DType::Float32}, {"f8", DType::Float64}, {"f2", DType::Float16}, {"i1", DType::Int8},
-    {"u1", DType::UInt8},   {"i4", DType::Int32},   {"i8", DType::Int64},   {"b1", DType::Bool},
-};
-
-// The header is a Python dict literal written by NumPy, e.g.
-//   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
-// Finds `'key':` and returns the text after it, or fails.
-std::string_view value_of(std::string_view header, std::string_view key, const std::string& name) {
-  std::string quoted(key.size() + 2, '\'');
-  key.copy(quoted.data() + 1, key.size());
-  const size_t k = header.find(quoted);
-  KILN_CHECK(k != std::string_view::npos, "read_npy", name, ": header has no ", quoted, " entry");
-  size_t p = k + quoted.size();
-  while (p < header.size() && header[p] == ' ') ++p;
-  KILN_CHECK(p < header.size() && header[p] == ':', "read_npy", name, ": malformed ", quoted,
-             " entry in header");
-  ++p;
-  while (p < header.size() && header[p] == ' ') ++p;
-  return header.substr(p);
+bool mul_ok(uint64_t a, uint64_t b, uint64_t& out) {
+  return !__builtin_mul_overflow(a, b, &out);
 }
 
-DType parse_descr(std::string_view v, const std::string& name) {
-  KILN_CHECK(!v.empty() && v[0] == '\'', "read_npy", name, ": 'descr' is not a string");
-  const size_t end = v.find('\'', 1);
-  KILN_CHECK(end != std::string_view::npos, "read_npy", name, ": unterminated 'descr'");
-  std::string_view d = v.substr(1, end - 1);
-  KILN_CHECK(!d.empty() && d[0] != '>', "read_npy", name, ": big-endian data ('", d,
-             "') is not supported");
-  if (d[0] == '<' || d[0] == '|' || d[0] == '=') d.remove_prefix(1);
-  for (const auto& e : kDescrs)
-    if (d == e.code) return e.dtype;
-  fail("read_npy", name, ": unsupported dtype '", v.substr(1, end - 1),
-       "' (expected one of f2 f4 f8 i1 u1 i4 i8 b1)");
-}
-
-std::vector<int64_t> parse_shape(std::string_view v, const std::string& name) {
-  KILN_CHECK(!v.empty() && v[0] == '(', "read_npy", name, ": 'shape' is not a tuple");
-  const size_t end = v.find(')');
-  KILN_CHECK(end != std::string_view::npos, "read_npy", name, ": unterminated 'shape'");
+struct Header {
+  DType dtype = DType::Float32;
+  bool fortran = false;
   std::vector<int64_t> shape;
-  size_t p = 1;
-  while (p < end) {
-    while (p < end && (v[p] == ' ' || v[p] == ',')) ++p;
-    if (p == end) break;
-    KILN_CHECK(std::isdigit(static_cast<unsigned char>(v[p])), "read_npy", name,
-               ": 'shape' holds a non-integer: ", v.substr(0, end + 1));
-    int64_t dim = 0;
-    while (p < end && std::isdigit(static_cast<unsigned char>(v[p]))) {
-      KILN_CHECK(dim <= (std::numeric_limits<int64_t>::max() - 9) / 10, "read_npy", name,
-                 ": dimension too large in 'shape'");
-      dim = dim * 10 + (v[p++] - '0');
+};
+
+// Parses the header's Python dict literal: {'descr': '<f4', 'fortran_order': False,
+// 'shape': (2, 3), } — exactly these three keys, any order, any whitespace.
+class HeaderParser {
+ public:
+  HeaderParser(std::string_view s, const std::string& name) : s_(s), name_(name) {}
+
+  Header parse() {
+    Header h;
+    bool have_descr = false, have_order = false, have_shape = false;
+    ws();
+    expect('{');
+    for (;;) {
+      ws();
+      if (peek() == '}') break;
+      const std::string key = quoted();
+      ws();
+      expect(':');
+      ws();
+      if (key == "descr") {
+        if (have_descr) bad("duplicate key 'descr'");
+        h.dtype = descr(quoted());
+        have_descr = true;
+      } else if (key == "fortran_order") {
+        if (have_order) bad("duplicate key 'fortran_order'");
+        h.fortran = boolean();
+        have_order = true;
+      } else if (key == "shape") {
+        if (have_shape) bad("duplicate key 'shape'");
+        h.shape = tuple();
+        have_shape = true;
+      } else {
+        bad("unexpected key '" + key + "'");
+      }
+      ws();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      ws();
+      if (peek() != '}') bad("expected ',' or '}' at header byte " + std::to_string(i_));
     }
-    KILN_CHECK(p == end || v[p] == ',' || v[p] == ' ', "read_npy", name,
-               ": malformed 'shape': ", v.substr(0, end + 1));
-    shape.push_back(dim);
+    expect('}');
+    for (; i_ < s_.size(); ++i_)
+      if (!std::isspace(static_cast<unsigned char>(s_[i_])))
+        bad("unexpected text after the header dict at byte " + std::to_string(i_));
+    if (!have_descr || !have_shape || !have_order)
+      bad("the header dict needs the keys 'descr', 'fortran_order' and 'shape'");
+    return h;
   }
-  return shape;
-}
+
+ private:
+  [[noreturn]] void bad(const std::string& what) { fail(kRead, name_, ": bad header: ", what); }
+  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  void ws() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+  }
+  void expect(char c) {
+    if (peek() != c) bad(std::string("expected '") + c + "' at header byte " + std::to_string(i_));
+    ++i_;
+  }
+  std::string quoted() {
+    const char q = peek();
+    if (q != '\'' && q != '"') bad("expected a quoted string at header byte " + std::to_string(i_));
+    const size_t start = ++i_;
+    while (i_ < s_.size() && s_[i_] != q) {
+      if (s_[i_] == '\\') bad("escapes are not supported in header strings");
+      ++i_;
+    }
+    if (i_ >= s_.size()) bad("unterminated string");
+    return std::string(s_.substr(start, i_++ - start));
+  }
+  bool boolean() {
+    if (s_.substr(i_, 4) == "True") return i_ += 4, true;
+    if (s_.substr(i_, 5) == "False") return i_ += 5, false;
+    bad("expected True or False for 'fortran_order' at header byte " + std::to_string(i_));
+  }
+  std::vector<int64_t> tuple() {
+    expect('(');
+    std::vector<int64_t> d;
+    for (;;) {
+      ws();
+      if (peek() == ')') break;
+      if (!std::isdigit(static_cast<unsigned char>(peek())))
+        bad("expected a non-negative integer in 'shape' at header byte " + std::to_string(i_));
+      uint64_t v = 0;
+      while (std::isdigit(static_cast<unsigned char>(peek()))) {
+        if (!mul_ok(v, 10, v) || __builtin_add_overflow(v, uint64_t(s_[i_] - '0'), &v) ||
+            v > static_cast<uint64_t>(INT64_MAX))
+          bad("a 'shape' entry overflows int64");
+        ++i_;
+      }
+      if (peek() == 'L') ++i_;  // Python 2 longs
+      if (d.size() >= 64) bad("more than 64 dims in 'shape'");
+      d.push_back(static_cast<int64_t>(v));
+      ws();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      ws();
+      if (peek() != ')') bad("expected ',' or ')' in 'shape' at header byte " + std::to_string(i_));
+    }
+    expect(')');
+    return d;
+  }
+  DType descr(const std::string& d) {
+    if (d.size() == 3 && (d[0] == '<' || d[0] == '|' || d[0] == '=')) {
+      const std::string t = d.substr(1);
+      const bool one_byte = t == "i1" || t == "u1" || t == "b1";
+      if (d[0] == '|' && !one_byte) bad("descr '" + d + "' has no byte order");
+      if (t == "f2") return DType::Float16;
+      if (t == "f4") return DType::Float32;
+      if (t == "f8") return DType::Float64;
+      if (t == "i1") return DType::Int8;
+      if (t == "u1") return DType::UInt8;
+      if (t == "i4") return DType::Int32;
+      if (t == "i8") return DType::Int64;
+      if (t == "b1") return DType::Bool;
+    }
+    if (!d.empty() && d[0] == '>')
+      bad("big-endian descr '" + d + "' is not supported (save it little-endian)");
+    bad("unsupported descr '" + d + "' (kiln reads f2 f4 f8 i1 u1 i4 i8 b1)");
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+  const std::string& name_;
+};
 
 uint64_t read_le(const uint8_t* p, int n) {
   uint64_t v = 0;
   for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
   return v;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Column-major bytes -> row-major, element by element (`elem` bytes each).
+std::vector<uint8_t> fortran_to_c(const uint8_t* src, const std::vector<int64_t>& shape,
+                                  size_t elem) {
+  const size_t rank = shape.size();
+  uint64_t numel = 1;
+  for (int64_t d : shape) numel *= uint64_t(d);
+  std::vector<uint8_t> out(numel * elem);
+  std::vector<int64_t> index(rank, 0);
+  for (uint64_t c = 0; c < numel; ++c) {
+    uint64_t f = 0, stride = 1;  // the Fortran offset of the current C-order index
+    for (size_t d = 0; d < rank; ++d) {
+      f += uint64_t(index[d]) * stride;
+      stride *= uint64_t(shape[d]);
+    }
+    std::memcpy(out.data() + c * elem, src + f * elem, elem);
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  return out;
 }
 
 const char* descr_of(DType d) {
@@ -106,7 +211,8 @@ const char* descr_of(DType d) {
     case DType::BFloat16:
       break;
   }
-  fail("write_npy", "dtype ", dtype_name(d), " has no NumPy equivalent");
+  fail("write_npy", "NumPy has no ", dtype_name(d),
+       " dtype; convert the tensor (e.g. to float32) first");
 }
 
 }  // namespace
@@ -118,37 +224,56 @@ int64_t Array::numel() const {
 }
 
 Array parse(const uint8_t* bytes, size_t size, const std::string& name) {
-  KILN_CHECK(size >= kMagicLen + 2 && std::memcmp(bytes, kMagic, kMagicLen) == 0, "read_npy", name,
-             ": not a .npy file (bad magic)");
-  const int major = bytes[6];
-  KILN_CHECK(major >= 1 && major <= 3, "read_npy", name, ": unsupported format version ", major,
-             ".", int(bytes[7]), " (expected 1.0, 2.0 or 3.0)");
+  KILN_CHECK(size >= kMagicLen + 2, kRead, name, ": truncated: ", size,
+             " bytes, a .npy preamble needs 10");
+  KILN_CHECK(std::memcmp(bytes, kMagic, kMagicLen) == 0, kRead, name,
+             ": bad magic (not a .npy file)");
+  const int major = bytes[6], minor = bytes[7];
+  KILN_CHECK(major >= 1 && major <= 3 && minor == 0, kRead, name, ": unsupported format version ",
+             major, ".", minor, " (kiln reads 1.0, 2.0 and 3.0)");
   const int len_bytes = major == 1 ? 2 : 4;
   const size_t prefix = kMagicLen + 2 + len_bytes;
-  KILN_CHECK(size >= prefix, "read_npy", name, ": truncated header");
+  KILN_CHECK(size >= prefix, kRead, name, ": truncated: ", size, " bytes, a version ", major,
+             " preamble needs ", prefix);
   const uint64_t header_len = read_le(bytes + kMagicLen + 2, len_bytes);
-  KILN_CHECK(header_len <= size - prefix, "read_npy", name, ": header length ", header_len,
-             " runs past the end of the file (", size, " bytes)");
+  KILN_CHECK(header_len <= size - prefix, kRead, name, ": truncated: header length ", header_len,
+             " runs past the end of the file (", size - prefix, " bytes after the preamble)");
   const std::string_view header(reinterpret_cast<const char*>(bytes + prefix), header_len);
+  const Header h = HeaderParser(header, name).parse();
 
   Array a;
-  a.dtype = parse_descr(value_of(header, "descr", name), name);
-  const std::string_view fortran = value_of(header, "fortran_order", name);
-  KILN_CHECK(fortran.substr(0, 5) == "False", "read_npy", name,
-             ": Fortran-order arrays are not supported (save with np.ascontiguousarray)");
-  a.shape = parse_shape(value_of(header, "shape", name), name);
-
+  a.dtype = h.dtype;
+  a.shape = h.shape;
   // numel * itemsize, checked for overflow, must be exactly the bytes after the header.
-  uint64_t nbytes = dtype_size(a.dtype);
-  for (int64_t d : a.shape) {
-    KILN_CHECK(d == 0 || nbytes <= std::numeric_limits<uint64_t>::max() / uint64_t(d), "read_npy",
-               name, ": shape is too large");
-    nbytes *= uint64_t(d);
+  uint64_t numel = 1, nbytes = 0;
+  bool empty = false;
+  for (int64_t d : h.shape) empty = empty || d == 0;
+  if (!empty) {
+    for (int64_t d : h.shape) {
+      KILN_CHECK(mul_ok(numel, uint64_t(d), numel) && numel <= uint64_t(INT64_MAX), kRead, name,
+                 ": shape ", shape_str(h.shape), " overflows int64 elements");
+    }
   }
-  const uint64_t available = size - prefix - header_len;
-  KILN_CHECK(nbytes == available, "read_npy", name, ": data holds ", available,
-             " bytes, but the header's dtype ", dtype_name(a.dtype), " and shape need ", nbytes);
-  a.data.assign(bytes + prefix + header_len, bytes + size);
+  if (empty) numel = 0;
+  KILN_CHECK(mul_ok(numel, dtype_size(h.dtype), nbytes), kRead, name, ": shape ",
+             shape_str(h.shape), " overflows 64-bit byte counts");
+  const uint64_t have = size - prefix - header_len;
+  KILN_CHECK(have >= nbytes, kRead, name, ": truncated: shape ", shape_str(h.shape), " of ",
+             dtype_name(h.dtype), " needs ", nbytes, " data bytes, the file has ", have);
+  KILN_CHECK(have == nbytes, kRead, name, ": ", have - nbytes, " unexpected bytes after the ",
+             nbytes, " data bytes of shape ", shape_str(h.shape));
+  const uint8_t* data = bytes + prefix + header_len;
+  if (h.dtype == DType::Bool) {
+    for (uint64_t i = 0; i < nbytes; ++i) {
+      KILN_CHECK(data[i] <= 1, kRead, name, ": bool element ", i, " is ", int(data[i]),
+                 " (not 0 or 1)");
+    }
+  }
+  if (h.fortran && h.shape.size() >= 2) {
+    a.data = fortran_to_c(data, h.shape, dtype_size(h.dtype));
+  } else {
+    a.data.assign(data, data + nbytes);
+  }
   return a;
 }
 

@@ -91,13 +91,15 @@ TEST(Npy, RoundTripsEveryDtypeAndShape) {
 TEST(Npy, RejectsMalformedFilesWithAReason) {
   const std::string ok = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
   const std::vector<uint8_t> data(24);
-  EXPECT_NE(parse_error({'x', 'y'}).find("bad magic"), std::string::npos);
+  EXPECT_NE(parse_error({'x', 'y'}).find("truncated"), std::string::npos);
+  EXPECT_NE(parse_error(std::vector<uint8_t>(16, 'x')).find("bad magic"), std::string::npos);
   auto f = numpy_file(ok, data);
   f.resize(f.size() - 1);  // truncated data
-  EXPECT_NE(parse_error(f).find("data holds 23 bytes"), std::string::npos) << parse_error(f);
+  EXPECT_NE(parse_error(f).find("needs 24 data bytes, the file has 23"), std::string::npos)
+      << parse_error(f);
   f = numpy_file(ok, data);
   f.push_back(0);  // trailing byte
-  EXPECT_NE(parse_error(f).find("need 24"), std::string::npos);
+  EXPECT_NE(parse_error(f).find("1 unexpected bytes"), std::string::npos);
   f = numpy_file(ok, data);
   f[8] = 0xff, f[9] = 0xff;  // header length past the end
   EXPECT_NE(parse_error(f).find("runs past the end"), std::string::npos);
@@ -109,25 +111,25 @@ TEST(Npy, RejectsMalformedFilesWithAReason) {
           .find("big-endian"),
       std::string::npos);
   EXPECT_NE(
-      parse_error(numpy_file("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", data))
-          .find("Fortran-order"),
+      parse_error(numpy_file("{'descr': '<f4', 'fortran_order': maybe, 'shape': (2, 3), }", data))
+          .find("True or False"),
       std::string::npos);
   EXPECT_NE(
       parse_error(numpy_file("{'descr': '<c8', 'fortran_order': False, 'shape': (3,), }", data))
-          .find("unsupported dtype '<c8'"),
+          .find("unsupported descr '<c8'"),
       std::string::npos);
   EXPECT_NE(
       parse_error(numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (-2, 3), }", data))
-          .find("non-integer"),
+          .find("non-negative integer"),
       std::string::npos);
-  EXPECT_NE(
-      parse_error(numpy_file("{'descr': '<f4', 'fortran_order': False}", data)).find("no 'shape'"),
-      std::string::npos);
+  EXPECT_NE(parse_error(numpy_file("{'descr': '<f4', 'fortran_order': False}", data))
+                .find("needs the keys"),
+            std::string::npos);
   // A shape whose byte count overflows 64 bits is refused before any allocation.
   EXPECT_NE(parse_error(numpy_file("{'descr': '<f8', 'fortran_order': False, 'shape': "
                                    "(4294967296, 4294967296, 16), }",
                                    data))
-                .find("too large"),
+                .find("overflows"),
             std::string::npos);
   EXPECT_THROW(npy::read("/nonexistent/x.npy"), kiln::Error);
 }

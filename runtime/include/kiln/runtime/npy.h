@@ -1,11 +1,13 @@
 #pragma once
-// .npy files for programs that link only kiln_runtime (the AOT executable's main, devices): raw
-// bytes + dtype + shape, no Tensor. The eager frontend has its own Tensor-level read_npy
-// (kiln/serialize.h); this one is deliberately minimal and strict.
+// .npy files as raw bytes + dtype + shape, for programs that link only kiln_runtime (the AOT
+// executable's main, devices); the eager frontend's read_npy / write_npy (kiln/serialize.h) wrap
+// the same code in Tensors.
 //
-// Reads format versions 1.0, 2.0 and 3.0, C order, dtypes f2 f4 f8 i1 u1 i4 i8 b1, little-endian
-// or byte-order-free. Every length is checked against the file before it is used; anything else
-// (Fortran order, big-endian, truncated data, trailing bytes) is a kiln::Error naming the file.
+// Reads format versions 1.0, 2.0 and 3.0 with dtypes f2 f4 f8 i1 u1 i4 i8 b1, little-endian or
+// byte-order-free; Fortran-order arrays are converted to C order. The header dict is parsed
+// strictly (exactly the keys descr, fortran_order, shape) and every length is checked against the
+// file before it is used; anything else (big-endian, truncated or trailing data, bool bytes other
+// than 0/1) is a kiln::Error naming the file.
 
 #include <cstdint>
 #include <string>
