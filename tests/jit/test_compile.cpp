@@ -206,3 +206,19 @@ TEST(JitCompile, SmallCapturedTensorsBecomeConstantGlobals) {
   Tensor x2 = rnd({4, 3}, 26);
   EXPECT_LE(max_abs_diff(f({x2})[0], fn({x2})[0]), 1e-6);
 }
+
+TEST(JitCompile, KernelErrorsAtRunTimeBecomeKilnErrors) {
+  // Data-dependent failures (an index out of range) can only show at run time: the runtime
+  // kernel's message reaches the caller as a kiln::Error, and the function stays usable.
+  Tensor table = rnd({5, 3}, 27);
+  auto fn = [&](const TensorList& t) { return TensorList{embedding(table, t[0]) * 2}; };
+  Tensor good = tensor({0.0, 4.0, 2.0}, DType::Int64);
+  jit::CompiledFunction f = jit::compile(jit::trace(fn, {good}), no_disk());
+  try {
+    f({tensor({0.0, 7.0, 2.0}, DType::Int64)});
+    FAIL() << "an out-of-range index was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("embedding"), std::string::npos) << e.what();
+  }
+  EXPECT_LE(max_abs_diff(f({good})[0], fn({good})[0]), 0.0);
+}
