@@ -160,6 +160,15 @@ OpFoldResult ReluOp::fold(FoldAdaptor) {
   return {};
 }
 
+// Constant-like ops fold to their value: the greedy rewrite driver identifies (and dedups)
+// constants by that attribute, so without it every constant would look alike.
+OpFoldResult ConstantOp::fold(FoldAdaptor) {
+  return getValue();
+}
+OpFoldResult NoneOp::fold(FoldAdaptor) {
+  return UnitAttr::get(getContext());
+}
+
 // The body's arguments mirror the operands and its yield the results, type for type; the body holds
 // kiln ops only (the region is codegen's unit of one loop nest).
 LogicalResult FusedOp::verify() {

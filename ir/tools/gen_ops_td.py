@@ -72,10 +72,25 @@ OPS = {
     "adaptive_avg_pool2d": (["input"], 1, {"output_size": ARR}, "adaptive average pooling"),
     "batch_norm": (["input", "running_mean", "running_var", "weight", "bias"], 1,
                    {"training": BOOL, "momentum": F64, "eps": F64}, "batch normalization"),
+    "batch_norm_update_stats": (["input", "running_mean", "running_var"], 2, {"momentum": F64},
+                                "training-mode running-statistics update (new mean, new var)"),
     "layer_norm": (["input", "weight", "bias"], 1, {"normalized_shape": ARR, "eps": F64},
                    "layer normalization"),
     "group_norm": (["input", "weight", "bias"], 1, {"num_groups": I64, "eps": F64},
                    "group normalization"),
+    # gradients of the ops whose backward runs fused kernels (traced training steps)
+    "conv2d_backward": (["grad", "input", "weight"], 3,
+                        {"stride": ARR, "padding": ARR, "dilation": ARR, "groups": I64},
+                        "conv2d gradients (input, weight, bias)"),
+    "max_pool2d_backward": (["grad", "indices"], 1, {}, "max_pool2d gradient (scatter to argmax)"),
+    "avg_pool2d_backward": (["grad"], 1, {"kernel": ARR, "stride": ARR, "padding": ARR,
+                                          "ceil_mode": BOOL, "count_include_pad": BOOL},
+                            "avg_pool2d gradient"),
+    "adaptive_avg_pool2d_backward": (["grad"], 1, {}, "adaptive_avg_pool2d gradient"),
+    "batch_norm_backward": (["grad", "input", "weight", "running_mean", "running_var"], 3,
+                            {"training": BOOL, "eps": F64},
+                            "batch_norm gradients (input, weight, bias); batch statistics are "
+                            "recomputed from input in training mode"),
     "embedding": (["weight", "indices"], 1, {"padding_idx": I64}, "row lookup"),
     "dropout": (["input", "mask"], 1, {"p": F64}, "input * mask / (1 - p)"),
     # random: each draws from an explicit Philox state operand tensor<2xi64> (seed, offset) and
@@ -178,7 +193,7 @@ w("")
 for n, (operands, nres, attrs, summary) in OPS.items():
     args = []
     for o in operands:
-        args.append(f"{OT if o in OPTIONAL_OPERANDS or (o == 'weight' and n in ('layer_norm','group_norm','batch_norm')) else T}:${o}")
+        args.append(f"{OT if o in OPTIONAL_OPERANDS or (o == 'weight' and n in ('layer_norm','group_norm','batch_norm','batch_norm_backward')) else T}:${o}")
     for a, t in attrs.items():
         args.append(f"{t}:${a}")
     res = ", ".join(f"{T}:$result{i}" for i in range(nres)) if nres > 1 else f"{T}:$result"
@@ -208,6 +223,7 @@ def Kiln_NoneOp : Kiln_Op<"none", [Pure, ConstantLike]> {
   let summary = "the absent optional operand (no bias, no running statistics)";
   let results = (outs NoneType:$result);
   let assemblyFormat = "attr-dict";
+  let hasFolder = 1;  // ConstantLike ops must fold to their value: MLIR's folder uniques by it
 }
 
 // A tensor constant held by reference: a DenseResourceElementsAttr (weights frozen into the
@@ -217,6 +233,7 @@ def Kiln_ConstantOp : Kiln_Op<"constant", [Pure, ConstantLike]> {
   let arguments = (ins ElementsAttr:$value);
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "$value attr-dict `:` type($result)";
+  let hasFolder = 1;  // ConstantLike ops must fold to their value: MLIR's folder uniques by it
 }
 """)
 w("""
@@ -241,5 +258,6 @@ def Kiln_YieldOp : Kiln_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
   let assemblyFormat = "$values attr-dict `:` type($values)";
 }
 """)
+
 w("#endif")
 print("\n".join(out))

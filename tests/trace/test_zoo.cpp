@@ -110,3 +110,95 @@ TEST(TraceZoo, MlpTrainingStep) {
   TensorList a = traced_model->parameters(), b = eager_model->parameters();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(max_abs_diff(a[i], b[i]), 1e-5);
 }
+
+namespace {
+
+// Traces one SGD training step of `model` on (x, y), then checks that calling the trace on new
+// batches moves the parameters and buffers exactly as eager steps on an identical copy do.
+void expect_training_step_matches_eager(const std::function<std::shared_ptr<nn::Module>()>& make,
+                                        Dims input_shape, int64_t classes, double tol) {
+  manual_seed(21);
+  auto traced_model = make();
+  manual_seed(21);
+  auto eager_model = make();
+  traced_model->train();
+  eager_model->train();
+  optim::SGD traced_opt(traced_model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  optim::SGD eager_opt(eager_model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  auto step = [](nn::Module& m, optim::Optimizer& opt) {
+    return [&m, &opt](const TensorList& in) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(m.forward(in[0]), in[1]);
+      loss.backward();
+      opt.step();
+      return TensorList{loss.detach()};
+    };
+  };
+  jit::TraceOptions options;
+  for (const auto& [name, t] : traced_model->named_parameters()) {
+    options.named_captures.emplace_back(name, t);
+  }
+  for (const auto& [name, t] : traced_model->named_buffers()) {
+    options.named_captures.emplace_back(name, t);
+  }
+  // One eager step first: momentum buffers exist before tracing (a trace refuses to create them).
+  Tensor xw = rnd(input_shape, 29), yw = tokens({input_shape[0]}, classes, 29);
+  step(*traced_model, traced_opt)({xw, yw});
+  step(*eager_model, eager_opt)({xw, yw});
+  Tensor x0 = rnd(input_shape, 30), y0 = tokens({input_shape[0]}, classes, 30);
+  jit::TracedFunction traced = jit::trace(step(*traced_model, traced_opt), {x0, y0}, options);
+  step(*eager_model, eager_opt)({x0, y0});
+  for (uint32_t k = 0; k < 3; ++k) {
+    Tensor x = rnd(input_shape, 40 + k), y = tokens({input_shape[0]}, classes, 40 + k);
+    const double traced_loss = traced({x, y})[0].item<double>();
+    const double eager_loss = step(*eager_model, eager_opt)({x, y})[0].item<double>();
+    EXPECT_NEAR(traced_loss, eager_loss, tol * std::max(1.0, std::abs(eager_loss)));
+  }
+  auto a = traced_model->named_parameters(), b = eager_model->named_parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LE(max_abs_diff(a[i].second, b[i].second), tol) << a[i].first;
+  }
+  auto ab = traced_model->named_buffers(), bb = eager_model->named_buffers();
+  for (size_t i = 0; i < ab.size(); ++i) {
+    EXPECT_LE(max_abs_diff(ab[i].second, bb[i].second), tol) << ab[i].first;
+  }
+}
+
+}  // namespace
+
+// Conv, max-pool and linear gradients are traced ops: a LeNet training step is one trace.
+TEST(TraceZoo, LeNetTrainingStep) {
+  expect_training_step_matches_eager([] { return models::lenet(); }, {8, 1, 28, 28}, 10, 1e-5);
+}
+
+// Batch norm in training mode: batch-statistics gradients and running-statistics updates are
+// traced too (the buffers are in-out values like the parameters), as are the residual adds,
+// adaptive average pooling and the momentum buffers.
+TEST(TraceZoo, ResNet18TrainingStep) {
+  expect_training_step_matches_eager([] { return models::resnet18(10); }, {2, 3, 32, 32}, 10, 1e-4);
+}
+
+// Steps a trace could not replay are refused, never frozen.
+TEST(TraceZoo, UnreplayableOptimizerStepsAreRefused) {
+  manual_seed(8);
+  auto m = models::mlp({4, 3});
+  auto step_with = [&](optim::Optimizer& opt) {
+    return [&](const TensorList& in) {
+      opt.zero_grad();
+      Tensor loss = sum(m->forward(in[0]));
+      loss.backward();
+      opt.step();
+      return TensorList{loss.detach()};
+    };
+  };
+  optim::SGD sgd(m->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  optim::Adam adam(m->parameters(), optim::AdamOptions(0.1));
+  try {
+    jit::trace(step_with(sgd), {ones({2, 4})});
+    FAIL() << "a first momentum step must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("run one eager step before tracing"), std::string::npos);
+  }
+  step_with(adam)({ones({2, 4})});
+  EXPECT_THROW(jit::trace(step_with(adam), {ones({2, 4})}), Error);
+}

@@ -5,7 +5,11 @@
 #include <cstring>
 #include <string>
 
+#include "artifact_commands.h"
 #include "demo.h"
+#if KILN_HAVE_MLIR
+#include "compile.h"
+#endif
 #include "kiln/kiln.h"
 
 namespace {
@@ -15,6 +19,11 @@ int usage(FILE* out) {
                "usage: kiln <command> [options]\n\n"
                "commands:\n"
                "  demo       train, trace, compile and run a small model (the README's main job)\n"
+               "  export     trace a zoo model and write a .kiln artifact\n"
+               "  run        run a .kiln artifact on .npy inputs\n"
+               "  inspect    show an artifact's inputs, outputs, plan, memory and weights\n"
+               "  bench      time loading, the first run and steady-state runs of an artifact\n"
+               "  compile    ahead-of-time native code: executable, shared object or object\n"
                "  version    print the version and build configuration\n\n"
                "options:\n"
                "  --version  same as `kiln version`\n"
@@ -38,7 +47,17 @@ int main(int argc, char** argv) {
     if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
     if (cmd == "--version" || cmd == "version") return print_version();
     if (cmd == "demo") return kiln::cli::demo(argc - 2, argv + 2);
+    if (cmd == "run") return kiln::cli::run_artifact(argc - 2, argv + 2);
+    if (cmd == "inspect") return kiln::cli::inspect_artifact(argc - 2, argv + 2);
+    if (cmd == "bench") return kiln::cli::bench_artifact(argc - 2, argv + 2);
+#if KILN_HAVE_MLIR
+    if (cmd == "export") return kiln::cli::export_model(argc - 2, argv + 2);
+    if (cmd == "compile") return kiln::cli::compile(argc - 2, argv + 2);
+#endif
   } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "kiln %s: %s\n", cmd.c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln %s: %s\n", cmd.c_str(), e.what());
     return 1;
   }

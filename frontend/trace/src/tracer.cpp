@@ -118,6 +118,7 @@ class Tracer final : public dispatch::TraceHook {
   }
 
   mlir::ModuleOp finish(const TensorList& outputs) {
+    promote_written_constants();
     llvm::SmallVector<mlir::Value> results;
     llvm::SmallVector<mlir::Type> types;
     for (const Tensor& t : outputs) {
@@ -145,6 +146,8 @@ class Tracer final : public dispatch::TraceHook {
     llvm::SmallVector<mlir::Attribute> names;
     for (const auto& n : out_->arg_names_) names.push_back(builder_.getStringAttr(n));
     fn_->setAttr("kiln.arg_names", builder_.getArrayAttr(names));
+    // The results before the in-out values: what gradient elimination keeps.
+    fn_->setAttr("kiln.num_outputs", builder_.getI64IntegerAttr(out_->num_outputs_));
     return module_;
   }
 
@@ -318,6 +321,29 @@ class Tracer final : public dispatch::TraceHook {
     return out;
   }
 
+  // A small tensor inlined as a constant but written later in the trace (an optimizer's momentum
+  // buffer for a bias) is state, not a constant: it becomes an in-out argument instead.
+  void promote_written_constants() {
+    std::unordered_map<const TensorImpl*, mlir::Value> promoted;
+    for (auto& [t, c] : inlined_) {
+      auto now = values_.find(t.impl());
+      const bool written = now != values_.end() && now->second != c;
+      if (!written && !promoted.count(t.impl())) continue;
+      auto [it, fresh] = promoted.try_emplace(t.impl());
+      if (fresh) {
+        it->second = add_argument(t, "capture" + std::to_string(out_->captures_.size()));
+        capture_args_[t.impl()] = it->second;
+        out_->captures_.push_back(t);
+      }
+      c.replaceAllUsesWith(it->second);
+      for (auto& [impl, value] : values_) {
+        if (value == c) value = it->second;
+      }
+      c.getDefiningOp()->erase();
+    }
+    inlined_.clear();
+  }
+
   // Fresh tensor handles for a region op's results, carrying the eager values.
   TensorList bind_results(const TensorList& values, mlir::ResultRange results) {
     TensorList out;
@@ -365,6 +391,7 @@ class Tracer final : public dispatch::TraceHook {
       // Small tensors, and tensors of one repeated value (zeros made by a factory inside the
       // traced function, such as an RNN's initial state), are constants, not inputs.
       v = constant(t);
+      inlined_.emplace_back(t, v);
     } else {
       const std::string name = named != capture_names_.end()
                                    ? named->second
@@ -548,6 +575,7 @@ class Tracer final : public dispatch::TraceHook {
   std::unordered_map<const TensorImpl*, mlir::Value> capture_args_;
   std::unordered_map<const TensorImpl*, Tensor> aliases_;
   std::vector<TensorImplPtr> keep_alive_;
+  std::vector<std::pair<Tensor, mlir::Value>> inlined_;  // captures inlined as constants
   Tensor rng_;  // the generator state the trace's random ops draw from (see emit_random)
   // One set per cond/loop region being recorded: the tensors created inside it.
   std::vector<std::unordered_set<const TensorImpl*>>

@@ -309,6 +309,12 @@ def Kiln_BatchNormOp : Kiln_Op<"batch_norm", [Pure]> {
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
+def Kiln_BatchNormUpdateStatsOp : Kiln_Op<"batch_norm_update_stats", [Pure]> {
+  let summary = "training-mode running-statistics update (new mean, new var)";
+  let arguments = (ins Kiln_Tensor:$input, Kiln_OptTensor:$running_mean, Kiln_OptTensor:$running_var, F64Attr:$momentum);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
 def Kiln_LayerNormOp : Kiln_Op<"layer_norm", [Pure]> {
   let summary = "layer normalization";
   let arguments = (ins Kiln_Tensor:$input, Kiln_OptTensor:$weight, Kiln_OptTensor:$bias, DenseI64ArrayAttr:$normalized_shape, F64Attr:$eps);
@@ -319,6 +325,36 @@ def Kiln_GroupNormOp : Kiln_Op<"group_norm", [Pure]> {
   let summary = "group normalization";
   let arguments = (ins Kiln_Tensor:$input, Kiln_OptTensor:$weight, Kiln_OptTensor:$bias, I64Attr:$num_groups, F64Attr:$eps);
   let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_Conv2dBackwardOp : Kiln_Op<"conv2d_backward", [Pure]> {
+  let summary = "conv2d gradients (input, weight, bias)";
+  let arguments = (ins Kiln_Tensor:$grad, Kiln_Tensor:$input, Kiln_Tensor:$weight, DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding, DenseI64ArrayAttr:$dilation, I64Attr:$groups);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1, Kiln_Tensor:$result2);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_MaxPool2dBackwardOp : Kiln_Op<"max_pool2d_backward", [Pure]> {
+  let summary = "max_pool2d gradient (scatter to argmax)";
+  let arguments = (ins Kiln_Tensor:$grad, Kiln_Tensor:$indices);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_AvgPool2dBackwardOp : Kiln_Op<"avg_pool2d_backward", [Pure]> {
+  let summary = "avg_pool2d gradient";
+  let arguments = (ins Kiln_Tensor:$grad, DenseI64ArrayAttr:$kernel, DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding, BoolAttr:$ceil_mode, BoolAttr:$count_include_pad);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_AdaptiveAvgPool2dBackwardOp : Kiln_Op<"adaptive_avg_pool2d_backward", [Pure]> {
+  let summary = "adaptive_avg_pool2d gradient";
+  let arguments = (ins Kiln_Tensor:$grad);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_BatchNormBackwardOp : Kiln_Op<"batch_norm_backward", [Pure]> {
+  let summary = "batch_norm gradients (input, weight, bias); batch statistics are recomputed from input in training mode";
+  let arguments = (ins Kiln_Tensor:$grad, Kiln_Tensor:$input, Kiln_OptTensor:$weight, Kiln_OptTensor:$running_mean, Kiln_OptTensor:$running_var, BoolAttr:$training, F64Attr:$eps);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1, Kiln_Tensor:$result2);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
 def Kiln_EmbeddingOp : Kiln_Op<"embedding", [Pure]> {
@@ -507,6 +543,7 @@ def Kiln_NoneOp : Kiln_Op<"none", [Pure, ConstantLike]> {
   let summary = "the absent optional operand (no bias, no running statistics)";
   let results = (outs NoneType:$result);
   let assemblyFormat = "attr-dict";
+  let hasFolder = 1;  // ConstantLike ops must fold to their value: MLIR's folder uniques by it
 }
 
 // A tensor constant held by reference: a DenseResourceElementsAttr (weights frozen into the
@@ -516,6 +553,7 @@ def Kiln_ConstantOp : Kiln_Op<"constant", [Pure, ConstantLike]> {
   let arguments = (ins ElementsAttr:$value);
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "$value attr-dict `:` type($result)";
+  let hasFolder = 1;  // ConstantLike ops must fold to their value: MLIR's folder uniques by it
 }
 
 

@@ -80,6 +80,7 @@ class TracedFunction {
 
  private:
   friend class Tracer;
+  friend void freeze(TracedFunction&);
   friend TracedFunction trace(const std::function<TensorList(const TensorList&)>&,
                               const TensorList&, const TraceOptions&);
   struct State;
@@ -93,6 +94,7 @@ class TracedFunction {
   std::vector<size_t> mutated_captures_;
   // The capture holding the random-number state ("rng_state"), when the trace draws random numbers.
   std::optional<size_t> rng_capture_;
+  TensorList frozen_;  // storage the frozen module's constants point into (see freeze.h)
 };
 
 TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,

@@ -1,0 +1,437 @@
+// module -> .kiln bytes (see kiln/codegen/artifact.h and runtime/schema/kiln.fbs).
+
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <stdexcept>
+
+#include "kiln/codegen/artifact.h"
+#include "kiln_generated.h"
+#include "llvm/Support/raw_ostream.h"
+#include "mlir/Bytecode/BytecodeWriter.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+
+namespace kiln::codegen {
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) {
+  throw std::runtime_error("kiln save: " + msg);
+}
+
+std::string op_name(mlir::Operation* op) {
+  return op->getName().getStringRef().str();
+}
+
+fb::DType dtype_of(mlir::Type t, const std::string& where) {
+  if (t.isF32()) return fb::DType::Float32;
+  if (t.isF64()) return fb::DType::Float64;
+  if (t.isF16()) return fb::DType::Float16;
+  if (t.isBF16()) return fb::DType::BFloat16;
+  if (t.isInteger(1)) return fb::DType::Bool;
+  if (t.isUnsignedInteger(8)) return fb::DType::UInt8;
+  if (t.isInteger(8)) return fb::DType::Int8;
+  if (t.isInteger(32)) return fb::DType::Int32;
+  if (t.isInteger(64)) return fb::DType::Int64;
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << t;
+  fail(where + ": element type " + s + " has no runtime dtype");
+}
+
+size_t dtype_bytes(fb::DType d) {
+  switch (d) {
+    case fb::DType::Float64:
+    case fb::DType::Int64:
+      return 8;
+    case fb::DType::Float32:
+    case fb::DType::Int32:
+      return 4;
+    case fb::DType::Float16:
+    case fb::DType::BFloat16:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+uint64_t align64(uint64_t x) {
+  return (x + 63) & ~uint64_t{63};
+}
+
+class Writer {
+ public:
+  Writer(mlir::ModuleOp module, const ArtifactOptions& o) : module_(module), o_(o) {}
+
+  std::vector<uint8_t> write() {
+    auto fn = module_.lookupSymbol<mlir::func::FuncOp>("forward");
+    if (!fn) fail("the module has no func.func @forward");
+    mlir::Block& block = fn.getBody().front();
+    if (auto a = fn->getAttrOfType<mlir::IntegerAttr>("kiln.arena_bytes")) arena_ = a.getInt();
+    if (auto a = fn->getAttrOfType<mlir::IntegerAttr>("kiln.naive_bytes")) naive_ = a.getInt();
+    planned_arena_ = arena_;
+    std::vector<std::string> arg_names;
+    if (auto names = fn->getAttrOfType<mlir::ArrayAttr>("kiln.arg_names")) {
+      for (mlir::Attribute a : names) arg_names.push_back(mlir::cast<mlir::StringAttr>(a).str());
+    }
+    while (arg_names.size() < block.getNumArguments()) {
+      arg_names.push_back("arg" + std::to_string(arg_names.size()));
+    }
+    int64_t num_inputs = o_.num_inputs;
+    if (num_inputs < 0) {
+      num_inputs = 0;
+      while (num_inputs < block.getNumArguments() && !o_.weights.count(arg_names[num_inputs])) {
+        ++num_inputs;
+      }
+    }
+    llvm::ArrayRef<int64_t> arg_offsets;
+    if (auto a = fn->getAttrOfType<mlir::DenseI64ArrayAttr>("kiln.arg_offsets")) {
+      arg_offsets = a.asArrayRef();
+    }
+    std::vector<std::string> missing;
+    for (unsigned i = 0; i < block.getNumArguments(); ++i) {
+      mlir::Value arg = block.getArgument(i);
+      const std::string& name = arg_names[i];
+      if (static_cast<int64_t>(i) < num_inputs) {
+        const int64_t off = i < arg_offsets.size() ? arg_offsets[i] : -1;
+        const int32_t s = arena_slot(arg, off, "input \"" + name + "\"");
+        inputs_.push_back(fb::CreateIo(fbb_, fbb_.CreateString(input_name(i, name)), s));
+        continue;
+      }
+      auto it = o_.weights.find(name);
+      if (it == o_.weights.end()) {
+        missing.push_back(name);
+        continue;
+      }
+      const size_t want = value_bytes(arg, "argument \"" + name + "\"");
+      if (it->second.size() != want) {
+        fail("weight \"" + name + "\": expected " + std::to_string(want) + " bytes, got " +
+             std::to_string(it->second.size()));
+      }
+      arg_blob_[i] = add_blob(name, it->second.data(), it->second.size());
+      slots_[arg] = weight_slot(arg, arg_blob_[i]);
+    }
+    if (!missing.empty()) {
+      std::string s;
+      for (const auto& m : missing) s += (s.empty() ? "" : ", ") + m;
+      fail("no weights given for parameter arguments: " + s);
+    }
+    emit_block(block);
+    return finish();
+  }
+
+ private:
+  std::string input_name(unsigned i, const std::string& fallback) const {
+    return i < o_.input_names.size() ? o_.input_names[i] : fallback;
+  }
+
+  size_t value_bytes(mlir::Value v, const std::string& where) {
+    auto t = mlir::dyn_cast<mlir::RankedTensorType>(v.getType());
+    if (!t || !t.hasStaticShape()) fail(where + ": expected a tensor of static shape");
+    return static_cast<size_t>(t.getNumElements()) *
+           dtype_bytes(dtype_of(t.getElementType(), where));
+  }
+
+  flatbuffers::Offset<fb::Slot> slot_table(mlir::Value v, fb::SlotKind kind, uint64_t offset,
+                                           uint32_t weight, const std::string& where) {
+    auto t = mlir::dyn_cast<mlir::RankedTensorType>(v.getType());
+    if (!t || !t.hasStaticShape()) fail(where + ": expected a tensor of static shape");
+    std::vector<int64_t> shape(t.getShape().begin(), t.getShape().end());
+    return fb::CreateSlotDirect(fbb_, kind, dtype_of(t.getElementType(), where), &shape, offset,
+                                weight);
+  }
+
+  int32_t arena_slot(mlir::Value v, int64_t offset, const std::string& where) {
+    const size_t bytes = value_bytes(v, where);
+    if (offset < 0) {  // not planned: space of its own after the planned arena
+      offset = align64(arena_);
+      arena_ = offset + bytes;
+      naive_extra_ += align64(bytes);
+    }
+    arena_ = std::max<uint64_t>(arena_, offset + bytes);
+    slot_list_.push_back(slot_table(v, fb::SlotKind::Arena, offset, 0, where));
+    const int32_t s = static_cast<int32_t>(slot_list_.size() - 1);
+    slots_[v] = s;
+    return s;
+  }
+
+  int32_t weight_slot(mlir::Value v, uint32_t blob) {
+    slot_list_.push_back(slot_table(v, fb::SlotKind::Weight, 0, blob, "weight"));
+    return static_cast<int32_t>(slot_list_.size() - 1);
+  }
+
+  int32_t none_slot() {
+    if (none_ < 0) {
+      slot_list_.push_back(fb::CreateSlot(fbb_, fb::SlotKind::None));
+      none_ = static_cast<int32_t>(slot_list_.size() - 1);
+    }
+    return none_;
+  }
+
+  uint32_t add_blob(const std::string& name, const void* data, size_t size) {
+    const uint64_t off = align64(segment_.size());
+    segment_.resize(off + size);
+    if (size) std::memcpy(segment_.data() + off, data, size);
+    blobs_.push_back(fb::CreateBlobDirect(fbb_, name.c_str(), off, size));
+    return static_cast<uint32_t>(blobs_.size() - 1);
+  }
+
+  // Bytes of a constant: dense resource blobs (frozen weights) or dense literals.
+  std::vector<uint8_t> constant_bytes(mlir::Operation* op) {
+    mlir::Attribute attr = op->getAttr("value");
+    auto type = mlir::cast<mlir::RankedTensorType>(op->getResult(0).getType());
+    const fb::DType dt = dtype_of(type.getElementType(), op_name(op));
+    const size_t n = static_cast<size_t>(type.getNumElements()), eb = dtype_bytes(dt);
+    std::vector<uint8_t> out(n * eb);
+    if (auto res = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(attr)) {
+      mlir::AsmResourceBlob* blob = res.getRawHandle().getBlob();
+      if (!blob)
+        fail("kiln.constant: dense resource '" + res.getRawHandle().getKey().str() +
+             "' has no data");
+      llvm::ArrayRef<char> data = blob->getData();
+      if (data.size() != out.size()) {
+        fail("kiln.constant: resource of " + std::to_string(data.size()) + " bytes for a " +
+             std::to_string(out.size()) + "-byte tensor");
+      }
+      std::memcpy(out.data(), data.data(), data.size());
+      return out;
+    }
+    auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(attr);
+    if (!dense) fail("kiln.constant: unsupported value attribute");
+    if (dt == fb::DType::Bool) {  // i1 is bit-packed in the attribute's raw data
+      size_t i = 0;
+      for (bool b : dense.getValues<bool>()) out[i++] = b ? 1 : 0;
+      if (dense.isSplat()) std::fill(out.begin(), out.end(), out.empty() ? 0 : out[0]);
+      return out;
+    }
+    llvm::ArrayRef<char> raw = dense.getRawData();
+    if (dense.isSplat()) {
+      for (size_t i = 0; i < n; ++i) std::memcpy(out.data() + i * eb, raw.data(), eb);
+    } else {
+      if (raw.size() != out.size()) fail("kiln.constant: unexpected raw data size");
+      std::memcpy(out.data(), raw.data(), raw.size());
+    }
+    return out;
+  }
+
+  int32_t operand_slot(mlir::Value v, mlir::Operation* user) {
+    auto it = slots_.find(v);
+    if (it == slots_.end()) fail(op_name(user) + ": operand defined outside the plan");
+    return it->second;
+  }
+
+  flatbuffers::Offset<fb::Attr> attr(const std::string& where, llvm::StringRef name,
+                                     mlir::Attribute a) {
+    auto n = fbb_.CreateString(name.str());
+    fb::AttrBuilder b(fbb_);
+    if (auto i = mlir::dyn_cast<mlir::BoolAttr>(a)) {
+      b.add_name(n);
+      b.add_kind(fb::AttrKind::Bool);
+      b.add_i(i.getValue() ? 1 : 0);
+      return b.Finish();
+    }
+    if (auto i = mlir::dyn_cast<mlir::IntegerAttr>(a)) {
+      b.add_name(n);
+      const bool is_bool = i.getType().isInteger(1);
+      b.add_kind(is_bool ? fb::AttrKind::Bool : fb::AttrKind::Int);
+      b.add_i(is_bool ? (i.getValue().getBoolValue() ? 1 : 0) : i.getValue().getSExtValue());
+      return b.Finish();
+    }
+    if (auto f = mlir::dyn_cast<mlir::FloatAttr>(a)) {
+      b.add_name(n);
+      b.add_kind(fb::AttrKind::Float);
+      b.add_f(f.getValueAsDouble());
+      return b.Finish();
+    }
+    fail(where + ": attribute '" + name.str() + "' has a kind the artifact cannot hold");
+  }
+
+  flatbuffers::Offset<fb::Attr> array_attr(const std::string& where, llvm::StringRef name,
+                                           mlir::Attribute a) {
+    std::vector<int64_t> v;
+    if (auto d = mlir::dyn_cast<mlir::DenseI64ArrayAttr>(a)) {
+      v.assign(d.asArrayRef().begin(), d.asArrayRef().end());
+    } else if (auto arr = mlir::dyn_cast<mlir::ArrayAttr>(a)) {
+      for (mlir::Attribute e : arr) {
+        auto i = mlir::dyn_cast<mlir::IntegerAttr>(e);
+        if (!i) fail(where + ": attribute '" + name.str() + "' is not an integer array");
+        v.push_back(i.getInt());
+      }
+    }
+    return fb::CreateAttrDirect(fbb_, name.str().c_str(), fb::AttrKind::Ints, 0, 0, &v);
+  }
+
+  void emit_block(mlir::Block& block) {
+    for (mlir::Operation& op : block) {
+      const std::string name = op_name(&op);
+      if (name == "func.return") {
+        std::vector<int32_t> results;
+        for (mlir::Value v : op.getOperands()) results.push_back(operand_slot(v, &op));
+        finish_outputs(results);
+        continue;
+      }
+      if (name == "kiln.none") {
+        slots_[op.getResult(0)] = none_slot();
+        continue;
+      }
+      if (name == "kiln.constant") {
+        std::vector<uint8_t> bytes = constant_bytes(&op);
+        const uint32_t blob =
+            add_blob("constant" + std::to_string(constants_++), bytes.data(), bytes.size());
+        slots_[op.getResult(0)] = weight_slot(op.getResult(0), blob);
+        continue;
+      }
+      if (name == "kiln.fused" && !op.hasAttr("kiln.symbol")) {
+        inline_fused(op);
+        continue;
+      }
+      if (name.rfind("kiln.", 0) != 0) fail("op '" + name + "' cannot be run by the runtime");
+      emit_op(op, name.substr(5));
+    }
+  }
+
+  // A fused elementwise region without compiled code runs its body op by op.
+  void inline_fused(mlir::Operation& op) {
+    mlir::Block& body = op.getRegion(0).front();
+    for (unsigned i = 0; i < body.getNumArguments(); ++i) {
+      slots_[body.getArgument(i)] = operand_slot(op.getOperand(i), &op);
+    }
+    for (mlir::Operation& inner : body) {
+      const std::string name = op_name(&inner);
+      if (name == "kiln.yield") {
+        for (unsigned i = 0; i < inner.getNumOperands(); ++i) {
+          slots_[op.getResult(i)] = operand_slot(inner.getOperand(i), &inner);
+        }
+        continue;
+      }
+      if (name == "kiln.constant" || name == "kiln.none") {
+        fail("kiln.fused: constants inside a fused body are not supported");
+      }
+      emit_op(inner, name.substr(5));
+    }
+  }
+
+  void emit_op(mlir::Operation& op, const std::string& kernel) {
+    const std::string where = op_name(&op);
+    std::vector<int32_t> ins, outs;
+    for (mlir::Value v : op.getOperands()) ins.push_back(operand_slot(v, &op));
+    llvm::ArrayRef<int64_t> offsets;
+    if (auto a = op.getAttrOfType<mlir::DenseI64ArrayAttr>("kiln.arena_offsets")) {
+      offsets = a.asArrayRef();
+    }
+    for (unsigned i = 0; i < op.getNumResults(); ++i) {
+      outs.push_back(arena_slot(op.getResult(i), i < offsets.size() ? offsets[i] : -1,
+                                where + " result " + std::to_string(i)));
+    }
+    std::vector<flatbuffers::Offset<fb::Attr>> attrs;
+    std::string symbol;
+    for (mlir::NamedAttribute na : op.getAttrs()) {
+      llvm::StringRef n = na.getName().strref();
+      if (n == "kiln.symbol") {
+        symbol = mlir::cast<mlir::StringAttr>(na.getValue()).str();
+        continue;
+      }
+      if (n.starts_with("kiln.") || n == "operandSegmentSizes") continue;  // pass annotations
+      if (mlir::isa<mlir::DenseI64ArrayAttr, mlir::ArrayAttr>(na.getValue())) {
+        attrs.push_back(array_attr(where, n, na.getValue()));
+      } else if (auto s = mlir::dyn_cast<mlir::StringAttr>(na.getValue())) {
+        attrs.push_back(fb::CreateAttrDirect(fbb_, n.str().c_str(), fb::AttrKind::String, 0, 0,
+                                             nullptr, s.str().c_str()));
+      } else {
+        attrs.push_back(attr(where, n, na.getValue()));
+      }
+    }
+    instrs_.push_back(fb::CreateInstructionDirect(fbb_, symbol.empty() ? kernel.c_str() : nullptr,
+                                                  symbol.empty() ? nullptr : symbol.c_str(), &attrs,
+                                                  &ins, &outs));
+  }
+
+  void finish_outputs(const std::vector<int32_t>& results) {
+    const size_t num_outputs = o_.num_outputs < 0 ? results.size() : o_.num_outputs;
+    if (num_outputs > results.size()) fail("num_outputs exceeds @forward's results");
+    for (size_t i = 0; i < num_outputs; ++i) {
+      const std::string name =
+          i < o_.output_names.size() ? o_.output_names[i] : "output" + std::to_string(i);
+      outputs_.push_back(fb::CreateIo(fbb_, fbb_.CreateString(name), results[i]));
+    }
+    if (results.size() - num_outputs != o_.state_args.size()) {
+      fail("@forward returns " + std::to_string(results.size() - num_outputs) +
+           " state values, options name " + std::to_string(o_.state_args.size()));
+    }
+    for (size_t k = 0; k < o_.state_args.size(); ++k) {
+      auto it = arg_blob_.find(static_cast<unsigned>(o_.state_args[k]));
+      if (it == arg_blob_.end())
+        fail("state argument " + std::to_string(o_.state_args[k]) + " is not a weight");
+      state_.push_back(fb::CreateStateUpdate(fbb_, results[num_outputs + k], it->second));
+    }
+  }
+
+  std::vector<uint8_t> finish() {
+    std::vector<flatbuffers::Offset<fb::CodeObject>> code;
+    for (const CodeBlob& c : o_.code) {
+      const uint32_t blob = add_blob("code:" + c.target_triple, c.elf.data(), c.elf.size());
+      std::vector<flatbuffers::Offset<flatbuffers::String>> feats, syms;
+      for (const auto& f : c.cpu_features) feats.push_back(fbb_.CreateString(f));
+      for (const auto& s : c.symbols) syms.push_back(fbb_.CreateString(s));
+      code.push_back(
+          fb::CreateCodeObjectDirect(fbb_, c.target_triple.c_str(), &feats, blob, &syms));
+    }
+    std::vector<flatbuffers::Offset<flatbuffers::String>> feats;
+    for (const auto& f : o_.cpu_features) feats.push_back(fbb_.CreateString(f));
+    std::vector<flatbuffers::Offset<fb::KeyValue>> meta;
+    for (const auto& [k, v] : o_.metadata)
+      meta.push_back(fb::CreateKeyValueDirect(fbb_, k.c_str(), v.c_str()));
+    std::vector<uint8_t> bytecode;
+    if (o_.embed_mlir_bytecode) {
+      std::string s;
+      llvm::raw_string_ostream os(s);
+      if (mlir::failed(mlir::writeBytecodeToFile(module_, os))) fail("cannot write MLIR bytecode");
+      os.flush();
+      bytecode.assign(s.begin(), s.end());
+    }
+    auto root = fb::CreateModelDirect(
+        fbb_, 1, o_.name.c_str(), o_.producer.c_str(), o_.target_triple.c_str(), &feats, &inputs_,
+        &outputs_, &slot_list_, &instrs_, align64(arena_),
+        naive_ ? naive_ + naive_extra_ : naive_extra_, &blobs_, &state_, &code,
+        o_.embed_mlir_bytecode ? &bytecode : nullptr, &meta);
+    fbb_.FinishSizePrefixed(root, fb::ModelIdentifier());
+    std::vector<uint8_t> file(fbb_.GetBufferPointer(), fbb_.GetBufferPointer() + fbb_.GetSize());
+    file.resize(align64(file.size()), 0);
+    file.insert(file.end(), segment_.begin(), segment_.end());
+    return file;
+  }
+
+  mlir::ModuleOp module_;
+  const ArtifactOptions& o_;
+  flatbuffers::FlatBufferBuilder fbb_{1 << 16};
+  llvm::DenseMap<mlir::Value, int32_t> slots_;
+  std::map<unsigned, uint32_t> arg_blob_;
+  std::vector<flatbuffers::Offset<fb::Slot>> slot_list_;
+  std::vector<flatbuffers::Offset<fb::Instruction>> instrs_;
+  std::vector<flatbuffers::Offset<fb::Io>> inputs_, outputs_;
+  std::vector<flatbuffers::Offset<fb::Blob>> blobs_;
+  std::vector<flatbuffers::Offset<fb::StateUpdate>> state_;
+  std::vector<uint8_t> segment_;
+  uint64_t arena_ = 0, planned_arena_ = 0, naive_ = 0, naive_extra_ = 0;
+  int32_t none_ = -1;
+  int constants_ = 0;
+};
+
+}  // namespace
+
+std::vector<uint8_t> write_artifact(mlir::ModuleOp module, const ArtifactOptions& options) {
+  return Writer(module, options).write();
+}
+
+void write_artifact_file(mlir::ModuleOp module, const ArtifactOptions& options,
+                         const std::string& path) {
+  const std::vector<uint8_t> bytes = write_artifact(module, options);
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) fail("cannot open \"" + path + "\" for writing");
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!f) fail("cannot write \"" + path + "\"");
+}
+
+}  // namespace kiln::codegen

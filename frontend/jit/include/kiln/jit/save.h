@@ -1,0 +1,29 @@
+#pragma once
+// kiln::jit::save — a traced function -> a `.kiln` artifact the runtime (kiln_runtime alone) can
+// load and run: runs the inference pipeline (cleanup, memory planning), takes the parameter
+// values from the trace's captures, and writes the file (kiln/codegen/artifact.h).
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/trace/trace.h"
+
+namespace kiln::jit {
+
+struct SaveOptions {
+  std::string name = "model";
+  std::string producer = "kiln::jit::save";
+  // Input/output names (default: the trace's argument names, "output<i>").
+  std::vector<std::string> input_names, output_names;
+  bool optimize = true;  // run the pass pipeline before writing
+  bool embed_mlir_bytecode = false;
+  std::vector<std::pair<std::string, std::string>> metadata;
+};
+
+// Throws kiln::Error when the module cannot become an artifact.
+std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& options = {});
+void save(const TracedFunction& fn, const std::string& path, const SaveOptions& options = {});
+
+}  // namespace kiln::jit

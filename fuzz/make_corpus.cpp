@@ -1,0 +1,128 @@
+// Writes the artifact corpora: valid seeds (fuzz/corpus/, also replayed by CTest) and
+// deliberately broken files (tests/data/artifact_corpus/broken/), each named for its defect.
+//   kiln_make_artifact_corpus SEED_DIR BROKEN_DIR
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "runtime/artifact_builder.h"
+
+using kiln::testing::ArtifactSpec;
+namespace fb = kiln::fb;
+
+namespace {
+
+void write(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  std::printf("%s (%zu bytes)\n", path.c_str(), bytes.size());
+}
+
+std::vector<float> ramp(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+  return v;
+}
+
+ArtifactSpec linear_relu() {
+  return kiln::testing::linear_relu_spec(ramp(12), ramp(4));
+}
+
+// conv2d -> max_pool2d -> view -> softmax: a seed that reaches more kernels.
+ArtifactSpec conv_net() {
+  using K = fb::AttrKind;
+  ArtifactSpec a;
+  a.blobs = {{"conv.weight", kiln::testing::bytes_of(ramp(2 * 1 * 3 * 3))},
+             {"conv.bias", kiln::testing::bytes_of(ramp(2))}};
+  a.slots = {
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, 1, 6, 6}, 0, 0},    // 0 x
+      {fb::SlotKind::Weight, fb::DType::Float32, {2, 1, 3, 3}, 0, 0},   // 1 w
+      {fb::SlotKind::Weight, fb::DType::Float32, {2}, 0, 1},            // 2 b
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, 2, 6, 6}, 192, 0},  // 3 conv
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, 2, 3, 3}, 512, 0},  // 4 pool
+      {fb::SlotKind::Arena, fb::DType::Int64, {1, 2, 3, 3}, 640, 0},    // 5 indices
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, 18}, 512, 0},       // 6 view
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, 18}, 0, 0},         // 7 softmax
+  };
+  a.instrs = {
+      {"conv2d",
+       {0, 1, 2},
+       {3},
+       {{"stride", K::Ints, 0, 0, {1, 1}},
+        {"padding", K::Ints, 0, 0, {1, 1}},
+        {"dilation", K::Ints, 0, 0, {1, 1}},
+        {"groups", K::Int, 1}}},
+      {"max_pool2d",
+       {3},
+       {4, 5},
+       {{"kernel", K::Ints, 0, 0, {2, 2}},
+        {"stride", K::Ints, 0, 0, {2, 2}},
+        {"padding", K::Ints, 0, 0, {0, 0}},
+        {"dilation", K::Ints, 0, 0, {1, 1}}}},
+      {"view", {4}, {6}, {{"shape", K::Ints, 0, 0, {1, 18}}}},
+      {"softmax", {6}, {7}, {{"dim", K::Int, 1}}},
+  };
+  a.inputs = {{"x", 0}};
+  a.outputs = {{"probs", 7}};
+  a.arena_bytes = 832;
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s SEED_DIR BROKEN_DIR\n", argv[0]);
+    return 2;
+  }
+  const std::string seeds = argv[1], broken = argv[2];
+  write(seeds + "/linear_relu.kiln", linear_relu().build());
+  write(seeds + "/conv_net.kiln", conv_net().build());
+
+  const std::vector<uint8_t> good = linear_relu().build();
+  auto variant = [&](const std::string& name, const std::function<void(ArtifactSpec&)>& f) {
+    ArtifactSpec a = linear_relu();
+    f(a);
+    write(broken + "/" + name + ".kiln", a.build());
+  };
+  auto bytes = [&](const std::string& name, std::vector<uint8_t> b) {
+    write(broken + "/" + name + ".kiln", b);
+  };
+  bytes("empty", {});
+  bytes("truncated_header", std::vector<uint8_t>(good.begin(), good.begin() + 6));
+  bytes("truncated_table", std::vector<uint8_t>(good.begin(), good.begin() + good.size() / 3));
+  bytes("truncated_weights", std::vector<uint8_t>(good.begin(), good.end() - 20));
+  {
+    auto b = good;
+    b[4 + 4] = 'X';  // file identifier "KILN" -> "XILN"
+    bytes("bad_identifier", b);
+  }
+  {
+    auto b = good;
+    b[0] = 0xff, b[1] = 0xff, b[2] = 0xff, b[3] = 0x7f;  // size prefix far beyond the file
+    bytes("size_prefix_too_big", b);
+  }
+  bytes("zeros", std::vector<uint8_t>(good.size(), 0));
+  variant("bad_version", [](ArtifactSpec& a) { a.version = 7; });
+  variant("bad_arena_offset", [](ArtifactSpec& a) { a.slots[3].offset = 1ull << 40; });
+  variant("huge_dims", [](ArtifactSpec& a) { a.slots[3].shape = {1ll << 33, 1ll << 33}; });
+  variant("huge_arena", [](ArtifactSpec& a) { a.arena_bytes = ~0ull; });
+  variant("wrong_dtype", [](ArtifactSpec& a) { a.slots[0].dtype = static_cast<fb::DType>(99); });
+  variant("unknown_kernel", [](ArtifactSpec& a) { a.instrs[1].kernel = "quantum_relu"; });
+  variant("bad_weight_index", [](ArtifactSpec& a) { a.slots[2].weight = 1000; });
+  variant("weight_too_small", [](ArtifactSpec& a) { a.slots[1].shape = {4, 3000}; });
+  variant("bad_operand", [](ArtifactSpec& a) { a.instrs[0].inputs[2] = 1 << 30; });
+  variant("writes_weight", [](ArtifactSpec& a) { a.instrs[1].outputs = {2}; });
+  variant("read_before_write", [](ArtifactSpec& a) { a.instrs[0].inputs[0] = 4; });
+  variant("missing_attribute", [](ArtifactSpec& a) { a.instrs[1] = {"softmax", {3}, {4}, {}}; });
+  variant("foreign_target", [](ArtifactSpec& a) { a.target_triple = "aarch64-linux-gnu"; });
+  variant("negative_dim", [](ArtifactSpec& a) { a.slots[0].shape = {2, -3}; });
+  variant("no_outputs", [](ArtifactSpec& a) { a.outputs.clear(); });
+  variant("missing_symbol", [](ArtifactSpec& a) {
+    a.instrs[1].kernel.clear();
+    a.instrs[1].symbol = "kiln_fn_0";
+  });
+  return 0;
+}

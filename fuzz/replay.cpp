@@ -1,0 +1,66 @@
+// Replays artifact files through the loader and executor: files under a `valid` argument must
+// load and run; files under a `broken` argument must be rejected with kiln::Error (a crash or a
+// sanitizer report fails the test by itself). Prints each rejection's message.
+//   kiln_artifact_replay --valid DIR --broken DIR
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/model.h"
+
+namespace {
+
+// Loads, then runs on zero inputs; throws kiln::Error on any rejection.
+void load_and_run(const std::vector<uint8_t>& bytes) {
+  auto model = kiln::rt::Model::from_bytes(bytes);
+  kiln::rt::Session session(model);
+  std::vector<kiln::TensorImplPtr> inputs;
+  std::vector<const kiln::TensorImpl*> ptrs;
+  for (const auto& spec : model->inputs()) {
+    inputs.push_back(kiln::zeros(spec.shape, spec.dtype));
+    ptrs.push_back(inputs.back().get());
+  }
+  session.run(ptrs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int failures = 0, files = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string kind = argv[i];
+    const bool expect_valid = kind == "--valid";
+    std::vector<std::filesystem::path> paths;
+    for (const auto& e : std::filesystem::directory_iterator(argv[i + 1]))
+      paths.push_back(e.path());
+    std::sort(paths.begin(), paths.end());
+    for (const auto& p : paths) {
+      std::ifstream f(p, std::ios::binary);
+      std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
+                                 std::istreambuf_iterator<char>());
+      ++files;
+      try {
+        load_and_run(bytes);
+        if (!expect_valid) {
+          std::printf("FAIL %s: accepted a broken file\n", p.filename().c_str());
+          ++failures;
+        } else {
+          std::printf("ok   %s: loaded and ran\n", p.filename().c_str());
+        }
+      } catch (const kiln::Error& e) {
+        if (expect_valid) {
+          std::printf("FAIL %s: %s\n", p.filename().c_str(), e.what());
+          ++failures;
+        } else {
+          std::printf("ok   %s: %s\n", p.filename().c_str(), e.what());
+        }
+      }
+    }
+  }
+  std::printf("%d files, %d failures\n", files, failures);
+  return failures == 0 && files > 0 ? 0 : 1;
+}

@@ -1,0 +1,120 @@
+#pragma once
+// Running a `.kiln` artifact (DESIGN.md §5): `Model::load` maps the file, verifies its structure
+// (FlatBuffers Verifier) and its meaning (every index, offset, size, dtype and shape in range,
+// every kernel registered, target and CPU features matching) and decodes each instruction's
+// attributes once. A Model is immutable and shared; weights are read in place from the mapping.
+//
+// A `Session` owns one arena (allocated once) and a prebuilt tensor per value, and runs the plan:
+// no allocation on the hot path except the returned outputs (`run_into` writes into the caller's
+// buffers instead). Sessions are independent: N threads may each run their own session of one
+// model concurrently.
+//
+//   auto model = kiln::rt::Model::load("m.kiln");
+//   kiln::rt::Session session(model);
+//   std::vector<kiln::TensorImplPtr> y = session.run({x.get()});
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/runtime/registry.h"
+#include "kiln/runtime/tensor.h"
+
+namespace kiln::rt {
+
+inline constexpr uint32_t kFormatVersion = 1;
+
+// A named input or output and its guard (dtype + shape), checked on every call.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::Float32;
+  Dims shape;
+};
+
+struct LoadOptions {
+  // Skip the target triple / CPU feature check (tools that only inspect a foreign artifact).
+  bool allow_foreign_target = false;
+};
+
+// What `kiln inspect` shows; filled from the verified file.
+struct ModelStats {
+  size_t file_bytes = 0;
+  size_t weight_bytes = 0;
+  size_t code_bytes = 0;
+  size_t num_slots = 0;
+  size_t num_instructions = 0;
+  uint64_t arena_bytes = 0;
+  uint64_t naive_bytes = 0;
+  std::vector<std::pair<std::string, size_t>> op_counts;  // kernel or symbol -> instructions
+};
+
+class Session;
+
+class Model {
+ public:
+  // Maps and verifies `path`; throws kiln::Error naming what is wrong and where.
+  static std::shared_ptr<const Model> load(const std::string& path,
+                                           const Registry& registry = builtin_registry(),
+                                           const LoadOptions& options = {});
+  // Verifies an in-memory artifact (copied into an aligned buffer the model owns).
+  static std::shared_ptr<const Model> from_bytes(std::span<const uint8_t> bytes,
+                                                 const Registry& registry = builtin_registry(),
+                                                 const LoadOptions& options = {});
+  ~Model();
+
+  const std::string& name() const;
+  const std::string& producer() const;
+  const std::string& target_triple() const;
+  const std::vector<std::string>& cpu_features() const;
+  const std::vector<TensorSpec>& inputs() const;
+  const std::vector<TensorSpec>& outputs() const;
+  const std::vector<std::pair<std::string, std::string>>& metadata() const;
+  uint64_t arena_bytes() const;
+  const ModelStats& stats() const;
+  // Index of the named input/output, or -1.
+  int input_index(std::string_view name) const;
+  int output_index(std::string_view name) const;
+  // One line per instruction (kernel, operand slots, shapes): `kiln inspect --ops`.
+  std::string describe_plan() const;
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class Session {
+ public:
+  explicit Session(std::shared_ptr<const Model> model);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Checks the guards, runs the plan and returns new tensors holding the outputs.
+  std::vector<TensorImplPtr> run(std::span<const TensorImpl* const> inputs);
+  std::vector<TensorImplPtr> run(std::initializer_list<const TensorImpl*> inputs) {
+    return run(std::span<const TensorImpl* const>(inputs.begin(), inputs.size()));
+  }
+  // Same, writing into caller-provided outputs of the declared shapes and dtypes.
+  void run_into(std::span<const TensorImpl* const> inputs, std::span<TensorImpl* const> outputs);
+
+  const Model& model() const { return *model_; }
+  // Current value of a training-step state tensor (weights updated in place), by weight name.
+  const TensorImpl* state(std::string_view name) const;
+
+ private:
+  void execute(std::span<const TensorImpl* const> inputs);
+  std::shared_ptr<const Model> model_;
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// "[1,3,224,224] f32": the form guard messages use.
+std::string describe_spec(std::span<const int64_t> shape, DType dtype);
+
+}  // namespace kiln::rt

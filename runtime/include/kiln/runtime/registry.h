@@ -1,0 +1,110 @@
+#pragma once
+// The kernel registry: op name (as in the IR, `conv2d` for `kiln.conv2d`) -> the runtime kernel
+// that runs it and its argument schema (DESIGN.md §1, "one op, one name, everywhere"). The artifact
+// executor looks every instruction up here at load time; an artifact naming a kernel that is not
+// registered is rejected before anything runs.
+//
+// Attributes are decoded once, at load, into a per-instruction parameter struct (`KernelParams`);
+// running an instruction never parses an attribute again.
+//
+// The registry is a plain object: the core (loader, verifier, executor) does not reference any
+// kernel, so a program that registers only the kernels its model needs links only those
+// (`register_builtin_kernels` / `builtin_registry()` pull in all of them).
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/runtime/tensor.h"
+
+namespace kiln::rt {
+
+enum class AttrType : uint8_t { Int = 0, Float, Bool, Ints, String };
+std::string_view attr_type_name(AttrType t);
+
+// One attribute the kernel reads: its name, type, and whether an artifact must carry it.
+struct AttrSpec {
+  std::string_view name;
+  AttrType type;
+  bool required = true;
+};
+
+// An attribute as stored in the artifact (views into the mapped file, valid while the model lives).
+struct AttrValue {
+  std::string_view name;
+  AttrType type = AttrType::Int;
+  int64_t i = 0;
+  double f = 0;
+  std::span<const int64_t> ints;
+  std::string_view s;
+};
+
+// The attributes of one instruction, with typed accessors that throw kiln::Error naming the op,
+// the attribute, and what was expected. Used only while decoding (at load).
+class AttrMap {
+ public:
+  AttrMap(std::string_view op, std::span<const AttrValue> values) : op_(op), values_(values) {}
+  const AttrValue* find(std::string_view name) const;
+  int64_t i(std::string_view name) const;
+  int64_t i(std::string_view name, int64_t fallback) const;
+  double f(std::string_view name) const;
+  double f(std::string_view name, double fallback) const;
+  bool b(std::string_view name, bool fallback = false) const;
+  std::span<const int64_t> ints(std::string_view name) const;
+  // An Ints attribute of exactly n values (stride, padding, ...).
+  std::span<const int64_t> ints(std::string_view name, size_t n) const;
+  std::string_view op() const { return op_; }
+
+ private:
+  const AttrValue& get(std::string_view name, AttrType type) const;
+  std::string_view op_;
+  std::span<const AttrValue> values_;
+};
+
+// Decoded attributes of one instruction; each kernel derives its own.
+struct KernelParams {
+  virtual ~KernelParams() = default;
+};
+
+// Operands of one call: absent optional inputs are nullptr. Outputs are preallocated by the
+// executor with the shapes and dtypes the artifact declares.
+struct KernelCall {
+  const KernelParams* params;
+  std::span<TensorImpl* const> inputs;
+  std::span<TensorImpl* const> outputs;
+};
+
+struct KernelDef {
+  std::string_view name;
+  int min_inputs = 1;
+  int max_inputs = 1;  // -1: variadic
+  int num_outputs = 1;
+  std::span<const AttrSpec> attrs;
+  // Attributes -> parameters (may throw kiln::Error). nullptr: the kernel takes no attributes.
+  std::unique_ptr<KernelParams> (*decode)(const AttrMap&) = nullptr;
+  void (*run)(const KernelCall&) = nullptr;
+  // Bit i set: input i may be absent (slot -1, passed as nullptr). Others must be present.
+  uint32_t optional_inputs = 0;
+};
+
+class Registry {
+ public:
+  // Adds or replaces an entry (a later registration of the same name wins).
+  void add(const KernelDef& def);
+  const KernelDef* find(std::string_view name) const;
+  std::vector<std::string_view> names() const;
+  size_t size() const { return defs_.size(); }
+
+ private:
+  std::vector<KernelDef> defs_;  // sorted by name
+};
+
+// Every kernel kiln ships (elementwise, reductions, shapes, nn, fused conv/linear).
+void register_builtin_kernels(Registry& r);
+// A process-wide registry holding the builtin kernels (built on first use, then read-only).
+const Registry& builtin_registry();
+
+}  // namespace kiln::rt

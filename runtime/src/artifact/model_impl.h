@@ -1,0 +1,89 @@
+#pragma once
+// The verified, decoded form of an artifact that sessions execute. Everything here was checked by
+// the loader (loader.cpp); sessions trust it.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/model.h"
+
+namespace kiln::rt {
+
+enum class SlotKind : uint8_t { Arena = 0, Weight = 1, None = 2 };
+
+struct SlotInfo {
+  SlotKind kind = SlotKind::None;
+  DType dtype = DType::Float32;
+  Dims shape;
+  uint64_t offset = 0;  // Arena: byte offset
+  uint32_t weight = 0;  // Weight: blob index
+  size_t nbytes = 0;
+};
+
+using CompiledFn = void (*)(void* const* operands);
+
+struct InstrInfo {
+  const KernelDef* def = nullptr;  // runtime kernel, or
+  CompiledFn fn = nullptr;         // compiled function
+  std::string name;                // kernel name or symbol
+  std::unique_ptr<KernelParams> params;
+  std::vector<int32_t> inputs, outputs;  // slot indices, -1 = absent
+};
+
+struct BlobInfo {
+  std::string name;
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
+// The file's bytes: an mmap of the artifact or an owned aligned copy.
+struct Mapping {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  bool mapped = false;
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping();
+};
+
+// A loaded code object (dlopen handle of a memfd).
+struct CodeHandle {
+  void* handle = nullptr;
+  int fd = -1;
+  ~CodeHandle();
+};
+
+struct Model::Impl {
+  std::unique_ptr<Mapping> file;
+  std::string name, producer, target_triple;
+  std::vector<std::string> cpu_features;
+  std::vector<TensorSpec> inputs, outputs;
+  std::vector<uint32_t> input_slots, output_slots;
+  std::vector<SlotInfo> slots;
+  std::vector<InstrInfo> instrs;
+  std::vector<BlobInfo> blobs;
+  std::vector<std::pair<uint32_t, uint32_t>> state_updates;  // (value slot, weight blob)
+  std::vector<std::pair<std::string, std::string>> metadata;
+  std::vector<TensorImplPtr> weight_tensors;  // per slot; null unless a Weight slot
+  std::vector<std::unique_ptr<CodeHandle>> code;
+  uint64_t arena_bytes = 0;
+  ModelStats stats;
+};
+
+// Loads an ELF shared object blob with memfd_create + dlopen; throws kiln::Error.
+std::unique_ptr<CodeHandle> load_code_object(const uint8_t* data, size_t size,
+                                             const std::string& what);
+CompiledFn find_symbol(const CodeHandle& code, const std::string& symbol);
+
+// The host this runtime runs on: architecture name as in a target triple ("x86_64", "aarch64").
+std::string_view host_arch();
+// Whether the CPU has `feature` ("avx2", "avx512f", ...); throws on a name it does not know.
+bool host_has_feature(std::string_view feature);
+
+std::unique_ptr<Model::Impl> verify_and_decode(std::unique_ptr<Mapping> file,
+                                               const Registry& registry,
+                                               const LoadOptions& options);
+
+}  // namespace kiln::rt

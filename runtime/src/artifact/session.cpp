@@ -1,0 +1,181 @@
+// Session: one arena, a prebuilt tensor per value slot, and the plan loop. The hot path checks
+// the guards, copies the inputs into their arena slots, calls each instruction's kernel (or
+// compiled function) on prebuilt operand arrays, and copies the outputs out.
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "model_impl.h"
+
+namespace kiln::rt {
+namespace {
+
+// dst <- src for tensors of one dtype and shape, any strides (the core's only copy: the
+// kernels' general copy_ converts dtypes and broadcasts, which the executor never needs).
+void copy_same(TensorImpl& dst, const TensorImpl& src) {
+  if (dst.is_contiguous() && src.is_contiguous()) {
+    std::memcpy(dst.data(), src.data(), dst.nbytes());
+    return;
+  }
+  const size_t es = dst.itemsize();
+  const int64_t rank = dst.dim();
+  int64_t idx[8] = {0};
+  char* d = static_cast<char*>(dst.data());
+  const char* s = static_cast<const char*>(src.data());
+  for (int64_t n = 0; n < dst.numel(); ++n) {
+    int64_t od = 0, os = 0;
+    for (int64_t k = 0; k < rank; ++k) {
+      od += idx[k] * dst.strides()[k];
+      os += idx[k] * src.strides()[k];
+    }
+    std::memcpy(d + od * static_cast<int64_t>(es), s + os * static_cast<int64_t>(es), es);
+    for (int64_t k = rank - 1; k >= 0 && ++idx[k] == dst.sizes()[k]; --k) idx[k] = 0;
+  }
+}
+
+}  // namespace
+
+struct Session::State {
+  void* arena = nullptr;
+  std::vector<TensorImplPtr> slots;
+  std::vector<TensorImpl*> operands;  // flattened per instruction: inputs then outputs
+  std::vector<void*> pointers;        // data pointers, same layout (compiled functions)
+  struct Step {
+    uint32_t in_begin, n_in, out_begin, n_out;
+  };
+  std::vector<Step> steps;
+  // Training-step state: weight blob -> this session's own copy.
+  std::vector<std::pair<uint32_t, void*>> state;
+  ~State() {
+    std::free(arena);
+    for (auto& [blob, p] : state) std::free(p);
+  }
+};
+
+Session::Session(std::shared_ptr<const Model> model) : model_(std::move(model)), s_(new State) {
+  KILN_CHECK(model_, "kiln session", "no model");
+  const Model::Impl& m = model_->impl();
+  const size_t arena_bytes = (m.arena_bytes + 63) / 64 * 64;
+  if (arena_bytes > 0) {
+    s_->arena = std::aligned_alloc(64, arena_bytes);
+    KILN_CHECK(s_->arena, "kiln session", "cannot allocate an arena of ", arena_bytes, " bytes");
+    std::memset(s_->arena, 0, arena_bytes);
+  }
+  for (const auto& [slot, blob] : m.state_updates) {
+    bool seen = false;
+    for (const auto& st : s_->state) seen |= st.first == blob;
+    if (seen) continue;
+    const size_t n = (m.blobs[blob].size + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, n ? n : 64);
+    KILN_CHECK(p, "kiln session", "cannot allocate state \"", m.blobs[blob].name, "\"");
+    std::memcpy(p, m.blobs[blob].data, m.blobs[blob].size);
+    s_->state.emplace_back(blob, p);
+  }
+  s_->slots.resize(m.slots.size());
+  for (size_t i = 0; i < m.slots.size(); ++i) {
+    const SlotInfo& info = m.slots[i];
+    if (info.kind == SlotKind::Arena) {
+      s_->slots[i] =
+          kiln::from_blob(static_cast<char*>(s_->arena) + info.offset, info.shape, info.dtype);
+    } else if (info.kind == SlotKind::Weight) {
+      s_->slots[i] = m.weight_tensors[i];
+      for (const auto& [blob, p] : s_->state) {
+        if (blob == info.weight) s_->slots[i] = kiln::from_blob(p, info.shape, info.dtype);
+      }
+    }
+  }
+  for (const InstrInfo& in : m.instrs) {
+    State::Step step{};
+    step.in_begin = static_cast<uint32_t>(s_->operands.size());
+    step.n_in = static_cast<uint32_t>(in.inputs.size());
+    for (int32_t s : in.inputs) s_->operands.push_back(s < 0 ? nullptr : s_->slots[s].get());
+    step.out_begin = static_cast<uint32_t>(s_->operands.size());
+    step.n_out = static_cast<uint32_t>(in.outputs.size());
+    for (int32_t s : in.outputs) s_->operands.push_back(s_->slots[s].get());
+    s_->steps.push_back(step);
+  }
+  for (TensorImpl* t : s_->operands) s_->pointers.push_back(t ? t->data() : nullptr);
+}
+
+Session::~Session() = default;
+
+void Session::execute(std::span<const TensorImpl* const> inputs) {
+  const Model::Impl& m = model_->impl();
+  KILN_CHECK(inputs.size() == m.inputs.size(), "kiln run", "expected ", m.inputs.size(),
+             " inputs, got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorSpec& spec = m.inputs[i];
+    const TensorImpl* x = inputs[i];
+    KILN_CHECK(x, "kiln run", "input \"", spec.name, "\" is null");
+    if (x->dtype() != spec.dtype || x->sizes() != spec.shape) [[unlikely]] {
+      fail("kiln run", "input \"", spec.name, "\": expected ",
+           describe_spec(spec.shape, spec.dtype), ", got ", describe_spec(x->sizes(), x->dtype()));
+    }
+    copy_same(*s_->slots[m.input_slots[i]], *x);
+  }
+  TensorImpl* const* ops = s_->operands.data();
+  for (size_t k = 0; k < m.instrs.size(); ++k) {
+    const InstrInfo& in = m.instrs[k];
+    const State::Step& st = s_->steps[k];
+    try {
+      if (in.def) {
+        in.def->run(KernelCall{
+            in.params.get(), {ops + st.in_begin, st.n_in}, {ops + st.out_begin, st.n_out}});
+      } else {
+        in.fn(s_->pointers.data() + st.in_begin);
+      }
+    } catch (const Error& e) {
+      fail("kiln run", "instruction ", k, " (", in.name, "): ", e.what());
+    }
+  }
+  for (const auto& [slot, blob] : m.state_updates) {
+    for (const auto& [b, p] : s_->state) {
+      if (b == blob) std::memcpy(p, s_->slots[slot]->data(), m.blobs[blob].size);
+    }
+  }
+}
+
+std::vector<TensorImplPtr> Session::run(std::span<const TensorImpl* const> inputs) {
+  execute(inputs);
+  const Model::Impl& m = model_->impl();
+  std::vector<TensorImplPtr> out;
+  out.reserve(m.outputs.size());
+  for (uint32_t slot : m.output_slots) {
+    const TensorImpl& src = *s_->slots[slot];
+    TensorImplPtr t = kiln::empty(src.sizes(), src.dtype());
+    std::memcpy(t->data(), src.data(), src.nbytes());
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void Session::run_into(std::span<const TensorImpl* const> inputs,
+                       std::span<TensorImpl* const> outputs) {
+  const Model::Impl& m = model_->impl();
+  KILN_CHECK(outputs.size() == m.outputs.size(), "kiln run", "expected ", m.outputs.size(),
+             " output buffers, got ", outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const TensorSpec& spec = m.outputs[i];
+    KILN_CHECK(outputs[i] && outputs[i]->dtype() == spec.dtype && outputs[i]->sizes() == spec.shape,
+               "kiln run", "output \"", spec.name, "\": expected a buffer of ",
+               describe_spec(spec.shape, spec.dtype), ", got ",
+               outputs[i] ? describe_spec(outputs[i]->sizes(), outputs[i]->dtype()) : "null");
+  }
+  execute(inputs);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    copy_same(*outputs[i], *s_->slots[m.output_slots[i]]);
+  }
+}
+
+const TensorImpl* Session::state(std::string_view name) const {
+  const Model::Impl& m = model_->impl();
+  for (size_t i = 0; i < m.slots.size(); ++i) {
+    if (m.slots[i].kind == SlotKind::Weight && m.blobs[m.slots[i].weight].name == name) {
+      return s_->slots[i].get();
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace kiln::rt

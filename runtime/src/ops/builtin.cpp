@@ -1,0 +1,24 @@
+// The builtin registry: every kernel kiln ships. Kept apart from the core so a program that
+// registers only what its model needs does not link the rest.
+
+#include "common.h"
+
+namespace kiln::rt {
+
+void register_builtin_kernels(Registry& r) {
+  ops::register_elementwise(r);
+  ops::register_shape(r);
+  ops::register_nn(r);
+  ops::register_reduce(r);
+}
+
+const Registry& builtin_registry() {
+  static const Registry registry = [] {
+    Registry r;
+    register_builtin_kernels(r);
+    return r;
+  }();
+  return registry;
+}
+
+}  // namespace kiln::rt

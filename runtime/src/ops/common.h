@@ -1,0 +1,51 @@
+#pragma once
+// Shared helpers of the builtin kernel registrations (src/ops/*.cpp): operand access and the
+// parameter structs several kernels decode into.
+
+#include <memory>
+
+#include "kiln/runtime/registry.h"
+
+namespace kiln::rt::ops {
+
+inline const TensorImpl& in(const KernelCall& c, size_t i) {
+  return *c.inputs[i];
+}
+inline const TensorImpl* opt_in(const KernelCall& c, size_t i) {
+  return i < c.inputs.size() ? c.inputs[i] : nullptr;
+}
+inline TensorImpl& out(const KernelCall& c, size_t i = 0) {
+  return *c.outputs[i];
+}
+
+template <typename P>
+const P& params(const KernelCall& c) {
+  return static_cast<const P&>(*c.params);
+}
+
+// Parameters that are one small fixed set of numbers (most kernels).
+struct IntParams : KernelParams {
+  int64_t v[4] = {0, 0, 0, 0};
+  bool flag = false;
+};
+struct FloatParams : KernelParams {
+  double v[2] = {0, 0};
+  int64_t k = 0;
+};
+struct DimsParams : KernelParams {
+  Dims dims;
+  bool keepdim = false;
+  double f = 0;
+};
+
+// A stack-allocated strided view of `base` (no heap allocation: Dims keeps 6 dims inline).
+inline TensorImpl view_of(const TensorImpl& base, Dims sizes, Dims strides, int64_t offset) {
+  return TensorImpl(base.storage(), std::move(sizes), std::move(strides), offset, base.dtype());
+}
+
+void register_elementwise(Registry& r);
+void register_shape(Registry& r);
+void register_nn(Registry& r);
+void register_reduce(Registry& r);
+
+}  // namespace kiln::rt::ops

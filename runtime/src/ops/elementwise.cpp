@@ -1,0 +1,176 @@
+// Registry entries of the elementwise ops: unary, binary, comparison, clamp, where, casts.
+// Each ends in the same runtime kernel eager mode calls (kernels/elementwise.h).
+
+#include <cmath>
+#include <cstring>
+
+#include "common.h"
+#include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/elementwise.h"
+
+namespace kiln::rt::ops {
+namespace {
+
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+
+struct UnaryEntry {
+  std::string_view name;
+  UnaryOp op;
+};
+constexpr UnaryEntry kUnary[] = {
+    {"neg", UnaryOp::Neg},
+    {"abs", UnaryOp::Abs},
+    {"sign", UnaryOp::Sign},
+    {"relu", UnaryOp::Relu},
+    {"floor", UnaryOp::Floor},
+    {"ceil", UnaryOp::Ceil},
+    {"round", UnaryOp::Round},
+    {"exp", UnaryOp::Exp},
+    {"log", UnaryOp::Log},
+    {"log1p", UnaryOp::Log1p},
+    {"sqrt", UnaryOp::Sqrt},
+    {"rsqrt", UnaryOp::Rsqrt},
+    {"sin", UnaryOp::Sin},
+    {"cos", UnaryOp::Cos},
+    {"tanh", UnaryOp::Tanh},
+    {"sigmoid", UnaryOp::Sigmoid},
+    {"silu", UnaryOp::Silu},
+    {"erf", UnaryOp::Erf},
+    {"reciprocal", UnaryOp::Reciprocal},
+};
+
+struct BinaryEntry {
+  std::string_view name;
+  BinaryOp op;
+};
+constexpr BinaryEntry kBinary[] = {
+    {"add", BinaryOp::Add},
+    {"sub", BinaryOp::Sub},
+    {"mul", BinaryOp::Mul},
+    {"div", BinaryOp::Div},
+    {"pow", BinaryOp::Pow},
+    {"maximum", BinaryOp::Maximum},
+    {"minimum", BinaryOp::Minimum},
+    {"eq", BinaryOp::Eq},
+    {"ne", BinaryOp::Ne},
+    {"lt", BinaryOp::Lt},
+    {"le", BinaryOp::Le},
+    {"gt", BinaryOp::Gt},
+    {"ge", BinaryOp::Ge},
+    {"logical_and", BinaryOp::LogicalAnd},
+    {"logical_or", BinaryOp::LogicalOr},
+};
+
+struct UnaryParamsP : KernelParams {
+  UnaryOp op = UnaryOp::Neg;
+  kernels::UnaryParams p;
+};
+
+std::unique_ptr<KernelParams> decode_unary(const AttrMap& a) {
+  auto p = std::make_unique<UnaryParamsP>();
+  for (const UnaryEntry& e : kUnary) {
+    if (e.name == a.op()) p->op = e.op;
+  }
+  if (a.op() == "gelu") p->op = a.b("approximate") ? UnaryOp::GeluTanh : UnaryOp::Gelu;
+  if (a.op() == "leaky_relu") {
+    p->op = UnaryOp::LeakyRelu;
+    p->p.a = a.f("negative_slope");
+  }
+  return p;
+}
+void run_unary(const KernelCall& c) {
+  const auto& p = params<UnaryParamsP>(c);
+  kernels::unary_out(p.op, in(c, 0), out(c), p.p);
+}
+
+struct BinaryParamsP : KernelParams {
+  BinaryOp op = BinaryOp::Add;
+  double alpha = 1.0;
+};
+std::unique_ptr<KernelParams> decode_binary(const AttrMap& a) {
+  auto p = std::make_unique<BinaryParamsP>();
+  for (const BinaryEntry& e : kBinary) {
+    if (e.name == a.op()) p->op = e.op;
+  }
+  p->alpha = a.f("alpha", 1.0);
+  return p;
+}
+void run_binary(const KernelCall& c) {
+  const auto& p = params<BinaryParamsP>(c);
+  // Integer tensors keep an integral alpha (1 for every traced add).
+  const kernels::Scalar alpha = p.alpha == std::floor(p.alpha) && std::fabs(p.alpha) < 9e15
+                                    ? kernels::Scalar(static_cast<int64_t>(p.alpha))
+                                    : kernels::Scalar(p.alpha);
+  kernels::binary_out(p.op, in(c, 0), in(c, 1), out(c), alpha);
+}
+
+void run_logical_not(const KernelCall& c) {
+  kernels::logical_not_out(in(c, 0), out(c));
+}
+
+std::unique_ptr<KernelParams> decode_clamp(const AttrMap& a) {
+  auto p = std::make_unique<FloatParams>();
+  p->v[0] = a.f("min", -INFINITY);
+  p->v[1] = a.f("max", INFINITY);
+  return p;
+}
+void run_clamp(const KernelCall& c) {
+  const auto& p = params<FloatParams>(c);
+  std::optional<kernels::Scalar> lo, hi;
+  if (!std::isinf(p.v[0])) lo = kernels::Scalar(p.v[0]);
+  if (!std::isinf(p.v[1])) hi = kernels::Scalar(p.v[1]);
+  kernels::clamp_out(in(c, 0), lo, hi, out(c));
+}
+
+void run_where(const KernelCall& c) {
+  kernels::where_out(in(c, 0), in(c, 1), in(c, 2), out(c));
+}
+
+// to / clone / contiguous / copy: the result is the (last) input converted and broadcast into
+// the output's shape and dtype.
+void run_copy(const KernelCall& c) {
+  kernels::copy_(out(c), in(c, c.inputs.size() - 1));
+}
+
+std::unique_ptr<KernelParams> decode_fill(const AttrMap& a) {
+  auto p = std::make_unique<FloatParams>();
+  p->v[0] = a.f("value");
+  return p;
+}
+void run_fill(const KernelCall& c) {
+  TensorImpl& o = out(c);
+  const double v = params<FloatParams>(c).v[0];
+  KILN_CHECK(o.is_contiguous(), "fill", "expected a contiguous output");
+  visit_dtype(o.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* d = o.data_ptr<T>();
+    const T value = static_cast<T>(static_cast<float>(v));
+    for (int64_t i = 0; i < o.numel(); ++i) d[i] = value;
+  });
+}
+
+constexpr AttrSpec kAlpha[] = {{"alpha", AttrType::Float, false}};
+constexpr AttrSpec kGelu[] = {{"approximate", AttrType::Bool, false}};
+constexpr AttrSpec kLeaky[] = {{"negative_slope", AttrType::Float}};
+constexpr AttrSpec kClamp[] = {{"min", AttrType::Float, false}, {"max", AttrType::Float, false}};
+constexpr AttrSpec kFill[] = {{"value", AttrType::Float}};
+
+}  // namespace
+
+void register_elementwise(Registry& r) {
+  for (const UnaryEntry& e : kUnary) r.add({e.name, 1, 1, 1, {}, decode_unary, run_unary});
+  r.add({"gelu", 1, 1, 1, kGelu, decode_unary, run_unary});
+  r.add({"leaky_relu", 1, 1, 1, kLeaky, decode_unary, run_unary});
+  for (const BinaryEntry& e : kBinary) r.add({e.name, 2, 2, 1, kAlpha, decode_binary, run_binary});
+  r.add({"logical_not", 1, 1, 1, {}, nullptr, run_logical_not});
+  r.add({"clamp", 1, 1, 1, kClamp, decode_clamp, run_clamp});
+  r.add({"where", 3, 3, 1, {}, nullptr, run_where});
+  r.add({"to", 1, 1, 1, {}, nullptr, run_copy});
+  r.add({"clone", 1, 1, 1, {}, nullptr, run_copy});
+  r.add({"contiguous", 1, 1, 1, {}, nullptr, run_copy});
+  r.add({"copy", 2, 2, 1, {}, nullptr, run_copy});
+  r.add({"fill", 1, 1, 1, kFill, decode_fill, run_fill});
+}
+
+}  // namespace kiln::rt::ops

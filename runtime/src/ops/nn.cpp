@@ -1,0 +1,313 @@
+// Registry entries of the neural-network ops: convolutions (plain and fused), linear (plain and
+// fused), matmul, pooling, normalization, embedding, dropout, softmax.
+
+#include <cmath>
+
+#include "common.h"
+#include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/elementwise.h"
+#include "kiln/runtime/kernels/embedding.h"
+#include "kiln/runtime/kernels/gemm.h"
+#include "kiln/runtime/kernels/linalg.h"
+#include "kiln/runtime/kernels/norm.h"
+#include "kiln/runtime/kernels/pool.h"
+#include "kiln/runtime/kernels/reduce.h"
+
+namespace kiln::rt::ops {
+namespace {
+
+using kernels::Activation;
+
+// Fused epilogue shared by conv2d_fused and linear_fused: act(op + bias + residual).
+struct Fusion {
+  Activation activation = Activation::None;
+  float clamp_min = 0, clamp_max = 0;
+};
+Fusion decode_fusion(const AttrMap& a) {
+  Fusion f;
+  const int64_t act = a.i("activation", 0);
+  KILN_CHECK(act >= 0 && act <= static_cast<int64_t>(Activation::Tanh), a.op(),
+             "attribute 'activation': expected 0..8, got ", act);
+  f.activation = static_cast<Activation>(act);
+  f.clamp_min = static_cast<float>(a.f("clamp_min", 0.0));
+  f.clamp_max = static_cast<float>(a.f("clamp_max", 0.0));
+  return f;
+}
+
+struct ConvParams : KernelParams {
+  kernels::Conv2dParams p;
+  Fusion fusion;
+};
+std::unique_ptr<KernelParams> decode_conv2d(const AttrMap& a) {
+  auto p = std::make_unique<ConvParams>();
+  auto s = a.ints("stride", 2), pad = a.ints("padding", 2), d = a.ints("dilation", 2);
+  p->p = {s[0], s[1], pad[0], pad[1], d[0], d[1], a.i("groups")};
+  if (a.op() == "conv2d_fused") p->fusion = decode_fusion(a);
+  return p;
+}
+void run_conv2d(const KernelCall& c) {
+  const auto& p = params<ConvParams>(c);
+  kernels::ConvEpilogue ep;
+  ep.residual = opt_in(c, 3);
+  ep.activation = p.fusion.activation;
+  ep.clamp_min = p.fusion.clamp_min;
+  ep.clamp_max = p.fusion.clamp_max;
+  kernels::conv2d_out(in(c, 0), in(c, 1), opt_in(c, 2), p.p, out(c), ep);
+}
+
+std::unique_ptr<KernelParams> decode_conv1d(const AttrMap& a) {
+  auto p = std::make_unique<IntParams>();
+  p->v[0] = a.i("stride");
+  p->v[1] = a.i("padding");
+  p->v[2] = a.i("dilation");
+  p->v[3] = a.i("groups");
+  return p;
+}
+void run_conv1d(const KernelCall& c) {
+  const auto& p = params<IntParams>(c);
+  kernels::conv1d_out(in(c, 0), in(c, 1), opt_in(c, 2), {p.v[0], p.v[1], p.v[2], p.v[3]}, out(c));
+}
+
+void run_linear(const KernelCall& c) {
+  kernels::linear_out(in(c, 0), in(c, 1), opt_in(c, 2), out(c));
+}
+
+struct LinearParams : KernelParams {
+  Fusion fusion;
+};
+std::unique_ptr<KernelParams> decode_linear_fused(const AttrMap& a) {
+  auto p = std::make_unique<LinearParams>();
+  p->fusion = decode_fusion(a);
+  return p;
+}
+void run_linear_fused(const KernelCall& c) {
+  const Fusion& f = params<LinearParams>(c).fusion;
+  const TensorImpl& x = in(c, 0);
+  const TensorImpl& w = in(c, 1);
+  const TensorImpl* bias = opt_in(c, 2);
+  const TensorImpl* res = opt_in(c, 3);
+  TensorImpl& o = out(c);
+  const bool f32 = x.dtype() == DType::Float32 && w.dtype() == DType::Float32 &&
+                   o.dtype() == DType::Float32 && (!bias || bias->dtype() == DType::Float32) &&
+                   (!res || res->dtype() == DType::Float32);
+  const bool dense = x.is_contiguous() && w.is_contiguous() && o.is_contiguous() && w.dim() == 2 &&
+                     x.dim() >= 1 &&
+                     (!bias || (bias->is_contiguous() && bias->numel() == w.size(0))) &&
+                     (!res || (res->is_contiguous() && res->sizes() == o.sizes()));
+  if (f32 && dense) {
+    // One GEMM with the whole epilogue: out = act(x W^T + bias + residual).
+    const int64_t K = w.size(1), N = w.size(0);
+    KILN_CHECK(x.size(-1) == K && o.size(-1) == N && o.numel() / N == x.numel() / K, "linear_fused",
+               "expected input [..., ", K, "] and out [..., ", N, "], got ", describe(x), " and ",
+               describe(o));
+    const int64_t M = x.numel() / K;
+    kernels::Epilogue e;
+    if (bias) {
+      e.bias_kind = kernels::Epilogue::Bias::PerCol;
+      e.bias = bias->data_ptr<float>();
+    }
+    if (res) {
+      e.residual = res->data_ptr<float>();
+      e.ld_residual = N;
+    }
+    e.activation = f.activation;
+    e.clamp_min = f.clamp_min;
+    e.clamp_max = f.clamp_max;
+    kernels::sgemm(false, true, M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K, 0.0f,
+                   o.data_ptr<float>(), N, e);
+    return;
+  }
+  // Other dtypes and layouts: the unfused steps.
+  kernels::linear_out(x, w, bias, o);
+  if (res) kernels::add_out(o, *res, o);
+  switch (f.activation) {
+    case Activation::None:
+      break;
+    case Activation::Relu:
+      kernels::relu_out(o, o);
+      break;
+    case Activation::Relu6:
+      kernels::hardtanh_out(o, 0.0, 6.0, o);
+      break;
+    case Activation::Clamp:
+      kernels::hardtanh_out(o, f.clamp_min, f.clamp_max, o);
+      break;
+    case Activation::Gelu:
+      kernels::gelu_out(o, o);
+      break;
+    case Activation::GeluTanh:
+      kernels::gelu_out(o, o, kernels::GeluApproximate::Tanh);
+      break;
+    case Activation::Silu:
+      kernels::silu_out(o, o);
+      break;
+    case Activation::Sigmoid:
+      kernels::sigmoid_out(o, o);
+      break;
+    case Activation::Tanh:
+      kernels::tanh_out(o, o);
+      break;
+  }
+}
+
+void run_matmul(const KernelCall& c) {
+  kernels::matmul_out(in(c, 0), in(c, 1), out(c));
+}
+
+struct PoolParams : KernelParams {
+  kernels::Pool2dParams p;
+};
+std::unique_ptr<KernelParams> decode_pool(const AttrMap& a) {
+  auto p = std::make_unique<PoolParams>();
+  auto k = a.ints("kernel", 2), s = a.ints("stride", 2), pad = a.ints("padding", 2);
+  p->p.kernel_h = k[0];
+  p->p.kernel_w = k[1];
+  p->p.stride_h = s[0];
+  p->p.stride_w = s[1];
+  p->p.pad_h = pad[0];
+  p->p.pad_w = pad[1];
+  if (a.op() == "max_pool2d") {
+    auto d = a.ints("dilation", 2);
+    p->p.dilation_h = d[0];
+    p->p.dilation_w = d[1];
+  } else {
+    p->p.count_include_pad = a.b("count_include_pad", true);
+  }
+  p->p.ceil_mode = a.b("ceil_mode");
+  return p;
+}
+void run_max_pool2d(const KernelCall& c) {
+  TensorImpl* indices = c.outputs.size() > 1 ? c.outputs[1] : nullptr;
+  kernels::max_pool2d_out(in(c, 0), params<PoolParams>(c).p, out(c), indices);
+}
+void run_avg_pool2d(const KernelCall& c) {
+  kernels::avg_pool2d_out(in(c, 0), params<PoolParams>(c).p, out(c));
+}
+void run_adaptive_avg_pool2d(const KernelCall& c) {
+  kernels::adaptive_avg_pool2d_out(in(c, 0), out(c));
+}
+
+std::unique_ptr<KernelParams> decode_batch_norm(const AttrMap& a) {
+  auto p = std::make_unique<FloatParams>();
+  p->v[0] = a.f("eps");
+  p->v[1] = a.f("momentum", 0.1);
+  p->k = a.b("training") ? 1 : 0;
+  return p;
+}
+void run_batch_norm(const KernelCall& c) {
+  // Operands: input, running_mean, running_var, weight, bias. An artifact never mutates its
+  // operands: in training mode the batch statistics are used and the running ones left alone.
+  const auto& p = params<FloatParams>(c);
+  const bool training = p.k != 0;
+  kernels::batch_norm_out(in(c, 0), opt_in(c, 3), opt_in(c, 4), training ? nullptr : c.inputs[1],
+                          training ? nullptr : c.inputs[2], training, p.v[1], p.v[0], out(c),
+                          nullptr, nullptr);
+}
+
+std::unique_ptr<KernelParams> decode_layer_norm(const AttrMap& a) {
+  auto p = std::make_unique<DimsParams>();
+  auto s = a.ints("normalized_shape");
+  KILN_CHECK(s.size() <= 6, "layer_norm", "expected at most 6 normalized dims, got ", s.size());
+  p->dims = Dims(std::vector<int64_t>(s.begin(), s.end()));
+  p->f = a.f("eps");
+  return p;
+}
+void run_layer_norm(const KernelCall& c) {
+  const auto& p = params<DimsParams>(c);
+  kernels::layer_norm_out(in(c, 0), p.dims, opt_in(c, 1), opt_in(c, 2), p.f, out(c), nullptr,
+                          nullptr);
+}
+
+std::unique_ptr<KernelParams> decode_group_norm(const AttrMap& a) {
+  auto p = std::make_unique<FloatParams>();
+  p->k = a.i("num_groups");
+  p->v[0] = a.f("eps");
+  return p;
+}
+void run_group_norm(const KernelCall& c) {
+  const auto& p = params<FloatParams>(c);
+  kernels::group_norm_out(in(c, 0), p.k, opt_in(c, 1), opt_in(c, 2), p.v[0], out(c), nullptr,
+                          nullptr);
+}
+
+void run_embedding(const KernelCall& c) {
+  kernels::embedding_out(in(c, 0), in(c, 1), out(c));
+}
+
+std::unique_ptr<KernelParams> decode_p(const AttrMap& a) {
+  auto p = std::make_unique<FloatParams>();
+  p->v[0] = a.f("p");
+  return p;
+}
+void run_dropout(const KernelCall& c) {
+  kernels::dropout_out(in(c, 0), in(c, 1), params<FloatParams>(c).v[0], out(c));
+}
+
+std::unique_ptr<KernelParams> decode_dim(const AttrMap& a) {
+  auto p = std::make_unique<IntParams>();
+  p->v[0] = a.i("dim");
+  return p;
+}
+void run_softmax(const KernelCall& c) {
+  kernels::softmax_out(in(c, 0), params<IntParams>(c).v[0], out(c));
+}
+void run_log_softmax(const KernelCall& c) {
+  kernels::log_softmax_out(in(c, 0), params<IntParams>(c).v[0], out(c));
+}
+
+constexpr AttrSpec kConv2d[] = {{"stride", AttrType::Ints},
+                                {"padding", AttrType::Ints},
+                                {"dilation", AttrType::Ints},
+                                {"groups", AttrType::Int}};
+constexpr AttrSpec kConv2dFused[] = {
+    {"stride", AttrType::Ints},           {"padding", AttrType::Ints},
+    {"dilation", AttrType::Ints},         {"groups", AttrType::Int},
+    {"activation", AttrType::Int, false}, {"clamp_min", AttrType::Float, false},
+    {"clamp_max", AttrType::Float, false}};
+constexpr AttrSpec kConv1d[] = {{"stride", AttrType::Int},
+                                {"padding", AttrType::Int},
+                                {"dilation", AttrType::Int},
+                                {"groups", AttrType::Int}};
+constexpr AttrSpec kFusion[] = {{"activation", AttrType::Int, false},
+                                {"clamp_min", AttrType::Float, false},
+                                {"clamp_max", AttrType::Float, false}};
+constexpr AttrSpec kMaxPool[] = {{"kernel", AttrType::Ints},
+                                 {"stride", AttrType::Ints},
+                                 {"padding", AttrType::Ints},
+                                 {"dilation", AttrType::Ints},
+                                 {"ceil_mode", AttrType::Bool, false}};
+constexpr AttrSpec kAvgPool[] = {{"kernel", AttrType::Ints},
+                                 {"stride", AttrType::Ints},
+                                 {"padding", AttrType::Ints},
+                                 {"ceil_mode", AttrType::Bool, false},
+                                 {"count_include_pad", AttrType::Bool, false}};
+constexpr AttrSpec kBatchNorm[] = {{"training", AttrType::Bool, false},
+                                   {"momentum", AttrType::Float, false},
+                                   {"eps", AttrType::Float}};
+constexpr AttrSpec kLayerNorm[] = {{"normalized_shape", AttrType::Ints}, {"eps", AttrType::Float}};
+constexpr AttrSpec kGroupNorm[] = {{"num_groups", AttrType::Int}, {"eps", AttrType::Float}};
+constexpr AttrSpec kP[] = {{"p", AttrType::Float}};
+constexpr AttrSpec kDim[] = {{"dim", AttrType::Int}};
+
+}  // namespace
+
+void register_nn(Registry& r) {
+  r.add({"conv2d", 3, 3, 1, kConv2d, decode_conv2d, run_conv2d, 0b100});
+  r.add({"conv2d_fused", 4, 4, 1, kConv2dFused, decode_conv2d, run_conv2d, 0b1100});
+  r.add({"conv1d", 3, 3, 1, kConv1d, decode_conv1d, run_conv1d, 0b100});
+  r.add({"linear", 3, 3, 1, {}, nullptr, run_linear, 0b100});
+  r.add({"linear_fused", 4, 4, 1, kFusion, decode_linear_fused, run_linear_fused, 0b1100});
+  r.add({"matmul", 2, 2, 1, {}, nullptr, run_matmul});
+  r.add({"max_pool2d", 1, 1, 2, kMaxPool, decode_pool, run_max_pool2d});
+  r.add({"avg_pool2d", 1, 1, 1, kAvgPool, decode_pool, run_avg_pool2d});
+  r.add({"adaptive_avg_pool2d", 1, 1, 1, {}, nullptr, run_adaptive_avg_pool2d});
+  r.add({"batch_norm", 5, 5, 1, kBatchNorm, decode_batch_norm, run_batch_norm, 0b11110});
+  r.add({"layer_norm", 3, 3, 1, kLayerNorm, decode_layer_norm, run_layer_norm, 0b110});
+  r.add({"group_norm", 3, 3, 1, kGroupNorm, decode_group_norm, run_group_norm, 0b110});
+  r.add({"embedding", 2, 2, 1, {}, nullptr, run_embedding});
+  r.add({"dropout", 2, 2, 1, kP, decode_p, run_dropout});
+  r.add({"softmax", 1, 1, 1, kDim, decode_dim, run_softmax});
+  r.add({"log_softmax", 1, 1, 1, kDim, decode_dim, run_log_softmax});
+}
+
+}  // namespace kiln::rt::ops

@@ -1,0 +1,99 @@
+// Registry entries of the reductions (kernels/reduce.h).
+
+#include <climits>
+
+#include "common.h"
+#include "kiln/runtime/kernels/reduce.h"
+
+namespace kiln::rt::ops {
+namespace {
+
+std::unique_ptr<KernelParams> decode_dims(const AttrMap& a) {
+  auto p = std::make_unique<DimsParams>();
+  auto d = a.ints("dims");
+  KILN_CHECK(d.size() <= 6, a.op(), "expected at most 6 dims, got ", d.size());
+  p->dims = Dims(std::vector<int64_t>(d.begin(), d.end()));
+  p->keepdim = a.b("keepdim");
+  if (a.op() == "var") p->f = a.b("unbiased", true) ? 1.0 : 0.0;
+  if (a.op() == "norm") p->f = a.f("p", 2.0);
+  return p;
+}
+
+#define KILN_REDUCE(name)                                     \
+  void run_##name(const KernelCall& c) {                      \
+    const auto& p = params<DimsParams>(c);                    \
+    kernels::name##_out(in(c, 0), p.dims, p.keepdim, out(c)); \
+  }
+KILN_REDUCE(sum)
+KILN_REDUCE(mean)
+KILN_REDUCE(prod)
+KILN_REDUCE(amax)
+KILN_REDUCE(amin)
+KILN_REDUCE(logsumexp)
+#undef KILN_REDUCE
+
+void run_var(const KernelCall& c) {
+  const auto& p = params<DimsParams>(c);
+  kernels::var_out(in(c, 0), p.dims, p.f, p.keepdim, out(c));
+}
+void run_norm(const KernelCall& c) {
+  const auto& p = params<DimsParams>(c);
+  kernels::norm_out(in(c, 0), p.f, p.dims, p.keepdim, out(c));
+}
+
+std::unique_ptr<KernelParams> decode_dim(const AttrMap& a) {
+  auto p = std::make_unique<IntParams>();
+  p->v[0] = a.i("dim");
+  p->flag = a.b("keepdim");
+  return p;
+}
+void run_max(const KernelCall& c) {
+  const auto& p = params<IntParams>(c);
+  kernels::max_out(in(c, 0), p.v[0], p.flag, out(c, 0), out(c, 1));
+}
+void run_min(const KernelCall& c) {
+  const auto& p = params<IntParams>(c);
+  kernels::min_out(in(c, 0), p.v[0], p.flag, out(c, 0), out(c, 1));
+}
+// dim == INT64_MIN: over the flattened input.
+void run_argmax(const KernelCall& c) {
+  const auto& p = params<IntParams>(c);
+  kernels::argmax_out(in(c, 0), p.v[0] == INT64_MIN ? std::nullopt : std::optional(p.v[0]), p.flag,
+                      out(c));
+}
+void run_argmin(const KernelCall& c) {
+  const auto& p = params<IntParams>(c);
+  kernels::argmin_out(in(c, 0), p.v[0] == INT64_MIN ? std::nullopt : std::optional(p.v[0]), p.flag,
+                      out(c));
+}
+void run_cumsum(const KernelCall& c) {
+  kernels::cumsum_out(in(c, 0), params<IntParams>(c).v[0], out(c));
+}
+
+constexpr AttrSpec kDims[] = {{"dims", AttrType::Ints}, {"keepdim", AttrType::Bool, false}};
+constexpr AttrSpec kVar[] = {{"dims", AttrType::Ints},
+                             {"unbiased", AttrType::Bool, false},
+                             {"keepdim", AttrType::Bool, false}};
+constexpr AttrSpec kNorm[] = {
+    {"p", AttrType::Float}, {"dims", AttrType::Ints}, {"keepdim", AttrType::Bool, false}};
+constexpr AttrSpec kDim[] = {{"dim", AttrType::Int}, {"keepdim", AttrType::Bool, false}};
+
+}  // namespace
+
+void register_reduce(Registry& r) {
+  r.add({"sum", 1, 1, 1, kDims, decode_dims, run_sum});
+  r.add({"mean", 1, 1, 1, kDims, decode_dims, run_mean});
+  r.add({"prod", 1, 1, 1, kDims, decode_dims, run_prod});
+  r.add({"amax", 1, 1, 1, kDims, decode_dims, run_amax});
+  r.add({"amin", 1, 1, 1, kDims, decode_dims, run_amin});
+  r.add({"logsumexp", 1, 1, 1, kDims, decode_dims, run_logsumexp});
+  r.add({"var", 1, 1, 1, kVar, decode_dims, run_var});
+  r.add({"norm", 1, 1, 1, kNorm, decode_dims, run_norm});
+  r.add({"max", 1, 1, 2, kDim, decode_dim, run_max});
+  r.add({"min", 1, 1, 2, kDim, decode_dim, run_min});
+  r.add({"argmax", 1, 1, 1, kDim, decode_dim, run_argmax});
+  r.add({"argmin", 1, 1, 1, kDim, decode_dim, run_argmin});
+  r.add({"cumsum", 1, 1, 1, kDim, decode_dim, run_cumsum});
+}
+
+}  // namespace kiln::rt::ops

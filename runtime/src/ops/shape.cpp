@@ -1,0 +1,226 @@
+// Registry entries of the shape ops. Artifact values are contiguous, so a view op is either an
+// alias (the memory plan put its result on its input's bytes: nothing to do) or a copy of a
+// strided view of the input into the output (transpose, permute, slice, select, expand).
+
+#include <cstring>
+
+#include "common.h"
+#include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/indexing.h"
+
+namespace kiln::rt::ops {
+namespace {
+
+// Copies the strided view (sizes, strides, offset relative to `x`'s first element) of `x` into
+// `o`, after checking that every element the view reads lies inside `x` (attributes come from
+// the file).
+void copy_view(std::string_view op, const TensorImpl& x, const Dims& sizes, const Dims& strides,
+               int64_t offset, TensorImpl& o) {
+  int64_t lo = offset, hi = offset;
+  bool empty = false;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) empty = true;
+    const int64_t span = (sizes[d] - 1) * strides[d];
+    (strides[d] < 0 ? lo : hi) += span;
+  }
+  KILN_CHECK(empty || (lo >= 0 && hi < x.numel()), op, "view reads elements [", lo, ", ", hi,
+             "] of an input with ", x.numel(), " elements");
+  TensorImpl v = view_of(x, sizes, strides, x.storage_offset() + offset);
+  kernels::copy_(o, v);
+}
+
+void run_reshape(const KernelCall& c) {
+  const TensorImpl& x = in(c, 0);
+  TensorImpl& o = out(c);
+  KILN_CHECK(x.numel() == o.numel() && x.dtype() == o.dtype(), "reshape", "expected ", o.numel(),
+             " elements of ", dtype_short_name(o.dtype()), ", got ", x.numel(), " ",
+             dtype_short_name(x.dtype()));
+  if (x.data() == o.data()) return;  // planned as an alias
+  if (x.is_contiguous()) {
+    std::memmove(o.data(), x.data(), o.nbytes());
+  } else {
+    kernels::copy_(o, x);
+  }
+}
+
+std::unique_ptr<KernelParams> decode_transpose(const AttrMap& a) {
+  auto p = std::make_unique<IntParams>();
+  p->v[0] = a.i("dim0");
+  p->v[1] = a.i("dim1");
+  return p;
+}
+void run_transpose(const KernelCall& c) {
+  const TensorImpl& x = in(c, 0);
+  const auto& p = params<IntParams>(c);
+  const int64_t d0 = wrap_dim(p.v[0], x.dim(), "transpose");
+  const int64_t d1 = wrap_dim(p.v[1], x.dim(), "transpose");
+  Dims sizes = x.sizes(), strides = x.strides();
+  std::swap(sizes[d0], sizes[d1]);
+  std::swap(strides[d0], strides[d1]);
+  copy_view("transpose", x, sizes, strides, 0, out(c));
+}
+
+std::unique_ptr<KernelParams> decode_dims(const AttrMap& a) {
+  auto p = std::make_unique<DimsParams>();
+  const char* key = a.op() == "permute" ? "dims" : "shape";
+  std::span<const int64_t> d = a.ints(key);
+  KILN_CHECK(d.size() <= 6, a.op(), "attribute '", key, "': at most 6 dims, got ", d.size());
+  p->dims = Dims(std::vector<int64_t>(d.begin(), d.end()));
+  return p;
+}
+void run_permute(const KernelCall& c) {
+  const TensorImpl& x = in(c, 0);
+  const Dims& perm = params<DimsParams>(c).dims;
+  KILN_CHECK(static_cast<int64_t>(perm.size()) == x.dim(), "permute", "expected ", x.dim(),
+             " dims, got ", perm.size());
+  Dims sizes = x.sizes(), strides = x.strides();
+  uint32_t seen = 0;
+  for (size_t i = 0; i < perm.size(); ++i) {
+    const int64_t d = wrap_dim(perm[i], x.dim(), "permute");
+    KILN_CHECK(!(seen & (1u << d)), "permute", "dim ", d, " repeats");
+    seen |= 1u << d;
+    sizes[i] = x.sizes()[d];
+    strides[i] = x.strides()[d];
+  }
+  copy_view("permute", x, sizes, strides, 0, out(c));
+}
+
+void run_expand(const KernelCall& c) {
+  // Broadcasting copy: the kernel broadcasts the input into the output's shape.
+  kernels::copy_(out(c), in(c, 0));
+}
+
+std::unique_ptr<KernelParams> decode_slice(const AttrMap& a) {
+  auto p = std::make_unique<IntParams>();
+  p->v[0] = a.i("dim");
+  p->v[1] = a.i("start");
+  p->v[2] = a.i("end");
+  p->v[3] = a.i("step");
+  KILN_CHECK(p->v[3] >= 1, "slice", "expected step >= 1, got ", p->v[3]);
+  return p;
+}
+void run_slice(const KernelCall& c) {
+  const TensorImpl& x = in(c, 0);
+  const auto& p = params<IntParams>(c);
+  const int64_t d = wrap_dim(p.v[0], x.dim(), "slice");
+  const int64_t n = x.sizes()[d];
+  int64_t start = p.v[1] < 0 ? p.v[1] + n : p.v[1];
+  int64_t end = p.v[2] < 0 ? p.v[2] + n : p.v[2];
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  Dims sizes = x.sizes(), strides = x.strides();
+  sizes[d] = (end - start + p.v[3] - 1) / p.v[3];
+  strides[d] *= p.v[3];
+  copy_view("slice", x, sizes, strides, start * x.strides()[d], out(c));
+}
+
+std::unique_ptr<KernelParams> decode_select(const AttrMap& a) {
+  auto p = std::make_unique<IntParams>();
+  p->v[0] = a.i("dim");
+  p->v[1] = a.i("index");
+  return p;
+}
+void run_select(const KernelCall& c) {
+  const TensorImpl& x = in(c, 0);
+  const auto& p = params<IntParams>(c);
+  const int64_t d = wrap_dim(p.v[0], x.dim(), "select");
+  const int64_t n = x.sizes()[d];
+  const int64_t idx = p.v[1] < 0 ? p.v[1] + n : p.v[1];
+  KILN_CHECK(idx >= 0 && idx < n, "select", "index ", p.v[1], " out of range for size ", n);
+  Dims sizes, strides;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (i == d) continue;
+    sizes.push_back(x.sizes()[i]);
+    strides.push_back(x.strides()[i]);
+  }
+  copy_view("select", x, sizes, strides, idx * x.strides()[d], out(c));
+}
+
+struct StridedParams : KernelParams {
+  Dims sizes, strides;
+  int64_t offset = 0;
+};
+std::unique_ptr<KernelParams> decode_as_strided(const AttrMap& a) {
+  auto p = std::make_unique<StridedParams>();
+  std::span<const int64_t> s = a.ints("sizes"), t = a.ints("strides");
+  KILN_CHECK(s.size() == t.size() && s.size() <= 6, "as_strided",
+             "expected sizes and strides of the same rank (<= 6), got ", s.size(), " and ",
+             t.size());
+  p->sizes = Dims(std::vector<int64_t>(s.begin(), s.end()));
+  p->strides = Dims(std::vector<int64_t>(t.begin(), t.end()));
+  p->offset = a.i("offset");
+  return p;
+}
+void run_as_strided(const KernelCall& c) {
+  const auto& p = params<StridedParams>(c);
+  copy_view("as_strided", in(c, 0), p.sizes, p.strides, p.offset, out(c));
+}
+
+std::unique_ptr<KernelParams> decode_dim(const AttrMap& a) {
+  auto p = std::make_unique<IntParams>();
+  p->v[0] = a.i("dim");
+  return p;
+}
+void run_cat(const KernelCall& c) {
+  kernels::cat_out(std::span<const TensorImpl* const>(c.inputs.data(), c.inputs.size()),
+                   params<IntParams>(c).v[0], out(c));
+}
+void run_stack(const KernelCall& c) {
+  kernels::stack_out(std::span<const TensorImpl* const>(c.inputs.data(), c.inputs.size()),
+                     params<IntParams>(c).v[0], out(c));
+}
+
+struct PadParams : KernelParams {
+  std::vector<int64_t> pad;
+  kernels::PadMode mode = kernels::PadMode::Constant;
+  double value = 0;
+};
+std::unique_ptr<KernelParams> decode_pad(const AttrMap& a) {
+  auto p = std::make_unique<PadParams>();
+  std::span<const int64_t> pad = a.ints("pad");
+  p->pad.assign(pad.begin(), pad.end());
+  const int64_t mode = a.i("mode", 0);
+  KILN_CHECK(mode >= 0 && mode <= 2, "pad", "expected mode 0..2, got ", mode);
+  p->mode = static_cast<kernels::PadMode>(mode);
+  p->value = a.f("value", 0.0);
+  return p;
+}
+void run_pad(const KernelCall& c) {
+  const auto& p = params<PadParams>(c);
+  kernels::pad_out(in(c, 0), p.pad, p.mode, p.value, out(c));
+}
+
+constexpr AttrSpec kShape[] = {{"shape", AttrType::Ints}};
+constexpr AttrSpec kTranspose[] = {{"dim0", AttrType::Int}, {"dim1", AttrType::Int}};
+constexpr AttrSpec kPermute[] = {{"dims", AttrType::Ints}};
+constexpr AttrSpec kSlice[] = {{"dim", AttrType::Int},
+                               {"start", AttrType::Int},
+                               {"end", AttrType::Int},
+                               {"step", AttrType::Int}};
+constexpr AttrSpec kSelect[] = {{"dim", AttrType::Int}, {"index", AttrType::Int}};
+constexpr AttrSpec kAsStrided[] = {
+    {"sizes", AttrType::Ints}, {"strides", AttrType::Ints}, {"offset", AttrType::Int}};
+constexpr AttrSpec kDim[] = {{"dim", AttrType::Int}};
+constexpr AttrSpec kPad[] = {
+    {"pad", AttrType::Ints}, {"mode", AttrType::Int, false}, {"value", AttrType::Float, false}};
+
+}  // namespace
+
+void register_shape(Registry& r) {
+  r.add({"view", 1, 1, 1, kShape, nullptr, run_reshape});
+  r.add({"reshape", 1, 1, 1, kShape, nullptr, run_reshape});
+  r.add({"flatten", 1, 1, 1, {}, nullptr, run_reshape});
+  r.add({"squeeze", 1, 1, 1, {}, nullptr, run_reshape});
+  r.add({"unsqueeze", 1, 1, 1, {}, nullptr, run_reshape});
+  r.add({"transpose", 1, 1, 1, kTranspose, decode_transpose, run_transpose});
+  r.add({"permute", 1, 1, 1, kPermute, decode_dims, run_permute});
+  r.add({"expand", 1, 1, 1, kShape, nullptr, run_expand});
+  r.add({"slice", 1, 1, 1, kSlice, decode_slice, run_slice});
+  r.add({"select", 1, 1, 1, kSelect, decode_select, run_select});
+  r.add({"as_strided", 1, 1, 1, kAsStrided, decode_as_strided, run_as_strided});
+  r.add({"cat", 1, -1, 1, kDim, decode_dim, run_cat});
+  r.add({"stack", 1, -1, 1, kDim, decode_dim, run_stack});
+  r.add({"pad", 1, 1, 1, kPad, decode_pad, run_pad});
+}
+
+}  // namespace kiln::rt::ops

@@ -1,0 +1,117 @@
+#pragma once
+// Hand-built .kiln artifacts for the loader/executor tests and the broken-file corpus: the
+// FlatBuffers tables are written directly (no MLIR), so the runtime is tested on its own.
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kiln_generated.h"
+
+namespace kiln::testing {
+
+struct SlotSpec {
+  fb::SlotKind kind = fb::SlotKind::Arena;
+  fb::DType dtype = fb::DType::Float32;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0;
+  uint32_t weight = 0;
+};
+struct AttrSpecT {
+  std::string name;
+  fb::AttrKind kind = fb::AttrKind::Int;
+  int64_t i = 0;
+  double f = 0;
+  std::vector<int64_t> ints;
+};
+struct InstrSpec {
+  std::string kernel;
+  std::vector<int32_t> inputs, outputs;
+  std::vector<AttrSpecT> attrs;
+  std::string symbol;
+};
+
+struct ArtifactSpec {
+  uint32_t version = 1;
+  std::string name = "test";
+  std::string target_triple;
+  std::vector<std::string> cpu_features;
+  std::vector<SlotSpec> slots;
+  std::vector<InstrSpec> instrs;
+  std::vector<std::pair<std::string, uint32_t>> inputs, outputs;
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> blobs;
+  std::vector<std::pair<uint32_t, uint32_t>> state;  // (value slot, weight)
+  uint64_t arena_bytes = 0;
+
+  std::vector<uint8_t> build() const {
+    flatbuffers::FlatBufferBuilder b;
+    std::vector<flatbuffers::Offset<fb::Slot>> slots;
+    for (const SlotSpec& s : this->slots) {
+      slots.push_back(fb::CreateSlotDirect(b, s.kind, s.dtype, &s.shape, s.offset, s.weight));
+    }
+    std::vector<flatbuffers::Offset<fb::Instruction>> instrs;
+    for (const InstrSpec& in : this->instrs) {
+      std::vector<flatbuffers::Offset<fb::Attr>> attrs;
+      for (const AttrSpecT& a : in.attrs) {
+        attrs.push_back(fb::CreateAttrDirect(b, a.name.c_str(), a.kind, a.i, a.f,
+                                             a.kind == fb::AttrKind::Ints ? &a.ints : nullptr));
+      }
+      instrs.push_back(fb::CreateInstructionDirect(
+          b, in.kernel.empty() ? nullptr : in.kernel.c_str(),
+          in.symbol.empty() ? nullptr : in.symbol.c_str(), &attrs, &in.inputs, &in.outputs));
+    }
+    auto io = [&](const std::vector<std::pair<std::string, uint32_t>>& v) {
+      std::vector<flatbuffers::Offset<fb::Io>> out;
+      for (const auto& [n, s] : v) out.push_back(fb::CreateIoDirect(b, n.c_str(), s));
+      return out;
+    };
+    auto ins = io(inputs), outs = io(outputs);
+    std::vector<uint8_t> segment;
+    std::vector<flatbuffers::Offset<fb::Blob>> blobs;
+    for (const auto& [n, bytes] : this->blobs) {
+      const uint64_t off = (segment.size() + 63) / 64 * 64;
+      segment.resize(off + bytes.size());
+      if (!bytes.empty()) std::memcpy(segment.data() + off, bytes.data(), bytes.size());
+      blobs.push_back(fb::CreateBlobDirect(b, n.c_str(), off, bytes.size()));
+    }
+    std::vector<flatbuffers::Offset<fb::StateUpdate>> state;
+    for (const auto& [v, w] : this->state) state.push_back(fb::CreateStateUpdate(b, v, w));
+    std::vector<flatbuffers::Offset<flatbuffers::String>> feats;
+    for (const auto& f : cpu_features) feats.push_back(b.CreateString(f));
+    auto root =
+        fb::CreateModelDirect(b, version, name.c_str(), "test", target_triple.c_str(), &feats, &ins,
+                              &outs, &slots, &instrs, arena_bytes, 0, &blobs, &state);
+    b.FinishSizePrefixed(root, fb::ModelIdentifier());
+    std::vector<uint8_t> file(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+    file.resize((file.size() + 63) / 64 * 64, 0);
+    file.insert(file.end(), segment.begin(), segment.end());
+    return file;
+  }
+};
+
+template <typename T>
+std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
+  std::vector<uint8_t> out(v.size() * sizeof(T));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+// y = relu(x W^T + b): x [2,3] input, W [4,3] and b [4] weights, y [2,4] output.
+inline ArtifactSpec linear_relu_spec(const std::vector<float>& w, const std::vector<float>& bias) {
+  ArtifactSpec a;
+  a.blobs = {{"fc.weight", bytes_of(w)}, {"fc.bias", bytes_of(bias)}};
+  a.slots = {
+      {fb::SlotKind::Arena, fb::DType::Float32, {2, 3}, 0, 0},   // 0: x
+      {fb::SlotKind::Weight, fb::DType::Float32, {4, 3}, 0, 0},  // 1: W
+      {fb::SlotKind::Weight, fb::DType::Float32, {4}, 0, 1},     // 2: b
+      {fb::SlotKind::Arena, fb::DType::Float32, {2, 4}, 64, 0},  // 3: x W^T + b
+      {fb::SlotKind::Arena, fb::DType::Float32, {2, 4}, 64, 0},  // 4: relu, in place
+  };
+  a.instrs = {{"linear", {0, 1, 2}, {3}, {}}, {"relu", {3}, {4}, {}}};
+  a.inputs = {{"x", 0}};
+  a.outputs = {{"y", 4}};
+  a.arena_bytes = 128;
+  return a;
+}
+
+}  // namespace kiln::testing

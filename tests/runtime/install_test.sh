@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# cmake --install, then use the installed runtime the two ways a user would: find_package(kiln)
+# (the standalone examples/embed project) and pkg-config (the C API test compiled with cc).
+set -euo pipefail
+build=$1
+src=$2
+artifact=$3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cmake --install "$build" --prefix "$dir/prefix" >/dev/null
+test -f "$dir/prefix/include/kiln/runtime/c_api.h"
+test -f "$dir/prefix/lib/cmake/kiln/kilnConfig.cmake"
+cmake -S "$src/examples/embed" -B "$dir/embed" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$dir/prefix" >/dev/null
+cmake --build "$dir/embed" >/dev/null
+"$dir/embed/example_embed" "$artifact" 2 10
+export PKG_CONFIG_PATH="$dir/prefix/lib/pkgconfig"
+cc -std=c99 $(pkg-config --cflags kiln) "$src/tests/runtime/c_api_test.c" -o "$dir/c_api_test" \
+  $(pkg-config --libs kiln)
+"$dir/c_api_test" "$artifact"
+echo "install ok"

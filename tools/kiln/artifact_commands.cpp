@@ -1,0 +1,219 @@
+// `kiln run`, `kiln inspect`, `kiln bench`: the runtime side of the CLI (kiln_runtime only, plus
+// .npy reading/writing from the frontend's serializer).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "artifact_commands.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime/model.h"
+
+namespace kiln::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct Args {
+  std::string artifact;
+  std::vector<std::string> inputs;
+  std::string output;
+  int bench = 0;
+  bool ops = false;
+  bool help = false;
+  std::string bad;
+};
+
+Args parse(int argc, char** argv, bool allow_io) {
+  Args a;
+  for (int i = 0; i < argc; ++i) {
+    const std::string s = argv[i];
+    auto value = [&]() -> std::string {
+      KILN_CHECK(i + 1 < argc, "kiln", "option ", s, " needs a value");
+      return argv[++i];
+    };
+    if (s == "--help" || s == "-h") {
+      a.help = true;
+    } else if (allow_io && (s == "--input" || s == "-i")) {
+      a.inputs.push_back(value());
+    } else if (allow_io && (s == "--output" || s == "-o")) {
+      a.output = value();
+    } else if (s == "--bench" || s == "-n") {
+      a.bench = std::stoi(value());
+    } else if (s == "--ops") {
+      a.ops = true;
+    } else if (!s.empty() && s[0] == '-') {
+      a.bad = "unknown option '" + s + "'";
+    } else if (a.artifact.empty()) {
+      a.artifact = s;
+    } else {
+      a.bad = "unexpected argument '" + s + "'";
+    }
+  }
+  if (!a.help && a.bad.empty() && a.artifact.empty()) a.bad = "missing the artifact path";
+  return a;
+}
+
+int usage_error(const char* cmd, const std::string& why, const char* help) {
+  std::fprintf(stderr, "kiln %s: %s\n\n%s", cmd, why.c_str(), help);
+  return 2;
+}
+
+// Random inputs of the declared specs (bench and run without --input).
+std::vector<Tensor> make_inputs(const rt::Model& m) {
+  std::vector<Tensor> xs;
+  for (const rt::TensorSpec& s : m.inputs()) {
+    if (is_floating(s.dtype)) {
+      xs.push_back(randn(s.shape).to(s.dtype));
+    } else {
+      xs.push_back(zeros(s.shape, TensorOptions(s.dtype)));  // token id 0 is always valid
+    }
+  }
+  return xs;
+}
+
+const char* kRunHelp =
+    "usage: kiln run M.kiln [--input X.npy]... [--output Y.npy] [--bench N]\n\n"
+    "Loads the artifact with kiln_runtime and runs it on .npy inputs (one --input per model\n"
+    "input, in order; random inputs when none are given). Prints each output's shape and\n"
+    "first values; --output writes the first output (or OUT.<i>.npy for several).\n"
+    "--bench N also times N further runs.\n";
+
+const char* kInspectHelp =
+    "usage: kiln inspect M.kiln [--ops]\n\n"
+    "Prints the artifact's inputs, outputs and guards, target, ops, memory plan, weight bytes\n"
+    "and code size. --ops lists every instruction with its operand slots.\n";
+
+const char* kBenchHelp =
+    "usage: kiln bench M.kiln [--bench N]\n\n"
+    "Times loading (mmap + verify), session creation, the first run and N steady-state runs\n"
+    "(default 20) on random inputs. Threads: KILN_NUM_THREADS.\n";
+
+void print_timings(const std::vector<double>& ms) {
+  std::vector<double> s = ms;
+  std::sort(s.begin(), s.end());
+  double sum = 0;
+  for (double v : s) sum += v;
+  std::printf(
+      "steady state over %zu runs: median %.3f ms, mean %.3f ms, min %.3f ms, max %.3f ms\n",
+      s.size(), s[s.size() / 2], sum / s.size(), s.front(), s.back());
+}
+
+}  // namespace
+
+int run_artifact(int argc, char** argv) {
+  Args a = parse(argc, argv, true);
+  if (a.help) return std::fputs(kRunHelp, stdout), 0;
+  if (!a.bad.empty()) return usage_error("run", a.bad, kRunHelp);
+  auto model = rt::Model::load(a.artifact);
+  std::vector<Tensor> xs;
+  if (a.inputs.empty()) {
+    xs = make_inputs(*model);
+  } else {
+    KILN_CHECK(a.inputs.size() == model->inputs().size(), "run", "the model takes ",
+               model->inputs().size(), " inputs, got ", a.inputs.size(), " --input files");
+    for (const std::string& p : a.inputs) xs.push_back(read_npy(p).contiguous());
+  }
+  std::vector<const TensorImpl*> in;
+  for (const Tensor& x : xs) in.push_back(x.impl());
+  rt::Session session(model);
+  std::vector<TensorImplPtr> out = session.run(in);
+  for (size_t i = 0; i < out.size(); ++i) {
+    Tensor t(out[i]);
+    std::printf("%s: %s", model->outputs()[i].name.c_str(),
+                rt::describe_spec(t.sizes(), t.dtype()).c_str());
+    Tensor flat = t.reshape({-1}).to(DType::Float64);
+    const int64_t n = std::min<int64_t>(flat.numel(), 8);
+    std::printf(" [");
+    for (int64_t k = 0; k < n; ++k)
+      std::printf("%s%.6g", k ? ", " : "", flat.data_ptr<double>()[k]);
+    std::printf("%s]\n", flat.numel() > n ? ", ..." : "");
+    if (!a.output.empty()) {
+      const std::string path =
+          out.size() == 1 ? a.output : a.output + "." + std::to_string(i) + ".npy";
+      write_npy(path, t);
+    }
+  }
+  if (a.bench > 0) {
+    std::vector<double> ms;
+    for (int r = 0; r < a.bench; ++r) {
+      auto t0 = Clock::now();
+      session.run(in);
+      ms.push_back(ms_since(t0));
+    }
+    print_timings(ms);
+  }
+  return 0;
+}
+
+int inspect_artifact(int argc, char** argv) {
+  Args a = parse(argc, argv, false);
+  if (a.help) return std::fputs(kInspectHelp, stdout), 0;
+  if (!a.bad.empty()) return usage_error("inspect", a.bad, kInspectHelp);
+  rt::LoadOptions lo;
+  lo.allow_foreign_target = true;
+  auto m = rt::Model::load(a.artifact, rt::builtin_registry(), lo);
+  const rt::ModelStats& st = m->stats();
+  std::printf("model:    %s (producer: %s)\n", m->name().c_str(), m->producer().c_str());
+  std::printf("target:   %s", m->target_triple().empty() ? "portable (runtime kernels)"
+                                                         : m->target_triple().c_str());
+  for (const std::string& f : m->cpu_features()) std::printf(" +%s", f.c_str());
+  std::printf("\nfile:     %zu bytes\n", st.file_bytes);
+  for (const rt::TensorSpec& s : m->inputs()) {
+    std::printf("input:    %s %s (guard)\n", s.name.c_str(),
+                rt::describe_spec(s.shape, s.dtype).c_str());
+  }
+  for (const rt::TensorSpec& s : m->outputs()) {
+    std::printf("output:   %s %s\n", s.name.c_str(), rt::describe_spec(s.shape, s.dtype).c_str());
+  }
+  std::printf("plan:     %zu instructions over %zu values\n", st.num_instructions, st.num_slots);
+  for (const auto& [op, n] : st.op_counts) std::printf("          %-24s x%zu\n", op.c_str(), n);
+  std::printf("memory:   arena %llu bytes (%.2f MiB); without reuse %llu bytes (%.2fx)\n",
+              static_cast<unsigned long long>(st.arena_bytes), st.arena_bytes / 1048576.0,
+              static_cast<unsigned long long>(st.naive_bytes),
+              st.arena_bytes ? double(st.naive_bytes) / double(st.arena_bytes) : 0.0);
+  std::printf("weights:  %zu bytes (%.2f MiB)\n", st.weight_bytes - st.code_bytes,
+              (st.weight_bytes - st.code_bytes) / 1048576.0);
+  std::printf("code:     %zu bytes\n", st.code_bytes);
+  for (const auto& [k, v] : m->metadata()) std::printf("meta:     %s = %s\n", k.c_str(), v.c_str());
+  if (a.ops) std::printf("\n%s", m->describe_plan().c_str());
+  return 0;
+}
+
+int bench_artifact(int argc, char** argv) {
+  Args a = parse(argc, argv, false);
+  if (a.help) return std::fputs(kBenchHelp, stdout), 0;
+  if (!a.bad.empty()) return usage_error("bench", a.bad, kBenchHelp);
+  const int n = a.bench > 0 ? a.bench : 20;
+  auto t0 = Clock::now();
+  auto model = rt::Model::load(a.artifact);
+  const double load_ms = ms_since(t0);
+  t0 = Clock::now();
+  rt::Session session(model);
+  const double session_ms = ms_since(t0);
+  std::vector<Tensor> xs = make_inputs(*model);
+  std::vector<const TensorImpl*> in;
+  for (const Tensor& x : xs) in.push_back(x.impl());
+  t0 = Clock::now();
+  session.run(in);
+  const double first_ms = ms_since(t0);
+  std::vector<double> ms;
+  for (int r = 0; r < n; ++r) {
+    t0 = Clock::now();
+    session.run(in);
+    ms.push_back(ms_since(t0));
+  }
+  std::printf("%s: %d threads\n", a.artifact.c_str(), num_threads());
+  std::printf("load (mmap + verify): %.3f ms\nsession: %.3f ms\nfirst run: %.3f ms\n", load_ms,
+              session_ms, first_ms);
+  print_timings(ms);
+  return 0;
+}
+
+}  // namespace kiln::cli
