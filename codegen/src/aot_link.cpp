@@ -125,7 +125,12 @@ void link(const LinkOptions& o) {
     args.push_back(require_file(o.runtime_dir, "libkiln_aot_main.a", o.target));
   args.push_back(require_file(o.runtime_dir, "libkiln_runtime.a", o.target));
   args.push_back("-pthread");
+  // The C++ runtime goes in statically: the output then needs only libc/libm/libpthread of the
+  // device, not a libstdc++ of the toolchain's version.
+  args.push_back("-static-libstdc++");
+  args.push_back("-static-libgcc");
   args.push_back("-lm");
+  args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
   run_tool(driver, args);
 }
 
@@ -154,6 +159,7 @@ std::vector<std::string> package_object(const std::string& model_object,
   lo.output = o.output;
   lo.runtime_dir = o.runtime_dir;
   lo.prefix = prefix;
+  lo.extra_args = o.link_args;
   link(lo);
   std::vector<std::string> files{o.output};
   if (o.kind == EmitKind::SharedLibrary) {

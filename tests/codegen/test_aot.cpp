@@ -48,6 +48,10 @@ cg::AotOptions options(cg::EmitKind kind, const std::string& output,
   o.output = output;
   o.runtime_dir = KILN_RUNTIME_DIR;
   o.uses_runtime_errors = false;  // the hand-written IR calls no runtime kernel
+  // The flags the host runtime was built with (the asan preset's -fsanitize=...).
+  std::istringstream flags(KILN_HOST_LINK_FLAGS);
+  if (o.target.triple == cg::host_target().triple)
+    for (std::string f; flags >> f;) o.link_args.push_back(f);
   return o;
 }
 
@@ -225,9 +229,10 @@ TEST(Aot, SharedObjectAndHeaderEmbedInACProgram) {
     << "  for (int i = 0; i < DENSE_OUTPUT0_NUMEL; ++i) printf(\"%.9g\\n\", y[i]);\n"
     << "  return sizeof(y) == DENSE_OUTPUT0_BYTES ? 0 : 4;\n}\n";
   { std::ofstream(dir / "main.c") << c.str(); }
-  const CommandResult build = run_command("cc -std=c99 -Wall -Werror -o " + dir / "main" + " " +
-                                          dir / "main.c" + " -I" + dir.path.string() + " " +
-                                          dir / "libdense.so" + " -Wl,-rpath," + dir.path.string());
+  const CommandResult build =
+      run_command("cc -std=c99 -Wall -Werror -o " + dir / "main" + " " + dir / "main.c" + " -I" +
+                  dir.path.string() + " " + dir / "libdense.so" + " -Wl,-rpath," +
+                  dir.path.string() + " " + KILN_HOST_LINK_FLAGS);
   ASSERT_EQ(build.rc, 0) << build.output;
   const CommandResult run = run_command(dir / "main");
   ASSERT_EQ(run.rc, 0) << run.output;

@@ -104,6 +104,17 @@ TEST(JitAot, MobileNetV2) {
   expect_aot_matches_eager(*m, rnd({2, 3, 64, 64}, 7), rnd({2, 3, 64, 64}, 8));
 }
 
+// Token inputs: the executable reads int64 .npy files.
+TEST(JitAot, TransformerClassifier) {
+  auto m = models::transformer_classifier(50, 5);
+  expect_aot_matches_eager(*m, randint(0, 50, {2, 12}), randint(0, 50, {2, 12}));
+}
+
+TEST(JitAot, LSTMClassifier) {
+  auto m = models::lstm_classifier(50, 5, 16, 32);
+  expect_aot_matches_eager(*m, randint(0, 50, {3, 7}), randint(0, 50, {3, 7}));
+}
+
 TEST(JitAot, SharedObjectWithHeaderAndEmbeddedWeights) {
   autograd::NoGradGuard no_grad;
   auto m = models::mlp({6, 8, 3});
@@ -250,7 +261,7 @@ TEST(JitAot, ObjectsOfTwoModelsLinkIntoOneProgram) {
   std::string out;
   ASSERT_EQ(run("cc -c -o " + dir / "main.o " + dir / "main.c", &out), 0) << out;
   ASSERT_EQ(run("c++ -o " + dir / "prog " + dir / "main.o " + dir / "net_a.o " + dir / "net_b.o " +
-                    KILN_RUNTIME_DIR + "/libkiln_runtime.a -pthread",
+                    KILN_RUNTIME_DIR + "/libkiln_runtime.a -pthread " + KILN_HOST_LINK_FLAGS,
                 &out),
             0)
       << out;

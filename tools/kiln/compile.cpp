@@ -48,7 +48,7 @@ int usage(FILE* out) {
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  KILN_CHECK(f.good(), "compile", "cannot open '", path, "'");
+  KILN_CHECK(f.good(), "", "cannot open '", path, "'");
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();
@@ -57,7 +57,7 @@ std::string read_text(const std::string& path) {
 // @forward's argument names (the tracer's kiln.arg_names), or arg<i>.
 std::vector<std::string> arg_names(mlir::ModuleOp module) {
   auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
-  KILN_CHECK(forward, "compile", "the module has no func.func @forward");
+  KILN_CHECK(forward, "", "the module has no func.func @forward");
   std::vector<std::string> names;
   auto attr = forward->getAttrOfType<mlir::ArrayAttr>("kiln.arg_names");
   for (unsigned i = 0; i < forward.getNumArguments(); ++i) {
@@ -69,9 +69,24 @@ std::vector<std::string> arg_names(mlir::ModuleOp module) {
   return names;
 }
 
+int run_compile(int argc, char** argv);
+
 }  // namespace
 
+// Every failure reaches main() as a kiln::Error (a bad number, a filesystem error included).
 int compile(int argc, char** argv) {
+  try {
+    return run_compile(argc, argv);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("", e.what());
+  }
+}
+
+namespace {
+
+int run_compile(int argc, char** argv) {
   std::string input;
   std::string weights;
   bool quiet = false;
@@ -80,7 +95,7 @@ int compile(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
-      KILN_CHECK(i + 1 < argc, "compile", a, " needs a value");
+      KILN_CHECK(i + 1 < argc, "", a, " needs a value");
       return argv[++i];
     };
     if (a == "--help" || a == "-h") return usage(stdout);
@@ -100,24 +115,26 @@ int compile(int argc, char** argv) {
       o.name = value();
     else if (a == "--runtime-dir")
       o.runtime_dir = value();
-    else if (a == "-O")
-      o.opt_level = std::stoi(value());
-    else if (a.size() == 3 && a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '3')
+    else if (a == "-O") {
+      const std::string v = value();
+      KILN_CHECK(v.size() == 1 && v[0] >= '0' && v[0] <= '3', "", "-O expects 0-3, got '", v, "'");
+      o.opt_level = v[0] - '0';
+    } else if (a.size() == 3 && a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '3')
       o.opt_level = a[2] - '0';
     else if (a == "--quiet")
       quiet = true;
     else if (!a.empty() && a[0] == '-')
-      fail("compile", "unknown option '", a, "' (see kiln compile --help)");
+      fail("", "unknown option '", a, "' (see kiln compile --help)");
     else {
-      KILN_CHECK(input.empty(), "compile", "one model at a time: got '", input, "' and '", a, "'");
+      KILN_CHECK(input.empty(), "", "one model at a time: got '", input, "' and '", a, "'");
       input = a;
     }
   }
   if (input.empty()) return usage(stderr);
-  KILN_CHECK(!o.emit.empty(), "compile", "--emit exe|so|obj is required");
-  KILN_CHECK(!o.output.empty(), "compile", "-o OUT is required");
+  KILN_CHECK(!o.emit.empty(), "", "--emit exe|so|obj is required");
+  KILN_CHECK(!o.output.empty(), "", "-o OUT is required");
   const std::string ext = std::filesystem::path(input).extension().string();
-  KILN_CHECK(ext != ".kiln", "compile", "'", input,
+  KILN_CHECK(ext != ".kiln", "", "'", input,
              "': .kiln artifacts cannot be compiled yet; give the traced module (.mlir, e.g. "
              "TracedFunction::str()) and its weights (--weights)");
 
@@ -134,7 +151,7 @@ int compile(int argc, char** argv) {
   size_t num_inputs = names.size();
   while (num_inputs > 0 && by_name.count(names[num_inputs - 1])) --num_inputs;
   for (size_t i = 0; i < num_inputs; ++i)
-    KILN_CHECK(!by_name.count(names[i]), "compile", "argument '", names[i],
+    KILN_CHECK(!by_name.count(names[i]), "", "argument '", names[i],
                "' is in --weights but comes before the input '", names[num_inputs - 1],
                "': weights must be @forward's last arguments");
   std::vector<std::string> inputs(names.begin(), names.begin() + num_inputs);
@@ -161,4 +178,5 @@ int compile(int argc, char** argv) {
   return 0;
 }
 
+}  // namespace
 }  // namespace kiln::cli

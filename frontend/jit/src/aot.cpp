@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <sstream>
 
 #include "kiln/codegen/aot.h"
 #include "kiln/runtime/error.h"
@@ -48,6 +49,12 @@ AotResult compile_aot(mlir::ModuleOp module, const std::vector<std::string>& inp
   o.prefix = options.name;
   o.opt_level = options.opt_level;
   o.runtime_dir = options.runtime_dir.empty() ? default_runtime_dir(o.target) : options.runtime_dir;
+  o.link_args = options.link_args;
+  if (options.default_link_args && options.runtime_dir.empty() &&
+      !(codegen::is_aarch64(o.target) && !codegen::is_aarch64(codegen::host_target()))) {
+    std::istringstream flags(KILN_HOST_LINK_FLAGS);
+    for (std::string f; flags >> f;) o.link_args.push_back(f);
+  }
 
   codegen::LowerOptions lower;
   lower.fuse_elementwise = options.fuse_elementwise;

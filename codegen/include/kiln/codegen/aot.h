@@ -105,6 +105,8 @@ struct LinkOptions {
   std::string driver;
   // A shared object exports PREFIX_run and PREFIX_info only.
   std::string prefix = "model";
+  // More linker driver arguments, e.g. the -fsanitize flags the runtime library was built with.
+  std::vector<std::string> extra_args;
 };
 // Links with the system toolchain; for EmitKind::Object, a relocatable link (`ld -r`) of the
 // objects into one. Throws AotError with the command line and the linker's output on failure.
@@ -123,6 +125,7 @@ struct AotOptions {
   int opt_level = 3;
   bool uses_runtime_errors = true;
   std::vector<ConstantBuffer> constants;  // frozen weights, after the inputs
+  std::vector<std::string> link_args;     // see LinkOptions::extra_args
 };
 
 struct AotTimings {

@@ -34,6 +34,10 @@ struct AotOptions {
   // Folder with libkiln_runtime.a and libkiln_aot_main.a for the target. Default: $KILN_RUNTIME_DIR
   // (host) / $KILN_AARCH64_RUNTIME_DIR (arm64), else this build's runtime / build/aarch64-runtime.
   std::string runtime_dir;
+  // More linker arguments. Default for the host: the flags this build links its own programs with
+  // (CMAKE_EXE_LINKER_FLAGS, e.g. -fsanitize=... in the asan preset), which its runtime needs.
+  std::vector<std::string> link_args;
+  bool default_link_args = true;
   int opt_level = 3;
   bool fuse_elementwise = true;
 };
