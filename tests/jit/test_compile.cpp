@@ -222,3 +222,24 @@ TEST(JitCompile, KernelErrorsAtRunTimeBecomeKilnErrors) {
   }
   EXPECT_LE(max_abs_diff(f({good})[0], fn({good})[0]), 0.0);
 }
+
+TEST(JitCompile, ResultsThatAreInputsViewsDuplicatesOrScalars) {
+  // Results that no op computes into a fresh buffer: an input as is, a transposed view of it, the
+  // same value twice, and a 0-dim reduction.
+  auto fn = [](const TensorList& t) {
+    Tensor y = t[0] * 3;
+    return TensorList{t[0], t[0].transpose(0, 1), y, y, sum(y)};
+  };
+  Tensor x = rnd({3, 4}, 28);
+  jit::CompiledFunction f = jit::compile(jit::trace(fn, {x}), no_disk());
+  Tensor x2 = rnd({3, 4}, 29);
+  TensorList got = f({x2}), want = fn({x2});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].sizes(), want[i].sizes()) << "output " << i;
+    EXPECT_LE(max_rel_error(got[i], want[i]), 1e-6) << "output " << i;
+  }
+  // Outputs are fresh tensors: writing one never changes the input or another output.
+  EXPECT_NE(got[0].data(), x2.data());
+  EXPECT_NE(got[2].data(), got[3].data());
+}
