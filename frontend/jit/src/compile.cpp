@@ -146,8 +146,17 @@ std::shared_ptr<const Code> code_for(const std::string& bytes, const CompileOpti
   if (options.disk_cache) {
     std::string object;
     if (read_file(object_path, &object) && !object.empty()) {
-      code = load(object, signature_of());
-      *source = CompiledFunction::Source::DiskCache;
+      // A cached object that no longer loads (truncated, foreign) is compiled again.
+      std::string error;
+      void* entry =
+          codegen::JitEngine::instance().load(object, "kiln_entry", abi_symbols(), &error);
+      if (entry) {
+        auto cached = std::make_shared<Code>();
+        cached->entry = reinterpret_cast<Entry>(entry);
+        cached->signature = signature_of();
+        code = std::move(cached);
+        *source = CompiledFunction::Source::DiskCache;
+      }
     }
   }
   if (!code) {
