@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "helpers.h"
 #include "kiln/jit/compile.h"
@@ -84,4 +85,24 @@ TEST(JitCache, ChangedIrIsADifferentKey) {
   jit::CompiledFunction b = jit::compile(jit::trace(f2, {x}), o);
   EXPECT_NE(a.cache_key(), b.cache_key());
   EXPECT_LE(max_rel_error(b({x})[0], x * 3), 1e-6);
+}
+
+TEST(JitCache, CorruptCachedObjectIsRecompiled) {
+  const auto dir = fresh_dir("corrupt");
+  auto fn = [](const TensorList& t) { return TensorList{exp(t[0]) - 1}; };
+  Tensor x = rnd({6}, 36);
+  jit::TracedFunction traced = jit::trace(fn, {x});
+  jit::CompileOptions o;
+  o.cache_dir = dir.string();
+  jit::clear_memory_cache();
+  jit::CompiledFunction a = jit::compile(traced, o);
+  {
+    std::ofstream out(dir / (a.cache_key() + ".o"), std::ios::binary | std::ios::trunc);
+    out << "not an object file";
+  }
+  jit::clear_memory_cache();
+  jit::CompiledFunction b = jit::compile(traced, o);
+  EXPECT_EQ(b.source(), jit::CompiledFunction::Source::Compiled);
+  EXPECT_LE(max_rel_error(b({x})[0], fn({x})[0]), 1e-5);
+  std::filesystem::remove_all(dir);
 }

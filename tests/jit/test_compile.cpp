@@ -206,3 +206,40 @@ TEST(JitCompile, SmallCapturedTensorsBecomeConstantGlobals) {
   Tensor x2 = rnd({4, 3}, 26);
   EXPECT_LE(max_abs_diff(f({x2})[0], fn({x2})[0]), 1e-6);
 }
+
+TEST(JitCompile, KernelErrorsAtRunTimeBecomeKilnErrors) {
+  // Data-dependent failures (an index out of range) can only show at run time: the runtime
+  // kernel's message reaches the caller as a kiln::Error, and the function stays usable.
+  Tensor table = rnd({5, 3}, 27);
+  auto fn = [&](const TensorList& t) { return TensorList{embedding(table, t[0]) * 2}; };
+  Tensor good = tensor({0.0, 4.0, 2.0}, DType::Int64);
+  jit::CompiledFunction f = jit::compile(jit::trace(fn, {good}), no_disk());
+  try {
+    f({tensor({0.0, 7.0, 2.0}, DType::Int64)});
+    FAIL() << "an out-of-range index was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("embedding"), std::string::npos) << e.what();
+  }
+  EXPECT_LE(max_abs_diff(f({good})[0], fn({good})[0]), 0.0);
+}
+
+TEST(JitCompile, ResultsThatAreInputsViewsDuplicatesOrScalars) {
+  // Results that no op computes into a fresh buffer: an input as is, a transposed view of it, the
+  // same value twice, and a 0-dim reduction.
+  auto fn = [](const TensorList& t) {
+    Tensor y = t[0] * 3;
+    return TensorList{t[0], t[0].transpose(0, 1), y, y, sum(y)};
+  };
+  Tensor x = rnd({3, 4}, 28);
+  jit::CompiledFunction f = jit::compile(jit::trace(fn, {x}), no_disk());
+  Tensor x2 = rnd({3, 4}, 29);
+  TensorList got = f({x2}), want = fn({x2});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].sizes(), want[i].sizes()) << "output " << i;
+    EXPECT_LE(max_rel_error(got[i], want[i]), 1e-6) << "output " << i;
+  }
+  // Outputs are fresh tensors: writing one never changes the input or another output.
+  EXPECT_NE(got[0].data(), x2.data());
+  EXPECT_NE(got[2].data(), got[3].data());
+}

@@ -167,7 +167,7 @@ class KernelEmitter {
       return off;
     };
     for (auto& leaf : leaves_) leaf.offset = offset(leaf.view.offset, leaf.strides);
-    Value result = eval(root_, /*is_root=*/true);
+    Value result = eval(root_);
     result = convert(result, dest_.elem);
     store(out_ptr_, offset(dest_.offset, out_strides_), result, dest_.elem);
     b_.setInsertionPointToEnd(block);
@@ -291,15 +291,15 @@ class KernelEmitter {
     return x.getType().isF64() ? libm("erf", x) : b_.create<math::ErfOp>(loc_, x).getResult();
   }
 
-  Value eval(Value v, bool is_root = false) {
+  Value eval(Value v) {
     v = node_of(v);
     if (auto it = memo_.find(v); it != memo_.end()) return it->second;
-    Value r = compute(v, is_root);
+    Value r = compute(v);
     memo_[v] = r;
     return r;
   }
 
-  Value compute(Value v, bool is_root) {
+  Value compute(Value v) {
     if (auto splat = Lowering::splat_value(v)) {
       return b_.create<arith::ConstantOp>(loc_, *splat);
     }
@@ -314,7 +314,6 @@ class KernelEmitter {
       return eval(
           body.getTerminator()->getOperand(mlir::cast<mlir::OpResult>(v).getResultNumber()));
     }
-    (void)is_root;
     Type rt = element(v);
     auto arg = [&](unsigned i) { return eval(op->getOperand(i)); };
     auto arg_as = [&](unsigned i, Type t) { return convert(arg(i), t); };

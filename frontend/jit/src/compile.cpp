@@ -2,6 +2,7 @@
 
 #include "kiln/jit/compile.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +12,8 @@
 #include <optional>
 #include <sstream>
 #include <unordered_map>
+
+#include <unistd.h>
 
 #include "abi_symbols.h"
 #include "kiln/autograd.h"
@@ -64,7 +67,10 @@ bool read_file(const std::filesystem::path& path, std::string* out) {
 void write_file(const std::filesystem::path& path, const std::string& data) {
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
-  const auto tmp = path.string() + ".tmp" + std::to_string(std::hash<std::string>{}(data)&0xffff);
+  // A name no other writer (thread or process) uses.
+  static std::atomic<uint64_t> counter{0};
+  const auto tmp = path.string() + ".tmp." + std::to_string(::getpid()) + "." +
+                   std::to_string(counter.fetch_add(1));
   {
     std::ofstream out(tmp, std::ios::binary);
     if (!out) return;  // an unwritable cache only costs time
@@ -146,8 +152,17 @@ std::shared_ptr<const Code> code_for(const std::string& bytes, const CompileOpti
   if (options.disk_cache) {
     std::string object;
     if (read_file(object_path, &object) && !object.empty()) {
-      code = load(object, signature_of());
-      *source = CompiledFunction::Source::DiskCache;
+      // A cached object that no longer loads (truncated, foreign) is compiled again.
+      std::string error;
+      void* entry =
+          codegen::JitEngine::instance().load(object, "kiln_entry", abi_symbols(), &error);
+      if (entry) {
+        auto cached = std::make_shared<Code>();
+        cached->entry = reinterpret_cast<Entry>(entry);
+        cached->signature = signature_of();
+        code = std::move(cached);
+        *source = CompiledFunction::Source::DiskCache;
+      }
     }
   }
   if (!code) {

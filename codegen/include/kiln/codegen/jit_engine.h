@@ -23,7 +23,12 @@ bool compile_to_object(mlir::ModuleOp module, const Target& target, const LowerO
 // needs.
 bool entry_signature(mlir::ModuleOp module, EntrySignature* signature, std::string* error);
 
-// A stable key for compiled code: (module bytes, target triple, CPU, features, options).
+// The version of the contract between generated code and the runtime's C ABI (descriptor layout,
+// attribute orders, entry point convention; kiln/runtime/abi.h). Part of every cache key: bump it
+// whenever that contract changes, so objects cached by an older build are never loaded.
+inline constexpr int kAbiVersion = 1;
+
+// A stable key for compiled code: (module bytes, target triple, CPU, features, options, ABI).
 std::string cache_key(const std::string& module_bytes, const Target& target,
                       const LowerOptions& options, int opt_level);
 

@@ -2,7 +2,8 @@
 // kiln's C ABI: the entry points that generated code (JIT or AOT, any target) calls in the
 // runtime. Plain C types only, so LLVM IR can declare them without knowing C++; every function is
 // a thin wrapper over a kernel in kiln/runtime/kernels/*.h. The names and the descriptor layout
-// below are a stable contract between codegen/ and runtime/: extend, never reorder.
+// below are a stable contract between codegen/ and runtime/: extend, never reorder (and bump
+// kiln::codegen::kAbiVersion, which keys the compile cache, on any incompatible change).
 //
 // Op calls all have one shape:
 //     void kiln_abi_<op>(void* const* data, const int64_t* desc);

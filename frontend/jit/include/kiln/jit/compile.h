@@ -5,7 +5,9 @@
 //   auto compiled = kiln::jit::compile(traced);
 //   TensorList y = compiled({x2});          // same shapes/dtypes as traced (guards checked)
 //
-// Compile once, run many; calls are thread-safe (each call has its own intermediate buffers).
+// Compile once, run many; calls are thread-safe (each call has its own intermediate buffers),
+// except that calls of a function with in-out captures (a training step) or random ops share
+// that state, as the eager code they replace would: do not overlap those.
 // Captured tensors (parameters) are read at each call, and those the traced function wrote in
 // place (a training step's parameters and optimizer state) are updated in place after each call,
 // exactly like TracedFunction::operator(). Ops that cannot be compiled are reported by compile()
