@@ -65,11 +65,17 @@ struct Checker {
         const size_t rank = s->shape() ? s->shape()->size() : 0;
         KILN_CHECK(rank <= kMaxRank, kOp, "slot ", i, ": rank ", rank, " exceeds ", kMaxRank);
         uint64_t bytes = dtype_size(info.dtype);
+        // Kernels multiply dims into strides even when another dim is 0: bound the product of
+        // the non-zero dims too, so no stride arithmetic can overflow.
+        uint64_t extent = 1;
         for (size_t d = 0; d < rank; ++d) {
           const int64_t n = s->shape()->Get(d);
           KILN_CHECK(n >= 0, kOp, "slot ", i, ": negative dimension ", n);
-          KILN_CHECK(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(n), &bytes), kOp, "slot ",
-                     i, ": size overflows");
+          KILN_CHECK(
+              !__builtin_mul_overflow(bytes, static_cast<uint64_t>(n), &bytes) &&
+                  !__builtin_mul_overflow(extent, static_cast<uint64_t>(n ? n : 1), &extent) &&
+                  extent <= kMaxArenaBytes,
+              kOp, "slot ", i, ": size overflows");
           info.shape.push_back(n);
         }
         info.nbytes = bytes;

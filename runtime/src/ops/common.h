@@ -47,5 +47,6 @@ void register_elementwise(Registry& r);
 void register_shape(Registry& r);
 void register_nn(Registry& r);
 void register_reduce(Registry& r);
+void register_loss(Registry& r);
 
 }  // namespace kiln::rt::ops

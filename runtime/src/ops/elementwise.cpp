@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "common.h"
 #include "kiln/runtime/kernels/copy.h"
@@ -145,7 +147,16 @@ void run_fill(const KernelCall& c) {
   visit_dtype(o.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* d = o.data_ptr<T>();
-    const T value = static_cast<T>(static_cast<float>(v));
+    T value{};
+    if constexpr (std::is_integral_v<T>) {
+      // Out-of-range float -> integer conversion is undefined: refuse it.
+      KILN_CHECK(v >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
+                     v <= static_cast<double>(std::numeric_limits<T>::max()),
+                 "fill", "value ", v, " does not fit ", dtype_short_name(o.dtype()));
+      value = static_cast<T>(v);
+    } else {
+      value = static_cast<T>(static_cast<float>(v));
+    }
     for (int64_t i = 0; i < o.numel(); ++i) d[i] = value;
   });
 }

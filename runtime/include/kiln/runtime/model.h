@@ -37,6 +37,9 @@ struct TensorSpec {
 struct LoadOptions {
   // Skip the target triple / CPU feature check (tools that only inspect a foreign artifact).
   bool allow_foreign_target = false;
+  // Map the file with MAP_POPULATE: page-table entries for the weights are made at load, so the
+  // first run does not pay a page fault per 4 KiB of weights (see bench/artifact.cpp).
+  bool populate = true;
 };
 
 // What `kiln inspect` shows; filled from the verified file.
