@@ -25,6 +25,16 @@ std::string str(const flatbuffers::String* s) {
   return s ? s->str() : std::string();
 }
 
+// The FlatBuffers Verifier checks a vector's length word, not that its 8-byte elements are
+// 8-byte aligned; a builder always aligns them, so a misaligned one means a corrupt file (and
+// reading it would be undefined behaviour).
+const flatbuffers::Vector<int64_t>* aligned(const flatbuffers::Vector<int64_t>* v,
+                                            const std::string& what) {
+  KILN_CHECK(!v || reinterpret_cast<uintptr_t>(v->data()) % alignof(int64_t) == 0, kOp, what,
+             ": misaligned 64-bit array");
+  return v;
+}
+
 struct Checker {
   const fb::Model& m;
   Model::Impl& out;
@@ -62,14 +72,15 @@ struct Checker {
       KILN_CHECK(dt >= 0 && dt < kNumDTypes, kOp, "slot ", i, ": unknown dtype ", dt);
       info.dtype = static_cast<DType>(dt);
       if (info.kind != SlotKind::None) {
-        const size_t rank = s->shape() ? s->shape()->size() : 0;
+        const auto* shape = aligned(s->shape(), "slot " + std::to_string(i) + " shape");
+        const size_t rank = shape ? shape->size() : 0;
         KILN_CHECK(rank <= kMaxRank, kOp, "slot ", i, ": rank ", rank, " exceeds ", kMaxRank);
         uint64_t bytes = dtype_size(info.dtype);
         // Kernels multiply dims into strides even when another dim is 0: bound the product of
         // the non-zero dims too, so no stride arithmetic can overflow.
         uint64_t extent = 1;
         for (size_t d = 0; d < rank; ++d) {
-          const int64_t n = s->shape()->Get(d);
+          const int64_t n = shape->Get(d);
           KILN_CHECK(n >= 0, kOp, "slot ", i, ": negative dimension ", n);
           KILN_CHECK(
               !__builtin_mul_overflow(bytes, static_cast<uint64_t>(n), &bytes) &&
@@ -200,7 +211,9 @@ struct Checker {
       v.type = static_cast<AttrType>(kind);
       v.i = a->i();
       v.f = a->f();
-      if (a->ints()) v.ints = std::span<const int64_t>(a->ints()->data(), a->ints()->size());
+      if (const auto* ints = aligned(a->ints(), "attribute '" + std::string(v.name) + "'")) {
+        v.ints = std::span<const int64_t>(ints->data(), ints->size());
+      }
       if (a->s()) v.s = a->s()->string_view();
       values.push_back(v);
     }
