@@ -105,11 +105,19 @@ void BM_SteadyRun(benchmark::State& state, std::string model) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_Load, resnet18, "resnet18")->Unit(benchmark::kMillisecond);
+// Arg of Load / LoadToFirstOutput / FirstRun: MAP_POPULATE off (0) or on (1).
+BENCHMARK_CAPTURE(BM_Load, resnet18, "resnet18")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_LoadToFirstOutput, resnet18, "resnet18")
+    ->Arg(0)
+    ->Arg(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_FirstRun, resnet18, "resnet18")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_FirstRun, resnet18, "resnet18")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+// Arg of SteadyRun: the batch size.
 BENCHMARK_CAPTURE(BM_SteadyRun, resnet18, "resnet18")
     ->Arg(1)
     ->Arg(8)
