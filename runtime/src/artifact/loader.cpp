@@ -360,6 +360,8 @@ std::unique_ptr<Model::Impl> verify_and_decode(std::unique_ptr<Mapping> file,
     void* p = const_cast<uint8_t*>(impl->blobs[info.weight].data);
     impl->weight_tensors[s] = kiln::from_blob(p, info.shape, info.dtype);
   }
+  if (m.mlir_bytecode())
+    impl->mlir_bytecode = {m.mlir_bytecode()->data(), m.mlir_bytecode()->size()};
   impl->file = std::move(file);
   return impl;
 }

@@ -104,6 +104,9 @@ const std::vector<std::pair<std::string, std::string>>& Model::metadata() const 
 uint64_t Model::arena_bytes() const {
   return impl_->arena_bytes;
 }
+std::span<const uint8_t> Model::mlir_bytecode() const {
+  return impl_->mlir_bytecode;
+}
 const ModelStats& Model::stats() const {
   return impl_->stats;
 }

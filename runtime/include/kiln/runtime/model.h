@@ -75,6 +75,8 @@ class Model {
   const std::vector<TensorSpec>& inputs() const;
   const std::vector<TensorSpec>& outputs() const;
   const std::vector<std::pair<std::string, std::string>>& metadata() const;
+  // The module's MLIR bytecode when the writer embedded it (for re-compilation), else empty.
+  std::span<const uint8_t> mlir_bytecode() const;
   uint64_t arena_bytes() const;
   const ModelStats& stats() const;
   // Index of the named input/output, or -1.
