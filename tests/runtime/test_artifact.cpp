@@ -137,6 +137,18 @@ TEST(Artifact, GuardsNameTheInputExpectedAndActual) {
   TensorImplPtr bad_dtype = kiln::from_blob(xd.data(), std::vector<int64_t>{2, 3}, DType::Float64);
   EXPECT_THROW(session.run({bad_dtype.get()}), Error);
   EXPECT_THROW(session.run({}), Error);
+  // Named inputs: unknown and missing names are errors that say so.
+  std::vector<float> xs(6, 1.0f);
+  TensorImplPtr good = kiln::from_blob(xs.data(), std::vector<int64_t>{2, 3}, DType::Float32);
+  std::pair<std::string_view, const TensorImpl*> named[] = {{"x", good.get()}};
+  EXPECT_EQ(session.run_named(named)[0]->sizes(), Dims({2, 4}));
+  std::pair<std::string_view, const TensorImpl*> wrong[] = {{"y", good.get()}};
+  try {
+    session.run_named(wrong);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no input \"y\""), std::string::npos) << e.what();
+  }
 }
 
 TEST(Artifact, UnknownKernelsAreAllListedAtLoad) {

@@ -105,6 +105,9 @@ class Session {
   std::vector<TensorImplPtr> run(std::initializer_list<const TensorImpl*> inputs) {
     return run(std::span<const TensorImpl* const>(inputs.begin(), inputs.size()));
   }
+  // Inputs by name (any order); every input must be given exactly once.
+  std::vector<TensorImplPtr> run_named(
+      std::span<const std::pair<std::string_view, const TensorImpl*>> inputs);
   // Same, writing into caller-provided outputs of the declared shapes and dtypes.
   void run_into(std::span<const TensorImpl* const> inputs, std::span<TensorImpl* const> outputs);
 
