@@ -288,6 +288,9 @@ class Writer {
         continue;
       }
       if (name.rfind("kiln.", 0) != 0) fail("op '" + name + "' cannot be run by the runtime");
+      if (op.getNumRegions() > 0 && !op.hasAttr("kiln.symbol")) {
+        fail("op '" + name + "' has regions; only compiled code (kiln.symbol) can run it");
+      }
       emit_op(op, name.substr(5));
     }
   }
