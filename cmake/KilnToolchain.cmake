@@ -8,7 +8,8 @@ if(KILN_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
 endif()
 
 find_program(KILN_LLD ld.lld)
-if(KILN_LLD)
+# A cross gcc (aarch64-linux-gnu-g++) looks for its own prefixed linker: keep its bfd ld there.
+if(KILN_LLD AND NOT CMAKE_CROSSCOMPILING)
   add_link_options(-fuse-ld=lld)
 endif()
 # Drop libraries nothing uses (CUDA driver among them) so binaries start on GPU-less machines.

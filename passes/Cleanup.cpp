@@ -1,11 +1,22 @@
-// --kiln-cleanup: folds and canonicalizes kiln ops (relu(relu(x)) -> relu(x), ...) with the greedy
-// rewrite driver, which also erases ops left without uses.
+// --kiln-cleanup: the dialect's folders, kiln's canonicalization patterns (no-op removal, shape-op
+// chains) and constant folding of small constant subgraphs, run to a fixed point with the greedy
+// rewrite driver (which also erases ops left without uses: DCE), then upstream CSE, then the
+// patterns once more for what CSE exposed.
+//
+// CSE and DCE are safe on every kiln op because the dialect is functional: each op in the ODS
+// table is Pure (random numbers enter a trace as captured tensors, e.g. dropout's mask operand,
+// never as an op), and kiln.fused is pure exactly when its body is (RecursiveMemoryEffects). An
+// op added later with side effects must drop Pure in ir/tools/gen_ops_td.py and both passes
+// respect that.
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Dominance.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Pass/Pass.h"
+#include "mlir/Transforms/CSE.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
+#include "PatternSets.h"
 #include "kiln/ir/KilnDialect.h"
 #include "kiln/passes/Passes.h"
 
@@ -17,21 +28,38 @@ struct CleanupPass : mlir::PassWrapper<CleanupPass, mlir::OperationPass<mlir::fu
 
   llvm::StringRef getArgument() const override { return "kiln-cleanup"; }
   llvm::StringRef getDescription() const override {
-    return "Fold and canonicalize kiln ops and remove dead ones";
+    return "Canonicalize and constant-fold kiln ops, then CSE and remove dead ones";
+  }
+
+  mlir::LogicalResult initialize(mlir::MLIRContext* ctx) override {
+    mlir::RewritePatternSet set(ctx);
+    for (mlir::RegisteredOperationName op : ctx->getRegisteredOperations()) {
+      if (op.getDialectNamespace() == "kiln") op.getCanonicalizationPatterns(set, ctx);
+    }
+    populate_cleanup_patterns(set);
+    populate_constant_fold_patterns(set);
+    patterns = mlir::FrozenRewritePatternSet(std::move(set));
+    return mlir::success();
   }
 
   void runOnOperation() override {
-    mlir::RewritePatternSet patterns(&getContext());
-    for (mlir::RegisteredOperationName op : getContext().getRegisteredOperations()) {
-      if (op.getDialectNamespace() == "kiln") op.getCanonicalizationPatterns(patterns, &getContext());
-    }
-    if (mlir::failed(mlir::applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
+    if (mlir::failed(mlir::applyPatternsAndFoldGreedily(getOperation(), patterns)))
+      return signalPassFailure();
+    mlir::IRRewriter rewriter(&getContext());
+    mlir::DominanceInfo dominance(getOperation());
+    bool changed = false;
+    mlir::eliminateCommonSubExpressions(rewriter, dominance, getOperation(), &changed);
+    if (changed && mlir::failed(mlir::applyPatternsAndFoldGreedily(getOperation(), patterns)))
       signalPassFailure();
   }
+
+  mlir::FrozenRewritePatternSet patterns;
 };
 
 }  // namespace
 
-std::unique_ptr<mlir::Pass> create_cleanup_pass() { return std::make_unique<CleanupPass>(); }
+std::unique_ptr<mlir::Pass> create_cleanup_pass() {
+  return std::make_unique<CleanupPass>();
+}
 
 }  // namespace kiln::passes

@@ -6,7 +6,17 @@
 namespace kiln::passes {
 
 void register_passes() {
+  static bool done = false;  // MLIR's registry refuses a second registration of a name
+  if (done) return;
+  done = true;
   mlir::registerPass([] { return create_cleanup_pass(); });
+  mlir::registerPass([] { return create_freeze_pass(); });
+  mlir::registerPass([] { return create_fold_batch_norm_pass(); });
+  mlir::registerPass([] { return create_fuse_epilogues_pass(); });
+  mlir::registerPass([] { return create_eliminate_gradients_pass(); });
+  mlir::registerPass([] { return create_fuse_elementwise_pass(); });
+  mlir::registerPass([] { return create_choose_layout_pass(); });
+  register_pipelines();
   mlir::registerPass([] { return create_plan_memory_pass(); });
 }
 

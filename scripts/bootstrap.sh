@@ -7,6 +7,8 @@ packages=(
   llvm-19-dev libmlir-19-dev mlir-19-tools llvm-19-tools libzstd-dev libflatbuffers-dev
   flatbuffers-compiler zlib1g-dev ccache lld ninja-build cmake g++ libgtest-dev libbenchmark-dev
   dataset-fashion-mnist
+  # arm64 cross builds of the runtime and running them (kiln compile --target aarch64-linux-gnu)
+  g++-aarch64-linux-gnu qemu-user
 )
 
 missing=()

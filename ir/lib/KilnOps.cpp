@@ -160,6 +160,43 @@ OpFoldResult ReluOp::fold(FoldAdaptor) {
   return {};
 }
 
+// Constant-like ops fold to their value: the greedy rewrite driver identifies (and dedups)
+// constants by that attribute, so without it every constant would look alike.
+OpFoldResult ConstantOp::fold(FoldAdaptor) {
+  return getValue();
+}
+OpFoldResult NoneOp::fold(FoldAdaptor) {
+  return UnitAttr::get(getContext());
+}
+
+// The body's arguments mirror the operands and its yield the results, type for type; the body holds
+// kiln ops only (the region is codegen's unit of one loop nest).
+LogicalResult FusedOp::verify() {
+  Block& body = getBody().front();
+  if (body.getNumArguments() != getNumOperands()) {
+    return emitOpError("body takes ") << body.getNumArguments() << " arguments, the op has "
+                                      << getNumOperands() << " operands";
+  }
+  for (auto [arg, operand] : llvm::zip(body.getArguments(), getOperands())) {
+    if (arg.getType() != operand.getType()) {
+      return emitOpError("body argument type ")
+             << arg.getType() << " differs from operand type " << operand.getType();
+    }
+  }
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield) return emitOpError("body must end in kiln.yield");
+  if (yield.getValues().getTypes() != getResultTypes()) {
+    return emitOpError("yields ") << yield.getValues().getTypes() << ", the op returns "
+                                  << getResultTypes();
+  }
+  for (Operation& op : body.without_terminator()) {
+    if (op.getDialect() != (*this)->getDialect() || op.getNumRegions() != 0) {
+      return emitOpError("body may hold only kiln ops without regions, found ") << op.getName();
+    }
+  }
+  return success();
+}
+
 LogicalResult MatmulOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
                                          MatmulOp::Adaptor adaptor,
                                          SmallVectorImpl<Type>& inferred) {

@@ -72,12 +72,33 @@ OPS = {
     "adaptive_avg_pool2d": (["input"], 1, {"output_size": ARR}, "adaptive average pooling"),
     "batch_norm": (["input", "running_mean", "running_var", "weight", "bias"], 1,
                    {"training": BOOL, "momentum": F64, "eps": F64}, "batch normalization"),
+    "batch_norm_update_stats": (["input", "running_mean", "running_var"], 2, {"momentum": F64},
+                                "training-mode running-statistics update (new mean, new var)"),
     "layer_norm": (["input", "weight", "bias"], 1, {"normalized_shape": ARR, "eps": F64},
                    "layer normalization"),
     "group_norm": (["input", "weight", "bias"], 1, {"num_groups": I64, "eps": F64},
                    "group normalization"),
+    # gradients of the ops whose backward runs fused kernels (traced training steps)
+    "conv2d_backward": (["grad", "input", "weight"], 3,
+                        {"stride": ARR, "padding": ARR, "dilation": ARR, "groups": I64},
+                        "conv2d gradients (input, weight, bias)"),
+    "max_pool2d_backward": (["grad", "indices"], 1, {}, "max_pool2d gradient (scatter to argmax)"),
+    "avg_pool2d_backward": (["grad"], 1, {"kernel": ARR, "stride": ARR, "padding": ARR,
+                                          "ceil_mode": BOOL, "count_include_pad": BOOL},
+                            "avg_pool2d gradient"),
+    "adaptive_avg_pool2d_backward": (["grad"], 1, {}, "adaptive_avg_pool2d gradient"),
+    "batch_norm_backward": (["grad", "input", "weight", "running_mean", "running_var"], 3,
+                            {"training": BOOL, "eps": F64},
+                            "batch_norm gradients (input, weight, bias); batch statistics are "
+                            "recomputed from input in training mode"),
     "embedding": (["weight", "indices"], 1, {"padding_idx": I64}, "row lookup"),
     "dropout": (["input", "mask"], 1, {"p": F64}, "input * mask / (1 - p)"),
+    # random: each draws from an explicit Philox state operand tensor<2xi64> (seed, offset) and
+    # returns (values, next state), so the ops are pure and a trace replays a fresh stream
+    "uniform": (["state"], 2, {"low": F64, "high": F64}, "uniform in [low, high)"),
+    "normal": (["state"], 2, {"mean": F64, "std": F64}, "normal(mean, std)"),
+    "randint": (["state"], 2, {"low": I64, "high": I64}, "uniform integers in [low, high)"),
+    "dropout_mask": (["state"], 2, {"p": F64}, "keep-mask: 1 with probability 1 - p"),
     "cross_entropy": (["input", "target"], 1,
                       {"ignore_index": I64, "reduction": I64, "label_smoothing": F64},
                       "cross entropy from logits"),
@@ -105,12 +126,22 @@ OPS = {
     "topk": (["input"], 2, {"k": I64, "dim": I64, "largest": BOOL, "sorted": BOOL}, "top k"),
     "sort": (["input"], 2, {"dim": I64, "descending": BOOL}, "sort along dim"),
     "argsort": (["input"], 1, {"dim": I64, "descending": BOOL}, "sorting indices along dim"),
+    # fused ops made by passes (never traced): act(op(...) + bias + residual), `activation` is the
+    # runtime's kernels::Activation (0 none, 1 relu, 2 relu6, 3 clamp, 4 gelu, 5 gelu-tanh,
+    # 6 silu, 7 sigmoid, 8 tanh); clamp_min/clamp_max are used by clamp only.
+    "conv2d_fused": (["input", "weight", "bias", "residual"], 1,
+                     {"stride": ARR, "padding": ARR, "dilation": ARR, "groups": I64,
+                      "activation": I64, "clamp_min": F64, "clamp_max": F64},
+                     "conv2d + bias + residual + activation in one kernel"),
+    "linear_fused": (["input", "weight", "bias", "residual"], 1,
+                     {"activation": I64, "clamp_min": F64, "clamp_max": F64},
+                     "linear + bias + residual + activation in one kernel"),
 }
 VARIADIC = {
     "cat": ({"dim": I64}, "concatenate along dim"),
     "stack": ({"dim": I64}, "stack along a new dim"),
 }
-OPTIONAL_OPERANDS = {"bias", "running_mean", "running_var", "weight_opt"}
+OPTIONAL_OPERANDS = {"bias", "running_mean", "running_var", "weight_opt", "residual"}
 
 
 def cls(name):
@@ -162,7 +193,7 @@ w("")
 for n, (operands, nres, attrs, summary) in OPS.items():
     args = []
     for o in operands:
-        args.append(f"{OT if o in OPTIONAL_OPERANDS or (o == 'weight' and n in ('layer_norm','group_norm','batch_norm')) else T}:${o}")
+        args.append(f"{OT if o in OPTIONAL_OPERANDS or (o == 'weight' and n in ('layer_norm','group_norm','batch_norm','batch_norm_backward')) else T}:${o}")
     for a, t in attrs.items():
         args.append(f"{t}:${a}")
     res = ", ".join(f"{T}:$result{i}" for i in range(nres)) if nres > 1 else f"{T}:$result"
@@ -192,6 +223,7 @@ def Kiln_NoneOp : Kiln_Op<"none", [Pure, ConstantLike]> {
   let summary = "the absent optional operand (no bias, no running statistics)";
   let results = (outs NoneType:$result);
   let assemblyFormat = "attr-dict";
+  let hasFolder = 1;  // ConstantLike ops must fold to their value: MLIR's folder uniques by it
 }
 
 // A tensor constant held by reference: a DenseResourceElementsAttr (weights frozen into the
@@ -201,7 +233,31 @@ def Kiln_ConstantOp : Kiln_Op<"constant", [Pure, ConstantLike]> {
   let arguments = (ins ElementsAttr:$value);
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "$value attr-dict `:` type($result)";
+  let hasFolder = 1;  // ConstantLike ops must fold to their value: MLIR's folder uniques by it
 }
 """)
+w("""
+// A fused elementwise region (made by --kiln-fuse-elementwise, never traced). Semantics, kept
+// simple for codegen: the body is one block whose arguments are the operands (same types); it
+// holds ordinary kiln elementwise ops (implicit NumPy broadcasting allowed, same tensor types as
+// outside the region) and ends in kiln.yield of the results. Running the body op by op, exactly as
+// if it were inlined, defines the results; codegen may instead emit one loop nest over the
+// result's shape. Isolated from above: every value the body reads is an operand.
+def Kiln_FusedOp : Kiln_Op<"fused", [RecursiveMemoryEffects, IsolatedFromAbove, SingleBlock]> {
+  let summary = "a fused elementwise region";
+  let arguments = (ins Variadic<Kiln_Tensor>:$inputs);
+  let results = (outs Variadic<Kiln_Tensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`(` $inputs `)` attr-dict `:` functional-type($inputs, results) $body";
+  let hasVerifier = 1;
+}
+
+def Kiln_YieldOp : Kiln_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
+  let summary = "the results of a kiln.fused region";
+  let arguments = (ins Variadic<Kiln_Tensor>:$values);
+  let assemblyFormat = "$values attr-dict `:` type($values)";
+}
+""")
+
 w("#endif")
 print("\n".join(out))

@@ -16,6 +16,36 @@ TEST(Passes, CleanupIsRegisteredByName) {
   EXPECT_NE(mlir::PassInfo::lookup("kiln-cleanup"), nullptr);
 }
 
+TEST(Passes, EveryPassAndPipelineIsRegisteredByName) {
+  kiln::passes::register_passes();
+  kiln::passes::register_passes();  // a second call is harmless
+  for (const char* name :
+       {"kiln-cleanup", "kiln-freeze", "kiln-fold-batch-norm", "kiln-fuse-epilogues",
+        "kiln-eliminate-gradients", "kiln-fuse-elementwise", "kiln-choose-layout"}) {
+    EXPECT_NE(mlir::PassInfo::lookup(name), nullptr) << name;
+  }
+  EXPECT_NE(mlir::PassPipelineInfo::lookup("kiln-inference-pipeline"), nullptr);
+  EXPECT_NE(mlir::PassPipelineInfo::lookup("kiln-training-pipeline"), nullptr);
+}
+
+TEST(Passes, MemoryPlanHookIsAppendedToThePipelines) {
+  mlir::DialectRegistry registry;
+  kiln::ir::register_dialects(registry);
+  mlir::MLIRContext ctx(registry);
+  int calls = 0;
+  kiln::passes::PipelineOptions options;
+  options.memory_plan = [&](mlir::OpPassManager&) { ++calls; };
+  mlir::PassManager pm(&ctx);
+  kiln::passes::build_inference_pipeline(pm, options);
+  kiln::passes::build_training_pipeline(pm, options);
+  EXPECT_EQ(calls, 2);
+  // Without an explicit one, the registered hook is used.
+  kiln::passes::set_memory_plan_hook([&](mlir::OpPassManager&) { calls += 10; });
+  kiln::passes::build_inference_pipeline(pm);
+  EXPECT_EQ(calls, 12);
+  kiln::passes::set_memory_plan_hook({});
+}
+
 TEST(Passes, CleanupRemovesRedundantRelu) {
   mlir::DialectRegistry registry;
   kiln::ir::register_dialects(registry);

@@ -54,6 +54,11 @@ void write_at(TensorImpl& t, int64_t off, double v) {
       *p = T(static_cast<float>(v));
     } else if constexpr (std::is_same_v<T, bool>) {
       *p = v != 0;
+    } else if constexpr (std::is_integral_v<T>) {
+      // Through int64: a negative value wraps into uint8 as in the kernels (and PyTorch). A
+      // direct double -> uint8 conversion of a negative value is undefined: x86 happens to wrap,
+      // arm64 saturates to 0.
+      *p = static_cast<T>(static_cast<int64_t>(v));
     } else {
       *p = static_cast<T>(v);
     }

@@ -5,6 +5,7 @@
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
 
+#include "kiln/codegen/lower.h"
 #include "kiln/ir/KilnDialect.h"
 #include "kiln/passes/Passes.h"
 
@@ -14,6 +15,8 @@ int main(int argc, char** argv) {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   kiln::passes::register_passes();
+  kiln::codegen::register_lowering_dialects(registry);
+  kiln::codegen::register_lowering_passes();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "kiln-opt: kiln's MLIR optimizer driver\n", registry));
 }

@@ -7,6 +7,9 @@
 
 #include "artifact_commands.h"
 #include "demo.h"
+#if KILN_HAVE_MLIR
+#include "compile.h"
+#endif
 #include "kiln/kiln.h"
 
 namespace {
@@ -20,6 +23,7 @@ int usage(FILE* out) {
                "  run        run a .kiln artifact on .npy inputs\n"
                "  inspect    show an artifact's inputs, outputs, plan, memory and weights\n"
                "  bench      time loading, the first run and steady-state runs of an artifact\n"
+               "  compile    ahead-of-time native code: executable, shared object or object\n"
                "  version    print the version and build configuration\n\n"
                "options:\n"
                "  --version  same as `kiln version`\n"
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return kiln::cli::bench_artifact(argc - 2, argv + 2);
 #if KILN_HAVE_MLIR
     if (cmd == "export") return kiln::cli::export_model(argc - 2, argv + 2);
+    if (cmd == "compile") return kiln::cli::compile(argc - 2, argv + 2);
 #endif
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln %s: %s\n", cmd.c_str(), e.what());

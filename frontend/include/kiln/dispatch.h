@@ -4,6 +4,7 @@
 // branch on a global pointer.
 
 #include <cstdint>
+#include <functional>
 #include <source_location>
 #include <string>
 #include <utility>
@@ -25,6 +26,13 @@ class TraceHook {
   virtual void on_op(const char* op, const TensorList& inputs, const TensorList& outputs,
                      const Attrs& attrs) = 0;
   virtual void on_read_back(const Tensor& t, double value, const std::source_location& where) = 0;
+  // Explicit control flow (control_flow.h): the hook records region ops and returns the values
+  // eager execution produces.
+  virtual TensorList on_cond(const Tensor& pred, const std::function<TensorList()>& then_fn,
+                             const std::function<TensorList()>& else_fn) = 0;
+  virtual TensorList on_loop(
+      int64_t n, const std::function<TensorList(const Tensor&, const TensorList&)>& body,
+      const TensorList& carry) = 0;
 };
 
 namespace detail {

@@ -2,6 +2,7 @@
 // kiln's public eager API: #include <kiln/kiln.h>.
 
 #include "kiln/autograd.h"
+#include "kiln/control_flow.h"
 #include "kiln/custom_function.h"
 #include "kiln/data.h"
 #include "kiln/dispatch.h"

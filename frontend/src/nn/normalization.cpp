@@ -50,7 +50,8 @@ Tensor BatchNormBase::forward(const Tensor& input) {
   double factor = momentum.value_or(0.0);
   if (is_training() && track_running_stats) {
     autograd::NoGradGuard no_grad;
-    fill_(num_batches_tracked, num_batches_tracked.item<double>() + 1.0);
+    // A tensor op (not a read-back), so a traced training step counts its batches too.
+    add_(num_batches_tracked, ones({}, TensorOptions(num_batches_tracked.dtype())));
     if (!momentum) factor = 1.0 / num_batches_tracked.item<double>();
   }
   const bool use_batch_stats = is_training() || !running_mean.defined();

@@ -19,8 +19,14 @@ using kernels::UnaryOp;
 
 namespace {
 
+// An integral alpha (the default 1) is an int scalar, so integer tensors add without error.
+kernels::Scalar alpha_scalar(double alpha) {
+  return alpha == static_cast<double>(static_cast<int64_t>(alpha))
+             ? kernels::Scalar(static_cast<int64_t>(alpha))
+             : kernels::Scalar(alpha);
+}
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 1.0) {
-  return Tensor(kernels::binary(op, *a.impl(), *b.impl(), alpha));
+  return Tensor(kernels::binary(op, *a.impl(), *b.impl(), alpha_scalar(alpha)));
 }
 // C++ callers write `x + 1` for integer tensors: an integral value keeps an integral tensor's
 // dtype (as a Python int would), anything else is a float scalar.
@@ -451,7 +457,7 @@ void rebase(Tensor& self, const char* name, const TensorList& others, autograd::
 
 Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
   detail::check_inplace(self, "add_");
-  kernels::add_(*self.impl(), *other.impl(), alpha);
+  kernels::add_(*self.impl(), *other.impl(), alpha_scalar(alpha));
   Dims so = other.sizes();
   rebase(self, "AddBackward", {other}, [=](const TensorList&, const TensorList& g) {
     return TensorList{g[0], sum_to(g[0] * alpha, so)};

@@ -73,17 +73,24 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Pai
   Tensor out =
       new_tensor(kernels::conv2d_output_shape(input.sizes(), weight.sizes(), p), input.dtype());
   kernels::conv2d_out(*input.impl(), *weight.impl(), opt(bias), p, *out.impl());
-  autograd::record("Conv2dBackward", {input, weight, bias}, {out}, {input, weight}, {},
-                   [p, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
-                     first_order_only("conv2d", g);
-                     const Tensor &x = s[0], &w = s[1];
-                     Tensor gi = x.requires_grad() ? new_like(x) : Tensor();
-                     Tensor gw = w.requires_grad() ? new_like(w) : Tensor();
-                     Tensor gb = has_bias ? new_tensor(Dims{w.size(0)}, w.dtype()) : Tensor();
-                     kernels::conv2d_backward_out(*g[0].contiguous().impl(), *x.impl(), *w.impl(),
-                                                  p, opt_mut(gi), opt_mut(gw), opt_mut(gb));
-                     return TensorList{gi, gw, gb};
-                   });
+  autograd::record(
+      "Conv2dBackward", {input, weight, bias}, {out}, {input, weight}, {},
+      [p, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
+        first_order_only("conv2d", g, /*traced=*/true);
+        const Tensor &x = s[0], &w = s[1];
+        // A trace records all three gradients (one op); autograd gets those it needs.
+        const bool all = dispatch::tracer() != nullptr;
+        Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
+        Tensor gw = all || w.requires_grad() ? new_like(w) : Tensor();
+        Tensor gb = all || has_bias ? new_tensor(Dims{w.size(0)}, w.dtype()) : Tensor();
+        kernels::conv2d_backward_out(*g[0].contiguous().impl(), *x.impl(), *w.impl(), p,
+                                     opt_mut(gi), opt_mut(gw), opt_mut(gb));
+        KILN_TRACE("conv2d_backward", TensorList({g[0], x, w}), TensorList({gi, gw, gb}),
+                   {"stride", Dims{p.stride_h, p.stride_w}}, {"padding", Dims{p.pad_h, p.pad_w}},
+                   {"dilation", Dims{p.dilation_h, p.dilation_w}}, {"groups", p.groups});
+        return TensorList{x.requires_grad() ? gi : Tensor(), w.requires_grad() ? gw : Tensor(),
+                          has_bias ? gb : Tensor()};
+      });
   KILN_TRACE("conv2d",
              bias.defined() ? TensorList({input, weight, bias}) : TensorList({input, weight}),
              {out}, {"stride", Dims{stride.h, stride.w}}, {"padding", Dims{padding.h, padding.w}},
@@ -174,10 +181,11 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, Pair2 ker
   DType dt = input.dtype();
   autograd::record("MaxPool2dBackward", {input}, {out}, {indices}, {},
                    [in, dt](const TensorList& s, const TensorList& g) {
-                     first_order_only("max_pool2d", g);
+                     first_order_only("max_pool2d", g, /*traced=*/true);
                      Tensor gi = new_tensor(in, dt);
                      kernels::max_pool2d_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
                                                       *gi.impl());
+                     KILN_TRACE("max_pool2d_backward", TensorList({g[0], s[0]}), {gi});
                      return TensorList{gi};
                    });
   KILN_TRACE("max_pool2d", {input}, TensorList({out, indices}),
@@ -200,13 +208,17 @@ Tensor avg_pool2d(const Tensor& input, Pair2 kernel, std::optional<Pair2> stride
   kernels::avg_pool2d_out(*input.impl(), p, *out.impl());
   Dims in = input.sizes();
   DType dt = input.dtype();
-  autograd::record("AvgPool2dBackward", {input}, {out}, {}, {},
-                   [in, dt, p](const TensorList&, const TensorList& g) {
-                     first_order_only("avg_pool2d", g);
-                     Tensor gi = new_tensor(in, dt);
-                     kernels::avg_pool2d_backward_out(*g[0].contiguous().impl(), p, *gi.impl());
-                     return TensorList{gi};
-                   });
+  autograd::record(
+      "AvgPool2dBackward", {input}, {out}, {}, {},
+      [in, dt, p](const TensorList&, const TensorList& g) {
+        first_order_only("avg_pool2d", g, /*traced=*/true);
+        Tensor gi = new_tensor(in, dt);
+        kernels::avg_pool2d_backward_out(*g[0].contiguous().impl(), p, *gi.impl());
+        KILN_TRACE("avg_pool2d_backward", {g[0]}, {gi}, {"kernel", Dims{p.kernel_h, p.kernel_w}},
+                   {"stride", Dims{p.stride_h, p.stride_w}}, {"padding", Dims{p.pad_h, p.pad_w}},
+                   {"ceil_mode", p.ceil_mode}, {"count_include_pad", p.count_include_pad});
+        return TensorList{gi};
+      });
   KILN_TRACE("avg_pool2d", {input}, {out}, {"kernel", Dims{kernel.h, kernel.w}},
              {"stride", Dims{p.stride_h, p.stride_w}}, {"padding", Dims{padding.h, padding.w}},
              {"ceil_mode", ceil_mode}, {"count_include_pad", count_include_pad});
@@ -222,10 +234,11 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Pair2 output_size) {
   DType dt = input.dtype();
   autograd::record("AdaptiveAvgPool2dBackward", {input}, {out}, {}, {},
                    [in, dt](const TensorList&, const TensorList& g) {
-                     first_order_only("adaptive_avg_pool2d", g);
+                     first_order_only("adaptive_avg_pool2d", g, /*traced=*/true);
                      Tensor gi = new_tensor(in, dt);
                      kernels::adaptive_avg_pool2d_backward_out(*g[0].contiguous().impl(),
                                                                *gi.impl());
+                     KILN_TRACE("adaptive_avg_pool2d_backward", {g[0]}, {gi});
                      return TensorList{gi};
                    });
   KILN_TRACE("adaptive_avg_pool2d", {input}, {out},
@@ -253,24 +266,36 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     if (running_var.defined()) autograd::bump_version(running_var);
   }
   // Running statistics are read (not differentiated) in eval mode: save copies' references.
-  autograd::record("BatchNormBackward", {input, weight, bias}, {out},
-                   {input, weight, save_mean, save_invstd, training ? Tensor() : running_mean,
-                    training ? Tensor() : running_var},
-                   {}, [training, eps](const TensorList& s, const TensorList& g) {
-                     first_order_only("batch_norm", g);
-                     const Tensor &x = s[0], &w = s[1];
-                     Tensor gi = x.requires_grad() ? new_like(x) : Tensor();
-                     Tensor gw = w.defined() && w.requires_grad() ? new_like(w) : Tensor();
-                     Tensor gb = w.defined() ? new_tensor(w.sizes(), w.dtype())
-                                             : new_tensor(Dims{x.size(1)}, x.dtype());
-                     kernels::batch_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), opt(w),
-                                                      opt(s[4]), opt(s[5]), opt(s[2]), opt(s[3]),
-                                                      training, eps, opt_mut(gi), opt_mut(gw),
-                                                      opt_mut(gb));
-                     return TensorList{gi, gw, gb};
-                   });
+  autograd::record(
+      "BatchNormBackward", {input, weight, bias}, {out},
+      {input, weight, save_mean, save_invstd, training ? Tensor() : running_mean,
+       training ? Tensor() : running_var},
+      {}, [training, eps](const TensorList& s, const TensorList& g) {
+        first_order_only("batch_norm", g, /*traced=*/true);
+        const Tensor &x = s[0], &w = s[1];
+        const bool all = dispatch::tracer() != nullptr;
+        Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
+        Tensor gw = all || (w.defined() && w.requires_grad())
+                        ? new_tensor(Dims{x.size(1)}, w.defined() ? w.dtype() : x.dtype())
+                        : Tensor();
+        Tensor gb =
+            w.defined() ? new_tensor(w.sizes(), w.dtype()) : new_tensor(Dims{x.size(1)}, x.dtype());
+        kernels::batch_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), opt(w), opt(s[4]),
+                                         opt(s[5]), opt(s[2]), opt(s[3]), training, eps,
+                                         opt_mut(gi), opt_mut(gw), opt_mut(gb));
+        // Traced: the batch statistics are recomputed from x by the op itself.
+        KILN_TRACE("batch_norm_backward", TensorList({g[0], x, w, s[4], s[5]}),
+                   TensorList({gi, gw, gb}), {"training", training}, {"eps", eps});
+        return TensorList{x.requires_grad() ? gi : Tensor(),
+                          w.defined() && w.requires_grad() ? gw : Tensor(), gb};
+      });
   KILN_TRACE("batch_norm", TensorList({input, running_mean, running_var, weight, bias}), {out},
              {"training", training}, {"momentum", momentum}, {"eps", eps});
+  // The running statistics were written in place: a trace records that as new values of them.
+  if (training && running_mean.defined() && running_var.defined()) {
+    KILN_TRACE("batch_norm_update_stats", TensorList({input, running_mean, running_var}),
+               TensorList({running_mean, running_var}), {"momentum", momentum});
+  }
   return out;
 }
 

@@ -43,6 +43,8 @@ void Adagrad::init_state() {
   autograd::NoGradGuard no_grad;
   for (auto& group : param_groups_) {
     const auto& o = group.options_as<AdagradOptions>();
+    refuse_trace_if(o.lr_decay() != 0, "Adagrad::step",
+                    "lr_decay uses a host-side step count the trace would freeze");
     for (auto& p : group.params()) {
       ParamState& st = state_of(p);
       if (!st.empty()) continue;

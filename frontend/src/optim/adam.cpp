@@ -45,6 +45,9 @@ Tensor AdamW::step(LossClosure closure) {
 }
 
 Tensor Adam::adam_step(const LossClosure& closure, bool decoupled) {
+  refuse_trace_if(true, decoupled ? "AdamW::step" : "Adam::step",
+                  "the bias correction uses a host-side step count the trace would freeze; "
+                  "trace SGD or RMSprop steps");
   Tensor loss = evaluate_closure(closure);
   autograd::NoGradGuard no_grad;
   for (auto& group : param_groups_) {

@@ -300,6 +300,7 @@ std::pair<double, Tensor> LBFGS::directional_evaluate(const LossClosure& closure
 }
 
 Tensor LBFGS::step(LossClosure closure) {
+  refuse_trace_if(true, "LBFGS::step", "its line search and history depend on values read back");
   KILN_CHECK(static_cast<bool>(closure), "LBFGS::step",
              "expected a closure that reevaluates the model and returns the loss");
   KILN_CHECK(param_groups_.size() == 1, "LBFGS::step", "expected one parameter group, got ",

@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "kiln/autograd.h"
+#include "kiln/dispatch.h"
 #include "kiln/ops.h"
 
 namespace kiln::optim {
@@ -218,6 +219,10 @@ void Optimizer::load_state_dict(const OptimizerStateDict& dict) {
   for (size_t gi = 0; gi < param_groups_.size(); ++gi)
     param_groups_[gi].set_options(std::move(new_options[gi]));
   state_ = std::move(new_state);
+}
+
+void Optimizer::refuse_trace_if(bool refuse, const char* op, const char* why) {
+  KILN_CHECK(!(refuse && dispatch::tracer()), op, "this step cannot be traced: ", why);
 }
 
 }  // namespace kiln::optim

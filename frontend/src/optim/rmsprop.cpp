@@ -45,6 +45,9 @@ Tensor RMSprop::step(LossClosure closure) {
       if (o.maximize()) grad = neg(grad);
       ParamState& st = state_of(p);
       if (st.empty()) {
+        refuse_trace_if(
+            true, "RMSprop::step",
+            "optimizer state is created on the first step; run one eager step before tracing");
         st["step"] = int64_t{0};
         st["square_avg"] = zeros_like(p);
         if (o.momentum() > 0) st["momentum_buffer"] = zeros_like(p);

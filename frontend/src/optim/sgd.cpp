@@ -48,6 +48,9 @@ Tensor SGD::step(LossClosure closure) {
         auto it = st.find("momentum_buffer");
         Tensor buf;
         if (it == st.end()) {
+          refuse_trace_if(
+              true, "SGD::step",
+              "optimizer state is created on the first step; run one eager step before tracing");
           buf = d_p.detach().clone();
           st.emplace("momentum_buffer", buf);
         } else {

@@ -6,12 +6,18 @@
 #include <unordered_map>
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
 
 #include "kiln/autograd.h"
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/norm.h"
+#include "kiln/runtime/kernels/pool.h"
+#include "kiln/runtime/kernels/random.h"
 #include "kiln/trace/trace.h"
 #include "types.h"
 
@@ -54,7 +60,24 @@ Tensor result_like(mlir::Operation* op, unsigned i) {
                   dtype_of_element(type.getElementType())));
 }
 
+// A frozen weight (dense resource blob): read in place, no copy. The blob's owner (the caller of
+// freeze, or the module for folded weights) keeps the bytes alive while the module runs.
+Tensor resource_value(mlir::Operation* op, mlir::DenseResourceElementsAttr attr) {
+  mlir::AsmResourceBlob* blob = attr.getRawHandle().getBlob();
+  KILN_CHECK(blob, "kiln.constant", "resource '", attr.getRawHandle().getKey().str(),
+             "' has no data (the module was printed or parsed without its resources)");
+  Tensor like = result_like(op, 0);
+  const size_t want = static_cast<size_t>(like.numel()) * like.element_size();
+  KILN_CHECK(blob->getData().size() == want, "kiln.constant", "resource '",
+             attr.getRawHandle().getKey().str(), "' holds ", blob->getData().size(),
+             " bytes, expected ", want, " for ", like.sizes(), " ", dtype_short_name(like.dtype()));
+  return from_blob(const_cast<char*>(blob->getData().data()), like.sizes(),
+                   TensorOptions(like.dtype()));
+}
+
 Tensor constant_value(mlir::Operation* op) {
+  if (auto resource = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(op->getAttr("value")))
+    return resource_value(op, resource);
   auto attr = mlir::cast<mlir::DenseElementsAttr>(op->getAttr("value"));
   Tensor out = result_like(op, 0);
   const int64_t n = out.numel();
@@ -75,6 +98,100 @@ Tensor constant_value(mlir::Operation* op) {
     copy_(out, src);
   }
   return out;
+}
+
+// A random op: draws into a fresh result from the (seed, offset) state operand and returns the
+// advanced state, exactly as the eager op advanced the default generator.
+template <typename Draw>
+TensorList draw(const Tensor& state, mlir::Operation* op, Draw&& fill) {
+  KILN_CHECK(state.numel() == 2 && state.dtype() == DType::Int64,
+             op->getName().getStringRef().str(), "expected a [2] i64 generator state, got ",
+             state.sizes(), " ", dtype_short_name(state.dtype()));
+  Tensor s = state.contiguous();
+  Generator gen(static_cast<uint64_t>(s.data_ptr<int64_t>()[0]),
+                static_cast<uint64_t>(s.data_ptr<int64_t>()[1]));
+  Tensor out = result_like(op, 0);
+  fill(*out.impl(), gen);
+  Tensor next = s.clone();
+  next.data_ptr<int64_t>()[1] = static_cast<int64_t>(gen.offset());
+  return TensorList{out, next};
+}
+
+// The runtime's kernels::Activation on eager ops (linear_fused's epilogue).
+Tensor activate(const Tensor& x, const Attrs& a) {
+  switch (static_cast<kernels::Activation>(a.i("activation"))) {
+    case kernels::Activation::None:
+      return x;
+    case kernels::Activation::Relu:
+      return relu(x);
+    case kernels::Activation::Relu6:
+      return clamp(x, 0.0, 6.0);
+    case kernels::Activation::Clamp:
+      return clamp(x, a.f("clamp_min"), a.f("clamp_max"));
+    case kernels::Activation::Gelu:
+      return gelu(x, false);
+    case kernels::Activation::GeluTanh:
+      return gelu(x, true);
+    case kernels::Activation::Silu:
+      return silu(x);
+    case kernels::Activation::Sigmoid:
+      return sigmoid(x);
+    case kernels::Activation::Tanh:
+      return tanh(x);
+  }
+  fail(a.op_name(), "unknown activation ", a.i("activation"));
+}
+
+// act(conv2d(x, w) + bias + residual) in one runtime kernel call, as the artifact executor runs it.
+Tensor conv2d_fused(const TensorList& x, const Attrs& a, mlir::Operation* op) {
+  const int64_t act = a.i("activation");
+  KILN_CHECK(act >= 0 && act <= static_cast<int64_t>(kernels::Activation::Tanh), a.op_name(),
+             "activation must be in [0, 8], got ", act);
+  kernels::Conv2dParams p;
+  Pair2 stride = a.pair("stride"), padding = a.pair("padding"), dilation = a.pair("dilation");
+  p.stride_h = stride.h, p.stride_w = stride.w;
+  p.pad_h = padding.h, p.pad_w = padding.w;
+  p.dilation_h = dilation.h, p.dilation_w = dilation.w;
+  p.groups = a.i("groups");
+  Tensor out = result_like(op, 0);
+  KILN_CHECK(out.sizes() == Dims(kernels::conv2d_output_shape(x[0].sizes(), x[1].sizes(), p)),
+             a.op_name(), "result type ", out.sizes(), " does not match the convolution");
+  kernels::ConvEpilogue e;
+  e.residual = x[3].defined() ? x[3].impl() : nullptr;
+  e.activation = static_cast<kernels::Activation>(act);
+  e.clamp_min = static_cast<float>(a.f("clamp_min"));
+  e.clamp_max = static_cast<float>(a.f("clamp_max"));
+  kernels::conv2d_out(*x[0].impl(), *x[1].impl(), x[2].defined() ? x[2].impl() : nullptr, p,
+                      *out.impl(), e);
+  return out;
+}
+
+const std::unordered_map<std::string, Kernel>& kernels();
+
+// kiln.fused: the body runs op by op on the region's arguments, exactly as if inlined.
+TensorList run_fused(const TensorList& x, mlir::Operation* op) {
+  mlir::Block& body = op->getRegion(0).front();
+  llvm::DenseMap<mlir::Value, Tensor> env;
+  for (unsigned i = 0; i < body.getNumArguments(); ++i) env[body.getArgument(i)] = x[i];
+  for (mlir::Operation& inner : body) {
+    const std::string name = inner.getName().getStringRef().str();
+    if (name == "kiln.yield") {
+      TensorList out;
+      for (mlir::Value v : inner.getOperands()) out.push_back(env[v]);
+      return out;
+    }
+    if (name == "kiln.constant") {
+      env[inner.getResult(0)] = constant_value(&inner);
+      continue;
+    }
+    auto it = kernels().find(name);
+    KILN_CHECK(it != kernels().end(), "kiln.fused", "no interpreter kernel for op '", name, "'");
+    TensorList inputs;
+    for (mlir::Value v : inner.getOperands()) inputs.push_back(env[v]);
+    TensorList results = it->second(inputs, Attrs{&inner}, &inner);
+    for (unsigned i = 0; i < inner.getNumResults(); ++i) env[inner.getResult(i)] = results[i];
+  }
+  fail("kiln.fused", "the body has no kiln.yield");
 }
 
 Reduction reduction(const Attrs& a) {
@@ -244,6 +361,71 @@ const std::unordered_map<std::string, Kernel>& kernels() {
          return TensorList{batch_norm(x[0], rm, rv, x[3], x[4], a.b("training"),
                                       a.f("momentum"), a.f("eps"))};
        }},
+      {"kiln.batch_norm_update_stats",
+       [](L x, A a, O) {
+         // The eager kernel's own update, on copies (interpreting never mutates arguments).
+         Tensor rm = x[1].clone(), rv = x[2].clone(), scratch = empty_like(x[0]);
+         kernels::batch_norm_out(*x[0].impl(), nullptr, nullptr, rm.impl(), rv.impl(), true,
+                                 a.f("momentum"), 1e-5, *scratch.impl(), nullptr, nullptr);
+         return TensorList{rm, rv};
+       }},
+      {"kiln.batch_norm_backward",
+       [](L x, A a, O op) {
+         const Tensor &g = x[0], &in = x[1], &w = x[2];
+         const bool training = a.b("training");
+         const double eps = a.f("eps");
+         Tensor save_mean, save_invstd;
+         if (training) {  // the forward's batch statistics, recomputed by the forward kernel
+           const DType st = in.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
+           save_mean = kiln::empty(Dims{in.size(1)}, TensorOptions(st));
+           save_invstd = kiln::empty(Dims{in.size(1)}, TensorOptions(st));
+           Tensor scratch = empty_like(in);
+           kernels::batch_norm_out(*in.impl(), nullptr, nullptr, nullptr, nullptr, true, 0.0, eps,
+                                   *scratch.impl(), save_mean.impl(), save_invstd.impl());
+         }
+         auto ptr = [](const Tensor& t) { return t.defined() ? t.impl() : nullptr; };
+         Tensor gi = result_like(op, 0), gw = result_like(op, 1), gb = result_like(op, 2);
+         kernels::batch_norm_backward_out(*g.contiguous().impl(), *in.contiguous().impl(), ptr(w),
+                                          ptr(x[3]), ptr(x[4]), ptr(save_mean), ptr(save_invstd),
+                                          training, eps, gi.impl(), gw.impl(), gb.impl());
+         return TensorList{gi, gw, gb};
+       }},
+      {"kiln.conv2d_backward",
+       [](L x, A a, O op) {
+         kernels::Conv2dParams p;
+         const Dims s = a.dims("stride"), pad = a.dims("padding"), d = a.dims("dilation");
+         p.stride_h = s[0], p.stride_w = s[1], p.pad_h = pad[0], p.pad_w = pad[1];
+         p.dilation_h = d[0], p.dilation_w = d[1], p.groups = a.i("groups");
+         Tensor gi = result_like(op, 0), gw = result_like(op, 1), gb = result_like(op, 2);
+         kernels::conv2d_backward_out(*x[0].contiguous().impl(), *x[1].contiguous().impl(),
+                                      *x[2].contiguous().impl(), p, gi.impl(), gw.impl(),
+                                      gb.impl());
+         return TensorList{gi, gw, gb};
+       }},
+      {"kiln.max_pool2d_backward",
+       [](L x, A, O op) {
+         Tensor gi = result_like(op, 0);
+         kernels::max_pool2d_backward_out(*x[0].contiguous().impl(), *x[1].contiguous().impl(),
+                                          *gi.impl());
+         return TensorList{gi};
+       }},
+      {"kiln.avg_pool2d_backward",
+       [](L x, A a, O op) {
+         kernels::Pool2dParams p;
+         const Dims k = a.dims("kernel"), s = a.dims("stride"), pad = a.dims("padding");
+         p.kernel_h = k[0], p.kernel_w = k[1], p.stride_h = s[0], p.stride_w = s[1];
+         p.pad_h = pad[0], p.pad_w = pad[1];
+         p.ceil_mode = a.b("ceil_mode"), p.count_include_pad = a.b("count_include_pad");
+         Tensor gi = result_like(op, 0);
+         kernels::avg_pool2d_backward_out(*x[0].contiguous().impl(), p, *gi.impl());
+         return TensorList{gi};
+       }},
+      {"kiln.adaptive_avg_pool2d_backward",
+       [](L x, A, O op) {
+         Tensor gi = result_like(op, 0);
+         kernels::adaptive_avg_pool2d_backward_out(*x[0].contiguous().impl(), *gi.impl());
+         return TensorList{gi};
+       }},
       {"kiln.layer_norm",
        [](L x, A a, O) {
          return TensorList{layer_norm(x[0], a.dims("normalized_shape"), x[1], x[2], a.f("eps"))};
@@ -327,10 +509,138 @@ const std::unordered_map<std::string, Kernel>& kernels() {
        }},
       {"kiln.argsort",
        [](L x, A a, O) { return TensorList{argsort(x[0], a.i("dim"), a.b("descending"))}; }},
+      {"kiln.dropout",
+       [](L x, A a, O) {
+         const double p = a.f("p");
+         return TensorList{p >= 1.0 ? zeros_like(x[0]) : x[0] * x[1].to(x[0].dtype()) / (1.0 - p)};
+       }},
+      {"kiln.uniform",
+       [](L x, A a, O op) {
+         return draw(x[0], op, [&](TensorImpl& t, Generator& g) {
+           kernels::uniform_(t, a.f("low"), a.f("high"), &g);
+         });
+       }},
+      {"kiln.normal",
+       [](L x, A a, O op) {
+         return draw(x[0], op, [&](TensorImpl& t, Generator& g) {
+           kernels::normal_(t, a.f("mean"), a.f("std"), &g);
+         });
+       }},
+      {"kiln.randint",
+       [](L x, A a, O op) {
+         return draw(x[0], op, [&](TensorImpl& t, Generator& g) {
+           kernels::randint_(t, a.i("low"), a.i("high"), &g);
+         });
+       }},
+      {"kiln.dropout_mask",
+       [](L x, A a, O op) {
+         return draw(x[0], op,
+                     [&](TensorImpl& t, Generator& g) { kernels::dropout_mask_out(a.f("p"), t, &g); });
+       }},
       {"kiln.cat", [](L x, A a, O) { return TensorList{cat(x, a.i("dim"))}; }},
       {"kiln.stack", [](L x, A a, O) { return TensorList{stack(x, a.i("dim"))}; }},
+      // ops made by the optimization passes
+      {"kiln.conv2d_fused", [](L x, A a, O op) { return TensorList{conv2d_fused(x, a, op)}; }},
+      {"kiln.linear_fused",
+       [](L x, A a, O) {
+         Tensor y = linear(x[0], x[1], x[2]);
+         if (x[3].defined()) y = y + x[3];
+         return TensorList{activate(y, a)};
+       }},
+      {"kiln.fused", [](L x, A, O op) { return run_fused(x, op); }},
   };
   return table;
+}
+
+using Env = llvm::DenseMap<mlir::Value, Tensor>;
+
+TensorList run_block(mlir::Block& block, Env& env);
+
+// Scalars of the upstream dialects (index, i64, i1 from arith/tensor ops) live in the
+// environment as 0-dim tensors, like everything else.
+int64_t scalar_int(const Env& env, mlir::Value v) {
+  return static_cast<int64_t>(env.lookup(v).item_double());
+}
+
+TensorList values_of(const Env& env, mlir::ValueRange range) {
+  TensorList out;
+  for (mlir::Value v : range) out.push_back(env.lookup(v));
+  return out;
+}
+
+// Runs the ops the upstream dialects contribute (control flow and scalar glue). Returns false when
+// `op` is not one of them.
+bool run_upstream_op(mlir::Operation& op, Env& env) {
+  const llvm::StringRef name = op.getName().getStringRef();
+  if (name == "arith.constant") {
+    auto attr = mlir::dyn_cast<mlir::IntegerAttr>(op.getAttr("value"));
+    KILN_CHECK(attr, "interpret", "only integer arith.constant is supported");
+    env[op.getResult(0)] =
+        scalar_tensor(static_cast<double>(attr.getInt()), TensorOptions(DType::Int64));
+    return true;
+  }
+  if (name == "arith.index_cast") {
+    env[op.getResult(0)] = env.lookup(op.getOperand(0));
+    return true;
+  }
+  if (name == "tensor.from_elements") {
+    KILN_CHECK(op.getNumOperands() == 1, "interpret", "tensor.from_elements: only 0-dim results");
+    env[op.getResult(0)] = env.lookup(op.getOperand(0)).to(result_like(&op, 0).dtype());
+    return true;
+  }
+  if (name == "tensor.extract") {
+    KILN_CHECK(op.getNumOperands() == 1, "interpret", "tensor.extract: only 0-dim operands");
+    env[op.getResult(0)] = env.lookup(op.getOperand(0)).reshape(Dims{});
+    return true;
+  }
+  if (name == "scf.if") {
+    const bool taken = env.lookup(op.getOperand(0)).item_double() != 0.0;
+    mlir::Region& region = op.getRegion(taken ? 0 : 1);
+    KILN_CHECK(!region.empty(), "interpret", "scf.if: missing branch");
+    TensorList results = run_block(region.front(), env);
+    for (unsigned i = 0; i < op.getNumResults(); ++i) env[op.getResult(i)] = results[i];
+    return true;
+  }
+  if (name == "scf.for") {
+    const int64_t lb = scalar_int(env, op.getOperand(0)), ub = scalar_int(env, op.getOperand(1)),
+                  step = scalar_int(env, op.getOperand(2));
+    KILN_CHECK(step > 0, "interpret", "scf.for: step must be positive, got ", step);
+    TensorList carry = values_of(env, op.getOperands().drop_front(3));
+    mlir::Block& body = op.getRegion(0).front();
+    for (int64_t i = lb; i < ub; i += step) {
+      env[body.getArgument(0)] = scalar_tensor(static_cast<double>(i), TensorOptions(DType::Int64));
+      for (size_t k = 0; k < carry.size(); ++k) env[body.getArgument(k + 1)] = carry[k];
+      carry = run_block(body, env);
+    }
+    for (unsigned i = 0; i < op.getNumResults(); ++i) env[op.getResult(i)] = carry[i];
+    return true;
+  }
+  return false;
+}
+
+// Runs `block` and returns the values its terminator (func.return / scf.yield) hands back.
+TensorList run_block(mlir::Block& block, Env& env) {
+  for (mlir::Operation& op : block) {
+    const std::string name = op.getName().getStringRef().str();
+    if (name == "func.return" || name == "scf.yield") return values_of(env, op.getOperands());
+    if (name == "kiln.none") {
+      env[op.getResult(0)] = Tensor();
+      continue;
+    }
+    if (name == "kiln.constant") {
+      env[op.getResult(0)] = constant_value(&op);
+      continue;
+    }
+    if (run_upstream_op(op, env)) continue;
+    auto it = kernels().find(name);
+    KILN_CHECK(it != kernels().end(), "interpret", "no interpreter kernel for op '", name, "'");
+    TensorList inputs = values_of(env, op.getOperands());
+    TensorList results = it->second(inputs, Attrs{&op}, &op);
+    KILN_CHECK(results.size() == op.getNumResults(), name, "produced ", results.size(),
+               " results, the op declares ", op.getNumResults());
+    for (unsigned i = 0; i < op.getNumResults(); ++i) env[op.getResult(i)] = results[i];
+  }
+  fail("interpret", "block has no terminator");
 }
 
 }  // namespace
@@ -342,7 +652,7 @@ TensorList interpret(mlir::ModuleOp module, const TensorList& args) {
   KILN_CHECK(block.getNumArguments() == args.size(), "interpret", "@forward takes ",
              block.getNumArguments(), " arguments, got ", args.size());
   autograd::NoGradGuard no_grad;
-  llvm::DenseMap<mlir::Value, Tensor> env;
+  Env env;
   for (size_t i = 0; i < args.size(); ++i) {
     auto type = mlir::cast<mlir::RankedTensorType>(block.getArgument(i).getType());
     Dims want(std::vector<int64_t>(type.getShape().begin(), type.getShape().end()));
@@ -353,31 +663,7 @@ TensorList interpret(mlir::ModuleOp module, const TensorList& args) {
         dtype_short_name(args[i].dtype()));
     env[block.getArgument(i)] = args[i];
   }
-  for (mlir::Operation& op : block) {
-    const std::string name = op.getName().getStringRef().str();
-    if (name == "func.return") {
-      TensorList out;
-      for (mlir::Value v : op.getOperands()) out.push_back(env[v]);
-      return out;
-    }
-    if (name == "kiln.none") {
-      env[op.getResult(0)] = Tensor();
-      continue;
-    }
-    if (name == "kiln.constant") {
-      env[op.getResult(0)] = constant_value(&op);
-      continue;
-    }
-    auto it = kernels().find(name);
-    KILN_CHECK(it != kernels().end(), "interpret", "no interpreter kernel for op '", name, "'");
-    TensorList inputs;
-    for (mlir::Value v : op.getOperands()) inputs.push_back(env[v]);
-    TensorList results = it->second(inputs, Attrs{&op}, &op);
-    KILN_CHECK(results.size() == op.getNumResults(), name, "produced ", results.size(),
-               " results, the op declares ", op.getNumResults());
-    for (unsigned i = 0; i < op.getNumResults(); ++i) env[op.getResult(i)] = results[i];
-  }
-  fail("interpret", "@forward has no return");
+  return run_block(block, env);
 }
 
 }  // namespace kiln::jit

@@ -3,21 +3,27 @@
 
 #include <cstdio>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/Bytecode/BytecodeWriter.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 
 #include "kiln/autograd.h"
+#include "kiln/control_flow.h"
 #include "kiln/dispatch.h"
 #include "kiln/ir/KilnDialect.h"
+#include "kiln/nn/module.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/random.h"
 #include "kiln/trace/module.h"
 #include "kiln/trace/trace.h"
 #include "types.h"
@@ -66,6 +72,12 @@ TensorList TracedFunction::operator()(const TensorList& inputs) const {
                "input \"", g.name, "\": expected ", g.sizes, " ", dtype_short_name(g.dtype),
                ", got ", inputs[i].sizes(), " ", dtype_short_name(inputs[i].dtype()));
   }
+  // Random ops continue the process's default stream, as eager calls would.
+  if (rng_capture_) {
+    int64_t* rng = captures_[*rng_capture_].data_ptr<int64_t>();
+    rng[0] = static_cast<int64_t>(default_generator().seed());
+    rng[1] = static_cast<int64_t>(default_generator().offset());
+  }
   TensorList args = inputs;
   args.insert(args.end(), captures_.begin(), captures_.end());
   TensorList results = interpret(*state_->module, args);
@@ -73,6 +85,10 @@ TensorList TracedFunction::operator()(const TensorList& inputs) const {
   for (size_t k = 0; k < mutated_captures_.size(); ++k) {
     kernels::copy_(*captures_[mutated_captures_[k]].impl(), *results[num_outputs_ + k].impl());
     autograd::bump_version(captures_[mutated_captures_[k]]);
+  }
+  if (rng_capture_) {
+    default_generator().set_offset(
+        static_cast<uint64_t>(captures_[*rng_capture_].data_ptr<int64_t>()[1]));
   }
   results.resize(num_outputs_);
   return results;
@@ -102,6 +118,7 @@ class Tracer final : public dispatch::TraceHook {
   }
 
   mlir::ModuleOp finish(const TensorList& outputs) {
+    promote_written_constants();
     llvm::SmallVector<mlir::Value> results;
     llvm::SmallVector<mlir::Type> types;
     for (const Tensor& t : outputs) {
@@ -121,11 +138,16 @@ class Tracer final : public dispatch::TraceHook {
         out_->mutated_captures_.push_back(i);
       }
     }
+    for (size_t i = 0; i < out_->captures_.size(); ++i) {
+      if (rng_.defined() && out_->captures_[i].impl() == rng_.impl()) out_->rng_capture_ = i;
+    }
     builder_.create<mlir::func::ReturnOp>(builder_.getUnknownLoc(), results);
     fn_.setFunctionType(builder_.getFunctionType(block_->getArgumentTypes(), types));
     llvm::SmallVector<mlir::Attribute> names;
     for (const auto& n : out_->arg_names_) names.push_back(builder_.getStringAttr(n));
     fn_->setAttr("kiln.arg_names", builder_.getArrayAttr(names));
+    // The results before the in-out values: what gradient elimination keeps.
+    fn_->setAttr("kiln.num_outputs", builder_.getI64IntegerAttr(out_->num_outputs_));
     return module_;
   }
 
@@ -135,13 +157,23 @@ class Tracer final : public dispatch::TraceHook {
     std::string name = op;
     // In-place ops are recorded as their functional form; the written tensor is rebound to the
     // new value (the aliasing the in-place op implies).
-    if (name.size() > 1 && name.back() == '_') name.pop_back();
+    if (name.size() > 1 && name.back() == '_') {
+      name.pop_back();
+      // Inside a cond/loop region only tensors the region created may be written in place.
+      KILN_CHECK(region_created_.empty() || region_created_.back().count(outputs[0].impl()),
+                 "cond/loop", "a branch or loop body wrote a tensor defined outside it in place (",
+                 op, "); return the new value instead");
+    }
     if (name == "detach") {  // an alias: same value, no op
       // Autograd saves an alias of an op's output before the op itself reaches the tracer, so
       // the source may not be bound yet: resolve it on first use.
       keep_alive_.push_back(inputs[0].impl_ptr());
       keep_alive_.push_back(outputs[0].impl_ptr());
       aliases_[outputs[0].impl()] = inputs[0];
+      return;
+    }
+    if (name == "uniform" || name == "normal" || name == "randint" || name == "dropout_mask") {
+      emit_random(name, outputs[0], attrs);
       return;
     }
     if (name == "add_scalar" || name == "mul_scalar" || name == "div_scalar" ||
@@ -171,7 +203,158 @@ class Tracer final : public dispatch::TraceHook {
     }
   }
 
+  // scf.if with both branches recorded; eager execution continues with the taken branch's values.
+  TensorList on_cond(const Tensor& pred, const std::function<TensorList()>& then_fn,
+                     const std::function<TensorList()>& else_fn) override {
+    autograd::NoGradGuard no_grad;
+    KILN_CHECK(pred.defined() && pred.numel() == 1, "cond",
+               "the predicate must be a one-element tensor, got shape ",
+               pred.defined() ? pred.sizes() : Dims{});
+    // The predicate as a 0-dim bool, recorded like any op.
+    Tensor p = pred.dtype() == DType::Bool ? pred : ne(pred, zeros_like(pred));
+    if (p.dim() != 0) p = p.reshape(Dims{});
+    bool taken;
+    {
+      dispatch::TraceGuard pause(nullptr);  // reading the predicate is not a read-back
+      taken = p.item_double() != 0.0;
+    }
+    auto loc = builder_.getUnknownLoc();
+    mlir::Value flag = builder_.create<mlir::tensor::ExtractOp>(loc, lookup(p), mlir::ValueRange{});
+    // Record the branches into a result-less scf.if, then move them into one with results.
+    auto draft = builder_.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, flag, true);
+    TensorList then_out = record_region(*draft.thenBlock(), {}, [&] { return then_fn(); });
+    TensorList else_out = record_region(*draft.elseBlock(), {}, [&] { return else_fn(); });
+    detail::check_same_signature("cond", " else branch vs then branch", then_out, else_out);
+    builder_.setInsertionPoint(draft);
+    llvm::SmallVector<mlir::Type> types;
+    for (const Tensor& t : then_out) types.push_back(tensor_type(ctx_, t.sizes(), t.dtype()));
+    auto op = builder_.create<mlir::scf::IfOp>(loc, types, flag, true);
+    op.getThenRegion().takeBody(draft.getThenRegion());
+    op.getElseRegion().takeBody(draft.getElseRegion());
+    draft.erase();
+    builder_.setInsertionPointAfter(op);
+    return bind_results(taken ? then_out : else_out, op->getResults());
+  }
+
+  // scf.for over [0, n) with the carry as iteration arguments. The body is recorded on its first
+  // iteration; the remaining iterations run eagerly (untraced) to produce the values.
+  TensorList on_loop(int64_t n,
+                     const std::function<TensorList(const Tensor&, const TensorList&)>& body,
+                     const TensorList& carry) override {
+    autograd::NoGradGuard no_grad;
+    auto loc = builder_.getUnknownLoc();
+    llvm::SmallVector<mlir::Value> init;
+    for (const Tensor& c : carry) {
+      KILN_CHECK(c.defined(), "loop", "carry values must be defined tensors");
+      init.push_back(lookup(c));
+    }
+    auto index = [&](int64_t v) {
+      return builder_.create<mlir::arith::ConstantIndexOp>(loc, v).getResult();
+    };
+    auto op = builder_.create<mlir::scf::ForOp>(loc, index(0), index(n), index(1), init);
+    mlir::Block& block = *op.getBody();
+    Tensor counter;
+    TensorList carry_in;
+    {
+      dispatch::TraceGuard pause(nullptr);
+      counter = scalar_tensor(0, TensorOptions(DType::Int64));
+      for (const Tensor& c : carry) carry_in.push_back(c.detach());
+    }
+    std::vector<std::pair<Tensor, mlir::Value>> block_args;
+    TensorList first = record_region(
+        block,
+        [&] {
+          builder_.setInsertionPointToStart(&block);
+          mlir::Value i64 = builder_.create<mlir::arith::IndexCastOp>(loc, builder_.getI64Type(),
+                                                                      op.getInductionVar());
+          mlir::Value i = builder_.create<mlir::tensor::FromElementsOp>(
+              loc, mlir::RankedTensorType::get({}, builder_.getI64Type()), mlir::ValueRange{i64});
+          bind(counter, i);
+          for (size_t k = 0; k < carry_in.size(); ++k) bind(carry_in[k], op.getRegionIterArg(k));
+        },
+        [&] { return body(counter, carry_in); });
+    detail::check_same_signature("loop", " body result vs carry", carry, first);
+    builder_.setInsertionPointAfter(op);
+    TensorList state = n == 0 ? carry : first;
+    {
+      dispatch::TraceGuard pause(nullptr);
+      for (int64_t i = 1; i < n; ++i) {
+        TensorList next =
+            body(scalar_tensor(static_cast<double>(i), TensorOptions(DType::Int64)), state);
+        detail::check_same_signature("loop", " body result vs carry", state, next);
+        state = std::move(next);
+      }
+    }
+    return bind_results(state, op->getResults());
+  }
+
  private:
+  // Records fn() into `block` (any terminator already there is replaced by an scf.yield of fn's
+  // results). Bindings made inside stay inside: the block's values do not dominate what follows.
+  TensorList record_region(mlir::Block& block, const std::function<void()>& prologue,
+                           const std::function<TensorList()>& fn) {
+    if (!block.empty() && block.back().hasTrait<mlir::OpTrait::IsTerminator>()) {
+      block.back().erase();
+    }
+    const auto outer = values_;
+    const mlir::OpBuilder::InsertionGuard insertion(builder_);
+    builder_.setInsertionPointToEnd(&block);
+    region_created_.emplace_back();
+    if (prologue) prologue();
+    TensorList out = fn();
+    region_created_.pop_back();
+    llvm::SmallVector<mlir::Value> yielded;
+    for (const Tensor& t : out) {
+      KILN_CHECK(t.defined(), "cond/loop", "a branch or loop body returned an undefined tensor");
+      yielded.push_back(lookup(t));
+    }
+    builder_.create<mlir::scf::YieldOp>(builder_.getUnknownLoc(), yielded);
+    for (const auto& [impl, value] : outer) {
+      auto now = values_.find(impl);
+      KILN_CHECK(now != values_.end() && now->second == value, "cond/loop",
+                 "a branch or loop body wrote a tensor defined outside it in place; return the "
+                 "new value instead");
+    }
+    values_ = outer;
+    // Captures first seen inside the region are function arguments: visible everywhere.
+    for (const auto& [impl, arg] : capture_args_) values_.try_emplace(impl, arg);
+    return out;
+  }
+
+  // A small tensor inlined as a constant but written later in the trace (an optimizer's momentum
+  // buffer for a bias) is state, not a constant: it becomes an in-out argument instead.
+  void promote_written_constants() {
+    std::unordered_map<const TensorImpl*, mlir::Value> promoted;
+    for (auto& [t, c] : inlined_) {
+      auto now = values_.find(t.impl());
+      const bool written = now != values_.end() && now->second != c;
+      if (!written && !promoted.count(t.impl())) continue;
+      auto [it, fresh] = promoted.try_emplace(t.impl());
+      if (fresh) {
+        it->second = add_argument(t, "capture" + std::to_string(out_->captures_.size()));
+        capture_args_[t.impl()] = it->second;
+        out_->captures_.push_back(t);
+      }
+      c.replaceAllUsesWith(it->second);
+      for (auto& [impl, value] : values_) {
+        if (value == c) value = it->second;
+      }
+      c.getDefiningOp()->erase();
+    }
+    inlined_.clear();
+  }
+
+  // Fresh tensor handles for a region op's results, carrying the eager values.
+  TensorList bind_results(const TensorList& values, mlir::ResultRange results) {
+    TensorList out;
+    dispatch::TraceGuard pause(nullptr);
+    for (size_t i = 0; i < values.size(); ++i) {
+      out.push_back(values[i].detach());
+      bind(out.back(), results[i]);
+    }
+    return out;
+  }
+
   mlir::Value add_argument(const Tensor& t, const std::string& name) {
     mlir::Value arg =
         block_->addArgument(tensor_type(ctx_, t.sizes(), t.dtype()), builder_.getUnknownLoc());
@@ -184,10 +367,17 @@ class Tracer final : public dispatch::TraceHook {
     values_[t.impl()] = v;
   }
 
+  // Binds a tensor an op produced (as opposed to one looked up from outside).
+  void bind_created(const Tensor& t, mlir::Value v) {
+    bind(t, v);
+    if (!region_created_.empty()) region_created_.back().insert(t.impl());
+  }
+
   // The value of a tensor: produced earlier in the trace, or captured from outside.
   mlir::Value lookup(const Tensor& t) {
     auto it = values_.find(t.impl());
     if (it != values_.end()) return it->second;
+    dispatch::TraceGuard pause(nullptr);  // inspecting a capture is not part of the trace
     auto alias = aliases_.find(t.impl());
     if (alias != aliases_.end()) {
       mlir::Value v = lookup(alias->second);
@@ -196,9 +386,12 @@ class Tracer final : public dispatch::TraceHook {
     }
     mlir::Value v;
     auto named = capture_names_.find(t.impl());
-    if (named == capture_names_.end() && t.numel() <= options_.max_inline_constant &&
-        !t.requires_grad()) {
+    if (named == capture_names_.end() && !t.requires_grad() &&
+        (t.numel() <= options_.max_inline_constant || is_splat(t))) {
+      // Small tensors, and tensors of one repeated value (zeros made by a factory inside the
+      // traced function, such as an RNN's initial state), are constants, not inputs.
       v = constant(t);
+      inlined_.emplace_back(t, v);
     } else {
       const std::string name = named != capture_names_.end()
                                    ? named->second
@@ -213,8 +406,32 @@ class Tracer final : public dispatch::TraceHook {
     return v;
   }
 
+  static bool is_splat(const Tensor& t) {
+    if (t.numel() == 0) return false;
+    Tensor d = t.detach().to(DType::Float64).contiguous();
+    const double* p = d.data_ptr<double>();
+    for (int64_t i = 1; i < d.numel(); ++i) {
+      if (p[i] != p[0] || std::signbit(p[i]) != std::signbit(p[0])) return false;
+    }
+    return !std::isnan(p[0]);
+  }
+
   mlir::Value constant(const Tensor& t) {
     auto type = tensor_type(ctx_, t.sizes(), t.dtype());
+    if (t.numel() > options_.max_inline_constant) {  // a splat (is_splat): store one element
+      const double v =
+          t.detach().reshape(Dims{t.numel()}).slice(0, 0, 1).to(DType::Float64).item_double();
+      mlir::Attribute element;
+      if (auto ft = mlir::dyn_cast<mlir::FloatType>(type.getElementType())) {
+        element = mlir::FloatAttr::get(ft, v);
+      } else {
+        element = mlir::IntegerAttr::get(type.getElementType(), static_cast<int64_t>(v));
+      }
+      mlir::OperationState state(builder_.getUnknownLoc(), "kiln.constant");
+      state.addAttribute("value", mlir::DenseElementsAttr::get(type, element));
+      state.addTypes(type);
+      return builder_.create(state)->getResult(0);
+    }
     Tensor c = t.detach().contiguous();
     mlir::DenseElementsAttr attr;
     if (is_floating(t.dtype())) {
@@ -283,7 +500,42 @@ class Tracer final : public dispatch::TraceHook {
       fail("trace", "op '", name, "' has no kiln dialect counterpart");
     }
     mlir::Operation* op = builder_.create(state);
-    for (size_t i = 0; i < outputs.size(); ++i) bind(outputs[i], op->getResult(i));
+    for (size_t i = 0; i < outputs.size(); ++i) bind_created(outputs[i], op->getResult(i));
+  }
+
+  // A random draw: the op takes the generator state (seed, offset) as an operand and returns the
+  // next state, threaded through the trace as the in-out argument "rng_state".
+  void emit_random(const std::string& name, const Tensor& out, const dispatch::Attrs& attrs) {
+    KILN_CHECK(region_created_.empty(), "trace", "random op '", name,
+               "' inside kiln::cond/kiln::loop cannot be traced; draw it outside the region and "
+               "pass it in");
+    mlir::OperationState state(builder_.getUnknownLoc(), "kiln." + name);
+    int64_t seed = 0, offset = 0;
+    for (const auto& [key, value] : attrs) {
+      if (key == "seed") {
+        seed = std::get<int64_t>(value);
+      } else if (key == "offset") {
+        offset = std::get<int64_t>(value);
+      } else {
+        state.addAttribute(key, attribute(value));
+      }
+    }
+    if (!rng_.defined()) {
+      dispatch::TraceGuard pause(nullptr);
+      rng_ = kiln::empty(Dims{2}, TensorOptions(DType::Int64));
+      rng_.data_ptr<int64_t>()[0] = seed;
+      rng_.data_ptr<int64_t>()[1] = offset;
+      capture_names_[rng_.impl()] = "rng_state";
+    }
+    KILN_CHECK(rng_.data_ptr<int64_t>()[0] == seed, "trace",
+               "the random seed changed while tracing (manual_seed inside the traced function); "
+               "seed outside it");
+    state.addOperands(lookup(rng_));
+    state.addTypes(
+        {tensor_type(ctx_, out.sizes(), out.dtype()), tensor_type(ctx_, Dims{2}, DType::Int64)});
+    mlir::Operation* op = builder_.create(state);
+    bind_created(out, op->getResult(0));
+    bind(rng_, op->getResult(1));
   }
 
   void emit_scalar_binary(const std::string& name, const Tensor& x, const Tensor& out,
@@ -308,7 +560,7 @@ class Tracer final : public dispatch::TraceHook {
       state.addOperands({xv, c});
     }
     state.addTypes(tensor_type(ctx_, out.sizes(), out.dtype()));
-    bind(out, builder_.create(state)->getResult(0));
+    bind_created(out, builder_.create(state)->getResult(0));
   }
 
   mlir::MLIRContext* ctx_;
@@ -322,7 +574,12 @@ class Tracer final : public dispatch::TraceHook {
   std::unordered_map<const TensorImpl*, std::string> capture_names_;
   std::unordered_map<const TensorImpl*, mlir::Value> capture_args_;
   std::unordered_map<const TensorImpl*, Tensor> aliases_;
-  std::vector<TensorImplPtr> keep_alive_;  // tensor identities stay unique while tracing
+  std::vector<TensorImplPtr> keep_alive_;
+  std::vector<std::pair<Tensor, mlir::Value>> inlined_;  // captures inlined as constants
+  Tensor rng_;  // the generator state the trace's random ops draw from (see emit_random)
+  // One set per cond/loop region being recorded: the tensors created inside it.
+  std::vector<std::unordered_set<const TensorImpl*>>
+      region_created_;  // tensor identities stay unique while tracing
 };
 
 TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
@@ -341,6 +598,16 @@ TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
     fail("trace", "the traced module does not verify:\n", out.str());
   }
   return out;
+}
+
+TracedFunction trace(nn::Module& module, const TensorList& example_inputs, TraceOptions options) {
+  KILN_CHECK(example_inputs.size() == 1, "trace", "a module's forward takes one input, got ",
+             example_inputs.size());
+  for (const auto& [name, t] : module.named_parameters())
+    options.named_captures.emplace_back(name, t);
+  for (const auto& [name, t] : module.named_buffers()) options.named_captures.emplace_back(name, t);
+  return trace([&](const TensorList& in) { return TensorList{module.forward(in[0])}; },
+               example_inputs, options);
 }
 
 mlir::ModuleOp parse_module(mlir::MLIRContext& ctx, const std::string& text) {

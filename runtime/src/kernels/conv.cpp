@@ -14,7 +14,7 @@
 // Threads: when there are enough (image, group) units they are spread over the pool and each
 // unit runs its GEMMs serially (a nested parallel_for runs serially); otherwise the units run one
 // after another and the GEMM and the im2col/col2im inside each are parallel.
-#include <immintrin.h>
+#include "simd_compat.h"
 
 #include <algorithm>
 #include <cmath>

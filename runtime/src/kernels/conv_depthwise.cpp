@@ -9,7 +9,7 @@
 // padding border of the buffer is zeroed once per thread chunk and never written again. The
 // inner loop keeps 4 AVX2 accumulators per output row chunk and runs all taps over them
 // (3x3 is a compile-time specialization so the 9 taps are unrolled).
-#include <immintrin.h>
+#include "simd_compat.h"
 
 #include <algorithm>
 #include <cstring>

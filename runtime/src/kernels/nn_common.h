@@ -2,7 +2,7 @@
 // Private helpers shared by the NN kernels (pool, norm, loss, embedding): argument checks with
 // PyTorch-style messages, contiguous output targets, parameter read-back, and vectorized row sums.
 
-#include <immintrin.h>
+#include "simd_compat.h"
 
 #include <cmath>
 #include <sstream>

@@ -110,7 +110,7 @@ C row_sum(const C* x, int64_t n) {
 }
 
 // CPUID once; KILN_DISABLE_AVX512=1 (read per call, so tests can cover both paths) opts out.
-bool use_avx512() {
+[[maybe_unused]] bool use_avx512() {
 #if defined(__x86_64__)
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
   const char* off = std::getenv("KILN_DISABLE_AVX512");

@@ -309,6 +309,12 @@ def Kiln_BatchNormOp : Kiln_Op<"batch_norm", [Pure]> {
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
+def Kiln_BatchNormUpdateStatsOp : Kiln_Op<"batch_norm_update_stats", [Pure]> {
+  let summary = "training-mode running-statistics update (new mean, new var)";
+  let arguments = (ins Kiln_Tensor:$input, Kiln_OptTensor:$running_mean, Kiln_OptTensor:$running_var, F64Attr:$momentum);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
 def Kiln_LayerNormOp : Kiln_Op<"layer_norm", [Pure]> {
   let summary = "layer normalization";
   let arguments = (ins Kiln_Tensor:$input, Kiln_OptTensor:$weight, Kiln_OptTensor:$bias, DenseI64ArrayAttr:$normalized_shape, F64Attr:$eps);
@@ -321,6 +327,36 @@ def Kiln_GroupNormOp : Kiln_Op<"group_norm", [Pure]> {
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
+def Kiln_Conv2dBackwardOp : Kiln_Op<"conv2d_backward", [Pure]> {
+  let summary = "conv2d gradients (input, weight, bias)";
+  let arguments = (ins Kiln_Tensor:$grad, Kiln_Tensor:$input, Kiln_Tensor:$weight, DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding, DenseI64ArrayAttr:$dilation, I64Attr:$groups);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1, Kiln_Tensor:$result2);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_MaxPool2dBackwardOp : Kiln_Op<"max_pool2d_backward", [Pure]> {
+  let summary = "max_pool2d gradient (scatter to argmax)";
+  let arguments = (ins Kiln_Tensor:$grad, Kiln_Tensor:$indices);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_AvgPool2dBackwardOp : Kiln_Op<"avg_pool2d_backward", [Pure]> {
+  let summary = "avg_pool2d gradient";
+  let arguments = (ins Kiln_Tensor:$grad, DenseI64ArrayAttr:$kernel, DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding, BoolAttr:$ceil_mode, BoolAttr:$count_include_pad);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_AdaptiveAvgPool2dBackwardOp : Kiln_Op<"adaptive_avg_pool2d_backward", [Pure]> {
+  let summary = "adaptive_avg_pool2d gradient";
+  let arguments = (ins Kiln_Tensor:$grad);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_BatchNormBackwardOp : Kiln_Op<"batch_norm_backward", [Pure]> {
+  let summary = "batch_norm gradients (input, weight, bias); batch statistics are recomputed from input in training mode";
+  let arguments = (ins Kiln_Tensor:$grad, Kiln_Tensor:$input, Kiln_OptTensor:$weight, Kiln_OptTensor:$running_mean, Kiln_OptTensor:$running_var, BoolAttr:$training, F64Attr:$eps);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1, Kiln_Tensor:$result2);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
 def Kiln_EmbeddingOp : Kiln_Op<"embedding", [Pure]> {
   let summary = "row lookup";
   let arguments = (ins Kiln_Tensor:$weight, Kiln_Tensor:$indices, I64Attr:$padding_idx);
@@ -331,6 +367,30 @@ def Kiln_DropoutOp : Kiln_Op<"dropout", [Pure]> {
   let summary = "input * mask / (1 - p)";
   let arguments = (ins Kiln_Tensor:$input, Kiln_Tensor:$mask, F64Attr:$p);
   let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_UniformOp : Kiln_Op<"uniform", [Pure]> {
+  let summary = "uniform in [low, high)";
+  let arguments = (ins Kiln_Tensor:$state, F64Attr:$low, F64Attr:$high);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_NormalOp : Kiln_Op<"normal", [Pure]> {
+  let summary = "normal(mean, std)";
+  let arguments = (ins Kiln_Tensor:$state, F64Attr:$mean, F64Attr:$std);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_RandintOp : Kiln_Op<"randint", [Pure]> {
+  let summary = "uniform integers in [low, high)";
+  let arguments = (ins Kiln_Tensor:$state, I64Attr:$low, I64Attr:$high);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_DropoutMaskOp : Kiln_Op<"dropout_mask", [Pure]> {
+  let summary = "keep-mask: 1 with probability 1 - p";
+  let arguments = (ins Kiln_Tensor:$state, F64Attr:$p);
+  let results = (outs Kiln_Tensor:$result0, Kiln_Tensor:$result1);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
 def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure]> {
@@ -447,6 +507,18 @@ def Kiln_ArgsortOp : Kiln_Op<"argsort", [Pure]> {
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
+def Kiln_Conv2dFusedOp : Kiln_Op<"conv2d_fused", [Pure]> {
+  let summary = "conv2d + bias + residual + activation in one kernel";
+  let arguments = (ins Kiln_Tensor:$input, Kiln_Tensor:$weight, Kiln_OptTensor:$bias, Kiln_OptTensor:$residual, DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding, DenseI64ArrayAttr:$dilation, I64Attr:$groups, I64Attr:$activation, F64Attr:$clamp_min, F64Attr:$clamp_max);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_LinearFusedOp : Kiln_Op<"linear_fused", [Pure]> {
+  let summary = "linear + bias + residual + activation in one kernel";
+  let arguments = (ins Kiln_Tensor:$input, Kiln_Tensor:$weight, Kiln_OptTensor:$bias, Kiln_OptTensor:$residual, I64Attr:$activation, F64Attr:$clamp_min, F64Attr:$clamp_max);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
 def Kiln_CatOp : Kiln_Op<"cat", [Pure]> {
   let summary = "concatenate along dim";
   let arguments = (ins Variadic<Kiln_Tensor>:$inputs, I64Attr:$dim);
@@ -471,6 +543,7 @@ def Kiln_NoneOp : Kiln_Op<"none", [Pure, ConstantLike]> {
   let summary = "the absent optional operand (no bias, no running statistics)";
   let results = (outs NoneType:$result);
   let assemblyFormat = "attr-dict";
+  let hasFolder = 1;  // ConstantLike ops must fold to their value: MLIR's folder uniques by it
 }
 
 // A tensor constant held by reference: a DenseResourceElementsAttr (weights frozen into the
@@ -480,6 +553,29 @@ def Kiln_ConstantOp : Kiln_Op<"constant", [Pure, ConstantLike]> {
   let arguments = (ins ElementsAttr:$value);
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "$value attr-dict `:` type($result)";
+  let hasFolder = 1;  // ConstantLike ops must fold to their value: MLIR's folder uniques by it
+}
+
+
+// A fused elementwise region (made by --kiln-fuse-elementwise, never traced). Semantics, kept
+// simple for codegen: the body is one block whose arguments are the operands (same types); it
+// holds ordinary kiln elementwise ops (implicit NumPy broadcasting allowed, same tensor types as
+// outside the region) and ends in kiln.yield of the results. Running the body op by op, exactly as
+// if it were inlined, defines the results; codegen may instead emit one loop nest over the
+// result's shape. Isolated from above: every value the body reads is an operand.
+def Kiln_FusedOp : Kiln_Op<"fused", [RecursiveMemoryEffects, IsolatedFromAbove, SingleBlock]> {
+  let summary = "a fused elementwise region";
+  let arguments = (ins Variadic<Kiln_Tensor>:$inputs);
+  let results = (outs Variadic<Kiln_Tensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`(` $inputs `)` attr-dict `:` functional-type($inputs, results) $body";
+  let hasVerifier = 1;
+}
+
+def Kiln_YieldOp : Kiln_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
+  let summary = "the results of a kiln.fused region";
+  let arguments = (ins Variadic<Kiln_Tensor>:$values);
+  let assemblyFormat = "$values attr-dict `:` type($values)";
 }
 
 #endif

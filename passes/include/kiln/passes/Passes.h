@@ -1,24 +1,87 @@
 #pragma once
 // kiln's MLIR passes. Each pass lives in its own file under passes/ and is registered here so
-// kiln-opt can run it by name.
+// kiln-opt can run it by name. This header names MLIR types only by forward declaration.
 
+#include <cstddef>
+#include <functional>
+#include <map>
 #include <memory>
+#include <string>
 
 namespace mlir {
 class Pass;
-}
+class OpPassManager;
+class ModuleOp;
+}  // namespace mlir
 
 namespace kiln::passes {
 
-// --kiln-cleanup: the dialect's folders and canonicalization patterns, then dead-code removal.
+// --kiln-cleanup: canonicalization (x*1, x+0, double transpose, reshape chains, no-op shape ops),
+// constant folding of small constant subgraphs, CSE and dead-code removal.
 std::unique_ptr<mlir::Pass> create_cleanup_pass();
+
+// --kiln-freeze: eval-mode folds (dropout -> identity). Weights are bound by freeze() below.
+std::unique_ptr<mlir::Pass> create_freeze_pass();
+
+// Bytes of one weight, owned by the caller: they must outlive the module and stay unchanged.
+struct WeightRef {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+using WeightMap = std::map<std::string, WeightRef>;
+
+// Replaces each @forward argument named (func attr kiln.arg_names) in `weights` by a kiln.constant
+// referencing the caller's memory (a DenseResourceElementsAttr over an unmanaged blob: no copy),
+// removes those arguments, then applies the eval-mode folds. The types come from the signature;
+// the byte size must match. Returns false after emitting an MLIR diagnostic on the module (no
+// @forward, size mismatch, unaligned data, a name no argument has).
+bool freeze(mlir::ModuleOp module, const WeightMap& weights);
+
+// --kiln-fold-batch-norm: eval-mode batch_norm over a conv2d / linear with constant weights folds
+// into new weight and bias constants.
+std::unique_ptr<mlir::Pass> create_fold_batch_norm_pass();
+
+// --kiln-fuse-epilogues: conv2d / linear absorb a constant bias add, a residual add and one
+// activation into kiln.conv2d_fused / kiln.linear_fused.
+std::unique_ptr<mlir::Pass> create_fuse_epilogues_pass();
+
+// --kiln-eliminate-gradients (module pass): keep @forward's first kiln.num_outputs results, drop
+// backward/optimizer ops, in-out results and arguments nothing reads; optionally return the loss's
+// prediction input instead of the loss; eval_mode switches batch_norm/dropout to inference.
+std::unique_ptr<mlir::Pass> create_eliminate_gradients_pass(bool drop_loss_head = false,
+                                                            bool eval_mode = true);
+
+// --kiln-fuse-elementwise: chains of elementwise ops become kiln.fused regions.
+std::unique_ptr<mlir::Pass> create_fuse_elementwise_pass();
+
+// --kiln-choose-layout: records the conv activation layout (NCHW today; see ChooseLayout.cpp).
+std::unique_ptr<mlir::Pass> create_choose_layout_pass();
+
+struct PipelineOptions {
+  bool drop_loss_head = false;
+  // Appended last (memory planning); when empty, the hook from set_memory_plan_hook() is used.
+  std::function<void(mlir::OpPassManager&)> memory_plan;
+};
+
+// Module-level pipelines (pm anchored on builtin.module). Inference: freeze folds, cleanup,
+// gradient elimination, cleanup, bn folding, epilogue fusion, cleanup, elementwise fusion,
+// cleanup, layout, memory plan. Training: cleanup, epilogue fusion, elementwise fusion, cleanup,
+// layout, memory plan.
+void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& options = {});
+void build_training_pipeline(mlir::OpPassManager& pm, const PipelineOptions& options = {});
+
+// Lets the memory planner append itself to both pipelines without the pipelines depending on it.
+void set_memory_plan_hook(std::function<void(mlir::OpPassManager&)> hook);
+
+// Registers the pipelines (kiln-inference-pipeline, kiln-training-pipeline) by name.
+void register_pipelines();
 
 // --kiln-plan-memory: liveness, in-place and view aliasing, greedy-by-size arena offsets
 // (`kiln.arena_offsets` on ops; `kiln.arg_offsets`, `kiln.arena_bytes`, `kiln.naive_bytes` on the
 // func). Arguments from `kiln.num_inputs` on (captured parameters) are weights, not arena values.
 std::unique_ptr<mlir::Pass> create_plan_memory_pass();
 
-// Registers every kiln pass with MLIR's global pass registry.
+// Registers every kiln pass and pipeline with MLIR's global pass registry.
 void register_passes();
 
 }  // namespace kiln::passes

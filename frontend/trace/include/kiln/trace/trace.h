@@ -9,10 +9,15 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/tensor.h"
+
+namespace kiln::nn {
+class Module;
+}
 
 namespace mlir {
 class MLIRContext;
@@ -75,6 +80,7 @@ class TracedFunction {
 
  private:
   friend class Tracer;
+  friend void freeze(TracedFunction&);
   friend TracedFunction trace(const std::function<TensorList(const TensorList&)>&,
                               const TensorList&, const TraceOptions&);
   struct State;
@@ -86,10 +92,19 @@ class TracedFunction {
   size_t num_inputs_ = 0;
   size_t num_outputs_ = 0;
   std::vector<size_t> mutated_captures_;
+  // The capture holding the random-number state ("rng_state"), when the trace draws random numbers.
+  std::optional<size_t> rng_capture_;
+  TensorList frozen_;  // storage the frozen module's constants point into (see freeze.h)
 };
 
 TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
                      const TensorList& example_inputs, const TraceOptions& options = {});
+
+// Traces module.forward(inputs[0]) with its parameters and buffers as named arguments
+// ("conv1.weight", "bn1.running_mean", ... in named_parameters() then named_buffers() order of
+// first use).
+TracedFunction trace(nn::Module& module, const TensorList& example_inputs,
+                     TraceOptions options = {});
 
 // Parses kiln IR text or bytecode into a module owned by `ctx`; throws kiln::Error on failure.
 // The returned module must be destroyed (module->erase()) or kept for the context's lifetime.

@@ -1,0 +1,45 @@
+#pragma once
+// Machine code for a kiln module: compile it to an object file for a target (lowering + LLVM O3 +
+// the target's code generator), and load objects into this process with ORC (LLJIT). Each loaded
+// object gets its own symbol namespace, so any number of compiled functions coexist.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/codegen/lower.h"
+#include "kiln/codegen/target.h"
+
+namespace kiln::codegen {
+
+// Lowers `module` (mutated: it ends in the LLVM dialect), optimizes and emits a relocatable
+// object for `target` (empty fields = the host). Returns false with `error` on failure.
+bool compile_to_object(mlir::ModuleOp module, const Target& target, const LowerOptions& options,
+                       int opt_level, std::string* object, EntrySignature* signature,
+                       std::string* error);
+
+// The entry point's signature read from @forward's type alone (no lowering): what a cached object
+// needs.
+bool entry_signature(mlir::ModuleOp module, EntrySignature* signature, std::string* error);
+
+// A stable key for compiled code: (module bytes, target triple, CPU, features, options).
+std::string cache_key(const std::string& module_bytes, const Target& target,
+                      const LowerOptions& options, int opt_level);
+
+class JitEngine {
+ public:
+  // The process-wide engine. `symbols` (name → address) are defined in every loaded object's
+  // namespace (the runtime's kiln_abi_* entry points); anything else resolves from the process.
+  static JitEngine& instance();
+  // Loads an object file and returns the address of `entry` (null and `error` on failure).
+  void* load(const std::string& object, const std::string& entry,
+             const std::vector<std::pair<std::string, void*>>& symbols, std::string* error);
+
+ private:
+  JitEngine();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::codegen

@@ -1,0 +1,34 @@
+// The lowering for AOT objects: lower.h's steps (kiln → LLVM dialect → LLVM IR → O3), with one
+// difference from the JIT's compile_to_object: every definition except the entry point is made
+// internal before optimizing. An AOT object is linked with other code (the runtime, the embedding
+// program, other models' objects), so its helper functions (kiln_kernel_N, ...) must not be
+// global symbols that collide, and internal linkage also lets O3 inline and drop them.
+
+#include "kiln/codegen/aot.h"
+#include "kiln/codegen/lower.h"
+#include "llvm/IR/GlobalVariable.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Target/TargetMachine.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace kiln::codegen {
+
+std::string lower_to_object(mlir::ModuleOp module, const Target& target,
+                            const LowerOptions& options, int opt_level, EntrySignature* signature) {
+  std::string error;
+  if (!lower_to_llvm_dialect(module, options, &error, signature)) throw AotError(error);
+  llvm::LLVMContext ctx;
+  std::unique_ptr<llvm::Module> ir = translate_to_llvm_ir(module, ctx, &error);
+  if (!ir) throw AotError(error);
+  for (llvm::Function& f : *ir)
+    if (!f.isDeclaration() && f.getName() != options.entry_name)
+      f.setLinkage(llvm::GlobalValue::InternalLinkage);
+  for (llvm::GlobalVariable& g : ir->globals())
+    if (!g.isDeclaration()) g.setLinkage(llvm::GlobalValue::InternalLinkage);
+  auto tm = create_target_machine(target, opt_level);
+  optimize_llvm_module(*ir, *tm, opt_level);
+  return emit_object(*ir, *tm, /*opt_level=*/0);  // already optimized
+}
+
+}  // namespace kiln::codegen

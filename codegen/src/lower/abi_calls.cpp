@@ -1,0 +1,171 @@
+// Ops that run as calls into the runtime's kernels through its C ABI (kiln/runtime/abi.h): the
+// operands' base pointers go in a stack array, their geometry and the op's attributes in a
+// constant descriptor (laid out exactly as abi.h documents).
+
+#include <bit>
+
+#include "llvm/ADT/StringMap.h"
+#include "lowering.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+
+namespace kiln::codegen::detail {
+namespace LLVM = mlir::LLVM;
+
+namespace {
+// kiln op → its attributes in ABI order (the runtime symbol is kiln_abi_<op name>).
+const llvm::StringMap<std::vector<const char*>>& abi_ops() {
+  static const llvm::StringMap<std::vector<const char*>> table = {
+      {"matmul", {}},
+      {"linear", {}},
+      {"linear_fused", {"activation", "clamp_min", "clamp_max"}},
+      {"conv2d", {"stride", "padding", "dilation", "groups"}},
+      {"conv2d_fused",
+       {"stride", "padding", "dilation", "groups", "activation", "clamp_min", "clamp_max"}},
+      {"conv1d", {"stride", "padding", "dilation", "groups"}},
+      {"conv_transpose2d", {"stride", "padding", "output_padding", "groups", "dilation"}},
+      {"max_pool2d", {"kernel", "stride", "padding", "dilation", "ceil_mode"}},
+      {"avg_pool2d", {"kernel", "stride", "padding", "ceil_mode", "count_include_pad"}},
+      {"adaptive_avg_pool2d", {"output_size"}},
+      {"batch_norm", {"training", "momentum", "eps"}},
+      {"layer_norm", {"normalized_shape", "eps"}},
+      {"group_norm", {"num_groups", "eps"}},
+      {"embedding", {}},
+      {"sum", {"dims", "keepdim"}},
+      {"mean", {"dims", "keepdim"}},
+      {"prod", {"dims", "keepdim"}},
+      {"amax", {"dims", "keepdim"}},
+      {"amin", {"dims", "keepdim"}},
+      {"max", {"dim", "keepdim"}},
+      {"min", {"dim", "keepdim"}},
+      {"argmax", {"dim", "keepdim"}},
+      {"argmin", {"dim", "keepdim"}},
+      {"var", {"dims", "unbiased", "keepdim"}},
+      {"norm", {"p", "dims", "keepdim"}},
+      {"logsumexp", {"dims", "keepdim"}},
+      {"softmax", {"dim"}},
+      {"log_softmax", {"dim"}},
+      {"softmax_backward", {"dim"}},
+      {"log_softmax_backward", {"dim"}},
+      {"cumsum", {"dim"}},
+      {"cross_entropy", {"ignore_index", "reduction", "label_smoothing"}},
+      {"cross_entropy_backward", {"ignore_index", "reduction", "label_smoothing"}},
+      {"nll_loss", {"ignore_index", "reduction"}},
+      {"mse_loss", {"reduction"}},
+      {"mse_loss_backward", {"reduction"}},
+      {"smooth_l1_loss", {"reduction", "beta"}},
+      {"binary_cross_entropy_with_logits", {"reduction"}},
+      {"index_select", {"dim"}},
+      {"index_add", {"dim", "alpha"}},
+      {"gather", {"dim"}},
+      {"scatter", {"dim"}},
+      {"scatter_value", {"dim", "value"}},
+      {"scatter_add", {"dim"}},
+      {"pad", {"pad", "mode", "value"}},
+      {"one_hot", {"num_classes"}},
+      {"topk", {"k", "dim", "largest", "sorted"}},
+      {"sort", {"dim", "descending"}},
+      {"argsort", {"dim", "descending"}},
+      {"cat", {"dim"}},
+      {"stack", {"dim"}},
+      {"uniform", {"low", "high"}},
+      {"normal", {"mean", "std"}},
+      {"randint", {"low", "high"}},
+      {"dropout_mask", {"p"}},
+  };
+  return table;
+}
+}  // namespace
+
+bool Lowering::emit_abi_call(mlir::Operation* op) {
+  llvm::StringRef name = op->getName().getStringRef();
+  if (!name.consume_front("kiln.")) return false;
+  auto it = abi_ops().find(name);
+  if (it == abi_ops().end()) return false;
+
+  // Attributes first: a missing one is a compile-time error, before any code is emitted.
+  std::vector<int64_t> attrs;
+  for (const char* a : it->second) {
+    mlir::Attribute attr = op->getAttr(a);
+    if (auto b = mlir::dyn_cast_or_null<mlir::BoolAttr>(attr)) {
+      attrs.push_back(b.getValue() ? 1 : 0);
+    } else if (auto i = mlir::dyn_cast_or_null<mlir::IntegerAttr>(attr)) {
+      attrs.push_back(i.getType().isInteger(1) ? (i.getValue().getBoolValue() ? 1 : 0)
+                                               : i.getInt());
+    } else if (auto f = mlir::dyn_cast_or_null<mlir::FloatAttr>(attr)) {
+      attrs.push_back(std::bit_cast<int64_t>(f.getValueAsDouble()));
+    } else if (auto arr = mlir::dyn_cast_or_null<mlir::DenseI64ArrayAttr>(attr)) {
+      attrs.push_back(static_cast<int64_t>(arr.size()));
+      for (int64_t v : arr.asArrayRef()) attrs.push_back(v);
+    } else {
+      error(op, std::string("missing or unsupported attribute '") + a + "'");
+      return true;
+    }
+  }
+
+  // Operands (absent = kiln.none), then results in fresh buffers.
+  std::vector<View> tensors;
+  std::vector<bool> present;
+  for (mlir::Value v : op->getOperands()) {
+    if (mlir::isa<mlir::NoneType>(v.getType())) {
+      tensors.emplace_back();
+      present.push_back(false);
+    } else {
+      tensors.push_back(view(v));
+      present.push_back(true);
+    }
+  }
+  for (mlir::Value r : op->getResults()) {
+    View d = destination(r);
+    views_[r] = d;
+    tensors.push_back(d);
+    present.push_back(true);
+  }
+  std::vector<int64_t> desc{static_cast<int64_t>(tensors.size())};
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const View& t = tensors[k];
+    if (!present[k]) {
+      desc.insert(desc.end(), {-1, 0, 0});
+      continue;
+    }
+    desc.push_back(dtype_code(t.elem));
+    desc.push_back(static_cast<int64_t>(t.sizes.size()));
+    desc.insert(desc.end(), t.sizes.begin(), t.sizes.end());
+    desc.insert(desc.end(), t.strides.begin(), t.strides.end());
+    desc.push_back(t.offset);
+  }
+  desc.insert(desc.end(), attrs.begin(), attrs.end());
+
+  const std::string desc_name = "kiln_desc_" + std::to_string(num_descs_++);
+  {
+    mlir::OpBuilder::InsertionGuard guard(builder_);
+    builder_.setInsertionPointToStart(module_.getBody());
+    auto type =
+        mlir::RankedTensorType::get({static_cast<int64_t>(desc.size())}, builder_.getI64Type());
+    builder_.create<LLVM::GlobalOp>(
+        loc_, LLVM::LLVMArrayType::get(builder_.getI64Type(), desc.size()), /*isConstant=*/true,
+        LLVM::Linkage::Internal, desc_name,
+        mlir::DenseElementsAttr::get(type, llvm::ArrayRef<int64_t>(desc)), /*alignment=*/8);
+  }
+  mlir::Type ptr = ptr_type();
+  mlir::Value count =
+      builder_.create<mlir::arith::ConstantIntOp>(loc_, static_cast<int64_t>(tensors.size()), 64);
+  mlir::Value data = builder_.create<LLVM::AllocaOp>(loc_, ptr, ptr, count, 8);
+  mlir::Value null = builder_.create<LLVM::ZeroOp>(loc_, ptr);
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    auto gep = builder_.create<LLVM::GEPOp>(loc_, ptr, ptr, data,
+                                            llvm::ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(k)});
+    builder_.create<LLVM::StoreOp>(loc_, present[k] ? tensors[k].base : null, gep);
+  }
+  mlir::Value desc_ptr = builder_.create<LLVM::AddressOfOp>(loc_, ptr, desc_name);
+  const std::string fn = ("kiln_abi_" + name).str();
+  declare(fn, builder_.getFunctionType({ptr, ptr}, {}));
+  auto call = builder_.create<mlir::func::CallOp>(loc_, fn, mlir::TypeRange{},
+                                                  mlir::ValueRange{data, desc_ptr});
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    if (present[k]) note_use(tensors[k].base, call);
+  }
+  return true;
+}
+
+}  // namespace kiln::codegen::detail

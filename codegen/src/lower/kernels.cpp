@@ -1,0 +1,536 @@
+// Fused elementwise loop nests. A kernel evaluates one value over its shape: the tree of deferred
+// elementwise ops (and kiln.fused bodies) below it is computed per element from its leaves
+// (materialized views, read through their strides with NumPy broadcasting) and splat constants.
+// Dims every operand walks in step are coalesced, so a dense chain is one flat loop that LLVM
+// vectorizes; the outermost dim is split over the thread pool when the kernel is large.
+//
+// The kernel is its own function  void kiln_kernel_N(void** ctx, i64 begin, i64 end)  over
+// [begin, end) of the outermost dim; ctx holds the output's and the leaves' base pointers.
+
+#include <cmath>
+
+#include "lowering.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace kiln::codegen::detail {
+namespace LLVM = mlir::LLVM;
+namespace arith = mlir::arith;
+namespace math = mlir::math;
+using mlir::Type;
+using mlir::Value;
+
+namespace {
+
+bool is_float(Type t) {
+  return mlir::isa<mlir::FloatType>(t);
+}
+int rank_of(Type t) {  // promotion order: bool < ints < floats
+  if (t.isInteger(1)) return 0;
+  if (auto i = mlir::dyn_cast<mlir::IntegerType>(t)) return i.getWidth();
+  return 1000 + t.getIntOrFloatBitWidth();
+}
+
+class KernelEmitter {
+ public:
+  KernelEmitter(Lowering& low, Value root, const View& dest)
+      : low_(low), root_(root), dest_(dest), b_(low.module().getContext()), loc_(low.loc()) {}
+
+  void emit() {
+    collect(root_, /*is_root=*/true);
+    coalesce();
+    build_function();
+    call_function();
+  }
+
+ private:
+  struct Leaf {
+    Value value;
+    View view;
+    llvm::SmallVector<int64_t> strides;  // over the kernel's (coalesced) dims
+    Value ptr, offset;                   // inside the kernel
+  };
+
+  // ---- structure ----
+  Value node_of(Value v) const { return Lowering::resolve(v); }
+
+  void collect(Value v, bool is_root) {
+    v = node_of(v);
+    if (leaf_index_.count(v) || visited_.count(v)) return;
+    if (Lowering::splat_value(v)) return;
+    mlir::Operation* def = v.getDefiningOp();
+    if (def && def->getName().getStringRef() == "kiln.fused") {
+      visited_.insert(v);
+      auto& body = def->getRegion(0).front();
+      collect(body.getTerminator()->getOperand(mlir::cast<mlir::OpResult>(v).getResultNumber()),
+              false);
+      return;
+    }
+    const bool computed = is_root ? !low_.has_view(v) : low_.deferred(v);
+    if (computed && def) {
+      visited_.insert(v);
+      for (Value operand : def->getOperands()) collect(operand, false);
+      return;
+    }
+    Leaf leaf;
+    leaf.value = v;
+    leaf.view = low_.view(v);
+    // Broadcast the leaf's view to the output's dims (right-aligned, size-1 dims step 0).
+    const int64_t out_rank = static_cast<int64_t>(dest_.sizes.size());
+    const int64_t rank = static_cast<int64_t>(leaf.view.sizes.size());
+    leaf.strides.assign(out_rank, 0);
+    for (int64_t d = 0; d < rank; ++d) {
+      const int64_t o = d + out_rank - rank;
+      if (o < 0) continue;  // leading dims of size 1 (same numel)
+      leaf.strides[o] = leaf.view.sizes[d] == 1 && dest_.sizes[o] != 1 ? 0 : leaf.view.strides[d];
+    }
+    leaf_index_[v] = leaves_.size();
+    leaves_.push_back(std::move(leaf));
+  }
+
+  // Merges adjacent dims every operand steps over as one and drops size-1 dims.
+  void coalesce() {
+    llvm::SmallVector<int64_t> sizes;
+    llvm::SmallVector<llvm::SmallVector<int64_t>> strides(leaves_.size() + 1);
+    auto source = [&](size_t k) -> llvm::ArrayRef<int64_t> {
+      return k == 0 ? llvm::ArrayRef<int64_t>(dest_.strides) : leaves_[k - 1].strides;
+    };
+    for (size_t d = 0; d < dest_.sizes.size(); ++d) {
+      const int64_t n = dest_.sizes[d];
+      if (n == 1) continue;
+      if (!sizes.empty() && merge_ok(d, strides)) {
+        sizes.back() *= n;
+        for (size_t k = 0; k < strides.size(); ++k) strides[k].back() = source(k)[d];
+      } else {
+        sizes.push_back(n);
+        for (size_t k = 0; k < strides.size(); ++k) strides[k].push_back(source(k)[d]);
+      }
+    }
+    if (sizes.empty()) {  // a single element
+      sizes.push_back(1);
+      for (auto& s : strides) s.push_back(0);
+    }
+    sizes_ = sizes;
+    out_strides_ = strides[0];
+    for (size_t k = 0; k < leaves_.size(); ++k) leaves_[k].strides = strides[k + 1];
+  }
+
+  bool merge_ok(size_t d, const llvm::SmallVector<llvm::SmallVector<int64_t>>& kept) const {
+    const int64_t n = dest_.sizes[d];
+    if (kept[0].back() != dest_.strides[d] * n) return false;
+    for (size_t k = 0; k < leaves_.size(); ++k) {
+      if (kept[k + 1].back() != leaves_[k].strides[d] * n) return false;
+    }
+    return true;
+  }
+
+  // ---- the kernel function ----
+  void build_function() {
+    name_ = "kiln_kernel_" + std::to_string(low_.next_kernel_id());
+    Type ptr = low_.ptr_type(), i64 = b_.getI64Type();
+    b_.setInsertionPointToEnd(low_.module().getBody());
+    auto fn = b_.create<mlir::func::FuncOp>(loc_, name_, b_.getFunctionType({ptr, i64, i64}, {}));
+    fn.setPrivate();
+    mlir::Block* block = fn.addEntryBlock();
+    b_.setInsertionPointToStart(block);
+    Value ctx = block->getArgument(0);
+    auto load_ptr = [&](int64_t i) -> Value {
+      auto gep = b_.create<LLVM::GEPOp>(loc_, ptr, ptr, ctx, llvm::ArrayRef<LLVM::GEPArg>{i});
+      return b_.create<LLVM::LoadOp>(loc_, ptr, gep);
+    };
+    out_ptr_ = load_ptr(0);
+    for (size_t k = 0; k < leaves_.size(); ++k) leaves_[k].ptr = load_ptr(k + 1);
+    llvm::SmallVector<Value> ivs;
+    Value one = b_.create<arith::ConstantIntOp>(loc_, 1, 64);
+    for (size_t d = 0; d < sizes_.size(); ++d) {
+      Value lb = d == 0 ? Value(block->getArgument(1))
+                        : b_.create<arith::ConstantIntOp>(loc_, 0, 64).getResult();
+      Value ub = d == 0 ? Value(block->getArgument(2))
+                        : b_.create<arith::ConstantIntOp>(loc_, sizes_[d], 64).getResult();
+      auto loop = b_.create<mlir::scf::ForOp>(loc_, lb, ub, one);
+      ivs.push_back(loop.getInductionVar());
+      b_.setInsertionPointToStart(loop.getBody());
+    }
+    auto offset = [&](int64_t base, llvm::ArrayRef<int64_t> strides) -> Value {
+      Value off = b_.create<arith::ConstantIntOp>(loc_, base, 64);
+      for (size_t d = 0; d < strides.size(); ++d) {
+        if (strides[d] == 0) continue;
+        Value term = ivs[d];
+        if (strides[d] != 1) {
+          term = b_.create<arith::MulIOp>(loc_, term,
+                                          b_.create<arith::ConstantIntOp>(loc_, strides[d], 64));
+        }
+        off = b_.create<arith::AddIOp>(loc_, off, term);
+      }
+      return off;
+    };
+    for (auto& leaf : leaves_) leaf.offset = offset(leaf.view.offset, leaf.strides);
+    Value result = eval(root_, /*is_root=*/true);
+    result = convert(result, dest_.elem);
+    store(out_ptr_, offset(dest_.offset, out_strides_), result, dest_.elem);
+    b_.setInsertionPointToEnd(block);
+    b_.create<mlir::func::ReturnOp>(loc_);
+  }
+
+  void call_function() {
+    mlir::OpBuilder& b = low_.builder();
+    Type ptr = low_.ptr_type();
+    const int64_t slots = static_cast<int64_t>(leaves_.size()) + 1;
+    Value count = b.create<arith::ConstantIntOp>(loc_, slots, 64);
+    Value ctx = b.create<LLVM::AllocaOp>(loc_, ptr, ptr, count, 8);
+    llvm::SmallVector<mlir::Operation*> users;
+    auto put = [&](int64_t i, Value p) {
+      auto gep = b.create<LLVM::GEPOp>(loc_, ptr, ptr, ctx, llvm::ArrayRef<LLVM::GEPArg>{i});
+      b.create<LLVM::StoreOp>(loc_, p, gep);
+    };
+    put(0, dest_.base);
+    for (size_t k = 0; k < leaves_.size(); ++k) put(k + 1, leaves_[k].view.base);
+    const int64_t total = numel(sizes_);
+    const int64_t outer = sizes_[0];
+    const int64_t inner = std::max<int64_t>(total / std::max<int64_t>(outer, 1), 1);
+    Value zero = b.create<arith::ConstantIntOp>(loc_, 0, 64);
+    Value end = b.create<arith::ConstantIntOp>(loc_, outer, 64);
+    mlir::Operation* call;
+    const int64_t threshold = low_.options().parallel_min_elements;
+    if (threshold > 0 && total >= threshold && outer > 1) {
+      low_.declare(
+          "kiln_abi_parallel_for",
+          b.getFunctionType({b.getI64Type(), b.getI64Type(), b.getI64Type(), ptr, ptr}, {}));
+      const int64_t grain = std::max<int64_t>(1, (threshold / 2 + inner - 1) / inner);
+      Value g = b.create<arith::ConstantIntOp>(loc_, grain, 64);
+      auto fn_type = b.getFunctionType({ptr, b.getI64Type(), b.getI64Type()}, {});
+      Value fn = b.create<mlir::func::ConstantOp>(loc_, fn_type, name_);
+      Value fn_ptr = b.create<mlir::UnrealizedConversionCastOp>(loc_, ptr, fn).getResult(0);
+      call = b.create<mlir::func::CallOp>(loc_, "kiln_abi_parallel_for", mlir::TypeRange{},
+                                          mlir::ValueRange{zero, end, g, fn_ptr, ctx});
+    } else {
+      call = b.create<mlir::func::CallOp>(loc_, name_, mlir::TypeRange{},
+                                          mlir::ValueRange{ctx, zero, end});
+    }
+    low_.note_use(dest_.base, call);
+    for (auto& leaf : leaves_) low_.note_use(leaf.view.base, call);
+  }
+
+  // ---- scalar code ----
+  Value load(Value base, Value off, Type elem) {
+    Type mem = memory_type(elem);
+    auto gep = b_.create<LLVM::GEPOp>(loc_, low_.ptr_type(), mem, base, mlir::ValueRange{off});
+    Value v = b_.create<LLVM::LoadOp>(loc_, mem, gep);
+    if (elem.isInteger(1)) v = b_.create<arith::TruncIOp>(loc_, elem, v);
+    return v;
+  }
+  void store(Value base, Value off, Value v, Type elem) {
+    Type mem = memory_type(elem);
+    if (elem.isInteger(1)) v = b_.create<arith::ExtUIOp>(loc_, mem, v);
+    auto gep = b_.create<LLVM::GEPOp>(loc_, low_.ptr_type(), mem, base, mlir::ValueRange{off});
+    b_.create<LLVM::StoreOp>(loc_, v, gep);
+  }
+
+  Value constant(double value, Type t) {
+    if (is_float(t)) return b_.create<arith::ConstantOp>(loc_, b_.getFloatAttr(t, value));
+    if (t.isInteger(1)) return b_.create<arith::ConstantIntOp>(loc_, value != 0, 1);
+    return b_.create<arith::ConstantOp>(loc_, b_.getIntegerAttr(t, static_cast<int64_t>(value)));
+  }
+
+  Value convert(Value x, Type to) {
+    Type from = x.getType();
+    if (from == to) return x;
+    if (is_float(from) && is_float(to)) {
+      if (from.getIntOrFloatBitWidth() < to.getIntOrFloatBitWidth()) {
+        return b_.create<arith::ExtFOp>(loc_, to, x);
+      }
+      return b_.create<arith::TruncFOp>(loc_, to, x);
+    }
+    if (!is_float(from) && is_float(to)) {
+      if (from.isInteger(1)) return b_.create<arith::UIToFPOp>(loc_, to, x);
+      return b_.create<arith::SIToFPOp>(loc_, to, x);
+    }
+    if (is_float(from)) {
+      if (to.isInteger(1)) {
+        return b_.create<arith::CmpFOp>(loc_, arith::CmpFPredicate::UNE, x, constant(0, from));
+      }
+      return b_.create<arith::FPToSIOp>(loc_, to, x);
+    }
+    if (to.isInteger(1)) {
+      return b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::ne, x, constant(0, from));
+    }
+    if (from.isInteger(1)) return b_.create<arith::ExtUIOp>(loc_, to, x);
+    if (from.getIntOrFloatBitWidth() < to.getIntOrFloatBitWidth()) {
+      return b_.create<arith::ExtSIOp>(loc_, to, x);
+    }
+    return b_.create<arith::TruncIOp>(loc_, to, x);
+  }
+
+  static Type element(Value v) {
+    return mlir::cast<mlir::RankedTensorType>(v.getType()).getElementType();
+  }
+
+  double f64_attr(mlir::Operation* op, const char* name, double fallback) {
+    if (auto a = op->getAttrOfType<mlir::FloatAttr>(name)) return a.getValueAsDouble();
+    return fallback;
+  }
+
+  Value libm(const char* f64_name, Value x) {
+    Type t = x.getType();
+    low_.declare(f64_name, b_.getFunctionType({t}, {t}));
+    return b_.create<mlir::func::CallOp>(loc_, f64_name, mlir::TypeRange{t}, mlir::ValueRange{x})
+        .getResult(0);
+  }
+
+  Value exp(Value x) { return b_.create<math::ExpOp>(loc_, x); }
+  Value sigmoid(Value x) {
+    Value one = constant(1, x.getType());
+    Value e = exp(b_.create<arith::NegFOp>(loc_, x));
+    return b_.create<arith::DivFOp>(loc_, one, b_.create<arith::AddFOp>(loc_, one, e));
+  }
+  Value tanh(Value x) {
+    return x.getType().isF64() ? libm("tanh", x) : b_.create<math::TanhOp>(loc_, x).getResult();
+  }
+  Value erf(Value x) {
+    return x.getType().isF64() ? libm("erf", x) : b_.create<math::ErfOp>(loc_, x).getResult();
+  }
+
+  Value eval(Value v, bool is_root = false) {
+    v = node_of(v);
+    if (auto it = memo_.find(v); it != memo_.end()) return it->second;
+    Value r = compute(v, is_root);
+    memo_[v] = r;
+    return r;
+  }
+
+  Value compute(Value v, bool is_root) {
+    if (auto splat = Lowering::splat_value(v)) {
+      return b_.create<arith::ConstantOp>(loc_, *splat);
+    }
+    if (auto it = leaf_index_.find(v); it != leaf_index_.end()) {
+      Leaf& leaf = leaves_[it->second];
+      return load(leaf.ptr, leaf.offset, leaf.view.elem);
+    }
+    mlir::Operation* op = v.getDefiningOp();
+    const llvm::StringRef name = op->getName().getStringRef();
+    if (name == "kiln.fused") {
+      auto& body = op->getRegion(0).front();
+      return eval(
+          body.getTerminator()->getOperand(mlir::cast<mlir::OpResult>(v).getResultNumber()));
+    }
+    (void)is_root;
+    Type rt = element(v);
+    auto arg = [&](unsigned i) { return eval(op->getOperand(i)); };
+    auto arg_as = [&](unsigned i, Type t) { return convert(arg(i), t); };
+    const bool fp = is_float(rt);
+
+    // Binary arithmetic in the result type.
+    if (name == "kiln.add" || name == "kiln.sub") {
+      Value a = arg_as(0, rt), b = arg_as(1, rt);
+      const double alpha = f64_attr(op, "alpha", 1.0);
+      if (alpha != 1.0) {
+        b = fp ? b_.create<arith::MulFOp>(loc_, b, constant(alpha, rt)).getResult()
+               : b_.create<arith::MulIOp>(loc_, b, constant(alpha, rt)).getResult();
+      }
+      if (name == "kiln.add") {
+        return fp ? b_.create<arith::AddFOp>(loc_, a, b).getResult()
+                  : b_.create<arith::AddIOp>(loc_, a, b).getResult();
+      }
+      return fp ? b_.create<arith::SubFOp>(loc_, a, b).getResult()
+                : b_.create<arith::SubIOp>(loc_, a, b).getResult();
+    }
+    if (name == "kiln.mul") {
+      Value a = arg_as(0, rt), b = arg_as(1, rt);
+      if (rt.isInteger(1)) return b_.create<arith::AndIOp>(loc_, a, b);
+      return fp ? b_.create<arith::MulFOp>(loc_, a, b).getResult()
+                : b_.create<arith::MulIOp>(loc_, a, b).getResult();
+    }
+    if (name == "kiln.div") {
+      Value a = arg_as(0, rt), b = arg_as(1, rt);
+      return fp ? b_.create<arith::DivFOp>(loc_, a, b).getResult()
+                : b_.create<arith::DivSIOp>(loc_, a, b).getResult();
+    }
+    if (name == "kiln.pow") {
+      if (!fp) return unsupported(op, "integer pow");
+      Value a = arg_as(0, rt);
+      if (auto e = Lowering::splat_value(op->getOperand(1))) {
+        double p = 0;
+        if (auto f = mlir::dyn_cast<mlir::FloatAttr>(*e)) p = f.getValueAsDouble();
+        if (auto i = mlir::dyn_cast<mlir::IntegerAttr>(*e)) p = static_cast<double>(i.getInt());
+        if (p == 1.0) return a;
+        if (p == 2.0) return b_.create<arith::MulFOp>(loc_, a, a);
+        if (p == 3.0) {
+          return b_.create<arith::MulFOp>(loc_, a, b_.create<arith::MulFOp>(loc_, a, a));
+        }
+        if (p == 0.5) return b_.create<math::SqrtOp>(loc_, a);
+        if (p == -1.0) return b_.create<arith::DivFOp>(loc_, constant(1, rt), a);
+      }
+      return b_.create<math::PowFOp>(loc_, a, arg_as(1, rt));
+    }
+    if (name == "kiln.maximum" || name == "kiln.minimum") {
+      Value a = arg_as(0, rt), b = arg_as(1, rt);
+      const bool mx = name == "kiln.maximum";
+      if (fp) {
+        return mx ? b_.create<arith::MaximumFOp>(loc_, a, b).getResult()
+                  : b_.create<arith::MinimumFOp>(loc_, a, b).getResult();
+      }
+      return mx ? b_.create<arith::MaxSIOp>(loc_, a, b).getResult()
+                : b_.create<arith::MinSIOp>(loc_, a, b).getResult();
+    }
+    // Comparisons in the promoted operand type.
+    static const llvm::StringMap<std::pair<arith::CmpFPredicate, arith::CmpIPredicate>> cmp = {
+        {"kiln.eq", {arith::CmpFPredicate::OEQ, arith::CmpIPredicate::eq}},
+        {"kiln.ne", {arith::CmpFPredicate::UNE, arith::CmpIPredicate::ne}},
+        {"kiln.lt", {arith::CmpFPredicate::OLT, arith::CmpIPredicate::slt}},
+        {"kiln.le", {arith::CmpFPredicate::OLE, arith::CmpIPredicate::sle}},
+        {"kiln.gt", {arith::CmpFPredicate::OGT, arith::CmpIPredicate::sgt}},
+        {"kiln.ge", {arith::CmpFPredicate::OGE, arith::CmpIPredicate::sge}}};
+    if (auto it = cmp.find(name); it != cmp.end()) {
+      Value a = arg(0), b = arg(1);
+      Type t = rank_of(a.getType()) >= rank_of(b.getType()) ? a.getType() : b.getType();
+      if (t.isInteger(1)) t = b_.getI8Type();
+      a = convert(a, t), b = convert(b, t);
+      if (is_float(t)) return b_.create<arith::CmpFOp>(loc_, it->second.first, a, b);
+      return b_.create<arith::CmpIOp>(loc_, it->second.second, a, b);
+    }
+    Type i1 = b_.getI1Type();
+    if (name == "kiln.logical_and")
+      return b_.create<arith::AndIOp>(loc_, arg_as(0, i1), arg_as(1, i1));
+    if (name == "kiln.logical_or")
+      return b_.create<arith::OrIOp>(loc_, arg_as(0, i1), arg_as(1, i1));
+    if (name == "kiln.logical_not") {
+      return b_.create<arith::XOrIOp>(loc_, arg_as(0, i1), constant(1, i1));
+    }
+    if (name == "kiln.where") {
+      return b_.create<arith::SelectOp>(loc_, arg_as(0, i1), arg_as(1, rt), arg_as(2, rt));
+    }
+    if (name == "kiln.masked_fill") {
+      return b_.create<arith::SelectOp>(loc_, arg_as(1, i1), constant(f64_attr(op, "value", 0), rt),
+                                        arg_as(0, rt));
+    }
+    if (name == "kiln.fill") return constant(f64_attr(op, "value", 0), rt);
+    if (name == "kiln.copy") return arg_as(1, rt);
+    if (name == "kiln.to") return arg_as(0, rt);
+    if (name == "kiln.dropout") {
+      const double p = f64_attr(op, "p", 0);
+      Value x = arg_as(0, rt);
+      Value keep = arg_as(1, i1);
+      // x / (1 - p), as the eager op rounds it.
+      Value scaled = p >= 1.0
+                         ? constant(0, rt)
+                         : b_.create<arith::DivFOp>(loc_, x, constant(1.0 - p, rt)).getResult();
+      return b_.create<arith::SelectOp>(loc_, keep, scaled, constant(0, rt));
+    }
+
+    // Unary ops: computed in the result type.
+    Value x = arg_as(0, rt);
+    if (name == "kiln.clone") return x;
+    if (name == "kiln.neg") {
+      return fp ? b_.create<arith::NegFOp>(loc_, x).getResult()
+                : b_.create<arith::SubIOp>(loc_, constant(0, rt), x).getResult();
+    }
+    if (name == "kiln.abs") {
+      return fp ? b_.create<math::AbsFOp>(loc_, x).getResult()
+                : b_.create<math::AbsIOp>(loc_, x).getResult();
+    }
+    if (name == "kiln.relu" || name == "kiln.clamp" || name == "kiln.sign") {
+      if (name == "kiln.relu") {
+        Value zero = constant(0, rt);
+        Value pos =
+            fp ? b_.create<arith::CmpFOp>(loc_, arith::CmpFPredicate::UGT, x, zero).getResult()
+               : b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::sgt, x, zero).getResult();
+        return b_.create<arith::SelectOp>(loc_, pos, x, zero);
+      }
+      if (name == "kiln.clamp") {
+        const double lo = f64_attr(op, "min", -INFINITY), hi = f64_attr(op, "max", INFINITY);
+        Value r = x;
+        if (!std::isinf(lo)) {
+          r = fp ? b_.create<arith::MaximumFOp>(loc_, r, constant(lo, rt)).getResult()
+                 : b_.create<arith::MaxSIOp>(loc_, r, constant(lo, rt)).getResult();
+        }
+        if (!std::isinf(hi)) {
+          r = fp ? b_.create<arith::MinimumFOp>(loc_, r, constant(hi, rt)).getResult()
+                 : b_.create<arith::MinSIOp>(loc_, r, constant(hi, rt)).getResult();
+        }
+        return r;
+      }
+      Value zero = constant(0, rt);
+      Value gt, lt;
+      if (fp) {
+        gt = b_.create<arith::CmpFOp>(loc_, arith::CmpFPredicate::OGT, x, zero);
+        lt = b_.create<arith::CmpFOp>(loc_, arith::CmpFPredicate::OLT, x, zero);
+      } else {
+        gt = b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::sgt, x, zero);
+        lt = b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::slt, x, zero);
+      }
+      Value neg = b_.create<arith::SelectOp>(loc_, lt, constant(-1, rt), zero);
+      return b_.create<arith::SelectOp>(loc_, gt, constant(1, rt), neg);
+    }
+    if (!fp) return unsupported(op, "this op on integers");
+    if (name == "kiln.exp") return exp(x);
+    if (name == "kiln.log") return b_.create<math::LogOp>(loc_, x);
+    if (name == "kiln.log1p") {
+      return rt.isF64() ? libm("log1p", x) : b_.create<math::Log1pOp>(loc_, x).getResult();
+    }
+    if (name == "kiln.sqrt") return b_.create<math::SqrtOp>(loc_, x);
+    if (name == "kiln.rsqrt") {
+      return b_.create<arith::DivFOp>(loc_, constant(1, rt), b_.create<math::SqrtOp>(loc_, x));
+    }
+    if (name == "kiln.sin") return b_.create<math::SinOp>(loc_, x);
+    if (name == "kiln.cos") return b_.create<math::CosOp>(loc_, x);
+    if (name == "kiln.tanh") return tanh(x);
+    if (name == "kiln.erf") return erf(x);
+    if (name == "kiln.sigmoid") return sigmoid(x);
+    if (name == "kiln.silu") return b_.create<arith::MulFOp>(loc_, x, sigmoid(x));
+    if (name == "kiln.floor") return b_.create<math::FloorOp>(loc_, x);
+    if (name == "kiln.ceil") return b_.create<math::CeilOp>(loc_, x);
+    if (name == "kiln.round") return b_.create<math::RoundEvenOp>(loc_, x);
+    if (name == "kiln.reciprocal") return b_.create<arith::DivFOp>(loc_, constant(1, rt), x);
+    if (name == "kiln.leaky_relu") {
+      Value pos = b_.create<arith::CmpFOp>(loc_, arith::CmpFPredicate::OGT, x, constant(0, rt));
+      Value scaled =
+          b_.create<arith::MulFOp>(loc_, x, constant(f64_attr(op, "negative_slope", 0.01), rt));
+      return b_.create<arith::SelectOp>(loc_, pos, x, scaled);
+    }
+    if (name == "kiln.gelu") {
+      auto approx = op->getAttrOfType<mlir::BoolAttr>("approximate");
+      Value half_x = b_.create<arith::MulFOp>(loc_, x, constant(0.5, rt));
+      Value inner;
+      if (approx && approx.getValue()) {
+        // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        Value x3 = b_.create<arith::MulFOp>(loc_, x, b_.create<arith::MulFOp>(loc_, x, x));
+        Value t = b_.create<arith::AddFOp>(
+            loc_, x, b_.create<arith::MulFOp>(loc_, x3, constant(0.044715, rt)));
+        inner = tanh(b_.create<arith::MulFOp>(loc_, t, constant(std::sqrt(2.0 / M_PI), rt)));
+      } else {
+        inner = erf(b_.create<arith::MulFOp>(loc_, x, constant(M_SQRT1_2, rt)));
+      }
+      return b_.create<arith::MulFOp>(loc_, half_x,
+                                      b_.create<arith::AddFOp>(loc_, constant(1, rt), inner));
+    }
+    return unsupported(op, "no scalar lowering");
+  }
+
+  Value unsupported(mlir::Operation* op, const std::string& what) {
+    low_.error(op, what + " is not supported by code generation");
+    return constant(0, element(op->getResult(0)));
+  }
+
+  Lowering& low_;
+  Value root_;
+  View dest_;
+  mlir::OpBuilder b_;
+  mlir::Location loc_;
+  std::string name_;
+  std::vector<Leaf> leaves_;
+  llvm::DenseMap<Value, size_t> leaf_index_;
+  llvm::DenseSet<Value> visited_;
+  llvm::DenseMap<Value, Value> memo_;
+  llvm::SmallVector<int64_t> sizes_, out_strides_;
+  Value out_ptr_;
+};
+
+}  // namespace
+
+void Lowering::emit_kernel(mlir::Value root, const View& dest) {
+  KernelEmitter(*this, root, dest).emit();
+}
+
+}  // namespace kiln::codegen::detail

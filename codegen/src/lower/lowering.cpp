@@ -1,0 +1,460 @@
+// The driver of the kiln → loops/ABI lowering: builds the entry point, walks @forward in order,
+// keeps every value as a strided view of a buffer (views cost nothing: transpose, slice, expand,
+// reshape of contiguous data only change strides), defers single-use elementwise values into
+// their consumer's loop, and frees each intermediate buffer after its last use.
+
+#include "lowering.h"
+
+#include "llvm/ADT/StringSet.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+
+namespace kiln::codegen::detail {
+namespace LLVM = mlir::LLVM;
+using mlir::Value;
+
+llvm::SmallVector<int64_t> contiguous_strides(llvm::ArrayRef<int64_t> sizes) {
+  llvm::SmallVector<int64_t> s(sizes.size(), 1);
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 2; d >= 0; --d) {
+    s[d] = s[d + 1] * std::max<int64_t>(sizes[d + 1], 1);
+  }
+  return s;
+}
+
+int64_t numel(llvm::ArrayRef<int64_t> sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+bool View::contiguous() const {
+  auto want = contiguous_strides(sizes);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] != 1 && strides[d] != want[d]) return false;
+  }
+  return true;
+}
+
+mlir::Type memory_type(mlir::Type elem) {
+  if (elem.isInteger(1)) return mlir::IntegerType::get(elem.getContext(), 8);
+  if (auto i = mlir::dyn_cast<mlir::IntegerType>(elem); i && !i.isSignless()) {
+    return mlir::IntegerType::get(elem.getContext(), i.getWidth());
+  }
+  return elem;
+}
+
+int64_t element_bytes(mlir::Type elem) {
+  return std::max<int64_t>(memory_type(elem).getIntOrFloatBitWidth() / 8, 1);
+}
+
+int dtype_code(mlir::Type t) {
+  if (t.isF32()) return 0;
+  if (t.isF64()) return 1;
+  if (t.isF16()) return 2;
+  if (t.isBF16()) return 3;
+  if (t.isInteger(1)) return 8;
+  if (t.isUnsignedInteger(8)) return 5;
+  if (t.isInteger(8)) return 4;
+  if (t.isInteger(32)) return 6;
+  if (t.isInteger(64)) return 7;
+  return -1;
+}
+
+Lowering::Lowering(mlir::ModuleOp module, const LowerOptions& options)
+    : module_(module),
+      options_(options),
+      builder_(module.getContext()),
+      loc_(builder_.getUnknownLoc()) {}
+
+mlir::Type Lowering::ptr_type() const {
+  return LLVM::LLVMPointerType::get(loc_->getContext());
+}
+
+void Lowering::error(mlir::Operation* op, const std::string& message) {
+  std::string where;
+  llvm::raw_string_ostream os(where);
+  op->getLoc().print(os);
+  auto it = op_index_.find(op);
+  errors_ += "cannot compile '" + op->getName().getStringRef().str() + "' (op #" +
+             (it == op_index_.end() ? std::string("?") : std::to_string(it->second)) +
+             " of @forward, " + where + "): " + message + "\n";
+}
+
+void Lowering::declare(llvm::StringRef name, mlir::FunctionType type) {
+  if (module_.lookupSymbol(name)) return;
+  mlir::OpBuilder::InsertionGuard guard(builder_);
+  builder_.setInsertionPointToStart(module_.getBody());
+  auto fn = builder_.create<mlir::func::FuncOp>(loc_, name, type);
+  fn.setPrivate();
+}
+
+mlir::Value Lowering::resolve(mlir::Value v) {
+  while (auto arg = mlir::dyn_cast<mlir::BlockArgument>(v)) {
+    mlir::Operation* parent = arg.getOwner()->getParentOp();
+    if (!parent || parent->getName().getStringRef() != "kiln.fused") break;
+    v = parent->getOperand(arg.getArgNumber());
+  }
+  return v;
+}
+
+std::optional<mlir::TypedAttr> Lowering::splat_value(mlir::Value v) {
+  mlir::Operation* def = v.getDefiningOp();
+  if (!def || def->getName().getStringRef() != "kiln.constant") return std::nullopt;
+  auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(def->getAttr("value"));
+  if (!dense || !dense.isSplat()) return std::nullopt;
+  return dense.getSplatValue<mlir::TypedAttr>();
+}
+
+bool Lowering::is_elementwise(mlir::Operation* op) {
+  static const llvm::StringSet<> names = {
+      "kiln.add",         "kiln.sub",        "kiln.mul",     "kiln.div",         "kiln.pow",
+      "kiln.maximum",     "kiln.minimum",    "kiln.eq",      "kiln.ne",          "kiln.lt",
+      "kiln.le",          "kiln.gt",         "kiln.ge",      "kiln.logical_and", "kiln.logical_or",
+      "kiln.logical_not", "kiln.neg",        "kiln.abs",     "kiln.exp",         "kiln.log",
+      "kiln.log1p",       "kiln.sqrt",       "kiln.rsqrt",   "kiln.sin",         "kiln.cos",
+      "kiln.tanh",        "kiln.sigmoid",    "kiln.relu",    "kiln.silu",        "kiln.erf",
+      "kiln.floor",       "kiln.ceil",       "kiln.round",   "kiln.sign",        "kiln.reciprocal",
+      "kiln.gelu",        "kiln.leaky_relu", "kiln.clamp",   "kiln.to",          "kiln.where",
+      "kiln.fill",        "kiln.copy",       "kiln.dropout", "kiln.masked_fill", "kiln.fused"};
+  return names.contains(op->getName().getStringRef());
+}
+
+bool Lowering::deferred(mlir::Value v) const {
+  if (auto* def = v.getDefiningOp()) {
+    mlir::Operation* parent = def->getParentOp();
+    if (parent && parent->getName().getStringRef() == "kiln.fused") return true;
+  }
+  return deferred_.lookup(v);
+}
+
+void Lowering::note_use(mlir::Value base, mlir::Operation* user) {
+  auto it = owned_.find(base);
+  if (it != owned_.end()) it->second.last_use = user;
+}
+
+View Lowering::destination(mlir::Value v) {
+  auto type = mlir::cast<mlir::RankedTensorType>(v.getType());
+  View d;
+  d.sizes.assign(type.getShape().begin(), type.getShape().end());
+  d.strides = contiguous_strides(d.sizes);
+  d.elem = type.getElementType();
+  auto it = result_buffers_.find(v);
+  if (it != result_buffers_.end() && it->second) {
+    d.base = it->second;
+    it->second = nullptr;  // later ops producing the same value (none in SSA) never reuse it
+    written_results_.insert(v);
+    return d;
+  }
+  const int64_t nbytes = numel(d.sizes) * element_bytes(d.elem);
+  declare("kiln_abi_alloc", builder_.getFunctionType({builder_.getI64Type()}, {ptr_type()}));
+  auto size = builder_.create<mlir::arith::ConstantIntOp>(loc_, nbytes, 64);
+  auto call = builder_.create<mlir::func::CallOp>(
+      loc_, "kiln_abi_alloc", mlir::TypeRange{ptr_type()}, mlir::ValueRange{size});
+  d.base = call.getResult(0);
+  owned_[d.base] = Owned{nbytes, call};
+  return d;
+}
+
+View& Lowering::view(mlir::Value v) {
+  auto it = views_.find(v);
+  if (it != views_.end()) return it->second;
+  // A deferred value or a splat constant that a runtime call needs in memory.
+  View d = destination(v);
+  emit_kernel(v, d);
+  return views_[v] = d;
+}
+
+View Lowering::constant_view(mlir::Operation* op) {
+  auto type = mlir::cast<mlir::RankedTensorType>(op->getResult(0).getType());
+  View v;
+  v.sizes.assign(type.getShape().begin(), type.getShape().end());
+  v.strides = contiguous_strides(v.sizes);
+  v.elem = type.getElementType();
+  const int64_t n = numel(v.sizes);
+  mlir::Type mem = memory_type(v.elem);
+  auto flat = mlir::RankedTensorType::get({n}, mem);
+  mlir::Attribute value;
+  mlir::Attribute attr = op->getAttr("value");
+  if (auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(attr)) {
+    if (v.elem.isInteger(1)) {
+      llvm::SmallVector<int8_t> bytes;
+      for (bool b : dense.getValues<bool>()) bytes.push_back(b ? 1 : 0);
+      value = mlir::DenseElementsAttr::get(flat, llvm::ArrayRef<int8_t>(bytes));
+    } else if (mem == v.elem) {
+      value = dense.reshape(flat);
+    } else {
+      value = mlir::DenseElementsAttr::getFromRawBuffer(flat, dense.getRawData());
+    }
+  } else if (auto res = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(attr)) {
+    mlir::AsmResourceBlob* blob = res.getRawHandle().getBlob();
+    if (!blob) {
+      error(op, "the constant's resource blob is not loaded");
+      return v;
+    }
+    llvm::ArrayRef<char> data = blob->getData();
+    if (static_cast<int64_t>(data.size()) != n * element_bytes(v.elem) || v.elem.isInteger(1)) {
+      error(op, "the constant's resource blob has " + std::to_string(data.size()) +
+                    " bytes, expected " + std::to_string(n * element_bytes(v.elem)));
+      return v;
+    }
+    value = mlir::DenseElementsAttr::getFromRawBuffer(flat, data);
+  } else {
+    error(op, "unsupported constant attribute");
+    return v;
+  }
+  const std::string name = "kiln_const_" + std::to_string(num_constants_++);
+  {
+    mlir::OpBuilder::InsertionGuard guard(builder_);
+    builder_.setInsertionPointToStart(module_.getBody());
+    builder_.create<LLVM::GlobalOp>(loc_, LLVM::LLVMArrayType::get(mem, n), /*isConstant=*/true,
+                                    LLVM::Linkage::Internal, name, value, /*alignment=*/64);
+  }
+  v.base = builder_.create<LLVM::AddressOfOp>(loc_, ptr_type(), name);
+  return v;
+}
+
+bool Lowering::lower_view_op(mlir::Operation* op) {
+  const llvm::StringRef name = op->getName().getStringRef();
+  static const llvm::StringSet<> views = {"kiln.view",    "kiln.reshape",    "kiln.transpose",
+                                          "kiln.permute", "kiln.slice",      "kiln.select",
+                                          "kiln.expand",  "kiln.as_strided", "kiln.clone"};
+  if (!views.contains(name)) return false;
+  mlir::Value in = op->getOperand(0), out = op->getResult(0);
+  auto out_type = mlir::cast<mlir::RankedTensorType>(out.getType());
+  llvm::SmallVector<int64_t> out_sizes(out_type.getShape());
+  View src = view(in);
+  const int64_t rank = static_cast<int64_t>(src.sizes.size());
+  auto i64 = [&](const char* attr) {
+    return mlir::cast<mlir::IntegerAttr>(op->getAttr(attr)).getInt();
+  };
+  auto wrap = [&](int64_t d, int64_t r) { return d < 0 ? d + r : d; };
+  View v = src;
+  if (name == "kiln.clone") {
+    // Values are immutable: a clone is the same buffer.
+  } else if (name == "kiln.view" || name == "kiln.reshape" || name == "kiln.as_strided") {
+    if (!src.contiguous()) {
+      // Reshaping strided data: copy it dense first.
+      View dense = destination(in);
+      emit_kernel(in, dense);
+      src = dense;
+    }
+    v = src;
+    v.sizes = out_sizes;
+    if (name == "kiln.as_strided") {
+      auto strides = mlir::cast<mlir::DenseI64ArrayAttr>(op->getAttr("strides")).asArrayRef();
+      v.strides.assign(strides.begin(), strides.end());
+      v.offset = src.offset + i64("offset");
+    } else {
+      v.strides = contiguous_strides(out_sizes);
+    }
+  } else if (name == "kiln.transpose") {
+    const int64_t a = wrap(i64("dim0"), rank), b = wrap(i64("dim1"), rank);
+    std::swap(v.sizes[a], v.sizes[b]);
+    std::swap(v.strides[a], v.strides[b]);
+  } else if (name == "kiln.permute") {
+    auto dims = mlir::cast<mlir::DenseI64ArrayAttr>(op->getAttr("dims")).asArrayRef();
+    for (int64_t d = 0; d < rank; ++d) {
+      const int64_t s = wrap(dims[d], rank);
+      v.sizes[d] = src.sizes[s];
+      v.strides[d] = src.strides[s];
+    }
+  } else if (name == "kiln.slice") {
+    const int64_t d = wrap(i64("dim"), rank);
+    int64_t start = i64("start");
+    if (start < 0) start += src.sizes[d];
+    start = std::clamp<int64_t>(start, 0, src.sizes[d]);
+    v.offset += start * src.strides[d];
+    v.strides[d] *= i64("step");
+    v.sizes[d] = out_sizes[d];
+  } else if (name == "kiln.select") {
+    const int64_t d = wrap(i64("dim"), rank);
+    int64_t index = i64("index");
+    if (index < 0) index += src.sizes[d];
+    v.offset += index * src.strides[d];
+    v.sizes.erase(v.sizes.begin() + d);
+    v.strides.erase(v.strides.begin() + d);
+  } else if (name == "kiln.expand") {
+    const int64_t out_rank = static_cast<int64_t>(out_sizes.size());
+    v.sizes = out_sizes;
+    v.strides.assign(out_rank, 0);
+    for (int64_t d = 0; d < rank; ++d) {
+      const int64_t o = d + out_rank - rank;
+      v.strides[o] = src.sizes[d] == out_sizes[o] ? src.strides[d] : 0;
+    }
+  }
+  if (llvm::ArrayRef<int64_t>(v.sizes) != llvm::ArrayRef<int64_t>(out_sizes)) {
+    error(op, "view geometry disagrees with the result type");
+    return true;
+  }
+  views_[out] = v;
+  return true;
+}
+
+bool Lowering::lower_op(mlir::Operation* op) {
+  const llvm::StringRef name = op->getName().getStringRef();
+  // Element types the generated code handles.
+  llvm::SmallVector<mlir::Type> types(op->getOperandTypes());
+  types.append(op->getResultTypes().begin(), op->getResultTypes().end());
+  for (mlir::Type t : types) {
+    auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(t);
+    if (!tensor) continue;
+    mlir::Type e = tensor.getElementType();
+    if (!tensor.hasStaticShape()) {
+      error(op, "dynamic shapes are not supported");
+      return false;
+    }
+    if (dtype_code(e) < 0 || e.isF16() || e.isBF16() || e.isUnsignedInteger()) {
+      std::string s;
+      llvm::raw_string_ostream os(s);
+      e.print(os);
+      error(op, "element type " + s + " is not supported by code generation");
+      return false;
+    }
+  }
+  if (name == "kiln.none") return true;
+  if (name == "kiln.constant") {
+    if (!splat_value(op->getResult(0))) views_[op->getResult(0)] = constant_view(op);
+    return true;
+  }
+  if (is_elementwise(op)) {
+    for (mlir::Value r : op->getResults()) {
+      const int64_t n = numel(mlir::cast<mlir::RankedTensorType>(r.getType()).getShape());
+      if (options_.fuse_elementwise && r.hasOneUse()) {
+        mlir::Operation* user = *r.getUsers().begin();
+        if (is_elementwise(user) && user->getNumResults() > 0 &&
+            numel(mlir::cast<mlir::RankedTensorType>(user->getResult(0).getType()).getShape()) ==
+                n) {
+          deferred_[r] = true;
+          continue;
+        }
+      }
+      View d = destination(r);
+      emit_kernel(r, d);
+      views_[r] = d;
+    }
+    return true;
+  }
+  if (lower_view_op(op)) return true;
+  if (emit_abi_call(op)) return true;
+  error(op, "no lowering for this op (neither generated loops nor a runtime kernel)");
+  return false;
+}
+
+void Lowering::emit_frees() {
+  declare("kiln_abi_free", builder_.getFunctionType({ptr_type(), builder_.getI64Type()}, {}));
+  for (auto& [base, owned] : owned_) {
+    builder_.setInsertionPointAfter(owned.last_use);
+    auto size = builder_.create<mlir::arith::ConstantIntOp>(loc_, owned.nbytes, 64);
+    builder_.create<mlir::func::CallOp>(loc_, "kiln_abi_free", mlir::TypeRange{},
+                                        mlir::ValueRange{base, size});
+  }
+}
+
+bool Lowering::run(std::string* error_out, EntrySignature* signature) {
+  mlir::MLIRContext* ctx = module_.getContext();
+  ctx->loadDialect<LLVM::LLVMDialect, mlir::scf::SCFDialect, mlir::arith::ArithDialect,
+                   mlir::math::MathDialect, mlir::func::FuncDialect>();
+  forward_ = module_.lookupSymbol<mlir::func::FuncOp>("forward");
+  if (!forward_ || forward_.getBody().empty()) {
+    if (error_out) *error_out = "the module has no func.func @forward with a body";
+    return false;
+  }
+  mlir::Block& body = forward_.getBody().front();
+  auto ret = mlir::dyn_cast<mlir::func::ReturnOp>(body.getTerminator());
+  if (!ret) {
+    if (error_out) *error_out = "@forward does not end in func.return";
+    return false;
+  }
+  EntrySignature sig;
+  auto spec = [&](mlir::Type t, const char* what, size_t i) -> std::optional<BufferSpec> {
+    auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(t);
+    if (!tensor || !tensor.hasStaticShape() || dtype_code(tensor.getElementType()) < 0) {
+      errors_ += std::string("cannot compile @forward: ") + what + " " + std::to_string(i) +
+                 " is not a statically shaped tensor of a supported dtype\n";
+      return std::nullopt;
+    }
+    BufferSpec s;
+    s.dtype = dtype_code(tensor.getElementType());
+    s.sizes.assign(tensor.getShape().begin(), tensor.getShape().end());
+    s.nbytes = numel(s.sizes) * element_bytes(tensor.getElementType());
+    return s;
+  };
+  for (size_t i = 0; i < body.getNumArguments(); ++i) {
+    if (auto s = spec(body.getArgument(i).getType(), "argument", i)) sig.args.push_back(*s);
+  }
+  for (size_t i = 0; i < ret.getNumOperands(); ++i) {
+    if (auto s = spec(ret.getOperand(i).getType(), "result", i)) sig.results.push_back(*s);
+  }
+  int index = 0;
+  for (mlir::Operation& op : body.without_terminator()) op_index_[&op] = index++;
+  if (errors_.empty()) {
+    builder_.setInsertionPointToEnd(module_.getBody());
+    entry_ = builder_.create<mlir::func::FuncOp>(loc_, options_.entry_name,
+                                                 builder_.getFunctionType({ptr_type()}, {}));
+    mlir::Block* entry_block = entry_.addEntryBlock();
+    builder_.setInsertionPointToStart(entry_block);
+    mlir::Value buffers = entry_block->getArgument(0);
+    auto load_ptr = [&](int64_t i) -> mlir::Value {
+      auto gep = builder_.create<LLVM::GEPOp>(loc_, ptr_type(), ptr_type(), buffers,
+                                              llvm::ArrayRef<LLVM::GEPArg>{i});
+      return builder_.create<LLVM::LoadOp>(loc_, ptr_type(), gep);
+    };
+    for (size_t i = 0; i < body.getNumArguments(); ++i) {
+      auto type = mlir::cast<mlir::RankedTensorType>(body.getArgument(i).getType());
+      View v;
+      v.base = load_ptr(static_cast<int64_t>(i));
+      v.sizes.assign(type.getShape().begin(), type.getShape().end());
+      v.strides = contiguous_strides(v.sizes);
+      v.elem = type.getElementType();
+      views_[body.getArgument(i)] = v;
+    }
+    llvm::SmallVector<mlir::Value> result_ptrs;
+    for (size_t j = 0; j < ret.getNumOperands(); ++j) {
+      result_ptrs.push_back(load_ptr(static_cast<int64_t>(body.getNumArguments() + j)));
+      mlir::Value v = ret.getOperand(j);
+      // The op computing a returned value writes straight into the caller's buffer (the first
+      // result slot that returns it; arguments and views are copied below).
+      if (!result_buffers_.count(v)) result_buffers_[v] = result_ptrs.back();
+    }
+    for (mlir::Operation& op : body.without_terminator()) lower_op(&op);
+    if (errors_.empty()) {
+      for (size_t j = 0; j < ret.getNumOperands(); ++j) {
+        mlir::Value v = ret.getOperand(j);
+        if (written_results_.count(v) && result_buffers_.lookup(v) == nullptr &&
+            first_result_slot(ret, v) == j) {
+          continue;
+        }
+        View d;
+        d.base = result_ptrs[j];
+        auto type = mlir::cast<mlir::RankedTensorType>(v.getType());
+        d.sizes.assign(type.getShape().begin(), type.getShape().end());
+        d.strides = contiguous_strides(d.sizes);
+        d.elem = type.getElementType();
+        emit_kernel(v, d);
+      }
+      builder_.create<mlir::func::ReturnOp>(loc_);
+      emit_frees();
+    }
+  }
+  if (!errors_.empty()) {
+    if (error_out) *error_out = errors_;
+    if (entry_) entry_.erase();
+    return false;
+  }
+  forward_.erase();
+  if (signature) *signature = std::move(sig);
+  return true;
+}
+
+size_t Lowering::first_result_slot(mlir::func::ReturnOp ret, mlir::Value v) {
+  for (size_t j = 0; j < ret.getNumOperands(); ++j) {
+    if (ret.getOperand(j) == v) return j;
+  }
+  return ret.getNumOperands();
+}
+
+}  // namespace kiln::codegen::detail

@@ -1,0 +1,108 @@
+#pragma once
+// Internal: the kiln → loops/ABI-calls lowering of @forward (see kiln/codegen/lower.h). One
+// Lowering object rewrites one module; kernels.cpp emits the fused loop nests, abi_calls.cpp the
+// runtime calls, lowering.cpp drives both and owns buffers and views.
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SmallVector.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include "kiln/codegen/lower.h"
+
+namespace kiln::codegen::detail {
+
+// A materialized tensor: a strided view (elements) of a buffer whose base pointer is an SSA value
+// of the entry function.
+struct View {
+  mlir::Value base;
+  int64_t offset = 0;
+  llvm::SmallVector<int64_t> sizes, strides;
+  mlir::Type elem;  // element type of the tensor (i1 is stored as one byte)
+  bool contiguous() const;
+};
+
+llvm::SmallVector<int64_t> contiguous_strides(llvm::ArrayRef<int64_t> sizes);
+int64_t numel(llvm::ArrayRef<int64_t> sizes);
+// The type an element occupies in memory (i1 → i8).
+mlir::Type memory_type(mlir::Type elem);
+int64_t element_bytes(mlir::Type elem);
+// kiln::DType's numbering for an element type; -1 when the runtime has no such dtype.
+int dtype_code(mlir::Type elem);
+
+class Lowering {
+ public:
+  Lowering(mlir::ModuleOp module, const LowerOptions& options);
+  // Rewrites the module (on success) and returns the entry point's signature.
+  bool run(std::string* error, EntrySignature* signature);
+
+  // ---- used by kernels.cpp / abi_calls.cpp ----
+  mlir::OpBuilder& builder() { return builder_; }
+  mlir::Location loc() const { return loc_; }
+  mlir::Type ptr_type() const;
+  // The view of a value, emitting the kernel that computes it if it is still deferred.
+  View& view(mlir::Value v);
+  // A fresh buffer (kiln_abi_alloc) for a value of `type`, or the caller's result buffer when v
+  // is a result of @forward.
+  View destination(mlir::Value v);
+  // Records that the generated op `user` reads/writes the buffer behind `base` (frees go after
+  // the last such op).
+  void note_use(mlir::Value base, mlir::Operation* user);
+  // Declares (once) a function in the module and returns its symbol name.
+  void declare(llvm::StringRef name, mlir::FunctionType type);
+  // True when the elementwise emitter can compute v from its operands (an elementwise op).
+  static bool is_elementwise(mlir::Operation* op);
+  // The value a kiln.fused body argument stands for, or v itself.
+  static mlir::Value resolve(mlir::Value v);
+  // A splat constant's value (0-dim or splat kiln.constant), if v is one.
+  static std::optional<mlir::TypedAttr> splat_value(mlir::Value v);
+  // Whether v is computed inside the consumer's loop instead of stored.
+  bool deferred(mlir::Value v) const;
+  bool has_view(mlir::Value v) const { return views_.count(v) != 0; }
+  mlir::ModuleOp module() { return module_; }
+  const LowerOptions& options() const { return options_; }
+  // Emits the fused loop nest that writes `root` (elementwise, evaluated over dest's shape).
+  void emit_kernel(mlir::Value root, const View& dest);
+  // Emits a runtime call for op (false if the op is not an ABI op).
+  bool emit_abi_call(mlir::Operation* op);
+  void error(mlir::Operation* op, const std::string& message);
+  // Per-module counters: symbol names are deterministic for a given module.
+  int next_kernel_id() { return num_kernels_++; }
+
+ private:
+  bool lower_op(mlir::Operation* op);
+  bool lower_view_op(mlir::Operation* op);
+  View constant_view(mlir::Operation* op);
+  void emit_frees();
+  static size_t first_result_slot(mlir::func::ReturnOp ret, mlir::Value v);
+
+  mlir::ModuleOp module_;
+  LowerOptions options_;
+  mlir::OpBuilder builder_;
+  mlir::Location loc_;
+  mlir::func::FuncOp forward_;
+  mlir::func::FuncOp entry_;
+  llvm::DenseMap<mlir::Value, View> views_;
+  llvm::DenseMap<mlir::Value, bool> deferred_;
+  llvm::DenseMap<mlir::Value, mlir::Value> result_buffers_;  // @forward result → caller buffer
+  llvm::DenseSet<mlir::Value> written_results_;
+  struct Owned {
+    int64_t nbytes = 0;
+    mlir::Operation* last_use = nullptr;
+  };
+  llvm::MapVector<mlir::Value, Owned> owned_;
+  llvm::DenseMap<mlir::Operation*, int> op_index_;
+  std::string errors_;
+  int num_constants_ = 0;
+  int num_kernels_ = 0;
+  int num_descs_ = 0;
+};
+
+}  // namespace kiln::codegen::detail

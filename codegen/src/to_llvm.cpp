@@ -1,0 +1,192 @@
+// The lowering pipeline: kiln → loops + runtime calls (lower/), then scf → cf, f32 math →
+// polynomial approximations (vectorizable, no libm calls), everything → LLVM dialect → LLVM IR,
+// and LLVM's O3 pipeline for the host (or a given) target.
+
+#include "kiln/codegen/lower.h"
+
+#include "llvm/IR/Module.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Target/TargetMachine.h"
+#include "lower/lowering.h"
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
+#include "mlir/Conversion/LLVMCommon/ConversionTarget.h"
+#include "mlir/Conversion/LLVMCommon/TypeConverter.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Math/Transforms/Approximation.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/DialectConversion.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace kiln::codegen {
+
+void register_lowering_dialects(mlir::DialectRegistry& registry) {
+  registry.insert<mlir::LLVM::LLVMDialect, mlir::scf::SCFDialect, mlir::arith::ArithDialect,
+                  mlir::math::MathDialect, mlir::func::FuncDialect, mlir::cf::ControlFlowDialect>();
+  mlir::registerBuiltinDialectTranslation(registry);
+  mlir::registerLLVMDialectTranslation(registry);
+}
+
+bool lower_to_loops(mlir::ModuleOp module, const LowerOptions& options, std::string* error,
+                    EntrySignature* signature) {
+  mlir::DialectRegistry registry;
+  register_lowering_dialects(registry);
+  module.getContext()->appendDialectRegistry(registry);
+  detail::Lowering lowering(module, options);
+  return lowering.run(error, signature);
+}
+
+namespace {
+std::string diagnostics_of(mlir::MLIRContext* ctx, const std::function<bool()>& fn, bool* ok) {
+  std::string text;
+  mlir::ScopedDiagnosticHandler handler(ctx, [&](mlir::Diagnostic& d) {
+    text += d.str() + "\n";
+    return mlir::success();
+  });
+  *ok = fn();
+  return text;
+}
+
+bool loops_to_llvm(mlir::ModuleOp module) {
+  mlir::MLIRContext* ctx = module.getContext();
+  {
+    mlir::PassManager pm(ctx);
+    pm.addPass(mlir::createConvertSCFToCFPass());
+    if (mlir::failed(pm.run(module))) return false;
+  }
+  {
+    // f32 transcendental functions as polynomials: vectorizable, and no libm needed.
+    mlir::RewritePatternSet patterns(ctx);
+    mlir::populateMathPolynomialApproximationPatterns(patterns);
+    if (mlir::failed(mlir::applyPatternsAndFoldGreedily(module, std::move(patterns)))) {
+      return false;
+    }
+  }
+  mlir::LLVMTypeConverter converter(ctx);
+  mlir::RewritePatternSet patterns(ctx);
+  mlir::arith::populateArithToLLVMConversionPatterns(converter, patterns);
+  mlir::populateMathToLLVMConversionPatterns(converter, patterns);
+  mlir::cf::populateControlFlowToLLVMConversionPatterns(converter, patterns);
+  mlir::populateFuncToLLVMConversionPatterns(converter, patterns);
+  mlir::LLVMConversionTarget target(*ctx);
+  target.addLegalOp<mlir::ModuleOp>();
+  if (mlir::failed(mlir::applyFullConversion(module, target, std::move(patterns)))) return false;
+  mlir::PassManager pm(ctx);
+  pm.addPass(mlir::createReconcileUnrealizedCastsPass());
+  return mlir::succeeded(pm.run(module));
+}
+}  // namespace
+
+bool lower_to_llvm_dialect(mlir::ModuleOp module, const LowerOptions& options, std::string* error,
+                           EntrySignature* signature) {
+  if (!lower_to_loops(module, options, error, signature)) return false;
+  bool ok = false;
+  std::string diags = diagnostics_of(
+      module.getContext(), [&] { return loops_to_llvm(module); }, &ok);
+  if (!ok && error) *error = "lowering to the LLVM dialect failed (internal error):\n" + diags;
+  return ok;
+}
+
+std::unique_ptr<llvm::Module> translate_to_llvm_ir(mlir::ModuleOp module, llvm::LLVMContext& ctx,
+                                                   std::string* error) {
+  mlir::DialectRegistry registry;
+  register_lowering_dialects(registry);
+  module.getContext()->appendDialectRegistry(registry);
+  std::unique_ptr<llvm::Module> out;
+  bool ok = false;
+  std::string diags = diagnostics_of(
+      module.getContext(),
+      [&] {
+        out = mlir::translateModuleToLLVMIR(module, ctx, "kiln");
+        return out != nullptr;
+      },
+      &ok);
+  if (!ok && error) *error = "translation to LLVM IR failed:\n" + diags;
+  return out;
+}
+
+void optimize_llvm_module(llvm::Module& module, llvm::TargetMachine& tm, int opt_level) {
+  module.setDataLayout(tm.createDataLayout());
+  module.setTargetTriple(tm.getTargetTriple().str());
+  // Every function is compiled for the target's CPU and features (vector width, FMA).
+  for (llvm::Function& f : module) {
+    if (f.isDeclaration()) continue;
+    f.addFnAttr("target-cpu", tm.getTargetCPU());
+    if (!tm.getTargetFeatureString().empty()) {
+      f.addFnAttr("target-features", tm.getTargetFeatureString());
+    }
+  }
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopVectorization = opt_level >= 2;
+  tuning.SLPVectorization = opt_level >= 2;
+  llvm::PassBuilder pb(&tm, tuning);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  const llvm::OptimizationLevel level = opt_level >= 3   ? llvm::OptimizationLevel::O3
+                                        : opt_level == 2 ? llvm::OptimizationLevel::O2
+                                        : opt_level == 1 ? llvm::OptimizationLevel::O1
+                                                         : llvm::OptimizationLevel::O0;
+  llvm::ModulePassManager mpm = level == llvm::OptimizationLevel::O0
+                                    ? pb.buildO0DefaultPipeline(level)
+                                    : pb.buildPerModuleDefaultPipeline(level);
+  mpm.run(module, mam);
+}
+
+namespace {
+// kiln-opt passes: the same lowering as the JIT, stopping at loops or at the LLVM dialect.
+template <bool ToLLVM>
+struct LowerPass
+    : public mlir::PassWrapper<LowerPass<ToLLVM>, mlir::OperationPass<mlir::ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(LowerPass)
+  llvm::StringRef getArgument() const override {
+    return ToLLVM ? "kiln-lower-to-llvm" : "kiln-lower-to-loops";
+  }
+  llvm::StringRef getDescription() const override {
+    return ToLLVM ? "Lower @forward to an LLVM-dialect entry point (kiln_entry)"
+                  : "Lower @forward to loops and runtime calls (kiln_entry), before LLVM";
+  }
+  void getDependentDialects(mlir::DialectRegistry& registry) const override {
+    register_lowering_dialects(registry);
+  }
+  void runOnOperation() override {
+    std::string error;
+    LowerOptions options;
+    const bool ok = ToLLVM ? lower_to_llvm_dialect(this->getOperation(), options, &error)
+                           : lower_to_loops(this->getOperation(), options, &error);
+    if (!ok) {
+      this->getOperation().emitError(error);
+      this->signalPassFailure();
+    }
+  }
+};
+}  // namespace
+
+void register_lowering_passes() {
+  mlir::PassRegistration<LowerPass<false>>();
+  mlir::PassRegistration<LowerPass<true>>();
+}
+
+}  // namespace kiln::codegen

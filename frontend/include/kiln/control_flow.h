@@ -1,0 +1,34 @@
+#pragma once
+// Explicit control flow that survives tracing: the C++ answer to TorchScript's script mode.
+// In eager mode these are plain `if` and `for`. Under kiln::jit::trace they record region ops
+// (scf.if / scf.for) holding both branches or the loop body, instead of baking in the path the
+// example inputs took.
+//
+// Under tracing the regions record forward computation only: gradients do not flow through a
+// traced cond/loop (they run with grad mode off), and a branch or body may not write a tensor
+// defined outside it in place — return the new value instead.
+
+#include <functional>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// then_fn() if `pred` (a one-element tensor; nonzero = true) holds, else else_fn(). Both branches
+// must return the same number of tensors with matching shapes and dtypes.
+TensorList cond(const Tensor& pred, const std::function<TensorList()>& then_fn,
+                const std::function<TensorList()>& else_fn);
+
+// Runs carry = body(i, carry) for i = 0 .. n-1 (i is a 0-dim int64 tensor) and returns the final
+// carry. body must return tensors with the carry's shapes and dtypes.
+TensorList loop(int64_t n,
+                const std::function<TensorList(const Tensor& i, const TensorList& carry)>& body,
+                const TensorList& carry);
+
+namespace detail {
+// Shape/dtype agreement of two value lists (branch results, or a loop body's result vs carry).
+void check_same_signature(const char* op, const char* what, const TensorList& expected,
+                          const TensorList& actual);
+}  // namespace detail
+
+}  // namespace kiln

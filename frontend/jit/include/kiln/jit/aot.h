@@ -1,0 +1,63 @@
+#pragma once
+// kiln::jit::compile_aot — a traced function compiled ahead of time (DESIGN.md §5, §7): a
+// standalone executable (.npy in, .npy out; no LLVM or MLIR inside), a shared object + C header,
+// or a relocatable object, for the host or aarch64-linux-gnu.
+//
+//   auto traced = kiln::jit::trace(model, {example});
+//   kiln::jit::AotOptions o;
+//   o.output = "resnet18";                 // o.emit = "so"; o.target = "aarch64-linux-gnu"; ...
+//   kiln::jit::compile_aot(traced, o);     // ./resnet18 x.npy -o y.npy
+//
+// The trace's captured tensors (parameters, buffers) are frozen into the code as constant data;
+// the model's inputs are the trace's inputs. Functions that write captures in place (training
+// steps) are refused. The code calls the runtime's kernels through its C ABI and links a static
+// kiln_runtime built for the target (see kiln/codegen/aot.h).
+
+#include <string>
+#include <vector>
+
+#include "kiln/trace/trace.h"
+
+namespace mlir {
+class ModuleOp;
+}
+
+namespace kiln::jit {
+
+struct AotOptions {
+  std::string emit = "exe";  // exe | so | obj
+  std::string output;
+  std::string target = "host";  // host, or a triple: aarch64-linux-gnu, x86_64-linux-gnu
+  std::string cpu;              // default: the host's CPU (host), generic (other triples)
+  std::string features;
+  std::string name = "model";  // symbol prefix for so/obj: NAME_run, NAME_info
+  // Folder with libkiln_runtime.a and libkiln_aot_main.a for the target. Default: $KILN_RUNTIME_DIR
+  // (host) / $KILN_AARCH64_RUNTIME_DIR (arm64), else this build's runtime / build/aarch64-runtime.
+  std::string runtime_dir;
+  int opt_level = 3;
+  bool fuse_elementwise = true;
+};
+
+struct AotResult {
+  std::vector<std::string> files;  // the output (and the header for emit = "so")
+  double lower_and_codegen_s = 0;  // kiln → LLVM IR → O3 → object
+  double package_s = 0;            // interface object (embedding the weights)
+  double link_s = 0;
+  double total_s = 0;
+};
+
+AotResult compile_aot(const TracedFunction& traced, const AotOptions& options);
+
+// A frozen argument of @forward: raw C-order bytes of its dtype and shape.
+struct FrozenArg {
+  std::string name;
+  const void* data = nullptr;
+  size_t nbytes = 0;
+};
+
+// `module`'s @forward arguments are its first `input_names.size()` model inputs, then `frozen`
+// (in order). The module is lowered in place (it ends in the LLVM dialect).
+AotResult compile_aot(mlir::ModuleOp module, const std::vector<std::string>& input_names,
+                      const std::vector<FrozenArg>& frozen, const AotOptions& options);
+
+}  // namespace kiln::jit

@@ -1,0 +1,158 @@
+// Canonicalization patterns of --kiln-cleanup: ops that provably return their input unchanged are
+// replaced by it, and chains of shape ops collapse into one. Every rewrite requires the forwarded
+// value to have exactly the op's result type, so no implicit broadcast or dtype change is lost.
+
+#include <cmath>
+
+#include "ConstantData.h"
+#include "PatternSets.h"
+#include "kiln/ir/KilnDialect.h"
+
+namespace kiln::passes {
+namespace {
+
+bool all_equal(mlir::Value v, double x) {
+  auto values = constant_values(v);
+  if (!values || values->empty()) return false;
+  for (double e : *values) {
+    if (e != x) return false;
+  }
+  return true;
+}
+
+double float_attr(mlir::Operation* op, llvm::StringRef name, double fallback) {
+  auto a = op->getAttrOfType<mlir::FloatAttr>(name);
+  return a ? a.getValueAsDouble() : fallback;
+}
+
+int64_t int_attr(mlir::Operation* op, llvm::StringRef name) {
+  auto a = op->getAttrOfType<mlir::IntegerAttr>(name);
+  return a ? a.getInt() : 0;
+}
+
+// The value an op forwards unchanged, or null. Only candidates with the op's exact result type.
+mlir::Value forwarded_value(mlir::Operation* op) {
+  if (op->getNumResults() != 1 || op->getNumOperands() == 0) return {};
+  mlir::Type type = op->getResult(0).getType();
+  auto same = [&](mlir::Value v) { return v.getType() == type ? v : mlir::Value(); };
+  llvm::StringRef name = op->getName().getStringRef();
+  mlir::Value x = op->getOperand(0);
+  if (name == "kiln.mul") {
+    if (all_equal(op->getOperand(1), 1.0) && same(x)) return x;
+    if (all_equal(x, 1.0)) return same(op->getOperand(1));
+    return {};
+  }
+  if (name == "kiln.add") {
+    if (all_equal(op->getOperand(1), 0.0) && same(x)) return x;
+    if (all_equal(x, 0.0) && float_attr(op, "alpha", 1.0) == 1.0) return same(op->getOperand(1));
+    return {};
+  }
+  if (name == "kiln.sub") return all_equal(op->getOperand(1), 0.0) ? same(x) : mlir::Value();
+  if (name == "kiln.div" || name == "kiln.pow")
+    return all_equal(op->getOperand(1), 1.0) ? same(x) : mlir::Value();
+  if (name == "kiln.reshape" || name == "kiln.view" || name == "kiln.expand" ||
+      name == "kiln.slice" || name == "kiln.clone" || name == "kiln.to") {
+    // A slice whose result shape equals its input's takes every element in order.
+    return same(x);
+  }
+  if (name == "kiln.transpose") {
+    auto rank = mlir::cast<mlir::RankedTensorType>(x.getType()).getRank();
+    if (rank == 0) return same(x);
+    const int64_t a = (int_attr(op, "dim0") + rank) % rank,
+                  b = (int_attr(op, "dim1") + rank) % rank;
+    return a == b ? same(x) : mlir::Value();
+  }
+  if (name == "kiln.permute") {
+    auto dims = op->getAttrOfType<mlir::DenseI64ArrayAttr>("dims");
+    if (!dims) return {};
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i] != static_cast<int64_t>(i) && dims[i] != static_cast<int64_t>(i - dims.size()))
+        return {};
+    }
+    return same(x);
+  }
+  if (name == "kiln.clamp") {
+    const bool unbounded = float_attr(op, "min", -INFINITY) == -INFINITY &&
+                           float_attr(op, "max", INFINITY) == INFINITY;
+    return unbounded ? same(x) : mlir::Value();
+  }
+  if (name == "kiln.dropout") return float_attr(op, "p", 1.0) == 0.0 ? same(x) : mlir::Value();
+  if (name == "kiln.copy") return same(op->getOperand(1));
+  return {};
+}
+
+struct RemoveNoOp : mlir::RewritePattern {
+  explicit RemoveNoOp(mlir::MLIRContext* ctx) : RewritePattern(MatchAnyOpTypeTag(), 1, ctx) {}
+  mlir::LogicalResult matchAndRewrite(mlir::Operation* op,
+                                      mlir::PatternRewriter& rewriter) const override {
+    if (!mlir::isa_and_nonnull<ir::KilnDialect>(op->getDialect())) return mlir::failure();
+    mlir::Value v = forwarded_value(op);
+    if (!v) return mlir::failure();
+    rewriter.replaceOp(op, v);
+    return mlir::success();
+  }
+};
+
+// transpose(transpose(x, a, b), a, b) -> x
+struct DoubleTranspose : mlir::OpRewritePattern<ir::TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  mlir::LogicalResult matchAndRewrite(ir::TransposeOp op,
+                                      mlir::PatternRewriter& rewriter) const override {
+    auto inner = op.getInput().getDefiningOp<ir::TransposeOp>();
+    if (!inner || inner.getInput().getType() != op.getType()) return mlir::failure();
+    const int64_t rank = op.getType().getRank();
+    auto norm = [rank](int64_t d) { return (d % rank + rank) % rank; };
+    const int64_t a = norm(op.getDim0()), b = norm(op.getDim1());
+    const int64_t c = norm(inner.getDim0()), d = norm(inner.getDim1());
+    if (!((a == c && b == d) || (a == d && b == c))) return mlir::failure();
+    rewriter.replaceOp(op, inner.getInput());
+    return mlir::success();
+  }
+};
+
+// permute(permute(x, p), q) -> permute(x, p o q); identity compositions vanish via RemoveNoOp.
+struct PermuteOfPermute : mlir::OpRewritePattern<ir::PermuteOp> {
+  using OpRewritePattern::OpRewritePattern;
+  mlir::LogicalResult matchAndRewrite(ir::PermuteOp op,
+                                      mlir::PatternRewriter& rewriter) const override {
+    auto inner = op.getInput().getDefiningOp<ir::PermuteOp>();
+    if (!inner) return mlir::failure();
+    llvm::ArrayRef<int64_t> p = inner.getDims(), q = op.getDims();
+    const int64_t rank = static_cast<int64_t>(p.size());
+    if (static_cast<int64_t>(q.size()) != rank) return mlir::failure();
+    llvm::SmallVector<int64_t> composed(rank);
+    for (int64_t i = 0; i < rank; ++i) {
+      const int64_t qi = (q[i] % rank + rank) % rank;
+      composed[i] = (p[qi] % rank + rank) % rank;
+    }
+    rewriter.modifyOpInPlace(op, [&] {
+      op->setOperand(0, inner.getInput());
+      op.setDims(composed);
+    });
+    return mlir::success();
+  }
+};
+
+// reshape(reshape(x)) -> reshape(x) (view is reshape in this functional IR).
+struct ReshapeOfReshape : mlir::RewritePattern {
+  explicit ReshapeOfReshape(mlir::MLIRContext* ctx) : RewritePattern(MatchAnyOpTypeTag(), 1, ctx) {}
+  static bool is_reshape(mlir::Operation* op) {
+    return mlir::isa_and_nonnull<ir::ReshapeOp, ir::ViewOp>(op);
+  }
+  mlir::LogicalResult matchAndRewrite(mlir::Operation* op,
+                                      mlir::PatternRewriter& rewriter) const override {
+    if (!is_reshape(op) || !is_reshape(op->getOperand(0).getDefiningOp())) return mlir::failure();
+    mlir::Value source = op->getOperand(0).getDefiningOp()->getOperand(0);
+    rewriter.modifyOpInPlace(op, [&] { op->setOperand(0, source); });
+    return mlir::success();
+  }
+};
+
+}  // namespace
+
+void populate_cleanup_patterns(mlir::RewritePatternSet& patterns) {
+  mlir::MLIRContext* ctx = patterns.getContext();
+  patterns.add<RemoveNoOp, DoubleTranspose, PermuteOfPermute, ReshapeOfReshape>(ctx);
+}
+
+}  // namespace kiln::passes

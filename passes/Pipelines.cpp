@@ -1,0 +1,73 @@
+// The default pass pipelines: --kiln-inference-pipeline (what the compiler runs on a frozen
+// model) and --kiln-training-pipeline (for compiled training steps, where weights stay arguments
+// and every value backward needs must survive). Both end with the memory-planning hook, which the
+// memory planner (passes/MemoryPlan.cpp) sets through set_memory_plan_hook().
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+
+#include "kiln/passes/Passes.h"
+
+namespace kiln::passes {
+namespace {
+
+std::function<void(mlir::OpPassManager&)>& memory_plan_hook() {
+  static std::function<void(mlir::OpPassManager&)> hook;
+  return hook;
+}
+
+void append_memory_plan(mlir::OpPassManager& pm, const PipelineOptions& options) {
+  if (options.memory_plan) {
+    options.memory_plan(pm);
+  } else if (memory_plan_hook()) {
+    memory_plan_hook()(pm);
+  }
+}
+
+}  // namespace
+
+void set_memory_plan_hook(std::function<void(mlir::OpPassManager&)> hook) {
+  memory_plan_hook() = std::move(hook);
+}
+
+void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& options) {
+  pm.addNestedPass<mlir::func::FuncOp>(create_freeze_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
+  pm.addPass(create_eliminate_gradients_pass(options.drop_loss_head, /*eval_mode=*/true));
+  pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_fold_batch_norm_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_fuse_epilogues_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_fuse_elementwise_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_choose_layout_pass());
+  append_memory_plan(pm, options);
+}
+
+void build_training_pipeline(mlir::OpPassManager& pm, const PipelineOptions& options) {
+  pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
+  // Only single-use chains fuse, so values the backward pass reads stay materialized.
+  pm.addNestedPass<mlir::func::FuncOp>(create_fuse_epilogues_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_fuse_elementwise_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_choose_layout_pass());
+  append_memory_plan(pm, options);
+}
+
+void register_pipelines() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  mlir::PassPipelineRegistration<>(
+      "kiln-inference-pipeline",
+      "freeze folds, cleanup, gradient elimination, bn folding, conv/linear epilogue fusion, "
+      "elementwise fusion, cleanup, layout",
+      [](mlir::OpPassManager& pm) { build_inference_pipeline(pm); });
+  mlir::PassPipelineRegistration<>("kiln-training-pipeline",
+                                   "cleanup, epilogue and elementwise fusion for training steps",
+                                   [](mlir::OpPassManager& pm) { build_training_pipeline(pm); });
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,160 @@
+// main() of the executables `kiln compile --emit exe` links: reads the model's inputs from .npy
+// files, checks them against the model's signature (model_info), runs model_run and writes the
+// outputs as .npy. Linked as the static library kiln_aot_main with the model's object and
+// kiln_runtime, so the executable holds no LLVM or MLIR.
+//
+//   MODEL IN.npy... [-o OUT.npy]... [--repeat N] [--info]
+//
+// Outputs without an -o go to output<i>.npy in the working directory. --repeat N runs the model N
+// times and prints the mean and best latency (the outputs are those of the last run).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/abi.h"
+#include "kiln/runtime/allocator.h"
+#include "kiln/runtime/aot_model.h"
+#include "kiln/runtime/dtype.h"
+#include "kiln/runtime/error.h"
+#include "kiln/runtime/npy.h"
+
+extern "C" int model_run(const void* const* inputs, void* const* outputs);
+extern "C" const kiln_model_info* model_info(void);
+
+static_assert(KILN_DTYPE_FLOAT32 == int(kiln::DType::Float32) &&
+                  KILN_DTYPE_FLOAT64 == int(kiln::DType::Float64) &&
+                  KILN_DTYPE_FLOAT16 == int(kiln::DType::Float16) &&
+                  KILN_DTYPE_BFLOAT16 == int(kiln::DType::BFloat16) &&
+                  KILN_DTYPE_INT8 == int(kiln::DType::Int8) &&
+                  KILN_DTYPE_UINT8 == int(kiln::DType::UInt8) &&
+                  KILN_DTYPE_INT32 == int(kiln::DType::Int32) &&
+                  KILN_DTYPE_INT64 == int(kiln::DType::Int64) &&
+                  KILN_DTYPE_BOOL == int(kiln::DType::Bool),
+              "kiln_dtype codes must equal kiln::DType");
+
+namespace {
+
+std::string describe(const kiln_tensor_info& t) {
+  std::string s = std::string(kiln::dtype_name(kiln::DType(t.dtype))) + " [";
+  for (int32_t d = 0; d < t.rank; ++d) s += (d ? ", " : "") + std::to_string(t.shape[d]);
+  return s + "]";
+}
+
+std::string describe(const kiln::npy::Array& a) {
+  std::string s = std::string(kiln::dtype_name(a.dtype)) + " [";
+  for (size_t d = 0; d < a.shape.size(); ++d) s += (d ? ", " : "") + std::to_string(a.shape[d]);
+  return s + "]";
+}
+
+int64_t numel(const kiln_tensor_info& t) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < t.rank; ++d) n *= t.shape[d];
+  return n;
+}
+
+void print_info(const kiln_model_info& m, FILE* out) {
+  std::fprintf(out, "model compiled for %s\n", m.target ? m.target : "?");
+  for (int32_t i = 0; i < m.num_inputs; ++i)
+    std::fprintf(out, "  input %d  %s: %s\n", i, m.inputs[i].name, describe(m.inputs[i]).c_str());
+  for (int32_t i = 0; i < m.num_outputs; ++i)
+    std::fprintf(out, "  output %d %s: %s\n", i, m.outputs[i].name, describe(m.outputs[i]).c_str());
+}
+
+int run(int argc, char** argv) {
+  const kiln_model_info& m = *model_info();
+  KILN_CHECK(m.abi_version == KILN_AOT_ABI_VERSION, "model", "compiled for AOT ABI version ",
+             m.abi_version, ", this main speaks version ", KILN_AOT_ABI_VERSION);
+  std::vector<std::string> in_paths, out_paths;
+  int repeat = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: %s IN.npy... [-o OUT.npy]... [--repeat N] [--info]\n", argv[0]);
+      print_info(m, stdout);
+      return 0;
+    } else if (a == "--info") {
+      print_info(m, stdout);
+      return 0;
+    } else if (a == "-o" || a == "--output") {
+      KILN_CHECK(i + 1 < argc, "model", a, " needs a file name");
+      out_paths.push_back(argv[++i]);
+    } else if (a == "--repeat") {
+      KILN_CHECK(i + 1 < argc, "model", "--repeat needs a count");
+      repeat = std::atoi(argv[++i]);
+      KILN_CHECK(repeat >= 1, "model", "--repeat expects a positive count, got '", argv[i], "'");
+    } else {
+      in_paths.push_back(a);
+    }
+  }
+  KILN_CHECK(int(in_paths.size()) == m.num_inputs, "model", "expected ", m.num_inputs,
+             " input .npy file(s), got ", in_paths.size(), " (see --info)");
+  KILN_CHECK(int(out_paths.size()) <= m.num_outputs, "model", "the model has ", m.num_outputs,
+             " output(s), got ", out_paths.size(), " -o options");
+  while (int(out_paths.size()) < m.num_outputs)
+    out_paths.push_back("output" + std::to_string(out_paths.size()) + ".npy");
+
+  std::vector<kiln::npy::Array> inputs;
+  std::vector<const void*> in_ptrs;
+  for (int32_t i = 0; i < m.num_inputs; ++i) {
+    inputs.push_back(kiln::npy::read(in_paths[i]));
+    const kiln::npy::Array& a = inputs.back();
+    const kiln_tensor_info& want = m.inputs[i];
+    const bool same = int(a.dtype) == want.dtype && int(a.shape.size()) == want.rank &&
+                      std::equal(a.shape.begin(), a.shape.end(), want.shape);
+    KILN_CHECK(same, "model", "input ", i, " ('", want.name, "'): expected ", describe(want),
+               ", got ", describe(a), " from ", in_paths[i]);
+    in_ptrs.push_back(a.data.data());
+  }
+  // Outputs in 64-byte aligned buffers, like every tensor the runtime allocates.
+  std::vector<void*> out_ptrs;
+  std::vector<size_t> out_bytes;
+  for (int32_t i = 0; i < m.num_outputs; ++i) {
+    const kiln_tensor_info& o = m.outputs[i];
+    out_bytes.push_back(
+        std::max<size_t>(size_t(numel(o)) * kiln::dtype_size(kiln::DType(o.dtype)), 1));
+    out_ptrs.push_back(kiln::cpu_allocator().allocate(out_bytes.back()));
+  }
+
+  double total_ms = 0, best_ms = 1e300;
+  for (int r = 0; r < repeat; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int rc = model_run(in_ptrs.data(), out_ptrs.data());
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (rc != 0) {
+      // model_run leaves the runtime's error message recorded (kiln/runtime/abi.h).
+      char* message = kiln_abi_take_error();
+      const std::string text = message ? message : "no message recorded";
+      kiln_abi_free_error(message);
+      kiln::fail("model", "model_run failed (code ", rc, "): ", text);
+    }
+    total_ms += ms;
+    best_ms = std::min(best_ms, ms);
+  }
+  if (repeat > 1)
+    std::printf("%d runs: mean %.3f ms, best %.3f ms\n", repeat, total_ms / repeat, best_ms);
+
+  for (int32_t i = 0; i < m.num_outputs; ++i) {
+    const kiln_tensor_info& o = m.outputs[i];
+    kiln::npy::write(out_paths[i], kiln::DType(o.dtype),
+                     std::vector<int64_t>(o.shape, o.shape + o.rank), out_ptrs[i]);
+    kiln::cpu_allocator().deallocate(out_ptrs[i], out_bytes[i]);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,59 @@
+#pragma once
+// The C interface of an ahead-of-time compiled model (`kiln compile --emit obj|so|exe`). The
+// object kiln emits defines, for a model named PREFIX ("model" unless `--name` says otherwise):
+//
+//   int PREFIX_run(const void* const* inputs, void* const* outputs);
+//       inputs[i] / outputs[i]: contiguous, C-order buffers of the shapes and dtypes below,
+//       caller-allocated. Returns 0 on success.
+//   const kiln_model_info* PREFIX_info(void);
+//       the signature: names, dtypes (kiln_dtype codes), static shapes.
+//
+// The generated header of `--emit so` repeats the signature as C constants; the executable's
+// main (runtime/aot/main.cpp) reads it through PREFIX_info to check its .npy inputs.
+// Plain C so that C programs can embed a model.
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Bumped when the layout of kiln_model_info or the meaning of PREFIX_run changes.
+#define KILN_AOT_ABI_VERSION 1
+
+// Element type codes; equal to kiln::DType's values (checked in runtime/aot/main.cpp). Generated
+// model headers repeat the enum under the same guard.
+#ifndef KILN_AOT_DTYPES_DEFINED
+#define KILN_AOT_DTYPES_DEFINED 1
+enum kiln_dtype {
+  KILN_DTYPE_FLOAT32 = 0,
+  KILN_DTYPE_FLOAT64 = 1,
+  KILN_DTYPE_FLOAT16 = 2,
+  KILN_DTYPE_BFLOAT16 = 3,
+  KILN_DTYPE_INT8 = 4,
+  KILN_DTYPE_UINT8 = 5,
+  KILN_DTYPE_INT32 = 6,
+  KILN_DTYPE_INT64 = 7,
+  KILN_DTYPE_BOOL = 8,
+};
+#endif
+
+typedef struct kiln_tensor_info {
+  const char* name;
+  int32_t dtype;  // enum kiln_dtype
+  int32_t rank;
+  const int64_t* shape;  // rank entries
+} kiln_tensor_info;
+
+typedef struct kiln_model_info {
+  int32_t abi_version;  // KILN_AOT_ABI_VERSION
+  int32_t num_inputs;
+  int32_t num_outputs;
+  const kiln_tensor_info* inputs;
+  const kiln_tensor_info* outputs;
+  const char* target;  // the triple it was compiled for
+} kiln_model_info;
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif

@@ -1,0 +1,63 @@
+#pragma once
+// Reads the operand descriptor generated code passes to kiln_abi_* (layout in kiln/runtime/abi.h)
+// into TensorImpls over the caller's memory, and the attributes that follow it.
+
+#include <bit>
+#include <cstring>
+#include <exception>
+#include <span>
+#include <vector>
+
+#include "kiln/runtime/abi.h"
+#include "kiln/runtime/error.h"
+#include "kiln/runtime/tensor.h"
+
+namespace kiln::abi {
+
+class Args {
+ public:
+  Args(void* const* data, const int64_t* desc, const char* op);
+  // Tensor i (inputs then outputs); null when absent.
+  TensorImpl* opt(size_t i) const { return tensors_.at(i).get(); }
+  TensorImpl& t(size_t i) const;
+  size_t num_tensors() const { return tensors_.size(); }
+  // Attributes, in order.
+  int64_t i() { return *attr_++; }
+  bool b() { return *attr_++ != 0; }
+  double f() { return std::bit_cast<double>(*attr_++); }
+  std::span<const int64_t> arr() {
+    const int64_t n = *attr_++;
+    std::span<const int64_t> s(attr_, static_cast<size_t>(n));
+    attr_ += n;
+    return s;
+  }
+
+ private:
+  std::vector<TensorImplPtr> tensors_;
+  const int64_t* attr_ = nullptr;
+  const char* op_;
+};
+
+// Runs fn, turning a thrown error into the thread's recorded ABI error.
+template <typename Fn>
+void guarded(const char* op, Fn&& fn) noexcept {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    kiln_abi_set_error(e.what());
+  } catch (...) {
+    kiln_abi_set_error(op);
+  }
+}
+
+}  // namespace kiln::abi
+
+// Defines kiln_abi_<name>(data, desc) running the body (the rest of the arguments, so commas
+// need no protection) with `a`, the decoded Args, in scope.
+#define KILN_ABI_OP(name, ...)                                              \
+  extern "C" void kiln_abi_##name(void* const* data, const int64_t* desc) { \
+    ::kiln::abi::guarded(#name, [&] {                                       \
+      ::kiln::abi::Args a(data, desc, #name);                               \
+      __VA_ARGS__;                                                          \
+    });                                                                     \
+  }

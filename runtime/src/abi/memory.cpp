@@ -1,0 +1,49 @@
+// kiln_abi_alloc / free / parallel_for / errors: the non-op services generated code needs.
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kiln/runtime/abi.h"
+#include "kiln/runtime/allocator.h"
+#include "kiln/runtime/thread_pool.h"
+
+namespace {
+thread_local std::string g_error;
+thread_local bool g_has_error = false;
+}  // namespace
+
+extern "C" {
+
+void* kiln_abi_alloc(int64_t nbytes) {
+  return kiln::cpu_allocator().allocate(static_cast<size_t>(nbytes > 0 ? nbytes : 1));
+}
+
+void kiln_abi_free(void* ptr, int64_t nbytes) {
+  if (ptr) kiln::cpu_allocator().deallocate(ptr, static_cast<size_t>(nbytes > 0 ? nbytes : 1));
+}
+
+void kiln_abi_parallel_for(int64_t begin, int64_t end, int64_t grain, kiln_abi_range_fn fn,
+                           void* ctx) {
+  kiln::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) { fn(ctx, b, e); });
+}
+
+void kiln_abi_set_error(const char* message) {
+  if (g_has_error) return;  // the first error is the cause; later ones are consequences
+  g_has_error = true;
+  g_error = message ? message : "unknown error";
+}
+
+char* kiln_abi_take_error(void) {
+  if (!g_has_error) return nullptr;
+  g_has_error = false;
+  char* out = static_cast<char*>(std::malloc(g_error.size() + 1));
+  std::memcpy(out, g_error.c_str(), g_error.size() + 1);
+  return out;
+}
+
+void kiln_abi_free_error(char* message) {
+  std::free(message);
+}
+
+}  // extern "C"

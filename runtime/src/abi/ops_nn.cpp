@@ -1,0 +1,146 @@
+// kiln_abi_* wrappers for linear algebra, convolution, pooling, normalization and embedding.
+
+#include "decode.h"
+#include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/linalg.h"
+#include "kiln/runtime/kernels/nn.h"
+
+using namespace kiln;
+using namespace kiln::kernels;
+
+namespace {
+
+Conv2dParams conv2d_params(abi::Args& a) {
+  Conv2dParams p;
+  auto s = a.arr();
+  auto pad = a.arr();
+  auto d = a.arr();
+  p.stride_h = s[0], p.stride_w = s[1];
+  p.pad_h = pad[0], p.pad_w = pad[1];
+  p.dilation_h = d[0], p.dilation_w = d[1];
+  p.groups = a.i();
+  return p;
+}
+
+ConvEpilogue conv_epilogue(abi::Args& a, const TensorImpl* residual) {
+  ConvEpilogue e;
+  e.residual = residual;
+  e.activation = static_cast<Activation>(a.i());
+  e.clamp_min = static_cast<float>(a.f());
+  e.clamp_max = static_cast<float>(a.f());
+  return e;
+}
+
+// A contiguous copy when t is strided (GEMM operands of the fused linear are row-major).
+TensorImplPtr contiguous(TensorImpl& t) {
+  if (t.is_contiguous()) return TensorImplPtr(&t);
+  TensorImplPtr c = empty(t.sizes(), t.dtype());
+  copy_(*c, t);
+  return c;
+}
+
+Pool2dParams pool_params(abi::Args& a, bool max) {
+  Pool2dParams p;
+  auto k = a.arr();
+  auto s = a.arr();
+  auto pad = a.arr();
+  p.kernel_h = k[0], p.kernel_w = k.size() > 1 ? k[1] : k[0];
+  if (!s.empty()) p.stride_h = s[0], p.stride_w = s.size() > 1 ? s[1] : s[0];
+  p.pad_h = pad[0], p.pad_w = pad.size() > 1 ? pad[1] : pad[0];
+  if (max) {
+    auto d = a.arr();
+    p.dilation_h = d[0], p.dilation_w = d.size() > 1 ? d[1] : d[0];
+  }
+  p.ceil_mode = a.b();
+  if (!max) p.count_include_pad = a.b();
+  return p;
+}
+
+}  // namespace
+
+KILN_ABI_OP(matmul, matmul_out(a.t(0), a.t(1), a.t(2)))
+KILN_ABI_OP(linear, linear_out(a.t(0), a.t(1), a.opt(2), a.t(3)))
+
+KILN_ABI_OP(linear_fused, {
+  TensorImplPtr x = contiguous(a.t(0)), w = contiguous(a.t(1));
+  TensorImpl* bias = a.opt(2);
+  TensorImplPtr residual = a.opt(3) ? contiguous(*a.opt(3)) : TensorImplPtr();
+  TensorImpl& out = a.t(4);
+  KILN_CHECK(x->dtype() == DType::Float32 && out.is_contiguous(), "linear_fused",
+             "expected float32 operands and a contiguous output, got ", describe(*x));
+  const int64_t K = x->size(-1), M = x->numel() / std::max<int64_t>(K, 1), N = w->size(0);
+  TensorImplPtr b = bias ? contiguous(*bias) : TensorImplPtr();
+  Epilogue e;
+  if (b) e.bias_kind = Epilogue::Bias::PerCol, e.bias = b->data_ptr<float>();
+  if (residual) e.residual = residual->data_ptr<float>(), e.ld_residual = N;
+  e.activation = static_cast<Activation>(a.i());
+  e.clamp_min = static_cast<float>(a.f());
+  e.clamp_max = static_cast<float>(a.f());
+  sgemm(false, true, M, N, K, 1.0f, x->data_ptr<float>(), K, w->data_ptr<float>(), K, 0.0f,
+        out.data_ptr<float>(), N, e);
+})
+
+KILN_ABI_OP(conv2d, {
+  Conv2dParams p = conv2d_params(a);
+  conv2d_out(a.t(0), a.t(1), a.opt(2), p, a.t(3));
+})
+
+KILN_ABI_OP(conv2d_fused, {
+  Conv2dParams p = conv2d_params(a);
+  ConvEpilogue e = conv_epilogue(a, a.opt(3));
+  conv2d_out(a.t(0), a.t(1), a.opt(2), p, a.t(4), e);
+})
+
+KILN_ABI_OP(conv1d, {
+  Conv1dParams p;
+  p.stride = a.i(), p.padding = a.i(), p.dilation = a.i(), p.groups = a.i();
+  conv1d_out(a.t(0), a.t(1), a.opt(2), p, a.t(3));
+})
+
+KILN_ABI_OP(conv_transpose2d, {
+  ConvTranspose2dParams p;
+  auto s = a.arr();
+  auto pad = a.arr();
+  auto op = a.arr();
+  p.stride_h = s[0], p.stride_w = s[1], p.pad_h = pad[0], p.pad_w = pad[1];
+  p.output_pad_h = op[0], p.output_pad_w = op[1];
+  p.groups = a.i();
+  auto d = a.arr();
+  p.dilation_h = d[0], p.dilation_w = d[1];
+  conv_transpose2d_out(a.t(0), a.t(1), a.opt(2), p, a.t(3));
+})
+
+KILN_ABI_OP(max_pool2d, {
+  Pool2dParams p = pool_params(a, true);
+  max_pool2d_out(a.t(0), p, a.t(1), a.opt(2));
+})
+KILN_ABI_OP(avg_pool2d, {
+  Pool2dParams p = pool_params(a, false);
+  avg_pool2d_out(a.t(0), p, a.t(1));
+})
+KILN_ABI_OP(adaptive_avg_pool2d, adaptive_avg_pool2d_out(a.t(0), a.t(1)))
+
+KILN_ABI_OP(batch_norm, {
+  const bool training = a.b();
+  const double momentum = a.f(), eps = a.f();
+  // Running statistics are inputs of the functional op: a training-mode trace updates copies
+  // (the interpreter's semantics), never the caller's buffers.
+  TensorImplPtr rm, rv;
+  if (a.opt(1)) rm = empty(a.opt(1)->sizes(), a.opt(1)->dtype()), copy_(*rm, *a.opt(1));
+  if (a.opt(2)) rv = empty(a.opt(2)->sizes(), a.opt(2)->dtype()), copy_(*rv, *a.opt(2));
+  batch_norm_out(a.t(0), a.opt(3), a.opt(4), rm.get(), rv.get(), training, momentum, eps, a.t(5),
+                 nullptr, nullptr);
+})
+KILN_ABI_OP(layer_norm, {
+  auto shape = a.arr();
+  const double eps = a.f();
+  layer_norm_out(a.t(0), shape, a.opt(1), a.opt(2), eps, a.t(3), nullptr, nullptr);
+})
+KILN_ABI_OP(group_norm, {
+  const int64_t groups = a.i();
+  const double eps = a.f();
+  group_norm_out(a.t(0), groups, a.opt(1), a.opt(2), eps, a.t(3), nullptr, nullptr);
+})
+KILN_ABI_OP(embedding, embedding_out(a.t(0), a.t(1), a.t(2)))
+KILN_ABI_OP(dropout, dropout_out(a.t(0), a.t(1), a.f(), a.t(2)))
+KILN_ABI_OP(copy, copy_(a.t(1), a.t(0)))

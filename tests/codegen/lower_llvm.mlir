@@ -1,0 +1,17 @@
+// The full lowering leaves only the LLVM dialect: the entry point, kernels, and declarations of
+// the runtime's ABI; f32 transcendental functions are polynomials (no libm call).
+// RUN: kiln-opt --kiln-lower-to-llvm %s | FileCheck %s
+
+// CHECK-NOT: scf.for
+// CHECK-NOT: arith.
+// CHECK-NOT: math.
+// CHECK-DAG: llvm.func @kiln_entry(%{{.*}}: !llvm.ptr)
+// CHECK-DAG: llvm.func @kiln_abi_softmax(!llvm.ptr, !llvm.ptr)
+// CHECK-NOT: llvm.call @tanhf
+// CHECK-NOT: llvm.call @expf
+func.func @forward(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  %0 = kiln.tanh %x : tensor<4x16xf32> -> tensor<4x16xf32>
+  %1 = kiln.exp %0 : tensor<4x16xf32> -> tensor<4x16xf32>
+  %2 = kiln.softmax %1 {dim = 1 : i64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  return %2 : tensor<4x16xf32>
+}
