@@ -48,5 +48,6 @@ void register_shape(Registry& r);
 void register_nn(Registry& r);
 void register_reduce(Registry& r);
 void register_loss(Registry& r);
+void register_backward(Registry& r);
 
 }  // namespace kiln::rt::ops
