@@ -213,6 +213,13 @@ TEST(Artifact, SemanticChecksNameWhatIsWrong) {
        "attribute 'dim': expected int"},
       {"output never written", [](ArtifactSpec& a) { a.instrs.pop_back(); }, "never written"},
       {"input slot kind", [](ArtifactSpec& a) { a.inputs[0].second = 1; }, "not an arena slot"},
+      // linear's output on its input's bytes: only elementwise kernels and views may alias.
+      {"overlap", [](ArtifactSpec& a) { a.slots[3].offset = 0; }, "cannot run in place"},
+      {"partial alias",
+       [](ArtifactSpec& a) {
+         a.slots[4].offset = 80;  // relu's [80, 112) half over linear's [64, 96)
+       },
+       "without being its exact alias"},
   };
   for (const Case& c : cases) {
     ArtifactSpec a = base();

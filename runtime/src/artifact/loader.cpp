@@ -220,6 +220,37 @@ struct Checker {
     }
   }
 
+  // An output may share bytes with an input only as an exact alias, and only for kernels that
+  // compute elementwise or view their input (KernelDef::inplace_ok; compiled code likewise);
+  // outputs never overlap each other.
+  void check_overlaps(const InstrInfo& info, const std::string& where) {
+    auto range = [&](int32_t s) {
+      const SlotInfo& i = out.slots[s];
+      return std::pair<uint64_t, uint64_t>(i.offset, i.offset + i.nbytes);
+    };
+    auto overlaps = [](std::pair<uint64_t, uint64_t> a, std::pair<uint64_t, uint64_t> b) {
+      return a.first < b.second && b.first < a.second;
+    };
+    const bool alias_ok = info.fn != nullptr || (info.def && info.def->inplace_ok);
+    for (size_t a = 0; a < info.outputs.size(); ++a) {
+      const auto ra = range(info.outputs[a]);
+      if (ra.first == ra.second) continue;
+      for (size_t b = a + 1; b < info.outputs.size(); ++b) {
+        KILN_CHECK(!overlaps(ra, range(info.outputs[b])), kOp, where, ": outputs ", a, " and ", b,
+                   " overlap in the arena");
+      }
+      for (int32_t in : info.inputs) {
+        if (in < 0 || out.slots[in].kind != SlotKind::Arena) continue;
+        const auto rb = range(in);
+        if (rb.first == rb.second || !overlaps(ra, rb)) continue;
+        KILN_CHECK(alias_ok && ra == rb, kOp, where, ": output slot ", info.outputs[a],
+                   " overlaps input slot ", in,
+                   alias_ok ? " without being its exact alias"
+                            : " in the arena (this kernel cannot run in place)");
+      }
+    }
+  }
+
   void instructions() {
     const std::map<std::string, CompiledFn> symbols = code();
     std::vector<uint8_t> defined(out.slots.size(), 0);
@@ -292,8 +323,9 @@ struct Checker {
       for (int32_t s : info.outputs) {
         KILN_CHECK(s >= 0 && out.slots[s].kind == SlotKind::Arena, kOp, where, ": output slot ", s,
                    " is not an arena slot (weights are read-only)");
-        defined[s] = 1;
       }
+      check_overlaps(info, where);
+      for (int32_t s : info.outputs) defined[s] = 1;
       out.instrs.push_back(std::move(info));
     }
     if (!missing.empty()) {
