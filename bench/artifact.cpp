@@ -46,10 +46,17 @@ std::vector<Tensor> inputs_for(const rt::Model& m) {
   return xs;
 }
 
+// Arg 0/1: LoadOptions::populate (MAP_POPULATE) off/on.
+rt::LoadOptions load_options(const benchmark::State& state) {
+  rt::LoadOptions o;
+  o.populate = state.range(0) != 0;
+  return o;
+}
+
 void BM_Load(benchmark::State& state, std::string model) {
   const std::string& path = artifact(model, 1);
   for (auto _ : state) {
-    auto m = rt::Model::load(path);
+    auto m = rt::Model::load(path, rt::builtin_registry(), load_options(state));
     benchmark::DoNotOptimize(m.get());
   }
 }
@@ -60,7 +67,7 @@ void BM_LoadToFirstOutput(benchmark::State& state, std::string model) {
   auto probe = rt::Model::load(path);
   std::vector<Tensor> xs = inputs_for(*probe);
   for (auto _ : state) {
-    auto m = rt::Model::load(path);
+    auto m = rt::Model::load(path, rt::builtin_registry(), load_options(state));
     rt::Session s(m);
     auto y = s.run({xs[0].impl()});
     benchmark::DoNotOptimize(y[0].get());
@@ -74,7 +81,8 @@ void BM_FirstRun(benchmark::State& state, std::string model) {
   std::vector<Tensor> xs = inputs_for(*m);
   for (auto _ : state) {
     state.PauseTiming();
-    auto fresh = rt::Model::load(path);  // new mapping: its pages fault in on first use
+    // A new mapping: without MAP_POPULATE its pages fault in during the first run.
+    auto fresh = rt::Model::load(path, rt::builtin_registry(), load_options(state));
     rt::Session s(fresh);
     state.ResumeTiming();
     auto y = s.run({xs[0].impl()});
@@ -97,11 +105,19 @@ void BM_SteadyRun(benchmark::State& state, std::string model) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_Load, resnet18, "resnet18")->Unit(benchmark::kMillisecond);
+// Arg of Load / LoadToFirstOutput / FirstRun: MAP_POPULATE off (0) or on (1).
+BENCHMARK_CAPTURE(BM_Load, resnet18, "resnet18")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_LoadToFirstOutput, resnet18, "resnet18")
+    ->Arg(0)
+    ->Arg(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_FirstRun, resnet18, "resnet18")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_FirstRun, resnet18, "resnet18")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+// Arg of SteadyRun: the batch size.
 BENCHMARK_CAPTURE(BM_SteadyRun, resnet18, "resnet18")
     ->Arg(1)
     ->Arg(8)

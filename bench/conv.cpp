@@ -158,8 +158,9 @@ void BM_FmaPeak(benchmark::State& state) {
     for (int64_t k = 0; k < kInner; ++k) {
 #define KILN_FMA12(x) x = _mm256_fmadd_ps(x, b, c);
       KILN_FMA12(a0)
-      KILN_FMA12(a1) KILN_FMA12(a2) KILN_FMA12(a3) KILN_FMA12(a4) KILN_FMA12(a5) KILN_FMA12(a6)
-          KILN_FMA12(a7) KILN_FMA12(a8) KILN_FMA12(a9) KILN_FMA12(a10) KILN_FMA12(a11)
+      KILN_FMA12(a1)
+      KILN_FMA12(a2) KILN_FMA12(a3) KILN_FMA12(a4) KILN_FMA12(a5) KILN_FMA12(a6) KILN_FMA12(a7)
+          KILN_FMA12(a8) KILN_FMA12(a9) KILN_FMA12(a10) KILN_FMA12(a11)
 #undef KILN_FMA12
               __asm__ volatile(""
                                : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));

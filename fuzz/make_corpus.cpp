@@ -70,6 +70,68 @@ ArtifactSpec conv_net() {
   return a;
 }
 
+// Many kernels on small shapes (embedding, layer_norm, transpose, matmul, softmax, cat, mean,
+// batch_norm, gelu, clamp, argmax), so mutations reach their attribute decoders and checks.
+ArtifactSpec mixed_ops() {
+  using K = fb::AttrKind;
+  using S = fb::SlotKind;
+  using D = fb::DType;
+  ArtifactSpec a;
+  a.blobs = {{"emb", kiln::testing::bytes_of(ramp(20))},
+             {"ln.w", kiln::testing::bytes_of(ramp(4))},
+             {"ln.b", kiln::testing::bytes_of(ramp(4))},
+             {"bn.rm", kiln::testing::bytes_of(std::vector<float>(4, 0.1f))},
+             {"bn.rv", kiln::testing::bytes_of(std::vector<float>(4, 2.0f))}};
+  uint64_t off = 0;
+  auto arena = [&](D d, std::vector<int64_t> shape) {
+    kiln::testing::SlotSpec s{S::Arena, d, shape, off, 0};
+    int64_t n = 1;
+    for (int64_t v : shape) n *= v;
+    off += (static_cast<uint64_t>(n) * 8 + 63) / 64 * 64;
+    a.slots.push_back(s);
+    return static_cast<int32_t>(a.slots.size() - 1);
+  };
+  auto weight = [&](uint32_t blob, std::vector<int64_t> shape) {
+    a.slots.push_back({S::Weight, D::Float32, shape, 0, blob});
+    return static_cast<int32_t>(a.slots.size() - 1);
+  };
+  const int32_t x = arena(D::Float32, {2, 4}), tok = arena(D::Int64, {2});
+  const int32_t emb = weight(0, {5, 4}), lw = weight(1, {4}), lb = weight(2, {4});
+  const int32_t rm = weight(3, {4}), rv = weight(4, {4});
+  const int32_t e = arena(D::Float32, {2, 4}), sum = arena(D::Float32, {2, 4});
+  const int32_t ln = arena(D::Float32, {2, 4}), tr = arena(D::Float32, {4, 2});
+  const int32_t mm = arena(D::Float32, {2, 2}), sm = arena(D::Float32, {2, 2});
+  const int32_t cat = arena(D::Float32, {4, 2}), mean = arena(D::Float32, {4});
+  const int32_t bn = arena(D::Float32, {2, 4}), ge = arena(D::Float32, {2, 4});
+  const int32_t cl = arena(D::Float32, {2, 4}), am = arena(D::Int64, {2});
+  a.instrs = {
+      {"embedding", {emb, tok}, {e}, {}},
+      {"add", {x, e}, {sum}, {{"alpha", K::Float, 0, 1.0}}},
+      {"layer_norm",
+       {sum, lw, lb},
+       {ln},
+       {{"normalized_shape", K::Ints, 0, 0, {4}}, {"eps", K::Float, 0, 1e-5}}},
+      {"transpose", {ln}, {tr}, {{"dim0", K::Int, 0}, {"dim1", K::Int, 1}}},
+      {"matmul", {ln, tr}, {mm}, {}},
+      {"softmax", {mm}, {sm}, {{"dim", K::Int, 1}}},
+      {"cat", {sm, sm}, {cat}, {{"dim", K::Int, 0}}},
+      {"mean", {cat}, {mean}, {{"dims", K::Ints, 0, 0, {1}}, {"keepdim", K::Bool, 0}}},
+      {"batch_norm",
+       {x, rm, rv, lw, lb},
+       {bn},
+       {{"training", K::Bool, 0}, {"momentum", K::Float, 0, 0.1}, {"eps", K::Float, 0, 1e-5}}},
+      {"gelu", {bn}, {ge}, {{"approximate", K::Bool, 1}}},
+      {"clamp", {ge}, {cl}, {{"min", K::Float, 0, -0.5}, {"max", K::Float, 0, 0.5}}},
+      {"argmax", {cl}, {am}, {{"dim", K::Int, 1}, {"keepdim", K::Bool, 0}}},
+  };
+  a.inputs = {{"x", static_cast<uint32_t>(x)}, {"tokens", static_cast<uint32_t>(tok)}};
+  a.outputs = {{"mean", static_cast<uint32_t>(mean)},
+               {"argmax", static_cast<uint32_t>(am)},
+               {"clamped", static_cast<uint32_t>(cl)}};
+  a.arena_bytes = off;
+  return a;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,6 +142,7 @@ int main(int argc, char** argv) {
   const std::string seeds = argv[1], broken = argv[2];
   write(seeds + "/linear_relu.kiln", linear_relu().build());
   write(seeds + "/conv_net.kiln", conv_net().build());
+  write(seeds + "/mixed_ops.kiln", mixed_ops().build());
 
   const std::vector<uint8_t> good = linear_relu().build();
   auto variant = [&](const std::string& name, const std::function<void(ArtifactSpec&)>& f) {

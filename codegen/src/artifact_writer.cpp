@@ -272,44 +272,61 @@ class Writer {
         finish_outputs(results);
         continue;
       }
-      if (name == "kiln.none") {
-        slots_[op.getResult(0)] = none_slot();
-        continue;
-      }
-      if (name == "kiln.constant") {
-        std::vector<uint8_t> bytes = constant_bytes(&op);
-        const uint32_t blob =
-            add_blob("constant" + std::to_string(constants_++), bytes.data(), bytes.size());
-        slots_[op.getResult(0)] = weight_slot(op.getResult(0), blob);
-        continue;
-      }
       if (name == "kiln.fused" && !op.hasAttr("kiln.symbol")) {
         inline_fused(op);
         continue;
       }
-      if (name.rfind("kiln.", 0) != 0) fail("op '" + name + "' cannot be run by the runtime");
-      emit_op(op, name.substr(5));
+      emit_one(op);
     }
   }
 
-  // A fused elementwise region without compiled code runs its body op by op.
+  // One op of a block (or of an inlined fused body).
+  void emit_one(mlir::Operation& op) {
+    const std::string name = op_name(&op);
+    if (name == "kiln.none") {
+      slots_[op.getResult(0)] = none_slot();
+      return;
+    }
+    if (name == "kiln.constant") {
+      std::vector<uint8_t> bytes = constant_bytes(&op);
+      const uint32_t blob =
+          add_blob("constant" + std::to_string(constants_++), bytes.data(), bytes.size());
+      slots_[op.getResult(0)] = weight_slot(op.getResult(0), blob);
+      return;
+    }
+    if (name.rfind("kiln.", 0) != 0) fail("op '" + name + "' cannot be run by the runtime");
+    if (op.getNumRegions() > 0 && !op.hasAttr("kiln.symbol")) {
+      fail("op '" + name + "' has regions; only compiled code (kiln.symbol) can run it");
+    }
+    emit_op(op, name.substr(5));
+  }
+
+  // A fused elementwise region without compiled code runs its body op by op. The values it
+  // yields take the offsets the memory plan gave the fused op's results; the body's
+  // intermediates get space of their own.
   void inline_fused(mlir::Operation& op) {
     mlir::Block& body = op.getRegion(0).front();
     for (unsigned i = 0; i < body.getNumArguments(); ++i) {
       slots_[body.getArgument(i)] = operand_slot(op.getOperand(i), &op);
     }
+    mlir::Operation* yield = body.getTerminator();
+    if (!yield || op_name(yield) != "kiln.yield")
+      fail("kiln.fused: the body does not end in kiln.yield");
+    if (auto offsets = op.getAttrOfType<mlir::DenseI64ArrayAttr>("kiln.arena_offsets")) {
+      for (unsigned i = 0; i < yield->getNumOperands() && i < offsets.size(); ++i) {
+        mlir::Value v = yield->getOperand(i);
+        // Only a value made inside the body, yielded once, and of the result's type.
+        if (v.getParentBlock() != &body || mlir::isa<mlir::BlockArgument>(v)) continue;
+        if (v.getType() != op.getResult(i).getType() || planned_.count(v)) continue;
+        planned_[v] = offsets[i];
+      }
+    }
     for (mlir::Operation& inner : body) {
-      const std::string name = op_name(&inner);
-      if (name == "kiln.yield") {
-        for (unsigned i = 0; i < inner.getNumOperands(); ++i) {
-          slots_[op.getResult(i)] = operand_slot(inner.getOperand(i), &inner);
-        }
-        continue;
-      }
-      if (name == "kiln.constant" || name == "kiln.none") {
-        fail("kiln.fused: constants inside a fused body are not supported");
-      }
-      emit_op(inner, name.substr(5));
+      if (&inner == yield) continue;
+      emit_one(inner);
+    }
+    for (unsigned i = 0; i < yield->getNumOperands(); ++i) {
+      slots_[op.getResult(i)] = operand_slot(yield->getOperand(i), yield);
     }
   }
 
@@ -322,8 +339,10 @@ class Writer {
       offsets = a.asArrayRef();
     }
     for (unsigned i = 0; i < op.getNumResults(); ++i) {
-      outs.push_back(arena_slot(op.getResult(i), i < offsets.size() ? offsets[i] : -1,
-                                where + " result " + std::to_string(i)));
+      int64_t off = i < offsets.size() ? offsets[i] : -1;
+      auto planned = planned_.find(op.getResult(i));
+      if (planned != planned_.end()) off = planned->second;
+      outs.push_back(arena_slot(op.getResult(i), off, where + " result " + std::to_string(i)));
     }
     std::vector<flatbuffers::Offset<fb::Attr>> attrs;
     std::string symbol;
@@ -407,6 +426,7 @@ class Writer {
   const ArtifactOptions& o_;
   flatbuffers::FlatBufferBuilder fbb_{1 << 16};
   llvm::DenseMap<mlir::Value, int32_t> slots_;
+  llvm::DenseMap<mlir::Value, int64_t> planned_;  // fused-body values on their op's offsets
   std::map<unsigned, uint32_t> arg_blob_;
   std::vector<flatbuffers::Offset<fb::Slot>> slot_list_;
   std::vector<flatbuffers::Offset<fb::Instruction>> instrs_;

@@ -31,6 +31,12 @@ struct InstrSpec {
   std::string symbol;
 };
 
+struct CodeSpec {
+  std::string triple;
+  uint32_t blob = 0;
+  std::vector<std::string> symbols;
+};
+
 struct ArtifactSpec {
   uint32_t version = 1;
   std::string name = "test";
@@ -42,6 +48,7 @@ struct ArtifactSpec {
   std::vector<std::pair<std::string, std::vector<uint8_t>>> blobs;
   std::vector<std::pair<uint32_t, uint32_t>> state;  // (value slot, weight)
   uint64_t arena_bytes = 0;
+  std::vector<CodeSpec> code;
 
   std::vector<uint8_t> build() const {
     flatbuffers::FlatBufferBuilder b;
@@ -78,9 +85,15 @@ struct ArtifactSpec {
     for (const auto& [v, w] : this->state) state.push_back(fb::CreateStateUpdate(b, v, w));
     std::vector<flatbuffers::Offset<flatbuffers::String>> feats;
     for (const auto& f : cpu_features) feats.push_back(b.CreateString(f));
+    std::vector<flatbuffers::Offset<fb::CodeObject>> code;
+    for (const CodeSpec& c : this->code) {
+      std::vector<flatbuffers::Offset<flatbuffers::String>> syms;
+      for (const auto& s : c.symbols) syms.push_back(b.CreateString(s));
+      code.push_back(fb::CreateCodeObjectDirect(b, c.triple.c_str(), nullptr, c.blob, &syms));
+    }
     auto root =
         fb::CreateModelDirect(b, version, name.c_str(), "test", target_triple.c_str(), &feats, &ins,
-                              &outs, &slots, &instrs, arena_bytes, 0, &blobs, &state);
+                              &outs, &slots, &instrs, arena_bytes, 0, &blobs, &state, &code);
     b.FinishSizePrefixed(root, fb::ModelIdentifier());
     std::vector<uint8_t> file(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
     file.resize((file.size() + 63) / 64 * 64, 0);

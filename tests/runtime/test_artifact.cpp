@@ -16,6 +16,7 @@ namespace kiln {
 namespace {
 
 using testing::ArtifactSpec;
+using testing::InstrSpec;
 using testing::linear_relu_spec;
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
@@ -136,6 +137,18 @@ TEST(Artifact, GuardsNameTheInputExpectedAndActual) {
   TensorImplPtr bad_dtype = kiln::from_blob(xd.data(), std::vector<int64_t>{2, 3}, DType::Float64);
   EXPECT_THROW(session.run({bad_dtype.get()}), Error);
   EXPECT_THROW(session.run({}), Error);
+  // Named inputs: unknown and missing names are errors that say so.
+  std::vector<float> xs(6, 1.0f);
+  TensorImplPtr good = kiln::from_blob(xs.data(), std::vector<int64_t>{2, 3}, DType::Float32);
+  std::pair<std::string_view, const TensorImpl*> named[] = {{"x", good.get()}};
+  EXPECT_EQ(session.run_named(named)[0]->sizes(), Dims({2, 4}));
+  std::pair<std::string_view, const TensorImpl*> wrong[] = {{"y", good.get()}};
+  try {
+    session.run_named(wrong);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no input \"y\""), std::string::npos) << e.what();
+  }
 }
 
 TEST(Artifact, UnknownKernelsAreAllListedAtLoad) {
@@ -200,6 +213,13 @@ TEST(Artifact, SemanticChecksNameWhatIsWrong) {
        "attribute 'dim': expected int"},
       {"output never written", [](ArtifactSpec& a) { a.instrs.pop_back(); }, "never written"},
       {"input slot kind", [](ArtifactSpec& a) { a.inputs[0].second = 1; }, "not an arena slot"},
+      // linear's output on its input's bytes: only elementwise kernels and views may alias.
+      {"overlap", [](ArtifactSpec& a) { a.slots[3].offset = 0; }, "cannot run in place"},
+      {"partial alias",
+       [](ArtifactSpec& a) {
+         a.slots[4].offset = 80;  // relu's [80, 112) half over linear's [64, 96)
+       },
+       "without being its exact alias"},
   };
   for (const Case& c : cases) {
     ArtifactSpec a = base();
@@ -341,6 +361,137 @@ TEST(Artifact, ShapeKernelsCopyStridedViews) {
     for (int k = 0; k < 4; ++k) EXPECT_EQ(y[2]->data_ptr<float>()[j * 4 + k], X(1, j, k));
   for (int i = 0; i < 24; ++i) EXPECT_EQ(y[3]->data_ptr<float>()[i], x[i]);
 }
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// conv2d_fused and linear_fused: act(op(x) + bias + residual) against float64 loops.
+TEST(Artifact, FusedConvAndLinearMatchFloat64) {
+  using K = fb::AttrKind;
+  const int C = 2, O = 3, H = 5, W = 5;
+  const auto w = random_floats(O * C * 3 * 3, 11), b = random_floats(O, 12);
+  const auto lw = random_floats(4 * 75, 13), lb = random_floats(4, 14);
+  ArtifactSpec a;
+  a.blobs = {{"w", testing::bytes_of(w)},
+             {"b", testing::bytes_of(b)},
+             {"lw", testing::bytes_of(lw)},
+             {"lb", testing::bytes_of(lb)}};
+  a.slots = {
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, C, H, W}, 0, 0},    // 0 x
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, O, H, W}, 256, 0},  // 1 residual
+      {fb::SlotKind::Weight, fb::DType::Float32, {O, C, 3, 3}, 0, 0},   // 2 w
+      {fb::SlotKind::Weight, fb::DType::Float32, {O}, 0, 1},            // 3 b
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, O, H, W}, 640, 0},  // 4 conv out
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, 75}, 640, 0},       // 5 view
+      {fb::SlotKind::Weight, fb::DType::Float32, {4, 75}, 0, 2},        // 6 lw
+      {fb::SlotKind::Weight, fb::DType::Float32, {4}, 0, 3},            // 7 lb
+      {fb::SlotKind::None, fb::DType::Float32, {}, 0, 0},               // 8 none
+      {fb::SlotKind::Arena, fb::DType::Float32, {1, 4}, 1024, 0},       // 9 linear out
+  };
+  a.instrs = {
+      {"conv2d_fused",
+       {0, 2, 3, 1},
+       {4},
+       {{"stride", K::Ints, 0, 0, {1, 1}},
+        {"padding", K::Ints, 0, 0, {1, 1}},
+        {"dilation", K::Ints, 0, 0, {1, 1}},
+        {"groups", K::Int, 1},
+        {"activation", K::Int, 1}}},
+      {"view", {4}, {5}, {{"shape", K::Ints, 0, 0, {1, 75}}}},
+      // relu6-style clamp to [-0.1, 0.2], no residual
+      {"linear_fused",
+       {5, 6, 7, 8},
+       {9},
+       {{"activation", K::Int, 3},
+        {"clamp_min", K::Float, 0, -0.1},
+        {"clamp_max", K::Float, 0, 0.2}}},
+  };
+  a.inputs = {{"x", 0}, {"residual", 1}};
+  a.outputs = {{"conv", 4}, {"y", 9}};
+  a.arena_bytes = 1088;
+  auto model = rt::Model::from_bytes(a.build());
+  rt::Session s(model);
+  auto x = random_floats(C * H * W, 15), r = random_floats(O * H * W, 16);
+  TensorImplPtr xt = kiln::from_blob(x.data(), std::vector<int64_t>{1, C, H, W}, DType::Float32);
+  TensorImplPtr rt_ = kiln::from_blob(r.data(), std::vector<int64_t>{1, O, H, W}, DType::Float32);
+  auto y = s.run({xt.get(), rt_.get()});
+  std::vector<double> conv(O * H * W);
+  for (int o = 0; o < O; ++o)
+    for (int i = 0; i < H; ++i)
+      for (int j = 0; j < W; ++j) {
+        double acc = b[o];
+        for (int c = 0; c < C; ++c)
+          for (int u = 0; u < 3; ++u)
+            for (int v = 0; v < 3; ++v) {
+              const int ii = i + u - 1, jj = j + v - 1;
+              if (ii < 0 || jj < 0 || ii >= H || jj >= W) continue;
+              acc += double(x[(c * H + ii) * W + jj]) * w[((o * C + c) * 3 + u) * 3 + v];
+            }
+        acc += r[(o * H + i) * W + j];
+        conv[(o * H + i) * W + j] = std::max(acc, 0.0);
+      }
+  for (int k = 0; k < O * H * W; ++k) EXPECT_NEAR(y[0]->data_ptr<float>()[k], conv[k], 1e-4) << k;
+  for (int n = 0; n < 4; ++n) {
+    double acc = lb[n];
+    for (int k = 0; k < 75; ++k) acc += conv[k] * lw[n * 75 + k];
+    EXPECT_NEAR(y[1]->data_ptr<float>()[n], std::min(std::max(acc, -0.1), 0.2), 1e-4) << n;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
+
+#include <fstream>
+#include <iterator>
+
+namespace kiln {
+namespace {
+
+// An instruction that calls compiled code: the ELF blob travels in the artifact and is loaded
+// with memfd_create + dlopen; the symbol receives the operands' data pointers.
+// The object is built for the host by tests/CMakeLists.txt (not in the aarch64 cross build).
+#if defined(KILN_TEST_COMPILED_SO) && defined(__x86_64__)
+TEST(Artifact, CompiledFunctionFromEmbeddedSharedObject) {
+  std::ifstream f(KILN_TEST_COMPILED_SO, std::ios::binary);
+  ASSERT_TRUE(f) << KILN_TEST_COMPILED_SO;
+  std::vector<uint8_t> elf((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ArtifactSpec a;
+  a.blobs = {{"code:x86_64", elf}};
+  a.slots = {{fb::SlotKind::Arena, fb::DType::Float32, {8}, 0, 0},
+             {fb::SlotKind::Arena, fb::DType::Float32, {8}, 64, 0},
+             {fb::SlotKind::Arena, fb::DType::Float32, {8}, 128, 0},
+             {fb::SlotKind::Arena, fb::DType::Float32, {8}, 192, 0}};
+  InstrSpec call;
+  call.symbol = "kiln_test_axpb";
+  call.inputs = {0, 1};
+  call.outputs = {2};
+  a.instrs = {call, {"relu", {2}, {3}, {}}};  // compiled code and a runtime kernel, mixed
+  a.inputs = {{"x", 0}, {"y", 1}};
+  a.outputs = {{"z", 3}};
+  a.arena_bytes = 256;
+  a.code = {{"x86_64-unknown-linux-gnu", 0, {"kiln_test_axpb"}}};
+  auto model = rt::Model::from_bytes(a.build());
+  EXPECT_EQ(model->stats().code_bytes, elf.size());
+  rt::Session s(model);
+  std::vector<float> x = random_floats(8, 21), y = random_floats(8, 22);
+  TensorImplPtr xt = kiln::from_blob(x.data(), std::vector<int64_t>{8}, DType::Float32);
+  TensorImplPtr yt = kiln::from_blob(y.data(), std::vector<int64_t>{8}, DType::Float32);
+  auto z = s.run({xt.get(), yt.get()});
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_FLOAT_EQ(z[0]->data_ptr<float>()[i], std::max(2.0f * x[i] + y[i], 0.0f));
+  }
+  // A symbol the code object does not define is a load-time error.
+  a.code[0].symbols = {"kiln_test_missing"};
+  a.instrs[0].symbol = "kiln_test_missing";
+  EXPECT_NE(error_of(a.build()).find("kiln_test_missing"), std::string::npos);
+  // A blob that is not an ELF object is rejected before dlopen.
+  a.blobs[0].second.assign(100, 0);
+  EXPECT_NE(error_of(a.build()).find("not an ELF shared object"), std::string::npos);
+}
+#endif
 
 }  // namespace
 }  // namespace kiln

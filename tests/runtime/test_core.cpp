@@ -67,9 +67,12 @@ TEST(DType, SizesNamesPromotion) {
 static double half_reference(uint16_t h) {
   const int sign = h >> 15, exp = (h >> 10) & 31, mant = h & 1023;
   double v;
-  if (exp == 0) v = std::ldexp(mant, -24);
-  else if (exp == 31) v = mant ? NAN : INFINITY;
-  else v = std::ldexp(1024 + mant, exp - 25);
+  if (exp == 0)
+    v = std::ldexp(mant, -24);
+  else if (exp == 31)
+    v = mant ? NAN : INFINITY;
+  else
+    v = std::ldexp(1024 + mant, exp - 25);
   return sign ? -v : v;
 }
 

@@ -181,6 +181,7 @@ int inspect_artifact(int argc, char** argv) {
   std::printf("weights:  %zu bytes (%.2f MiB)\n", st.weight_bytes - st.code_bytes,
               (st.weight_bytes - st.code_bytes) / 1048576.0);
   std::printf("code:     %zu bytes\n", st.code_bytes);
+  std::printf("ir:       %zu bytes of MLIR bytecode\n", m->mlir_bytecode().size());
   for (const auto& [k, v] : m->metadata()) std::printf("meta:     %s = %s\n", k.c_str(), v.c_str());
   if (a.ops) std::printf("\n%s", m->describe_plan().c_str());
   return 0;

@@ -23,6 +23,8 @@ const char* kHelp =
     "  --weights FILE    .safetensors state dict (default: random init, with a warning)\n"
     "  --num-classes N   classifier outputs (default: 1000 for resnet/mobilenet, else 10)\n"
     "  --name NAME       model name stored in the artifact (default: MODEL)\n"
+    "  --embed-ir        also store the module as MLIR bytecode (for `kiln compile`)\n"
+    "  --no-optimize     write the trace as is (no pass pipeline, no memory planning)\n"
     "  -o, --output FILE where to write the artifact (required)\n";
 
 std::shared_ptr<nn::Module> build(const std::string& name, int64_t classes, bool& tokens) {
@@ -64,6 +66,7 @@ std::vector<int64_t> parse_shape(const std::string& s) {
 int export_model(int argc, char** argv) {
   std::string model_name, weights, output, shape, name;
   int64_t classes = -1;
+  bool embed_ir = false, optimize = true;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -83,6 +86,10 @@ int export_model(int argc, char** argv) {
       classes = std::stoll(value());
     } else if (a == "--name") {
       name = value();
+    } else if (a == "--embed-ir") {
+      embed_ir = true;
+    } else if (a == "--no-optimize") {
+      optimize = false;
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "kiln export: unknown option '%s'\n\n%s", a.c_str(), kHelp);
       return 2;
@@ -120,6 +127,8 @@ int export_model(int argc, char** argv) {
   jit::SaveOptions so;
   so.name = name.empty() ? model_name : name;
   so.producer = "kiln export";
+  so.embed_mlir_bytecode = embed_ir;
+  so.optimize = optimize;
   so.input_names = {tokens ? "tokens" : "x"};
   so.output_names = {"logits"};
   so.metadata = {{"model", model_name}, {"weights", weights.empty() ? "random" : weights}};

@@ -1,8 +1,15 @@
 // kiln::jit::save: pipeline + writer glue (the writer lives in codegen, which may not see the
 // frontend; this library may see both).
+//
+// Inference functions are frozen (parameters and buffers become constants over the captured
+// tensors' memory), then run through kiln::passes' inference pipeline (batch-norm folding,
+// conv/linear epilogue fusion, elementwise fusion, ...) ending in --kiln-plan-memory; the
+// constants become the artifact's weights. Training steps keep their parameters as arguments
+// (state the session updates in place) and run the training pipeline.
 
 #include "kiln/jit/save.h"
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <stdexcept>
@@ -12,23 +19,75 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
 
 namespace kiln::jit {
+namespace {
+
+void add_memory_plan(mlir::OpPassManager& pm) {
+  pm.addNestedPass<mlir::func::FuncOp>(passes::create_plan_memory_pass());
+}
+
+// Runs `build` on `module`; returns the diagnostics on failure ("" on success).
+template <typename Build>
+std::string run_pipeline(mlir::MLIRContext& ctx, mlir::ModuleOp module, Build build) {
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic& d) {
+    diagnostics += d.str() + "\n";
+    return mlir::success();
+  });
+  mlir::PassManager pm(&ctx);
+  build(pm);
+  if (mlir::succeeded(pm.run(module))) return "";
+  return diagnostics.empty() ? std::string("the pass pipeline failed") : diagnostics;
+}
+
+}  // namespace
 
 std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& options) {
+  mlir::MLIRContext& ctx = fn.context();
   mlir::OwningOpRef<mlir::ModuleOp> module = fn.module().clone();
   auto forward = module->lookupSymbol<mlir::func::FuncOp>("forward");
   KILN_CHECK(forward, "kiln::jit::save", "the traced module has no @forward");
-  mlir::Builder b(&fn.context());
+  mlir::Builder b(&ctx);
+  const size_t num_results = forward.getFunctionType().getNumResults();
+  const bool training = !fn.mutated_captures().empty();
+  const size_t num_outputs = num_results - fn.mutated_captures().size();
   forward->setAttr("kiln.num_inputs", b.getI64IntegerAttr(static_cast<int64_t>(fn.num_inputs())));
-  if (options.optimize) {
-    // The inference pipeline: canonicalize, then plan memory (last: it annotates final values).
-    mlir::PassManager pm(&fn.context());
-    pm.addNestedPass<mlir::func::FuncOp>(passes::create_cleanup_pass());
-    pm.addNestedPass<mlir::func::FuncOp>(passes::create_plan_memory_pass());
-    KILN_CHECK(mlir::succeeded(pm.run(*module)), "kiln::jit::save", "the pass pipeline failed");
+
+  // Parameter bytes: the captured tensors, made contiguous (kept alive until written; frozen
+  // constants point at them without a copy).
+  std::vector<Tensor> keep;
+  std::map<std::string, std::span<const uint8_t>> weights;
+  passes::WeightMap frozen;
+  for (size_t k = 0; k < fn.captures().size(); ++k) {
+    Tensor t = fn.captures()[k].detach().contiguous();
+    keep.push_back(t);
+    const auto* p = static_cast<const uint8_t*>(t.impl()->data());
+    const std::string& name = fn.arg_names()[fn.num_inputs() + k];
+    weights[name] = std::span<const uint8_t>(p, t.impl()->nbytes());
+    frozen[name] = {p, t.impl()->nbytes()};
+  }
+
+  if (options.optimize && !training) {
+    forward->setAttr("kiln.num_outputs", b.getI64IntegerAttr(static_cast<int64_t>(num_outputs)));
+    KILN_CHECK(passes::freeze(*module, frozen), "kiln::jit::save",
+               "freezing the parameters failed");
+    const std::string err = run_pipeline(ctx, *module, [](mlir::OpPassManager& pm) {
+      passes::PipelineOptions po;
+      po.memory_plan = add_memory_plan;
+      passes::build_inference_pipeline(pm, po);
+    });
+    KILN_CHECK(err.empty(), "kiln::jit::save", "inference pipeline: ", err);
+  } else if (options.optimize) {
+    const std::string err = run_pipeline(ctx, *module, [](mlir::OpPassManager& pm) {
+      passes::PipelineOptions po;
+      po.memory_plan = add_memory_plan;
+      passes::build_training_pipeline(pm, po);
+    });
+    KILN_CHECK(err.empty(), "kiln::jit::save", "training pipeline: ", err);
   }
 
   codegen::ArtifactOptions o;
@@ -39,19 +98,11 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
   o.output_names = options.output_names;
   o.embed_mlir_bytecode = options.embed_mlir_bytecode;
   o.metadata = options.metadata;
-  // Parameter bytes: the captured tensors, made contiguous (kept alive until written).
-  std::vector<Tensor> keep;
-  for (size_t k = 0; k < fn.captures().size(); ++k) {
-    Tensor t = fn.captures()[k].contiguous();
-    keep.push_back(t);
-    const auto* p = static_cast<const uint8_t*>(t.impl()->data());
-    o.weights[fn.arg_names()[fn.num_inputs() + k]] =
-        std::span<const uint8_t>(p, t.impl()->nbytes());
-  }
-  const size_t num_results = forward.getFunctionType().getNumResults();
-  o.num_outputs = static_cast<int64_t>(num_results - fn.mutated_captures().size());
-  for (size_t k : fn.mutated_captures())
+  o.weights = weights;  // arguments still present (training, or optimize = false) read these
+  o.num_outputs = static_cast<int64_t>(num_outputs);
+  for (size_t k : fn.mutated_captures()) {
     o.state_args.push_back(static_cast<int64_t>(fn.num_inputs() + k));
+  }
   try {
     return codegen::write_artifact(*module, o);
   } catch (const std::runtime_error& e) {

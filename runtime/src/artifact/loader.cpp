@@ -25,6 +25,17 @@ std::string str(const flatbuffers::String* s) {
   return s ? s->str() : std::string();
 }
 
+// The FlatBuffers Verifier checks a vector's length word, not that its 8-byte elements are
+// 8-byte aligned; a builder always aligns them, so a misaligned one means a corrupt file (and
+// reading it would be undefined behaviour).
+const flatbuffers::Vector<int64_t>* aligned(const flatbuffers::Vector<int64_t>* v,
+                                            const std::string& what) {
+  // (An empty vector has no elements to read, and builders do not align it.)
+  KILN_CHECK(!v || v->size() == 0 || reinterpret_cast<uintptr_t>(v->data()) % alignof(int64_t) == 0,
+             kOp, what, ": misaligned 64-bit array");
+  return v;
+}
+
 struct Checker {
   const fb::Model& m;
   Model::Impl& out;
@@ -62,14 +73,21 @@ struct Checker {
       KILN_CHECK(dt >= 0 && dt < kNumDTypes, kOp, "slot ", i, ": unknown dtype ", dt);
       info.dtype = static_cast<DType>(dt);
       if (info.kind != SlotKind::None) {
-        const size_t rank = s->shape() ? s->shape()->size() : 0;
+        const auto* shape = aligned(s->shape(), "slot " + std::to_string(i) + " shape");
+        const size_t rank = shape ? shape->size() : 0;
         KILN_CHECK(rank <= kMaxRank, kOp, "slot ", i, ": rank ", rank, " exceeds ", kMaxRank);
         uint64_t bytes = dtype_size(info.dtype);
+        // Kernels multiply dims into strides even when another dim is 0: bound the product of
+        // the non-zero dims too, so no stride arithmetic can overflow.
+        uint64_t extent = 1;
         for (size_t d = 0; d < rank; ++d) {
-          const int64_t n = s->shape()->Get(d);
+          const int64_t n = shape->Get(d);
           KILN_CHECK(n >= 0, kOp, "slot ", i, ": negative dimension ", n);
-          KILN_CHECK(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(n), &bytes), kOp, "slot ",
-                     i, ": size overflows");
+          KILN_CHECK(
+              !__builtin_mul_overflow(bytes, static_cast<uint64_t>(n), &bytes) &&
+                  !__builtin_mul_overflow(extent, static_cast<uint64_t>(n ? n : 1), &extent) &&
+                  extent <= kMaxArenaBytes,
+              kOp, "slot ", i, ": size overflows");
           info.shape.push_back(n);
         }
         info.nbytes = bytes;
@@ -194,9 +212,42 @@ struct Checker {
       v.type = static_cast<AttrType>(kind);
       v.i = a->i();
       v.f = a->f();
-      if (a->ints()) v.ints = std::span<const int64_t>(a->ints()->data(), a->ints()->size());
+      if (const auto* ints = aligned(a->ints(), "attribute '" + std::string(v.name) + "'")) {
+        v.ints = std::span<const int64_t>(ints->data(), ints->size());
+      }
       if (a->s()) v.s = a->s()->string_view();
       values.push_back(v);
+    }
+  }
+
+  // An output may share bytes with an input only as an exact alias, and only for kernels that
+  // compute elementwise or view their input (KernelDef::inplace_ok; compiled code likewise);
+  // outputs never overlap each other.
+  void check_overlaps(const InstrInfo& info, const std::string& where) {
+    auto range = [&](int32_t s) {
+      const SlotInfo& i = out.slots[s];
+      return std::pair<uint64_t, uint64_t>(i.offset, i.offset + i.nbytes);
+    };
+    auto overlaps = [](std::pair<uint64_t, uint64_t> a, std::pair<uint64_t, uint64_t> b) {
+      return a.first < b.second && b.first < a.second;
+    };
+    const bool alias_ok = info.fn != nullptr || (info.def && info.def->inplace_ok);
+    for (size_t a = 0; a < info.outputs.size(); ++a) {
+      const auto ra = range(info.outputs[a]);
+      if (ra.first == ra.second) continue;
+      for (size_t b = a + 1; b < info.outputs.size(); ++b) {
+        KILN_CHECK(!overlaps(ra, range(info.outputs[b])), kOp, where, ": outputs ", a, " and ", b,
+                   " overlap in the arena");
+      }
+      for (int32_t in : info.inputs) {
+        if (in < 0 || out.slots[in].kind != SlotKind::Arena) continue;
+        const auto rb = range(in);
+        if (rb.first == rb.second || !overlaps(ra, rb)) continue;
+        KILN_CHECK(alias_ok && ra == rb, kOp, where, ": output slot ", info.outputs[a],
+                   " overlaps input slot ", in,
+                   alias_ok ? " without being its exact alias"
+                            : " in the arena (this kernel cannot run in place)");
+      }
     }
   }
 
@@ -272,8 +323,9 @@ struct Checker {
       for (int32_t s : info.outputs) {
         KILN_CHECK(s >= 0 && out.slots[s].kind == SlotKind::Arena, kOp, where, ": output slot ", s,
                    " is not an arena slot (weights are read-only)");
-        defined[s] = 1;
       }
+      check_overlaps(info, where);
+      for (int32_t s : info.outputs) defined[s] = 1;
       out.instrs.push_back(std::move(info));
     }
     if (!missing.empty()) {
@@ -340,6 +392,8 @@ std::unique_ptr<Model::Impl> verify_and_decode(std::unique_ptr<Mapping> file,
     void* p = const_cast<uint8_t*>(impl->blobs[info.weight].data);
     impl->weight_tensors[s] = kiln::from_blob(p, info.shape, info.dtype);
   }
+  if (m.mlir_bytecode())
+    impl->mlir_bytecode = {m.mlir_bytecode()->data(), m.mlir_bytecode()->size()};
   impl->file = std::move(file);
   return impl;
 }

@@ -44,7 +44,8 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const Registry
   auto file = std::make_unique<Mapping>();
   file->size = static_cast<size_t>(st.st_size);
   if (file->size > 0) {
-    void* p = mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* p = mmap(nullptr, file->size, PROT_READ,
+                   MAP_PRIVATE | (options.populate ? MAP_POPULATE : 0), fd, 0);
     if (p == MAP_FAILED) {
       const int err = errno;
       close(fd);
@@ -102,6 +103,9 @@ const std::vector<std::pair<std::string, std::string>>& Model::metadata() const 
 }
 uint64_t Model::arena_bytes() const {
   return impl_->arena_bytes;
+}
+std::span<const uint8_t> Model::mlir_bytecode() const {
+  return impl_->mlir_bytecode;
 }
 const ModelStats& Model::stats() const {
   return impl_->stats;

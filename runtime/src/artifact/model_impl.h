@@ -69,6 +69,7 @@ struct Model::Impl {
   std::vector<TensorImplPtr> weight_tensors;  // per slot; null unless a Weight slot
   std::vector<std::unique_ptr<CodeHandle>> code;
   uint64_t arena_bytes = 0;
+  std::span<const uint8_t> mlir_bytecode;  // into the file
   ModelStats stats;
 };
 

@@ -150,6 +150,22 @@ std::vector<TensorImplPtr> Session::run(std::span<const TensorImpl* const> input
   return out;
 }
 
+std::vector<TensorImplPtr> Session::run_named(
+    std::span<const std::pair<std::string_view, const TensorImpl*>> inputs) {
+  const Model& m = *model_;
+  std::vector<const TensorImpl*> ordered(m.inputs().size(), nullptr);
+  for (const auto& [name, t] : inputs) {
+    const int i = m.input_index(name);
+    KILN_CHECK(i >= 0, "kiln run", "the model has no input \"", name, "\"");
+    KILN_CHECK(!ordered[i], "kiln run", "input \"", name, "\" given twice");
+    ordered[i] = t;
+  }
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    KILN_CHECK(ordered[i], "kiln run", "input \"", m.inputs()[i].name, "\" is missing");
+  }
+  return run(ordered);
+}
+
 void Session::run_into(std::span<const TensorImpl* const> inputs,
                        std::span<TensorImpl* const> outputs) {
   const Model::Impl& m = model_->impl();

@@ -10,6 +10,8 @@ void register_builtin_kernels(Registry& r) {
   ops::register_shape(r);
   ops::register_nn(r);
   ops::register_reduce(r);
+  ops::register_loss(r);
+  ops::register_backward(r);
 }
 
 const Registry& builtin_registry() {

@@ -47,5 +47,7 @@ void register_elementwise(Registry& r);
 void register_shape(Registry& r);
 void register_nn(Registry& r);
 void register_reduce(Registry& r);
+void register_loss(Registry& r);
+void register_backward(Registry& r);
 
 }  // namespace kiln::rt::ops

@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "common.h"
 #include "kiln/runtime/kernels/copy.h"
@@ -145,7 +147,16 @@ void run_fill(const KernelCall& c) {
   visit_dtype(o.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* d = o.data_ptr<T>();
-    const T value = static_cast<T>(static_cast<float>(v));
+    T value{};
+    if constexpr (std::is_integral_v<T>) {
+      // Out-of-range float -> integer conversion is undefined: refuse it.
+      KILN_CHECK(v >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
+                     v <= static_cast<double>(std::numeric_limits<T>::max()),
+                 "fill", "value ", v, " does not fit ", dtype_short_name(o.dtype()));
+      value = static_cast<T>(v);
+    } else {
+      value = static_cast<T>(static_cast<float>(v));
+    }
     for (int64_t i = 0; i < o.numel(); ++i) d[i] = value;
   });
 }
@@ -159,18 +170,19 @@ constexpr AttrSpec kFill[] = {{"value", AttrType::Float}};
 }  // namespace
 
 void register_elementwise(Registry& r) {
-  for (const UnaryEntry& e : kUnary) r.add({e.name, 1, 1, 1, {}, decode_unary, run_unary});
-  r.add({"gelu", 1, 1, 1, kGelu, decode_unary, run_unary});
-  r.add({"leaky_relu", 1, 1, 1, kLeaky, decode_unary, run_unary});
-  for (const BinaryEntry& e : kBinary) r.add({e.name, 2, 2, 1, kAlpha, decode_binary, run_binary});
-  r.add({"logical_not", 1, 1, 1, {}, nullptr, run_logical_not});
-  r.add({"clamp", 1, 1, 1, kClamp, decode_clamp, run_clamp});
-  r.add({"where", 3, 3, 1, {}, nullptr, run_where});
-  r.add({"to", 1, 1, 1, {}, nullptr, run_copy});
-  r.add({"clone", 1, 1, 1, {}, nullptr, run_copy});
-  r.add({"contiguous", 1, 1, 1, {}, nullptr, run_copy});
-  r.add({"copy", 2, 2, 1, {}, nullptr, run_copy});
-  r.add({"fill", 1, 1, 1, kFill, decode_fill, run_fill});
+  for (const UnaryEntry& e : kUnary) r.add({e.name, 1, 1, 1, {}, decode_unary, run_unary, 0, true});
+  r.add({"gelu", 1, 1, 1, kGelu, decode_unary, run_unary, 0, true});
+  r.add({"leaky_relu", 1, 1, 1, kLeaky, decode_unary, run_unary, 0, true});
+  for (const BinaryEntry& e : kBinary)
+    r.add({e.name, 2, 2, 1, kAlpha, decode_binary, run_binary, 0, true});
+  r.add({"logical_not", 1, 1, 1, {}, nullptr, run_logical_not, 0, true});
+  r.add({"clamp", 1, 1, 1, kClamp, decode_clamp, run_clamp, 0, true});
+  r.add({"where", 3, 3, 1, {}, nullptr, run_where, 0, true});
+  r.add({"to", 1, 1, 1, {}, nullptr, run_copy, 0, true});
+  r.add({"clone", 1, 1, 1, {}, nullptr, run_copy, 0, true});
+  r.add({"contiguous", 1, 1, 1, {}, nullptr, run_copy, 0, true});
+  r.add({"copy", 2, 2, 1, {}, nullptr, run_copy, 0, true});
+  r.add({"fill", 1, 1, 1, kFill, decode_fill, run_fill, 0, true});
 }
 
 }  // namespace kiln::rt::ops

@@ -17,12 +17,16 @@ namespace {
 void copy_view(std::string_view op, const TensorImpl& x, const Dims& sizes, const Dims& strides,
                int64_t offset, TensorImpl& o) {
   int64_t lo = offset, hi = offset;
-  bool empty = false;
+  bool empty = false, overflow = false;
   for (size_t d = 0; d < sizes.size(); ++d) {
+    KILN_CHECK(sizes[d] >= 0, op, "negative size ", sizes[d]);
     if (sizes[d] == 0) empty = true;
-    const int64_t span = (sizes[d] - 1) * strides[d];
-    (strides[d] < 0 ? lo : hi) += span;
+    int64_t span = 0;
+    overflow |= __builtin_mul_overflow(sizes[d] ? sizes[d] - 1 : 0, strides[d], &span);
+    int64_t& edge = strides[d] < 0 ? lo : hi;
+    overflow |= __builtin_add_overflow(edge, span, &edge);
   }
+  KILN_CHECK(!overflow, op, "view extent overflows");
   KILN_CHECK(empty || (lo >= 0 && hi < x.numel()), op, "view reads elements [", lo, ", ", hi,
              "] of an input with ", x.numel(), " elements");
   TensorImpl v = view_of(x, sizes, strides, x.storage_offset() + offset);
@@ -207,11 +211,11 @@ constexpr AttrSpec kPad[] = {
 }  // namespace
 
 void register_shape(Registry& r) {
-  r.add({"view", 1, 1, 1, kShape, nullptr, run_reshape});
-  r.add({"reshape", 1, 1, 1, kShape, nullptr, run_reshape});
-  r.add({"flatten", 1, 1, 1, {}, nullptr, run_reshape});
-  r.add({"squeeze", 1, 1, 1, {}, nullptr, run_reshape});
-  r.add({"unsqueeze", 1, 1, 1, {}, nullptr, run_reshape});
+  r.add({"view", 1, 1, 1, kShape, nullptr, run_reshape, 0, true});
+  r.add({"reshape", 1, 1, 1, kShape, nullptr, run_reshape, 0, true});
+  r.add({"flatten", 1, 1, 1, {}, nullptr, run_reshape, 0, true});
+  r.add({"squeeze", 1, 1, 1, {}, nullptr, run_reshape, 0, true});
+  r.add({"unsqueeze", 1, 1, 1, {}, nullptr, run_reshape, 0, true});
   r.add({"transpose", 1, 1, 1, kTranspose, decode_transpose, run_transpose});
   r.add({"permute", 1, 1, 1, kPermute, decode_dims, run_permute});
   r.add({"expand", 1, 1, 1, kShape, nullptr, run_expand});

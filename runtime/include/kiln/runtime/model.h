@@ -37,6 +37,9 @@ struct TensorSpec {
 struct LoadOptions {
   // Skip the target triple / CPU feature check (tools that only inspect a foreign artifact).
   bool allow_foreign_target = false;
+  // Map the file with MAP_POPULATE: page-table entries for the weights are made at load, so the
+  // first run does not pay a page fault per 4 KiB of weights (see bench/artifact.cpp).
+  bool populate = true;
 };
 
 // What `kiln inspect` shows; filled from the verified file.
@@ -72,6 +75,8 @@ class Model {
   const std::vector<TensorSpec>& inputs() const;
   const std::vector<TensorSpec>& outputs() const;
   const std::vector<std::pair<std::string, std::string>>& metadata() const;
+  // The module's MLIR bytecode when the writer embedded it (for re-compilation), else empty.
+  std::span<const uint8_t> mlir_bytecode() const;
   uint64_t arena_bytes() const;
   const ModelStats& stats() const;
   // Index of the named input/output, or -1.
@@ -100,6 +105,9 @@ class Session {
   std::vector<TensorImplPtr> run(std::initializer_list<const TensorImpl*> inputs) {
     return run(std::span<const TensorImpl* const>(inputs.begin(), inputs.size()));
   }
+  // Inputs by name (any order); every input must be given exactly once.
+  std::vector<TensorImplPtr> run_named(
+      std::span<const std::pair<std::string_view, const TensorImpl*>> inputs);
   // Same, writing into caller-provided outputs of the declared shapes and dtypes.
   void run_into(std::span<const TensorImpl* const> inputs, std::span<TensorImpl* const> outputs);
 

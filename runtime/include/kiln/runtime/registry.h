@@ -88,6 +88,11 @@ struct KernelDef {
   void (*run)(const KernelCall&) = nullptr;
   // Bit i set: input i may be absent (slot -1, passed as nullptr). Others must be present.
   uint32_t optional_inputs = 0;
+  // An output may occupy exactly the bytes of an input (elementwise kernels computing in place,
+  // views aliasing their input). Any other overlap between an instruction's operands is refused
+  // at load: a kernel that checks its inputs (indices, shapes) and then overwrites them while
+  // reading would read out of bounds.
+  bool inplace_ok = false;
 };
 
 class Registry {

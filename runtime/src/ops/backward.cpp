@@ -1,0 +1,132 @@
+// Registry entries of the gradient ops a traced training step of a conv net records
+// (conv2d_backward, pooling backward, batch_norm_backward, batch_norm_update_stats), so training
+// steps of conv nets run as artifacts on the same kernels as eager backward.
+//
+// batch_norm_backward in training mode and batch_norm_update_stats recompute the batch statistics
+// with the forward kernel, which needs per-call temporaries (allocated from the caching
+// allocator): the only kernels here that allocate on the hot path.
+
+#include "common.h"
+#include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/norm.h"
+#include "kiln/runtime/kernels/pool.h"
+
+namespace kiln::rt::ops {
+namespace {
+
+struct ConvParams : KernelParams {
+  kernels::Conv2dParams p;
+};
+std::unique_ptr<KernelParams> decode_conv2d_backward(const AttrMap& a) {
+  auto p = std::make_unique<ConvParams>();
+  auto s = a.ints("stride", 2), pad = a.ints("padding", 2), d = a.ints("dilation", 2);
+  p->p = {s[0], s[1], pad[0], pad[1], d[0], d[1], a.i("groups")};
+  return p;
+}
+// Operands (grad, input, weight) -> (grad_input, grad_weight, grad_bias).
+void run_conv2d_backward(const KernelCall& c) {
+  kernels::conv2d_backward_out(in(c, 0), in(c, 1), in(c, 2), params<ConvParams>(c).p, c.outputs[0],
+                               c.outputs[1], c.outputs[2]);
+}
+
+void run_max_pool2d_backward(const KernelCall& c) {
+  kernels::max_pool2d_backward_out(in(c, 0), in(c, 1), out(c));
+}
+
+struct PoolParams : KernelParams {
+  kernels::Pool2dParams p;
+};
+std::unique_ptr<KernelParams> decode_avg_pool2d_backward(const AttrMap& a) {
+  auto p = std::make_unique<PoolParams>();
+  auto k = a.ints("kernel", 2), s = a.ints("stride", 2), pad = a.ints("padding", 2);
+  p->p.kernel_h = k[0];
+  p->p.kernel_w = k[1];
+  p->p.stride_h = s[0];
+  p->p.stride_w = s[1];
+  p->p.pad_h = pad[0];
+  p->p.pad_w = pad[1];
+  p->p.ceil_mode = a.b("ceil_mode");
+  p->p.count_include_pad = a.b("count_include_pad", true);
+  return p;
+}
+void run_avg_pool2d_backward(const KernelCall& c) {
+  kernels::avg_pool2d_backward_out(in(c, 0), params<PoolParams>(c).p, out(c));
+}
+void run_adaptive_avg_pool2d_backward(const KernelCall& c) {
+  kernels::adaptive_avg_pool2d_backward_out(in(c, 0), out(c));
+}
+
+std::unique_ptr<KernelParams> decode_bn_backward(const AttrMap& a) {
+  auto p = std::make_unique<FloatParams>();
+  p->v[0] = a.f("eps");
+  p->k = a.b("training") ? 1 : 0;
+  return p;
+}
+// Operands (grad, input, weight?, running_mean?, running_var?) -> (grad_input, grad_weight,
+// grad_bias).
+void run_batch_norm_backward(const KernelCall& c) {
+  const auto& p = params<FloatParams>(c);
+  const bool training = p.k != 0;
+  const TensorImpl& x = in(c, 1);
+  TensorImplPtr mean, invstd;
+  if (training) {  // the forward's batch statistics, recomputed by the forward kernel
+    KILN_CHECK(x.dim() >= 2, "batch_norm_backward", "expected input of rank >= 2, got ",
+               describe(x));
+    const DType st = x.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
+    const int64_t C = x.sizes()[1];
+    mean = kiln::empty(std::vector<int64_t>{C}, st);
+    invstd = kiln::empty(std::vector<int64_t>{C}, st);
+    TensorImplPtr scratch = kiln::empty(x.sizes(), x.dtype());
+    kernels::batch_norm_out(x, nullptr, nullptr, nullptr, nullptr, true, 0.0, p.v[0], *scratch,
+                            mean.get(), invstd.get());
+  }
+  kernels::batch_norm_backward_out(in(c, 0), x, opt_in(c, 2), opt_in(c, 3), opt_in(c, 4),
+                                   mean.get(), invstd.get(), training, p.v[0], c.outputs[0],
+                                   c.outputs[1], c.outputs[2]);
+}
+
+std::unique_ptr<KernelParams> decode_momentum(const AttrMap& a) {
+  auto p = std::make_unique<FloatParams>();
+  p->v[0] = a.f("momentum");
+  return p;
+}
+// (input, running_mean, running_var) -> (new mean, new var): the eager kernel's update, into the
+// outputs (eps as eager's default, which the update does not use).
+void run_batch_norm_update_stats(const KernelCall& c) {
+  TensorImpl& rm = out(c, 0);
+  TensorImpl& rv = out(c, 1);
+  kernels::copy_(rm, in(c, 1));
+  kernels::copy_(rv, in(c, 2));
+  TensorImplPtr scratch = kiln::empty(in(c, 0).sizes(), in(c, 0).dtype());
+  kernels::batch_norm_out(in(c, 0), nullptr, nullptr, &rm, &rv, true, params<FloatParams>(c).v[0],
+                          1e-5, *scratch, nullptr, nullptr);
+}
+
+constexpr AttrSpec kConv2d[] = {{"stride", AttrType::Ints},
+                                {"padding", AttrType::Ints},
+                                {"dilation", AttrType::Ints},
+                                {"groups", AttrType::Int}};
+constexpr AttrSpec kAvgPool[] = {{"kernel", AttrType::Ints},
+                                 {"stride", AttrType::Ints},
+                                 {"padding", AttrType::Ints},
+                                 {"ceil_mode", AttrType::Bool, false},
+                                 {"count_include_pad", AttrType::Bool, false}};
+constexpr AttrSpec kBnBackward[] = {{"training", AttrType::Bool, false}, {"eps", AttrType::Float}};
+constexpr AttrSpec kMomentum[] = {{"momentum", AttrType::Float}};
+
+}  // namespace
+
+void register_backward(Registry& r) {
+  r.add({"conv2d_backward", 3, 3, 3, kConv2d, decode_conv2d_backward, run_conv2d_backward});
+  r.add({"max_pool2d_backward", 2, 2, 1, {}, nullptr, run_max_pool2d_backward});
+  r.add({"avg_pool2d_backward", 1, 1, 1, kAvgPool, decode_avg_pool2d_backward,
+         run_avg_pool2d_backward});
+  r.add({"adaptive_avg_pool2d_backward", 1, 1, 1, {}, nullptr, run_adaptive_avg_pool2d_backward});
+  r.add({"batch_norm_backward", 5, 5, 3, kBnBackward, decode_bn_backward, run_batch_norm_backward,
+         0b11100});
+  r.add({"batch_norm_update_stats", 3, 3, 2, kMomentum, decode_momentum,
+         run_batch_norm_update_stats});
+}
+
+}  // namespace kiln::rt::ops

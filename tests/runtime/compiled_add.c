@@ -1,0 +1,9 @@
+/* A stand-in for codegen output: a compiled function with the artifact ABI
+ * `void symbol(void* const* operand_data)` (inputs, then outputs; shapes fixed at compile time).
+ * Built as a shared object and embedded in a hand-built artifact by test_artifact.cpp. */
+void kiln_test_axpb(void* const* operands) {
+  const float* x = (const float*)operands[0];
+  const float* y = (const float*)operands[1];
+  float* out = (float*)operands[2];
+  for (int i = 0; i < 8; ++i) out[i] = 2.0f * x[i] + y[i];
+}
