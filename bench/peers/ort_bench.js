@@ -5,7 +5,8 @@
 //   NODE_PATH=/tmp/ortnode/node_modules node ort_bench.js MODEL.onnx MODEL_NAME BATCH [ITERS] [WARMUP]
 // prints one line: RESULT ort <model> <batch> <median_ms> <min_ms> <n>
 // Session: intraOpNumThreads=THREADS (default 2), interOpNumThreads=1, graphOptimizationLevel 'all',
-// sequential execution.
+// sequential execution, and intra-op spinning off (ORT_SPIN=1 turns it back on): spin-waiting
+// doubles ORT's median on this shared 2-core machine.
 const ort = require('onnxruntime-node');
 
 async function main() {
@@ -23,6 +24,7 @@ async function main() {
     interOpNumThreads: 1,
     graphOptimizationLevel: 'all',
     executionMode: 'sequential',
+    ...((process.env.ORT_SPIN || '0') === '0' ? {extra: {session: {intra_op: {allow_spinning: '0'}}}} : {}),
   });
   const n = batch * 3 * 224 * 224;
   const data = new Float32Array(n);
