@@ -77,6 +77,14 @@ TEST(SaveNoAlloc, MlpRunIntoAllocatesNothing) {
 }
 
 TEST(SaveNoAlloc, ConvNetTakesNoMemoryFromTheSystem) {
+  // One thread: with several, which worker runs which chunk (and so which per-thread scratch
+  // block is first needed) depends on scheduling, and a loaded machine made this flaky.
+  const int threads = num_threads();
+  set_num_threads(1);
+  struct Restore {
+    int n;
+    ~Restore() { set_num_threads(n); }
+  } restore{threads};
   manual_seed(10);
   auto m = models::lenet();
   Tensor x = randn({2, 1, 28, 28}), y = zeros({2, 10});
