@@ -15,13 +15,9 @@
 namespace kiln::rt::ops {
 namespace {
 
-struct ConvParams : KernelParams {
-  kernels::Conv2dParams p;
-};
 std::unique_ptr<KernelParams> decode_conv2d_backward(const AttrMap& a) {
   auto p = std::make_unique<ConvParams>();
-  auto s = a.ints("stride", 2), pad = a.ints("padding", 2), d = a.ints("dilation", 2);
-  p->p = {s[0], s[1], pad[0], pad[1], d[0], d[1], a.i("groups")};
+  p->p = conv2d_params(a);
   return p;
 }
 // Operands (grad, input, weight) -> (grad_input, grad_weight, grad_bias).
@@ -34,20 +30,9 @@ void run_max_pool2d_backward(const KernelCall& c) {
   kernels::max_pool2d_backward_out(in(c, 0), in(c, 1), out(c));
 }
 
-struct PoolParams : KernelParams {
-  kernels::Pool2dParams p;
-};
 std::unique_ptr<KernelParams> decode_avg_pool2d_backward(const AttrMap& a) {
   auto p = std::make_unique<PoolParams>();
-  auto k = a.ints("kernel", 2), s = a.ints("stride", 2), pad = a.ints("padding", 2);
-  p->p.kernel_h = k[0];
-  p->p.kernel_w = k[1];
-  p->p.stride_h = s[0];
-  p->p.stride_w = s[1];
-  p->p.pad_h = pad[0];
-  p->p.pad_w = pad[1];
-  p->p.ceil_mode = a.b("ceil_mode");
-  p->p.count_include_pad = a.b("count_include_pad", true);
+  p->p = pool2d_params(a);
   return p;
 }
 void run_avg_pool2d_backward(const KernelCall& c) {

@@ -4,6 +4,8 @@
 
 #include <memory>
 
+#include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/registry.h"
 
 namespace kiln::rt::ops {
@@ -42,6 +44,19 @@ struct DimsParams : KernelParams {
 inline TensorImpl view_of(const TensorImpl& base, Dims sizes, Dims strides, int64_t offset) {
   return TensorImpl(base.storage(), std::move(sizes), std::move(strides), offset, base.dtype());
 }
+
+// Attribute decoders shared by forward and backward entries (defined in nn.cpp).
+// conv2d*: stride, padding, dilation, groups.
+kernels::Conv2dParams conv2d_params(const AttrMap& a);
+// max_pool2d: kernel, stride, padding, dilation, ceil_mode; avg_pool2d(_backward): kernel, stride,
+// padding, ceil_mode, count_include_pad.
+kernels::Pool2dParams pool2d_params(const AttrMap& a);
+struct ConvParams : KernelParams {
+  kernels::Conv2dParams p;
+};
+struct PoolParams : KernelParams {
+  kernels::Pool2dParams p;
+};
 
 void register_elementwise(Registry& r);
 void register_shape(Registry& r);

@@ -34,19 +34,17 @@ Fusion decode_fusion(const AttrMap& a) {
   return f;
 }
 
-struct ConvParams : KernelParams {
-  kernels::Conv2dParams p;
+struct FusedConvParams : ConvParams {
   Fusion fusion;
 };
 std::unique_ptr<KernelParams> decode_conv2d(const AttrMap& a) {
-  auto p = std::make_unique<ConvParams>();
-  auto s = a.ints("stride", 2), pad = a.ints("padding", 2), d = a.ints("dilation", 2);
-  p->p = {s[0], s[1], pad[0], pad[1], d[0], d[1], a.i("groups")};
+  auto p = std::make_unique<FusedConvParams>();
+  p->p = conv2d_params(a);
   if (a.op() == "conv2d_fused") p->fusion = decode_fusion(a);
   return p;
 }
 void run_conv2d(const KernelCall& c) {
-  const auto& p = params<ConvParams>(c);
+  const auto& p = params<FusedConvParams>(c);
   kernels::ConvEpilogue ep;
   ep.residual = opt_in(c, 3);
   ep.activation = p.fusion.activation;
@@ -166,26 +164,9 @@ void run_matmul(const KernelCall& c) {
   kernels::matmul_out(in(c, 0), in(c, 1), out(c));
 }
 
-struct PoolParams : KernelParams {
-  kernels::Pool2dParams p;
-};
 std::unique_ptr<KernelParams> decode_pool(const AttrMap& a) {
   auto p = std::make_unique<PoolParams>();
-  auto k = a.ints("kernel", 2), s = a.ints("stride", 2), pad = a.ints("padding", 2);
-  p->p.kernel_h = k[0];
-  p->p.kernel_w = k[1];
-  p->p.stride_h = s[0];
-  p->p.stride_w = s[1];
-  p->p.pad_h = pad[0];
-  p->p.pad_w = pad[1];
-  if (a.op() == "max_pool2d") {
-    auto d = a.ints("dilation", 2);
-    p->p.dilation_h = d[0];
-    p->p.dilation_w = d[1];
-  } else {
-    p->p.count_include_pad = a.b("count_include_pad", true);
-  }
-  p->p.ceil_mode = a.b("ceil_mode");
+  p->p = pool2d_params(a);
   return p;
 }
 void run_max_pool2d(const KernelCall& c) {
@@ -302,6 +283,31 @@ constexpr AttrSpec kP[] = {{"p", AttrType::Float}};
 constexpr AttrSpec kDim[] = {{"dim", AttrType::Int}};
 
 }  // namespace
+
+kernels::Conv2dParams conv2d_params(const AttrMap& a) {
+  auto s = a.ints("stride", 2), pad = a.ints("padding", 2), d = a.ints("dilation", 2);
+  return {s[0], s[1], pad[0], pad[1], d[0], d[1], a.i("groups")};
+}
+
+kernels::Pool2dParams pool2d_params(const AttrMap& a) {
+  kernels::Pool2dParams p;
+  auto k = a.ints("kernel", 2), s = a.ints("stride", 2), pad = a.ints("padding", 2);
+  p.kernel_h = k[0];
+  p.kernel_w = k[1];
+  p.stride_h = s[0];
+  p.stride_w = s[1];
+  p.pad_h = pad[0];
+  p.pad_w = pad[1];
+  if (a.op() == "max_pool2d") {
+    auto d = a.ints("dilation", 2);
+    p.dilation_h = d[0];
+    p.dilation_w = d[1];
+  } else {
+    p.count_include_pad = a.b("count_include_pad", true);
+  }
+  p.ceil_mode = a.b("ceil_mode");
+  return p;
+}
 
 void register_nn(Registry& r) {
   r.add({"conv2d", 3, 3, 1, kConv2d, decode_conv2d, run_conv2d, 0b100});
