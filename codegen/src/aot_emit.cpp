@@ -5,12 +5,11 @@
 #include <string>
 
 #include "kiln/codegen/aot.h"
+#include "kiln/codegen/lower.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/MC/TargetRegistry.h"
-#include "llvm/Passes/OptimizationLevel.h"
-#include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/CodeGen.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
@@ -47,26 +46,6 @@ llvm::CodeGenOptLevel codegen_level(int opt_level) {
     default:
       return llvm::CodeGenOptLevel::Aggressive;
   }
-}
-
-void optimize(llvm::Module& module, llvm::TargetMachine& tm, int opt_level) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PipelineTuningOptions tuning;
-  tuning.LoopVectorization = opt_level >= 2;
-  tuning.SLPVectorization = opt_level >= 2;
-  llvm::PassBuilder pb(&tm, tuning);
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  const llvm::OptimizationLevel level = opt_level == 1   ? llvm::OptimizationLevel::O1
-                                        : opt_level == 2 ? llvm::OptimizationLevel::O2
-                                                         : llvm::OptimizationLevel::O3;
-  pb.buildPerModuleDefaultPipeline(level).run(module, mam);
 }
 
 }  // namespace
@@ -122,7 +101,7 @@ std::unique_ptr<llvm::TargetMachine> create_target_machine(const Target& target,
 std::string emit_object(llvm::Module& module, llvm::TargetMachine& tm, int opt_level) {
   module.setTargetTriple(tm.getTargetTriple().str());
   module.setDataLayout(tm.createDataLayout());
-  if (opt_level > 0) optimize(module, tm, opt_level);
+  if (opt_level > 0) optimize_llvm_module(module, tm, opt_level);  // the JIT's O-level pipeline
   llvm::SmallVector<char, 0> buffer;
   llvm::raw_svector_ostream os(buffer);
   llvm::legacy::PassManager pm;
