@@ -207,29 +207,14 @@ Tensor linear_fused(const TensorList& x, const Attrs& a, mlir::Operation* op) {
 const std::unordered_map<std::string, Kernel>& kernels();
 
 // kiln.fused: the body runs op by op on the region's arguments, exactly as if inlined.
+using Env = llvm::DenseMap<mlir::Value, Tensor>;
+TensorList run_block(mlir::Block& block, Env& env);
+
 TensorList run_fused(const TensorList& x, mlir::Operation* op) {
   mlir::Block& body = op->getRegion(0).front();
-  llvm::DenseMap<mlir::Value, Tensor> env;
+  Env env;  // isolated from above: the body sees only its arguments
   for (unsigned i = 0; i < body.getNumArguments(); ++i) env[body.getArgument(i)] = x[i];
-  for (mlir::Operation& inner : body) {
-    const std::string name = inner.getName().getStringRef().str();
-    if (name == "kiln.yield") {
-      TensorList out;
-      for (mlir::Value v : inner.getOperands()) out.push_back(env[v]);
-      return out;
-    }
-    if (name == "kiln.constant") {
-      env[inner.getResult(0)] = constant_value(&inner);
-      continue;
-    }
-    auto it = kernels().find(name);
-    KILN_CHECK(it != kernels().end(), "kiln.fused", "no interpreter kernel for op '", name, "'");
-    TensorList inputs;
-    for (mlir::Value v : inner.getOperands()) inputs.push_back(env[v]);
-    TensorList results = it->second(inputs, Attrs{&inner}, &inner);
-    for (unsigned i = 0; i < inner.getNumResults(); ++i) env[inner.getResult(i)] = results[i];
-  }
-  fail("kiln.fused", "the body has no kiln.yield");
+  return run_block(body, env);
 }
 
 Reduction reduction(const Attrs& a) {
@@ -585,10 +570,6 @@ const std::unordered_map<std::string, Kernel>& kernels() {
   return table;
 }
 
-using Env = llvm::DenseMap<mlir::Value, Tensor>;
-
-TensorList run_block(mlir::Block& block, Env& env);
-
 // Scalars of the upstream dialects (index, i64, i1 from arith/tensor ops) live in the
 // environment as 0-dim tensors, like everything else.
 int64_t scalar_int(const Env& env, mlir::Value v) {
@@ -655,7 +636,9 @@ bool run_upstream_op(mlir::Operation& op, Env& env) {
 TensorList run_block(mlir::Block& block, Env& env) {
   for (mlir::Operation& op : block) {
     const std::string name = op.getName().getStringRef().str();
-    if (name == "func.return" || name == "scf.yield") return values_of(env, op.getOperands());
+    if (name == "func.return" || name == "scf.yield" || name == "kiln.yield") {
+      return values_of(env, op.getOperands());
+    }
     if (name == "kiln.none") {
       env[op.getResult(0)] = Tensor();
       continue;

@@ -2,6 +2,7 @@
 // dialect op, keyed by the identity of the tensors flowing between them.
 
 #include <cstdio>
+#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -406,14 +407,17 @@ class Tracer final : public dispatch::TraceHook {
     return v;
   }
 
+  // Every element bit-identical to the first (compared as raw bytes: no conversion or copy of a
+  // contiguous capture, which may be a large weight).
   static bool is_splat(const Tensor& t) {
     if (t.numel() == 0) return false;
-    Tensor d = t.detach().to(DType::Float64).contiguous();
-    const double* p = d.data_ptr<double>();
-    for (int64_t i = 1; i < d.numel(); ++i) {
-      if (p[i] != p[0] || std::signbit(p[i]) != std::signbit(p[0])) return false;
+    const Tensor c = t.detach().contiguous();
+    const auto* p = static_cast<const uint8_t*>(c.data());
+    const size_t size = c.element_size();
+    for (int64_t i = 1; i < c.numel(); ++i) {
+      if (std::memcmp(p + i * size, p, size) != 0) return false;
     }
-    return !std::isnan(p[0]);
+    return true;
   }
 
   mlir::Value constant(const Tensor& t) {
