@@ -768,6 +768,18 @@ Dims conv2d_output_shape(std::span<const int64_t> input, std::span<const int64_t
   return Dims{g.N, g.O, g.Ho, g.Wo};
 }
 
+PreparedConv2dWeightPtr prepare_conv2d_weight(const TensorImpl& weight, const Conv2dParams& p,
+                                              std::span<const int64_t> input_sizes) {
+  make_geom("conv2d", input_sizes, weight.sizes(), p);
+  return nullptr;  // TODO(prepack): GEMM-packed / Winograd-transformed weights
+}
+
+void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                const Conv2dParams& p, TensorImpl& out, const ConvEpilogue& ep,
+                const PreparedConv2dWeight* /*prepared*/) {
+  conv2d_out(input, weight, bias, p, out, ep);
+}
+
 void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
                 const Conv2dParams& p, TensorImpl& out, const ConvEpilogue& ep) {
   constexpr std::string_view op = "conv2d";

@@ -11,6 +11,7 @@
 // All tensors may be non-contiguous; outputs are written in place whatever their strides.
 
 #include <cstdint>
+#include <memory>
 
 #include "kiln/runtime/kernels/gemm.h"
 #include "kiln/runtime/tensor.h"
@@ -43,6 +44,30 @@ Dims conv2d_output_shape(std::span<const int64_t> input, std::span<const int64_t
 // out = conv2d(input, weight) + bias (bias may be null) with the fused epilogue.
 void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
                 const Conv2dParams& p, TensorImpl& out, const ConvEpilogue& epilogue = {});
+
+// A conv2d weight prepared once for repeated forward calls with that same weight (the constant
+// weights of artifacts and compiled code): packed for the GEMM microkernel in use, or transformed
+// for a fast algorithm (Winograd). Immutable once built, so threads and sessions share one.
+class PreparedConv2dWeight {
+ public:
+  virtual ~PreparedConv2dWeight() = default;
+  // Bytes it holds (reported by the artifact runtime's memory statistics).
+  virtual size_t nbytes() const = 0;
+};
+using PreparedConv2dWeightPtr = std::shared_ptr<const PreparedConv2dWeight>;
+
+// Prepares float32 `weight` for inputs of `input_sizes` ([N, C, H, W]; N may differ at run time).
+// Returns nullptr when nothing can be gained (other dtypes, depthwise convs, ...). Throws
+// kiln::Error on inconsistent shapes, as conv2d_out would.
+PreparedConv2dWeightPtr prepare_conv2d_weight(const TensorImpl& weight, const Conv2dParams& p,
+                                              std::span<const int64_t> input_sizes);
+
+// conv2d_out with a weight prepared from exactly `weight`'s current values (the caller's
+// promise: only shapes are checked). `prepared` may be null; one that does not fit this call
+// (other input sizes, or the GEMM ISA changed since) is ignored.
+void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                const Conv2dParams& p, TensorImpl& out, const ConvEpilogue& epilogue,
+                const PreparedConv2dWeight* prepared);
 
 // Gradients of conv2d (without epilogue) given grad_output [N, C_out, H_out, W_out]. Any of the
 // outputs may be null (not needed). grad_input has input's shape, grad_weight weight's shape,
