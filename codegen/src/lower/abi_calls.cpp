@@ -77,6 +77,13 @@ const llvm::StringMap<std::vector<const char*>>& abi_ops() {
 }
 }  // namespace
 
+// Convolutions whose weight is a frozen constant call the runtime's *_prepared entry points.
+bool Lowering::has_constant_weight(mlir::Operation* op, llvm::StringRef name) {
+  if (name != "conv2d" && name != "conv2d_fused") return false;
+  mlir::Operation* def = op->getOperand(1).getDefiningOp();
+  return def && def->getName().getStringRef() == "kiln.constant" && !splat_value(op->getOperand(1));
+}
+
 bool Lowering::emit_abi_call(mlir::Operation* op) {
   llvm::StringRef name = op->getName().getStringRef();
   if (!name.consume_front("kiln.")) return false;
@@ -156,10 +163,28 @@ bool Lowering::emit_abi_call(mlir::Operation* op) {
     builder_.create<LLVM::StoreOp>(loc_, present[k] ? tensors[k].base : null, gep);
   }
   mlir::Value desc_ptr = builder_.create<LLVM::AddressOfOp>(loc_, ptr, desc_name);
-  const std::string fn = ("kiln_abi_" + name).str();
-  declare(fn, builder_.getFunctionType({ptr, ptr}, {}));
-  auto call = builder_.create<mlir::func::CallOp>(loc_, fn, mlir::TypeRange{},
-                                                  mlir::ValueRange{data, desc_ptr});
+  mlir::func::CallOp call;
+  if (has_constant_weight(op, name)) {
+    // The runtime prepares the weight on the first call and keeps it in a slot of this call site.
+    const std::string slot_name = "kiln_prepared_" + std::to_string(num_descs_ - 1);
+    {
+      mlir::OpBuilder::InsertionGuard guard(builder_);
+      builder_.setInsertionPointToStart(module_.getBody());
+      builder_.create<LLVM::GlobalOp>(loc_, builder_.getI64Type(), /*isConstant=*/false,
+                                      LLVM::Linkage::Internal, slot_name,
+                                      builder_.getI64IntegerAttr(0), /*alignment=*/8);
+    }
+    mlir::Value slot = builder_.create<LLVM::AddressOfOp>(loc_, ptr, slot_name);
+    const std::string fn = ("kiln_abi_" + name + "_prepared").str();
+    declare(fn, builder_.getFunctionType({ptr, ptr, ptr}, {}));
+    call = builder_.create<mlir::func::CallOp>(loc_, fn, mlir::TypeRange{},
+                                               mlir::ValueRange{data, desc_ptr, slot});
+  } else {
+    const std::string fn = ("kiln_abi_" + name).str();
+    declare(fn, builder_.getFunctionType({ptr, ptr}, {}));
+    call = builder_.create<mlir::func::CallOp>(loc_, fn, mlir::TypeRange{},
+                                               mlir::ValueRange{data, desc_ptr});
+  }
   for (size_t k = 0; k < tensors.size(); ++k) {
     if (present[k]) note_use(tensors[k].base, call);
   }

@@ -75,6 +75,7 @@ class Lowering {
   void emit_kernel(mlir::Value root, const View& dest);
   // Emits a runtime call for op (false if the op is not an ABI op).
   bool emit_abi_call(mlir::Operation* op);
+  bool has_constant_weight(mlir::Operation* op, llvm::StringRef name);
   void error(mlir::Operation* op, const std::string& message);
   // Per-module counters: symbol names are deterministic for a given module.
   int next_kernel_id() { return num_kernels_++; }

@@ -1,5 +1,7 @@
 // kiln_abi_* wrappers for linear algebra, convolution, pooling, normalization and embedding.
 
+#include <atomic>
+
 #include "decode.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/linalg.h"
@@ -90,6 +92,52 @@ KILN_ABI_OP(conv2d_fused, {
   ConvEpilogue e = conv_epilogue(a, a.opt(3));
   conv2d_out(a.t(0), a.t(1), a.opt(2), p, a.t(4), e);
 })
+
+namespace {
+
+// The slot generated code keeps per call site: null until the first call stores a heap-held
+// pointer to the prepared weight (or to nullptr when preparing gains nothing). Several threads
+// may make the first call at once: one prepared weight wins, the others are dropped.
+struct PreparedSlot {
+  PreparedConv2dWeightPtr weight;
+};
+
+const PreparedConv2dWeight* prepared_weight(void** slot, const TensorImpl& x, const TensorImpl& w,
+                                            const Conv2dParams& p) {
+  std::atomic_ref<void*> ref(*slot);
+  void* held = ref.load(std::memory_order_acquire);
+  if (held == nullptr) {
+    auto* fresh = new PreparedSlot{prepare_conv2d_weight(w, p, x.sizes())};
+    void* expected = nullptr;
+    if (ref.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) {
+      held = fresh;
+    } else {
+      delete fresh;
+      held = expected;
+    }
+  }
+  return static_cast<PreparedSlot*>(held)->weight.get();
+}
+
+}  // namespace
+
+extern "C" void kiln_abi_conv2d_prepared(void* const* data, const int64_t* desc, void** slot) {
+  abi::guarded("conv2d", [&] {
+    abi::Args a(data, desc, "conv2d");
+    const Conv2dParams p = conv2d_params(a);
+    conv2d_out(a.t(0), a.t(1), a.opt(2), p, a.t(3), {}, prepared_weight(slot, a.t(0), a.t(1), p));
+  });
+}
+
+extern "C" void kiln_abi_conv2d_fused_prepared(void* const* data, const int64_t* desc,
+                                               void** slot) {
+  abi::guarded("conv2d_fused", [&] {
+    abi::Args a(data, desc, "conv2d_fused");
+    const Conv2dParams p = conv2d_params(a);
+    const ConvEpilogue e = conv_epilogue(a, a.opt(3));
+    conv2d_out(a.t(0), a.t(1), a.opt(2), p, a.t(4), e, prepared_weight(slot, a.t(0), a.t(1), p));
+  });
+}
 
 KILN_ABI_OP(conv1d, {
   Conv1dParams p;

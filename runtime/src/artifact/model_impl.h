@@ -3,6 +3,7 @@
 // the loader (loader.cpp); sessions trust it.
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,10 @@ struct Model::Impl {
   uint64_t arena_bytes = 0;
   std::span<const uint8_t> mlir_bytecode;  // into the file
   ModelStats stats;
+  // Per instruction, what its kernel prepared from constant weights (KernelDef::prepare): built
+  // by the first session, then shared read-only.
+  mutable std::once_flag prepare_once;
+  mutable std::vector<PreparedInputs> prepared;
 };
 
 // Loads an ELF shared object blob with memfd_create + dlopen; throws kiln::Error.

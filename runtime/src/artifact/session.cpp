@@ -96,6 +96,40 @@ Session::Session(std::shared_ptr<const Model> model) : model_(std::move(model)),
     s_->steps.push_back(step);
   }
   for (TensorImpl* t : s_->operands) s_->pointers.push_back(t ? t->data() : nullptr);
+  prepare_model();
+}
+
+// Runs every kernel's one-time preparation on the model's constant weights (the first session
+// does it for all of them).
+void Session::prepare_model() {
+  const Model::Impl& m = model_->impl();
+  std::call_once(m.prepare_once, [&] {
+    std::vector<PreparedInputs> prepared(m.instrs.size());
+    TensorImpl* const* ops = s_->operands.data();
+    for (size_t k = 0; k < m.instrs.size(); ++k) {
+      const InstrInfo& in = m.instrs[k];
+      if (!in.def || !in.def->prepare) continue;
+      uint32_t constant = 0;
+      for (size_t i = 0; i < in.inputs.size() && i < 32; ++i) {
+        const int32_t slot = in.inputs[i];
+        if (slot < 0 || m.slots[slot].kind != SlotKind::Weight) continue;
+        bool is_state = false;
+        for (const auto& [v, blob] : m.state_updates) is_state |= blob == m.slots[slot].weight;
+        if (!is_state) constant |= 1u << i;
+      }
+      if (constant == 0) continue;
+      const State::Step& st = s_->steps[k];
+      try {
+        prepared[k] = in.def->prepare(
+            KernelCall{
+                in.params.get(), {ops + st.in_begin, st.n_in}, {ops + st.out_begin, st.n_out}},
+            constant);
+      } catch (const Error& e) {
+        fail("kiln session", "preparing instruction ", k, " (", in.name, "): ", e.what());
+      }
+    }
+    m.prepared = std::move(prepared);
+  });
 }
 
 Session::~Session() = default;
@@ -120,8 +154,10 @@ void Session::execute(std::span<const TensorImpl* const> inputs) {
     const State::Step& st = s_->steps[k];
     try {
       if (in.def) {
-        in.def->run(KernelCall{
-            in.params.get(), {ops + st.in_begin, st.n_in}, {ops + st.out_begin, st.n_out}});
+        in.def->run(KernelCall{in.params.get(),
+                               {ops + st.in_begin, st.n_in},
+                               {ops + st.out_begin, st.n_out},
+                               m.prepared[k].get()});
       } else {
         in.fn(s_->pointers.data() + st.in_begin);
       }

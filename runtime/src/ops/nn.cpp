@@ -12,6 +12,7 @@
 #include "kiln/runtime/kernels/norm.h"
 #include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/kernels/reduce.h"
+#include "kiln/runtime/thread_pool.h"
 
 namespace kiln::rt::ops {
 namespace {
@@ -50,7 +51,16 @@ void run_conv2d(const KernelCall& c) {
   ep.activation = p.fusion.activation;
   ep.clamp_min = p.fusion.clamp_min;
   ep.clamp_max = p.fusion.clamp_max;
-  kernels::conv2d_out(in(c, 0), in(c, 1), opt_in(c, 2), p.p, out(c), ep);
+  kernels::conv2d_out(in(c, 0), in(c, 1), opt_in(c, 2), p.p, out(c), ep,
+                      static_cast<const kernels::PreparedConv2dWeight*>(c.prepared));
+}
+// A constant weight is packed (or Winograd-transformed) once for the model.
+PreparedInputs prepare_conv2d(const KernelCall& c, uint32_t constant_inputs) {
+  // The conv kernels run on the thread pool: start its workers now rather than in the first run
+  // (the executor core itself has no pool).
+  parallel_for(0, num_threads(), 1, [](int64_t, int64_t) {});
+  if ((constant_inputs & 0b10u) == 0) return nullptr;
+  return kernels::prepare_conv2d_weight(in(c, 1), params<FusedConvParams>(c).p, in(c, 0).sizes());
 }
 
 std::unique_ptr<KernelParams> decode_conv1d(const AttrMap& a) {
@@ -310,8 +320,9 @@ kernels::Pool2dParams pool2d_params(const AttrMap& a) {
 }
 
 void register_nn(Registry& r) {
-  r.add({"conv2d", 3, 3, 1, kConv2d, decode_conv2d, run_conv2d, 0b100});
-  r.add({"conv2d_fused", 4, 4, 1, kConv2dFused, decode_conv2d, run_conv2d, 0b1100});
+  r.add({"conv2d", 3, 3, 1, kConv2d, decode_conv2d, run_conv2d, 0b100, false, prepare_conv2d});
+  r.add({"conv2d_fused", 4, 4, 1, kConv2dFused, decode_conv2d, run_conv2d, 0b1100, false,
+         prepare_conv2d});
   r.add({"conv1d", 3, 3, 1, kConv1d, decode_conv1d, run_conv1d, 0b100});
   r.add({"linear", 3, 3, 1, {}, nullptr, run_linear, 0b100});
   r.add({"linear_fused", 4, 4, 1, kFusion, decode_linear_fused, run_linear_fused, 0b1100});

@@ -26,7 +26,7 @@ bool entry_signature(mlir::ModuleOp module, EntrySignature* signature, std::stri
 // The version of the contract between generated code and the runtime's C ABI (descriptor layout,
 // attribute orders, entry point convention; kiln/runtime/abi.h). Part of every cache key: bump it
 // whenever that contract changes, so objects cached by an older build are never loaded.
-inline constexpr int kAbiVersion = 1;
+inline constexpr int kAbiVersion = 2;
 
 // A stable key for compiled code: (module bytes, target triple, CPU, features, options, ABI).
 std::string cache_key(const std::string& module_bytes, const Target& target,

@@ -51,6 +51,12 @@ void kiln_abi_conv2d(void* const* data,
                      const int64_t* desc);  // stride[], padding[], dilation[], groups
 // x, w, bias?, residual?, out; stride[], padding[], dilation[], groups, activation, clamp_min/max
 void kiln_abi_conv2d_fused(void* const* data, const int64_t* desc);
+// The same for a constant weight: `slot` is a pointer-sized, zero-initialized variable of the
+// caller's, one per call site, that lives as long as the code; the first call stores the weight
+// prepared for the GEMM (or Winograd) there and later calls reuse it. Never call these with a
+// weight whose values change.
+void kiln_abi_conv2d_prepared(void* const* data, const int64_t* desc, void** slot);
+void kiln_abi_conv2d_fused_prepared(void* const* data, const int64_t* desc, void** slot);
 void kiln_abi_conv1d(void* const* data, const int64_t* desc);  // stride, padding, dilation, groups
 // stride[], padding[], output_padding[], groups, dilation[]
 void kiln_abi_conv_transpose2d(void* const* data, const int64_t* desc);

@@ -75,7 +75,14 @@ struct KernelCall {
   const KernelParams* params;
   std::span<TensorImpl* const> inputs;
   std::span<TensorImpl* const> outputs;
+  // What KernelDef::prepare returned for this instruction (null: nothing prepared).
+  const void* prepared = nullptr;
 };
+
+// Work done once per instruction before its first run, from the inputs that are constants (the
+// model's weights that no training step writes): conv weights packed for the GEMM microkernel or
+// transformed for Winograd. Shared read-only by every session of the model.
+using PreparedInputs = std::shared_ptr<const void>;
 
 struct KernelDef {
   std::string_view name;
@@ -93,6 +100,10 @@ struct KernelDef {
   // at load: a kernel that checks its inputs (indices, shapes) and then overwrites them while
   // reading would read out of bounds.
   bool inplace_ok = false;
+  // Optional: `call` as in run (outputs preallocated, arena contents undefined); bit i of
+  // `constant_inputs` set when input i is a constant whose values may be read now. nullptr result:
+  // nothing to prepare.
+  PreparedInputs (*prepare)(const KernelCall& call, uint32_t constant_inputs) = nullptr;
 };
 
 class Registry {
