@@ -8,7 +8,7 @@
 #   bench/peers/run.sh                       # from the repository root, after building
 #   ROUNDS=5 ITERS_B1=15 ITERS_B8=5 bench/peers/run.sh   # the defaults
 #
-# Engines: kiln-jit (kiln::jit::compile through bench_codegen's BM_Compiled), kiln-art (.kiln
+# Engines: kiln-jit (freeze + inference pipeline + kiln::jit::compile: bench_codegen's BM_CompiledOptimized), kiln-art (.kiln
 # artifact on kiln_runtime's executor: `kiln run --bench`), ort (onnxruntime-node, opt level
 # 'all'), torchscript (trace + freeze + optimize_for_inference). Optional (ENGINES=...): torch-eager
 # (slow with Debian's torch build: seconds per MobileNetV2 batch) and kiln-eager (BM_Eager). Each engine's number per round is the median of ITERS timed runs
@@ -66,7 +66,7 @@ run_engine() {  # engine model batch iters -> "RESULT engine model batch median 
   local e=$1 m=$2 b=$3 n=$4
   case $e in
     kiln-jit | kiln-eager)
-      local bm=BM_Compiled
+      local bm=BM_CompiledOptimized
       [[ $e == kiln-eager ]] && bm=BM_Eager
       # One iteration per repetition: the first WARMUP repetitions are dropped.
       "$BUILD/bench/bench_codegen" --benchmark_filter="^$bm/$m/$b/" \
