@@ -92,13 +92,18 @@ Buffers make(const Shape& s) {
   return b;
 }
 
-void BM_Conv(benchmark::State& state, Shape s, bool fused_relu) {
+// prepared: the weight prepared once (prepare_conv2d_weight: packed for the GEMM, or Winograd
+// for 3x3 stride-1 layers), as artifacts and compiled code run their constant weights.
+void BM_Conv(benchmark::State& state, Shape s, bool fused_relu, bool prepared) {
   Buffers b = make(s);
   ConvEpilogue ep;
   if (fused_relu) ep.activation = Activation::Relu;
   const Conv2dParams p = params(s);
+  const PreparedConv2dWeightPtr prep =
+      prepared ? prepare_conv2d_weight(*b.w, p, b.x->sizes()) : nullptr;
+  if (prepared) state.SetLabel(prep ? prep->algorithm() : "unprepared");
   for (auto _ : state) {
-    conv2d_out(*b.x, *b.w, b.b.get(), p, *b.y, ep);
+    conv2d_out(*b.x, *b.w, b.b.get(), p, *b.y, ep, prep.get());
     benchmark::ClobberMemory();
   }
   state.counters["GFLOP/s"] =
@@ -108,18 +113,24 @@ void BM_Conv(benchmark::State& state, Shape s, bool fused_relu) {
   state.SetBytesProcessed(static_cast<int64_t>(b.bytes) * state.iterations());
 }
 
-// All 20 convs of ResNet-18 in order (layer counts applied): the network's conv time.
+// All 20 convs of ResNet-18 in order (layer counts applied): the network's conv time. Arg 1:
+// weights prepared once.
 void BM_ResNet18AllConvs(benchmark::State& state) {
   std::vector<Buffers> bufs;
+  std::vector<PreparedConv2dWeightPtr> prep;
   double flops = 0;
   for (const auto& s : kResNet18) {
     bufs.push_back(make(s));
+    prep.push_back(state.range(0)
+                       ? prepare_conv2d_weight(*bufs.back().w, params(s), bufs.back().x->sizes())
+                       : nullptr);
     flops += bufs.back().flops * s.count;
   }
   for (auto _ : state) {
     for (size_t i = 0; i < kResNet18.size(); ++i)
       for (int r = 0; r < kResNet18[i].count; ++r)
-        conv2d_out(*bufs[i].x, *bufs[i].w, bufs[i].b.get(), params(kResNet18[i]), *bufs[i].y);
+        conv2d_out(*bufs[i].x, *bufs[i].w, bufs[i].b.get(), params(kResNet18[i]), *bufs[i].y, {},
+                   prep[i].get());
     benchmark::ClobberMemory();
   }
   state.counters["GFLOP/s"] =
@@ -150,8 +161,11 @@ void BM_ConvBackward(benchmark::State& state, Shape s) {
 // The machine's fp32 FMA peak for one thread, measured the same way as the convs (12 independent
 // AVX2 FMA chains in registers): the denominator for "% of measured peak".
 void BM_FmaPeak(benchmark::State& state) {
-  __m256 a0 = _mm256_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
-         a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+  // Distinct starting values: identical chains would be merged by the compiler (CSE).
+  __m256 a0 = _mm256_set1_ps(1.0f), a1 = _mm256_set1_ps(1.1f), a2 = _mm256_set1_ps(1.2f),
+         a3 = _mm256_set1_ps(1.3f), a4 = _mm256_set1_ps(1.4f), a5 = _mm256_set1_ps(1.5f),
+         a6 = _mm256_set1_ps(1.6f), a7 = _mm256_set1_ps(1.7f), a8 = _mm256_set1_ps(1.8f),
+         a9 = _mm256_set1_ps(1.9f), a10 = _mm256_set1_ps(2.0f), a11 = _mm256_set1_ps(2.1f);
   const __m256 b = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
   constexpr int64_t kInner = 1 << 16;
   for (auto _ : state) {
@@ -159,8 +173,9 @@ void BM_FmaPeak(benchmark::State& state) {
 #define KILN_FMA12(x) x = _mm256_fmadd_ps(x, b, c);
       KILN_FMA12(a0)
       KILN_FMA12(a1)
-      KILN_FMA12(a2) KILN_FMA12(a3) KILN_FMA12(a4) KILN_FMA12(a5) KILN_FMA12(a6) KILN_FMA12(a7)
-          KILN_FMA12(a8) KILN_FMA12(a9) KILN_FMA12(a10) KILN_FMA12(a11)
+      KILN_FMA12(a2)
+      KILN_FMA12(a3) KILN_FMA12(a4) KILN_FMA12(a5) KILN_FMA12(a6) KILN_FMA12(a7) KILN_FMA12(a8)
+          KILN_FMA12(a9) KILN_FMA12(a10) KILN_FMA12(a11)
 #undef KILN_FMA12
               __asm__ volatile(""
                                : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
@@ -183,18 +198,25 @@ benchmark::internal::Benchmark* timing(benchmark::internal::Benchmark* b) {
 const int kRegistered = [] {
   timing(benchmark::RegisterBenchmark("Peak/fma_fp32_1thread", BM_FmaPeak))
       ->Unit(benchmark::kMicrosecond);
-  for (const auto& s : kResNet18)
+  for (const auto& s : kResNet18) {
     timing(benchmark::RegisterBenchmark((std::string("ResNet18/") + s.name).c_str(), BM_Conv, s,
-                                        false))
+                                        false, false))
         ->Unit(benchmark::kMicrosecond);
+    timing(benchmark::RegisterBenchmark((std::string("ResNet18Prepared/") + s.name).c_str(),
+                                        BM_Conv, s, false, true))
+        ->Unit(benchmark::kMicrosecond);
+  }
   timing(benchmark::RegisterBenchmark("ResNet18/l1_3x3_64-64@56+bias+relu", BM_Conv, kResNet18[1],
-                                      true))
+                                      true, false))
       ->Unit(benchmark::kMicrosecond);
   timing(benchmark::RegisterBenchmark("ResNet18/all_20_convs", BM_ResNet18AllConvs))
+      ->ArgName("prepared")
+      ->Arg(0)
+      ->Arg(1)
       ->Unit(benchmark::kMillisecond);
   for (const auto& s : kMobileNetDw)
     timing(benchmark::RegisterBenchmark((std::string("MobileNetV2/") + s.name).c_str(), BM_Conv, s,
-                                        false))
+                                        false, false))
         ->Unit(benchmark::kMicrosecond);
   for (int i : {1, 3, 6, 9})
     timing(benchmark::RegisterBenchmark((std::string("Backward/") + kResNet18[i].name).c_str(),

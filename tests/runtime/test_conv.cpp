@@ -235,6 +235,127 @@ TEST(Conv, Conv2dEpilogueResidualActivation) {
   }
 }
 
+namespace {
+
+// conv2d_out with a weight prepared for `prepared_for` input sizes, against the float64 reference
+// (bias, residual and activation included): max |error| <= tol * max |y|. Returns the algorithm
+// the preparation chose.
+std::string run_prepared_case(const Case& c, Dims prepared_for, Activation act, bool residual,
+                              double tol) {
+  SCOPED_TRACE(testing::Message() << "N" << c.N << " C" << c.C << " " << c.H << "x" << c.W << " O"
+                                  << c.O << " k" << c.KH << " s" << c.p.stride_h << " p"
+                                  << c.p.pad_h << " g" << c.p.groups << " act" << int(act));
+  const Dims xs{c.N, c.C, c.H, c.W}, ws{c.O, c.C / c.p.groups, c.KH, c.KW};
+  auto xv = rand_vec(numel(xs)), wv = rand_vec(numel(ws)), bv = rand_vec(c.O);
+  auto x = from_vec(xv, xs, DType::Float32), w = from_vec(wv, ws, DType::Float32);
+  auto b = from_vec(bv, Dims{c.O}, DType::Float32);
+  auto prepared = prepare_conv2d_weight(*w, c.p, prepared_for);
+  auto y = make_out(c, DType::Float32);
+  auto rv = rand_vec(y->numel());
+  auto r = from_vec(rv, y->sizes(), DType::Float32);
+  ConvEpilogue ep;
+  ep.activation = act;
+  ep.clamp_min = -0.5f, ep.clamp_max = 0.75f;
+  if (residual) ep.residual = r.get();
+  conv2d_out(*x, *w, b.get(), c.p, *y, ep, prepared.get());
+  auto want = ref_conv2d(c, xv, wv, &bv);
+  for (size_t i = 0; i < want.size(); ++i) {
+    double v = want[i] + (residual ? rv[i] : 0.0);
+    if (act == Activation::Relu) v = std::max(v, 0.0);
+    if (act == Activation::Relu6) v = std::min(std::max(v, 0.0), 6.0);
+    if (act == Activation::Clamp) v = std::min(std::max(v, -0.5), 0.75);
+    if (act == Activation::Sigmoid) v = 1 / (1 + std::exp(-v));
+    want[i] = v;
+  }
+  // Errors relative to the output's scale (max |y|): sums of C*9 terms reach |y| ~ sqrt(C*9)/3,
+  // and Winograd's transforms add rounding in proportion to that scale, not to each element.
+  double scale = 0.0, err = 0.0;
+  const std::vector<double> got = to_vec(*y);
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::abs(want[i]));
+    err = std::max(err, std::abs(got[i] - want[i]));
+  }
+  EXPECT_LE(err, tol * std::max(scale, 1.0)) << "max |error| / max |y| = " << err / scale;
+  return prepared ? prepared->algorithm() : "none";
+}
+
+}  // namespace
+
+// Weights prepared once (packed for the GEMM, or Winograd-transformed) give the reference result
+// for every geometry the plain kernel handles.
+TEST(Conv, Conv2dPreparedMatchesReference) {
+  const int saved = num_threads();
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    for (const Case& c : forward_cases()) {
+      const std::string algo =
+          run_prepared_case(c, Dims{c.N, c.C, c.H, c.W}, Activation::None, false, 1e-4);
+      const bool depthwise = c.p.groups == c.C && c.p.groups == c.O && c.p.groups > 1;
+      EXPECT_EQ(algo, depthwise ? "none" : algo == "winograd" ? "winograd" : "gemm");
+    }
+  }
+  set_num_threads(saved);
+}
+
+// Winograd F(4x4, 3x3): output sizes that are not multiples of 4, paddings 0..2, channel counts
+// that leave ragged microkernel slivers, K blocks (C > the GEMM's KC), several tile blocks, and
+// every epilogue.
+TEST(Conv, Conv2dWinogradMatchesReference) {
+  const int saved = num_threads();
+  const std::vector<Case> cases = {
+      {2, 20, 13, 11, 14, 3, 3, P(1, 1, 1, 1)},   // ragged tiles and slivers
+      {1, 16, 16, 16, 16, 3, 3, P(1, 1, 0, 0)},   // no padding
+      {3, 9, 10, 17, 13, 3, 3, P(1, 1, 2, 2)},    // pad 2
+      {2, 400, 9, 9, 24, 3, 3, P(1, 1, 1, 1)},    // C > KC: two K blocks
+      {2, 256, 30, 30, 12, 3, 3, P(1, 1, 1, 1)},  // several blocks of tile rows
+      {1, 8, 40, 70, 8, 3, 3, P(1, 1, 1, 1)},     // wide rows: several 8-tile vectors
+  };
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    for (const Case& c : cases)
+      EXPECT_EQ(run_prepared_case(c, Dims{c.N, c.C, c.H, c.W}, Activation::None, false, 1e-4),
+                "winograd");
+    const Case c = cases[0];
+    for (Activation a :
+         {Activation::Relu, Activation::Relu6, Activation::Clamp, Activation::Sigmoid})
+      for (bool res : {false, true})
+        EXPECT_EQ(run_prepared_case(c, Dims{c.N, c.C, c.H, c.W}, a, res, 1e-4), "winograd");
+  }
+  set_num_threads(saved);
+}
+
+// The input size at preparation picks the algorithm; other sizes still run correctly with it,
+// and a prepared weight that does not fit the call (other shape or parameters) is ignored.
+TEST(Conv, Conv2dPreparedOtherSizesAndMismatches) {
+  const Case c{2, 12, 11, 14, 10, 3, 3, P(1, 1, 1, 1)};
+  EXPECT_EQ(run_prepared_case(c, Dims{1, 12, 32, 32}, Activation::Relu, true, 1e-4), "winograd");
+  EXPECT_EQ(run_prepared_case(c, Dims{1, 12, 3, 3}, Activation::Relu, true, 1e-4), "gemm");
+  const Case s2{2, 12, 11, 14, 10, 3, 3, P(2, 2, 1, 1)};
+  EXPECT_EQ(run_prepared_case(s2, Dims{1, 12, 32, 32}, Activation::None, false, 1e-4), "gemm");
+
+  auto x = rand_tensor(Dims{1, 12, 11, 14}), w = rand_tensor(Dims{10, 12, 3, 3});
+  auto other = rand_tensor(Dims{10, 12, 3, 3});
+  auto y = empty(Dims{1, 10, 11, 14}, DType::Float32);
+  auto want = empty(Dims{1, 10, 11, 14}, DType::Float32);
+  conv2d_out(*x, *w, nullptr, P(1, 1, 1, 1), *want);
+  // Prepared for stride 2: does not fit a stride-1 call, so the plain path runs.
+  auto s2_prep = prepare_conv2d_weight(*other, P(2, 2, 1, 1), Dims{1, 12, 11, 14});
+  conv2d_out(*x, *w, nullptr, P(1, 1, 1, 1), *y, {}, s2_prep.get());
+  expect_close(to_vec(*y), to_vec(*want), 0, 0, "mismatched prepared weight");
+  // Other dtypes and depthwise convs have nothing to prepare.
+  EXPECT_EQ(prepare_conv2d_weight(*rand_tensor(Dims{4, 3, 3, 3}, DType::Float64), P(1, 1, 1, 1),
+                                  Dims{1, 3, 8, 8}),
+            nullptr);
+  EXPECT_EQ(prepare_conv2d_weight(*rand_tensor(Dims{4, 1, 3, 3}), P(1, 1, 1, 1, 1, 1, 4),
+                                  Dims{1, 4, 8, 8}),
+            nullptr);
+  expect_error(
+      [&] {
+        prepare_conv2d_weight(*w, P(1, 1, 1, 1), Dims{1, 5, 8, 8});
+      },
+      {"conv2d", "channels"});
+}
+
 TEST(Conv, Conv2dEmptyBatch) {
   auto x = empty(Dims{0, 3, 5, 5}, DType::Float32);
   auto w = rand_tensor(Dims{4, 3, 3, 3});

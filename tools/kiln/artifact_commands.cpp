@@ -213,6 +213,11 @@ int bench_artifact(int argc, char** argv) {
   std::printf("%s: %d threads\n", a.artifact.c_str(), num_threads());
   std::printf("load (mmap + verify): %.3f ms\nsession: %.3f ms\nfirst run: %.3f ms\n", load_ms,
               session_ms, first_ms);
+  const rt::PreparedStats ps = model->prepared_stats();
+  std::printf("prepared weights: %zu bytes (%.2f MiB)", ps.bytes, ps.bytes / 1048576.0);
+  for (size_t i = 0; i < ps.counts.size(); ++i)
+    std::printf("%s%s x%zu", i ? ", " : " (", ps.counts[i].first.c_str(), ps.counts[i].second);
+  std::printf("%s\n", ps.counts.empty() ? "" : ")");
   print_timings(ms);
   return 0;
 }

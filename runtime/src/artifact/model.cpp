@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -109,6 +110,25 @@ std::span<const uint8_t> Model::mlir_bytecode() const {
 }
 const ModelStats& Model::stats() const {
   return impl_->stats;
+}
+
+PreparedStats Model::prepared_stats() const {
+  PreparedStats st;
+  if (!impl_->prepared_ready.load(std::memory_order_acquire)) return st;
+  st.ready = true;
+  for (size_t k = 0; k < impl_->prepared.size(); ++k) {
+    const PreparedInputs& p = impl_->prepared[k];
+    if (!p.data) continue;
+    st.bytes += p.bytes;
+    const std::string key = impl_->instrs[k].name + ": " + std::string(p.algorithm);
+    auto it = std::find_if(st.counts.begin(), st.counts.end(),
+                           [&](const auto& c) { return c.first == key; });
+    if (it == st.counts.end())
+      st.counts.emplace_back(key, 1);
+    else
+      ++it->second;
+  }
+  return st;
 }
 
 int Model::input_index(std::string_view name) const {

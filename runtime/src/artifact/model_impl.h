@@ -2,6 +2,7 @@
 // The verified, decoded form of an artifact that sessions execute. Everything here was checked by
 // the loader (loader.cpp); sessions trust it.
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +77,7 @@ struct Model::Impl {
   // by the first session, then shared read-only.
   mutable std::once_flag prepare_once;
   mutable std::vector<PreparedInputs> prepared;
+  mutable std::atomic<bool> prepared_ready{false};  // `prepared` is complete (read-only from now)
 };
 
 // Loads an ELF shared object blob with memfd_create + dlopen; throws kiln::Error.

@@ -129,6 +129,7 @@ void Session::prepare_model() {
       }
     }
     m.prepared = std::move(prepared);
+    m.prepared_ready.store(true, std::memory_order_release);
   });
 }
 
@@ -157,7 +158,7 @@ void Session::execute(std::span<const TensorImpl* const> inputs) {
         in.def->run(KernelCall{in.params.get(),
                                {ops + st.in_begin, st.n_in},
                                {ops + st.out_begin, st.n_out},
-                               m.prepared[k].get()});
+                               m.prepared[k].data.get()});
       } else {
         in.fn(s_->pointers.data() + st.in_begin);
       }

@@ -34,22 +34,8 @@ namespace {
 using conv_detail::ConvGeom;
 
 // ---------------------------------------------------------------------------------------------
-// Scratch from the runtime allocator (cached size classes: no OS call in a steady loop).
 template <typename T>
-class Scratch {
- public:
-  explicit Scratch(int64_t n) : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)) {
-    p_ = static_cast<T*>(cpu_allocator().allocate(bytes_));
-  }
-  ~Scratch() { cpu_allocator().deallocate(p_, bytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  T* get() const { return p_; }
-
- private:
-  size_t bytes_;
-  T* p_;
-};
+using Scratch = conv_detail::ConvScratch<T>;
 
 // ---------------------------------------------------------------------------------------------
 // GEMM: float -> kernels::sgemm (fast, fused epilogue); double -> a simple reference loop.
@@ -457,10 +443,20 @@ TilePlan plan_forward(const ConvGeom& g) {
   return tp;
 }
 
+// The product W[Og, K] · B[K, cols] of one item, with the group's weight pre-packed when given.
+template <typename T>
+void item_gemm(const SgemmPackedA* packed, int64_t Og, int64_t cols, int64_t K, const T* wg,
+               const T* B, int64_t ldb, T* C, int64_t ldc, const Epilogue& e) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed) return sgemm_packed_a(*packed, false, cols, 1.0f, B, ldb, 0.0f, C, ldc, e);
+  }
+  gemm<T>(false, false, Og, cols, K, wg, K, B, ldb, T(0), C, ldc, e);
+}
+
 template <typename T>
 void forward_item(const ConvGeom& g, int64_t n, int64_t grp, int64_t c0, int64_t c1, const T* x,
-                  const T* w, const T* bias, const T* res, T* y, const ConvEpilogue& ep,
-                  T* scratch) {
+                  const T* w, const T* bias, const T* res, T* y, const ConvEpilogue& ep, T* scratch,
+                  const SgemmPackedA* packed) {
   const int64_t K = g.K(), howo = g.HoWo(), cols = c1 - c0;
   const T* xg = x + (n * g.C + grp * g.Cg) * g.HW();
   const T* wg = w + grp * g.Og * K;
@@ -486,7 +482,7 @@ void forward_item(const ConvGeom& g, int64_t n, int64_t grp, int64_t c0, int64_t
     return;
   }
   if (g.direct_1x1()) {
-    gemm<T>(false, false, g.Og, cols, K, wg, K, xg + c0, g.HW(), T(0), yg + c0, howo, e);
+    item_gemm<T>(packed, g.Og, cols, K, wg, xg + c0, g.HW(), yg + c0, howo, e);
   } else {
     if (in_parallel_region()) {
       im2col_rows<T>(g, xg, c0, c1, scratch, 0, K);
@@ -494,21 +490,52 @@ void forward_item(const ConvGeom& g, int64_t n, int64_t grp, int64_t c0, int64_t
       parallel_for(0, K, std::max<int64_t>(1, 16384 / cols),
                    [&](int64_t r0, int64_t r1) { im2col_rows<T>(g, xg, c0, c1, scratch, r0, r1); });
     }
-    gemm<T>(false, false, g.Og, cols, K, wg, K, scratch, cols, T(0), yg + c0, howo, e);
+    item_gemm<T>(packed, g.Og, cols, K, wg, scratch, cols, yg + c0, howo, e);
   }
   if constexpr (!kF32)
     apply_epilogue_block<T>(yg + c0, g.Og, cols, howo, bg, rg ? rg + c0 : nullptr, howo, ep);
 }
 
+// A conv2d weight prepared once (prepare_conv2d_weight): Winograd-transformed, or packed per group
+// for the GEMM.
+class PreparedConv final : public PreparedConv2dWeight {
+ public:
+  Dims weight_sizes;
+  Conv2dParams params;
+  std::shared_ptr<const conv_detail::WinogradWeight> winograd;
+  std::vector<std::shared_ptr<const SgemmPackedA>> groups;
+
+  size_t nbytes() const override {
+    size_t n = winograd ? winograd->nbytes() : 0;
+    for (const auto& gp : groups) n += gp->nbytes();
+    return n;
+  }
+  const char* algorithm() const override { return winograd ? "winograd" : "gemm"; }
+  // Prepared from a weight of this shape for these parameters (the values are the caller's
+  // promise).
+  bool fits(const TensorImpl& weight, const Conv2dParams& p) const {
+    return Dims(weight.sizes()) == weight_sizes && p.stride_h == params.stride_h &&
+           p.stride_w == params.stride_w && p.pad_h == params.pad_h && p.pad_w == params.pad_w &&
+           p.dilation_h == params.dilation_h && p.dilation_w == params.dilation_w &&
+           p.groups == params.groups;
+  }
+};
+
 template <typename T>
 void conv_forward(const ConvGeom& g, const T* x, const T* w, const T* bias, const T* res, T* y,
-                  const ConvEpilogue& ep) {
+                  const ConvEpilogue& ep, const PreparedConv* prep = nullptr) {
   if (g.N == 0 || g.O == 0) return;
   if constexpr (std::is_same_v<T, float>) {
     if (g.depthwise()) {
       conv_detail::depthwise_conv2d_f32(g, x, w, bias, res, y, ep);
       return;
     }
+    if (prep && prep->winograd) {
+      conv_detail::winograd_conv2d_f32(g, *prep->winograd, x, bias, res, y, ep);
+      return;
+    }
+  } else {
+    prep = nullptr;
   }
   const TilePlan tp = plan_forward<T>(g);
   const int64_t items = g.N * g.G * tp.tiles, howo = g.HoWo();
@@ -518,7 +545,9 @@ void conv_forward(const ConvGeom& g, const T* x, const T* w, const T* bias, cons
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t u = i / tp.tiles, t = i % tp.tiles;
       const int64_t c0 = t * tp.nt, c1 = std::min(howo, c0 + tp.nt);
-      forward_item<T>(g, u / g.G, u % g.G, c0, c1, x, w, bias, res, y, ep, s.get());
+      const int64_t grp = u % g.G;
+      forward_item<T>(g, u / g.G, grp, c0, c1, x, w, bias, res, y, ep, s.get(),
+                      prep ? prep->groups[grp].get() : nullptr);
     }
   };
   if (tp.parallel_items) {
@@ -770,18 +799,30 @@ Dims conv2d_output_shape(std::span<const int64_t> input, std::span<const int64_t
 
 PreparedConv2dWeightPtr prepare_conv2d_weight(const TensorImpl& weight, const Conv2dParams& p,
                                               std::span<const int64_t> input_sizes) {
-  make_geom("conv2d", input_sizes, weight.sizes(), p);
-  return nullptr;  // TODO(prepack): GEMM-packed / Winograd-transformed weights
-}
-
-void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
-                const Conv2dParams& p, TensorImpl& out, const ConvEpilogue& ep,
-                const PreparedConv2dWeight* /*prepared*/) {
-  conv2d_out(input, weight, bias, p, out, ep);
+  const ConvGeom g = make_geom("conv2d", input_sizes, weight.sizes(), p);
+  if (weight.dtype() != DType::Float32 || g.depthwise() || g.O == 0 || g.K() == 0) return nullptr;
+  auto w = views::contiguous(weight);
+  const float* wp = w->data_ptr<float>();
+  auto prep = std::make_shared<PreparedConv>();
+  prep->weight_sizes = Dims(weight.sizes());
+  prep->params = p;
+  if (conv_detail::winograd_applicable(g) && conv_detail::winograd_profitable(g)) {
+    prep->winograd = conv_detail::winograd_prepare(g, wp);
+  } else {
+    for (int64_t grp = 0; grp < g.G; ++grp)
+      prep->groups.push_back(sgemm_pack_a(false, g.Og, g.K(), wp + grp * g.Og * g.K(), g.K()));
+  }
+  return prep;
 }
 
 void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
                 const Conv2dParams& p, TensorImpl& out, const ConvEpilogue& ep) {
+  conv2d_out(input, weight, bias, p, out, ep, nullptr);
+}
+
+void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                const Conv2dParams& p, TensorImpl& out, const ConvEpilogue& ep,
+                const PreparedConv2dWeight* prepared) {
   constexpr std::string_view op = "conv2d";
   const ConvGeom g = make_geom(op, input.sizes(), weight.sizes(), p);
   check_dtype_floating(op, input, "input");
@@ -806,6 +847,8 @@ void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorI
     copy_(out, *y);
     return;
   }
+  const auto* prep = dynamic_cast<const PreparedConv*>(prepared);
+  if (prep && !prep->fits(weight, p)) prep = nullptr;
   auto x = views::contiguous(input);
   auto w = views::contiguous(weight);
   auto b = contig_or_null(bias);
@@ -814,7 +857,7 @@ void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorI
   dispatch_fd(input.dtype(), [&](auto tag) {
     using T = decltype(tag);
     conv_forward<T>(g, x->data_ptr<T>(), w->data_ptr<T>(), ptr_or_null<T>(b), ptr_or_null<T>(r),
-                    y.get<T>(), ep);
+                    y.get<T>(), ep, prep);
   });
   y.finish();
 }

@@ -1,9 +1,14 @@
 #pragma once
 // Private to the conv kernels: resolved conv2d geometry and the direct depthwise kernels.
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
+#include "kiln/runtime/allocator.h"
 #include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/gemm.h"
 
 namespace kiln::kernels::conv_detail {
 
@@ -21,6 +26,42 @@ struct ConvGeom {
   bool direct_1x1() const { return KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
   bool depthwise() const { return G == C && G == O && G > 1; }
 };
+
+// Scratch from the runtime allocator (cached size classes: no OS call in a steady loop).
+template <typename T>
+class ConvScratch {
+ public:
+  explicit ConvScratch(int64_t n)
+      : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)) {
+    p_ = static_cast<T*>(cpu_allocator().allocate(bytes_));
+  }
+  ~ConvScratch() { cpu_allocator().deallocate(p_, bytes_); }
+  ConvScratch(const ConvScratch&) = delete;
+  ConvScratch& operator=(const ConvScratch&) = delete;
+  T* get() const { return p_; }
+
+ private:
+  size_t bytes_;
+  T* p_;
+};
+
+// Winograd F(4x4, 3x3) (conv_winograd.cpp): 3x3, stride 1, dilation 1, one group, float32.
+bool winograd_applicable(const ConvGeom& g);
+// Whether Winograd beats the GEMM path for this geometry (measured by bench_conv; the environment
+// variable KILN_CONV_WINOGRAD=always|never overrides, for comparisons).
+bool winograd_profitable(const ConvGeom& g);
+// The 36 transformed filters U_ξ[O, C], each packed for the GEMM microkernel.
+struct WinogradWeight {
+  int64_t O = 0, C = 0;
+  std::vector<std::shared_ptr<const SgemmPackedA>> xi;
+  size_t nbytes() const;
+};
+// `w`: the contiguous [O, C, 3, 3] weight.
+std::shared_ptr<const WinogradWeight> winograd_prepare(const ConvGeom& g, const float* w);
+// y = act(conv(x, w) + bias + residual), all contiguous NCHW; bias / residual may be null.
+void winograd_conv2d_f32(const ConvGeom& g, const WinogradWeight& w, const float* x,
+                         const float* bias, const float* residual, float* y,
+                         const ConvEpilogue& ep);
 
 // y[N, C, Ho, Wo] = depthwise(x, w) + bias, then residual and activation. All contiguous.
 // bias / residual may be null.

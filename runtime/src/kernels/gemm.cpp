@@ -103,17 +103,22 @@ void portable_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float*
 }
 
 void portable_micro(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-                    int m, int n, float alpha, float beta) {
+                    int m, int n, float alpha, float beta, const TileEpilogue* ep) {
   switch (m) {
     case 1:
-      return portable_rn<1>(kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+      portable_rn<1>(kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+      break;
     case 2:
-      return portable_rn<2>(kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+      portable_rn<2>(kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+      break;
     case 3:
-      return portable_rn<3>(kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+      portable_rn<3>(kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+      break;
     default:
-      return portable_rn<4>(kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+      portable_rn<4>(kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+      break;
   }
+  if (ep) apply_tile_epilogue(c, ldc, m, n, *ep);
 }
 
 void portable_pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst) {
@@ -174,8 +179,9 @@ void neon_dispatch(int m, std::integer_sequence<int, Rs...>, int64_t kc, const f
 }
 
 void neon_micro(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-                int m, int n, float alpha, float beta) {
+                int m, int n, float alpha, float beta, const TileEpilogue* ep) {
   neon_dispatch(m, std::make_integer_sequence<int, kNMR>{}, kc, a, b, ldb, c, ldc, n, alpha, beta);
+  if (ep) apply_tile_epilogue(c, ldc, m, n, *ep);
 }
 void neon_pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst) {
   pack_a_generic<kNMR>(trans, A, lda, m, k, dst);
@@ -657,11 +663,46 @@ bool try_gemv(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, co
 
 // ---- The packed, blocked driver ---------------------------------------------------------------
 
+bool simple_activation(Activation a) {
+  return a == Activation::None || a == Activation::Relu || a == Activation::Relu6 ||
+         a == Activation::Clamp;
+}
+
+// The part of `e` the microkernel applies to the tile at C[row, col].
+gemm_detail::TileEpilogue tile_epilogue(const Epilogue& e, int64_t row, int64_t col) {
+  using gemm_detail::TileEpilogue;
+  TileEpilogue t;
+  if (e.bias_kind == Epilogue::Bias::PerRow) t.row_bias = e.bias + row;
+  if (e.bias_kind == Epilogue::Bias::PerCol) t.col_bias = e.bias + col;
+  if (e.residual) {
+    t.residual = e.residual + row * e.ld_residual + col;
+    t.ld_residual = e.ld_residual;
+  }
+  switch (e.activation) {
+    case Activation::Relu:
+      t.act = TileEpilogue::Act::Relu;
+      break;
+    case Activation::Relu6:
+      t.act = TileEpilogue::Act::Clamp, t.lo = 0.0f, t.hi = 6.0f;
+      break;
+    case Activation::Clamp:
+      t.act = TileEpilogue::Act::Clamp, t.lo = e.clamp_min, t.hi = e.clamp_max;
+      break;
+    default:  // None, or one the driver applies after the kernel
+      break;
+  }
+  return t;
+}
+
+// `prepacked`: op(A) already in the layout this driver packs it into (sgemm_pack_a), for all of M
+// and K: the K block starting at p0 holds round_up(M, MR) * kb floats at prepacked + p0 *
+// round_up(M, MR), its slivers MR * kb floats apart.
 void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                  float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                 float* C, int64_t ldc, const Epilogue& e) {
+                 float* C, int64_t ldc, const Epilogue& e, const float* prepacked = nullptr) {
   const int64_t MR = ks.mr, NR = ks.nr;
   const bool epi = has_epilogue(e);
+  const bool late_activation = epi && !simple_activation(e.activation);
   // Below ~1M multiply-adds (a few microseconds) waking another thread costs more than it saves.
   const int nth = in_parallel_region() || M * N * K < (int64_t(1) << 20) ? 1 : num_threads();
   auto pfor = [nth](int64_t begin, int64_t end, int64_t grain, auto&& fn) {
@@ -671,9 +712,8 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
       parallel_for(begin, end, grain, fn);
   };
 
-  // Equal K blocks no larger than KC (avoids a sliver of a last block).
-  const int64_t kblocks = ceil_div(K, ks.kc);
-  const int64_t kc = round_up(ceil_div(K, kblocks), 4);
+  const int64_t kc = gemm_detail::k_block(ks, K);
+  const int64_t Mp = round_up(M, MR);
   // Equal A blocks no larger than MC, in whole slivers.
   const int64_t mblocks = ceil_div(M, ks.mc);
   const int64_t mc = round_up(ceil_div(M, mblocks), MR);
@@ -692,7 +732,7 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
   const bool direct_b = !tb && M <= MR;
   const bool shared_b = !direct_b && nblocks == 1 && nth > 1;
 
-  float* apack = tls_pack_a.get(static_cast<size_t>(mc * kc));
+  float* apack_own = prepacked ? nullptr : tls_pack_a.get(static_cast<size_t>(mc * kc));
   float* bshared = shared_b || direct_b ? tls_pack_b.get(static_cast<size_t>(nc * kc)) : nullptr;
 
   for (int64_t i0 = 0; i0 < M; i0 += mc) {
@@ -700,12 +740,15 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
     const int64_t slivers = ceil_div(mb, MR);
     for (int64_t p0 = 0; p0 < K; p0 += kc) {
       const int64_t kb = std::min(kc, K - p0);
-      const float* Ablk = ta ? A + p0 * lda + i0 : A + i0 * lda + p0;
-      const int64_t pack_grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, kb * MR / 16));
-      pfor(0, slivers, pack_grain, [&](int64_t s0, int64_t s1) {
-        const int64_t r0 = s0 * MR, r1 = std::min(s1 * MR, mb);
-        ks.pack_a(ta, ta ? Ablk + r0 : Ablk + r0 * lda, lda, r1 - r0, kb, apack + r0 * kb);
-      });
+      const float* apack = prepacked ? prepacked + p0 * Mp + i0 * kb : apack_own;
+      if (!prepacked) {
+        const float* Ablk = ta ? A + p0 * lda + i0 : A + i0 * lda + p0;
+        const int64_t pack_grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, kb * MR / 16));
+        pfor(0, slivers, pack_grain, [&](int64_t s0, int64_t s1) {
+          const int64_t r0 = s0 * MR, r1 = std::min(s1 * MR, mb);
+          ks.pack_a(ta, ta ? Ablk + r0 : Ablk + r0 * lda, lda, r1 - r0, kb, apack_own + r0 * kb);
+        });
+      }
       const float beta_k = p0 == 0 ? beta : 1.0f;
       const bool last = p0 + kb == K;
       const float* Bblk = tb ? B + p0 : B + p0 * ldb;
@@ -715,8 +758,15 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
         const int64_t i = s * MR;
         const int m = static_cast<int>(std::min(MR, mb - i));
         const int n = static_cast<int>(std::min(NR, N - j));
-        ks.kernel(kb, apack + i * kb, bp, bld, C + (i0 + i) * ldc + j, ldc, m, n, alpha, beta_k);
-        if (last && epi) epilogue_block(C, ldc, i0 + i, j, m, n, e);
+        float* ct = C + (i0 + i) * ldc + j;
+        if (last && epi) {
+          const gemm_detail::TileEpilogue te = tile_epilogue(e, i0 + i, j);
+          ks.kernel(kb, apack + i * kb, bp, bld, ct, ldc, m, n, alpha, beta_k, &te);
+          if (late_activation)
+            for (int r = 0; r < m; ++r) activate_row(ct + r * ldc, n, e);
+        } else {
+          ks.kernel(kb, apack + i * kb, bp, bld, ct, ldc, m, n, alpha, beta_k, nullptr);
+        }
       };
 
       if (direct_b) {
@@ -788,6 +838,72 @@ const char* gemm_isa_name(GemmIsa isa) {
       return "scalar";
   }
   return "?";
+}
+
+SgemmPackedA::~SgemmPackedA() {
+  std::free(data_);
+}
+
+std::shared_ptr<const SgemmPackedA> sgemm_pack_a(bool trans_a, int64_t M, int64_t K, const float* A,
+                                                 int64_t lda) {
+  KILN_CHECK(M >= 0 && K >= 0, "sgemm_pack_a", "expected non-negative sizes, got M=", M, " K=", K);
+  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+  KILN_CHECK(a_rows <= 1 || lda >= a_cols, "sgemm_pack_a", "expected lda >= ", a_cols, ", got ",
+             lda);
+  const KernelSet& ks = active_kernels();
+  std::shared_ptr<SgemmPackedA> p(new SgemmPackedA);
+  p->rows_ = M, p->depth_ = K, p->kernels_ = &ks;
+  const int64_t Mp = round_up(M, ks.mr);
+  p->floats_ = static_cast<size_t>(std::max<int64_t>(Mp * K, 1));
+  p->data_ = static_cast<float*>(std::aligned_alloc(64, round_up(p->floats_ * 4, 64)));
+  KILN_CHECK(p->data_ != nullptr, "sgemm_pack_a", "expected ", p->floats_ * 4,
+             " bytes for the packed matrix, got an allocation failure");
+  if (M == 0 || K == 0) return p;
+  const int64_t kc = gemm_detail::k_block(ks, K);
+  for (int64_t p0 = 0; p0 < K; p0 += kc) {
+    const int64_t kb = std::min(kc, K - p0);
+    ks.pack_a(trans_a, trans_a ? A + p0 * lda : A + p0, lda, M, kb, p->data_ + p0 * Mp);
+  }
+  return p;
+}
+
+namespace gemm_detail {
+int64_t k_block(const KernelSet& ks, int64_t K) {
+  // Equal blocks no larger than KC: no sliver of a last block.
+  const int64_t blocks = std::max<int64_t>(1, (K + ks.kc - 1) / ks.kc);
+  return ((K + blocks - 1) / blocks + 3) / 4 * 4;
+}
+
+PackedView packed_view(const SgemmPackedA& a) {
+  const auto* ks = static_cast<const KernelSet*>(a.kernels_);
+  return {ks,
+          a.data_,
+          a.rows_,
+          a.depth_,
+          (a.rows_ + ks->mr - 1) / ks->mr * ks->mr,
+          k_block(*ks, a.depth_)};
+}
+}  // namespace gemm_detail
+
+void sgemm_packed_a(const SgemmPackedA& A, bool trans_b, int64_t N, float alpha, const float* B,
+                    int64_t ldb, float beta, float* C, int64_t ldc, const Epilogue& e) {
+  const gemm_detail::PackedView v = gemm_detail::packed_view(A);
+  const int64_t M = v.M, K = v.K;
+  KILN_CHECK(N >= 0, "sgemm", "expected non-negative N, got ", N);
+  if (M == 0 || N == 0) return;
+  KILN_CHECK(M == 1 || ldc >= N, "sgemm", "expected ldc >= N (", N, "), got ", ldc);
+  if (e.bias_kind != Epilogue::Bias::None)
+    KILN_CHECK(e.bias != nullptr, "sgemm", "expected a bias pointer, got nullptr");
+  if (e.residual != nullptr)
+    KILN_CHECK(M == 1 || e.ld_residual >= N, "sgemm", "expected ld_residual >= N (", N, "), got ",
+               e.ld_residual);
+  if (K == 0 || alpha == 0.0f) {
+    scale_and_epilogue(M, N, beta, C, ldc, e);
+    return;
+  }
+  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+  KILN_CHECK(b_rows == 1 || ldb >= b_cols, "sgemm", "expected ldb >= ", b_cols, ", got ", ldb);
+  gemm_packed(*v.ks, false, trans_b, M, N, K, alpha, nullptr, 0, B, ldb, beta, C, ldc, e, v.data);
 }
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

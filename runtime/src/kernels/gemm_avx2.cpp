@@ -19,7 +19,7 @@ constexpr int kNR = 8 * kNV;
 
 template <int R, int NV>
 void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-               int m, int n, float alpha, float beta) {
+               int m, int n, float alpha, float beta, const TileEpilogue* ep) {
   __m256 acc[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -69,6 +69,7 @@ void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c
       }
     }
   }
+  if (ep) apply_tile_epilogue(c, ldc, m, n, *ep);
 }
 
 template <int NV, int... Rs>
@@ -87,9 +88,9 @@ struct Tables {
 const Tables kTables;
 
 void micro(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m,
-           int n, float alpha, float beta) {
+           int n, float alpha, float beta, const TileEpilogue* ep) {
   const MicroKernelFn* t = n > 8 ? kTables.full : kTables.half;
-  t[m](kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+  t[m](kc, a, b, ldb, c, ldc, m, n, alpha, beta, ep);
 }
 
 void pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst) {

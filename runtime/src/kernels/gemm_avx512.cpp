@@ -23,10 +23,11 @@ constexpr int kMR = 12;
 constexpr int kNV = 2;  // zmm vectors per row of the tile
 constexpr int kNR = 16 * kNV;
 
-// R rows (R <= kMR; the packed sliver stride is always kMR), NV vectors of 16 columns.
+// R rows (R <= kMR; the packed sliver stride is always kMR), NV vectors of 16 columns. N edges use
+// masked loads and stores; the epilogue (bias, residual, relu/clamp) runs on the registers.
 template <int R, int NV>
 void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-               int n, float alpha, float beta) {
+               int n, float alpha, float beta, const TileEpilogue* ep) {
   __m512 acc[R][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
@@ -47,36 +48,43 @@ void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c
     b += ldb;
   }
 
+  __mmask16 mask[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const int rem = n - 16 * v;
+    mask[v] =
+        rem >= 16 ? __mmask16(0xFFFF) : (rem <= 0 ? __mmask16(0) : __mmask16((1u << rem) - 1u));
+  }
   const __m512 va = _mm512_set1_ps(alpha);
   const __m512 vb = _mm512_set1_ps(beta);
-  if (n >= 16 * NV) {
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      float* cr = c + r * ldc;
+  __m512 col_bias[NV];
+  if (ep && ep->col_bias) {
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        __m512 x = _mm512_mul_ps(acc[r][v], va);
-        if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_loadu_ps(cr + 16 * v), x);
-        _mm512_storeu_ps(cr + 16 * v, x);
-      }
-    }
-  } else {
-    __mmask16 mask[NV];
+    for (int v = 0; v < NV; ++v)
+      col_bias[v] = _mm512_maskz_loadu_ps(mask[v], ep->col_bias + 16 * v);
+  }
+  const TileEpilogue::Act act = ep ? ep->act : TileEpilogue::Act::None;
+  const __m512 lo = _mm512_set1_ps(ep ? ep->lo : 0.0f), hi = _mm512_set1_ps(ep ? ep->hi : 0.0f);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      const int rem = n - 16 * v;
-      mask[v] =
-          rem >= 16 ? __mmask16(0xFFFF) : (rem <= 0 ? __mmask16(0) : __mmask16((1u << rem) - 1u));
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      float* cr = c + r * ldc;
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        __m512 x = _mm512_mul_ps(acc[r][v], va);
-        if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], cr + 16 * v), x);
-        _mm512_mask_storeu_ps(cr + 16 * v, mask[v], x);
+      __m512 x = _mm512_mul_ps(acc[r][v], va);
+      if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], cr + 16 * v), x);
+      if (ep) {
+        if (ep->row_bias) x = _mm512_add_ps(x, _mm512_set1_ps(ep->row_bias[r]));
+        if (ep->col_bias) x = _mm512_add_ps(x, col_bias[v]);
+        if (ep->residual)
+          x = _mm512_add_ps(
+              x, _mm512_maskz_loadu_ps(mask[v], ep->residual + r * ep->ld_residual + 16 * v));
+        if (act == TileEpilogue::Act::Relu) {
+          x = _mm512_max_ps(x, _mm512_setzero_ps());  // NaN -> 0
+        } else if (act == TileEpilogue::Act::Clamp) {
+          x = _mm512_min_ps(hi, _mm512_max_ps(lo, x));  // NaN propagates
+        }
       }
+      _mm512_mask_storeu_ps(cr + 16 * v, mask[v], x);
     }
   }
 }
@@ -84,8 +92,8 @@ void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c
 // Wrapper with the MicroKernelFn signature (m is taken by the table index instead).
 template <int R, int NV>
 void kernel_entry(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-                  int m, int n, float alpha, float beta) {
-  kernel_rn<R, NV>(kc, a, b, ldb, c, ldc, n, alpha, beta);
+                  int /*m*/, int n, float alpha, float beta, const TileEpilogue* ep) {
+  kernel_rn<R, NV>(kc, a, b, ldb, c, ldc, n, alpha, beta, ep);
 }
 
 template <int NV, int... Rs>
@@ -104,9 +112,9 @@ struct Tables {
 const Tables kTables;
 
 void micro(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m,
-           int n, float alpha, float beta) {
+           int n, float alpha, float beta, const TileEpilogue* ep) {
   const MicroKernelFn* t = n > 16 ? kTables.full : kTables.half;
-  t[m](kc, a, b, ldb, c, ldc, m, n, alpha, beta);
+  t[m](kc, a, b, ldb, c, ldc, m, n, alpha, beta, ep);
 }
 
 // In-register transpose of a 16 x 16 block (r[i] = row i on entry, column i on exit): pairs of

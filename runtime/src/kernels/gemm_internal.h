@@ -20,11 +20,51 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+
+#include "kiln/runtime/kernels/gemm.h"
 
 namespace kiln::kernels::gemm_detail {
 
+// What the microkernel adds to the tile it has just computed, before storing it (last K block
+// only): C = clamp(C + row_bias[r] + col_bias[j] + residual[r, j], lo, hi). Keeping this in
+// registers saves a second pass over C. Activations other than relu/clamp are applied by the
+// driver afterwards (`clamp` is then false).
+struct TileEpilogue {
+  const float* row_bias = nullptr;  // m values, or null
+  const float* col_bias = nullptr;  // n values, or null
+  const float* residual = nullptr;  // [m, n] with row stride ld_residual, or null
+  int64_t ld_residual = 0;
+  // relu: max(x, 0) (NaN -> 0, as the scalar `x > 0 ? x : 0`); clamp: min(max(x, lo), hi)
+  // (NaN propagates, as std::min(std::max(x, lo), hi)).
+  enum class Act : uint8_t { None, Relu, Clamp } act = Act::None;
+  float lo = 0.0f, hi = 0.0f;
+};
+
+// The portable form of the above, for kernels that store first (AVX2, NEON, scalar).
+inline void apply_tile_epilogue(float* c, int64_t ldc, int m, int n, const TileEpilogue& e) {
+  for (int r = 0; r < m; ++r) {
+    float* row = c + r * ldc;
+    const float rb = e.row_bias ? e.row_bias[r] : 0.0f;
+    const float* res = e.residual ? e.residual + r * e.ld_residual : nullptr;
+    for (int j = 0; j < n; ++j) {
+      float x = row[j] + rb;
+      if (e.col_bias) x += e.col_bias[j];
+      if (res) x += res[j];
+      if (e.act == TileEpilogue::Act::Relu) {
+        x = x > 0.0f ? x : 0.0f;
+      } else if (e.act == TileEpilogue::Act::Clamp) {
+        x = std::min(std::max(x, e.lo), e.hi);
+      }
+      row[j] = x;
+    }
+  }
+}
+
+// C[0:m, 0:n] = alpha * A B + beta * C, then `ep` (null: none).
 using MicroKernelFn = void (*)(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
-                               int64_t ldc, int m, int n, float alpha, float beta);
+                               int64_t ldc, int m, int n, float alpha, float beta,
+                               const TileEpilogue* ep);
 // Packs rows [0, m) x columns [0, k) of op(A) into ceil(m / MR) slivers (see above).
 using PackAFn = void (*)(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst);
 // Packs rows [0, k) x columns [0, n) of op(B) into ceil(n / NR) panels (see above).
@@ -46,6 +86,17 @@ struct KernelSet {
   PackAFn pack_a;
   PackBFn pack_b;
   DotTileFn dot_tile;  // nullptr: the portable one
+};
+
+// The K block sgemm cuts K into (equal blocks no larger than ks.kc, a multiple of 4).
+int64_t k_block(const KernelSet& ks, int64_t K);
+
+// An SgemmPackedA as the drivers see it: the K block starting at p0 holds Mp * kb floats at
+// data + p0 * Mp (Mp = M rounded up to the kernel's MR), its slivers MR * kb floats apart.
+struct PackedView {
+  const KernelSet* ks;
+  const float* data;
+  int64_t M, K, Mp, kc;
 };
 
 // nullptr when the ISA is not compiled into this build.

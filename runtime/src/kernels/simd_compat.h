@@ -60,6 +60,11 @@ inline __m256 _mm256_fmadd_ps(__m256 a, __m256 b, __m256 c) {
   for (int i = 0; i < 8; ++i) r[i] = std::fma(a[i], b[i], c[i]);
   return r;
 }
+inline __m256 _mm256_fnmadd_ps(__m256 a, __m256 b, __m256 c) {  // -(a * b) + c, one rounding
+  __m256 r;
+  for (int i = 0; i < 8; ++i) r[i] = std::fma(-a[i], b[i], c[i]);
+  return r;
+}
 // x86 max/min return the second operand when either is NaN (or both are zero).
 inline __m256 _mm256_max_ps(__m256 a, __m256 b) {
   return a > b ? a : b;

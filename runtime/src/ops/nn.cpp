@@ -59,8 +59,13 @@ PreparedInputs prepare_conv2d(const KernelCall& c, uint32_t constant_inputs) {
   // The conv kernels run on the thread pool: start its workers now rather than in the first run
   // (the executor core itself has no pool).
   parallel_for(0, num_threads(), 1, [](int64_t, int64_t) {});
-  if ((constant_inputs & 0b10u) == 0) return nullptr;
-  return kernels::prepare_conv2d_weight(in(c, 1), params<FusedConvParams>(c).p, in(c, 0).sizes());
+  if ((constant_inputs & 0b10u) == 0) return {};
+  kernels::PreparedConv2dWeightPtr w =
+      kernels::prepare_conv2d_weight(in(c, 1), params<FusedConvParams>(c).p, in(c, 0).sizes());
+  if (!w) return {};
+  const size_t bytes = w->nbytes();
+  const char* algorithm = w->algorithm();
+  return {std::move(w), bytes, algorithm};
 }
 
 std::unique_ptr<KernelParams> decode_conv1d(const AttrMap& a) {

@@ -54,6 +54,14 @@ struct ModelStats {
   std::vector<std::pair<std::string, size_t>> op_counts;  // kernel or symbol -> instructions
 };
 
+// What the kernels prepared once from the model's constant weights (GEMM-packed or Winograd-
+// transformed conv weights), shared by all sessions: extra memory for speed.
+struct PreparedStats {
+  bool ready = false;  // false until the first Session has been created
+  size_t bytes = 0;
+  std::vector<std::pair<std::string, size_t>> counts;  // "conv2d_fused: winograd" -> instructions
+};
+
 class Session;
 
 class Model {
@@ -79,6 +87,7 @@ class Model {
   std::span<const uint8_t> mlir_bytecode() const;
   uint64_t arena_bytes() const;
   const ModelStats& stats() const;
+  PreparedStats prepared_stats() const;
   // Index of the named input/output, or -1.
   int input_index(std::string_view name) const;
   int output_index(std::string_view name) const;

@@ -82,7 +82,11 @@ struct KernelCall {
 // Work done once per instruction before its first run, from the inputs that are constants (the
 // model's weights that no training step writes): conv weights packed for the GEMM microkernel or
 // transformed for Winograd. Shared read-only by every session of the model.
-using PreparedInputs = std::shared_ptr<const void>;
+struct PreparedInputs {
+  std::shared_ptr<const void> data;  // handed to run as KernelCall::prepared
+  size_t bytes = 0;                  // memory it holds (reported in Model::prepared_stats)
+  std::string_view algorithm;        // what was prepared ("winograd", "gemm"): static storage
+};
 
 struct KernelDef {
   std::string_view name;

@@ -53,12 +53,16 @@ class PreparedConv2dWeight {
   virtual ~PreparedConv2dWeight() = default;
   // Bytes it holds (reported by the artifact runtime's memory statistics).
   virtual size_t nbytes() const = 0;
+  // "winograd" (F(4x4, 3x3): 3x3 stride-1 convs with enough output tiles) or "gemm" (packed
+  // for the GEMM microkernel).
+  virtual const char* algorithm() const = 0;
 };
 using PreparedConv2dWeightPtr = std::shared_ptr<const PreparedConv2dWeight>;
 
-// Prepares float32 `weight` for inputs of `input_sizes` ([N, C, H, W]; N may differ at run time).
-// Returns nullptr when nothing can be gained (other dtypes, depthwise convs, ...). Throws
-// kiln::Error on inconsistent shapes, as conv2d_out would.
+// Prepares float32 `weight` for inputs of `input_sizes` ([N, C, H, W]), which choose the
+// algorithm; any input size runs correctly with it. Returns nullptr when nothing can be gained
+// (other dtypes, depthwise convs, ...). Throws kiln::Error on inconsistent shapes, as conv2d_out
+// would.
 PreparedConv2dWeightPtr prepare_conv2d_weight(const TensorImpl& weight, const Conv2dParams& p,
                                               std::span<const int64_t> input_sizes);
 

@@ -7,7 +7,9 @@
 // op(X) is X or Xᵀ; leading dimensions are in elements (row-major storage). The epilogue runs on
 // each output tile while it is still in registers/cache.
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace kiln::kernels {
 
@@ -30,6 +32,42 @@ struct Epilogue {
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
            const Epilogue& epilogue = {});
+
+class SgemmPackedA;
+namespace gemm_detail {
+struct PackedView;
+PackedView packed_view(const SgemmPackedA& a);
+}  // namespace gemm_detail
+
+// op(A)[M, K] packed once for many products with it (a constant weight): the copy sgemm makes of
+// A on every call, laid out for the microkernel family active when it was packed (its products
+// keep using that family, whatever set_sgemm_isa says later). Immutable: threads share one.
+class SgemmPackedA {
+ public:
+  SgemmPackedA(const SgemmPackedA&) = delete;
+  SgemmPackedA& operator=(const SgemmPackedA&) = delete;
+  ~SgemmPackedA();
+  int64_t rows() const { return rows_; }
+  int64_t depth() const { return depth_; }
+  size_t nbytes() const { return floats_ * sizeof(float); }
+
+ private:
+  SgemmPackedA() = default;
+  friend std::shared_ptr<const SgemmPackedA> sgemm_pack_a(bool, int64_t, int64_t, const float*,
+                                                          int64_t);
+  friend gemm_detail::PackedView gemm_detail::packed_view(const SgemmPackedA&);
+  int64_t rows_ = 0, depth_ = 0;
+  const void* kernels_ = nullptr;  // the microkernel family (internal)
+  float* data_ = nullptr;
+  size_t floats_ = 0;
+};
+
+std::shared_ptr<const SgemmPackedA> sgemm_pack_a(bool trans_a, int64_t M, int64_t K, const float* A,
+                                                 int64_t lda);
+
+// sgemm with op(A) from sgemm_pack_a: C[M, N] = act(alpha * A · op(B) + beta * C + ...).
+void sgemm_packed_a(const SgemmPackedA& A, bool trans_b, int64_t N, float alpha, const float* B,
+                    int64_t ldb, float beta, float* C, int64_t ldc, const Epilogue& epilogue = {});
 
 // Microkernel family used by sgemm. Auto picks the best one this CPU supports (CPUID); the
 // environment variable KILN_GEMM_ISA=avx512|avx2|neon|scalar overrides it at start-up (tests and
