@@ -81,7 +81,8 @@ struct Case {
   float alpha = 1.0f, beta = 0.0f;
   Epilogue e;
   bool residual = false;
-  bool packed = false;  // op(A) through sgemm_pack_a + sgemm_packed_a
+  // Which operand is packed once first (sgemm_pack_a / sgemm_pack_b) and then multiplied.
+  enum class Packed { None, A, B } packed = Packed::None;
 };
 
 // Runs sgemm on random data and compares with a float64 reference. Returns a failure description
@@ -116,15 +117,20 @@ std::string run_case(const Case& c, uint32_t seed) {
     e.ld_residual = ldr;
   }
   const std::vector<float> C0 = C;
-  if (c.packed) {
-    auto packed = kernels::sgemm_pack_a(c.ta, c.M, c.K, A.data(), lda);
-    // The packed copy is all the product reads of A.
-    std::fill(A.begin(), A.end(), nan);
-    const std::vector<float> A_kept = random_vec(a_rows * lda, seed);
-    kernels::sgemm_packed_a(*packed, c.tb, c.N, c.alpha, B.data(), ldb, c.beta, C.data(), ldc, e);
-    A = A_kept;
-    for (int64_t r = 0; r < a_rows; ++r)
-      for (int64_t j = a_cols; j < lda; ++j) A[r * lda + j] = nan;
+  if (c.packed != Case::Packed::None) {
+    // The packed copy is all the product reads of the packed operand: the original is poisoned.
+    std::vector<float>& src = c.packed == Case::Packed::A ? A : B;
+    const std::vector<float> kept = src;
+    if (c.packed == Case::Packed::A) {
+      auto packed = kernels::sgemm_pack_a(c.ta, c.M, c.K, A.data(), lda);
+      std::fill(src.begin(), src.end(), nan);
+      kernels::sgemm_packed_a(*packed, c.tb, c.N, c.alpha, B.data(), ldb, c.beta, C.data(), ldc, e);
+    } else {
+      auto packed = kernels::sgemm_pack_b(c.tb, c.K, c.N, B.data(), ldb);
+      std::fill(src.begin(), src.end(), nan);
+      kernels::sgemm_packed_b(c.ta, c.M, c.alpha, A.data(), lda, *packed, c.beta, C.data(), ldc, e);
+    }
+    src = kept;
   } else {
     kernels::sgemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta,
                    C.data(), ldc, e);
@@ -165,7 +171,8 @@ std::string describe(const Case& c) {
          " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
          " act=" + std::to_string(int(c.e.activation)) +
          " bias=" + std::to_string(int(c.e.bias_kind)) + " res=" + std::to_string(c.residual) +
-         (c.packed ? " packed" : "");
+         (c.packed == Case::Packed::A ? " packed A" : "") +
+         (c.packed == Case::Packed::B ? " packed B" : "");
 }
 
 // For each available ISA and 1 and 2 threads.
@@ -335,39 +342,43 @@ TEST(Gemm, EveryEpilogue) {
   });
 }
 
-// A packed once and multiplied by many B: every transpose, ragged slivers and panels, several K
-// blocks (K > KC) and every epilogue, against the float64 reference.
-TEST(Gemm, PackedAMatchesReference) {
+// One operand packed once and multiplied by many others: every transpose, ragged slivers and
+// panels, several K blocks (K > KC), several B blocks and every epilogue, against the float64
+// reference.
+TEST(Gemm, PackedOperandMatchesReference) {
   const Activation acts[] = {Activation::None, Activation::Relu, Activation::Relu6,
                              Activation::Clamp, Activation::Silu};
   for_each_config([&] {
     uint32_t seed = 900;
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
-                               {5, 3, 7},
-                               {13, 33, 17},
-                               {64, 200, 576},
-                               {37, 50, 800},
-                               {128, 49, 1152}}) {
-          Case c;
-          c.packed = true;
-          c.ta = ta, c.tb = tb, c.M = M, c.N = N, c.K = K;
-          c.pad_a = seed % 3, c.pad_b = seed % 2, c.pad_c = 1;
-          c.beta = (seed & 1) ? 0.25f : 0.0f;
-          c.e.activation = acts[seed % 5];
-          c.e.clamp_min = -0.5f, c.e.clamp_max = 0.5f;
-          c.e.bias_kind = (seed & 2) ? Epilogue::Bias::PerRow : Epilogue::Bias::PerCol;
-          c.residual = seed & 4;
-          EXPECT_EQ(run_case(c, seed++), "") << describe(c);
+    for (Case::Packed side : {Case::Packed::A, Case::Packed::B}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
+                                 {5, 3, 7},
+                                 {13, 33, 17},
+                                 {64, 200, 576},
+                                 {37, 50, 800},
+                                 {49, 512, 1152},
+                                 {7, 300, 40}}) {
+            Case c;
+            c.packed = side;
+            c.ta = ta, c.tb = tb, c.M = M, c.N = N, c.K = K;
+            c.pad_a = seed % 3, c.pad_b = seed % 2, c.pad_c = 1;
+            c.beta = (seed & 1) ? 0.25f : 0.0f;
+            c.e.activation = acts[seed % 5];
+            c.e.clamp_min = -0.5f, c.e.clamp_max = 0.5f;
+            c.e.bias_kind = (seed & 2) ? Epilogue::Bias::PerRow : Epilogue::Bias::PerCol;
+            c.residual = seed & 4;
+            EXPECT_EQ(run_case(c, seed++), "") << describe(c);
+          }
         }
       }
     }
   });
 }
 
-// A packed matrix keeps the microkernel family it was packed for, whatever is selected later.
-TEST(Gemm, PackedAOutlivesIsaSwitch) {
+// A packed operand keeps the microkernel family it was packed for, whatever is selected later.
+TEST(Gemm, PackedOperandOutlivesIsaSwitch) {
   IsaThreads restore;
   const std::vector<GemmIsa> all = isas();
   const int64_t M = 30, N = 45, K = 300;
@@ -376,30 +387,46 @@ TEST(Gemm, PackedAOutlivesIsaSwitch) {
   kernels::sgemm(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, want.data(), N);
   for (GemmIsa packed_for : all) {
     kernels::set_sgemm_isa(packed_for);
-    auto packed = kernels::sgemm_pack_a(false, M, K, A.data(), K);
+    auto pa = kernels::sgemm_pack_a(false, M, K, A.data(), K);
+    auto pb = kernels::sgemm_pack_b(false, K, N, B.data(), N);
     for (GemmIsa run_with : all) {
       kernels::set_sgemm_isa(run_with);
-      kernels::sgemm_packed_a(*packed, false, N, 1.0f, B.data(), N, 0.0f, got.data(), N);
-      for (int64_t i = 0; i < M * N; ++i)
-        ASSERT_NEAR(got[i], want[i], 1e-4) << kernels::gemm_isa_name(packed_for) << " then "
-                                           << kernels::gemm_isa_name(run_with) << " at " << i;
+      for (bool side_b : {false, true}) {
+        if (side_b)
+          kernels::sgemm_packed_b(false, M, 1.0f, A.data(), K, *pb, 0.0f, got.data(), N);
+        else
+          kernels::sgemm_packed_a(*pa, false, N, 1.0f, B.data(), N, 0.0f, got.data(), N);
+        for (int64_t i = 0; i < M * N; ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-4)
+              << kernels::gemm_isa_name(packed_for) << " then " << kernels::gemm_isa_name(run_with)
+              << (side_b ? " (B)" : " (A)") << " at " << i;
+      }
     }
   }
 }
 
-TEST(Gemm, PackedARejectsBadArguments) {
+TEST(Gemm, PackedOperandRejectsBadArguments) {
   const std::vector<float> A(12, 1.0f), B(12, 1.0f);
   std::vector<float> C(16, 0.0f);
   EXPECT_THROW(kernels::sgemm_pack_a(false, -1, 3, A.data(), 3), Error);
   EXPECT_THROW(kernels::sgemm_pack_a(false, 4, 3, A.data(), 2), Error);  // lda < K
-  auto packed = kernels::sgemm_pack_a(false, 4, 3, A.data(), 3);
-  EXPECT_EQ(packed->rows(), 4);
-  EXPECT_EQ(packed->depth(), 3);
-  EXPECT_GE(packed->nbytes(), 12 * sizeof(float));
-  EXPECT_THROW(kernels::sgemm_packed_a(*packed, false, 4, 1.0f, B.data(), 2, 0.0f, C.data(), 4),
+  EXPECT_THROW(kernels::sgemm_pack_b(false, 3, 4, B.data(), 3), Error);  // ldb < N
+  auto pa = kernels::sgemm_pack_a(false, 4, 3, A.data(), 3);
+  auto pb = kernels::sgemm_pack_b(false, 3, 4, B.data(), 4);
+  EXPECT_FALSE(pa->is_b());
+  EXPECT_TRUE(pb->is_b());
+  EXPECT_EQ(pa->outer(), 4);
+  EXPECT_EQ(pa->depth(), 3);
+  EXPECT_GE(pa->nbytes(), 12 * sizeof(float));
+  EXPECT_THROW(kernels::sgemm_packed_a(*pa, false, 4, 1.0f, B.data(), 2, 0.0f, C.data(), 4),
                Error);  // ldb < N
-  EXPECT_THROW(kernels::sgemm_packed_a(*packed, false, 4, 1.0f, B.data(), 4, 0.0f, C.data(), 3),
+  EXPECT_THROW(kernels::sgemm_packed_a(*pa, false, 4, 1.0f, B.data(), 4, 0.0f, C.data(), 3),
                Error);  // ldc < N
+  EXPECT_THROW(kernels::sgemm_packed_b(false, 4, 1.0f, A.data(), 2, *pb, 0.0f, C.data(), 4),
+               Error);  // lda < K
+  // A packed left operand is not a right one, and vice versa.
+  EXPECT_THROW(kernels::sgemm_packed_b(false, 4, 1.0f, A.data(), 3, *pa, 0.0f, C.data(), 4), Error);
+  EXPECT_THROW(kernels::sgemm_packed_a(*pb, false, 4, 1.0f, B.data(), 4, 0.0f, C.data(), 4), Error);
 }
 
 // The vectorized activations over their whole range (saturation, tiny and huge inputs).

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "conv_internal.h"
+#include "gemm_internal.h"
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/copy.h"
@@ -443,20 +444,93 @@ TilePlan plan_forward(const ConvGeom& g) {
   return tp;
 }
 
-// The product W[Og, K] · B[K, cols] of one item, with the group's weight pre-packed when given.
-template <typename T>
-void item_gemm(const SgemmPackedA* packed, int64_t Og, int64_t cols, int64_t K, const T* wg,
-               const T* B, int64_t ldb, T* C, int64_t ldc, const Epilogue& e) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (packed) return sgemm_packed_a(*packed, false, cols, 1.0f, B, ldb, 0.0f, C, ldc, e);
+// y[o * ldy + p] = act(yt[p * ldt + o] + res[o * ld_res + p]) for p < cols, o < rows: the
+// transpose back to NCHW of a product computed with the channels across the vector lanes, with
+// what remains of the epilogue (`res` null: none; `act` None: none). 8x8 blocks in registers.
+void transpose_epilogue(const float* yt, int64_t ldt, int64_t cols, int64_t rows, float* y,
+                        int64_t ldy, const float* res, int64_t ld_res, const Epilogue& act) {
+  const bool vec_act = act.activation == Activation::None || act.activation == Activation::Relu ||
+                       act.activation == Activation::Relu6 || act.activation == Activation::Clamp;
+  const __m256 lo = _mm256_set1_ps(act.activation == Activation::Clamp ? act.clamp_min : 0.0f);
+  const __m256 hi = _mm256_set1_ps(act.activation == Activation::Clamp ? act.clamp_max : 6.0f);
+  auto finish8 = [&](__m256 v, int64_t o, int64_t p) {
+    if (res) v = _mm256_add_ps(v, _mm256_loadu_ps(res + o * ld_res + p));
+    if (act.activation == Activation::Relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
+    if (act.activation == Activation::Relu6 || act.activation == Activation::Clamp)
+      v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+    _mm256_storeu_ps(y + o * ldy + p, v);
+  };
+  const int64_t p8 = cols / 8 * 8, o8 = rows / 8 * 8;
+  for (int64_t p = 0; p < p8; p += 8) {
+    for (int64_t o = 0; o < o8; o += 8) {
+      __m256 r[8], t[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(yt + (p + i) * ldt + o);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+      }
+      for (int j = 0; j < 4; ++j) {
+        finish8(_mm256_permute2f128_ps(r[j], r[j + 4], 0x20), o + j, p);
+        finish8(_mm256_permute2f128_ps(r[j], r[j + 4], 0x31), o + j + 4, p);
+      }
+    }
   }
-  gemm<T>(false, false, Og, cols, K, wg, K, B, ldb, T(0), C, ldc, e);
+  // Ragged edges (and every element when the activation has no vector form) one at a time.
+  auto one = [&](int64_t o, int64_t p) {
+    float v = yt[p * ldt + o];
+    if (res) v += res[o * ld_res + p];
+    y[o * ldy + p] = apply_activation(v, act);
+  };
+  if (!vec_act) {
+    for (int64_t o = 0; o < rows; ++o)
+      for (int64_t p = 0; p < cols; ++p) one(o, p);
+    return;
+  }
+  for (int64_t o = o8; o < rows; ++o)
+    for (int64_t p = 0; p < cols; ++p) one(o, p);
+  for (int64_t o = 0; o < o8; ++o)
+    for (int64_t p = p8; p < cols; ++p) one(o, p);
+}
+
+// Y[Og, cols] = act(W · X + bias + residual) for one item, with the group's weight pre-packed when
+// given: as the left operand (output positions across the vector lanes), or as the right one
+// (Yᵀ = Xᵀ · Wᵀ, output channels across the lanes, then transposed back into Y). `e` is the
+// epilogue in Y's orientation.
+template <typename T>
+void item_gemm(const SgemmPacked* packed, int64_t Og, int64_t cols, int64_t K, const T* wg,
+               const T* X, int64_t ldx, T* Y, int64_t ldy, const Epilogue& e) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed && !packed->is_b())
+      return sgemm_packed_a(*packed, false, cols, 1.0f, X, ldx, 0.0f, Y, ldy, e);
+    if (packed) {
+      Scratch<float> yt(cols * Og);
+      // Bias per channel is per column of Yᵀ; the activation must follow the residual, which
+      // only the transpose can add.
+      Epilogue ge, after;
+      if (e.bias_kind == Epilogue::Bias::PerRow) ge.bias_kind = Epilogue::Bias::PerCol;
+      ge.bias = e.bias;
+      Epilogue& act = e.residual ? after : ge;
+      act.activation = e.activation;
+      act.clamp_min = e.clamp_min;
+      act.clamp_max = e.clamp_max;
+      sgemm_packed_b(true, cols, 1.0f, X, ldx, *packed, 0.0f, yt.get(), Og, ge);
+      transpose_epilogue(yt.get(), Og, cols, Og, Y, ldy, e.residual, e.ld_residual, after);
+      return;
+    }
+  }
+  gemm<T>(false, false, Og, cols, K, wg, K, X, ldx, T(0), Y, ldy, e);
 }
 
 template <typename T>
 void forward_item(const ConvGeom& g, int64_t n, int64_t grp, int64_t c0, int64_t c1, const T* x,
                   const T* w, const T* bias, const T* res, T* y, const ConvEpilogue& ep, T* scratch,
-                  const SgemmPackedA* packed) {
+                  const SgemmPacked* packed) {
   const int64_t K = g.K(), howo = g.HoWo(), cols = c1 - c0;
   const T* xg = x + (n * g.C + grp * g.Cg) * g.HW();
   const T* wg = w + grp * g.Og * K;
@@ -496,6 +570,16 @@ void forward_item(const ConvGeom& g, int64_t n, int64_t grp, int64_t c0, int64_t
     apply_epilogue_block<T>(yg + c0, g.Og, cols, howo, bg, rg ? rg + c0 : nullptr, howo, ep);
 }
 
+// Whether the GEMM of each item fills the microkernel's vector lanes clearly better with the
+// output channels across them than with the output positions: small feature maps (7x7 = 49
+// positions fill 49 of 64 lanes) with many channels. Edge rows cost only their work; edge lanes
+// cost a whole vector.
+bool lanes_over_channels(const ConvGeom& g) {
+  const int64_t nr = gemm_detail::active_kernel_set().nr;
+  auto fill = [nr](int64_t n) { return double(n) / double((n + nr - 1) / nr * nr); };
+  return fill(g.Og) - fill(plan_forward<float>(g).nt) >= 0.15;
+}
+
 // A conv2d weight prepared once (prepare_conv2d_weight): Winograd-transformed, or packed per group
 // for the GEMM.
 class PreparedConv final : public PreparedConv2dWeight {
@@ -503,14 +587,17 @@ class PreparedConv final : public PreparedConv2dWeight {
   Dims weight_sizes;
   Conv2dParams params;
   std::shared_ptr<const conv_detail::WinogradWeight> winograd;
-  std::vector<std::shared_ptr<const SgemmPackedA>> groups;
+  std::vector<std::shared_ptr<const SgemmPacked>> groups;
 
   size_t nbytes() const override {
     size_t n = winograd ? winograd->nbytes() : 0;
     for (const auto& gp : groups) n += gp->nbytes();
     return n;
   }
-  const char* algorithm() const override { return winograd ? "winograd" : "gemm"; }
+  const char* algorithm() const override {
+    if (winograd) return "winograd";
+    return !groups.empty() && groups[0]->is_b() ? "gemm-ch" : "gemm";
+  }
   // Prepared from a weight of this shape for these parameters (the values are the caller's
   // promise).
   bool fits(const TensorImpl& weight, const Conv2dParams& p) const {
@@ -808,6 +895,9 @@ PreparedConv2dWeightPtr prepare_conv2d_weight(const TensorImpl& weight, const Co
   prep->params = p;
   if (conv_detail::winograd_applicable(g) && conv_detail::winograd_profitable(g)) {
     prep->winograd = conv_detail::winograd_prepare(g, wp);
+  } else if (lanes_over_channels(g)) {
+    for (int64_t grp = 0; grp < g.G; ++grp)
+      prep->groups.push_back(sgemm_pack_b(true, g.K(), g.Og, wp + grp * g.Og * g.K(), g.K()));
   } else {
     for (int64_t grp = 0; grp < g.G; ++grp)
       prep->groups.push_back(sgemm_pack_a(false, g.Og, g.K(), wp + grp * g.Og * g.K(), g.K()));

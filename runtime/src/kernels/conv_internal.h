@@ -53,7 +53,7 @@ bool winograd_profitable(const ConvGeom& g);
 // The 36 transformed filters U_ξ[O, C], each packed for the GEMM microkernel.
 struct WinogradWeight {
   int64_t O = 0, C = 0;
-  std::vector<std::shared_ptr<const SgemmPackedA>> xi;
+  std::vector<std::shared_ptr<const SgemmPacked>> xi;
   size_t nbytes() const;
 };
 // `w`: the contiguous [O, C, 3, 3] weight.

@@ -370,7 +370,7 @@ void winograd_conv2d_f32(const ConvGeom& g, const WinogradWeight& wt, const floa
           float* mx = mbuf.get() + xi * MR * p.ldv;
           for (int64_t p0 = 0; p0 < g.C; p0 += uv.kc) {
             const int64_t kb = std::min(uv.kc, g.C - p0);
-            const float* a = uv.data + p0 * uv.Mp + s * MR * kb;
+            const float* a = uv.data + p0 * uv.padded + s * MR * kb;
             const float* b = v.get() + xi * v_xi_stride + p0 * p.ldv;
             for (int64_t j = 0; j < tiles; j += NR) {
               const int n = static_cast<int>(std::min(NR, tiles - j));

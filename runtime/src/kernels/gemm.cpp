@@ -694,12 +694,12 @@ gemm_detail::TileEpilogue tile_epilogue(const Epilogue& e, int64_t row, int64_t 
   return t;
 }
 
-// `prepacked`: op(A) already in the layout this driver packs it into (sgemm_pack_a), for all of M
-// and K: the K block starting at p0 holds round_up(M, MR) * kb floats at prepacked + p0 *
-// round_up(M, MR), its slivers MR * kb floats apart.
+// `packed_a` / `packed_b`: an operand already in the layout this driver packs it into, for all of
+// K (sgemm_pack_a / sgemm_pack_b; see gemm_detail::PackedView); A / B are then not read.
 void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                  float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                 float* C, int64_t ldc, const Epilogue& e, const float* prepacked = nullptr) {
+                 float* C, int64_t ldc, const Epilogue& e, const float* packed_a = nullptr,
+                 const float* packed_b = nullptr) {
   const int64_t MR = ks.mr, NR = ks.nr;
   const bool epi = has_epilogue(e);
   const bool late_activation = epi && !simple_activation(e.activation);
@@ -713,7 +713,7 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
   };
 
   const int64_t kc = gemm_detail::k_block(ks, K);
-  const int64_t Mp = round_up(M, MR);
+  const int64_t Mp = round_up(M, MR), Np = round_up(N, NR);
   // Equal A blocks no larger than MC, in whole slivers.
   const int64_t mblocks = ceil_div(M, ks.mc);
   const int64_t mc = round_up(ceil_div(M, mblocks), MR);
@@ -729,10 +729,57 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
   // One B block: its packed copy is shared by all threads, which split the A slivers instead.
   // A single A sliver with row-major B: the kernel reads B in place (packing would only add a
   // second pass over B); only a ragged last panel is packed.
-  const bool direct_b = !tb && M <= MR;
-  const bool shared_b = !direct_b && nblocks == 1 && nth > 1;
+  const bool direct_b = !packed_b && !tb && M <= MR;
+  const bool shared_b = !packed_b && !direct_b && nblocks == 1 && nth > 1;
 
-  float* apack_own = prepacked ? nullptr : tls_pack_a.get(static_cast<size_t>(mc * kc));
+  // B packed and A small (few rows: convs over small feature maps): pack all of A first, then each
+  // thread runs every K block over its own columns: two synchronizations instead of two per K
+  // block.
+  if (packed_b && !packed_a && Mp * K <= (int64_t(1) << 20)) {
+    float* all_a = tls_pack_a.get(static_cast<size_t>(Mp * K));
+    const int64_t slivers = Mp / MR;
+    pfor(0, slivers, 1, [&](int64_t s0, int64_t s1) {
+      const int64_t r0 = s0 * MR, r1 = std::min(s1 * MR, M);
+      for (int64_t p0 = 0; p0 < K; p0 += kc) {
+        const int64_t kb = std::min(kc, K - p0);
+        const float* Ablk = ta ? A + p0 * lda + r0 : A + r0 * lda + p0;
+        ks.pack_a(ta, Ablk, lda, r1 - r0, kb, all_a + p0 * Mp + r0 * kb);
+      }
+    });
+    const int64_t units = nblocks > 1 ? nblocks : slivers;  // column blocks, else slivers
+    pfor(0, units, 1, [&](int64_t u0, int64_t u1) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t s_lo = nblocks > 1 ? 0 : u, s_hi = nblocks > 1 ? slivers : u + 1;
+        const int64_t j_lo = nblocks > 1 ? u * nc : 0,
+                      j_hi = nblocks > 1 ? std::min(N, j_lo + nc) : N;
+        for (int64_t p0 = 0; p0 < K; p0 += kc) {
+          const int64_t kb = std::min(kc, K - p0);
+          const bool last = p0 + kb == K;
+          for (int64_t s = s_lo; s < s_hi; ++s) {
+            const int m = static_cast<int>(std::min(MR, M - s * MR));
+            const float* ap = all_a + p0 * Mp + s * MR * kb;
+            for (int64_t j = j_lo; j < j_hi; j += NR) {
+              const int n = static_cast<int>(std::min(NR, N - j));
+              float* ct = C + s * MR * ldc + j;
+              const float* bp = packed_b + p0 * Np + j * kb;
+              const float beta_k = p0 == 0 ? beta : 1.0f;
+              if (last && epi) {
+                const gemm_detail::TileEpilogue te = tile_epilogue(e, s * MR, j);
+                ks.kernel(kb, ap, bp, NR, ct, ldc, m, n, alpha, beta_k, &te);
+                if (late_activation)
+                  for (int r = 0; r < m; ++r) activate_row(ct + r * ldc, n, e);
+              } else {
+                ks.kernel(kb, ap, bp, NR, ct, ldc, m, n, alpha, beta_k, nullptr);
+              }
+            }
+          }
+        }
+      }
+    });
+    return;
+  }
+
+  float* apack_own = packed_a ? nullptr : tls_pack_a.get(static_cast<size_t>(mc * kc));
   float* bshared = shared_b || direct_b ? tls_pack_b.get(static_cast<size_t>(nc * kc)) : nullptr;
 
   for (int64_t i0 = 0; i0 < M; i0 += mc) {
@@ -740,8 +787,8 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
     const int64_t slivers = ceil_div(mb, MR);
     for (int64_t p0 = 0; p0 < K; p0 += kc) {
       const int64_t kb = std::min(kc, K - p0);
-      const float* apack = prepacked ? prepacked + p0 * Mp + i0 * kb : apack_own;
-      if (!prepacked) {
+      const float* apack = packed_a ? packed_a + p0 * Mp + i0 * kb : apack_own;
+      if (!packed_a) {
         const float* Ablk = ta ? A + p0 * lda + i0 : A + i0 * lda + p0;
         const int64_t pack_grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, kb * MR / 16));
         pfor(0, slivers, pack_grain, [&](int64_t s0, int64_t s1) {
@@ -769,7 +816,23 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
         }
       };
 
-      if (direct_b) {
+      if (packed_b) {
+        const float* bp = packed_b + p0 * Np;  // this K block's panels, NR * kb floats apart
+        if (nblocks > 1) {
+          pfor(0, nblocks, 1, [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) {
+              const int64_t j0 = t * nc, j1 = std::min(N, j0 + nc);
+              for (int64_t s = 0; s < slivers; ++s)
+                for (int64_t j = j0; j < j1; j += NR) tile(s, j, bp + j * kb, NR);
+            }
+          });
+        } else {
+          pfor(0, slivers, 1, [&](int64_t s0, int64_t s1) {
+            for (int64_t s = s0; s < s1; ++s)
+              for (int64_t j = 0; j < N; j += NR) tile(s, j, bp + j * kb, NR);
+          });
+        }
+      } else if (direct_b) {
         const int64_t panels = ceil_div(N, NR);
         const int64_t full = N / NR;
         if (full < panels)  // ragged last panel, zero padded
@@ -840,19 +903,46 @@ const char* gemm_isa_name(GemmIsa isa) {
   return "?";
 }
 
-SgemmPackedA::~SgemmPackedA() {
+namespace {
+
+// The checks every sgemm entry point makes, and the products with nothing to multiply (C empty,
+// or only beta and the epilogue to apply). Returns whether a product remains to compute.
+bool gemm_prologue(int64_t M, int64_t N, int64_t K, float alpha, float beta, float* C, int64_t ldc,
+                   const Epilogue& e) {
+  KILN_CHECK(M >= 0 && N >= 0 && K >= 0, "sgemm", "expected non-negative sizes, got M=", M,
+             " N=", N, " K=", K);
+  if (M == 0 || N == 0) return false;
+  KILN_CHECK(M == 1 || ldc >= N, "sgemm", "expected ldc >= N (", N, "), got ", ldc);
+  if (e.bias_kind != Epilogue::Bias::None)
+    KILN_CHECK(e.bias != nullptr, "sgemm", "expected a bias pointer, got nullptr");
+  if (e.residual != nullptr)
+    KILN_CHECK(M == 1 || e.ld_residual >= N, "sgemm", "expected ld_residual >= N (", N, "), got ",
+               e.ld_residual);
+  if (K == 0 || alpha == 0.0f) {
+    scale_and_epilogue(M, N, beta, C, ldc, e);
+    return false;
+  }
+  return true;
+}
+
+// A stored rows x cols matrix needs ld >= cols unless it has a single row.
+void check_ld(std::string_view op, const char* name, int64_t rows, int64_t cols, int64_t ld) {
+  KILN_CHECK(rows <= 1 || ld >= cols, op, "expected ", name, " >= ", cols, ", got ", ld);
+}
+
+}  // namespace
+
+SgemmPacked::~SgemmPacked() {
   std::free(data_);
 }
 
-std::shared_ptr<const SgemmPackedA> sgemm_pack_a(bool trans_a, int64_t M, int64_t K, const float* A,
-                                                 int64_t lda) {
+std::shared_ptr<const SgemmPacked> sgemm_pack_a(bool trans_a, int64_t M, int64_t K, const float* A,
+                                                int64_t lda) {
   KILN_CHECK(M >= 0 && K >= 0, "sgemm_pack_a", "expected non-negative sizes, got M=", M, " K=", K);
-  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
-  KILN_CHECK(a_rows <= 1 || lda >= a_cols, "sgemm_pack_a", "expected lda >= ", a_cols, ", got ",
-             lda);
+  check_ld("sgemm_pack_a", "lda", trans_a ? K : M, trans_a ? M : K, lda);
   const KernelSet& ks = active_kernels();
-  std::shared_ptr<SgemmPackedA> p(new SgemmPackedA);
-  p->rows_ = M, p->depth_ = K, p->kernels_ = &ks;
+  std::shared_ptr<SgemmPacked> p(new SgemmPacked);
+  p->is_b_ = false, p->outer_ = M, p->depth_ = K, p->kernels_ = &ks;
   const int64_t Mp = round_up(M, ks.mr);
   p->floats_ = static_cast<size_t>(std::max<int64_t>(Mp * K, 1));
   p->data_ = static_cast<float*>(std::aligned_alloc(64, round_up(p->floats_ * 4, 64)));
@@ -867,66 +957,78 @@ std::shared_ptr<const SgemmPackedA> sgemm_pack_a(bool trans_a, int64_t M, int64_
   return p;
 }
 
+std::shared_ptr<const SgemmPacked> sgemm_pack_b(bool trans_b, int64_t K, int64_t N, const float* B,
+                                                int64_t ldb) {
+  KILN_CHECK(N >= 0 && K >= 0, "sgemm_pack_b", "expected non-negative sizes, got K=", K, " N=", N);
+  check_ld("sgemm_pack_b", "ldb", trans_b ? N : K, trans_b ? K : N, ldb);
+  const KernelSet& ks = active_kernels();
+  std::shared_ptr<SgemmPacked> p(new SgemmPacked);
+  p->is_b_ = true, p->outer_ = N, p->depth_ = K, p->kernels_ = &ks;
+  const int64_t Np = round_up(N, ks.nr);
+  p->floats_ = static_cast<size_t>(std::max<int64_t>(Np * K, 1));
+  p->data_ = static_cast<float*>(std::aligned_alloc(64, round_up(p->floats_ * 4, 64)));
+  KILN_CHECK(p->data_ != nullptr, "sgemm_pack_b", "expected ", p->floats_ * 4,
+             " bytes for the packed matrix, got an allocation failure");
+  if (N == 0 || K == 0) return p;
+  const int64_t kc = gemm_detail::k_block(ks, K);
+  for (int64_t p0 = 0; p0 < K; p0 += kc) {
+    const int64_t kb = std::min(kc, K - p0);
+    ks.pack_b(trans_b, trans_b ? B + p0 : B + p0 * ldb, ldb, kb, N, p->data_ + p0 * Np);
+  }
+  return p;
+}
+
 namespace gemm_detail {
+const KernelSet& active_kernel_set() {
+  return active_kernels();
+}
+
 int64_t k_block(const KernelSet& ks, int64_t K) {
   // Equal blocks no larger than KC: no sliver of a last block.
   const int64_t blocks = std::max<int64_t>(1, (K + ks.kc - 1) / ks.kc);
   return ((K + blocks - 1) / blocks + 3) / 4 * 4;
 }
 
-PackedView packed_view(const SgemmPackedA& a) {
-  const auto* ks = static_cast<const KernelSet*>(a.kernels_);
+PackedView packed_view(const SgemmPacked& p) {
+  const auto* ks = static_cast<const KernelSet*>(p.kernels_);
+  const int64_t unit = p.is_b_ ? ks->nr : ks->mr;
   return {ks,
-          a.data_,
-          a.rows_,
-          a.depth_,
-          (a.rows_ + ks->mr - 1) / ks->mr * ks->mr,
-          k_block(*ks, a.depth_)};
+          p.data_,
+          p.outer_,
+          p.depth_,
+          (p.outer_ + unit - 1) / unit * unit,
+          k_block(*ks, p.depth_),
+          p.is_b_};
 }
 }  // namespace gemm_detail
 
-void sgemm_packed_a(const SgemmPackedA& A, bool trans_b, int64_t N, float alpha, const float* B,
+void sgemm_packed_a(const SgemmPacked& A, bool trans_b, int64_t N, float alpha, const float* B,
                     int64_t ldb, float beta, float* C, int64_t ldc, const Epilogue& e) {
   const gemm_detail::PackedView v = gemm_detail::packed_view(A);
-  const int64_t M = v.M, K = v.K;
-  KILN_CHECK(N >= 0, "sgemm", "expected non-negative N, got ", N);
-  if (M == 0 || N == 0) return;
-  KILN_CHECK(M == 1 || ldc >= N, "sgemm", "expected ldc >= N (", N, "), got ", ldc);
-  if (e.bias_kind != Epilogue::Bias::None)
-    KILN_CHECK(e.bias != nullptr, "sgemm", "expected a bias pointer, got nullptr");
-  if (e.residual != nullptr)
-    KILN_CHECK(M == 1 || e.ld_residual >= N, "sgemm", "expected ld_residual >= N (", N, "), got ",
-               e.ld_residual);
-  if (K == 0 || alpha == 0.0f) {
-    scale_and_epilogue(M, N, beta, C, ldc, e);
-    return;
-  }
-  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-  KILN_CHECK(b_rows == 1 || ldb >= b_cols, "sgemm", "expected ldb >= ", b_cols, ", got ", ldb);
-  gemm_packed(*v.ks, false, trans_b, M, N, K, alpha, nullptr, 0, B, ldb, beta, C, ldc, e, v.data);
+  KILN_CHECK(!v.is_b, "sgemm_packed_a", "expected a left operand (sgemm_pack_a), got a right one");
+  if (!gemm_prologue(v.outer, N, v.K, alpha, beta, C, ldc, e)) return;
+  check_ld("sgemm", "ldb", trans_b ? N : v.K, trans_b ? v.K : N, ldb);
+  gemm_packed(*v.ks, false, trans_b, v.outer, N, v.K, alpha, nullptr, 0, B, ldb, beta, C, ldc, e,
+              v.data);
+}
+
+void sgemm_packed_b(bool trans_a, int64_t M, float alpha, const float* A, int64_t lda,
+                    const SgemmPacked& B, float beta, float* C, int64_t ldc, const Epilogue& e) {
+  const gemm_detail::PackedView v = gemm_detail::packed_view(B);
+  KILN_CHECK(v.is_b, "sgemm_packed_b", "expected a right operand (sgemm_pack_b), got a left one");
+  if (!gemm_prologue(M, v.outer, v.K, alpha, beta, C, ldc, e)) return;
+  check_ld("sgemm", "lda", trans_a ? v.K : M, trans_a ? M : v.K, lda);
+  gemm_packed(*v.ks, trans_a, false, M, v.outer, v.K, alpha, A, lda, nullptr, 0, beta, C, ldc, e,
+              nullptr, v.data);
 }
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
            const Epilogue& e) {
-  KILN_CHECK(M >= 0 && N >= 0 && K >= 0, "sgemm", "expected non-negative sizes, got M=", M,
-             " N=", N, " K=", K);
-  if (M == 0 || N == 0) return;
-  KILN_CHECK(M == 1 || ldc >= N, "sgemm", "expected ldc >= N (", N, "), got ", ldc);
-  if (e.bias_kind != Epilogue::Bias::None)
-    KILN_CHECK(e.bias != nullptr, "sgemm", "expected a bias pointer, got nullptr");
-  if (e.residual != nullptr)
-    KILN_CHECK(M == 1 || e.ld_residual >= N, "sgemm", "expected ld_residual >= N (", N, "), got ",
-               e.ld_residual);
-  if (K == 0 || alpha == 0.0f) {
-    scale_and_epilogue(M, N, beta, C, ldc, e);
-    return;
-  }
+  if (!gemm_prologue(M, N, K, alpha, beta, C, ldc, e)) return;
   // Stored shapes: A is M x K (K x M when transposed), B is K x N (N x K when transposed).
-  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
-  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-  KILN_CHECK(a_rows == 1 || lda >= a_cols, "sgemm", "expected lda >= ", a_cols, ", got ", lda);
-  KILN_CHECK(b_rows == 1 || ldb >= b_cols, "sgemm", "expected ldb >= ", b_cols, ", got ", ldb);
+  check_ld("sgemm", "lda", trans_a ? K : M, trans_a ? M : K, lda);
+  check_ld("sgemm", "ldb", trans_b ? N : K, trans_b ? K : N, ldb);
 
   if (try_gemv(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e)) return;
   const KernelSet& ks = active_kernels();

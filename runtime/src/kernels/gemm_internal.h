@@ -88,15 +88,20 @@ struct KernelSet {
   DotTileFn dot_tile;  // nullptr: the portable one
 };
 
+// The microkernel family sgemm uses now (set_sgemm_isa / KILN_GEMM_ISA / CPUID).
+const KernelSet& active_kernel_set();
+
 // The K block sgemm cuts K into (equal blocks no larger than ks.kc, a multiple of 4).
 int64_t k_block(const KernelSet& ks, int64_t K);
 
-// An SgemmPackedA as the drivers see it: the K block starting at p0 holds Mp * kb floats at
-// data + p0 * Mp (Mp = M rounded up to the kernel's MR), its slivers MR * kb floats apart.
+// An SgemmPacked as the drivers see it: the K block starting at p0 holds padded * kb floats at
+// data + p0 * padded, where padded is M (an A) or N (a B) rounded up to the kernel's MR or NR; an
+// A's slivers are MR * kb floats apart, a B's panels NR * kb.
 struct PackedView {
   const KernelSet* ks;
   const float* data;
-  int64_t M, K, Mp, kc;
+  int64_t outer, K, padded, kc;
+  bool is_b;
 };
 
 // nullptr when the ISA is not compiled into this build.

@@ -53,8 +53,9 @@ class PreparedConv2dWeight {
   virtual ~PreparedConv2dWeight() = default;
   // Bytes it holds (reported by the artifact runtime's memory statistics).
   virtual size_t nbytes() const = 0;
-  // "winograd" (F(4x4, 3x3): 3x3 stride-1 convs with enough output tiles) or "gemm" (packed
-  // for the GEMM microkernel).
+  // "winograd" (F(4x4, 3x3): 3x3 stride-1 convs with enough output tiles), "gemm" (packed for
+  // the GEMM microkernel, output positions across its vector lanes) or "gemm-ch" (output
+  // channels across the lanes: small feature maps with many channels).
   virtual const char* algorithm() const = 0;
 };
 using PreparedConv2dWeightPtr = std::shared_ptr<const PreparedConv2dWeight>;

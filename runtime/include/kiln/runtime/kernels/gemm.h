@@ -33,41 +33,52 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
            const Epilogue& epilogue = {});
 
-class SgemmPackedA;
+class SgemmPacked;
 namespace gemm_detail {
 struct PackedView;
-PackedView packed_view(const SgemmPackedA& a);
+PackedView packed_view(const SgemmPacked& p);
 }  // namespace gemm_detail
 
-// op(A)[M, K] packed once for many products with it (a constant weight): the copy sgemm makes of
-// A on every call, laid out for the microkernel family active when it was packed (its products
-// keep using that family, whatever set_sgemm_isa says later). Immutable: threads share one.
-class SgemmPackedA {
+// One operand of sgemm packed once for many products with it (a constant weight): the copy
+// sgemm makes of it on every call, laid out for the microkernel family active when it was packed
+// (its products keep using that family, whatever set_sgemm_isa says later). Immutable: threads
+// share one. sgemm_pack_a packs a left operand op(A)[M, K], sgemm_pack_b a right one op(B)[K, N].
+class SgemmPacked {
  public:
-  SgemmPackedA(const SgemmPackedA&) = delete;
-  SgemmPackedA& operator=(const SgemmPackedA&) = delete;
-  ~SgemmPackedA();
-  int64_t rows() const { return rows_; }
-  int64_t depth() const { return depth_; }
+  SgemmPacked(const SgemmPacked&) = delete;
+  SgemmPacked& operator=(const SgemmPacked&) = delete;
+  ~SgemmPacked();
+  bool is_b() const { return is_b_; }
+  int64_t outer() const { return outer_; }  // M of an A, N of a B
+  int64_t depth() const { return depth_; }  // K
   size_t nbytes() const { return floats_ * sizeof(float); }
 
  private:
-  SgemmPackedA() = default;
-  friend std::shared_ptr<const SgemmPackedA> sgemm_pack_a(bool, int64_t, int64_t, const float*,
-                                                          int64_t);
-  friend gemm_detail::PackedView gemm_detail::packed_view(const SgemmPackedA&);
-  int64_t rows_ = 0, depth_ = 0;
+  SgemmPacked() = default;
+  friend std::shared_ptr<const SgemmPacked> sgemm_pack_a(bool, int64_t, int64_t, const float*,
+                                                         int64_t);
+  friend std::shared_ptr<const SgemmPacked> sgemm_pack_b(bool, int64_t, int64_t, const float*,
+                                                         int64_t);
+  friend gemm_detail::PackedView gemm_detail::packed_view(const SgemmPacked&);
+  bool is_b_ = false;
+  int64_t outer_ = 0, depth_ = 0;
   const void* kernels_ = nullptr;  // the microkernel family (internal)
   float* data_ = nullptr;
   size_t floats_ = 0;
 };
 
-std::shared_ptr<const SgemmPackedA> sgemm_pack_a(bool trans_a, int64_t M, int64_t K, const float* A,
-                                                 int64_t lda);
+std::shared_ptr<const SgemmPacked> sgemm_pack_a(bool trans_a, int64_t M, int64_t K, const float* A,
+                                                int64_t lda);
+std::shared_ptr<const SgemmPacked> sgemm_pack_b(bool trans_b, int64_t K, int64_t N, const float* B,
+                                                int64_t ldb);
 
 // sgemm with op(A) from sgemm_pack_a: C[M, N] = act(alpha * A · op(B) + beta * C + ...).
-void sgemm_packed_a(const SgemmPackedA& A, bool trans_b, int64_t N, float alpha, const float* B,
+void sgemm_packed_a(const SgemmPacked& A, bool trans_b, int64_t N, float alpha, const float* B,
                     int64_t ldb, float beta, float* C, int64_t ldc, const Epilogue& epilogue = {});
+// sgemm with op(B) from sgemm_pack_b: C[M, N] = act(alpha * op(A) · B + beta * C + ...).
+void sgemm_packed_b(bool trans_a, int64_t M, float alpha, const float* A, int64_t lda,
+                    const SgemmPacked& B, float beta, float* C, int64_t ldc,
+                    const Epilogue& epilogue = {});
 
 // Microkernel family used by sgemm. Auto picks the best one this CPU supports (CPUID); the
 // environment variable KILN_GEMM_ISA=avx512|avx2|neon|scalar overrides it at start-up (tests and
