@@ -141,6 +141,10 @@ TEST(Pool, MaxPool2dForwardBackward) {
       expect_close(to_vec(*y), ref.y, 0, 0, "max_pool2d");
       const int64_t* ip = idx->data_ptr<int64_t>();
       for (size_t i = 0; i < ref.idx.size(); ++i) ASSERT_EQ(ip[i], ref.idx[i]) << i;
+      // Without indices (inference): the values-only kernel.
+      auto y_values = empty(ys, dt);
+      max_pool2d_out(*x, p, *y_values, nullptr);
+      expect_close(to_vec(*y_values), ref.y, 0, 0, "max_pool2d without indices");
       // Backward: scatter-add of grad_output at the argmax.
       auto gyv = rand_vec(numel(ys));
       auto gy = from_vec(gyv, ys, dt);
@@ -162,6 +166,36 @@ TEST(Pool, MaxPool2dNaNAnd3dInputAndLowPrecision) {
   max_pool2d_out(*x, PP(2, 2, 0), *y, idx.get());
   EXPECT_TRUE(std::isnan(y->data_ptr<float>()[0]));
   EXPECT_EQ(idx->data_ptr<int64_t>()[0], 1);
+  // Same without indices, a NaN at each position of a 3x3 stride-2 padded window, and windows
+  // of -inf only.
+  for (int64_t at = 0; at < 25; ++at) {
+    std::vector<double> v(25);
+    for (int64_t i = 0; i < 25; ++i) v[i] = static_cast<double>((i * 7) % 11) - 5.0;
+    v[at] = NAN;
+    if (at % 5 == 0) v[(at + 12) % 25] = -INFINITY;
+    auto xn = from_vec(v, Dims{1, 5, 5}, DType::Float32);
+    auto yn = empty(Dims{1, 3, 3}, DType::Float32);
+    max_pool2d_out(*xn, PP(3, 2, 1), *yn, nullptr);
+    for (int64_t oh = 0; oh < 3; ++oh)
+      for (int64_t ow = 0; ow < 3; ++ow) {
+        double want = -INFINITY;  // NaN if the window holds one, else its max
+        for (int64_t ih = 2 * oh - 1; ih <= 2 * oh + 1; ++ih)
+          for (int64_t iw = 2 * ow - 1; iw <= 2 * ow + 1; ++iw) {
+            if (ih < 0 || ih >= 5 || iw < 0 || iw >= 5) continue;
+            const double e = v[ih * 5 + iw];
+            want = std::isnan(want) || std::isnan(e) ? NAN : std::max(want, e);
+          }
+        const float got = yn->data_ptr<float>()[oh * 3 + ow];
+        if (std::isnan(want))
+          EXPECT_TRUE(std::isnan(got)) << "NaN at " << at << ", output " << oh << "," << ow;
+        else
+          EXPECT_EQ(got, want) << "NaN at " << at << ", output " << oh << "," << ow;
+      }
+  }
+  auto xi = from_vec(std::vector<double>(16, -INFINITY), Dims{1, 4, 4}, DType::Float32);
+  auto yi = empty(Dims{1, 2, 2}, DType::Float32);
+  max_pool2d_out(*xi, PP(2, 2, 0), *yi, nullptr);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(yi->data_ptr<float>()[i], -INFINITY);
   auto xv = rand_vec(2 * 6 * 6);
   auto xb = from_vec(xv, Dims{2, 6, 6}, DType::BFloat16);
   auto yb = empty(Dims{2, 3, 3}, DType::BFloat16);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/thread_pool.h"
@@ -96,6 +97,71 @@ void max_pool_fwd(const PoolGeom& g, const T* x, T* y, int64_t* idx) {
           yp[oh * g.Wo + ow] = m;
           if (ip) ip[oh * g.Wo + ow] = best;
         }
+      }
+    }
+  });
+}
+
+// max that propagates NaN from either side, as max_pool_fwd's scan does (written as a select so
+// that the loops below vectorize).
+template <typename T>
+inline T nan_max(T a, T b) {
+  return (b > a || b != b) ? b : a;
+}
+
+// y[ow] = max over k < KW of r[ow * SW + k * dw]: compile-time window and stride for the common
+// pools (vectorized), any other at run time.
+template <typename T, int KW, int SW>
+void max_columns(const T* r, int64_t Wo, int64_t dw, T* y) {
+  for (int64_t ow = 0; ow < Wo; ++ow) {
+    T v = r[ow * SW];
+    for (int k = 1; k < KW; ++k) v = nan_max(v, r[ow * SW + k * dw]);
+    y[ow] = v;
+  }
+}
+template <typename T>
+void max_columns_any(const T* r, int64_t Wo, int64_t kw, int64_t sw, int64_t dw, T* y) {
+  for (int64_t ow = 0; ow < Wo; ++ow) {
+    T v = r[ow * sw];
+    for (int64_t k = 1; k < kw; ++k) v = nan_max(v, r[ow * sw + k * dw]);
+    y[ow] = v;
+  }
+}
+
+// max_pool_fwd without indices (inference): per output row, the elementwise max of the window's
+// input rows into a -inf padded row, then each window's max along that row. Same values as
+// max_pool_fwd, NaN included.
+template <typename T>
+void max_pool_fwd_values(const PoolGeom& g, const T* x, T* y) {
+  const int64_t HW = g.H * g.W, howo = g.Ho * g.Wo;
+  // Padded row: columns [pw, pw + W) hold input; every window read stays below `wp`.
+  const int64_t wp = std::max(g.pw + g.W, (g.Wo - 1) * g.sw + (g.kw - 1) * g.dw + 1);
+  const T ninf = -std::numeric_limits<T>::infinity();
+  parallel_for(0, g.planes, plane_grain(howo * g.kh * g.kw), [&](int64_t p0, int64_t p1) {
+    std::vector<T> row(static_cast<size_t>(wp), ninf);
+    T* rm = row.data() + g.pw;
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* xp = x + p * HW;
+      T* yp = y + p * howo;
+      for (int64_t oh = 0; oh < g.Ho; ++oh) {
+        int64_t hs = oh * g.sh - g.ph;
+        const int64_t he = std::min(hs + (g.kh - 1) * g.dh + 1, g.H);
+        while (hs < 0) hs += g.dh;
+        std::copy(xp + hs * g.W, xp + (hs + 1) * g.W, rm);
+        for (int64_t ih = hs + g.dh; ih < he; ih += g.dh) {
+          const T* src = xp + ih * g.W;
+          for (int64_t i = 0; i < g.W; ++i) rm[i] = nan_max(rm[i], src[i]);
+        }
+        T* yr = yp + oh * g.Wo;
+        const T* r = row.data();
+        if (g.kw == 3 && g.sw == 2)
+          max_columns<T, 3, 2>(r, g.Wo, g.dw, yr);
+        else if (g.kw == 3 && g.sw == 1)
+          max_columns<T, 3, 1>(r, g.Wo, g.dw, yr);
+        else if (g.kw == 2 && g.sw == 2)
+          max_columns<T, 2, 2>(r, g.Wo, g.dw, yr);
+        else
+          max_columns_any<T>(r, g.Wo, g.kw, g.sw, g.dw, yr);
       }
     }
   });
@@ -293,7 +359,10 @@ void max_pool2d_out(const TensorImpl& input, const Pool2dParams& p, TensorImpl& 
   OutTarget y(&out, cd), id(indices);
   dispatch_fd(cd, [&](auto tag) {
     using T = decltype(tag);
-    max_pool_fwd<T>(g, x->data_ptr<T>(), y.get<T>(), indices ? id.get<int64_t>() : nullptr);
+    if (indices)
+      max_pool_fwd<T>(g, x->data_ptr<T>(), y.get<T>(), id.get<int64_t>());
+    else
+      max_pool_fwd_values<T>(g, x->data_ptr<T>(), y.get<T>());
   });
   y.finish();
   id.finish();
