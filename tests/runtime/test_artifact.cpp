@@ -119,6 +119,32 @@ TEST(Artifact, LinearReluMatchesFloat64Reference) {
   for (int i = 0; i < 8; ++i) EXPECT_NEAR(out[i], want[i], 1e-5);
 }
 
+TEST(Artifact, ProfilingTimesEveryInstruction) {
+  const auto w = random_floats(12, 1), b = random_floats(4, 2), x = random_floats(6, 3);
+  auto model = rt::Model::from_bytes(linear_relu_spec(w, b).build());
+  rt::Session session(model);
+  TensorImplPtr xt =
+      kiln::from_blob(const_cast<float*>(x.data()), std::vector<int64_t>{2, 3}, DType::Float32);
+  session.run({xt.get()});
+  EXPECT_TRUE(session.profile().empty());  // off by default
+  session.enable_profiling();
+  for (int r = 0; r < 3; ++r) session.run({xt.get()});
+  const auto p = session.profile();
+  ASSERT_EQ(p.size(), model->stats().num_instructions);
+  double total = 0;
+  for (size_t k = 0; k < p.size(); ++k) {
+    EXPECT_EQ(p[k].index, k);
+    EXPECT_EQ(p[k].runs, 3u);
+    EXPECT_GE(p[k].total_ms, 0.0);
+    total += p[k].total_ms;
+  }
+  EXPECT_GT(total, 0.0);
+  EXPECT_EQ(p[0].what.rfind("linear -> [2,4] f32", 0), 0u) << p[0].what;
+  session.enable_profiling(false);
+  session.run({xt.get()});
+  EXPECT_TRUE(session.profile().empty());
+}
+
 TEST(Artifact, GuardsNameTheInputExpectedAndActual) {
   auto model =
       rt::Model::from_bytes(linear_relu_spec(random_floats(12, 1), random_floats(4, 2)).build());

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ struct Args {
   std::string output;
   int bench = 0;
   bool ops = false;
+  bool profile = false;
   bool help = false;
   std::string bad;
 };
@@ -48,6 +50,8 @@ Args parse(int argc, char** argv, bool allow_io) {
       a.bench = std::stoi(value());
     } else if (s == "--ops") {
       a.ops = true;
+    } else if (s == "--profile") {
+      a.profile = true;
     } else if (!s.empty() && s[0] == '-') {
       a.bad = "unknown option '" + s + "'";
     } else if (a.artifact.empty()) {
@@ -91,9 +95,40 @@ const char* kInspectHelp =
     "and code size. --ops lists every instruction with its operand slots.\n";
 
 const char* kBenchHelp =
-    "usage: kiln bench M.kiln [--bench N]\n\n"
+    "usage: kiln bench M.kiln [--bench N] [--profile]\n\n"
     "Times loading (mmap + verify), session creation, the first run and N steady-state runs\n"
-    "(default 20) on random inputs. Threads: KILN_NUM_THREADS.\n";
+    "(default 20) on random inputs. Threads: KILN_NUM_THREADS. --profile adds the time of\n"
+    "each instruction over the steady-state runs, the slowest first, and the time per kernel.\n";
+
+// Instructions, slowest first (those making up 99% of the time, at most 40), then per kernel.
+void print_profile(std::vector<rt::Session::InstructionTime> p) {
+  if (p.empty() || p[0].runs == 0) return;
+  double total = 0;
+  for (const auto& t : p) total += t.total_ms;
+  std::map<std::string, std::pair<double, int>> per_kernel;
+  for (const auto& t : p) {
+    auto& k = per_kernel[t.what.substr(0, t.what.find(' '))];
+    k.first += t.total_ms, ++k.second;
+  }
+  std::sort(p.begin(), p.end(),
+            [](const auto& a, const auto& b) { return a.total_ms > b.total_ms; });
+  const double runs = static_cast<double>(p[0].runs);
+  std::printf("\nprofile: %.3f ms per run in instructions\n  %5s %9s %6s  %s\n", total / runs, "#",
+              "ms/run", "share", "instruction");
+  double shown = 0;
+  for (size_t i = 0; i < p.size() && i < 40 && shown < 0.99 * total; ++i) {
+    std::printf("  %5zu %9.3f %5.1f%%  %s\n", p[i].index, p[i].total_ms / runs,
+                100 * p[i].total_ms / total, p[i].what.c_str());
+    shown += p[i].total_ms;
+  }
+  std::vector<std::pair<std::string, std::pair<double, int>>> k(per_kernel.begin(),
+                                                                per_kernel.end());
+  std::sort(k.begin(), k.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::printf("per kernel:\n");
+  for (const auto& [name, v] : k)
+    std::printf("  %-28s %9.3f ms/run %5.1f%%  x%d\n", name.c_str(), v.first / runs,
+                100 * v.first / total, v.second);
+}
 
 void print_timings(const std::vector<double>& ms) {
   std::vector<double> s = ms;
@@ -205,6 +240,7 @@ int bench_artifact(int argc, char** argv) {
   session.run(in);
   const double first_ms = ms_since(t0);
   std::vector<double> ms;
+  if (a.profile) session.enable_profiling();
   for (int r = 0; r < n; ++r) {
     t0 = Clock::now();
     session.run(in);
@@ -219,6 +255,7 @@ int bench_artifact(int argc, char** argv) {
     std::printf("%s%s x%zu", i ? ", " : " (", ps.counts[i].first.c_str(), ps.counts[i].second);
   std::printf("%s\n", ps.counts.empty() ? "" : ")");
   print_timings(ms);
+  if (a.profile) print_profile(session.profile());
   return 0;
 }
 

@@ -2,6 +2,7 @@
 // the guards, copies the inputs into their arena slots, calls each instruction's kernel (or
 // compiled function) on prebuilt operand arrays, and copies the outputs out.
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -47,6 +48,10 @@ struct Session::State {
   std::vector<Step> steps;
   // Training-step state: weight blob -> this session's own copy.
   std::vector<std::pair<uint32_t, void*>> state;
+  // enable_profiling: nanoseconds per instruction, summed over `profiled_runs`.
+  bool profiling = false;
+  std::vector<uint64_t> instr_ns;
+  uint64_t profiled_runs = 0;
   ~State() {
     std::free(arena);
     for (auto& [blob, p] : state) std::free(p);
@@ -150,9 +155,13 @@ void Session::execute(std::span<const TensorImpl* const> inputs) {
     copy_same(*s_->slots[m.input_slots[i]], *x);
   }
   TensorImpl* const* ops = s_->operands.data();
+  const bool profiling = s_->profiling;
+  std::chrono::steady_clock::time_point t0;
   for (size_t k = 0; k < m.instrs.size(); ++k) {
     const InstrInfo& in = m.instrs[k];
     const State::Step& st = s_->steps[k];
+    if (profiling) [[unlikely]]
+      t0 = std::chrono::steady_clock::now();
     try {
       if (in.def) {
         in.def->run(KernelCall{in.params.get(),
@@ -165,12 +174,40 @@ void Session::execute(std::span<const TensorImpl* const> inputs) {
     } catch (const Error& e) {
       fail("kiln run", "instruction ", k, " (", in.name, "): ", e.what());
     }
+    if (profiling) [[unlikely]]
+      s_->instr_ns[k] += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                   std::chrono::steady_clock::now() - t0)
+                                                   .count());
   }
+  if (profiling) ++s_->profiled_runs;
   for (const auto& [slot, blob] : m.state_updates) {
     for (const auto& [b, p] : s_->state) {
       if (b == blob) std::memcpy(p, s_->slots[slot]->data(), m.blobs[blob].size);
     }
   }
+}
+
+void Session::enable_profiling(bool on) {
+  s_->profiling = on;
+  s_->instr_ns.assign(on ? model_->impl().instrs.size() : 0, 0);
+  s_->profiled_runs = 0;
+}
+
+std::vector<Session::InstructionTime> Session::profile() const {
+  const Model::Impl& m = model_->impl();
+  std::vector<InstructionTime> out;
+  for (size_t k = 0; k < s_->instr_ns.size(); ++k) {
+    const InstrInfo& in = m.instrs[k];
+    std::string what = in.name + (in.fn ? " (compiled)" : "");
+    if (!in.outputs.empty() && in.outputs[0] >= 0) {
+      const SlotInfo& o = m.slots[in.outputs[0]];
+      what += " -> " + describe_spec(o.shape, o.dtype);
+    }
+    if (k < m.prepared.size() && m.prepared[k].data)
+      what += " [" + std::string(m.prepared[k].algorithm) + "]";
+    out.push_back({k, std::move(what), s_->instr_ns[k] * 1e-6, s_->profiled_runs});
+  }
+  return out;
 }
 
 std::vector<TensorImplPtr> Session::run(std::span<const TensorImpl* const> inputs) {

@@ -121,6 +121,17 @@ class Session {
   void run_into(std::span<const TensorImpl* const> inputs, std::span<TensorImpl* const> outputs);
 
   const Model& model() const { return *model_; }
+
+  // Per-instruction wall time of the runs that follow (off by default; when off it costs one
+  // branch per instruction). Enabling again starts from zero.
+  void enable_profiling(bool on = true);
+  struct InstructionTime {
+    size_t index;      // in the plan (kiln inspect --ops)
+    std::string what;  // kernel or symbol, output shape, prepared algorithm
+    double total_ms;   // over `runs` runs
+    uint64_t runs;
+  };
+  std::vector<InstructionTime> profile() const;
   // Current value of a training-step state tensor (weights updated in place), by weight name.
   const TensorImpl* state(std::string_view name) const;
 
