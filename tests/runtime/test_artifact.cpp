@@ -145,6 +145,52 @@ TEST(Artifact, ProfilingTimesEveryInstruction) {
   EXPECT_TRUE(session.profile().empty());
 }
 
+// max_pool2d's indices are an optional output: computed when the plan reads them (here a model
+// output), discarded (not computed) when nothing does.
+TEST(Artifact, UnreadOptionalOutputsAreDiscarded) {
+  using K = fb::AttrKind;
+  for (bool indices_are_output : {false, true}) {
+    ArtifactSpec a;
+    a.slots = {
+        {fb::SlotKind::Arena, fb::DType::Float32, {1, 2, 4, 4}, 0, 0},    // 0 x
+        {fb::SlotKind::Arena, fb::DType::Float32, {1, 2, 2, 2}, 128, 0},  // 1 y
+        {fb::SlotKind::Arena, fb::DType::Int64, {1, 2, 2, 2}, 192, 0},    // 2 indices
+    };
+    a.instrs = {{"max_pool2d",
+                 {0},
+                 {1, 2},
+                 {{"kernel", K::Ints, 0, 0, {2, 2}},
+                  {"stride", K::Ints, 0, 0, {2, 2}},
+                  {"padding", K::Ints, 0, 0, {0, 0}},
+                  {"dilation", K::Ints, 0, 0, {1, 1}}}}};
+    a.inputs = {{"x", 0}};
+    a.outputs = {{"y", 1}};
+    if (indices_are_output) a.outputs.push_back({"indices", 2});
+    a.arena_bytes = 256;
+    auto model = rt::Model::from_bytes(a.build());
+    EXPECT_EQ(model->describe_plan().find("(discarded)") != std::string::npos, !indices_are_output);
+    rt::Session s(model);
+    auto x = random_floats(32, 21);
+    TensorImplPtr xt = kiln::from_blob(x.data(), std::vector<int64_t>{1, 2, 4, 4}, DType::Float32);
+    auto out = s.run({xt.get()});
+    ASSERT_EQ(out.size(), indices_are_output ? 2u : 1u);
+    for (int c = 0; c < 2; ++c)
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+          float best = -INFINITY;
+          int64_t at = -1;
+          for (int u = 0; u < 2; ++u)
+            for (int v = 0; v < 2; ++v) {
+              const int64_t k = (2 * i + u) * 4 + 2 * j + v;
+              if (x[c * 16 + k] > best) best = x[c * 16 + k], at = k;
+            }
+          const int o = (c * 2 + i) * 2 + j;
+          EXPECT_EQ(out[0]->data_ptr<float>()[o], best);
+          if (indices_are_output) EXPECT_EQ(out[1]->data_ptr<int64_t>()[o], at);
+        }
+  }
+}
+
 TEST(Artifact, GuardsNameTheInputExpectedAndActual) {
   auto model =
       rt::Model::from_bytes(linear_relu_spec(random_floats(12, 1), random_floats(4, 2)).build());

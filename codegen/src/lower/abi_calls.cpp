@@ -75,6 +75,12 @@ const llvm::StringMap<std::vector<const char*>>& abi_ops() {
   };
   return table;
 }
+
+// Results the ABI entry point accepts as null (not computed), bit i for result i: passed so when
+// nothing uses them (the runtime's registry says the same of its kernels: optional_outputs).
+unsigned optional_results(llvm::StringRef op) {
+  return op == "max_pool2d" ? 0b10u : 0u;
+}
 }  // namespace
 
 // Convolutions whose weight is a frozen constant call the runtime's *_prepared entry points.
@@ -122,7 +128,13 @@ bool Lowering::emit_abi_call(mlir::Operation* op) {
       present.push_back(true);
     }
   }
-  for (mlir::Value r : op->getResults()) {
+  const unsigned optional = optional_results(name);
+  for (mlir::OpResult r : op->getResults()) {
+    if (r.use_empty() && (optional >> r.getResultNumber()) & 1u) {
+      tensors.emplace_back();
+      present.push_back(false);
+      continue;
+    }
     View d = destination(r);
     views_[r] = d;
     tensors.push_back(d);

@@ -220,6 +220,23 @@ struct Checker {
     }
   }
 
+  // Optional outputs (KernelDef::optional_outputs) whose slot no instruction reads and that are
+  // neither model outputs nor training state are not computed.
+  void discard_unread_outputs() {
+    std::vector<char> read(out.slots.size(), 0);
+    for (const InstrInfo& in : out.instrs)
+      for (int32_t s : in.inputs)
+        if (s >= 0) read[s] = 1;
+    for (uint32_t s : out.output_slots) read[s] = 1;
+    for (const auto& [v, blob] : out.state_updates) read[v] = 1;
+    for (InstrInfo& in : out.instrs) {
+      if (!in.def) continue;
+      for (size_t i = 0; i < in.outputs.size() && i < 32; ++i)
+        if ((in.def->optional_outputs >> i) & 1u && !read[in.outputs[i]])
+          in.discarded_outputs |= 1u << i;
+    }
+  }
+
   // An output may share bytes with an input only as an exact alias, and only for kernels that
   // compute elementwise or view their input (KernelDef::inplace_ok; compiled code likewise);
   // outputs never overlap each other.
@@ -337,6 +354,7 @@ struct Checker {
       KILN_CHECK(defined[out.output_slots[i]], kOp, "output \"", out.outputs[i].name,
                  "\" is never written");
     }
+    discard_unread_outputs();
     out.stats.num_instructions = out.instrs.size();
     out.stats.op_counts.assign(counts.begin(), counts.end());
   }

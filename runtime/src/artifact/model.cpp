@@ -158,7 +158,9 @@ std::string Model::describe_plan() const {
     os << k << ": " << in.name << (in.fn ? " (compiled)" : "") << "(";
     for (size_t i = 0; i < in.inputs.size(); ++i) os << (i ? ", " : "") << operand(in.inputs[i]);
     os << ") -> ";
-    for (size_t i = 0; i < in.outputs.size(); ++i) os << (i ? ", " : "") << operand(in.outputs[i]);
+    for (size_t i = 0; i < in.outputs.size(); ++i)
+      os << (i ? ", " : "") << operand(in.outputs[i])
+         << ((in.discarded_outputs >> i) & 1u ? " (discarded)" : "");
     os << "\n";
   }
   return os.str();

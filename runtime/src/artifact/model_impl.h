@@ -31,6 +31,8 @@ struct InstrInfo {
   std::string name;                // kernel name or symbol
   std::unique_ptr<KernelParams> params;
   std::vector<int32_t> inputs, outputs;  // slot indices, -1 = absent
+  // Bit i: output i is not computed (KernelDef::optional_outputs and nothing reads its slot).
+  uint32_t discarded_outputs = 0;
 };
 
 struct BlobInfo {

@@ -97,7 +97,9 @@ Session::Session(std::shared_ptr<const Model> model) : model_(std::move(model)),
     for (int32_t s : in.inputs) s_->operands.push_back(s < 0 ? nullptr : s_->slots[s].get());
     step.out_begin = static_cast<uint32_t>(s_->operands.size());
     step.n_out = static_cast<uint32_t>(in.outputs.size());
-    for (int32_t s : in.outputs) s_->operands.push_back(s_->slots[s].get());
+    for (size_t i = 0; i < in.outputs.size(); ++i)
+      s_->operands.push_back((in.discarded_outputs >> i) & 1u ? nullptr
+                                                              : s_->slots[in.outputs[i]].get());
     s_->steps.push_back(step);
   }
   for (TensorImpl* t : s_->operands) s_->pointers.push_back(t ? t->data() : nullptr);

@@ -319,18 +319,32 @@ std::shared_ptr<const WinogradWeight> winograd_prepare(const ConvGeom& g, const 
   auto out = std::make_shared<WinogradWeight>();
   out->O = g.O;
   out->C = g.C;
-  // U_ξ[o, c] for the 36 ξ, one [O, C] matrix each, then packed for the microkernel.
-  std::vector<float> u(static_cast<size_t>(kXi * g.O * g.C));
-  const int64_t oc = g.O * g.C;
-  for (int64_t i = 0; i < oc; ++i) {
-    double t[6][6];
-    transform_filter(w + i * 9, t);
-    for (int a = 0; a < 6; ++a)
-      for (int b = 0; b < 6; ++b) u[(a * 6 + b) * oc + i] = static_cast<float>(t[a][b]);
-  }
-  out->xi.reserve(kXi);
+  // U_ξ[o, c] for the 36 ξ, written straight into the microkernel's packed layout of each [O, C]
+  // matrix (PackedView): sliver s holds rows s*MR.., a K block's element (o, c) sits at
+  // p0 * Mp + s * MR * kb + (c - p0) * MR + o % MR. Rows past O are zero.
+  const gemm_detail::KernelSet& ks = gemm_detail::active_kernel_set();
+  float* data[kXi];
+  out->xi.resize(kXi);
   for (int x = 0; x < kXi; ++x)
-    out->xi.push_back(sgemm_pack_a(false, g.O, g.C, u.data() + x * oc, g.C));
+    out->xi[x] = gemm_detail::allocate_packed(ks, false, g.O, g.C, &data[x]);
+  const gemm_detail::PackedView v = gemm_detail::packed_view(*out->xi[0]);
+  const int64_t MR = ks.mr, slivers = v.padded / MR;
+  parallel_for(0, slivers, 1, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      for (int64_t p0 = 0; p0 < g.C; p0 += v.kc) {
+        const int64_t kb = std::min(v.kc, g.C - p0);
+        const int64_t base = p0 * v.padded + s * MR * kb;
+        for (int64_t c = p0; c < p0 + kb; ++c) {
+          for (int64_t r = 0; r < MR; ++r) {
+            const int64_t o = s * MR + r, at = base + (c - p0) * MR + r;
+            double t[6][6] = {};
+            if (o < g.O) transform_filter(w + (o * g.C + c) * 9, t);
+            for (int x = 0; x < kXi; ++x) data[x][at] = static_cast<float>(t[x / 6][x % 6]);
+          }
+        }
+      }
+    }
+  });
   return out;
 }
 

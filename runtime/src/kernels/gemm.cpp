@@ -941,19 +941,23 @@ std::shared_ptr<const SgemmPacked> sgemm_pack_a(bool trans_a, int64_t M, int64_t
   KILN_CHECK(M >= 0 && K >= 0, "sgemm_pack_a", "expected non-negative sizes, got M=", M, " K=", K);
   check_ld("sgemm_pack_a", "lda", trans_a ? K : M, trans_a ? M : K, lda);
   const KernelSet& ks = active_kernels();
-  std::shared_ptr<SgemmPacked> p(new SgemmPacked);
-  p->is_b_ = false, p->outer_ = M, p->depth_ = K, p->kernels_ = &ks;
+  float* data = nullptr;
+  std::shared_ptr<SgemmPacked> p = gemm_detail::allocate_packed(ks, false, M, K, &data);
   const int64_t Mp = round_up(M, ks.mr);
-  p->floats_ = static_cast<size_t>(std::max<int64_t>(Mp * K, 1));
-  p->data_ = static_cast<float*>(std::aligned_alloc(64, round_up(p->floats_ * 4, 64)));
-  KILN_CHECK(p->data_ != nullptr, "sgemm_pack_a", "expected ", p->floats_ * 4,
-             " bytes for the packed matrix, got an allocation failure");
   if (M == 0 || K == 0) return p;
   const int64_t kc = gemm_detail::k_block(ks, K);
-  for (int64_t p0 = 0; p0 < K; p0 += kc) {
-    const int64_t kb = std::min(kc, K - p0);
-    ks.pack_a(trans_a, trans_a ? A + p0 * lda : A + p0, lda, M, kb, p->data_ + p0 * Mp);
-  }
+  // (K block, range of slivers) items in parallel: packing is a one-time cost per weight.
+  const int64_t kblocks = ceil_div(K, kc), slivers = Mp / ks.mr;
+  const int64_t per_item = std::max<int64_t>(1, ceil_div(slivers * kblocks, 4 * num_threads()));
+  const int64_t chunks = ceil_div(slivers, per_item);
+  parallel_for(0, kblocks * chunks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t p0 = (i / chunks) * kc, kb = std::min(kc, K - p0);
+      const int64_t r0 = (i % chunks) * per_item * ks.mr, r1 = std::min(M, r0 + per_item * ks.mr);
+      const float* src = trans_a ? A + p0 * lda + r0 : A + r0 * lda + p0;
+      ks.pack_a(trans_a, src, lda, r1 - r0, kb, data + p0 * Mp + r0 * kb);
+    }
+  });
   return p;
 }
 
@@ -962,19 +966,23 @@ std::shared_ptr<const SgemmPacked> sgemm_pack_b(bool trans_b, int64_t K, int64_t
   KILN_CHECK(N >= 0 && K >= 0, "sgemm_pack_b", "expected non-negative sizes, got K=", K, " N=", N);
   check_ld("sgemm_pack_b", "ldb", trans_b ? N : K, trans_b ? K : N, ldb);
   const KernelSet& ks = active_kernels();
-  std::shared_ptr<SgemmPacked> p(new SgemmPacked);
-  p->is_b_ = true, p->outer_ = N, p->depth_ = K, p->kernels_ = &ks;
+  float* data = nullptr;
+  std::shared_ptr<SgemmPacked> p = gemm_detail::allocate_packed(ks, true, N, K, &data);
   const int64_t Np = round_up(N, ks.nr);
-  p->floats_ = static_cast<size_t>(std::max<int64_t>(Np * K, 1));
-  p->data_ = static_cast<float*>(std::aligned_alloc(64, round_up(p->floats_ * 4, 64)));
-  KILN_CHECK(p->data_ != nullptr, "sgemm_pack_b", "expected ", p->floats_ * 4,
-             " bytes for the packed matrix, got an allocation failure");
   if (N == 0 || K == 0) return p;
   const int64_t kc = gemm_detail::k_block(ks, K);
-  for (int64_t p0 = 0; p0 < K; p0 += kc) {
-    const int64_t kb = std::min(kc, K - p0);
-    ks.pack_b(trans_b, trans_b ? B + p0 : B + p0 * ldb, ldb, kb, N, p->data_ + p0 * Np);
-  }
+  // (K block, range of panels) items in parallel, as in sgemm_pack_a.
+  const int64_t kblocks = ceil_div(K, kc), panels = Np / ks.nr;
+  const int64_t per_item = std::max<int64_t>(1, ceil_div(panels * kblocks, 4 * num_threads()));
+  const int64_t chunks = ceil_div(panels, per_item);
+  parallel_for(0, kblocks * chunks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t p0 = (i / chunks) * kc, kb = std::min(kc, K - p0);
+      const int64_t j0 = (i % chunks) * per_item * ks.nr, j1 = std::min(N, j0 + per_item * ks.nr);
+      const float* src = trans_b ? B + j0 * ldb + p0 : B + p0 * ldb + j0;
+      ks.pack_b(trans_b, src, ldb, kb, j1 - j0, data + p0 * Np + j0 * kb);
+    }
+  });
   return p;
 }
 
@@ -987,6 +995,19 @@ int64_t k_block(const KernelSet& ks, int64_t K) {
   // Equal blocks no larger than KC: no sliver of a last block.
   const int64_t blocks = std::max<int64_t>(1, (K + ks.kc - 1) / ks.kc);
   return ((K + blocks - 1) / blocks + 3) / 4 * 4;
+}
+
+std::shared_ptr<SgemmPacked> allocate_packed(const KernelSet& ks, bool is_b, int64_t outer,
+                                             int64_t K, float** data) {
+  std::shared_ptr<SgemmPacked> p(new SgemmPacked);
+  p->is_b_ = is_b, p->outer_ = outer, p->depth_ = K, p->kernels_ = &ks;
+  const int64_t padded = round_up(outer, is_b ? ks.nr : ks.mr);
+  p->floats_ = static_cast<size_t>(std::max<int64_t>(padded * K, 1));
+  p->data_ = static_cast<float*>(std::aligned_alloc(64, round_up(p->floats_ * 4, 64)));
+  KILN_CHECK(p->data_ != nullptr, "sgemm_pack", "expected ", p->floats_ * 4,
+             " bytes for a packed matrix, got an allocation failure");
+  *data = p->data_;
+  return p;
 }
 
 PackedView packed_view(const SgemmPacked& p) {

@@ -88,6 +88,13 @@ struct KernelSet {
   DotTileFn dot_tile;  // nullptr: the portable one
 };
 
+// A packed operand for ks whose panels the caller writes through *data (uninitialized; the layout
+// of PackedView, zero padding included): for packers other than ks.pack_a / ks.pack_b (the
+// Winograd weight transform writes its 36 matrices straight into theirs). Throws on allocation
+// failure.
+std::shared_ptr<SgemmPacked> allocate_packed(const KernelSet& ks, bool is_b, int64_t outer,
+                                             int64_t K, float** data);
+
 // The microkernel family sgemm uses now (set_sgemm_isa / KILN_GEMM_ISA / CPUID).
 const KernelSet& active_kernel_set();
 

@@ -185,7 +185,7 @@ std::unique_ptr<KernelParams> decode_pool(const AttrMap& a) {
   return p;
 }
 void run_max_pool2d(const KernelCall& c) {
-  TensorImpl* indices = c.outputs.size() > 1 ? c.outputs[1] : nullptr;
+  TensorImpl* indices = c.outputs.size() > 1 ? c.outputs[1] : nullptr;  // null: discarded
   kernels::max_pool2d_out(in(c, 0), params<PoolParams>(c).p, out(c), indices);
 }
 void run_avg_pool2d(const KernelCall& c) {
@@ -332,7 +332,8 @@ void register_nn(Registry& r) {
   r.add({"linear", 3, 3, 1, {}, nullptr, run_linear, 0b100});
   r.add({"linear_fused", 4, 4, 1, kFusion, decode_linear_fused, run_linear_fused, 0b1100});
   r.add({"matmul", 2, 2, 1, {}, nullptr, run_matmul});
-  r.add({"max_pool2d", 1, 1, 2, kMaxPool, decode_pool, run_max_pool2d});
+  // Indices are only computed when something reads them (training); inference discards them.
+  r.add({"max_pool2d", 1, 1, 2, kMaxPool, decode_pool, run_max_pool2d, 0, false, nullptr, 0b10});
   r.add({"avg_pool2d", 1, 1, 1, kAvgPool, decode_pool, run_avg_pool2d});
   r.add({"adaptive_avg_pool2d", 1, 1, 1, {}, nullptr, run_adaptive_avg_pool2d});
   r.add({"batch_norm", 5, 5, 1, kBatchNorm, decode_batch_norm, run_batch_norm, 0b11110});

@@ -108,6 +108,9 @@ struct KernelDef {
   // `constant_inputs` set when input i is a constant whose values may be read now. nullptr result:
   // nothing to prepare.
   PreparedInputs (*prepare)(const KernelCall& call, uint32_t constant_inputs) = nullptr;
+  // Bit i set: output i may be passed as nullptr, which the loader does when nothing reads it
+  // (max_pool2d's indices in an inference plan): the kernel skips that work.
+  uint32_t optional_outputs = 0;
 };
 
 class Registry {

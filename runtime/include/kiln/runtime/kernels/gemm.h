@@ -35,8 +35,11 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 
 class SgemmPacked;
 namespace gemm_detail {
+struct KernelSet;
 struct PackedView;
 PackedView packed_view(const SgemmPacked& p);
+std::shared_ptr<SgemmPacked> allocate_packed(const KernelSet& ks, bool is_b, int64_t outer,
+                                             int64_t K, float** data);
 }  // namespace gemm_detail
 
 // One operand of sgemm packed once for many products with it (a constant weight): the copy
@@ -55,11 +58,9 @@ class SgemmPacked {
 
  private:
   SgemmPacked() = default;
-  friend std::shared_ptr<const SgemmPacked> sgemm_pack_a(bool, int64_t, int64_t, const float*,
-                                                         int64_t);
-  friend std::shared_ptr<const SgemmPacked> sgemm_pack_b(bool, int64_t, int64_t, const float*,
-                                                         int64_t);
   friend gemm_detail::PackedView gemm_detail::packed_view(const SgemmPacked&);
+  friend std::shared_ptr<SgemmPacked> gemm_detail::allocate_packed(const gemm_detail::KernelSet&,
+                                                                   bool, int64_t, int64_t, float**);
   bool is_b_ = false;
   int64_t outer_ = 0, depth_ = 0;
   const void* kernels_ = nullptr;  // the microkernel family (internal)
