@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/thread_pool.h"
 
@@ -158,6 +159,72 @@ void BM_ConvBackward(benchmark::State& state, Shape s) {
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// MobileNetV2's inverted-residual blocks (224x224 input): the fused kernel (kernels/mbconv.h) vs
+// its three convolutions run one after another (weights prepared in both).
+struct Block {
+  const char* name;
+  int64_t C, H, E, P, stride;  // expand C -> E (E == C: none), depthwise 3x3, project E -> P
+  bool residual;
+};
+const std::vector<Block> kMobileNetBlocks = {
+    {"t1_32@112", 32, 112, 32, 16, 1, false}, {"96@112_s2", 16, 112, 96, 24, 2, false},
+    {"144@56", 24, 56, 144, 24, 1, true},     {"144@56_s2", 24, 56, 144, 32, 2, false},
+    {"192@28", 32, 28, 192, 32, 1, true},     {"384@14", 64, 14, 384, 64, 1, true},
+    {"960@7", 160, 7, 960, 160, 1, true},
+};
+
+void BM_MBConv(benchmark::State& state, Block blk) {
+  const int64_t N = state.range(0);
+  const bool fused = state.range(1) != 0;
+  const bool expand = blk.E != blk.C;
+  const int64_t Ho = (blk.H + 2 - 3) / blk.stride + 1;
+  auto fill = [](const TensorImplPtr& t, float scale) {
+    float* p = t->data_ptr<float>();
+    for (int64_t i = 0; i < t->numel(); ++i)
+      p[i] = scale * static_cast<float>((i * 7919) % 201 - 100) / 100.0f;
+    return t;
+  };
+  auto x = fill(empty(Dims{N, blk.C, blk.H, blk.H}, DType::Float32), 1.0f);
+  auto we = fill(empty(Dims{blk.E, blk.C, 1, 1}, DType::Float32), 0.1f);
+  auto wd = fill(empty(Dims{blk.E, 1, 3, 3}, DType::Float32), 0.3f);
+  auto wp = fill(empty(Dims{blk.P, blk.E, 1, 1}, DType::Float32), 0.1f);
+  auto be = fill(empty(Dims{blk.E}, DType::Float32), 0.1f),
+       bd = fill(empty(Dims{blk.E}, DType::Float32), 0.1f);
+  auto bp = fill(empty(Dims{blk.P}, DType::Float32), 0.1f);
+  auto res = fill(empty(Dims{N, blk.P, Ho, Ho}, DType::Float32), 1.0f);
+  auto e = empty(Dims{N, blk.E, blk.H, blk.H}, DType::Float32);
+  auto d = empty(Dims{N, blk.E, Ho, Ho}, DType::Float32);
+  auto y = empty(Dims{N, blk.P, Ho, Ho}, DType::Float32);
+  MBConvOperands ops;
+  ops.input = x.get(), ops.expand_weight = expand ? we.get() : nullptr;
+  ops.expand_bias = expand ? be.get() : nullptr;
+  ops.dw_weight = wd.get(), ops.dw_bias = bd.get(), ops.project_weight = wp.get();
+  ops.project_bias = bp.get(), ops.residual = blk.residual ? res.get() : nullptr;
+  MBConvParams p;
+  p.stride_h = p.stride_w = blk.stride;
+  p.pad_h = p.pad_w = 1;
+  p.expand.activation = p.dw.activation = Activation::Relu6;
+  Conv2dParams pw, dw;
+  dw.stride_h = dw.stride_w = blk.stride, dw.pad_h = dw.pad_w = 1, dw.groups = blk.E;
+  auto prep = prepare_mbconv(ops);
+  auto prep_e = expand ? prepare_conv2d_weight(*we, pw, x->sizes()) : nullptr;
+  auto prep_p = prepare_conv2d_weight(*wp, pw, d->sizes());
+  ConvEpilogue relu6, proj;
+  relu6.activation = Activation::Relu6;
+  proj.residual = ops.residual;
+  for (auto _ : state) {
+    if (fused) {
+      mbconv_out(ops, p, *y, prep.get());
+    } else {
+      if (expand) conv2d_out(*x, *we, be.get(), pw, *e, relu6, prep_e.get());
+      conv2d_out(expand ? *e : *x, *wd, bd.get(), dw, *d, relu6);
+      conv2d_out(*d, *wp, bp.get(), pw, *y, proj, prep_p.get());
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetLabel(fused ? "fused" : "three convs");
+}
+
 // The machine's fp32 FMA peak for one thread, measured the same way as the convs (12 independent
 // AVX2 FMA chains in registers): the denominator for "% of measured peak".
 void BM_FmaPeak(benchmark::State& state) {
@@ -174,8 +241,10 @@ void BM_FmaPeak(benchmark::State& state) {
       KILN_FMA12(a0)
       KILN_FMA12(a1)
       KILN_FMA12(a2)
-      KILN_FMA12(a3) KILN_FMA12(a4) KILN_FMA12(a5) KILN_FMA12(a6) KILN_FMA12(a7) KILN_FMA12(a8)
-          KILN_FMA12(a9) KILN_FMA12(a10) KILN_FMA12(a11)
+      KILN_FMA12(a3)
+      KILN_FMA12(a4)
+      KILN_FMA12(a5) KILN_FMA12(a6) KILN_FMA12(a7) KILN_FMA12(a8) KILN_FMA12(a9) KILN_FMA12(a10)
+          KILN_FMA12(a11)
 #undef KILN_FMA12
               __asm__ volatile(""
                                : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
@@ -217,6 +286,14 @@ const int kRegistered = [] {
   for (const auto& s : kMobileNetDw)
     timing(benchmark::RegisterBenchmark((std::string("MobileNetV2/") + s.name).c_str(), BM_Conv, s,
                                         false, false))
+        ->Unit(benchmark::kMicrosecond);
+  for (const Block& b : kMobileNetBlocks)
+    timing(benchmark::RegisterBenchmark((std::string("MBConv/") + b.name).c_str(), BM_MBConv, b))
+        ->ArgNames({"batch", "fused"})
+        ->Args({1, 0})
+        ->Args({1, 1})
+        ->Args({8, 0})
+        ->Args({8, 1})
         ->Unit(benchmark::kMicrosecond);
   for (int i : {1, 3, 6, 9})
     timing(benchmark::RegisterBenchmark((std::string("Backward/") + kResNet18[i].name).c_str(),

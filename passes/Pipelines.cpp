@@ -43,6 +43,7 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fold_batch_norm_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_epilogues_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_fuse_mbconv_pass(options.mbconv_min_bytes));
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_elementwise_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
@@ -67,7 +68,7 @@ void register_pipelines() {
   mlir::PassPipelineRegistration<>(
       "kiln-inference-pipeline",
       "freeze folds, cleanup, gradient elimination, bn folding, conv/linear epilogue fusion, "
-      "elementwise fusion, cleanup, layout",
+      "mbconv fusion, elementwise fusion, cleanup, layout",
       [](mlir::OpPassManager& pm) { build_inference_pipeline(pm); });
   mlir::PassPipelineRegistration<>("kiln-training-pipeline",
                                    "cleanup, epilogue and elementwise fusion for training steps",

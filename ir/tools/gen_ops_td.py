@@ -136,13 +136,25 @@ OPS = {
     "linear_fused": (["input", "weight", "bias", "residual"], 1,
                      {"activation": I64, "clamp_min": F64, "clamp_max": F64},
                      "linear + bias + residual + activation in one kernel"),
+    # MobileNetV2's inverted residual, made by --kiln-fuse-mbconv (runtime kernels/mbconv.h):
+    # e = act(conv1x1(input, expand_weight) + expand_bias) (none: e = input),
+    # d = act(depthwise(e, dw_weight, stride, padding) + dw_bias),
+    # result = act(conv1x1(d, project_weight) + project_bias + residual).
+    "mbconv": (["input", "expand_weight", "expand_bias", "dw_weight", "dw_bias", "project_weight",
+                "project_bias", "residual"], 1,
+               {"stride": ARR, "padding": ARR,
+                "expand_activation": I64, "expand_clamp_min": F64, "expand_clamp_max": F64,
+                "dw_activation": I64, "dw_clamp_min": F64, "dw_clamp_max": F64,
+                "project_activation": I64, "project_clamp_min": F64, "project_clamp_max": F64},
+               "expand 1x1 + depthwise + project 1x1 (+ residual) conv block in one kernel"),
 }
 VARIADIC = {
     "cat": ({"dim": I64}, "concatenate along dim"),
     "stack": ({"dim": I64}, "stack along a new dim"),
 }
-VERIFIED = {"conv2d_fused", "linear_fused"}  # custom verifier in ir/lib/KilnOps.cpp
-OPTIONAL_OPERANDS = {"bias", "running_mean", "running_var", "weight_opt", "residual"}
+VERIFIED = {"conv2d_fused", "linear_fused", "mbconv"}  # custom verifier in ir/lib/KilnOps.cpp
+OPTIONAL_OPERANDS = {"bias", "running_mean", "running_var", "weight_opt", "residual",
+                     "expand_weight", "expand_bias", "dw_bias", "project_bias"}
 
 
 def cls(name):

@@ -22,7 +22,9 @@ using kiln::test::rnd;
 namespace {
 
 void expect_optimized_compiled_matches_eager(nn::Module& model, const Tensor& trace_input,
-                                             const Tensor& input) {
+                                             const Tensor& input,
+                                             const passes::PipelineOptions& po = {},
+                                             const char* must_contain = nullptr) {
   model.eval();
   autograd::NoGradGuard no_grad;
   // Batch-norm statistics away from identity, so folding them is not a no-op.
@@ -37,9 +39,10 @@ void expect_optimized_compiled_matches_eager(nn::Module& model, const Tensor& tr
   jit::TracedFunction traced = jit::trace(fn, {trace_input}, options);
   jit::freeze(traced);
   mlir::PassManager pm(&traced.context());
-  passes::build_inference_pipeline(pm);
+  passes::build_inference_pipeline(pm, po);
   ASSERT_TRUE(mlir::succeeded(pm.run(traced.module())));
   const std::string text = traced.str();
+  if (must_contain) EXPECT_NE(text.find(must_contain), std::string::npos) << must_contain;
   jit::CompileOptions o;
   o.disk_cache = false;
   jit::CompiledFunction compiled = jit::compile(traced, o);
@@ -65,6 +68,15 @@ TEST(JitPipeline, ResNet18FoldedAndFused) {
 TEST(JitPipeline, MobileNetV2FoldedAndFused) {
   auto m = models::mobilenet_v2(10);
   expect_optimized_compiled_matches_eager(*m, rnd({2, 3, 64, 64}, 3), rnd({2, 3, 64, 64}, 4));
+}
+
+// Every inverted-residual block fused (threshold 0): compiled code calls kiln_abi_mbconv_prepared.
+TEST(JitPipeline, MobileNetV2WithFusedBlocks) {
+  auto m = models::mobilenet_v2(10);
+  passes::PipelineOptions po;
+  po.mbconv_min_bytes = 0;
+  expect_optimized_compiled_matches_eager(*m, rnd({2, 3, 64, 64}, 3), rnd({2, 3, 64, 64}, 4), po,
+                                          "kiln.mbconv");
 }
 
 TEST(JitPipeline, TransformerClassifier) {

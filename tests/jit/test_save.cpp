@@ -117,6 +117,31 @@ TEST(Save, MobileNetV2MatchesEager) {
   expect_matches(*m, randn({1, 3, 64, 64}), 1e-3);
 }
 
+// Every inverted-residual block as one fused instruction (kiln inspect: op "mbconv"), on the
+// runtime alone.
+TEST(Save, MobileNetV2WithFusedBlocksMatchesEager) {
+  manual_seed(4);
+  auto m = models::mobilenet_v2(10);
+  const Tensor x = randn({2, 3, 64, 64});
+  jit::TracedFunction traced = trace_module(*m, x);
+  jit::SaveOptions so;
+  so.mbconv_min_bytes = 0;
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(traced, so));
+  size_t fused = 0;
+  for (const auto& [op, n] : model->stats().op_counts)
+    if (op == "mbconv") fused = n;
+  EXPECT_EQ(fused, 17u);  // MobileNetV2's 17 inverted-residual blocks
+  Tensor want;
+  {
+    autograd::NoGradGuard no_grad;
+    want = m->forward(x);
+  }
+  rt::Session session(model);
+  auto out = session.run({x.impl()});
+  const double scale = amax(abs(want.to(DType::Float64))).item<double>();
+  EXPECT_LE(max_abs_diff(out[0], want) / scale, 1e-4);
+}
+
 TEST(Save, TransformerClassifierMatchesEager) {
   manual_seed(5);
   auto m = models::transformer_classifier(50, 3);

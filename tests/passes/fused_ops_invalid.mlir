@@ -62,3 +62,30 @@ func.func @clamp_bounds(%x: tensor<2x3xf32>, %w: tensor<4x3xf32>) -> tensor<2x4x
   return %0 : tensor<2x4xf32>
 }
 
+
+// -----
+
+func.func @mbconv_project_weight(%x: tensor<1x4x8x8xf32>, %we: tensor<12x4x1x1xf32>, %wd: tensor<12x1x3x3xf32>, %wp: tensor<4x10x1x1xf32>) -> tensor<1x4x8x8xf32> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.mbconv' op project_weight must be [P, 12, 1, 1]}}
+  %0 = kiln.mbconv %x, %we, %n, %wd, %n, %wp, %n, %n {dw_activation = 2 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 2 : i64, expand_clamp_max = 6.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, stride = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<12x4x1x1xf32>, none, tensor<12x1x3x3xf32>, none, tensor<4x10x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
+  return %0 : tensor<1x4x8x8xf32>
+}
+
+// -----
+
+func.func @mbconv_result(%x: tensor<1x4x8x8xf32>, %we: tensor<12x4x1x1xf32>, %wd: tensor<12x1x3x3xf32>, %wp: tensor<4x12x1x1xf32>) -> tensor<1x4x8x8xf32> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.mbconv' op result must be [1, 4, 4, 4]}}
+  %0 = kiln.mbconv %x, %we, %n, %wd, %n, %wp, %n, %n {dw_activation = 2 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 2 : i64, expand_clamp_max = 6.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, stride = array<i64: 2, 2>} : (tensor<1x4x8x8xf32>, tensor<12x4x1x1xf32>, none, tensor<12x1x3x3xf32>, none, tensor<4x12x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
+  return %0 : tensor<1x4x8x8xf32>
+}
+
+// -----
+
+func.func @mbconv_activation(%x: tensor<1x12x8x8xf32>, %wd: tensor<12x1x3x3xf32>, %wp: tensor<4x12x1x1xf32>) -> tensor<1x4x8x8xf32> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.mbconv' op activation must be a kernels::Activation in [0, 8], got 11}}
+  %0 = kiln.mbconv %x, %n, %n, %wd, %n, %wp, %n, %n {dw_activation = 11 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 0 : i64, expand_clamp_max = 0.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, stride = array<i64: 1, 1>} : (tensor<1x12x8x8xf32>, none, none, tensor<12x1x3x3xf32>, none, tensor<4x12x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
+  return %0 : tensor<1x4x8x8xf32>
+}

@@ -22,6 +22,10 @@ const llvm::StringMap<std::vector<const char*>>& abi_ops() {
       {"conv2d", {"stride", "padding", "dilation", "groups"}},
       {"conv2d_fused",
        {"stride", "padding", "dilation", "groups", "activation", "clamp_min", "clamp_max"}},
+      {"mbconv",
+       {"stride", "padding", "expand_activation", "expand_clamp_min", "expand_clamp_max",
+        "dw_activation", "dw_clamp_min", "dw_clamp_max", "project_activation", "project_clamp_min",
+        "project_clamp_max"}},
       {"conv1d", {"stride", "padding", "dilation", "groups"}},
       {"conv_transpose2d", {"stride", "padding", "output_padding", "groups", "dilation"}},
       {"max_pool2d", {"kernel", "stride", "padding", "dilation", "ceil_mode"}},
@@ -83,11 +87,18 @@ unsigned optional_results(llvm::StringRef op) {
 }
 }  // namespace
 
-// Convolutions whose weight is a frozen constant call the runtime's *_prepared entry points.
+// Convolutions whose weights are frozen constants call the runtime's *_prepared entry points: the
+// conv weight (operand 1), or mbconv's 1x1 weights (operands 1, when present, and 5).
 bool Lowering::has_constant_weight(mlir::Operation* op, llvm::StringRef name) {
-  if (name != "conv2d" && name != "conv2d_fused") return false;
-  mlir::Operation* def = op->getOperand(1).getDefiningOp();
-  return def && def->getName().getStringRef() == "kiln.constant" && !splat_value(op->getOperand(1));
+  auto constant = [&](unsigned i) {
+    mlir::Operation* def = op->getOperand(i).getDefiningOp();
+    return def && def->getName().getStringRef() == "kiln.constant" &&
+           !splat_value(op->getOperand(i));
+  };
+  if (name == "conv2d" || name == "conv2d_fused") return constant(1);
+  if (name == "mbconv")
+    return constant(5) && (mlir::isa<mlir::NoneType>(op->getOperand(1).getType()) || constant(1));
+  return false;
 }
 
 bool Lowering::emit_abi_call(mlir::Operation* op) {

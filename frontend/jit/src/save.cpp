@@ -75,9 +75,10 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
     forward->setAttr("kiln.num_outputs", b.getI64IntegerAttr(static_cast<int64_t>(num_outputs)));
     KILN_CHECK(passes::freeze(*module, frozen), "kiln::jit::save",
                "freezing the parameters failed");
-    const std::string err = run_pipeline(ctx, *module, [](mlir::OpPassManager& pm) {
+    const std::string err = run_pipeline(ctx, *module, [&](mlir::OpPassManager& pm) {
       passes::PipelineOptions po;
       po.memory_plan = add_memory_plan;
+      if (options.mbconv_min_bytes >= 0) po.mbconv_min_bytes = options.mbconv_min_bytes;
       passes::build_inference_pipeline(pm, po);
     });
     KILN_CHECK(err.empty(), "kiln::jit::save", "inference pipeline: ", err);

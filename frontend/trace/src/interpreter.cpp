@@ -15,6 +15,7 @@
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/kernels/norm.h"
 #include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/kernels/random.h"
@@ -163,6 +164,35 @@ Tensor conv2d_fused(const TensorList& x, const Attrs& a, mlir::Operation* op) {
   e.clamp_max = static_cast<float>(a.f("clamp_max"));
   kernels::conv2d_out(*x[0].impl(), *x[1].impl(), x[2].defined() ? x[2].impl() : nullptr, p,
                       *out.impl(), e);
+  return out;
+}
+
+// The fused inverted-residual block through the runtime kernel the executor and compiled code
+// call (kernels/mbconv.h); operands as kiln.mbconv lists them.
+Tensor mbconv(const TensorList& x, const Attrs& a, mlir::Operation* op) {
+  kernels::MBConvParams p;
+  const Pair2 stride = a.pair("stride"), padding = a.pair("padding");
+  p.stride_h = stride.h, p.stride_w = stride.w, p.pad_h = padding.h, p.pad_w = padding.w;
+  auto epilogue = [&](const std::string& step) {
+    const int64_t act = a.i((step + "_activation").c_str());
+    KILN_CHECK(act >= 0 && act <= static_cast<int64_t>(kernels::Activation::Tanh), a.op_name(),
+               step, "_activation must be in [0, 8], got ", act);
+    kernels::ConvEpilogue e;
+    e.activation = static_cast<kernels::Activation>(act);
+    e.clamp_min = static_cast<float>(a.f((step + "_clamp_min").c_str()));
+    e.clamp_max = static_cast<float>(a.f((step + "_clamp_max").c_str()));
+    return e;
+  };
+  p.expand = epilogue("expand"), p.dw = epilogue("dw"), p.project = epilogue("project");
+  auto opt = [&](size_t i) { return x[i].defined() ? x[i].impl() : nullptr; };
+  kernels::MBConvOperands o;
+  o.input = x[0].impl(), o.expand_weight = opt(1), o.expand_bias = opt(2);
+  o.dw_weight = x[3].impl(), o.dw_bias = opt(4), o.project_weight = x[5].impl();
+  o.project_bias = opt(6), o.residual = opt(7);
+  Tensor out = result_like(op, 0);
+  KILN_CHECK(out.sizes() == kernels::mbconv_output_shape(o, p), a.op_name(), "result type ",
+             out.sizes(), " does not match the block");
+  kernels::mbconv_out(o, p, *out.impl());
   return out;
 }
 
@@ -565,6 +595,7 @@ const std::unordered_map<std::string, Kernel>& kernels() {
       // ops made by the optimization passes
       {"kiln.conv2d_fused", [](L x, A a, O op) { return TensorList{conv2d_fused(x, a, op)}; }},
       {"kiln.linear_fused", [](L x, A a, O op) { return TensorList{linear_fused(x, a, op)}; }},
+      {"kiln.mbconv", [](L x, A a, O op) { return TensorList{mbconv(x, a, op)}; }},
       {"kiln.fused", [](L x, A, O op) { return run_fused(x, op); }},
   };
   return table;

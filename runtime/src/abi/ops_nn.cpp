@@ -5,6 +5,7 @@
 #include "decode.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/linalg.h"
+#include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/kernels/nn.h"
 
 using namespace kiln;
@@ -96,18 +97,18 @@ KILN_ABI_OP(conv2d_fused, {
 namespace {
 
 // The slot generated code keeps per call site: null until the first call stores a heap-held
-// pointer to the prepared weight (or to nullptr when preparing gains nothing). Several threads
-// may make the first call at once: one prepared weight wins, the others are dropped.
+// pointer to what was prepared from the constant weights (or to nullptr when preparing gains
+// nothing). Several threads may make the first call at once: one wins, the others are dropped.
 struct PreparedSlot {
-  PreparedConv2dWeightPtr weight;
+  std::shared_ptr<const void> prepared;
 };
 
-const PreparedConv2dWeight* prepared_weight(void** slot, const TensorImpl& x, const TensorImpl& w,
-                                            const Conv2dParams& p) {
+template <typename T, typename Make>
+const T* prepared_in_slot(void** slot, Make&& make) {
   std::atomic_ref<void*> ref(*slot);
   void* held = ref.load(std::memory_order_acquire);
   if (held == nullptr) {
-    auto* fresh = new PreparedSlot{prepare_conv2d_weight(w, p, x.sizes())};
+    auto* fresh = new PreparedSlot{std::shared_ptr<const T>(make())};
     void* expected = nullptr;
     if (ref.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) {
       held = fresh;
@@ -116,7 +117,34 @@ const PreparedConv2dWeight* prepared_weight(void** slot, const TensorImpl& x, co
       held = expected;
     }
   }
-  return static_cast<PreparedSlot*>(held)->weight.get();
+  return static_cast<const T*>(static_cast<PreparedSlot*>(held)->prepared.get());
+}
+
+const PreparedConv2dWeight* prepared_weight(void** slot, const TensorImpl& x, const TensorImpl& w,
+                                            const Conv2dParams& p) {
+  return prepared_in_slot<PreparedConv2dWeight>(
+      slot, [&] { return prepare_conv2d_weight(w, p, x.sizes()); });
+}
+
+// mbconv: input, expand_weight?, expand_bias?, dw_weight, dw_bias?, project_weight,
+// project_bias?, residual?, out; stride[], padding[], then activation, clamp_min, clamp_max of
+// the expand, dw and project steps.
+MBConvOperands mbconv_operands(abi::Args& a) {
+  MBConvOperands o;
+  o.input = &a.t(0), o.expand_weight = a.opt(1), o.expand_bias = a.opt(2), o.dw_weight = &a.t(3);
+  o.dw_bias = a.opt(4), o.project_weight = &a.t(5), o.project_bias = a.opt(6);
+  o.residual = a.opt(7);
+  return o;
+}
+MBConvParams mbconv_params(abi::Args& a) {
+  MBConvParams p;
+  auto s = a.arr();
+  auto pad = a.arr();
+  p.stride_h = s[0], p.stride_w = s[1], p.pad_h = pad[0], p.pad_w = pad[1];
+  p.expand = conv_epilogue(a, nullptr);
+  p.dw = conv_epilogue(a, nullptr);
+  p.project = conv_epilogue(a, nullptr);
+  return p;
 }
 
 }  // namespace
@@ -136,6 +164,21 @@ extern "C" void kiln_abi_conv2d_fused_prepared(void* const* data, const int64_t*
     const Conv2dParams p = conv2d_params(a);
     const ConvEpilogue e = conv_epilogue(a, a.opt(3));
     conv2d_out(a.t(0), a.t(1), a.opt(2), p, a.t(4), e, prepared_weight(slot, a.t(0), a.t(1), p));
+  });
+}
+
+KILN_ABI_OP(mbconv, {
+  const MBConvOperands o = mbconv_operands(a);
+  mbconv_out(o, mbconv_params(a), a.t(8));
+})
+
+extern "C" void kiln_abi_mbconv_prepared(void* const* data, const int64_t* desc, void** slot) {
+  abi::guarded("mbconv", [&] {
+    abi::Args a(data, desc, "mbconv");
+    const MBConvOperands o = mbconv_operands(a);
+    const MBConvParams p = mbconv_params(a);
+    mbconv_out(o, p, a.t(8),
+               prepared_in_slot<PreparedMBConv>(slot, [&] { return prepare_mbconv(o); }));
   });
 }
 

@@ -9,6 +9,7 @@
 #include "kiln/runtime/kernels/embedding.h"
 #include "kiln/runtime/kernels/gemm.h"
 #include "kiln/runtime/kernels/linalg.h"
+#include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/kernels/norm.h"
 #include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/kernels/reduce.h"
@@ -24,15 +25,22 @@ struct Fusion {
   Activation activation = Activation::None;
   float clamp_min = 0, clamp_max = 0;
 };
-Fusion decode_fusion(const AttrMap& a) {
+// `prefix`: mbconv's three steps name theirs expand_activation, dw_activation, ...
+Fusion decode_fusion(const AttrMap& a, const std::string& prefix = "") {
   Fusion f;
-  const int64_t act = a.i("activation", 0);
-  KILN_CHECK(act >= 0 && act <= static_cast<int64_t>(Activation::Tanh), a.op(),
-             "attribute 'activation': expected 0..8, got ", act);
+  const std::string act_name = prefix + "activation";
+  const int64_t act = a.i(act_name, 0);
+  KILN_CHECK(act >= 0 && act <= static_cast<int64_t>(Activation::Tanh), a.op(), "attribute '",
+             act_name, "': expected 0..8, got ", act);
   f.activation = static_cast<Activation>(act);
-  f.clamp_min = static_cast<float>(a.f("clamp_min", 0.0));
-  f.clamp_max = static_cast<float>(a.f("clamp_max", 0.0));
+  f.clamp_min = static_cast<float>(a.f(prefix + "clamp_min", 0.0));
+  f.clamp_max = static_cast<float>(a.f(prefix + "clamp_max", 0.0));
   return f;
+}
+kernels::ConvEpilogue conv_epilogue(const Fusion& f) {
+  kernels::ConvEpilogue e;
+  e.activation = f.activation, e.clamp_min = f.clamp_min, e.clamp_max = f.clamp_max;
+  return e;
 }
 
 struct FusedConvParams : ConvParams {
@@ -66,6 +74,41 @@ PreparedInputs prepare_conv2d(const KernelCall& c, uint32_t constant_inputs) {
   const size_t bytes = w->nbytes();
   const char* algorithm = w->algorithm();
   return {std::move(w), bytes, algorithm};
+}
+
+// The fused inverted-residual block (kernels/mbconv.h). Operands: input, expand_weight?,
+// expand_bias?, dw_weight, dw_bias?, project_weight, project_bias?, residual?.
+struct MBConvParams : KernelParams {
+  kernels::MBConvParams p;
+};
+std::unique_ptr<KernelParams> decode_mbconv(const AttrMap& a) {
+  auto p = std::make_unique<MBConvParams>();
+  const auto stride = a.ints("stride", 2), padding = a.ints("padding", 2);
+  p->p.stride_h = stride[0], p->p.stride_w = stride[1];
+  p->p.pad_h = padding[0], p->p.pad_w = padding[1];
+  p->p.expand = conv_epilogue(decode_fusion(a, "expand_"));
+  p->p.dw = conv_epilogue(decode_fusion(a, "dw_"));
+  p->p.project = conv_epilogue(decode_fusion(a, "project_"));
+  return p;
+}
+kernels::MBConvOperands mbconv_operands(const KernelCall& c) {
+  kernels::MBConvOperands o;
+  o.input = &in(c, 0), o.expand_weight = opt_in(c, 1), o.expand_bias = opt_in(c, 2);
+  o.dw_weight = &in(c, 3), o.dw_bias = opt_in(c, 4), o.project_weight = &in(c, 5);
+  o.project_bias = opt_in(c, 6), o.residual = opt_in(c, 7);
+  return o;
+}
+void run_mbconv(const KernelCall& c) {
+  kernels::mbconv_out(mbconv_operands(c), params<MBConvParams>(c).p, out(c),
+                      static_cast<const kernels::PreparedMBConv*>(c.prepared));
+}
+// Constant 1x1 weights are packed once for the model.
+PreparedInputs prepare_mbconv(const KernelCall& c, uint32_t constant_inputs) {
+  const bool expand = opt_in(c, 1) != nullptr;
+  if ((constant_inputs & 0b100000u) == 0 || (expand && (constant_inputs & 0b10u) == 0)) return {};
+  auto p = kernels::prepare_mbconv(mbconv_operands(c));
+  const size_t bytes = p->nbytes();
+  return {std::move(p), bytes, "gemm"};
 }
 
 std::unique_ptr<KernelParams> decode_conv1d(const AttrMap& a) {
@@ -272,6 +315,17 @@ constexpr AttrSpec kConv2dFused[] = {
     {"dilation", AttrType::Ints},         {"groups", AttrType::Int},
     {"activation", AttrType::Int, false}, {"clamp_min", AttrType::Float, false},
     {"clamp_max", AttrType::Float, false}};
+constexpr AttrSpec kMBConv[] = {{"stride", AttrType::Ints},
+                                {"padding", AttrType::Ints},
+                                {"expand_activation", AttrType::Int, false},
+                                {"expand_clamp_min", AttrType::Float, false},
+                                {"expand_clamp_max", AttrType::Float, false},
+                                {"dw_activation", AttrType::Int, false},
+                                {"dw_clamp_min", AttrType::Float, false},
+                                {"dw_clamp_max", AttrType::Float, false},
+                                {"project_activation", AttrType::Int, false},
+                                {"project_clamp_min", AttrType::Float, false},
+                                {"project_clamp_max", AttrType::Float, false}};
 constexpr AttrSpec kConv1d[] = {{"stride", AttrType::Int},
                                 {"padding", AttrType::Int},
                                 {"dilation", AttrType::Int},
@@ -328,6 +382,8 @@ void register_nn(Registry& r) {
   r.add({"conv2d", 3, 3, 1, kConv2d, decode_conv2d, run_conv2d, 0b100, false, prepare_conv2d});
   r.add({"conv2d_fused", 4, 4, 1, kConv2dFused, decode_conv2d, run_conv2d, 0b1100, false,
          prepare_conv2d});
+  // Optional: expand_weight, expand_bias, dw_bias, project_bias, residual.
+  r.add({"mbconv", 8, 8, 1, kMBConv, decode_mbconv, run_mbconv, 0b11010110, false, prepare_mbconv});
   r.add({"conv1d", 3, 3, 1, kConv1d, decode_conv1d, run_conv1d, 0b100});
   r.add({"linear", 3, 3, 1, {}, nullptr, run_linear, 0b100});
   r.add({"linear_fused", 4, 4, 1, kFusion, decode_linear_fused, run_linear_fused, 0b1100});

@@ -3,6 +3,7 @@
 // kiln-opt can run it by name. This header names MLIR types only by forward declaration.
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -45,6 +46,12 @@ std::unique_ptr<mlir::Pass> create_fold_batch_norm_pass();
 // activation into kiln.conv2d_fused / kiln.linear_fused.
 std::unique_ptr<mlir::Pass> create_fuse_epilogues_pass();
 
+// --kiln-fuse-mbconv: expand 1x1 -> depthwise -> project 1x1 chains of kiln.conv2d_fused
+// (MobileNetV2's inverted residual) become one kiln.mbconv, run band by band by the runtime, when
+// the expanded tensor holds at least `min_bytes` (smaller blocks run as fast unfused: see
+// FuseMBConv.cpp).
+constexpr int64_t kMBConvMinBytes = int64_t(8) << 20;
+std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes = kMBConvMinBytes);
 // --kiln-eliminate-gradients (module pass): keep @forward's first kiln.num_outputs results, drop
 // backward/optimizer ops, in-out results and arguments nothing reads; optionally return the loss's
 // prediction input instead of the loss; eval_mode switches batch_norm/dropout to inference.
@@ -59,6 +66,8 @@ std::unique_ptr<mlir::Pass> create_choose_layout_pass();
 
 struct PipelineOptions {
   bool drop_loss_head = false;
+  // --kiln-fuse-mbconv's threshold (0: fuse every matching block).
+  int64_t mbconv_min_bytes = kMBConvMinBytes;
   // Memory planning runs last (it annotates the final values): `memory_plan` when set, else the
   // hook from set_memory_plan_hook(), else --kiln-plan-memory. plan_memory = false skips it.
   bool plan_memory = true;
@@ -66,9 +75,9 @@ struct PipelineOptions {
 };
 
 // Module-level pipelines (pm anchored on builtin.module). Inference: freeze folds, cleanup,
-// gradient elimination, cleanup, bn folding, epilogue fusion, cleanup, elementwise fusion,
-// cleanup, layout, memory plan. Training: cleanup, epilogue fusion, elementwise fusion, cleanup,
-// layout, memory plan.
+// gradient elimination, cleanup, bn folding, epilogue fusion, mbconv fusion, cleanup, elementwise
+// fusion, cleanup, layout, memory plan. Training: cleanup, epilogue fusion, elementwise fusion,
+// cleanup, layout, memory plan.
 void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& options = {});
 void build_training_pipeline(mlir::OpPassManager& pm, const PipelineOptions& options = {});
 

@@ -57,6 +57,11 @@ void kiln_abi_conv2d_fused(void* const* data, const int64_t* desc);
 // weight whose values change.
 void kiln_abi_conv2d_prepared(void* const* data, const int64_t* desc, void** slot);
 void kiln_abi_conv2d_fused_prepared(void* const* data, const int64_t* desc, void** slot);
+// input, expand_weight?, expand_bias?, dw_weight, dw_bias?, project_weight, project_bias?,
+// residual?, out; stride[], padding[], then activation, clamp_min, clamp_max for the expand, dw
+// and project steps (kernels/mbconv.h). The _prepared form takes a slot as conv2d_prepared's.
+void kiln_abi_mbconv(void* const* data, const int64_t* desc);
+void kiln_abi_mbconv_prepared(void* const* data, const int64_t* desc, void** slot);
 void kiln_abi_conv1d(void* const* data, const int64_t* desc);  // stride, padding, dilation, groups
 // stride[], padding[], output_padding[], groups, dilation[]
 void kiln_abi_conv_transpose2d(void* const* data, const int64_t* desc);

@@ -1,0 +1,54 @@
+#pragma once
+// MobileNetV2's inverted-residual block ("MBConv") as one kernel, made by the --kiln-fuse-mbconv
+// pass from three float32 convolutions:
+//   e = act_e(conv1x1(x, expand_weight) + expand_bias)        (no expansion: e = x)
+//   d = act_d(depthwise_kxk(e, dw_weight, stride, padding) + dw_bias)
+//   y = act_p(conv1x1(d, project_weight) + project_bias + residual)
+// It runs in bands of output rows, each thread carrying whole images (or, below one image per
+// thread, row ranges) through the three steps: e and d live in per-thread band buffers that stay
+// in cache, and only x and y travel to memory. Expanded rows shared by consecutive bands are kept,
+// not recomputed. Same arithmetic as the three convs (same GEMM and depthwise kernels).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/tensor.h"
+
+namespace kiln::kernels {
+
+struct MBConvParams {
+  int64_t stride_h = 1, stride_w = 1;  // of the depthwise conv
+  int64_t pad_h = 0, pad_w = 0;
+  // Activations after each step (the `residual` fields are unused: see MBConvOperands).
+  ConvEpilogue expand, dw, project;
+};
+
+struct MBConvOperands {
+  const TensorImpl* input = nullptr;           // [N, C, H, W]
+  const TensorImpl* expand_weight = nullptr;   // [E, C, 1, 1], or null (no expansion: E = C)
+  const TensorImpl* expand_bias = nullptr;     // [E] or null
+  const TensorImpl* dw_weight = nullptr;       // [E, 1, KH, KW]
+  const TensorImpl* dw_bias = nullptr;         // [E] or null
+  const TensorImpl* project_weight = nullptr;  // [P, E, 1, 1]
+  const TensorImpl* project_bias = nullptr;    // [P] or null
+  const TensorImpl* residual = nullptr;        // [N, P, Ho, Wo] or null
+};
+
+// [N, P, Ho, Wo]; checks every shape (kiln::Error naming the operand, expected and actual).
+Dims mbconv_output_shape(const MBConvOperands& ops, const MBConvParams& p);
+
+// The two 1x1 weights packed once for the GEMM (constant weights of artifacts and compiled code).
+class PreparedMBConv {
+ public:
+  virtual ~PreparedMBConv() = default;
+  virtual size_t nbytes() const = 0;
+};
+std::shared_ptr<const PreparedMBConv> prepare_mbconv(const MBConvOperands& ops);
+
+// out = the block above. `prepared` (from exactly these weights' values) may be null.
+void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& out,
+                const PreparedMBConv* prepared = nullptr);
+
+}  // namespace kiln::kernels

@@ -1,0 +1,250 @@
+// The fused inverted-residual block (mbconv.h): expand 1x1 -> depthwise -> project 1x1, in bands
+// of output rows.
+//
+// Per work item (an image, or a range of its output rows when there are fewer images than
+// threads), per band of R output rows [oh0, oh1):
+//   1. the band needs input rows [lo, hi) = [oh0*sh - ph, (oh1-1)*sh - ph + KH); rows the previous
+//      band already expanded are moved to the front of the band buffer, the others are expanded
+//      by one GEMM over x's rows (rows outside the image are zero: the depthwise padding);
+//   2. the depthwise kernel runs on the band buffer as an image of hi - lo rows without vertical
+//      padding, into a second buffer of R rows;
+//   3. the projection GEMM writes y's rows [oh0, oh1) directly (bias, residual, activation in its
+//      epilogue).
+// R keeps both buffers around 384 KB (L2). All GEMMs and the depthwise run serially inside the
+// work item (it is already one of the pool's tasks).
+#include <algorithm>
+#include <cstring>
+
+#include "conv_internal.h"
+#include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/mbconv.h"
+#include "kiln/runtime/thread_pool.h"
+#include "kiln/runtime/views.h"
+#include "nn_common.h"
+
+namespace kiln::kernels {
+namespace {
+
+using conv_detail::ConvGeom;
+using conv_detail::ConvScratch;
+using nn_detail::dims_str;
+
+constexpr std::string_view kOp = "mbconv";
+
+struct Geometry {
+  int64_t N, C, H, W;  // input
+  int64_t E;           // expanded channels (= C without expansion)
+  int64_t P;           // output channels
+  int64_t KH, KW, sh, sw, ph, pw;
+  int64_t Ho, Wo;
+  bool expand;
+};
+
+void check_dims(const TensorImpl* t, std::string_view what, const Dims& want) {
+  KILN_CHECK(t != nullptr, kOp, "expected ", what, " of shape ", dims_str(want), ", got none");
+  KILN_CHECK(Dims(t->sizes()) == want, kOp, "expected ", what, " of shape ", dims_str(want),
+             ", got ", dims_str(t->sizes()));
+  KILN_CHECK(t->dtype() == DType::Float32, kOp, "expected ", what, " of dtype float32, got ",
+             dtype_name(t->dtype()));
+}
+
+Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
+  KILN_CHECK(ops.input && ops.input->dim() == 4, kOp, "expected input of 4 dims (N,C,H,W), got ",
+             ops.input ? dims_str(ops.input->sizes()) : std::string("none"));
+  KILN_CHECK(ops.dw_weight && ops.dw_weight->dim() == 4 && ops.project_weight &&
+                 ops.project_weight->dim() == 4,
+             kOp, "expected depthwise and projection weights of 4 dims");
+  Geometry g;
+  g.N = ops.input->size(0), g.C = ops.input->size(1), g.H = ops.input->size(2);
+  g.W = ops.input->size(3);
+  g.expand = ops.expand_weight != nullptr;
+  g.E = g.expand ? ops.expand_weight->size(0) : g.C;
+  g.KH = ops.dw_weight->size(2), g.KW = ops.dw_weight->size(3);
+  g.P = ops.project_weight->size(0);
+  g.sh = p.stride_h, g.sw = p.stride_w, g.ph = p.pad_h, g.pw = p.pad_w;
+  KILN_CHECK(g.sh >= 1 && g.sw >= 1 && g.ph >= 0 && g.pw >= 0, kOp,
+             "expected stride >= 1 and padding >= 0, got stride (", g.sh, ", ", g.sw, ") padding (",
+             g.ph, ", ", g.pw, ")");
+  KILN_CHECK(g.KH >= 1 && g.KW >= 1 && g.ph < g.KH && g.pw < g.KW, kOp,
+             "expected padding smaller than the depthwise kernel, got padding (", g.ph, ", ", g.pw,
+             ") for kernel ", g.KH, "x", g.KW);
+  check_dims(ops.input, "input", Dims(ops.input->sizes()));
+  if (g.expand) check_dims(ops.expand_weight, "expand_weight", Dims{g.E, g.C, 1, 1});
+  if (ops.expand_bias) check_dims(ops.expand_bias, "expand_bias", Dims{g.E});
+  check_dims(ops.dw_weight, "dw_weight", Dims{g.E, 1, g.KH, g.KW});
+  if (ops.dw_bias) check_dims(ops.dw_bias, "dw_bias", Dims{g.E});
+  check_dims(ops.project_weight, "project_weight", Dims{g.P, g.E, 1, 1});
+  if (ops.project_bias) check_dims(ops.project_bias, "project_bias", Dims{g.P});
+  g.Ho = (g.H + 2 * g.ph - g.KH) / g.sh + 1;
+  g.Wo = (g.W + 2 * g.pw - g.KW) / g.sw + 1;
+  KILN_CHECK(g.H + 2 * g.ph >= g.KH && g.W + 2 * g.pw >= g.KW, kOp, "expected padded input (",
+             g.H + 2 * g.ph, "x", g.W + 2 * g.pw, ") at least as large as the kernel (", g.KH, "x",
+             g.KW, ")");
+  if (ops.residual) check_dims(ops.residual, "residual", Dims{g.N, g.P, g.Ho, g.Wo});
+  return g;
+}
+
+class Prepared final : public PreparedMBConv {
+ public:
+  std::shared_ptr<const SgemmPacked> expand, project;
+  size_t nbytes() const override {
+    return (expand ? expand->nbytes() : 0) + (project ? project->nbytes() : 0);
+  }
+};
+
+// C[M, cols] = epilogue(W[M, K] · B[K, cols]) with W packed when prepared.
+void gemm_1x1(const SgemmPacked* packed, const float* w, int64_t M, int64_t K, const float* B,
+              int64_t ldb, int64_t cols, float* C, int64_t ldc, const Epilogue& e) {
+  if (packed)
+    sgemm_packed_a(*packed, false, cols, 1.0f, B, ldb, 0.0f, C, ldc, e);
+  else
+    sgemm(false, false, M, cols, K, 1.0f, w, K, B, ldb, 0.0f, C, ldc, e);
+}
+
+Epilogue epilogue(const ConvEpilogue& a, const float* bias) {
+  Epilogue e;
+  if (bias) e.bias_kind = Epilogue::Bias::PerRow, e.bias = bias;
+  e.activation = a.activation, e.clamp_min = a.clamp_min, e.clamp_max = a.clamp_max;
+  return e;
+}
+
+struct Data {
+  const float *x, *we, *be, *wd, *bd, *wp, *bp, *res;
+  float* y;
+  const Prepared* prep;
+};
+
+// Output rows per band: the band buffers (E * ((R-1)*sh + KH) * W + E * R * Wo floats) near
+// 384 KB.
+int64_t band_rows(const Geometry& g) {
+  const int64_t per_row = g.E * 4 * (g.sh * g.W + g.Wo);
+  return std::clamp<int64_t>((384 << 10) / std::max<int64_t>(per_row, 1), 1, g.Ho);
+}
+
+// Output rows [oh_begin, oh_end) of image n.
+void run_rows(const Geometry& g, const Data& d, const MBConvParams& p, int64_t n, int64_t oh_begin,
+              int64_t oh_end, float* eb, float* db) {
+  const int64_t R = band_rows(g), HW = g.H * g.W, W = g.W;
+  const float* xn = d.x + n * g.C * HW;
+  const Epilogue e_expand = epilogue(p.expand, d.be);
+  ConvEpilogue e_dw = p.dw;
+  e_dw.residual = nullptr;
+  int64_t have_lo = 0, have_hi = 0, stride_old = 0;  // input rows held in eb, its channel stride
+  for (int64_t oh0 = oh_begin; oh0 < oh_end; oh0 += R) {
+    const int64_t oh1 = std::min(oh0 + R, oh_end), r = oh1 - oh0;
+    const int64_t lo = oh0 * g.sh - g.ph, hi = (oh1 - 1) * g.sh - g.ph + g.KH;
+    const int64_t rows = hi - lo, stride = rows * W;  // the band's channel planes
+    // 1. Rows [lo, have_hi) were expanded for the previous band: move them (forward-safe: the new
+    // channel stride is never larger than the old one).
+    const int64_t keep = have_hi > lo && have_lo <= lo ? std::min(have_hi, hi) - lo : 0;
+    if (keep > 0 && (lo != have_lo || stride != stride_old)) {
+      for (int64_t e = 0; e < g.E; ++e)
+        std::memmove(eb + e * stride, eb + e * stride_old + (lo - have_lo) * W,
+                     sizeof(float) * keep * W);
+    }
+    const int64_t first = lo + keep;  // first row to produce
+    const int64_t a = std::clamp<int64_t>(first, 0, g.H), b = std::clamp<int64_t>(hi, 0, g.H);
+    for (int64_t row = first; row < hi; ++row) {
+      if (row >= 0 && row < g.H) continue;  // inside the image: expanded below
+      for (int64_t e = 0; e < g.E; ++e)
+        std::memset(eb + e * stride + (row - lo) * W, 0, sizeof(float) * W);
+    }
+    if (b > a) {
+      float* dst = eb + (a - lo) * W;
+      if (g.expand) {
+        gemm_1x1(d.prep ? d.prep->expand.get() : nullptr, d.we, g.E, g.C, xn + a * W, HW,
+                 (b - a) * W, dst, stride, e_expand);
+      } else {
+        for (int64_t c = 0; c < g.C; ++c)
+          std::memcpy(dst + c * stride, xn + c * HW + a * W, sizeof(float) * (b - a) * W);
+      }
+    }
+    have_lo = lo, have_hi = hi, stride_old = stride;
+    // 2. Depthwise over the band: an image of `rows` rows, padding only left and right.
+    ConvGeom dg;
+    dg.N = 1, dg.C = g.E, dg.H = rows, dg.W = W, dg.O = g.E, dg.KH = g.KH, dg.KW = g.KW;
+    dg.G = g.E, dg.Cg = 1, dg.Og = 1, dg.sh = g.sh, dg.sw = g.sw, dg.ph = 0, dg.pw = g.pw;
+    dg.Ho = r, dg.Wo = g.Wo;
+    conv_detail::depthwise_conv2d_f32(dg, eb, d.wd, d.bd, nullptr, db, e_dw);
+    // 3. Projection into y's rows [oh0, oh1), with the residual.
+    const int64_t howo = g.Ho * g.Wo, off = n * g.P * howo + oh0 * g.Wo;
+    Epilogue e_proj = epilogue(p.project, d.bp);
+    if (d.res) e_proj.residual = d.res + off, e_proj.ld_residual = howo;
+    gemm_1x1(d.prep ? d.prep->project.get() : nullptr, d.wp, g.P, g.E, db, r * g.Wo, r * g.Wo,
+             d.y + off, howo, e_proj);
+  }
+}
+
+const float* data_or_null(const TensorImplPtr& t) {
+  return t ? t->data_ptr<float>() : nullptr;
+}
+
+}  // namespace
+
+Dims mbconv_output_shape(const MBConvOperands& ops, const MBConvParams& p) {
+  const Geometry g = geometry(ops, p);
+  return Dims{g.N, g.P, g.Ho, g.Wo};
+}
+
+std::shared_ptr<const PreparedMBConv> prepare_mbconv(const MBConvOperands& ops) {
+  KILN_CHECK(ops.project_weight && ops.project_weight->dim() == 4 &&
+                 ops.project_weight->dtype() == DType::Float32,
+             kOp, "expected a float32 projection weight [P, E, 1, 1]");
+  auto out = std::make_shared<Prepared>();
+  auto pack = [](const TensorImpl& w) {
+    auto c = views::contiguous(w);
+    return sgemm_pack_a(false, w.size(0), w.size(1), c->data_ptr<float>(), w.size(1));
+  };
+  if (ops.expand_weight) {
+    KILN_CHECK(ops.expand_weight->dim() == 4 && ops.expand_weight->dtype() == DType::Float32, kOp,
+               "expected a float32 expansion weight [E, C, 1, 1]");
+    out->expand = pack(*ops.expand_weight);
+  }
+  out->project = pack(*ops.project_weight);
+  return out;
+}
+
+void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& out,
+                const PreparedMBConv* prepared) {
+  const Geometry g = geometry(ops, p);
+  check_dims(&out, "out", Dims{g.N, g.P, g.Ho, g.Wo});
+  const auto* prep = dynamic_cast<const Prepared*>(prepared);
+  // A prepared object for other weight shapes is ignored (the caller promises the values).
+  if (prep && ((prep->expand != nullptr) != g.expand ||
+               (prep->expand && (prep->expand->outer() != g.E || prep->expand->depth() != g.C)) ||
+               prep->project->outer() != g.P || prep->project->depth() != g.E))
+    prep = nullptr;
+  auto x = views::contiguous(*ops.input);
+  auto we = nn_detail::contig_or_null(ops.expand_weight),
+       be = nn_detail::contig_or_null(ops.expand_bias);
+  auto wd = views::contiguous(*ops.dw_weight);
+  auto bd = nn_detail::contig_or_null(ops.dw_bias);
+  auto wp = views::contiguous(*ops.project_weight);
+  auto bp = nn_detail::contig_or_null(ops.project_bias),
+       res = nn_detail::contig_or_null(ops.residual);
+  const bool direct = out.is_contiguous();
+  TensorImplPtr tmp = direct ? TensorImplPtr{} : empty(out.sizes(), DType::Float32);
+  TensorImpl& y = direct ? out : *tmp;
+  if (g.N > 0 && g.P > 0 && g.Ho > 0 && g.Wo > 0) {
+    const Data d{x->data_ptr<float>(), data_or_null(we),
+                 data_or_null(be),     wd->data_ptr<float>(),
+                 data_or_null(bd),     wp->data_ptr<float>(),
+                 data_or_null(bp),     data_or_null(res),
+                 y.data_ptr<float>(),  prep};
+    // Work items: whole images, or row ranges of them when images are fewer than threads.
+    const int nth = in_parallel_region() ? 1 : num_threads();
+    const int64_t chunks = g.N >= nth ? 1 : std::min<int64_t>(g.Ho, (nth + g.N - 1) / g.N);
+    const int64_t R = band_rows(g);
+    const int64_t eb_floats = g.E * ((R - 1) * g.sh + g.KH) * g.W, db_floats = g.E * R * g.Wo;
+    parallel_for(0, g.N * chunks, 1, [&](int64_t i0, int64_t i1) {
+      ConvScratch<float> eb(eb_floats), db(db_floats);
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t n = i / chunks, c = i % chunks;
+        run_rows(g, d, p, n, g.Ho * c / chunks, g.Ho * (c + 1) / chunks, eb.get(), db.get());
+      }
+    });
+  }
+  if (!direct) copy_(out, *tmp);
+}
+
+}  // namespace kiln::kernels

@@ -1,0 +1,45 @@
+// RUN: kiln-opt %s --kiln-fuse-mbconv=min-bytes=0 | FileCheck %s
+// RUN: kiln-opt %s --kiln-fuse-mbconv | FileCheck %s --check-prefix=LARGE
+
+// expand 1x1 (relu6) -> depthwise 3x3 (relu6) -> project 1x1 + residual: one kiln.mbconv with
+// every operand and each step's activation.
+// CHECK-LABEL: func.func @block
+// CHECK: %[[M:.*]] = kiln.mbconv %arg0, %arg1, %arg2, %arg3, %arg4, %arg5, %arg6, %arg0 {dw_activation = 2 : i64, dw_clamp_max = 6.000000e+00 : f64, dw_clamp_min = 0.000000e+00 : f64, expand_activation = 2 : i64, expand_clamp_max = 6.000000e+00 : f64, expand_clamp_min = 0.000000e+00 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.000000e+00 : f64, project_clamp_min = 0.000000e+00 : f64, stride = array<i64: 1, 1>}
+// CHECK-NOT: kiln.conv2d_fused
+// CHECK: return %[[M]]
+// The default threshold (8 MB) leaves this small block alone.
+// LARGE-LABEL: func.func @block
+// LARGE-COUNT-3: kiln.conv2d_fused
+// LARGE-NOT: kiln.mbconv
+func.func @block(%x: tensor<1x4x8x8xf32>, %we: tensor<12x4x1x1xf32>, %be: tensor<12xf32>, %wd: tensor<12x1x3x3xf32>, %bd: tensor<12xf32>, %wp: tensor<4x12x1x1xf32>, %bp: tensor<4xf32>) -> tensor<1x4x8x8xf32> {
+  %none = kiln.none
+  %e = kiln.conv2d_fused %x, %we, %be, %none {activation = 2 : i64, clamp_max = 6.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<12x4x1x1xf32>, tensor<12xf32>, none) -> tensor<1x12x8x8xf32>
+  %d = kiln.conv2d_fused %e, %wd, %bd, %none {activation = 2 : i64, clamp_max = 6.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 12 : i64, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x12x8x8xf32>, tensor<12x1x3x3xf32>, tensor<12xf32>, none) -> tensor<1x12x8x8xf32>
+  %y = kiln.conv2d_fused %d, %wp, %bp, %x {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x12x8x8xf32>, tensor<4x12x1x1xf32>, tensor<4xf32>, tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  return %y : tensor<1x4x8x8xf32>
+}
+
+// MobileNetV2's first block has no expansion: the depthwise reads x; stride 2 carries over. A
+// projection without activation or residual is a plain kiln.conv2d (its bias folded in).
+// CHECK-LABEL: func.func @no_expansion
+// CHECK: kiln.mbconv %arg0, %{{.*}}, %{{.*}}, %arg1, %{{.*}}, %arg2, %{{.*}}, %{{.*}} {{{.*}}expand_activation = 0 : i64{{.*}}stride = array<i64: 2, 2>} : (tensor<2x8x9x9xf32>, none, none, tensor<8x1x3x3xf32>, none, tensor<4x8x1x1xf32>, none, none)
+func.func @no_expansion(%x: tensor<2x8x9x9xf32>, %wd: tensor<8x1x3x3xf32>, %wp: tensor<4x8x1x1xf32>) -> tensor<2x4x5x5xf32> {
+  %none = kiln.none
+  %d = kiln.conv2d_fused %x, %wd, %none, %none {activation = 1 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 8 : i64, padding = array<i64: 1, 1>, stride = array<i64: 2, 2>} : (tensor<2x8x9x9xf32>, tensor<8x1x3x3xf32>, none, none) -> tensor<2x8x5x5xf32>
+  %y = kiln.conv2d %d, %wp, %none {dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<2x8x5x5xf32>, tensor<4x8x1x1xf32>, none) -> tensor<2x4x5x5xf32>
+  return %y : tensor<2x4x5x5xf32>
+}
+
+// The depthwise output is also returned: it must stay materialized, nothing fuses. A 3x3 conv
+// with one group in the middle is not a depthwise conv either.
+// CHECK-LABEL: func.func @not_fused
+// CHECK-NOT: kiln.mbconv
+// CHECK: return
+func.func @not_fused(%x: tensor<1x4x8x8xf32>, %wd: tensor<4x1x3x3xf32>, %wp: tensor<4x4x1x1xf32>, %wf: tensor<4x4x3x3xf32>) -> (tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>) {
+  %none = kiln.none
+  %d = kiln.conv2d_fused %x, %wd, %none, %none {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 4 : i64, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<4x1x3x3xf32>, none, none) -> tensor<1x4x8x8xf32>
+  %y = kiln.conv2d_fused %d, %wp, %none, %none {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<4x4x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
+  %f = kiln.conv2d_fused %x, %wf, %none, %none {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<4x4x3x3xf32>, none, none) -> tensor<1x4x8x8xf32>
+  %z = kiln.conv2d_fused %f, %wp, %none, %none {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<4x4x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
+  return %d, %y, %z : tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>
+}

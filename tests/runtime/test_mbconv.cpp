@@ -1,0 +1,190 @@
+// The fused inverted-residual block (kernels/mbconv.h) against naive float64 loops of its three
+// convolutions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/runtime/kernels/mbconv.h"
+#include "kiln/runtime/thread_pool.h"
+#include "nn_test_util.h"
+
+using namespace kiln;
+using namespace kiln::kernels;
+using namespace nn_test;
+
+namespace {
+
+struct Block {
+  int64_t N, C, H, W, E, P, K, stride, pad;
+  bool expand, residual;
+  Activation act_e = Activation::Relu6, act_d = Activation::Relu6, act_p = Activation::None;
+};
+
+double act(double v, Activation a) {
+  switch (a) {
+    case Activation::Relu:
+      return std::max(v, 0.0);
+    case Activation::Relu6:
+      return std::min(std::max(v, 0.0), 6.0);
+    case Activation::Clamp:
+      return std::min(std::max(v, -0.5), 0.5);
+    default:
+      return v;
+  }
+}
+
+struct Values {
+  std::vector<double> x, we, be, wd, bd, wp, bp, res;
+};
+
+// y = act_p(W_p · act_d(dw(act_e(W_e · x + b_e)) + b_d) + b_p + res), in float64.
+std::vector<double> reference(const Block& b, const Values& v) {
+  const int64_t E = b.expand ? b.E : b.C;
+  const int64_t Ho = (b.H + 2 * b.pad - b.K) / b.stride + 1;
+  const int64_t Wo = (b.W + 2 * b.pad - b.K) / b.stride + 1;
+  std::vector<double> e(b.N * E * b.H * b.W), d(b.N * E * Ho * Wo), y(b.N * b.P * Ho * Wo);
+  for (int64_t n = 0; n < b.N; ++n)
+    for (int64_t c = 0; c < E; ++c)
+      for (int64_t i = 0; i < b.H * b.W; ++i) {
+        double s;
+        if (b.expand) {
+          s = v.be[c];
+          for (int64_t k = 0; k < b.C; ++k)
+            s += v.we[c * b.C + k] * v.x[(n * b.C + k) * b.H * b.W + i];
+          s = act(s, b.act_e);
+        } else {
+          s = v.x[(n * b.C + c) * b.H * b.W + i];
+        }
+        e[(n * E + c) * b.H * b.W + i] = s;
+      }
+  for (int64_t n = 0; n < b.N; ++n)
+    for (int64_t c = 0; c < E; ++c)
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          double s = v.bd[c];
+          for (int64_t kh = 0; kh < b.K; ++kh)
+            for (int64_t kw = 0; kw < b.K; ++kw) {
+              const int64_t ih = oh * b.stride - b.pad + kh, iw = ow * b.stride - b.pad + kw;
+              if (ih < 0 || ih >= b.H || iw < 0 || iw >= b.W) continue;
+              s += v.wd[(c * b.K + kh) * b.K + kw] * e[((n * E + c) * b.H + ih) * b.W + iw];
+            }
+          d[((n * E + c) * Ho + oh) * Wo + ow] = act(s, b.act_d);
+        }
+  for (int64_t n = 0; n < b.N; ++n)
+    for (int64_t o = 0; o < b.P; ++o)
+      for (int64_t i = 0; i < Ho * Wo; ++i) {
+        double s = v.bp[o];
+        for (int64_t c = 0; c < E; ++c) s += v.wp[o * E + c] * d[(n * E + c) * Ho * Wo + i];
+        const int64_t at = (n * b.P + o) * Ho * Wo + i;
+        if (b.residual) s += v.res[at];
+        y[at] = act(s, b.act_p);
+      }
+  return y;
+}
+
+void run_block(const Block& b, bool prepared, bool noncontiguous) {
+  SCOPED_TRACE(testing::Message() << "N" << b.N << " C" << b.C << " " << b.H << "x" << b.W << " E"
+                                  << b.E << " P" << b.P << " k" << b.K << " s" << b.stride << " p"
+                                  << b.pad << " expand" << b.expand << " res" << b.residual
+                                  << " prepared" << prepared << " nc" << noncontiguous);
+  const int64_t E = b.expand ? b.E : b.C;
+  const int64_t Ho = (b.H + 2 * b.pad - b.K) / b.stride + 1;
+  const int64_t Wo = (b.W + 2 * b.pad - b.K) / b.stride + 1;
+  Values v;
+  v.x = rand_vec(b.N * b.C * b.H * b.W);
+  v.we = rand_vec(E * b.C, -0.5, 0.5), v.be = rand_vec(E);
+  v.wd = rand_vec(E * b.K * b.K), v.bd = rand_vec(E);
+  v.wp = rand_vec(b.P * E, -0.5, 0.5), v.bp = rand_vec(b.P);
+  v.res = rand_vec(b.N * b.P * Ho * Wo);
+  auto x = from_vec(v.x, Dims{b.N, b.C, b.H, b.W}, DType::Float32);
+  auto we = from_vec(v.we, Dims{E, b.C, 1, 1}, DType::Float32);
+  auto be = from_vec(v.be, Dims{E}, DType::Float32);
+  auto wd = from_vec(v.wd, Dims{E, 1, b.K, b.K}, DType::Float32);
+  auto bd = from_vec(v.bd, Dims{E}, DType::Float32);
+  auto wp = from_vec(v.wp, Dims{b.P, E, 1, 1}, DType::Float32);
+  auto bp = from_vec(v.bp, Dims{b.P}, DType::Float32);
+  auto res = from_vec(v.res, Dims{b.N, b.P, Ho, Wo}, DType::Float32);
+  auto y = empty(Dims{b.N, b.P, Ho, Wo}, DType::Float32);
+  if (noncontiguous) {
+    x = noncontig(*x);
+    res = noncontig(*res);
+    y = noncontig(*y);
+  }
+  MBConvOperands ops;
+  ops.input = x.get();
+  ops.expand_weight = b.expand ? we.get() : nullptr;
+  ops.expand_bias = b.expand ? be.get() : nullptr;
+  ops.dw_weight = wd.get(), ops.dw_bias = bd.get();
+  ops.project_weight = wp.get(), ops.project_bias = bp.get();
+  ops.residual = b.residual ? res.get() : nullptr;
+  MBConvParams p;
+  p.stride_h = p.stride_w = b.stride;
+  p.pad_h = p.pad_w = b.pad;
+  p.expand.activation = b.act_e, p.dw.activation = b.act_d, p.project.activation = b.act_p;
+  for (ConvEpilogue* e : {&p.expand, &p.dw, &p.project}) e->clamp_min = -0.5f, e->clamp_max = 0.5f;
+  ASSERT_EQ(mbconv_output_shape(ops, p), (Dims{b.N, b.P, Ho, Wo}));
+  auto prep = prepared ? prepare_mbconv(ops) : nullptr;
+  if (prepared) EXPECT_GT(prep->nbytes(), 0u);
+  mbconv_out(ops, p, *y, prep.get());
+  expect_close(to_vec(*y), reference(b, v), 1e-4, 1e-4, "mbconv");
+}
+
+const std::vector<Block> kBlocks = {
+    // MobileNetV2's kinds: expand + stride 1 + residual, expand + stride 2, no expansion.
+    {2, 8, 13, 11, 24, 8, 3, 1, 1, true, true},
+    {1, 8, 13, 11, 24, 12, 3, 2, 1, true, false},
+    {2, 16, 10, 9, 16, 8, 3, 1, 1, false, false},
+    // Several bands (expanded rows carried over), stride 1 and 2, and a 5x5 kernel.
+    {1, 16, 40, 60, 64, 16, 3, 1, 1, true, true, Activation::Relu6, Activation::Relu6},
+    {2, 16, 41, 60, 64, 24, 3, 2, 1, true, false, Activation::Relu, Activation::Clamp},
+    {1, 8, 30, 33, 96, 16, 5, 1, 2, true, true, Activation::None, Activation::Relu,
+     Activation::Clamp},
+    {3, 4, 7, 7, 12, 5, 3, 2, 0, true, false},
+};
+
+}  // namespace
+
+TEST(MBConv, MatchesThreeConvsInFloat64) {
+  const int saved = num_threads();
+  for (int nt : {1, 2}) {  // with 2 threads, batch 1 splits rows between threads
+    set_num_threads(nt);
+    for (const Block& b : kBlocks)
+      for (bool prepared : {false, true}) run_block(b, prepared, false);
+  }
+  set_num_threads(saved);
+}
+
+TEST(MBConv, NonContiguousOperands) {
+  for (const Block& b : {kBlocks[0], kBlocks[1], kBlocks[2]}) run_block(b, true, true);
+}
+
+TEST(MBConv, ErrorsNameTheOperand) {
+  auto x = rand_tensor(Dims{1, 4, 8, 8});
+  auto we = rand_tensor(Dims{12, 4, 1, 1}), wd = rand_tensor(Dims{12, 1, 3, 3});
+  auto wp = rand_tensor(Dims{6, 12, 1, 1}), bad_wd = rand_tensor(Dims{12, 2, 3, 3});
+  auto bad_wp = rand_tensor(Dims{6, 10, 1, 1}), bias = rand_tensor(Dims{5});
+  MBConvOperands ops;
+  ops.input = x.get(), ops.expand_weight = we.get(), ops.dw_weight = wd.get();
+  ops.project_weight = wp.get();
+  MBConvParams p;
+  p.pad_h = p.pad_w = 1;
+  EXPECT_EQ(mbconv_output_shape(ops, p), (Dims{1, 6, 8, 8}));
+  MBConvOperands o = ops;
+  o.dw_weight = bad_wd.get();
+  expect_error([&] { mbconv_output_shape(o, p); },
+               {"mbconv", "dw_weight", "[12, 1, 3, 3]", "[12, 2, 3, 3]"});
+  o = ops;
+  o.project_weight = bad_wp.get();
+  expect_error([&] { mbconv_output_shape(o, p); }, {"mbconv", "project_weight", "[6, 12, 1, 1]"});
+  o = ops;
+  o.expand_bias = bias.get();
+  expect_error([&] { mbconv_output_shape(o, p); }, {"mbconv", "expand_bias", "[12]", "[5]"});
+  auto y = empty(Dims{1, 6, 7, 8}, DType::Float32);
+  expect_error([&] { mbconv_out(ops, p, *y); }, {"mbconv", "out", "[1, 6, 8, 8]", "[1, 6, 7, 8]"});
+  auto xd = rand_tensor(Dims{1, 4, 8, 8}, DType::Float64);
+  o = ops;
+  o.input = xd.get();
+  expect_error([&] { mbconv_output_shape(o, p); }, {"mbconv", "input", "float32", "float64"});
+  p.pad_h = 3;
+  expect_error([&] { mbconv_output_shape(ops, p); }, {"mbconv", "padding"});
+}
