@@ -48,6 +48,25 @@ const std::vector<Shape> kResNet18 = {
     {"l4_ds_1x1s2_256-512@14", 1, 256, 14, 14, 512, 1, 2, 0, 1, 1},
 };
 
+// MobileNetV2's 1x1 convs (batch 1, 224x224): expansions and projections of every stage.
+const std::vector<Shape> kMobileNetPointwise = {
+    {"pw_32-16@112", 1, 32, 112, 112, 16, 1, 1, 0, 1, 1},
+    {"pw_16-96@112", 1, 16, 112, 112, 96, 1, 1, 0, 1, 1},
+    {"pw_96-24@56", 1, 96, 56, 56, 24, 1, 1, 0, 1, 1},
+    {"pw_24-144@56", 1, 24, 56, 56, 144, 1, 1, 0, 1, 2},
+    {"pw_144-24@56", 1, 144, 56, 56, 24, 1, 1, 0, 1, 1},
+    {"pw_144-32@28", 1, 144, 28, 28, 32, 1, 1, 0, 1, 1},
+    {"pw_32-192@28", 1, 32, 28, 28, 192, 1, 1, 0, 1, 3},
+    {"pw_192-32@28", 1, 192, 28, 28, 32, 1, 1, 0, 1, 2},
+    {"pw_64-384@14", 1, 64, 14, 14, 384, 1, 1, 0, 1, 4},
+    {"pw_384-64@14", 1, 384, 14, 14, 64, 1, 1, 0, 1, 3},
+    {"pw_576-96@14", 1, 576, 14, 14, 96, 1, 1, 0, 1, 2},
+    {"pw_96-576@14", 1, 96, 14, 14, 576, 1, 1, 0, 1, 3},
+    {"pw_960-160@7", 1, 960, 7, 7, 160, 1, 1, 0, 1, 2},
+    {"pw_160-960@7", 1, 160, 7, 7, 960, 1, 1, 0, 1, 3},
+    {"pw_320-1280@7", 1, 320, 7, 7, 1280, 1, 1, 0, 1, 1},
+};
+
 // MobileNetV2 depthwise 3x3 layers (channels @ input size, stride).
 const std::vector<Shape> kMobileNetDw = {
     {"dw_32@112_s1", 1, 32, 112, 112, 32, 3, 1, 1, 32, 1},
@@ -283,6 +302,10 @@ const int kRegistered = [] {
       ->Arg(0)
       ->Arg(1)
       ->Unit(benchmark::kMillisecond);
+  for (const auto& s : kMobileNetPointwise)
+    timing(benchmark::RegisterBenchmark((std::string("MobileNetV2Prepared/") + s.name).c_str(),
+                                        BM_Conv, s, false, true))
+        ->Unit(benchmark::kMicrosecond);
   for (const auto& s : kMobileNetDw)
     timing(benchmark::RegisterBenchmark((std::string("MobileNetV2/") + s.name).c_str(), BM_Conv, s,
                                         false, false))

@@ -327,25 +327,34 @@ TEST(Conv, Conv2dWinogradMatchesReference) {
 // Small feature maps with many channels: the weight is packed as the GEMM's right operand (output
 // channels across the vector lanes) and the product transposed back, with the residual and the
 // activation applied in that pass. 7x7 maps, 3x3 / 1x1 / stride 2 / groups, ragged 8x8 edges.
+// The shapes choose this layout for every microkernel width (12, 16 or 32 lanes), and every ISA
+// this CPU has runs them.
 TEST(Conv, Conv2dPreparedChannelsAcrossLanes) {
   const int saved = num_threads();
+  const GemmIsa saved_isa = sgemm_isa();
   const std::vector<Case> cases = {
-      {2, 24, 7, 7, 64, 3, 3, P(1, 1, 1, 1)},           // too few tiles for Winograd
-      {1, 40, 7, 7, 96, 1, 1, P(1, 1, 0, 0)},           // 1x1: the input block is the operand
-      {3, 32, 13, 14, 64, 3, 3, P(2, 2, 1, 1)},         // stride 2 -> 7x7
-      {1, 64, 7, 7, 64, 3, 3, P(1, 1, 1, 1, 1, 1, 2)},  // two groups of 32 channels
-      {2, 16, 5, 9, 60, 1, 1, P(1, 1, 0, 0)},           // 45 positions, 60 channels (ragged 8x8)
+      {2, 24, 7, 7, 96, 3, 3, P(1, 1, 1, 1)},            // too few tiles for Winograd
+      {1, 40, 7, 7, 96, 1, 1, P(1, 1, 0, 0)},            // 1x1: the input block is the operand
+      {3, 32, 13, 14, 96, 3, 3, P(2, 2, 1, 1)},          // stride 2 -> 7x7
+      {1, 64, 7, 7, 192, 3, 3, P(1, 1, 1, 1, 1, 1, 2)},  // two groups of 96 channels
+      {2, 16, 5, 5, 60, 1, 1, P(1, 1, 0, 0)},            // 25 positions, 60 channels (ragged 8x8)
   };
-  for (int nt : {1, 2}) {
-    set_num_threads(nt);
-    for (const Case& c : cases) {
-      EXPECT_EQ(run_prepared_case(c, Dims{c.N, c.C, c.H, c.W}, Activation::None, false, 1e-5),
-                "gemm-ch");
-      for (Activation a : {Activation::Relu, Activation::Clamp, Activation::Sigmoid})
-        for (bool res : {false, true})
-          EXPECT_EQ(run_prepared_case(c, Dims{c.N, c.C, c.H, c.W}, a, res, 1e-5), "gemm-ch");
+  for (GemmIsa isa : {GemmIsa::Avx512, GemmIsa::Avx2, GemmIsa::Neon, GemmIsa::Scalar}) {
+    if (!sgemm_isa_available(isa)) continue;
+    set_sgemm_isa(isa);
+    SCOPED_TRACE(gemm_isa_name(isa));
+    for (int nt : {1, 2}) {
+      set_num_threads(nt);
+      for (const Case& c : cases) {
+        EXPECT_EQ(run_prepared_case(c, Dims{c.N, c.C, c.H, c.W}, Activation::None, false, 1e-5),
+                  "gemm-ch");
+        for (Activation a : {Activation::Relu, Activation::Clamp, Activation::Sigmoid})
+          for (bool res : {false, true})
+            EXPECT_EQ(run_prepared_case(c, Dims{c.N, c.C, c.H, c.W}, a, res, 1e-5), "gemm-ch");
+      }
     }
   }
+  set_sgemm_isa(saved_isa);
   set_num_threads(saved);
 }
 
