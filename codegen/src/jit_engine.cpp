@@ -136,7 +136,8 @@ std::string cache_key(const std::string& module_bytes, const Target& target,
   std::string salt = t.triple + "|" + t.cpu + "|" + t.features + "|" + options.entry_name + "|" +
                      std::to_string(options.parallel_min_elements) + "|" +
                      std::to_string(options.fuse_elementwise) + "|" + std::to_string(opt_level) +
-                     "|kiln-codegen-abi-" + std::to_string(kAbiVersion);
+                     "|kiln-codegen-abi-" + std::to_string(kAbiVersion) + "|kiln-codegen-rev-" +
+                     std::to_string(kCodegenRevision);
   const uint64_t a = llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(
       reinterpret_cast<const uint8_t*>(module_bytes.data()), module_bytes.size()));
   const uint64_t b = llvm::xxh3_64bits(

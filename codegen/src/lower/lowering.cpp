@@ -364,14 +364,80 @@ bool Lowering::lower_op(mlir::Operation* op) {
   return false;
 }
 
+// The buffers made in the entry block share one arena laid out now, at compile time, from their
+// lifetimes in the lowered code (allocation to last use, in op order; greedy by size, first fit,
+// 64-byte aligned): one kiln_abi_alloc per call, and memory that stays hot from op to op as in the
+// artifact executor's planned arena. (The IR's memory plan does not fit here: codegen computes
+// single-use elementwise values inside their consumers' loops, later than the plan assumes.)
+// Buffers made inside loops and branches keep their own allocation, freed after their last use.
 void Lowering::emit_frees() {
   declare("kiln_abi_free", builder_.getFunctionType({ptr_type(), builder_.getI64Type()}, {}));
-  for (auto& [base, owned] : owned_) {
-    builder_.setInsertionPointAfter(owned.last_use);
-    auto size = builder_.create<mlir::arith::ConstantIntOp>(loc_, owned.nbytes, 64);
+  auto free_after = [&](mlir::Operation* at, mlir::Value base, int64_t nbytes) {
+    builder_.setInsertionPointAfter(at);
+    auto size = builder_.create<mlir::arith::ConstantIntOp>(loc_, nbytes, 64);
     builder_.create<mlir::func::CallOp>(loc_, "kiln_abi_free", mlir::TypeRange{},
                                         mlir::ValueRange{base, size});
+  };
+  mlir::Block& block = entry_.getBody().front();
+  llvm::DenseMap<mlir::Operation*, int64_t> pos;
+  int64_t index = 0;
+  for (mlir::Operation& op : block) pos[&op] = index++;
+  struct Placed {
+    mlir::Value base;
+    mlir::Operation* alloc;
+    int64_t start, end, bytes, offset = 0;
+  };
+  std::vector<Placed> items;
+  for (auto& [base, owned] : owned_) {
+    if (owned.alloc->getBlock() != &block) {
+      free_after(owned.last_use, base, owned.nbytes);
+      continue;
+    }
+    const int64_t start = pos.lookup(owned.alloc);
+    const int64_t end = owned.last_use ? std::max(start, pos.lookup(owned.last_use)) : start;
+    items.push_back({base, owned.alloc, start, end, (owned.nbytes + 63) / 64 * 64});
   }
+  if (items.empty()) return;
+  std::vector<size_t> order(items.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return items[a].bytes > items[b].bytes; });
+  int64_t total = 0;
+  std::vector<size_t> placed;
+  for (size_t i : order) {
+    Placed& it = items[i];
+    // The lowest offset clear of every placed buffer alive at the same time.
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (size_t j : placed) {
+      const Placed& o = items[j];
+      if (o.start <= it.end && it.start <= o.end) busy.emplace_back(o.offset, o.offset + o.bytes);
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (offset + it.bytes <= lo) break;
+      offset = std::max(offset, hi);
+    }
+    it.offset = offset;
+    total = std::max(total, offset + it.bytes);
+    placed.push_back(i);
+  }
+  builder_.setInsertionPointToStart(&block);
+  auto size = builder_.create<mlir::arith::ConstantIntOp>(loc_, total, 64);
+  mlir::Value arena =
+      builder_
+          .create<mlir::func::CallOp>(loc_, "kiln_abi_alloc", mlir::TypeRange{ptr_type()},
+                                      mlir::ValueRange{size})
+          .getResult(0);
+  for (Placed& it : items) {
+    mlir::Value at = builder_.create<LLVM::GEPOp>(loc_, ptr_type(), builder_.getI8Type(), arena,
+                                                  llvm::ArrayRef<LLVM::GEPArg>{it.offset});
+    it.base.replaceAllUsesWith(at);
+    it.alloc->erase();
+  }
+  free_after(block.getTerminator()->getPrevNode() ? block.getTerminator()->getPrevNode()
+                                                  : size.getOperation(),
+             arena, total);
 }
 
 bool Lowering::run(std::string* error_out, EntrySignature* signature) {

@@ -27,8 +27,14 @@ bool entry_signature(mlir::ModuleOp module, EntrySignature* signature, std::stri
 // attribute orders, entry point convention; kiln/runtime/abi.h). Part of every cache key: bump it
 // whenever that contract changes, so objects cached by an older build are never loaded.
 inline constexpr int kAbiVersion = 2;
+// The revision of the code generator's output for a given module (lowering, buffer placement,
+// LLVM pipeline). Also in every cache key: bump it whenever generated code changes (a fix or an
+// improvement), so a newer build never reuses an older build's objects.
+//   2: intermediate buffers in one compile-time arena; kiln.mbconv; unused optional results.
+inline constexpr int kCodegenRevision = 2;
 
-// A stable key for compiled code: (module bytes, target triple, CPU, features, options, ABI).
+// A stable key for compiled code: (module bytes, target triple, CPU, features, options, ABI,
+// code generator revision).
 std::string cache_key(const std::string& module_bytes, const Target& target,
                       const LowerOptions& options, int opt_level);
 
