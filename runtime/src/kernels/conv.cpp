@@ -412,6 +412,7 @@ struct TilePlan {
 };
 
 constexpr int64_t kMinParallelCols = 48;  // narrower tiles waste the GEMM's 32-column microtile
+constexpr int64_t kWideParallelCols = 256;
 
 template <typename T>
 TilePlan plan_forward(const ConvGeom& g) {
@@ -429,9 +430,12 @@ TilePlan plan_forward(const ConvGeom& g) {
     if (units >= 4 * nth || (units >= nth && units % nth == 0)) {
       tp.parallel_items = true;
     } else {
-      // Few units (batch 1): split columns so that the item count is a multiple of the threads.
+      // Few units (batch 1): split columns so that the item count is a multiple of the threads,
+      // two items per thread when they stay wide (threads claim items as they finish: uneven
+      // thread speeds even out).
+      const int64_t want = howo / (2 * nth) >= kWideParallelCols ? 2 * nth : nth;
       for (int64_t t = std::max<int64_t>(tiles, 1); t <= 4 * std::max<int64_t>(tiles, nth); ++t) {
-        if ((units * t) % nth == 0 && howo / t >= kMinParallelCols) {
+        if ((units * t) % want == 0 && howo / t >= kMinParallelCols) {
           tiles = t;
           tp.parallel_items = true;
           break;
