@@ -358,6 +358,19 @@ TEST(Conv, Conv2dPreparedChannelsAcrossLanes) {
   set_num_threads(saved);
 }
 
+// Depthwise convs with each activation, with and without a residual: narrow outputs (the
+// channel-interleaved path, which applies a vector activation before its transpose back) and
+// wide ones.
+TEST(Conv, Conv2dDepthwiseActivations) {
+  for (const Case& c : {Case{2, 12, 14, 14, 12, 3, 3, P(1, 1, 1, 1, 1, 1, 12)},
+                        Case{1, 9, 15, 13, 9, 3, 3, P(2, 2, 1, 1, 1, 1, 9)},
+                        Case{1, 4, 40, 70, 4, 3, 3, P(1, 1, 1, 1, 1, 1, 4)}})
+    for (Activation a :
+         {Activation::Relu, Activation::Relu6, Activation::Clamp, Activation::Sigmoid})
+      for (bool res : {false, true})
+        EXPECT_EQ(run_prepared_case(c, Dims{c.N, c.C, c.H, c.W}, a, res, 1e-5), "none");
+}
+
 // The input size at preparation picks the algorithm; other sizes still run correctly with it,
 // and a prepared weight that does not fit the call (other shape or parameters) is ignored.
 TEST(Conv, Conv2dPreparedOtherSizesAndMismatches) {

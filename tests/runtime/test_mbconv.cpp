@@ -187,4 +187,7 @@ TEST(MBConv, ErrorsNameTheOperand) {
   expect_error([&] { mbconv_output_shape(o, p); }, {"mbconv", "input", "float32", "float64"});
   p.pad_h = 3;
   expect_error([&] { mbconv_output_shape(ops, p); }, {"mbconv", "padding"});
+  p.pad_h = 1;
+  p.stride_w = int64_t(1) << 62;  // from a hostile artifact: must not overflow the band sizes
+  expect_error([&] { mbconv_output_shape(ops, p); }, {"mbconv", "stride"});
 }

@@ -270,12 +270,15 @@ void narrow_compute(const ConvGeom& g, const NarrowGeom& ng, const float* B, con
   }
 }
 
-// y_j[p] = O[p][j] for the cb planes y_j = dst + j*howo.
-void narrow_store(int64_t howo, const float* O, int cb, float* dst) {
+// y_j[p] = act(O[p][j]) for the cb planes y_j = dst + j*howo (`act`: a vector activation
+// applied on the way out, or none).
+void narrow_store(int64_t howo, const float* O, int cb, float* dst, const ConvEpilogue* act) {
   for (int64_t p = 0; p < howo; p += kV) {
     const int64_t n = std::min<int64_t>(kV, howo - p);
     __m256 r[8];
     for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(O + (p + k) * kV);  // O has out_px rows
+    if (act)
+      for (int k = 0; k < 8; ++k) r[k] = activate(r[k], *act);
     transpose8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
     const __m256i m = tail_mask(n);
     for (int j = 0; j < cb; ++j) {
@@ -319,7 +322,10 @@ void depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
     for (int64_t kw = 0; kw < g.KW; ++kw)
       tap_off8[kh * g.KW + kw] = (kh * g.dh * ng.Wb + kw * g.dw) * kV;
   const int64_t cblocks = (g.C + kV - 1) / kV, blocks = g.N * cblocks;
-  const bool has_epi = residual || ep.activation != Activation::None;
+  // Without a residual a vector activation is applied in registers on the way out; otherwise
+  // residual and activation run over each finished plane.
+  const bool act_in_store = !residual && vector_activation(ep.activation);
+  const bool has_epi = !act_in_store && (residual || ep.activation != Activation::None);
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kV * howo * KK, 1));
   parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
     const size_t b_bytes = static_cast<size_t>(ng.Hb * ng.Wb * kV) * sizeof(float);
@@ -346,7 +352,7 @@ void depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
       } else {
         narrow_compute<0>(g, ng, B, wv.data(), static_cast<int>(KK), tap_off8.data(), bv, O);
       }
-      narrow_store(howo, O, cb, y + plane0 * howo);
+      narrow_store(howo, O, cb, y + plane0 * howo, act_in_store ? &ep : nullptr);
       if (has_epi)
         for (int j = 0; j < cb; ++j)
           plane_epilogue(y + (plane0 + j) * howo,

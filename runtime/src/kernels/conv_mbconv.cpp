@@ -75,6 +75,10 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
   if (ops.dw_bias) check_dims(ops.dw_bias, "dw_bias", Dims{g.E});
   check_dims(ops.project_weight, "project_weight", Dims{g.P, g.E, 1, 1});
   if (ops.project_bias) check_dims(ops.project_bias, "project_bias", Dims{g.P});
+  // Bounds the band arithmetic ((R-1)*sh rows, sh*W floats per row) for any artifact's values.
+  KILN_CHECK(g.sh <= g.H + 2 * g.ph && g.sw <= g.W + 2 * g.pw, kOp,
+             "expected stride at most the padded input (", g.H + 2 * g.ph, "x", g.W + 2 * g.pw,
+             "), got (", g.sh, ", ", g.sw, ")");
   g.Ho = (g.H + 2 * g.ph - g.KH) / g.sh + 1;
   g.Wo = (g.W + 2 * g.pw - g.KW) / g.sw + 1;
   KILN_CHECK(g.H + 2 * g.ph >= g.KH && g.W + 2 * g.pw >= g.KW, kOp, "expected padded input (",
