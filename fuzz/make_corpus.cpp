@@ -132,6 +132,60 @@ ArtifactSpec mixed_ops() {
   return a;
 }
 
+// The prepared conv paths (weights packed or transformed once per model): a 3x3 stride-1 conv with
+// enough 4x4 tiles for Winograd, an inverted-residual block (mbconv: expand, depthwise stride 2,
+// project), and a 3x3 stride-2 conv with 9 output positions and 96 channels (output channels
+// across the vector lanes).
+ArtifactSpec conv_blocks() {
+  using K = fb::AttrKind;
+  using S = fb::SlotKind;
+  using D = fb::DType;
+  ArtifactSpec a;
+  const std::vector<std::pair<std::string, size_t>> blobs = {
+      {"w1", 8 * 8 * 9}, {"b1", 8},      {"we", 24 * 8}, {"be", 24},         {"wd", 24 * 9},
+      {"bd", 24},        {"wp", 8 * 24}, {"bp", 8},      {"w3", 96 * 8 * 9}, {"b3", 96}};
+  for (const auto& [name, n] : blobs) a.blobs.push_back({name, kiln::testing::bytes_of(ramp(n))});
+  a.slots = {
+      {S::Arena, D::Float32, {1, 8, 16, 16}, 0, 0},     // 0 x
+      {S::Weight, D::Float32, {8, 8, 3, 3}, 0, 0},      // 1 w1
+      {S::Weight, D::Float32, {8}, 0, 1},               // 2 b1
+      {S::Arena, D::Float32, {1, 8, 16, 16}, 8192, 0},  // 3 c1
+      {S::Weight, D::Float32, {24, 8, 1, 1}, 0, 2},     // 4 we
+      {S::Weight, D::Float32, {24}, 0, 3},              // 5 be
+      {S::Weight, D::Float32, {24, 1, 3, 3}, 0, 4},     // 6 wd
+      {S::Weight, D::Float32, {24}, 0, 5},              // 7 bd
+      {S::Weight, D::Float32, {8, 24, 1, 1}, 0, 6},     // 8 wp
+      {S::Weight, D::Float32, {8}, 0, 7},               // 9 bp
+      {S::None, D::Float32, {}, 0, 0},                  // 10 none
+      {S::Arena, D::Float32, {1, 8, 8, 8}, 0, 0},       // 11 block
+      {S::Weight, D::Float32, {96, 8, 3, 3}, 0, 8},     // 12 w3
+      {S::Weight, D::Float32, {96}, 0, 9},              // 13 b3
+      {S::Arena, D::Float32, {1, 96, 3, 3}, 16384, 0},  // 14 out
+  };
+  auto conv_attrs = [](int64_t stride, int64_t pad) {
+    return std::vector<kiln::testing::AttrSpecT>{{"stride", K::Ints, 0, 0, {stride, stride}},
+                                                 {"padding", K::Ints, 0, 0, {pad, pad}},
+                                                 {"dilation", K::Ints, 0, 0, {1, 1}},
+                                                 {"groups", K::Int, 1}};
+  };
+  a.instrs = {
+      {"conv2d", {0, 1, 2}, {3}, conv_attrs(1, 1)},
+      {"mbconv",
+       {3, 4, 5, 6, 7, 8, 9, 10},
+       {11},
+       {{"stride", K::Ints, 0, 0, {2, 2}},
+        {"padding", K::Ints, 0, 0, {1, 1}},
+        {"expand_activation", K::Int, 2},
+        {"dw_activation", K::Int, 2},
+        {"project_activation", K::Int, 0}}},
+      {"conv2d", {11, 12, 13}, {14}, conv_attrs(2, 0)},
+  };
+  a.inputs = {{"x", 0}};
+  a.outputs = {{"y", 14}};
+  a.arena_bytes = 16384 + 96 * 9 * 4;
+  return a;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,6 +197,7 @@ int main(int argc, char** argv) {
   write(seeds + "/linear_relu.kiln", linear_relu().build());
   write(seeds + "/conv_net.kiln", conv_net().build());
   write(seeds + "/mixed_ops.kiln", mixed_ops().build());
+  write(seeds + "/conv_blocks.kiln", conv_blocks().build());
 
   const std::vector<uint8_t> good = linear_relu().build();
   auto variant = [&](const std::string& name, const std::function<void(ArtifactSpec&)>& f) {
