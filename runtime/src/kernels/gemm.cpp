@@ -936,54 +936,52 @@ SgemmPacked::~SgemmPacked() {
   std::free(data_);
 }
 
+namespace {
+
+// op(X) packed as the left operand ([outer = M, K]) or the right one ([K, outer = N]), in
+// (K block, range of slivers or panels) items on the pool: packing is a one-time cost per weight.
+std::shared_ptr<const SgemmPacked> pack_operand(bool is_b, bool trans, int64_t outer, int64_t K,
+                                                const float* X, int64_t ld) {
+  const KernelSet& ks = active_kernels();
+  float* data = nullptr;
+  std::shared_ptr<SgemmPacked> p = gemm_detail::allocate_packed(ks, is_b, outer, K, &data);
+  if (outer == 0 || K == 0) return p;
+  const int64_t unit = is_b ? ks.nr : ks.mr, padded = round_up(outer, unit);
+  const int64_t kc = gemm_detail::k_block(ks, K), kblocks = ceil_div(K, kc);
+  const bool outer_major = is_b == trans;  // stored [outer, K]: A as is, or B transposed
+  const int64_t groups = padded / unit;
+  const int64_t per_item = std::max<int64_t>(1, ceil_div(groups * kblocks, 4 * num_threads()));
+  const int64_t chunks = ceil_div(groups, per_item);
+  parallel_for(0, kblocks * chunks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t p0 = (i / chunks) * kc, kb = std::min(kc, K - p0);
+      const int64_t o0 = (i % chunks) * per_item * unit;
+      const int64_t n = std::min(outer, o0 + per_item * unit) - o0;
+      const float* src = outer_major ? X + o0 * ld + p0 : X + p0 * ld + o0;
+      float* dst = data + p0 * padded + o0 * kb;
+      if (is_b)
+        ks.pack_b(trans, src, ld, kb, n, dst);
+      else
+        ks.pack_a(trans, src, ld, n, kb, dst);
+    }
+  });
+  return p;
+}
+
+}  // namespace
+
 std::shared_ptr<const SgemmPacked> sgemm_pack_a(bool trans_a, int64_t M, int64_t K, const float* A,
                                                 int64_t lda) {
   KILN_CHECK(M >= 0 && K >= 0, "sgemm_pack_a", "expected non-negative sizes, got M=", M, " K=", K);
   check_ld("sgemm_pack_a", "lda", trans_a ? K : M, trans_a ? M : K, lda);
-  const KernelSet& ks = active_kernels();
-  float* data = nullptr;
-  std::shared_ptr<SgemmPacked> p = gemm_detail::allocate_packed(ks, false, M, K, &data);
-  const int64_t Mp = round_up(M, ks.mr);
-  if (M == 0 || K == 0) return p;
-  const int64_t kc = gemm_detail::k_block(ks, K);
-  // (K block, range of slivers) items in parallel: packing is a one-time cost per weight.
-  const int64_t kblocks = ceil_div(K, kc), slivers = Mp / ks.mr;
-  const int64_t per_item = std::max<int64_t>(1, ceil_div(slivers * kblocks, 4 * num_threads()));
-  const int64_t chunks = ceil_div(slivers, per_item);
-  parallel_for(0, kblocks * chunks, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t p0 = (i / chunks) * kc, kb = std::min(kc, K - p0);
-      const int64_t r0 = (i % chunks) * per_item * ks.mr, r1 = std::min(M, r0 + per_item * ks.mr);
-      const float* src = trans_a ? A + p0 * lda + r0 : A + r0 * lda + p0;
-      ks.pack_a(trans_a, src, lda, r1 - r0, kb, data + p0 * Mp + r0 * kb);
-    }
-  });
-  return p;
+  return pack_operand(false, trans_a, M, K, A, lda);
 }
 
 std::shared_ptr<const SgemmPacked> sgemm_pack_b(bool trans_b, int64_t K, int64_t N, const float* B,
                                                 int64_t ldb) {
   KILN_CHECK(N >= 0 && K >= 0, "sgemm_pack_b", "expected non-negative sizes, got K=", K, " N=", N);
   check_ld("sgemm_pack_b", "ldb", trans_b ? N : K, trans_b ? K : N, ldb);
-  const KernelSet& ks = active_kernels();
-  float* data = nullptr;
-  std::shared_ptr<SgemmPacked> p = gemm_detail::allocate_packed(ks, true, N, K, &data);
-  const int64_t Np = round_up(N, ks.nr);
-  if (N == 0 || K == 0) return p;
-  const int64_t kc = gemm_detail::k_block(ks, K);
-  // (K block, range of panels) items in parallel, as in sgemm_pack_a.
-  const int64_t kblocks = ceil_div(K, kc), panels = Np / ks.nr;
-  const int64_t per_item = std::max<int64_t>(1, ceil_div(panels * kblocks, 4 * num_threads()));
-  const int64_t chunks = ceil_div(panels, per_item);
-  parallel_for(0, kblocks * chunks, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t p0 = (i / chunks) * kc, kb = std::min(kc, K - p0);
-      const int64_t j0 = (i % chunks) * per_item * ks.nr, j1 = std::min(N, j0 + per_item * ks.nr);
-      const float* src = trans_b ? B + j0 * ldb + p0 : B + p0 * ldb + j0;
-      ks.pack_b(trans_b, src, ldb, kb, j1 - j0, data + p0 * Np + j0 * kb);
-    }
-  });
-  return p;
+  return pack_operand(true, trans_b, N, K, B, ldb);
 }
 
 namespace gemm_detail {
