@@ -91,6 +91,14 @@ void copy_activation(mlir::OperationState& state, mlir::OpBuilder& b, mlir::Oper
 
 bool fuse(mlir::Operation* dw, int64_t min_bytes) {
   if (!is_depthwise(dw)) return false;
+  // What kiln.mbconv accepts beyond conv2d: padding below the kernel, stride within the padded
+  // input (a conv outside those stays as it is).
+  llvm::ArrayRef<int64_t> x = shape_of(dw->getOperand(0)), w = shape_of(dw->getOperand(1));
+  auto stride = mlir::cast<mlir::DenseI64ArrayAttr>(dw->getAttr("stride")).asArrayRef();
+  auto pad = mlir::cast<mlir::DenseI64ArrayAttr>(dw->getAttr("padding")).asArrayRef();
+  if (stride.size() != 2 || pad.size() != 2 || pad[0] >= w[2] || pad[1] >= w[3] ||
+      stride[0] > x[2] + 2 * pad[0] || stride[1] > x[3] + 2 * pad[1])
+    return false;
   mlir::Operation* project = only_user(dw->getResult(0));
   if (!is_pointwise(project) || project->getOperand(0) != dw->getResult(0) ||
       project->getBlock() != dw->getBlock())

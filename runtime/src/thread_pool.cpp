@@ -70,8 +70,10 @@ class Pool {
     // A worker that wakes late for the previous job must claim nothing while this job's fields
     // change: the claim counter is poisoned first, the fields written, and the counter's reset
     // publishes them (a worker that claims a chunk has acquired everything written before it).
+    // seq_cst with the worker's active_ increment and claim: a worker this load does not see
+    // claims from the poisoned counter (acquire alone would allow reordering on ARM).
     next_.store(kPoisoned, std::memory_order_seq_cst);
-    while (active_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    while (active_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
     const int64_t n = end - begin;
     const int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(grain, 1));
     const int64_t chunks = std::min<int64_t>(max_chunks, threads_ * 4);
@@ -108,7 +110,7 @@ class Pool {
 
   void work() {
     for (;;) {
-      const int64_t c = next_.fetch_add(1, std::memory_order_acquire);
+      const int64_t c = next_.fetch_add(1, std::memory_order_seq_cst);
       if (c >= num_chunks_.load(std::memory_order_relaxed)) return;
       const int64_t chunk = chunk_.load(std::memory_order_relaxed);
       const int64_t b = begin_.load(std::memory_order_relaxed) + c * chunk;

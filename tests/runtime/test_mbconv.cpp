@@ -191,3 +191,24 @@ TEST(MBConv, ErrorsNameTheOperand) {
   p.stride_w = int64_t(1) << 62;  // from a hostile artifact: must not overflow the band sizes
   expect_error([&] { mbconv_output_shape(ops, p); }, {"mbconv", "stride"});
 }
+
+// Shapes a hostile artifact can declare without providing the bytes: zero-element tensors with
+// huge extents, zero-sized weight dims. Clean errors, no out-of-bounds access.
+TEST(MBConv, HostileShapesAreRejected) {
+  auto x = empty(Dims{0, 2, 1, int64_t(1) << 40}, DType::Float32);  // no elements
+  auto we = rand_tensor(Dims{1024, 2, 1, 1}), wd = rand_tensor(Dims{1024, 1, 1, 1});
+  auto wp = rand_tensor(Dims{1, 1024, 1, 1});
+  MBConvOperands ops;
+  ops.input = x.get(), ops.expand_weight = we.get(), ops.dw_weight = wd.get();
+  ops.project_weight = wp.get();
+  MBConvParams p;
+  expect_error([&] { mbconv_output_shape(ops, p); }, {"mbconv", "band", "at most"});
+  auto x2 = rand_tensor(Dims{1, 2, 4, 4});
+  auto flat = empty(Dims{1, 1024, 0, 1}, DType::Float32);  // zero-sized, declared [1, E, 0, 1]
+  ops.input = x2.get(), ops.project_weight = flat.get();
+  expect_error([&] { prepare_mbconv(ops); }, {"mbconv", "project_weight", "[1, 1024, 1, 1]"});
+  auto x0 = empty(Dims{1, 0, 4, 4}, DType::Float32);
+  auto we0 = empty(Dims{1024, 0, 1, 1}, DType::Float32);
+  ops.input = x0.get(), ops.expand_weight = we0.get(), ops.project_weight = wp.get();
+  expect_error([&] { mbconv_output_shape(ops, p); }, {"mbconv", "non-empty"});
+}

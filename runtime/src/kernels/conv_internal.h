@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/error.h"
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/gemm.h"
 
@@ -33,6 +34,7 @@ class ConvScratch {
  public:
   explicit ConvScratch(int64_t n)
       : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)) {
+    KILN_CHECK(n >= 0, "conv2d", "expected a scratch size >= 0, got ", n);
     p_ = static_cast<T*>(cpu_allocator().allocate(bytes_));
   }
   ~ConvScratch() { cpu_allocator().deallocate(p_, bytes_); }

@@ -38,7 +38,18 @@ struct Geometry {
   int64_t KH, KW, sh, sw, ph, pw;
   int64_t Ho, Wo;
   bool expand;
+  int64_t R;                     // output rows per band
+  int64_t eb_floats, db_floats;  // the band buffers
 };
+
+// a * b, or a kiln::Error when it exceeds `limit` (sizes from an artifact may be anything: a
+// zero-element tensor can carry huge extents).
+int64_t checked_mul(int64_t a, int64_t b, int64_t limit, std::string_view what) {
+  int64_t r = 0;
+  KILN_CHECK(a >= 0 && b >= 0 && !__builtin_mul_overflow(a, b, &r) && r <= limit, kOp, "expected ",
+             what, " of at most ", limit, " elements, got ", a, " x ", b);
+  return r;
+}
 
 void check_dims(const TensorImpl* t, std::string_view what, const Dims& want) {
   KILN_CHECK(t != nullptr, kOp, "expected ", what, " of shape ", dims_str(want), ", got none");
@@ -85,6 +96,18 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
              g.H + 2 * g.ph, "x", g.W + 2 * g.pw, ") at least as large as the kernel (", g.KH, "x",
              g.KW, ")");
   if (ops.residual) check_dims(ops.residual, "residual", Dims{g.N, g.P, g.Ho, g.Wo});
+  KILN_CHECK(g.C > 0 && g.E > 0 && g.P > 0 && g.H > 0 && g.W > 0, kOp,
+             "expected non-empty channels and input planes, got input ",
+             dims_str(ops.input->sizes()), " with ", g.E, " expanded and ", g.P,
+             " output channels");
+  // Band buffers: output rows per band so that they stay near 384 KB, each at most 2^30 floats.
+  constexpr int64_t kLimit = int64_t(1) << 30;
+  const int64_t in_cols = checked_mul(g.sh, g.W, kLimit, "a band's input columns per row");
+  const int64_t per_row = checked_mul(g.E, in_cols + g.Wo, kLimit, "a band row");
+  g.R = std::clamp<int64_t>((96 << 10) / per_row, 1, g.Ho);
+  g.eb_floats = checked_mul(checked_mul(g.E, (g.R - 1) * g.sh + g.KH, kLimit, "expanded rows"), g.W,
+                            kLimit, "the expanded band");
+  g.db_floats = checked_mul(g.E, g.R * g.Wo, kLimit, "the depthwise band");
   return g;
 }
 
@@ -118,17 +141,10 @@ struct Data {
   const Prepared* prep;
 };
 
-// Output rows per band: the band buffers (E * ((R-1)*sh + KH) * W + E * R * Wo floats) near
-// 384 KB.
-int64_t band_rows(const Geometry& g) {
-  const int64_t per_row = g.E * 4 * (g.sh * g.W + g.Wo);
-  return std::clamp<int64_t>((384 << 10) / std::max<int64_t>(per_row, 1), 1, g.Ho);
-}
-
 // Output rows [oh_begin, oh_end) of image n.
 void run_rows(const Geometry& g, const Data& d, const MBConvParams& p, int64_t n, int64_t oh_begin,
               int64_t oh_end, float* eb, float* db) {
-  const int64_t R = band_rows(g), HW = g.H * g.W, W = g.W;
+  const int64_t R = g.R, HW = g.H * g.W, W = g.W;
   const float* xn = d.x + n * g.C * HW;
   const Epilogue e_expand = epilogue(p.expand, d.be);
   ConvEpilogue e_dw = p.dw;
@@ -191,19 +207,20 @@ Dims mbconv_output_shape(const MBConvOperands& ops, const MBConvParams& p) {
 }
 
 std::shared_ptr<const PreparedMBConv> prepare_mbconv(const MBConvOperands& ops) {
-  KILN_CHECK(ops.project_weight && ops.project_weight->dim() == 4 &&
-                 ops.project_weight->dtype() == DType::Float32,
-             kOp, "expected a float32 projection weight [P, E, 1, 1]");
+  // The weights' shapes, checked against each other before any of their bytes is read.
+  KILN_CHECK(ops.input && ops.input->dim() == 4 && ops.dw_weight && ops.dw_weight->dim() == 4 &&
+                 ops.project_weight,
+             kOp, "expected a 4-d input and depthwise weight to prepare the block");
+  const int64_t E = ops.dw_weight->size(0);
+  if (ops.expand_weight)
+    check_dims(ops.expand_weight, "expand_weight", Dims{E, ops.input->size(1), 1, 1});
+  check_dims(ops.project_weight, "project_weight", Dims{ops.project_weight->size(0), E, 1, 1});
   auto out = std::make_shared<Prepared>();
   auto pack = [](const TensorImpl& w) {
     auto c = views::contiguous(w);
     return sgemm_pack_a(false, w.size(0), w.size(1), c->data_ptr<float>(), w.size(1));
   };
-  if (ops.expand_weight) {
-    KILN_CHECK(ops.expand_weight->dim() == 4 && ops.expand_weight->dtype() == DType::Float32, kOp,
-               "expected a float32 expansion weight [E, C, 1, 1]");
-    out->expand = pack(*ops.expand_weight);
-  }
+  if (ops.expand_weight) out->expand = pack(*ops.expand_weight);
   out->project = pack(*ops.project_weight);
   return out;
 }
@@ -238,10 +255,8 @@ void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& ou
     // Work items: whole images, or row ranges of them when images are fewer than threads.
     const int nth = in_parallel_region() ? 1 : num_threads();
     const int64_t chunks = g.N >= nth ? 1 : std::min<int64_t>(g.Ho, (nth + g.N - 1) / g.N);
-    const int64_t R = band_rows(g);
-    const int64_t eb_floats = g.E * ((R - 1) * g.sh + g.KH) * g.W, db_floats = g.E * R * g.Wo;
     parallel_for(0, g.N * chunks, 1, [&](int64_t i0, int64_t i1) {
-      ConvScratch<float> eb(eb_floats), db(db_floats);
+      ConvScratch<float> eb(g.eb_floats), db(g.db_floats);
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t n = i / chunks, c = i % chunks;
         run_rows(g, d, p, n, g.Ho * c / chunks, g.Ho * (c + 1) / chunks, eb.get(), db.get());
