@@ -6,7 +6,8 @@
 // prints one line: RESULT ort <model> <batch> <median_ms> <min_ms> <n>
 // Session: intraOpNumThreads=THREADS (default 2), interOpNumThreads=1, graphOptimizationLevel 'all',
 // sequential execution, and intra-op spinning off (ORT_SPIN=1 turns it back on): spin-waiting
-// doubles ORT's median on this shared 2-core machine.
+// doubles ORT's median on this shared 2-core machine. ORT_PROFILE=PREFIX also writes ORT's
+// per-node profile of the timed runs (PREFIX_<date>.json; summarize with ort_profile.py).
 const ort = require('onnxruntime-node');
 
 async function main() {
@@ -25,6 +26,7 @@ async function main() {
     graphOptimizationLevel: 'all',
     executionMode: 'sequential',
     ...((process.env.ORT_SPIN || '0') === '0' ? {extra: {session: {intra_op: {allow_spinning: '0'}}}} : {}),
+    ...(process.env.ORT_PROFILE ? {enableProfiling: true, profileFilePrefix: process.env.ORT_PROFILE} : {}),
   });
   const n = batch * 3 * 224 * 224;
   const data = new Float32Array(n);
@@ -38,6 +40,7 @@ async function main() {
     out = await session.run(feeds);
     times.push(Number(process.hrtime.bigint() - t0) / 1e6);
   }
+  if (process.env.ORT_PROFILE) session.endProfiling();
   const dims = out[session.outputNames[0]].dims;
   if (dims[0] !== batch || dims[1] !== 1000) throw new Error(`unexpected output ${dims}`);
   times.sort((a, b) => a - b);
