@@ -25,6 +25,9 @@ const char* kHelp =
     "  --name NAME       model name stored in the artifact (default: MODEL)\n"
     "  --embed-ir        also store the module as MLIR bytecode (for `kiln compile`)\n"
     "  --no-optimize     write the trace as is (no pass pipeline, no memory planning)\n"
+    "  --mbconv-min-bytes N  fuse inverted-residual blocks (MobileNetV2) whose expanded tensor\n"
+    "                    has at least N bytes into one cache-resident kernel (default 8388608;\n"
+    "                    0: every block)\n"
     "  -o, --output FILE where to write the artifact (required)\n";
 
 std::shared_ptr<nn::Module> build(const std::string& name, int64_t classes, bool& tokens) {
@@ -65,7 +68,7 @@ std::vector<int64_t> parse_shape(const std::string& s) {
 
 int export_model(int argc, char** argv) {
   std::string model_name, weights, output, shape, name;
-  int64_t classes = -1;
+  int64_t classes = -1, mbconv_min_bytes = -1;
   bool embed_ir = false, optimize = true;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
@@ -90,6 +93,10 @@ int export_model(int argc, char** argv) {
       embed_ir = true;
     } else if (a == "--no-optimize") {
       optimize = false;
+    } else if (a == "--mbconv-min-bytes") {
+      mbconv_min_bytes = std::stoll(value());
+      KILN_CHECK(mbconv_min_bytes >= 0, "export", "--mbconv-min-bytes: expected >= 0, got ",
+                 mbconv_min_bytes);
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "kiln export: unknown option '%s'\n\n%s", a.c_str(), kHelp);
       return 2;
@@ -129,6 +136,7 @@ int export_model(int argc, char** argv) {
   so.producer = "kiln export";
   so.embed_mlir_bytecode = embed_ir;
   so.optimize = optimize;
+  so.mbconv_min_bytes = mbconv_min_bytes;
   so.input_names = {tokens ? "tokens" : "x"};
   so.output_names = {"logits"};
   so.metadata = {{"model", model_name}, {"weights", weights.empty() ? "random" : weights}};
