@@ -11,6 +11,7 @@
 #include "artifact_builder.h"
 #include "kiln/runtime/model.h"
 #include "kiln/runtime/registry.h"
+#include "kiln/runtime/views.h"
 
 namespace kiln {
 namespace {
@@ -189,6 +190,43 @@ TEST(Artifact, UnreadOptionalOutputsAreDiscarded) {
           if (indices_are_output) EXPECT_EQ(out[1]->data_ptr<int64_t>()[o], at);
         }
   }
+}
+
+// Inputs are read in place from the caller's tensor when nothing writes over their arena bytes
+// while they are read: contiguous and strided inputs alternate (the latter are copied), and an
+// in-place kernel over the input's bytes never writes into the caller's tensor.
+TEST(Artifact, InputsReadInPlaceOrCopied) {
+  const auto w = random_floats(12, 1), b = random_floats(4, 2), x = random_floats(6, 3);
+  auto model = rt::Model::from_bytes(linear_relu_spec(w, b).build());
+  rt::Session session(model);
+  const std::vector<double> want = reference_linear_relu(x, w, b);
+  std::vector<float> xt_data(x), wide(12, 99.0f);  // a [2,3] strided view of a [3,4] buffer
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 3; ++c) wide[c * 4 + r] = x[r * 3 + c];
+  TensorImplPtr dense = kiln::from_blob(xt_data.data(), std::vector<int64_t>{2, 3}, DType::Float32);
+  TensorImplPtr strided = kiln::views::transpose(
+      *kiln::views::slice(*kiln::from_blob(wide.data(), std::vector<int64_t>{3, 4}, DType::Float32),
+                          1, 0, 2, 1),
+      0, 1);
+  ASSERT_FALSE(strided->is_contiguous());
+  for (const TensorImpl* in : {dense.get(), strided.get(), dense.get(), strided.get()}) {
+    auto y = session.run({in});
+    for (int i = 0; i < 8; ++i) EXPECT_NEAR(y[0]->data_ptr<float>()[i], want[i], 1e-5) << i;
+  }
+  EXPECT_EQ(xt_data, x);  // the caller's input is never written
+
+  // relu computed in place over the input's slot: the input must be copied, not written.
+  ArtifactSpec a;
+  a.slots = {{fb::SlotKind::Arena, fb::DType::Float32, {2, 3}, 0, 0},
+             {fb::SlotKind::Arena, fb::DType::Float32, {2, 3}, 0, 0}};
+  a.instrs = {{"relu", {0}, {1}, {}}};
+  a.inputs = {{"x", 0}};
+  a.outputs = {{"y", 1}};
+  a.arena_bytes = 64;
+  rt::Session inplace(rt::Model::from_bytes(a.build()));
+  auto y = inplace.run({dense.get()});
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(y[0]->data_ptr<float>()[i], std::max(x[i], 0.0f)) << i;
+  EXPECT_EQ(xt_data, x);
 }
 
 TEST(Artifact, GuardsNameTheInputExpectedAndActual) {

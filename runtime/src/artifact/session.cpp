@@ -48,6 +48,9 @@ struct Session::State {
   std::vector<Step> steps;
   // Training-step state: weight blob -> this session's own copy.
   std::vector<std::pair<uint32_t, void*>> state;
+  // Inputs read in place from the caller's tensor (no copy into the arena): per model input, the
+  // operand positions that read its slot, or empty when it must be copied (see direct_inputs()).
+  std::vector<std::vector<uint32_t>> direct_uses;
   // enable_profiling: nanoseconds per instruction, summed over `profiled_runs`.
   bool profiling = false;
   std::vector<uint64_t> instr_ns;
@@ -103,7 +106,41 @@ Session::Session(std::shared_ptr<const Model> model) : model_(std::move(model)),
     s_->steps.push_back(step);
   }
   for (TensorImpl* t : s_->operands) s_->pointers.push_back(t ? t->data() : nullptr);
+  direct_inputs();
   prepare_model();
+}
+
+// An input slot can be bypassed (its readers pointed at the caller's contiguous tensor) when no
+// instruction writes bytes overlapping it while it is still read (in-place results, views
+// aliasing it) and it is not itself a model output; the arena bytes reused after its last read
+// are unaffected. Saves copying the input each run.
+void Session::direct_inputs() {
+  const Model::Impl& m = model_->impl();
+  s_->direct_uses.assign(m.input_slots.size(), {});
+  for (size_t i = 0; i < m.input_slots.size(); ++i) {
+    const uint32_t slot = m.input_slots[i];
+    const SlotInfo& in = m.slots[slot];
+    if (in.kind != SlotKind::Arena || in.nbytes == 0) continue;
+    bool safe = true;
+    for (uint32_t o : m.output_slots) safe &= o != slot;
+    size_t last_read = 0;
+    std::vector<uint32_t> uses;
+    for (size_t k = 0; k < m.instrs.size(); ++k) {
+      const State::Step& st = s_->steps[k];
+      for (uint32_t j = 0; j < st.n_in; ++j)
+        if (m.instrs[k].inputs[j] == static_cast<int32_t>(slot))
+          uses.push_back(st.in_begin + j), last_read = k;
+    }
+    for (size_t k = 0; k <= last_read && k < m.instrs.size() && safe; ++k) {
+      for (int32_t o : m.instrs[k].outputs) {
+        const SlotInfo& out = m.slots[o];
+        if (out.kind == SlotKind::Arena && out.offset < in.offset + in.nbytes &&
+            in.offset < out.offset + out.nbytes)
+          safe = false;
+      }
+    }
+    if (safe) s_->direct_uses[i] = std::move(uses);
+  }
 }
 
 // Runs every kernel's one-time preparation on the model's constant weights (the first session
@@ -154,7 +191,16 @@ void Session::execute(std::span<const TensorImpl* const> inputs) {
       fail("kiln run", "input \"", spec.name, "\": expected ",
            describe_spec(spec.shape, spec.dtype), ", got ", describe_spec(x->sizes(), x->dtype()));
     }
-    copy_same(*s_->slots[m.input_slots[i]], *x);
+    std::vector<uint32_t>& uses = s_->direct_uses[i];
+    const bool direct = !uses.empty() && x->is_contiguous();
+    TensorImpl* slot = s_->slots[m.input_slots[i]].get();
+    // Readers see the caller's tensor, or (not contiguous, or not bypassable) the slot's copy.
+    TensorImpl* source = direct ? const_cast<TensorImpl*>(x) : slot;
+    for (uint32_t pos : uses) {
+      s_->operands[pos] = source;
+      s_->pointers[pos] = source->data();
+    }
+    if (!direct) copy_same(*slot, *x);
   }
   TensorImpl* const* ops = s_->operands.data();
   const bool profiling = s_->profiling;

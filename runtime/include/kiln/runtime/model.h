@@ -138,6 +138,7 @@ class Session {
  private:
   void execute(std::span<const TensorImpl* const> inputs);
   void prepare_model();
+  void direct_inputs();
   std::shared_ptr<const Model> model_;
   struct State;
   std::unique_ptr<State> s_;
