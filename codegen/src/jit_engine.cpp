@@ -172,22 +172,25 @@ JitEngine::JitEngine() : impl_(std::make_unique<Impl>()) {
 }
 
 JitEngine& JitEngine::instance() {
-  static JitEngine* engine = new JitEngine();  // lives as long as the code it loaded
+  static JitEngine* engine = new JitEngine();  // never destroyed: code may outlive static dtors
   return *engine;
 }
 
-void* JitEngine::load(const std::string& object, const std::string& entry,
-                      const std::vector<std::pair<std::string, void*>>& symbols,
-                      std::string* error) {
+JitEngine::Loaded JitEngine::load(const std::string& object, const std::string& entry,
+                                  const std::vector<std::pair<std::string, void*>>& symbols,
+                                  std::string* error) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  auto fail = [&](llvm::Error e) -> void* {
+  llvm::orc::JITDylib* dylib = nullptr;
+  auto fail = [&](llvm::Error e) -> Loaded {
     if (error) *error = llvm::toString(std::move(e));
-    return nullptr;
+    if (dylib) llvm::consumeError(impl_->jit->getExecutionSession().removeJITDylib(*dylib));
+    return {};
   };
   if (!impl_->jit) return fail(llvm::createStringError("the ORC JIT could not start"));
   llvm::orc::LLJIT& jit = *impl_->jit;
   auto jd = jit.createJITDylib("kiln_" + std::to_string(impl_->counter++));
   if (!jd) return fail(jd.takeError());
+  dylib = &*jd;
   auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
       jit.getDataLayout().getGlobalPrefix());
   if (!process) return fail(process.takeError());
@@ -202,7 +205,22 @@ void* JitEngine::load(const std::string& object, const std::string& entry,
   if (auto e = jit.addObjectFile(*jd, std::move(buffer))) return fail(std::move(e));
   auto sym = jit.lookup(*jd, entry);
   if (!sym) return fail(sym.takeError());
-  return sym->toPtr<void*>();
+  Loaded out;
+  out.entry = sym->toPtr<void*>();
+  out.dylib = dylib;
+  if (auto rel = jit.lookup(*jd, entry + "_release"))
+    out.release = rel->toPtr<void*>();
+  else
+    llvm::consumeError(rel.takeError());  // objects without prepared call sites may lack it
+  return out;
+}
+
+void JitEngine::unload(const Loaded& code) {
+  if (!code.dylib) return;
+  if (code.release) reinterpret_cast<void (*)()>(code.release)();
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto* jd = static_cast<llvm::orc::JITDylib*>(code.dylib);
+  llvm::consumeError(impl_->jit->getExecutionSession().removeJITDylib(*jd));
 }
 
 }  // namespace kiln::codegen

@@ -2,6 +2,8 @@
 // against float64 references and eager; guards; thread safety; compile-time diagnostics.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
 #include <cmath>
 #include <thread>
 
@@ -9,6 +11,7 @@
 #include "kiln/jit/compile.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
+#include "kiln/trace/freeze.h"
 #include "kiln/trace/trace.h"
 
 using namespace kiln;
@@ -205,6 +208,30 @@ TEST(JitCompile, SmallCapturedTensorsBecomeConstantGlobals) {
   jit::CompiledFunction f = jit::compile(traced, no_disk());
   Tensor x2 = rnd({4, 3}, 26);
   EXPECT_LE(max_abs_diff(f({x2})[0], fn({x2})[0]), 1e-6);
+}
+
+// Destroying compiled code (the last CompiledFunction, the memory cache off) frees what its conv
+// call sites prepared (here a Winograd-transformed weight of ~9 MB) and unloads the code: compiling
+// and running the model again and again does not grow the heap.
+TEST(JitCompile, DestroyedCodeFreesItsPreparedWeights) {
+  Tensor w = rnd({256, 256, 3, 3}, 40, 0.05), b = rnd({256}, 41);
+  Tensor x = rnd({1, 256, 32, 32}, 42);
+  auto fn = [&](const TensorList& t) { return TensorList{conv2d(t[0], w, b, {1, 1}, {1, 1})}; };
+  jit::CompileOptions o = no_disk();
+  o.memory_cache = false;
+  const Tensor want = fn({x})[0];
+  auto once = [&] {
+    jit::TracedFunction traced = jit::trace(fn, {x});
+    jit::freeze(traced);
+    jit::CompiledFunction f = jit::compile(traced, o);
+    EXPECT_LE(max_rel_error(f({x})[0], want), 1e-4);
+  };
+  once();  // warms up what stays (the pool, MLIR, caches)
+  const size_t before = mallinfo2().uordblks;
+  for (int i = 0; i < 5; ++i) once();
+  const size_t after = mallinfo2().uordblks;
+  // Five leaked Winograd weights would be 5 x 36 x 256 x 256 x 4 bytes = 47 MB.
+  EXPECT_LT(after, before + (8u << 20)) << "heap grew by " << (after - before) / 1024 << " KB";
 }
 
 TEST(JitCompile, KernelErrorsAtRunTimeBecomeKilnErrors) {

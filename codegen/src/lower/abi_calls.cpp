@@ -190,6 +190,7 @@ bool Lowering::emit_abi_call(mlir::Operation* op) {
   if (has_constant_weight(op, name)) {
     // The runtime prepares the weight on the first call and keeps it in a slot of this call site.
     const std::string slot_name = "kiln_prepared_" + std::to_string(num_descs_ - 1);
+    prepared_slots_.push_back(slot_name);
     {
       mlir::OpBuilder::InsertionGuard guard(builder_);
       builder_.setInsertionPointToStart(module_.getBody());

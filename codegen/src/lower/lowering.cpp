@@ -440,6 +440,24 @@ void Lowering::emit_frees() {
              arena, total);
 }
 
+// `<entry>_release()`: frees what the *_prepared call sites prepared into their slots (the JIT
+// calls it before unloading the code; an AOT binary keeps its code for the process's life).
+void Lowering::emit_release() {
+  mlir::OpBuilder::InsertionGuard guard(builder_);
+  builder_.setInsertionPointToEnd(module_.getBody());
+  auto fn = builder_.create<mlir::func::FuncOp>(loc_, options_.entry_name + "_release",
+                                                builder_.getFunctionType({}, {}));
+  builder_.setInsertionPointToStart(fn.addEntryBlock());
+  if (!prepared_slots_.empty())
+    declare("kiln_abi_release_prepared", builder_.getFunctionType({ptr_type()}, {}));
+  for (const std::string& slot : prepared_slots_) {
+    mlir::Value at = builder_.create<LLVM::AddressOfOp>(loc_, ptr_type(), slot);
+    builder_.create<mlir::func::CallOp>(loc_, "kiln_abi_release_prepared", mlir::TypeRange{},
+                                        mlir::ValueRange{at});
+  }
+  builder_.create<mlir::func::ReturnOp>(loc_);
+}
+
 bool Lowering::run(std::string* error_out, EntrySignature* signature) {
   mlir::MLIRContext* ctx = module_.getContext();
   ctx->loadDialect<LLVM::LLVMDialect, mlir::scf::SCFDialect, mlir::arith::ArithDialect,
@@ -526,6 +544,7 @@ bool Lowering::run(std::string* error_out, EntrySignature* signature) {
       }
       builder_.create<mlir::func::ReturnOp>(loc_);
       emit_frees();
+      emit_release();
     }
   }
   if (!errors_.empty()) {

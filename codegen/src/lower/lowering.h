@@ -114,6 +114,8 @@ class Lowering {
   int num_constants_ = 0;
   int num_kernels_ = 0;
   int num_descs_ = 0;
+  std::vector<std::string> prepared_slots_;  // globals of *_prepared call sites
+  void emit_release();
 };
 
 }  // namespace kiln::codegen::detail

@@ -24,6 +24,7 @@ const std::vector<std::pair<std::string, void*>>& abi_symbols() {
       KILN_SYM(kiln_abi_conv2d_fused_prepared),
       KILN_SYM(kiln_abi_mbconv),
       KILN_SYM(kiln_abi_mbconv_prepared),
+      KILN_SYM(kiln_abi_release_prepared),
       KILN_SYM(kiln_abi_conv1d),
       KILN_SYM(kiln_abi_conv_transpose2d),
       KILN_SYM(kiln_abi_max_pool2d),

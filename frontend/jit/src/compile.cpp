@@ -32,9 +32,16 @@ namespace {
 using Entry = void (*)(void**);
 
 // Code loaded into the process (shared by every CompiledFunction compiled from the same IR).
+// Loaded code, unloaded (its prepared weights freed first) when the last CompiledFunction and
+// the memory cache let go of it.
 struct Code {
   Entry entry = nullptr;
   codegen::EntrySignature signature;
+  codegen::JitEngine::Loaded loaded;
+  Code() = default;
+  Code(const Code&) = delete;
+  Code& operator=(const Code&) = delete;
+  ~Code() { codegen::JitEngine::instance().unload(loaded); }
 };
 
 std::mutex g_cache_mutex;
@@ -82,11 +89,13 @@ void write_file(const std::filesystem::path& path, const std::string& data) {
 std::shared_ptr<const Code> load(const std::string& object,
                                  const codegen::EntrySignature& signature) {
   std::string error;
-  void* entry = codegen::JitEngine::instance().load(object, "kiln_entry", abi_symbols(), &error);
-  KILN_CHECK(entry != nullptr, "jit::compile", "loading the compiled code failed: ", error);
+  codegen::JitEngine::Loaded loaded =
+      codegen::JitEngine::instance().load(object, "kiln_entry", abi_symbols(), &error);
+  KILN_CHECK(loaded.entry != nullptr, "jit::compile", "loading the compiled code failed: ", error);
   auto code = std::make_shared<Code>();
-  code->entry = reinterpret_cast<Entry>(entry);
+  code->entry = reinterpret_cast<Entry>(loaded.entry);
   code->signature = signature;
+  code->loaded = loaded;
   return code;
 }
 
@@ -154,11 +163,12 @@ std::shared_ptr<const Code> code_for(const std::string& bytes, const CompileOpti
     if (read_file(object_path, &object) && !object.empty()) {
       // A cached object that no longer loads (truncated, foreign) is compiled again.
       std::string error;
-      void* entry =
+      codegen::JitEngine::Loaded loaded =
           codegen::JitEngine::instance().load(object, "kiln_entry", abi_symbols(), &error);
-      if (entry) {
+      if (loaded.entry) {
         auto cached = std::make_shared<Code>();
-        cached->entry = reinterpret_cast<Entry>(entry);
+        cached->entry = reinterpret_cast<Entry>(loaded.entry);
+        cached->loaded = loaded;
         cached->signature = signature_of();
         code = std::move(cached);
         *source = CompiledFunction::Source::DiskCache;

@@ -149,6 +149,12 @@ MBConvParams mbconv_params(abi::Args& a) {
 
 }  // namespace
 
+extern "C" void kiln_abi_release_prepared(void** slot) {
+  if (slot == nullptr) return;
+  delete static_cast<PreparedSlot*>(*slot);
+  *slot = nullptr;
+}
+
 extern "C" void kiln_abi_conv2d_prepared(void* const* data, const int64_t* desc, void** slot) {
   abi::guarded("conv2d", [&] {
     abi::Args a(data, desc, "conv2d");

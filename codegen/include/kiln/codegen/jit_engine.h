@@ -31,7 +31,8 @@ inline constexpr int kAbiVersion = 2;
 // LLVM pipeline). Also in every cache key: bump it whenever generated code changes (a fix or an
 // improvement), so a newer build never reuses an older build's objects.
 //   2: intermediate buffers in one compile-time arena; kiln.mbconv; unused optional results.
-inline constexpr int kCodegenRevision = 2;
+//   3: <entry>_release() frees the prepared weights of *_prepared call sites.
+inline constexpr int kCodegenRevision = 3;
 
 // A stable key for compiled code: (module bytes, target triple, CPU, features, options, ABI,
 // code generator revision).
@@ -43,9 +44,17 @@ class JitEngine {
   // The process-wide engine. `symbols` (name → address) are defined in every loaded object's
   // namespace (the runtime's kiln_abi_* entry points); anything else resolves from the process.
   static JitEngine& instance();
-  // Loads an object file and returns the address of `entry` (null and `error` on failure).
-  void* load(const std::string& object, const std::string& entry,
-             const std::vector<std::pair<std::string, void*>>& symbols, std::string* error);
+  // Loaded code: its entry point, and what unload() needs.
+  struct Loaded {
+    void* entry = nullptr;
+    void* release = nullptr;  // `<entry>_release` (frees prepared weights), if the object has one
+    void* dylib = nullptr;    // the JITDylib (internal)
+  };
+  // Loads an object file and looks up `entry` (entry null and `error` on failure).
+  Loaded load(const std::string& object, const std::string& entry,
+              const std::vector<std::pair<std::string, void*>>& symbols, std::string* error);
+  // Calls `release`, then removes the code from memory. No call into it may be running or follow.
+  void unload(const Loaded& code);
 
  private:
   JitEngine();

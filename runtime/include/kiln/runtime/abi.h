@@ -61,6 +61,9 @@ void kiln_abi_conv2d_fused_prepared(void* const* data, const int64_t* desc, void
 // residual?, out; stride[], padding[], then activation, clamp_min, clamp_max for the expand, dw
 // and project steps (kernels/mbconv.h). The _prepared form takes a slot as conv2d_prepared's.
 void kiln_abi_mbconv(void* const* data, const int64_t* desc);
+// Frees what a *_prepared call site stored in its slot and resets the slot (the JIT calls the
+// generated <entry>_release(), which calls this for every slot, before unloading the code).
+void kiln_abi_release_prepared(void** slot);
 void kiln_abi_mbconv_prepared(void* const* data, const int64_t* desc, void** slot);
 void kiln_abi_conv1d(void* const* data, const int64_t* desc);  // stride, padding, dilation, groups
 // stride[], padding[], output_padding[], groups, dilation[]
