@@ -1,5 +1,6 @@
 /* The C API from C (this file is compiled as C99): load, introspect, run, errors.
  * usage: kiln_c_api_test MODEL.kiln  (an artifact with one f32 input and one f32 output) */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,32 @@ int main(int argc, char** argv) {
   int nonzero = 0;
   for (size_t i = 0; i < n_out; ++i) nonzero += y1[i] != 0.0f;
   CHECK(nonzero > 0);
+
+  /* Loaded without weight preparation (memory-constrained devices): the same outputs, up to the
+   * rounding of the prepared algorithms. */
+  kiln_load_options options;
+  kiln_load_options_init(&options);
+  CHECK(options.prepare_weights == 1 && options.populate == 1);
+  options.prepare_weights = 0;
+  kiln_model* plain = NULL;
+  CHECK(kiln_model_load_with_options(argv[1], &options, &plain, NULL) == KILN_OK);
+  kiln_session* s3 = NULL;
+  CHECK(kiln_session_create(plain, &s3) == KILN_OK);
+  float* y3 = calloc(n_out, sizeof(float));
+  yt.data = y3;
+  CHECK(kiln_session_run(s3, &xt, 1, &yt, 1) == KILN_OK);
+  float scale = 0.0f, err = 0.0f;
+  for (size_t i = 0; i < n_out; ++i) {
+    scale = fabsf(y1[i]) > scale ? fabsf(y1[i]) : scale;
+    err = fabsf(y1[i] - y3[i]) > err ? fabsf(y1[i] - y3[i]) : err;
+  }
+  CHECK(err <= 1e-4f * scale);
+  free(y3);
+  kiln_session_free(s3);
+  kiln_model_free(plain);
+  CHECK(kiln_model_load_with_options(NULL, &options, &plain, NULL) ==
+        KILN_ERROR_INVALID_ARGUMENT);
+  yt.data = y1;
 
   /* A wrong shape is a guard error naming the input. */
   int64_t bad_shape[8];

@@ -229,6 +229,35 @@ TEST(Artifact, InputsReadInPlaceOrCopied) {
   EXPECT_EQ(xt_data, x);
 }
 
+// LoadOptions::prepare_weights = false: nothing is prepared (no extra memory) and the results
+// equal the prepared ones up to rounding (Winograd, packed GEMMs). The seed artifact has a
+// Winograd conv, an mbconv block and a channels-across-lanes conv.
+TEST(Artifact, WeightsUnpreparedGiveTheSameResults) {
+  const std::string path = std::string(KILN_TEST_DATA_DIR) + "/../../fuzz/corpus/conv_blocks.kiln";
+  rt::LoadOptions plain_options;
+  plain_options.prepare_weights = false;
+  auto prepared = rt::Model::load(path),
+       plain = rt::Model::load(path, rt::builtin_registry(), plain_options);
+  rt::Session a(prepared), b(plain);
+  const rt::PreparedStats pa = prepared->prepared_stats(), pb = plain->prepared_stats();
+  EXPECT_TRUE(pa.ready && pb.ready);
+  EXPECT_GT(pa.bytes, 0u);
+  EXPECT_EQ(pa.counts.size(), 3u);
+  EXPECT_EQ(pb.bytes, 0u);
+  EXPECT_TRUE(pb.counts.empty());
+  auto x = random_floats(8 * 16 * 16, 31);
+  TensorImplPtr xt = kiln::from_blob(x.data(), std::vector<int64_t>{1, 8, 16, 16}, DType::Float32);
+  auto ya = a.run({xt.get()}), yb = b.run({xt.get()});
+  double scale = 0, err = 0;
+  for (int64_t i = 0; i < ya[0]->numel(); ++i) {
+    scale = std::max(scale, std::abs(double(ya[0]->data_ptr<float>()[i])));
+    err =
+        std::max(err, std::abs(double(ya[0]->data_ptr<float>()[i] - yb[0]->data_ptr<float>()[i])));
+  }
+  EXPECT_GT(scale, 0.0);
+  EXPECT_LE(err, 1e-4 * scale);
+}
+
 TEST(Artifact, GuardsNameTheInputExpectedAndActual) {
   auto model =
       rt::Model::from_bytes(linear_relu_spec(random_floats(12, 1), random_floats(4, 2)).build());

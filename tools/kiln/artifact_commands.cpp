@@ -28,6 +28,7 @@ struct Args {
   int bench = 0;
   bool ops = false;
   bool profile = false;
+  bool no_prepare = false;
   bool help = false;
   std::string bad;
 };
@@ -52,6 +53,8 @@ Args parse(int argc, char** argv, bool allow_io) {
       a.ops = true;
     } else if (s == "--profile") {
       a.profile = true;
+    } else if (s == "--no-prepare") {
+      a.no_prepare = true;
     } else if (!s.empty() && s[0] == '-') {
       a.bad = "unknown option '" + s + "'";
     } else if (a.artifact.empty()) {
@@ -83,11 +86,12 @@ std::vector<Tensor> make_inputs(const rt::Model& m) {
 }
 
 const char* kRunHelp =
-    "usage: kiln run M.kiln [--input X.npy]... [--output Y.npy] [--bench N]\n\n"
+    "usage: kiln run M.kiln [--input X.npy]... [--output Y.npy] [--bench N] [--no-prepare]\n\n"
     "Loads the artifact with kiln_runtime and runs it on .npy inputs (one --input per model\n"
     "input, in order; random inputs when none are given). Prints each output's shape and\n"
     "first values; --output writes the first output (or OUT.<i>.npy for several).\n"
-    "--bench N also times N further runs.\n";
+    "--bench N also times N further runs. --no-prepare: kernels read the weights as stored\n"
+    "(no packed or Winograd-transformed copies: less memory, slower).\n";
 
 const char* kInspectHelp =
     "usage: kiln inspect M.kiln [--ops]\n\n"
@@ -95,10 +99,11 @@ const char* kInspectHelp =
     "and code size. --ops lists every instruction with its operand slots.\n";
 
 const char* kBenchHelp =
-    "usage: kiln bench M.kiln [--bench N] [--profile]\n\n"
+    "usage: kiln bench M.kiln [--bench N] [--profile] [--no-prepare]\n\n"
     "Times loading (mmap + verify), session creation, the first run and N steady-state runs\n"
     "(default 20) on random inputs. Threads: KILN_NUM_THREADS. --profile adds the time of\n"
-    "each instruction over the steady-state runs, the slowest first, and the time per kernel.\n";
+    "each instruction over the steady-state runs, the slowest first, and the time per kernel.\n"
+    "--no-prepare: kernels read the weights as stored (less memory, slower).\n";
 
 // Instructions, slowest first (those making up 99% of the time, at most 40), then per kernel.
 void print_profile(std::vector<rt::Session::InstructionTime> p) {
@@ -146,7 +151,9 @@ int run_artifact(int argc, char** argv) {
   Args a = parse(argc, argv, true);
   if (a.help) return std::fputs(kRunHelp, stdout), 0;
   if (!a.bad.empty()) return usage_error("run", a.bad, kRunHelp);
-  auto model = rt::Model::load(a.artifact);
+  rt::LoadOptions lo;
+  lo.prepare_weights = !a.no_prepare;
+  auto model = rt::Model::load(a.artifact, rt::builtin_registry(), lo);
   std::vector<Tensor> xs;
   if (a.inputs.empty()) {
     xs = make_inputs(*model);
@@ -228,7 +235,9 @@ int bench_artifact(int argc, char** argv) {
   if (!a.bad.empty()) return usage_error("bench", a.bad, kBenchHelp);
   const int n = a.bench > 0 ? a.bench : 20;
   auto t0 = Clock::now();
-  auto model = rt::Model::load(a.artifact);
+  rt::LoadOptions lo;
+  lo.prepare_weights = !a.no_prepare;
+  auto model = rt::Model::load(a.artifact, rt::builtin_registry(), lo);
   const double load_ms = ms_since(t0);
   t0 = Clock::now();
   rt::Session session(model);

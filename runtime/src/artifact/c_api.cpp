@@ -95,13 +95,28 @@ size_t kiln_dtype_size(kiln_dtype d) {
   return kiln::dtype_size(static_cast<kiln::DType>(d));
 }
 
+void kiln_load_options_init(kiln_load_options* options) {
+  if (!options) return;
+  const kiln::rt::LoadOptions defaults;
+  options->prepare_weights = defaults.prepare_weights ? 1 : 0;
+  options->populate = defaults.populate ? 1 : 0;
+}
+
 kiln_status kiln_model_load(const char* path, kiln_model** model, char** error_message) {
+  return kiln_model_load_with_options(path, nullptr, model, error_message);
+}
+
+kiln_status kiln_model_load_with_options(const char* path, const kiln_load_options* options,
+                                         kiln_model** model, char** error_message) {
   if (error_message) *error_message = nullptr;
   if (!path || !model) return set_error(KILN_ERROR_INVALID_ARGUMENT, "null path or model");
   *model = nullptr;
   kiln_status s = KILN_OK;
   try {
-    *model = new kiln_model{kiln::rt::Model::load(path)};
+    kiln::rt::LoadOptions lo;
+    if (options)
+      lo.prepare_weights = options->prepare_weights != 0, lo.populate = options->populate != 0;
+    *model = new kiln_model{kiln::rt::Model::load(path, kiln::rt::builtin_registry(), lo)};
   } catch (const std::exception& e) {
     s = from_exception(e, KILN_ERROR_INVALID_ARTIFACT);
   }

@@ -14,6 +14,13 @@
 #include "model_impl.h"
 
 namespace kiln::rt {
+namespace {
+std::unique_ptr<Model::Impl> with_options(std::unique_ptr<Model::Impl> impl,
+                                          const LoadOptions& options) {
+  impl->prepare_weights = options.prepare_weights;
+  return impl;
+}
+}  // namespace
 
 Mapping::~Mapping() {
   if (!data) return;
@@ -58,7 +65,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const Registry
   close(fd);
   try {
     return std::shared_ptr<const Model>(
-        new Model(verify_and_decode(std::move(file), registry, options)));
+        new Model(with_options(verify_and_decode(std::move(file), registry, options), options)));
   } catch (const Error& e) {
     fail(e.op(), "\"", path, "\": ", e.message());
   }
@@ -78,7 +85,7 @@ std::shared_ptr<const Model> Model::from_bytes(std::span<const uint8_t> bytes,
   }
   file->size = bytes.size();
   return std::shared_ptr<const Model>(
-      new Model(verify_and_decode(std::move(file), registry, options)));
+      new Model(with_options(verify_and_decode(std::move(file), registry, options), options)));
 }
 
 const std::string& Model::name() const {

@@ -80,6 +80,7 @@ struct Model::Impl {
   mutable std::once_flag prepare_once;
   mutable std::vector<PreparedInputs> prepared;
   mutable std::atomic<bool> prepared_ready{false};  // `prepared` is complete (read-only from now)
+  bool prepare_weights = true;                      // LoadOptions::prepare_weights
 };
 
 // Loads an ELF shared object blob with memfd_create + dlopen; throws kiln::Error.

@@ -149,6 +149,11 @@ void Session::prepare_model() {
   const Model::Impl& m = model_->impl();
   std::call_once(m.prepare_once, [&] {
     std::vector<PreparedInputs> prepared(m.instrs.size());
+    if (!m.prepare_weights) {  // LoadOptions::prepare_weights = false: nothing prepared
+      m.prepared = std::move(prepared);
+      m.prepared_ready.store(true, std::memory_order_release);
+      return;
+    }
     TensorImpl* const* ops = s_->operands.data();
     for (size_t k = 0; k < m.instrs.size(); ++k) {
       const InstrInfo& in = m.instrs[k];

@@ -71,6 +71,19 @@ size_t kiln_dtype_size(kiln_dtype dtype);
 
 /* error_message: optional; on failure receives a malloc'ed copy of the message. */
 kiln_status kiln_model_load(const char* path, kiln_model** model, char** error_message);
+
+typedef struct kiln_load_options {
+  /* Nonzero (default): kernels prepare constant weights once (packed or Winograd-transformed
+   * conv weights: faster, more memory). Zero: they read the weights as stored. */
+  int prepare_weights;
+  /* Nonzero (default): map the weights' pages at load (no page faults in the first run). */
+  int populate;
+} kiln_load_options;
+/* Fills the defaults. */
+void kiln_load_options_init(kiln_load_options* options);
+/* kiln_model_load with options (NULL: the defaults). */
+kiln_status kiln_model_load_with_options(const char* path, const kiln_load_options* options,
+                                         kiln_model** model, char** error_message);
 void kiln_model_free(kiln_model* model);
 size_t kiln_model_num_inputs(const kiln_model* model);
 size_t kiln_model_num_outputs(const kiln_model* model);

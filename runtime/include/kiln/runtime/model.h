@@ -40,6 +40,10 @@ struct LoadOptions {
   // Map the file with MAP_POPULATE: page-table entries for the weights are made at load, so the
   // first run does not pay a page fault per 4 KiB of weights (see bench/artifact.cpp).
   bool populate = true;
+  // Let kernels prepare constant weights once (conv weights packed for the GEMM or transformed
+  // for Winograd: faster runs for more memory, e.g. ResNet-18 +71 MiB). false: kernels read the
+  // weights as stored (for memory-constrained devices).
+  bool prepare_weights = true;
 };
 
 // What `kiln inspect` shows; filled from the verified file.
