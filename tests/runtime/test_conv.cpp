@@ -470,6 +470,48 @@ TEST(Conv, Conv2dErrors) {
                {"conv2d", "bias of shape [4]"});
 }
 
+// Sizes and attributes an artifact may carry: the extent arithmetic must not overflow (found by
+// fuzzing: dilation 2^62+1 on a [1, 1, 6, 0] input wrapped Ho*Wo to 0 and divided by it).
+TEST(Conv, Conv2dOverflowingExtentsAreRejected) {
+  const int64_t big = (int64_t(1) << 62) + 1;
+  expect_error(
+      [&] {
+        conv2d_output_shape(Dims{1, 1, 6, 0}, Dims{2, 1, 3, 3}, P(1, 1, 1, 1, 1, big));
+      },
+      {"conv2d", "dilation (1, 4611686018427387905)", "fit in 64 bits", "[1, 1, 6, 0]"});
+  expect_error(
+      [&] {
+        conv2d_output_shape(Dims{1, 1, 6, 6}, Dims{2, 1, 3, 3}, P(1, 1, big, 1));
+      },
+      {"conv2d", "padding (4611686018427387905, 1)", "fit in 64 bits"});
+  // An output whose element count overflows: Ho and Wo each ~2^40 from padding alone.
+  expect_error(
+      [&] {
+        conv2d_output_shape(Dims{1, 1, 1, 1}, Dims{2, 1, 1, 1},
+                            P(1, 1, int64_t(1) << 40, int64_t(1) << 40));
+      },
+      {"conv2d", "fit in 64 bits"});
+  expect_error(
+      [&] {
+        conv2d_output_shape(Dims{1, 0, 4, 4}, Dims{2, int64_t(1) << 62, 3, 3},
+                            P(1, 1, 0, 0, 1, 1, int64_t(1) << 62));
+      },
+      {"conv2d", "divisible by groups"});
+  expect_error(
+      [&] {
+        conv2d_output_shape(Dims{1, 4, 4, 4}, Dims{4, int64_t(1) << 62, 3, 3},
+                            P(1, 1, 0, 0, 1, 1, 4));
+      },
+      {"conv2d", "weight.size(1)*groups"});
+  // The same geometry reaches weight preparation (an artifact's session) as a clean error.
+  auto w = rand_tensor(Dims{2, 1, 3, 3});
+  expect_error(
+      [&] {
+        prepare_conv2d_weight(*w, P(1, 1, 1, 1, 1, big), Dims{1, 1, 6, 0});
+      },
+      {"conv2d", "fit in 64 bits"});
+}
+
 // ---------------------------------------------------------------------------------------------
 // Backward
 
@@ -749,4 +791,19 @@ TEST(Conv, ConvTranspose2dBackwardFiniteDifferences) {
       for (size_t i = 0; i < bv.size(); ++i) EXPECT_NEAR(agb[i], fd(bv, i, 2), tol);
     }
   }
+}
+
+TEST(Conv, ConvTranspose2dOverflowingExtentsAreRejected) {
+  expect_error(
+      [] {
+        conv_transpose2d_output_shape(Dims{1, 4, 5, int64_t(1) << 40}, Dims{4, 2, 3, 3},
+                                      TP(int64_t(1) << 40, 1, 0, 1, 1));
+      },
+      {"conv_transpose2d", "fits in 64 bits"});
+  expect_error(
+      [] {
+        conv_transpose2d_output_shape(Dims{1, 4, 5, 5}, Dims{4, int64_t(1) << 62, 3, 3},
+                                      TP(1, 0, 0, 1, 4));
+      },
+      {"conv_transpose2d", "fits in 64 bits"});
 }

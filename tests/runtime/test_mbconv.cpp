@@ -195,7 +195,7 @@ TEST(MBConv, ErrorsNameTheOperand) {
 // Shapes a hostile artifact can declare without providing the bytes: zero-element tensors with
 // huge extents, zero-sized weight dims. Clean errors, no out-of-bounds access.
 TEST(MBConv, HostileShapesAreRejected) {
-  auto x = empty(Dims{0, 2, 1, int64_t(1) << 40}, DType::Float32);  // no elements
+  auto x = empty(Dims{0, 2, 1, int64_t(1) << 30}, DType::Float32);  // no elements
   auto we = rand_tensor(Dims{1024, 2, 1, 1}), wd = rand_tensor(Dims{1024, 1, 1, 1});
   auto wp = rand_tensor(Dims{1, 1024, 1, 1});
   MBConvOperands ops;
@@ -211,4 +211,10 @@ TEST(MBConv, HostileShapesAreRejected) {
   auto we0 = empty(Dims{1024, 0, 1, 1}, DType::Float32);
   ops.input = x0.get(), ops.expand_weight = we0.get(), ops.project_weight = wp.get();
   expect_error([&] { mbconv_output_shape(ops, p); }, {"mbconv", "non-empty"});
+  // Extents whose padded sums would overflow int64 (a zero-element weight can declare any size).
+  auto wd_huge = empty(Dims{0, 1, 3, int64_t(1) << 62}, DType::Float32);
+  ops.input = x2.get(), ops.expand_weight = nullptr, ops.dw_weight = wd_huge.get();
+  MBConvParams wide;
+  wide.pad_w = (int64_t(1) << 62) - 1;
+  expect_error([&] { mbconv_output_shape(ops, wide); }, {"mbconv", "below 2^31"});
 }

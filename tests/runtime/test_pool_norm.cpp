@@ -313,6 +313,16 @@ TEST(Pool, Errors) {
         max_pool2d_output_shape(Dims{1, 1, 4, 4}, PP(0, 1, 0));
       },
       {"max_pool2d", "kernel size > 0"});
+  expect_error(
+      [] {
+        max_pool2d_output_shape(Dims{1, 1, 4, 4}, PP(3, 1, 1, (int64_t(1) << 62) + 1));
+      },
+      {"max_pool2d", "below 2^31", "dilation (4611686018427387905"});
+  expect_error(
+      [] {
+        avg_pool2d_output_shape(Dims{1, 1, 4, 4}, PP(2, int64_t(1) << 62, 0, 1, true));
+      },
+      {"avg_pool2d", "below 2^31"});
   auto x = zeros(Dims{1, 1, 4, 4}, DType::Int32);
   auto y = zeros(Dims{1, 1, 2, 2}, DType::Int32);
   expect_error([&] { max_pool2d_out(*x, PP(2, 2, 0), *y, nullptr); },

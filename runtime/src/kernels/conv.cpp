@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <optional>
 #include <vector>
 
 #include "conv_internal.h"
@@ -153,10 +155,23 @@ std::string dims_str(std::span<const int64_t> d) {
 }
 
 // Output extent of one spatial dim, or -1 when the (padded) input is smaller than the kernel.
+// Output extent along one axis: -1 when the padded input is smaller than the dilated kernel, -2
+// when the extents overflow int64 (an artifact's attributes and sizes may be anything).
 int64_t out_extent(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
-  const int64_t eff = d * (k - 1) + 1;
-  if (in + 2 * p < eff) return -1;
-  return (in + 2 * p - eff) / s + 1;
+  int64_t eff = 0, padded = 0;
+  if (__builtin_mul_overflow(d, k - 1, &eff) || __builtin_add_overflow(eff, 1, &eff) ||
+      __builtin_mul_overflow(p, 2, &padded) || __builtin_add_overflow(padded, in, &padded))
+    return -2;
+  if (padded < eff) return -1;
+  return (padded - eff) / s + 1;
+}
+
+// Whether the product of these non-negative extents fits in int64.
+bool product_fits(std::initializer_list<int64_t> extents) {
+  int64_t r = 1;
+  for (const int64_t e : extents)
+    if (e < 0 || __builtin_mul_overflow(r, e, &r)) return false;
+  return true;
 }
 
 void check_params(std::string_view op, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
@@ -186,13 +201,23 @@ ConvGeom make_geom(std::string_view op, std::span<const int64_t> in, std::span<c
              ")");
   KILN_CHECK(g.O % g.G == 0, op, "expected output channels (", g.O, ") divisible by groups (", g.G,
              ")");
-  KILN_CHECK(wt[1] * g.G == g.C, op, "expected input with weight.size(1)*groups = ", wt[1] * g.G,
-             " channels, got ", g.C, " channels (input ", dims_str(in), ", weight ", dims_str(wt),
-             ", groups ", g.G, ")");
+  int64_t weight_channels = 0;
+  KILN_CHECK(!__builtin_mul_overflow(wt[1], g.G, &weight_channels) && weight_channels == g.C, op,
+             "expected input with weight.size(1)*groups = ", wt[1], "*", g.G, " channels, got ",
+             g.C, " channels (input ", dims_str(in), ", weight ", dims_str(wt), ", groups ", g.G,
+             ")");
   g.Cg = g.C / g.G;
   g.Og = g.O / g.G;
+  KILN_CHECK(product_fits({g.N, g.C, g.H, g.W}) && product_fits({g.O, g.Cg, g.KH, g.KW}), op,
+             "expected input and weight sizes whose element counts fit in 64 bits, got input ",
+             dims_str(in), ", weight ", dims_str(wt));
   g.Ho = out_extent(g.H, g.KH, g.sh, g.ph, g.dh);
   g.Wo = out_extent(g.W, g.KW, g.sw, g.pw, g.dw);
+  KILN_CHECK(
+      g.Ho != -2 && g.Wo != -2 && (g.Ho < 1 || g.Wo < 1 || product_fits({g.N, g.O, g.Ho, g.Wo})),
+      op, "expected padding (", g.ph, ", ", g.pw, "), dilation (", g.dh, ", ", g.dw,
+      ") and kernel ", g.KH, "x", g.KW, " whose output extents fit in 64 bits, input ",
+      dims_str(in));
   KILN_CHECK(g.Ho >= 1 && g.Wo >= 1, op, "expected padded input (", g.H + 2 * g.ph, "x",
              g.W + 2 * g.pw, ") at least as large as the dilated kernel (", g.dh * (g.KH - 1) + 1,
              "x", g.dw * (g.KW - 1) + 1, "), input ", dims_str(in));
@@ -418,6 +443,10 @@ template <typename T>
 TilePlan plan_forward(const ConvGeom& g) {
   const int64_t howo = g.HoWo(), units = g.N * g.G;
   TilePlan tp;
+  if (howo == 0) {  // an empty output plane: no items
+    tp.tiles = 0;
+    return tp;
+  }
   int64_t tiles = 1;
   if (!g.direct_1x1()) {
     const int64_t target = std::max<int64_t>(
@@ -615,7 +644,7 @@ class PreparedConv final : public PreparedConv2dWeight {
 template <typename T>
 void conv_forward(const ConvGeom& g, const T* x, const T* w, const T* bias, const T* res, T* y,
                   const ConvEpilogue& ep, const PreparedConv* prep = nullptr) {
-  if (g.N == 0 || g.O == 0) return;
+  if (g.N == 0 || g.O == 0 || g.HoWo() == 0) return;
   if constexpr (std::is_same_v<T, float>) {
     if (g.depthwise()) {
       conv_detail::depthwise_conv2d_f32(g, x, w, bias, res, y, ep);
@@ -891,7 +920,8 @@ Dims conv2d_output_shape(std::span<const int64_t> input, std::span<const int64_t
 PreparedConv2dWeightPtr prepare_conv2d_weight(const TensorImpl& weight, const Conv2dParams& p,
                                               std::span<const int64_t> input_sizes) {
   const ConvGeom g = make_geom("conv2d", input_sizes, weight.sizes(), p);
-  if (weight.dtype() != DType::Float32 || g.depthwise() || g.O == 0 || g.K() == 0) return nullptr;
+  if (weight.dtype() != DType::Float32 || g.depthwise() || g.O == 0 || g.K() == 0 || g.HoWo() == 0)
+    return nullptr;
   auto w = views::contiguous(weight);
   const float* wp = w->data_ptr<float>();
   auto prep = std::make_shared<PreparedConv>();
@@ -1069,13 +1099,28 @@ ConvGeom transpose_geom(std::string_view op, std::span<const int64_t> in,
              in[1], " channels (input ", dims_str(in), ", weight ", dims_str(wt), ")");
   KILN_CHECK(wt[0] % t.groups == 0, op, "expected input channels (", wt[0],
              ") divisible by groups (", t.groups, ")");
-  const int64_t ho =
-      (in[2] - 1) * t.stride_h - 2 * t.pad_h + t.dilation_h * (wt[2] - 1) + t.output_pad_h + 1;
-  const int64_t wo =
-      (in[3] - 1) * t.stride_w - 2 * t.pad_w + t.dilation_w * (wt[3] - 1) + t.output_pad_w + 1;
-  KILN_CHECK(ho >= 1 && wo >= 1, op, "expected a positive output size, got ", ho, "x", wo,
+  // (in-1)*s - 2p + d*(k-1) + output_padding + 1, or nothing when a step overflows int64.
+  auto extent = [](int64_t in, int64_t s, int64_t p, int64_t d, int64_t k,
+                   int64_t op_pad) -> std::optional<int64_t> {
+    int64_t a = 0, b = 0, two_p = 0, r = 0;
+    if (__builtin_mul_overflow(in - 1, s, &a) || __builtin_mul_overflow(d, k - 1, &b) ||
+        __builtin_mul_overflow(p, 2, &two_p) || __builtin_add_overflow(a, b, &r) ||
+        __builtin_sub_overflow(r, two_p, &r) || __builtin_add_overflow(r, op_pad + 1, &r))
+      return std::nullopt;
+    return r;
+  };
+  const auto ho = extent(in[2], t.stride_h, t.pad_h, t.dilation_h, wt[2], t.output_pad_h);
+  const auto wo = extent(in[3], t.stride_w, t.pad_w, t.dilation_w, wt[3], t.output_pad_w);
+  int64_t out_channels = 0;
+  KILN_CHECK(ho && wo && !__builtin_mul_overflow(wt[1], t.groups, &out_channels), op,
+             "expected stride, padding, dilation and kernel whose output size fits in 64 bits, got "
+             "stride (",
+             t.stride_h, ", ", t.stride_w, "), padding (", t.pad_h, ", ", t.pad_w, "), dilation (",
+             t.dilation_h, ", ", t.dilation_w, "), input ", dims_str(in), ", weight ", dims_str(wt),
+             ", groups ", t.groups);
+  KILN_CHECK(*ho >= 1 && *wo >= 1, op, "expected a positive output size, got ", *ho, "x", *wo,
              " (input ", dims_str(in), ", weight ", dims_str(wt), ")");
-  const Dims conv_in{in[0], wt[1] * t.groups, ho, wo};
+  const Dims conv_in{in[0], out_channels, *ho, *wo};
   ConvGeom g = make_geom(op, conv_in, wt, to_params(t));
   KILN_CHECK(g.Ho == in[2] && g.Wo == in[3], op, "internal: inconsistent transposed geometry");
   return g;

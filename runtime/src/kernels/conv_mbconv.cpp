@@ -73,6 +73,12 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
   g.KH = ops.dw_weight->size(2), g.KW = ops.dw_weight->size(3);
   g.P = ops.project_weight->size(0);
   g.sh = p.stride_h, g.sw = p.stride_w, g.ph = p.pad_h, g.pw = p.pad_w;
+  // Bounds the extent arithmetic below for any artifact's sizes and attributes.
+  constexpr int64_t kMaxExtent = int64_t(1) << 31;
+  KILN_CHECK(std::max({g.H, g.W, g.KH, g.KW, g.ph, g.pw}) < kMaxExtent, kOp,
+             "expected input planes, depthwise kernel and padding below 2^31, got input ",
+             dims_str(ops.input->sizes()), ", kernel ", g.KH, "x", g.KW, ", padding (", g.ph, ", ",
+             g.pw, ")");
   KILN_CHECK(g.sh >= 1 && g.sw >= 1 && g.ph >= 0 && g.pw >= 0, kOp,
              "expected stride >= 1 and padding >= 0, got stride (", g.sh, ", ", g.sw, ") padding (",
              g.ph, ", ", g.pw, ")");

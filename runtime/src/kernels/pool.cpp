@@ -43,6 +43,11 @@ PoolGeom pool_geom(std::string_view op, std::span<const int64_t> in, const Pool2
   KILN_CHECK(g.sh > 0 && g.sw > 0, op, "expected stride > 0, got (", g.sh, ", ", g.sw, ")");
   KILN_CHECK(g.dh > 0 && g.dw > 0, op, "expected dilation > 0, got (", g.dh, ", ", g.dw, ")");
   KILN_CHECK(g.ph >= 0 && g.pw >= 0, op, "expected padding >= 0, got (", g.ph, ", ", g.pw, ")");
+  // Bounds the extent arithmetic below for any artifact's attributes.
+  constexpr int64_t kMaxParam = int64_t(1) << 31;
+  KILN_CHECK(std::max({g.kh, g.kw, g.sh, g.sw, g.dh, g.dw}) < kMaxParam, op,
+             "expected kernel size, stride and dilation below 2^31, got kernel (", g.kh, ", ", g.kw,
+             "), stride (", g.sh, ", ", g.sw, "), dilation (", g.dh, ", ", g.dw, ")");
   const int64_t eff_h = g.dh * (g.kh - 1) + 1, eff_w = g.dw * (g.kw - 1) + 1;
   KILN_CHECK(g.ph <= (max_pool ? eff_h : g.kh) / 2 && g.pw <= (max_pool ? eff_w : g.kw) / 2, op,
              "expected padding at most half of the kernel size, got padding (", g.ph, ", ", g.pw,
