@@ -5,8 +5,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -103,6 +105,10 @@ class Pool {
       else
         std::this_thread::yield();
     }
+    // A chunk's exception (a kernel's kiln::Error, bad_alloc) reaches the caller once every chunk
+    // is done: thrown in a worker it would terminate the process, and leaving early would let the
+    // workers run on the caller's destroyed `fn`.
+    if (std::exception_ptr e = std::exchange(error_, nullptr)) std::rethrow_exception(e);
   }
 
  private:
@@ -115,7 +121,12 @@ class Pool {
       const int64_t chunk = chunk_.load(std::memory_order_relaxed);
       const int64_t b = begin_.load(std::memory_order_relaxed) + c * chunk;
       const int64_t e = std::min(end_.load(std::memory_order_relaxed), b + chunk);
-      (*fn_.load(std::memory_order_relaxed))(b, e);
+      try {
+        (*fn_.load(std::memory_order_relaxed))(b, e);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu_);
+        if (!error_) error_ = std::current_exception();  // the first one; later chunks still run
+      }
       pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
@@ -183,6 +194,8 @@ class Pool {
   std::atomic<int64_t> next_{kPoisoned};
   std::atomic<int64_t> pending_{0};
   std::atomic<int> active_{0};
+  std::mutex error_mu_;
+  std::exception_ptr error_;  // the current job's first exception (read after pending_ == 0)
 };
 
 std::atomic<int> g_threads{0};

@@ -2,6 +2,8 @@
 // naive float64 backward and against finite differences.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/thread_pool.h"
 #include "nn_test_util.h"
@@ -103,11 +105,15 @@ std::vector<Case> forward_cases() {
       {2, 4, 9, 9, 8, 3, 2, P(2, 1, 1, 0, 1, 1, 2)},    // groups, O != C
       {2, 6, 10, 11, 6, 3, 3, P(1, 1, 1, 1, 1, 1, 6)},  // depthwise 3x3 s1
       {2, 5, 11, 12, 5, 3, 3, P(2, 2, 1, 1, 1, 1, 5)},  // depthwise 3x3 s2
-      {1, 4, 40, 37, 4, 3, 3, P(1, 1, 1, 1, 1, 1, 4)},  // depthwise, wide rows (vector body)
+      {1, 4, 40, 37, 4, 3, 3, P(1, 1, 1, 1, 1, 1, 4)},  // depthwise, 37 wide (interleaved 3x3)
       {1, 3, 23, 45, 3, 3, 3, P(2, 2, 0, 1, 1, 1, 3)},  // depthwise s2, odd pad
       {2, 3, 12, 13, 3, 5, 5, P(1, 1, 2, 2, 1, 1, 3)},  // depthwise 5x5
       {1, 4, 13, 14, 4, 3, 3, P(3, 3, 1, 2, 2, 2, 4)},  // depthwise stride 3 dilation 2
       {1, 3, 9, 9, 3, 3, 3, P(1, 2, 3, 3, 1, 1, 3)},    // depthwise, pad larger than half kernel
+      {1, 9, 8, 5, 9, 3, 3, P(1, 1, 1, 1, 1, 1, 9)},    // depthwise, rows of 5: whole steps of 4
+      {2, 9, 1, 1, 9, 3, 3, P(1, 1, 1, 1, 1, 1, 9)},    // depthwise, a single output pixel
+      {1, 5, 9, 90, 5, 3, 3, P(2, 2, 1, 1, 1, 1, 5)},   // depthwise s2, 45 wide (interleaved)
+      {1, 3, 6, 150, 3, 3, 3, P(1, 1, 1, 1, 1, 1, 3)},  // depthwise, 150 wide (vector body)
       {1, 2, 6, 6, 6, 3, 3, P(1, 1, 1, 1, 1, 1, 2)},    // channel multiplier (not depthwise path)
       {1, 3, 1, 1, 2, 1, 1, P(1, 1, 0, 0)},             // 1x1 image
       {2, 3, 5, 5, 4, 5, 5, P(1, 1, 0, 0)},             // kernel == input
@@ -364,7 +370,8 @@ TEST(Conv, Conv2dPreparedChannelsAcrossLanes) {
 TEST(Conv, Conv2dDepthwiseActivations) {
   for (const Case& c : {Case{2, 12, 14, 14, 12, 3, 3, P(1, 1, 1, 1, 1, 1, 12)},
                         Case{1, 9, 15, 13, 9, 3, 3, P(2, 2, 1, 1, 1, 1, 9)},
-                        Case{1, 4, 40, 70, 4, 3, 3, P(1, 1, 1, 1, 1, 1, 4)}})
+                        Case{1, 4, 40, 70, 4, 3, 3, P(1, 1, 1, 1, 1, 1, 4)},
+                        Case{1, 4, 5, 140, 4, 3, 3, P(1, 1, 1, 1, 1, 1, 4)}})
     for (Activation a :
          {Activation::Relu, Activation::Relu6, Activation::Clamp, Activation::Sigmoid})
       for (bool res : {false, true})
@@ -472,6 +479,24 @@ TEST(Conv, Conv2dErrors) {
 
 // Sizes and attributes an artifact may carry: the extent arithmetic must not overflow (found by
 // fuzzing: dilation 2^62+1 on a [1, 1, 6, 0] input wrapped Ho*Wo to 0 and divided by it).
+// Legal but extreme attributes (an artifact may carry any): padding and dilation that would make
+// the depthwise kernel's plane buffer 2^61 floats (its byte count wrapped to a 64-byte block,
+// then written 16 GiB away), and strides far beyond the input (im2col's window arithmetic
+// overflowed into a read before the plane). All run, and agree with the float64 loops.
+TEST(Conv, ExtremePaddingDilationAndStrideOnTinyPlanes) {
+  const int64_t big_stride = std::numeric_limits<int64_t>::max();
+  for (const Case& c : {
+           Case{1, 2, 2, 2, 2, 2, 2,
+                P(1, 1, (int64_t(1) << 30) - 1, (int64_t(1) << 29) - 1, (int64_t(1) << 31) - 1,
+                  (int64_t(1) << 30) - 1, 2)},                               // depthwise
+           Case{1, 8, 30, 40, 8, 3, 3, P(1, 1 << 16, 1, 1 << 22, 1, 1, 8)},  // depthwise, wide
+           Case{1, 1, 1, 1, 1, 1, 1, P(1, big_stride, 0, (int64_t(1) << 62) - 3)},
+           Case{1, 2, 1, 3, 2, 1, 1, P(1, int64_t(1) << 62, 0, 0)},  // one output, x[.., 0]
+           Case{1, 2, 3, 1, 2, 1, 1, P(int64_t(1) << 62, 1, 0, 0, 1, 1, 2)},
+       })
+    for (DType dt : {DType::Float32, DType::Float64}) run_forward_case(c, dt, false, false, 1e-6);
+}
+
 TEST(Conv, Conv2dOverflowingExtentsAreRejected) {
   const int64_t big = (int64_t(1) << 62) + 1;
   expect_error(

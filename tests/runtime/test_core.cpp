@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "kiln/runtime/allocator.h"
@@ -157,6 +158,37 @@ TEST(ThreadPool, NestedCallsRunSerially) {
   });
   EXPECT_EQ(total.load(), 64 * 1000);
   EXPECT_FALSE(in_parallel_region());
+}
+
+// A chunk that throws (a kernel's KILN_CHECK, bad_alloc) on a worker once called std::terminate;
+// the first exception now reaches the parallel_for caller after every chunk has finished, and
+// the pool keeps working.
+TEST(ThreadPool, ExceptionInAChunkReachesTheCaller) {
+  set_num_threads(2);
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int> thrown_on_worker{0};
+  for (int rep = 0; rep < 200; ++rep) {
+    std::atomic<int> chunks_done{0};
+    try {
+      parallel_for(0, 64, 1, [&](int64_t b, int64_t e) {
+        if (b <= 37 && 37 < e) {
+          if (std::this_thread::get_id() != caller) thrown_on_worker.fetch_add(1);
+          KILN_CHECK(false, "test_op", "expected index 37 to fail, got ", b, "..", e);
+        }
+        chunks_done.fetch_add(1);
+      });
+      ADD_FAILURE() << "expected kiln::Error";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("expected index 37 to fail"), std::string::npos);
+    }
+    EXPECT_GT(chunks_done.load(), 0);
+    std::atomic<int64_t> sum{0};
+    parallel_for(0, 100, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum += i;
+    });
+    ASSERT_EQ(sum.load(), 4950);
+  }
+  EXPECT_GT(thrown_on_worker.load(), 0) << "the worker never ran the throwing chunk";
 }
 
 TEST(ThreadPool, ManySmallJobs) {

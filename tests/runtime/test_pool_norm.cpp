@@ -292,6 +292,23 @@ TEST(Pool, AdaptiveAvgPool2d) {
   }
 }
 
+// A dilated window whose rows all fall in the padding (legal: padding is at most half the
+// dilated kernel) is -inf, as in PyTorch; the values-only kernel once read the row past the input.
+TEST(Pool, MaxPool2dWindowOfPaddingRowsOnly) {
+  Pool2dParams p;
+  p.kernel_h = 2, p.kernel_w = 1, p.stride_h = p.stride_w = 1, p.pad_h = 1, p.pad_w = 0;
+  p.dilation_h = 2, p.dilation_w = 1;
+  // Two planes: the second one's values sit right after the first plane's single row.
+  auto x = from_vec({1, 2, 3, 4, 5, 6, 7, 8}, Dims{2, 1, 4}, DType::Float32);
+  ASSERT_EQ(max_pool2d_output_shape(Dims{2, 1, 4}, p), (Dims{2, 1, 4}));
+  for (bool with_indices : {false, true}) {
+    auto y = empty(Dims{2, 1, 4}, DType::Float32);
+    auto idx = empty(Dims{2, 1, 4}, DType::Int64);
+    max_pool2d_out(*x, p, *y, with_indices ? idx.get() : nullptr);
+    for (double v : to_vec(*y)) EXPECT_EQ(v, -INFINITY) << "with_indices " << with_indices;
+  }
+}
+
 TEST(Pool, Errors) {
   expect_error(
       [] {
@@ -323,6 +340,19 @@ TEST(Pool, Errors) {
         avg_pool2d_output_shape(Dims{1, 1, 4, 4}, PP(2, int64_t(1) << 62, 0, 1, true));
       },
       {"avg_pool2d", "below 2^31"});
+  // Padding and (ceil-mode) windows reaching far past a 1x1 input: the values-only kernel's
+  // padded row would be 4 GiB.
+  expect_error(
+      [] {
+        max_pool2d_output_shape(Dims{1, 1, 1, 1}, PP(3, 1, int64_t(1) << 26, int64_t(1) << 26));
+      },
+      {"max_pool2d", "padding of at most 2^25", "67108864"});
+  expect_error(
+      [] {
+        max_pool2d_output_shape(Dims{1, 1, 1, 1},
+                                PP(int64_t(1) << 30, int64_t(1) << 30, 0, 1, true));
+      },
+      {"max_pool2d", "dilated kernel at most 2^26 beyond", "1073741824"});
   auto x = zeros(Dims{1, 1, 4, 4}, DType::Int32);
   auto y = zeros(Dims{1, 1, 2, 2}, DType::Int32);
   expect_error([&] { max_pool2d_out(*x, PP(2, 2, 0), *y, nullptr); },

@@ -313,7 +313,8 @@ void for_each_segment(const ConvGeom& g, int64_t c0, int64_t c1, F&& f) {
 // Valid output columns [lo, hi) within [ow0, ow1) for which 0 <= ow*sw + off < W.
 inline void valid_range(int64_t ow0, int64_t ow1, int64_t off, int64_t sw, int64_t W, int64_t& lo,
                         int64_t& hi) {
-  const int64_t lo_ = off >= 0 ? 0 : (-off + sw - 1) / sw;
+  // ceil(-off / sw) without forming -off + sw - 1, which overflows for an artifact's stride.
+  const int64_t lo_ = off >= 0 ? 0 : (-off - 1) / sw + 1;
   const int64_t hi_ = (W - 1 - off) < 0 ? 0 : (W - 1 - off) / sw + 1;
   lo = std::clamp(lo_, ow0, ow1);
   hi = std::clamp(hi_, lo, ow1);
@@ -646,10 +647,8 @@ void conv_forward(const ConvGeom& g, const T* x, const T* w, const T* bias, cons
                   const ConvEpilogue& ep, const PreparedConv* prep = nullptr) {
   if (g.N == 0 || g.O == 0 || g.HoWo() == 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    if (g.depthwise()) {
-      conv_detail::depthwise_conv2d_f32(g, x, w, bias, res, y, ep);
-      return;
-    }
+    // (false: padding or dilation too large for its plane buffers; the im2col path follows.)
+    if (g.depthwise() && conv_detail::depthwise_conv2d_f32(g, x, w, bias, res, y, ep)) return;
     if (prep && prep->winograd) {
       conv_detail::winograd_conv2d_f32(g, *prep->winograd, x, bias, res, y, ep);
       return;

@@ -1,6 +1,6 @@
 // Direct depthwise conv2d (groups == C_in == C_out), float32, AVX2.
 //
-// Wide outputs (Wo > 32): vectorized over the output width, as follows.
+// Wide outputs (Wo > 32; 3x3 stride <= 2: Wo > 128): vectorized over the output width, as follows.
 // Per (image, channel) plane the input is copied once into a zero-padded buffer that is also
 // split into `stride_w` column phases: phase r holds padded columns r, r+sw, r+2sw, ... Then for
 // any stride and dilation, output column ow reads tap (kh, kw) at
@@ -183,9 +183,27 @@ void plane(const ConvGeom& g, const PlaneBuf& b, const int64_t* tap_off, const f
 // transposed into B[row][col][8], each output pixel is Σ_t w_t (8 channels' tap t, kept in
 // registers) * B[pixel + tap offset], and the [pixel][8] results are transposed back.
 // Measured on the MobileNetV2 layers: 2-3x faster than the width-vectorized path for Wo = 7 and
-// 14, ~1.4x for Wo = 28, neutral at Wo = 56.
+// 14, ~1.4x for Wo = 28; 3x3 convs (narrow_compute_3x3) also up to Wo = kNarrow3x3Wo.
 
 constexpr int64_t kNarrowWo = 32;
+// With narrow_compute_3x3 the interleaved path also wins for wider 3x3 outputs (MobileNetV2, one
+// thread: 56 wide 1.55x, 112 wide 1.3x); beyond this the band buffer B outgrows L2.
+constexpr int64_t kNarrow3x3Wo = 128;
+
+// Per-thread plane buffers are bounded: padding and dilation from an artifact can make the padded
+// plane of a 1x1 output 2^61 floats (whose byte count wraps). Beyond the bound the caller takes
+// the im2col path, whose buffers follow the output instead.
+constexpr int64_t kMaxPlaneFloats = int64_t(1) << 26;
+
+// a * b * c when it is at most kMaxPlaneFloats, else -1.
+int64_t plane_floats(int64_t a, int64_t b, int64_t c) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r) || __builtin_mul_overflow(r, c, &r) || r > kMaxPlaneFloats)
+    return -1;
+  return r;
+}
+// Spare pixels after B and O for narrow_compute_3x3's whole steps of 4 outputs.
+constexpr int64_t kNarrowSlack = 8;
 
 inline void transpose8(__m256& r0, __m256& r1, __m256& r2, __m256& r3, __m256& r4, __m256& r5,
                        __m256& r6, __m256& r7) {
@@ -216,6 +234,39 @@ struct NarrowGeom {
   int64_t out_px = 0;      // Ho*Wo rounded up to 8 (O rows)
 };
 
+// dst[k*8 .. k*8+8) = r[k] for k < n <= 8. Written out: as a loop GCC turns it into a spill of r
+// and a `rep movsq` copy, whose start-up cost made the fill 40% of a 14x14 depthwise conv.
+inline void store_first(float* dst, const __m256* r, int64_t n) {
+  switch (n) {
+    case 8:
+      _mm256_storeu_ps(dst + 7 * kV, r[7]);
+      [[fallthrough]];
+    case 7:
+      _mm256_storeu_ps(dst + 6 * kV, r[6]);
+      [[fallthrough]];
+    case 6:
+      _mm256_storeu_ps(dst + 5 * kV, r[5]);
+      [[fallthrough]];
+    case 5:
+      _mm256_storeu_ps(dst + 4 * kV, r[4]);
+      [[fallthrough]];
+    case 4:
+      _mm256_storeu_ps(dst + 3 * kV, r[3]);
+      [[fallthrough]];
+    case 3:
+      _mm256_storeu_ps(dst + 2 * kV, r[2]);
+      [[fallthrough]];
+    case 2:
+      _mm256_storeu_ps(dst + 1 * kV, r[1]);
+      [[fallthrough]];
+    case 1:
+      _mm256_storeu_ps(dst, r[0]);
+      [[fallthrough]];
+    default:
+      break;
+  }
+}
+
 // B[(ih+ph)*Wb + iw+pw][j] = x_j[ih][iw] for the cb <= 8 planes x_j = src + j*HW.
 void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const float* src, int cb, float* B) {
   const int64_t rows = std::min(g.H, ng.Hb - g.ph), cols = std::min(g.W, ng.Wb - g.pw);
@@ -231,7 +282,7 @@ void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const float* src, int 
         r[j] = j >= cb ? zero : n == kV ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m);
       }
       transpose8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
-      for (int64_t k = 0; k < n; ++k) _mm256_storeu_ps(brow + (iw + k) * kV, r[k]);
+      store_first(brow + iw * kV, r, n);
     }
   }
 }
@@ -266,6 +317,43 @@ void narrow_compute(const ConvGeom& g, const NarrowGeom& ng, const float* B, con
       for (int t = 0; t < ntaps; ++t)
         a = _mm256_fmadd_ps(wv[t], _mm256_loadu_ps(p + tap_off8[t]), a);
       _mm256_storeu_ps(orow + ow * kV, a);
+    }
+  }
+}
+
+// 3x3, dilation 1, column stride SW (1 or 2): the 9 channel-vectors of weights stay in
+// registers and the taps are immediate displacements from three row pointers (the generic loop
+// above reloads both per tap). Four outputs per step, also past the end of a row: the surplus
+// lands in the next row's slots of O, which that row then overwrites, and reads up to 3*SW pixels
+// past a row of B (both buffers carry kNarrowSlack spare pixels). No single-output tail, whose 9
+// dependent FMAs were latency-bound.
+template <int SW>
+void narrow_compute_3x3(const ConvGeom& g, const NarrowGeom& ng, const float* B, const __m256* wv,
+                        __m256 bias, float* O) {
+  const __m256 w0 = wv[0], w1 = wv[1], w2 = wv[2], w3 = wv[3], w4 = wv[4], w5 = wv[5], w6 = wv[6],
+               w7 = wv[7], w8 = wv[8];
+  const int64_t row = ng.Wb * kV;
+  for (int64_t oh = 0; oh < g.Ho; ++oh) {
+    const float* r0 = B + oh * g.sh * row;
+    float* orow = O + oh * g.Wo * kV;
+    for (int64_t ow = 0; ow < g.Wo; ow += 4) {
+      const float* p0 = r0 + ow * SW * kV;
+      const float* p1 = p0 + row;
+      const float* p2 = p1 + row;
+      __m256 acc[4];
+      for (int j = 0; j < 4; ++j) {
+        const int64_t o = j * SW * kV;
+        __m256 a = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0 + o), bias);
+        a = _mm256_fmadd_ps(w1, _mm256_loadu_ps(p0 + o + kV), a);
+        a = _mm256_fmadd_ps(w2, _mm256_loadu_ps(p0 + o + 2 * kV), a);
+        a = _mm256_fmadd_ps(w3, _mm256_loadu_ps(p1 + o), a);
+        a = _mm256_fmadd_ps(w4, _mm256_loadu_ps(p1 + o + kV), a);
+        a = _mm256_fmadd_ps(w5, _mm256_loadu_ps(p1 + o + 2 * kV), a);
+        a = _mm256_fmadd_ps(w6, _mm256_loadu_ps(p2 + o), a);
+        a = _mm256_fmadd_ps(w7, _mm256_loadu_ps(p2 + o + kV), a);
+        acc[j] = _mm256_fmadd_ps(w8, _mm256_loadu_ps(p2 + o + 2 * kV), a);
+      }
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(orow + (ow + j) * kV, acc[j]);
     }
   }
 }
@@ -310,11 +398,14 @@ void plane_epilogue(float* y, const float* res, int64_t n, const ConvEpilogue& e
   for (; i < n; ++i) y[i] = apply_activation(y[i] + (res ? res[i] : 0.0f), e);
 }
 
-void depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const float* bias,
+bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const float* bias,
                       const float* residual, float* y, const ConvEpilogue& ep) {
   NarrowGeom ng;
+  // Both within the padded input (make_geom): no overflow.
   ng.Hb = (g.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1;
   ng.Wb = (g.Wo - 1) * g.sw + (g.KW - 1) * g.dw + 1;
+  const int64_t b_floats = plane_floats(ng.Hb, ng.Wb, kV);
+  if (b_floats < 0) return false;
   const int64_t howo = g.HoWo(), KK = g.KH * g.KW;
   ng.out_px = (howo + kV - 1) / kV * kV;
   std::vector<int64_t> tap_off8(static_cast<size_t>(KK));
@@ -322,14 +413,15 @@ void depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
     for (int64_t kw = 0; kw < g.KW; ++kw)
       tap_off8[kh * g.KW + kw] = (kh * g.dh * ng.Wb + kw * g.dw) * kV;
   const int64_t cblocks = (g.C + kV - 1) / kV, blocks = g.N * cblocks;
+  const bool k3x3 = g.KH == 3 && g.KW == 3 && g.dh == 1 && g.dw == 1;
   // Without a residual a vector activation is applied in registers on the way out; otherwise
   // residual and activation run over each finished plane.
   const bool act_in_store = !residual && vector_activation(ep.activation);
   const bool has_epi = !act_in_store && (residual || ep.activation != Activation::None);
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kV * howo * KK, 1));
   parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
-    const size_t b_bytes = static_cast<size_t>(ng.Hb * ng.Wb * kV) * sizeof(float);
-    const size_t o_bytes = static_cast<size_t>(ng.out_px * kV) * sizeof(float);
+    const size_t b_bytes = static_cast<size_t>(b_floats + kNarrowSlack * kV) * sizeof(float);
+    const size_t o_bytes = static_cast<size_t>((ng.out_px + kNarrowSlack) * kV) * sizeof(float);
     float* B = static_cast<float*>(cpu_allocator().allocate(b_bytes));
     float* O = static_cast<float*>(cpu_allocator().allocate(o_bytes));
     std::memset(B, 0, b_bytes);  // the padding border stays zero: only the interior is rewritten
@@ -340,14 +432,26 @@ void depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
       const int cb = static_cast<int>(std::min<int64_t>(kV, g.C - c0));
       alignas(32) float lane[8];
       for (int64_t t = 0; t < KK; ++t) {
-        for (int j = 0; j < 8; ++j) lane[j] = j < cb ? w[(c0 + j) * KK + t] : 0.0f;
+        // Whole blocks gather in registers: a vector load of 8 scalar stores stalls on store
+        // forwarding (5% of a 14x14 layer).
+        const float* wt = w + c0 * KK + t;
+        if (cb == kV) {
+          wv[t] = _mm256_setr_ps(wt[0], wt[KK], wt[2 * KK], wt[3 * KK], wt[4 * KK], wt[5 * KK],
+                                 wt[6 * KK], wt[7 * KK]);
+          continue;
+        }
+        for (int j = 0; j < 8; ++j) lane[j] = j < cb ? wt[j * KK] : 0.0f;
         wv[t] = _mm256_load_ps(lane);
       }
       for (int j = 0; j < 8; ++j) lane[j] = (bias && j < cb) ? bias[c0 + j] : 0.0f;
       const __m256 bv = _mm256_load_ps(lane);
       const int64_t plane0 = n * g.C + c0;
       narrow_fill(g, ng, x + plane0 * g.HW(), cb, B);
-      if (KK == 9) {
+      if (k3x3 && g.sw == 1) {
+        narrow_compute_3x3<1>(g, ng, B, wv.data(), bv, O);
+      } else if (k3x3 && g.sw == 2) {
+        narrow_compute_3x3<2>(g, ng, B, wv.data(), bv, O);
+      } else if (KK == 9) {
         narrow_compute<9>(g, ng, B, wv.data(), 9, tap_off8.data(), bv, O);
       } else {
         narrow_compute<0>(g, ng, B, wv.data(), static_cast<int>(KK), tap_off8.data(), bv, O);
@@ -361,23 +465,24 @@ void depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
     cpu_allocator().deallocate(B, b_bytes);
     cpu_allocator().deallocate(O, o_bytes);
   });
+  return true;
 }
 
 }  // namespace
 
-void depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, const float* bias,
+bool depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, const float* bias,
                           const float* residual, float* y, const ConvEpilogue& ep) {
-  if (g.Wo <= kNarrowWo) {
-    depthwise_narrow(g, x, w, bias, residual, y, ep);
-    return;
-  }
+  const bool fast_3x3 = g.KH == 3 && g.KW == 3 && g.dh == 1 && g.dw == 1 && g.sw <= 2;
+  if (g.Wo <= kNarrowWo || (fast_3x3 && g.Wo <= kNarrow3x3Wo))
+    return depthwise_narrow(g, x, w, bias, residual, y, ep);
   PlaneBuf proto;
   proto.rows = (g.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1;
   proto.phases = g.sw;
   const int64_t max_q = (g.KW - 1) * g.dw / g.sw;          // largest column offset of a tap
   const int64_t need = (g.Wo + kV - 1) / kV * kV + max_q;  // widest vector read + 1
   proto.pitch = (need + kV - 1) / kV * kV;
-  const int64_t buf_elems = proto.phases * proto.rows * proto.pitch;
+  const int64_t buf_elems = plane_floats(proto.phases, proto.rows, proto.pitch);
+  if (buf_elems < 0) return false;
   const int64_t planes = g.N * g.C, howo = g.HoWo(), KK = g.KH * g.KW;
   const bool vec_act = vector_activation(ep.activation);
   const bool k3x3 = g.KH == 3 && g.KW == 3;
@@ -409,6 +514,7 @@ void depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, con
     }
     cpu_allocator().deallocate(b.data, bytes);
   });
+  return true;
 }
 
 }  // namespace kiln::kernels::conv_detail

@@ -58,6 +58,15 @@ PoolGeom pool_geom(std::string_view op, std::span<const int64_t> in, const Pool2
   g.Wo = pool_output_size(g.W, g.kw, g.sw, g.pw, g.dw, p.ceil_mode);
   KILN_CHECK(g.Ho >= 1 && g.Wo >= 1, op, "expected an output of at least 1x1, got ", g.Ho, "x",
              g.Wo, " for input ", dims_str(in));
+  // The inference max pool keeps one padded row per thread, about W + pw + eff_w: padding and
+  // the dilated window may reach only so far past the input, so that an artifact's attributes
+  // cannot turn a 1-wide input into a row of 2^62 (dilation and kernel below 2^31 each).
+  constexpr int64_t kMaxReach = int64_t(1) << 25;
+  KILN_CHECK(g.ph <= kMaxReach && g.pw <= kMaxReach && eff_h <= g.H + 2 * kMaxReach &&
+                 eff_w <= g.W + 2 * kMaxReach,
+             op, "expected padding of at most 2^25 and a dilated kernel at most 2^26 beyond the ",
+             "input, got padding (", g.ph, ", ", g.pw, "), dilated kernel (", eff_h, ", ", eff_w,
+             ") for input ", dims_str(in));
   g.planes = 1;
   for (size_t d = 0; d + 2 < r; ++d) g.planes *= in[d];
   g.out_shape = Dims(in);
@@ -152,12 +161,16 @@ void max_pool_fwd_values(const PoolGeom& g, const T* x, T* y) {
         int64_t hs = oh * g.sh - g.ph;
         const int64_t he = std::min(hs + (g.kh - 1) * g.dh + 1, g.H);
         while (hs < 0) hs += g.dh;
+        T* yr = yp + oh * g.Wo;
+        if (hs >= he) {  // the dilated window skips every input row: all padding
+          std::fill(yr, yr + g.Wo, ninf);
+          continue;
+        }
         std::copy(xp + hs * g.W, xp + (hs + 1) * g.W, rm);
         for (int64_t ih = hs + g.dh; ih < he; ih += g.dh) {
           const T* src = xp + ih * g.W;
           for (int64_t i = 0; i < g.W; ++i) rm[i] = nan_max(rm[i], src[i]);
         }
-        T* yr = yp + oh * g.Wo;
         const T* r = row.data();
         if (g.kw == 3 && g.sw == 2)
           max_columns<T, 3, 2>(r, g.Wo, g.dw, yr);

@@ -41,6 +41,10 @@ inline __m256 _mm256_setzero_ps() {
 inline __m256 _mm256_set1_ps(float x) {
   return __m256{x, x, x, x, x, x, x, x};
 }
+inline __m256 _mm256_setr_ps(float e0, float e1, float e2, float e3, float e4, float e5, float e6,
+                             float e7) {
+  return __m256{e0, e1, e2, e3, e4, e5, e6, e7};
+}
 inline __m256 _mm256_broadcast_ss(const float* p) {
   return _mm256_set1_ps(*p);
 }
