@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -460,6 +461,55 @@ TEST(Artifact, StateUpdatesPersistPerSession) {
 }
 
 // Views and copies of the shape kernels against index arithmetic.
+// Attributes near the int64 limits (a file may carry any): a slice step of INT64_MAX is one
+// element (its size and stride arithmetic once overflowed), and filling an int64 with 2^63 (which
+// passed a `<= double(INT64_MAX)` check, an undefined conversion) is refused by name.
+TEST(Artifact, ExtremeAttributesRunCorrectlyOrFailByName) {
+  using K = fb::AttrKind;
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  ArtifactSpec a;
+  a.slots = {
+      {fb::SlotKind::Arena, fb::DType::Float32, {2, 3, 4}, 0, 0},    // 0: x
+      {fb::SlotKind::Arena, fb::DType::Float32, {2, 1, 4}, 128, 0},  // 1: x[:, 1::max]
+  };
+  a.instrs = {
+      {"slice",
+       {0},
+       {1},
+       {{"dim", K::Int, 1}, {"start", K::Int, 1}, {"end", K::Int, max}, {"step", K::Int, max}}}};
+  a.inputs = {{"x", 0}};
+  a.outputs = {{"s", 1}};
+  a.arena_bytes = 256;
+  rt::Session s(rt::Model::from_bytes(a.build()));
+  std::vector<float> x(24);
+  for (int i = 0; i < 24; ++i) x[i] = float(i);
+  TensorImplPtr xt = kiln::from_blob(x.data(), std::vector<int64_t>{2, 3, 4}, DType::Float32);
+  auto y = s.run({xt.get()});
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(y[0]->data_ptr<float>()[i * 4 + k], x[i * 12 + 4 + k]);
+
+  ArtifactSpec f;
+  f.slots = {
+      {fb::SlotKind::Arena, fb::DType::Int64, {2}, 0, 0},   // 0: x
+      {fb::SlotKind::Arena, fb::DType::Int64, {2}, 64, 0},  // 1: fill(x, 2^63)
+  };
+  f.instrs = {{"fill", {0}, {1}, {{"value", K::Float, 0, 9223372036854775808.0}}}};
+  f.inputs = {{"x", 0}};
+  f.outputs = {{"y", 1}};
+  f.arena_bytes = 128;
+  rt::Session fs(rt::Model::from_bytes(f.build()));
+  int64_t xi[2] = {1, 2};
+  TensorImplPtr xit = kiln::from_blob(xi, std::vector<int64_t>{2}, DType::Int64);
+  try {
+    fs.run({xit.get()});
+    ADD_FAILURE() << "expected kiln::Error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("instruction 0 (fill)"), std::string::npos) << m;
+    EXPECT_NE(m.find("does not fit i64"), std::string::npos) << m;
+  }
+}
+
 TEST(Artifact, ShapeKernelsCopyStridedViews) {
   ArtifactSpec a;
   a.slots = {

@@ -416,6 +416,19 @@ TEST(Indexing, Pad) {
   expect_error([&] { kernels::pad_out(*x, Dims{3, 3}, kernels::PadMode::Reflect, 0, *o); }, "pad");
   expect_error([&] { kernels::pad_shape(Dims{2, 3}, Dims{1, 1, 1}); }, "pad");
   expect_error([&] { kernels::pad_shape(Dims{2, 3}, Dims{-2, -2}); }, "pad");
+  // An artifact's pads: sums that overflow are errors (INT64_MAX twice once wrapped to size 2),
+  // and an empty input padded to a 2^39-long dim builds no index maps (they took 4 TiB).
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  expect_error([&] { kernels::pad_shape(Dims{4}, Dims{huge, huge}); }, "pad");
+  expect_error(
+      [&] {
+        kernels::pad_shape(Dims{4}, Dims{std::numeric_limits<int64_t>::min(), 8});
+      },
+      "pad");
+  auto empty_in = zeros(Dims{0, 4}, DType::Float32);
+  auto empty_out = zeros(Dims{0, (int64_t(1) << 39) + 4}, DType::Float32);
+  kernels::pad_out(*empty_in, Dims{0, int64_t(1) << 39}, kernels::PadMode::Replicate, 0,
+                   *empty_out);
 }
 
 TEST(Indexing, OneHot) {

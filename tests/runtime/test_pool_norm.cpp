@@ -689,6 +689,35 @@ TEST(Norm, GroupNormForwardBackward) {
                {"group_norm", "divisible by num_groups"});
 }
 
+// Empty inputs whose other dims an artifact made huge: no statistics buffers sized by them (they
+// once asked for 2 x 8 TiB), statistics outputs filled, and a group count beyond the channels
+// refused.
+TEST(Norm, EmptyInputsWithHugeDimsAllocateNothing) {
+  const int64_t huge = int64_t(1) << 40;
+  auto x = empty(Dims{huge, 0}, DType::Float32), y = empty(Dims{huge, 0}, DType::Float32);
+  layer_norm_out(*x, Dims{0}, nullptr, nullptr, 1e-5, *y, nullptr, nullptr);
+  group_norm_out(*x, 1, nullptr, nullptr, 1e-5, *y, nullptr, nullptr);
+  auto xt = empty(Dims{0, huge}, DType::Float32), yt = empty(Dims{0, huge}, DType::Float32);
+  batch_norm_out(*xt, nullptr, nullptr, nullptr, nullptr, true, 0.1, 1e-5, *yt, nullptr, nullptr);
+
+  auto x3 = empty(Dims{3, 0, 5}, DType::Float32), y3 = empty(Dims{3, 0, 5}, DType::Float32);
+  auto mean = from_vec({7, 7, 7}, Dims{3}, DType::Float32);
+  auto rstd = from_vec({7, 7, 7}, Dims{3}, DType::Float32);
+  group_norm_out(*x3, 1, nullptr, nullptr, 0.25, *y3, mean.get(), rstd.get());
+  expect_close(to_vec(*mean), {0, 0, 0}, 0, 0, "group_norm mean of nothing");
+  expect_close(to_vec(*rstd), {2, 2, 2}, 0, 0, "group_norm rstd = 1/sqrt(eps)");
+  auto xl = empty(Dims{2, 0}, DType::Float32), yl = empty(Dims{2, 0}, DType::Float32);
+  auto lm = from_vec({7, 7}, Dims{2, 1}, DType::Float32);
+  auto lr = from_vec({7, 7}, Dims{2, 1}, DType::Float32);
+  layer_norm_out(*xl, Dims{0}, nullptr, nullptr, 1e-5, *yl, lm.get(), lr.get());
+  for (double v : to_vec(*lm)) EXPECT_TRUE(std::isnan(v)) << "layer_norm mean is 0/0";
+  for (double v : to_vec(*lr)) EXPECT_TRUE(std::isnan(v)) << "layer_norm rstd is 0/0";
+
+  auto x0 = empty(Dims{1, 0}, DType::Float32), y0 = empty(Dims{1, 0}, DType::Float32);
+  expect_error([&] { group_norm_out(*x0, 2, nullptr, nullptr, 1e-5, *y0, nullptr, nullptr); },
+               {"group_norm", "num_groups (2)"});
+}
+
 TEST(Norm, LargeRowsUseVectorPaths) {
   // Long rows (> 2048 elements, several flushes of the float accumulators) and both thread counts.
   const int saved = num_threads();

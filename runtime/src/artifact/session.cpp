@@ -173,7 +173,9 @@ void Session::prepare_model() {
             KernelCall{
                 in.params.get(), {ops + st.in_begin, st.n_in}, {ops + st.out_begin, st.n_out}},
             constant);
-      } catch (const Error& e) {
+      } catch (const std::bad_alloc&) {
+        fail("kiln session", "preparing instruction ", k, " (", in.name, "): out of memory");
+      } catch (const std::exception& e) {  // kiln::Error, or a std:: one from a kernel
         fail("kiln session", "preparing instruction ", k, " (", in.name, "): ", e.what());
       }
     }
@@ -224,7 +226,9 @@ void Session::execute(std::span<const TensorImpl* const> inputs) {
       } else {
         in.fn(s_->pointers.data() + st.in_begin);
       }
-    } catch (const Error& e) {
+    } catch (const std::bad_alloc&) {
+      fail("kiln run", "instruction ", k, " (", in.name, "): out of memory");
+    } catch (const std::exception& e) {  // kiln::Error, or a std:: one from a kernel
       fail("kiln run", "instruction ", k, " (", in.name, "): ", e.what());
     }
     if (profiling) [[unlikely]]

@@ -545,7 +545,15 @@ Dims pad_shape(std::span<const int64_t> sizes, std::span<const int64_t> pad) {
   Dims out(sizes);
   for (size_t i = 0; i < pad.size() / 2; ++i) {
     const int64_t d = r - 1 - static_cast<int64_t>(i);
-    out[d] = sizes[d] + pad[2 * i] + pad[2 * i + 1];
+    // Checked: pads from an artifact may be anything (INT64_MAX twice once wrapped to size - 2).
+    // Each pad is bounded too, so that `o - left` below cannot overflow.
+    constexpr int64_t kMaxPad = int64_t(1) << 62;
+    const int64_t lo = pad[2 * i], hi = pad[2 * i + 1];
+    KILN_CHECK(lo > -kMaxPad && lo < kMaxPad && hi > -kMaxPad && hi < kMaxPad &&
+                   !__builtin_add_overflow(sizes[d], lo, &out[d]) &&
+                   !__builtin_add_overflow(out[d], hi, &out[d]),
+               op, "expected pads below 2^62 whose padded size fits in 64 bits, got ", Dims(pad),
+               " for dim ", d, " of size ", sizes[d]);
     KILN_CHECK(out[d] >= 0, op, "padding ", Dims(pad), " makes dim ", d, " of size ", sizes[d],
                " negative (", out[d], ")");
   }
@@ -557,6 +565,8 @@ void pad_out(const TensorImpl& self, std::span<const int64_t> pad, PadMode mode,
   constexpr std::string_view op = "pad";
   check_out(out, pad_shape(self.sizes(), pad), self.dtype(), op);
   const int64_t r = self.dim();
+  // Nothing to write (and no index maps: an empty input's padded dims may be 2^40 long).
+  if (out.numel() == 0) return;
   // Per dim: the source index of every output index, -1 for the constant.
   std::vector<std::vector<int64_t>> maps(static_cast<size_t>(r));
   for (int64_t d = 0; d < r; ++d) {

@@ -107,6 +107,13 @@ inline void write_param(TensorImpl& t, const std::vector<double>& v) {
   copy_(t, *d);
 }
 
+// Every element of t = v, without a buffer the size of t (statistics of an empty input may have
+// any length an artifact declares).
+inline void fill_param(TensorImpl& t, double v) {
+  const Dims broadcast(static_cast<size_t>(t.dim()), 0);
+  copy_(t, *from_blob(&v, t.sizes(), DType::Float64, broadcast));
+}
+
 // Calls fn(float{}) or fn(double{}) (the compute type for a f32/f64 tensor).
 template <typename Fn>
 void dispatch_fd(DType d, Fn&& fn) {

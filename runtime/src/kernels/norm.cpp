@@ -7,6 +7,7 @@
 // Σgy·(x-mean), then gx = k1·gy + k2·x + k3.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kiln/runtime/kernels/norm.h"
@@ -120,6 +121,11 @@ void batch_norm_out(const TensorImpl& input, const TensorImpl* weight, const Ten
   if (!training) {
     KILN_CHECK(running_mean && running_var, op,
                "expected running_mean and running_var in inference mode, got none");
+  }
+  if (input.numel() == 0) {  // no statistics, running ones unchanged; no buffers of C (2^40?)
+    if (save_mean) fill_param(*save_mean, 0.0);
+    if (save_invstd) fill_param(*save_invstd, 0.0);
+    return;
   }
   const int64_t M = N * S;  // values per channel
   if (training && input.numel() > 0) {
@@ -319,6 +325,11 @@ void layer_norm_out(const TensorImpl& input, std::span<const int64_t> normalized
   check_param(op, bias, normalized_shape, "bias");
   check_stat(op, mean_out, M, "mean");
   check_stat(op, rstd_out, M, "rstd");
+  if (input.numel() == 0) {  // no per-row buffers: M may be 2^40 with D = 0 (stats 0/0)
+    if (mean_out) fill_param(*mean_out, std::numeric_limits<double>::quiet_NaN());
+    if (rstd_out) fill_param(*rstd_out, std::numeric_limits<double>::quiet_NaN());
+    return;
+  }
   const DType cd = compute_dtype(input.dtype());
   auto x = input_as(input, cd);
   OutTarget y(&out, cd);
@@ -451,7 +462,8 @@ void group_norm_dims(std::string_view op, const TensorImpl& input, int64_t G, in
              dims_str(input.sizes()));
   N = input.size(0), C = input.size(1);
   KILN_CHECK(G >= 1, op, "expected num_groups >= 1, got ", G);
-  KILN_CHECK(C % G == 0, op, "expected channels (", C, ") divisible by num_groups (", G, ")");
+  KILN_CHECK(C % G == 0 && G <= std::max<int64_t>(C, 1), op, "expected channels (", C,
+             ") divisible by num_groups (", G, ") and at least as many");
   S = 1;
   for (int64_t d = 2; d < input.dim(); ++d) S *= input.size(d);
 }
@@ -471,6 +483,11 @@ void group_norm_out(const TensorImpl& input, int64_t G, const TensorImpl* weight
   check_param(op, bias, cs, "bias");
   check_stat(op, mean_out, N * G, "mean");
   check_stat(op, rstd_out, N * G, "rstd");
+  if (input.numel() == 0) {  // no per-group buffers: N may be 2^40 with C = 0
+    if (mean_out) fill_param(*mean_out, 0.0);
+    if (rstd_out) fill_param(*rstd_out, 1.0 / std::sqrt(eps));
+    return;
+  }
   const int64_t Cg = C / G, D = Cg * S, P = N * C;
   const DType cd = compute_dtype(input.dtype());
   auto x = input_as(input, cd);

@@ -150,8 +150,9 @@ void run_fill(const KernelCall& c) {
     T value{};
     if constexpr (std::is_integral_v<T>) {
       // Out-of-range float -> integer conversion is undefined: refuse it.
+      // (max() + 1 is exact in double, max() itself may round up to it: int64's 2^63.)
       KILN_CHECK(v >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
-                     v <= static_cast<double>(std::numeric_limits<T>::max()),
+                     v < std::ldexp(1.0, std::numeric_limits<T>::digits),
                  "fill", "value ", v, " does not fit ", dtype_short_name(o.dtype()));
       value = static_cast<T>(v);
     } else {

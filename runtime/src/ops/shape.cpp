@@ -113,8 +113,15 @@ void run_slice(const KernelCall& c) {
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Dims sizes = x.sizes(), strides = x.strides();
-  sizes[d] = (end - start + p.v[3] - 1) / p.v[3];
-  strides[d] *= p.v[3];
+  // Without forming len + step - 1 or stride * step for a step near 2^63 (an artifact's):
+  // a slice of at most one element keeps its stride.
+  const int64_t len = end - start;
+  sizes[d] = len == 0 ? 0 : 1 + (len - 1) / p.v[3];
+  if (sizes[d] > 1) {
+    KILN_CHECK(!__builtin_mul_overflow(strides[d], p.v[3], &strides[d]), "slice",
+               "expected a step whose stride fits in 64 bits, got step ", p.v[3], " over stride ",
+               x.strides()[d]);
+  }
   copy_view("slice", x, sizes, strides, start * x.strides()[d], out(c));
 }
 
