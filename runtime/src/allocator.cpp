@@ -41,6 +41,9 @@ State& state() {
 
 void* CpuAllocator::allocate(size_t nbytes) {
   State& s = state();
+  // Rounding up to a size class must not wrap (a size from a corrupt file near SIZE_MAX would
+  // become a tiny block): such a request is out of memory anyway.
+  if (nbytes > (size_t{1} << 62)) throw std::bad_alloc();
   const size_t cls = class_size(nbytes == 0 ? 1 : nbytes);
   const bool cacheable = cls <= s.max_cached_block;
   {

@@ -7,13 +7,13 @@
 
 #include "kiln/runtime/c_api.h"
 
-#define CHECK(cond)                                                \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", \
-              __FILE__, __LINE__, #cond, kiln_last_error());       \
-      return 1;                                                    \
-    }                                                              \
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              kiln_last_error());                                                              \
+      return 1;                                                                                \
+    }                                                                                          \
   } while (0)
 
 static size_t numel(const kiln_tensor_info* t) {
@@ -68,8 +68,9 @@ int main(int argc, char** argv) {
    * rounding of the prepared algorithms. */
   kiln_load_options options;
   kiln_load_options_init(&options);
-  CHECK(options.prepare_weights == 1 && options.populate == 1);
+  CHECK(options.prepare_weights == 1 && options.populate == 1 && options.allow_native_code == 1);
   options.prepare_weights = 0;
+  options.allow_native_code = 0; /* this artifact runs runtime kernels only */
   kiln_model* plain = NULL;
   CHECK(kiln_model_load_with_options(argv[1], &options, &plain, NULL) == KILN_OK);
   kiln_session* s3 = NULL;
@@ -86,8 +87,7 @@ int main(int argc, char** argv) {
   free(y3);
   kiln_session_free(s3);
   kiln_model_free(plain);
-  CHECK(kiln_model_load_with_options(NULL, &options, &plain, NULL) ==
-        KILN_ERROR_INVALID_ARGUMENT);
+  CHECK(kiln_model_load_with_options(NULL, &options, &plain, NULL) == KILN_ERROR_INVALID_ARGUMENT);
   yt.data = y1;
 
   /* A wrong shape is a guard error naming the input. */

@@ -672,6 +672,17 @@ TEST(Artifact, CompiledFunctionFromEmbeddedSharedObject) {
   for (int i = 0; i < 8; ++i) {
     EXPECT_FLOAT_EQ(z[0]->data_ptr<float>()[i], std::max(2.0f * x[i] + y[i], 0.0f));
   }
+  // A service that does not trust its files refuses native code at load.
+  rt::LoadOptions no_native;
+  no_native.allow_native_code = false;
+  try {
+    rt::Model::from_bytes(a.build(), rt::builtin_registry(), no_native);
+    ADD_FAILURE() << "expected the code object to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("code object 0 (x86_64-unknown-linux-gnu) is native code"),
+              std::string::npos)
+        << e.what();
+  }
   // A symbol the code object does not define is a load-time error.
   a.code[0].symbols = {"kiln_test_missing"};
   a.instrs[0].symbol = "kiln_test_missing";

@@ -27,6 +27,18 @@ TEST(Allocator, AlignedAndCountsBytes) {
   EXPECT_EQ(a.stats().bytes_in_use, before.bytes_in_use);
 }
 
+// Sizes near SIZE_MAX once rounded up to a size class of a few bytes; now they are out of
+// memory, and the statistics are untouched.
+TEST(Allocator, HugeRequestsThrowBadAlloc) {
+  auto& a = cpu_allocator();
+  const auto before = a.stats();
+  for (size_t n : {std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max() - 63,
+                   (size_t{1} << 63) + 1})
+    EXPECT_THROW(a.allocate(n), std::bad_alloc) << n;
+  EXPECT_EQ(a.stats().bytes_in_use, before.bytes_in_use);
+  EXPECT_EQ(a.stats().allocations, before.allocations);
+}
+
 TEST(Allocator, ReusesCachedBlocksAndReleasesThem) {
   auto& a = cpu_allocator();
   void* p = a.allocate(4096);

@@ -100,6 +100,7 @@ void kiln_load_options_init(kiln_load_options* options) {
   const kiln::rt::LoadOptions defaults;
   options->prepare_weights = defaults.prepare_weights ? 1 : 0;
   options->populate = defaults.populate ? 1 : 0;
+  options->allow_native_code = defaults.allow_native_code ? 1 : 0;
 }
 
 kiln_status kiln_model_load(const char* path, kiln_model** model, char** error_message) {
@@ -114,8 +115,10 @@ kiln_status kiln_model_load_with_options(const char* path, const kiln_load_optio
   kiln_status s = KILN_OK;
   try {
     kiln::rt::LoadOptions lo;
-    if (options)
+    if (options) {
       lo.prepare_weights = options->prepare_weights != 0, lo.populate = options->populate != 0;
+      lo.allow_native_code = options->allow_native_code != 0;
+    }
     *model = new kiln_model{kiln::rt::Model::load(path, kiln::rt::builtin_registry(), lo)};
   } catch (const std::exception& e) {
     s = from_exception(e, KILN_ERROR_INVALID_ARTIFACT);

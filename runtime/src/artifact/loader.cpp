@@ -42,6 +42,7 @@ struct Checker {
   const Registry& registry;
   uint64_t segment_size = 0;
   const uint8_t* segment = nullptr;
+  bool allow_native_code = true;  // LoadOptions::allow_native_code
 
   void blobs() {
     if (!m.weights()) return;
@@ -191,6 +192,8 @@ struct Checker {
                  " out of range");
       const std::string triple = str(c->target_triple());
       if (triple.substr(0, triple.find('-')) != host_arch()) continue;
+      KILN_CHECK(allow_native_code, kOp, "code object ", i, " (", triple,
+                 ") is native code and LoadOptions::allow_native_code is off");
       const BlobInfo& blob = out.blobs[c->blob()];
       out.stats.code_bytes += blob.size;
       out.code.push_back(load_code_object(blob.data, blob.size, "code object " + triple));
@@ -393,6 +396,7 @@ std::unique_ptr<Model::Impl> verify_and_decode(std::unique_ptr<Mapping> file,
       impl->metadata.emplace_back(kv->key()->str(), str(kv->value()));
   }
   Checker c{m, *impl, registry};
+  c.allow_native_code = options.allow_native_code;
   const uint64_t seg = align64(uint64_t{fb_size} + 4);
   c.segment_size = seg <= size ? size - seg : 0;
   c.segment = data + std::min<uint64_t>(seg, size);

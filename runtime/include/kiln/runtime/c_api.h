@@ -78,6 +78,9 @@ typedef struct kiln_load_options {
   int prepare_weights;
   /* Nonzero (default): map the weights' pages at load (no page faults in the first run). */
   int populate;
+  /* Nonzero (default): load the artifact's compiled code for this host (dlopen: native code
+   * runs). Zero: such a file is refused, for services loading files they do not trust. */
+  int allow_native_code;
 } kiln_load_options;
 /* Fills the defaults. */
 void kiln_load_options_init(kiln_load_options* options);

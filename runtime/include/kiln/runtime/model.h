@@ -44,6 +44,10 @@ struct LoadOptions {
   // for Winograd: faster runs for more memory, e.g. ResNet-18 +71 MiB). false: kernels read the
   // weights as stored (for memory-constrained devices).
   bool prepare_weights = true;
+  // Load the artifact's compiled code for this host (an ELF object, dlopen'ed: it runs native
+  // code). false: such a file is refused at load, for services that load files they do not
+  // trust (the verifier bounds what the interpreted plan can do, not what native code does).
+  bool allow_native_code = true;
 };
 
 // What `kiln inspect` shows; filled from the verified file.
