@@ -64,7 +64,10 @@ class Pool {
     stop();
     threads_ = std::max(1, threads);
     stopping_.store(false);
-    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+    // The generation as of now, not as of the thread's start: a worker that starts after the
+    // next job was published would otherwise take it for an old one and sit it out.
+    const uint64_t now = generation_.load(std::memory_order_acquire);
+    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, now] { worker_loop(now); });
   }
 
   void run(int64_t begin, int64_t end, int64_t grain, const RangeFn& fn) {
@@ -131,9 +134,8 @@ class Pool {
     }
   }
 
-  void worker_loop() {
+  void worker_loop(uint64_t seen) {
     tls_in_parallel = true;
-    uint64_t seen = generation_.load(std::memory_order_acquire);
     for (;;) {
       // `active_` is raised before the generation is re-read, so a job's fields cannot change
       // under a worker that is about to work on it (run() waits for active_ == 0 first).
