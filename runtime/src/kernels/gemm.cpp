@@ -726,10 +726,13 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
   }
   const int64_t nc = round_up(ceil_div(N, nblocks), NR);
   nblocks = ceil_div(N, nc);
+  // A few A slivers with row-major B: the kernel reads B in place (packing would only add a
+  // second pass over B); only a ragged last panel is packed. Beyond one sliver each panel is read
+  // once per sliver, so it must stay in L1 (K x NR floats <= 32 KiB): MobileNetV2's projections
+  // to 16-32 channels run 12-19% faster than with B packed.
+  const bool direct_b =
+      !packed_b && !tb && (M <= MR || (M <= 3 * MR && K * NR <= (int64_t(32) << 10) / 4));
   // One B block: its packed copy is shared by all threads, which split the A slivers instead.
-  // A single A sliver with row-major B: the kernel reads B in place (packing would only add a
-  // second pass over B); only a ragged last panel is packed.
-  const bool direct_b = !packed_b && !tb && M <= MR;
   const bool shared_b = !packed_b && !direct_b && nblocks == 1 && nth > 1;
 
   // B packed and A small (few rows: convs over small feature maps): pack all of A first, then each
@@ -839,10 +842,12 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
           ks.pack_b(false, Bblk + full * NR, ldb, kb, N - full * NR, bshared);
         pfor(0, panels, 4, [&](int64_t q0, int64_t q1) {
           for (int64_t q = q0; q < q1; ++q) {
-            if (q < full)
-              tile(0, q * NR, Bblk + q * NR, ldb);
-            else
-              tile(0, q * NR, bshared, NR);
+            for (int64_t s = 0; s < slivers; ++s) {
+              if (q < full)
+                tile(s, q * NR, Bblk + q * NR, ldb);
+              else
+                tile(s, q * NR, bshared, NR);
+            }
           }
         });
       } else if (shared_b) {
