@@ -1,6 +1,7 @@
 /* The C API from C (this file is compiled as C99): load, introspect, run, errors.
  * usage: kiln_c_api_test MODEL.kiln  (an artifact with one f32 input and one f32 output) */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,17 @@ int main(int argc, char** argv) {
   kiln_load_options options;
   kiln_load_options_init(&options);
   CHECK(options.prepare_weights == 1 && options.populate == 1 && options.allow_native_code == 1);
+  CHECK(options.struct_size == sizeof(kiln_load_options));
+  /* A program built before allow_native_code existed: the library writes and reads only what
+   * its struct_size covers. */
+  kiln_load_options older;
+  memset(&older, 0x7f, sizeof older);
+  kiln_load_options_init_sized(&older, offsetof(kiln_load_options, allow_native_code));
+  CHECK(older.struct_size == offsetof(kiln_load_options, allow_native_code));
+  CHECK(older.prepare_weights == 1 && older.allow_native_code == 0x7f7f7f7f);
+  kiln_model* with_older = NULL;
+  CHECK(kiln_model_load_with_options(argv[1], &older, &with_older, NULL) == KILN_OK);
+  kiln_model_free(with_older);
   options.prepare_weights = 0;
   options.allow_native_code = 0; /* this artifact runs runtime kernels only */
   kiln_model* plain = NULL;

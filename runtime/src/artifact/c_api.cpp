@@ -3,6 +3,8 @@
 
 #include "kiln/runtime/c_api.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -95,12 +97,19 @@ size_t kiln_dtype_size(kiln_dtype d) {
   return kiln::dtype_size(static_cast<kiln::DType>(d));
 }
 
-void kiln_load_options_init(kiln_load_options* options) {
-  if (!options) return;
+// Whether `field` lies within the first `size` bytes of the caller's kiln_load_options.
+#define KILN_OPTION_IN(size, field) \
+  (offsetof(kiln_load_options, field) + sizeof(kiln_load_options::field) <= (size))
+
+void kiln_load_options_init_sized(kiln_load_options* options, size_t struct_size) {
+  if (!options || struct_size < sizeof(size_t)) return;
   const kiln::rt::LoadOptions defaults;
-  options->prepare_weights = defaults.prepare_weights ? 1 : 0;
-  options->populate = defaults.populate ? 1 : 0;
-  options->allow_native_code = defaults.allow_native_code ? 1 : 0;
+  options->struct_size = std::min(struct_size, sizeof(kiln_load_options));
+  if (KILN_OPTION_IN(struct_size, prepare_weights))
+    options->prepare_weights = defaults.prepare_weights ? 1 : 0;
+  if (KILN_OPTION_IN(struct_size, populate)) options->populate = defaults.populate ? 1 : 0;
+  if (KILN_OPTION_IN(struct_size, allow_native_code))
+    options->allow_native_code = defaults.allow_native_code ? 1 : 0;
 }
 
 kiln_status kiln_model_load(const char* path, kiln_model** model, char** error_message) {
@@ -115,9 +124,12 @@ kiln_status kiln_model_load_with_options(const char* path, const kiln_load_optio
   kiln_status s = KILN_OK;
   try {
     kiln::rt::LoadOptions lo;
-    if (options) {
-      lo.prepare_weights = options->prepare_weights != 0, lo.populate = options->populate != 0;
-      lo.allow_native_code = options->allow_native_code != 0;
+    if (options) {  // fields past the caller's struct_size keep their defaults
+      const size_t n = options->struct_size;
+      if (KILN_OPTION_IN(n, prepare_weights)) lo.prepare_weights = options->prepare_weights != 0;
+      if (KILN_OPTION_IN(n, populate)) lo.populate = options->populate != 0;
+      if (KILN_OPTION_IN(n, allow_native_code))
+        lo.allow_native_code = options->allow_native_code != 0;
     }
     *model = new kiln_model{kiln::rt::Model::load(path, kiln::rt::builtin_registry(), lo)};
   } catch (const std::exception& e) {

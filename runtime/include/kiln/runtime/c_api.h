@@ -72,7 +72,11 @@ size_t kiln_dtype_size(kiln_dtype dtype);
 /* error_message: optional; on failure receives a malloc'ed copy of the message. */
 kiln_status kiln_model_load(const char* path, kiln_model** model, char** error_message);
 
+/* Options grow at the end only. struct_size (set by kiln_load_options_init) records the size the
+ * caller was compiled with: a newer library reads and writes only the fields it covers and
+ * takes the defaults for the rest, so older programs keep working. */
 typedef struct kiln_load_options {
+  size_t struct_size;
   /* Nonzero (default): kernels prepare constant weights once (packed or Winograd-transformed
    * conv weights: faster, more memory). Zero: they read the weights as stored. */
   int prepare_weights;
@@ -82,8 +86,10 @@ typedef struct kiln_load_options {
    * runs). Zero: such a file is refused, for services loading files they do not trust. */
   int allow_native_code;
 } kiln_load_options;
-/* Fills the defaults. */
-void kiln_load_options_init(kiln_load_options* options);
+/* Fills the defaults and struct_size; call through the macro, which passes this header's size. */
+void kiln_load_options_init_sized(kiln_load_options* options, size_t struct_size);
+#define kiln_load_options_init(options) \
+  kiln_load_options_init_sized((options), sizeof(kiln_load_options))
 /* kiln_model_load with options (NULL: the defaults). */
 kiln_status kiln_model_load_with_options(const char* path, const kiln_load_options* options,
                                          kiln_model** model, char** error_message);
