@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "conv_internal.h"
@@ -191,15 +192,17 @@ constexpr int64_t kNarrowWo = 32;
 constexpr int64_t kNarrow3x3Wo = 128;
 
 // Per-thread plane buffers are bounded: padding and dilation from an artifact can make the padded
-// plane of a 1x1 output 2^61 floats (whose byte count wraps). Beyond the bound the caller takes
-// the im2col path, whose buffers follow the output instead.
-constexpr int64_t kMaxPlaneFloats = int64_t(1) << 26;
+// plane of a 1x1 output 2^61 floats (whose byte count wraps). The bound follows the input plane
+// (with legal-sized padding the buffers are 1-8 planes: large images keep this path) with a floor
+// of 2^26 floats; beyond it the caller takes the im2col path, whose buffers follow the output.
+constexpr int64_t kMinPlaneBound = int64_t(1) << 26;
 
-// a * b * c when it is at most kMaxPlaneFloats, else -1.
-int64_t plane_floats(int64_t a, int64_t b, int64_t c) {
-  int64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r) || __builtin_mul_overflow(r, c, &r) || r > kMaxPlaneFloats)
-    return -1;
+// a * b * c when it is at most the bound for g's input plane, else -1.
+int64_t plane_floats(const ConvGeom& g, int64_t a, int64_t b, int64_t c) {
+  int64_t bound = 0, r = 0;
+  if (__builtin_mul_overflow(g.HW(), 16, &bound)) bound = std::numeric_limits<int64_t>::max();
+  bound = std::max(bound, kMinPlaneBound);
+  if (__builtin_mul_overflow(a, b, &r) || __builtin_mul_overflow(r, c, &r) || r > bound) return -1;
   return r;
 }
 // Spare pixels after B and O for narrow_compute_3x3's whole steps of 4 outputs.
@@ -404,7 +407,7 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
   // Both within the padded input (make_geom): no overflow.
   ng.Hb = (g.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1;
   ng.Wb = (g.Wo - 1) * g.sw + (g.KW - 1) * g.dw + 1;
-  const int64_t b_floats = plane_floats(ng.Hb, ng.Wb, kV);
+  const int64_t b_floats = plane_floats(g, ng.Hb, ng.Wb, kV);
   if (b_floats < 0) return false;
   const int64_t howo = g.HoWo(), KK = g.KH * g.KW;
   ng.out_px = (howo + kV - 1) / kV * kV;
@@ -481,7 +484,7 @@ bool depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, con
   const int64_t max_q = (g.KW - 1) * g.dw / g.sw;          // largest column offset of a tap
   const int64_t need = (g.Wo + kV - 1) / kV * kV + max_q;  // widest vector read + 1
   proto.pitch = (need + kV - 1) / kV * kV;
-  const int64_t buf_elems = plane_floats(proto.phases, proto.rows, proto.pitch);
+  const int64_t buf_elems = plane_floats(g, proto.phases, proto.rows, proto.pitch);
   if (buf_elems < 0) return false;
   const int64_t planes = g.N * g.C, howo = g.HoWo(), KK = g.KH * g.KW;
   const bool vec_act = vector_activation(ep.activation);

@@ -67,7 +67,8 @@ void winograd_conv2d_f32(const ConvGeom& g, const WinogradWeight& w, const float
 
 // y[N, C, Ho, Wo] = depthwise(x, w) + bias, then residual and activation. All contiguous.
 // bias / residual may be null. False (nothing written) when padding or dilation would make the
-// per-thread plane buffers larger than 2^26 floats: the caller then uses the im2col path.
+// per-thread plane buffers larger than max(2^26, 16 input planes) floats: the caller then uses
+// the im2col path.
 bool depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, const float* bias,
                           const float* residual, float* y, const ConvEpilogue& ep);
 

@@ -191,7 +191,7 @@ void run_rows(const Geometry& g, const Data& d, const MBConvParams& p, int64_t n
     dg.N = 1, dg.C = g.E, dg.H = rows, dg.W = W, dg.O = g.E, dg.KH = g.KH, dg.KW = g.KW;
     dg.G = g.E, dg.Cg = 1, dg.Og = 1, dg.sh = g.sh, dg.sw = g.sw, dg.ph = 0, dg.pw = g.pw;
     dg.Ho = r, dg.Wo = g.Wo;
-    // False only for planes past the depthwise kernel's 2^26-float buffers (W near 2^26).
+    // False only for bands past the depthwise kernel's buffer bound (W near 2^26).
     KILN_CHECK(conv_detail::depthwise_conv2d_f32(dg, eb, d.wd, d.bd, nullptr, db, e_dw), kOp,
                "expected a depthwise band of at most 2^26 floats, got ", rows, " rows of ", W,
                " columns");
