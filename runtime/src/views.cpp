@@ -45,7 +45,8 @@ bool compute_view_strides(const TensorImpl& t, std::span<const int64_t> sizes, D
   int64_t view_numel = 1;
   for (int64_t d = static_cast<int64_t>(old_sizes.size()) - 1; d >= 0; --d) {
     tensor_numel *= old_sizes[d];
-    if (d == 0 || (old_sizes[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
+    if (d == 0 ||
+        (old_sizes[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
       while (view_d >= 0 && (view_numel < tensor_numel || sizes[view_d] == 1)) {
         strides_out[view_d] = view_numel * chunk_base_stride;
         view_numel *= sizes[view_d];
@@ -65,9 +66,9 @@ bool compute_view_strides(const TensorImpl& t, std::span<const int64_t> sizes, D
 TensorImplPtr view(const TensorImpl& t, std::span<const int64_t> sizes) {
   Dims shape = infer_size(sizes, t.numel(), "view");
   Dims strides;
-  KILN_CHECK(compute_view_strides(t, shape, strides), "view",
-             "view size ", shape, " is not compatible with input sizes ", t.sizes(), " and strides ",
-             t.strides(), " (at least one dimension spans two contiguous subspaces); use reshape");
+  KILN_CHECK(compute_view_strides(t, shape, strides), "view", "view size ", shape,
+             " is not compatible with input sizes ", t.sizes(), " and strides ", t.strides(),
+             " (at least one dimension spans two contiguous subspaces); use reshape");
   return make_view(t, std::move(shape), std::move(strides), t.storage_offset());
 }
 
@@ -119,8 +120,15 @@ TensorImplPtr slice(const TensorImpl& t, int64_t dim, int64_t start, int64_t end
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Dims sizes = t.sizes(), strides = t.strides();
-  sizes[dim] = (end - start + step - 1) / step;
-  strides[dim] *= step;
+  // Without forming len + step - 1 or stride * step for a step near 2^63: a slice of at most
+  // one element keeps its stride.
+  const int64_t len = end - start;
+  sizes[dim] = len == 0 ? 0 : 1 + (len - 1) / step;
+  if (sizes[dim] > 1) {
+    KILN_CHECK(!__builtin_mul_overflow(strides[dim], step, &strides[dim]), "slice",
+               "expected a step whose stride fits in 64 bits, got step ", step, " over stride ",
+               t.strides()[dim]);
+  }
   return make_view(t, std::move(sizes), std::move(strides),
                    t.storage_offset() + start * t.strides()[dim]);
 }
@@ -139,8 +147,8 @@ TensorImplPtr select(const TensorImpl& t, int64_t dim, int64_t index) {
   KILN_CHECK(t.dim() > 0, "select", "cannot select from a 0-dim tensor");
   dim = wrap_dim(dim, t.dim(), "select");
   const int64_t n = t.sizes()[dim];
-  KILN_CHECK(index >= -n && index < n, "select", "index ", index,
-             " out of range for dimension ", dim, " of size ", n);
+  KILN_CHECK(index >= -n && index < n, "select", "index ", index, " out of range for dimension ",
+             dim, " of size ", n);
   if (index < 0) index += n;
   Dims sizes = t.sizes(), strides = t.strides();
   const int64_t offset = t.storage_offset() + index * strides[dim];
@@ -169,9 +177,9 @@ TensorImplPtr expand(const TensorImpl& t, std::span<const int64_t> target) {
       sizes[i] = have;
       strides[i] = t.strides()[j];
     } else {
-      KILN_CHECK(have == 1, "expand", "the expanded size ", want,
-                 " must match the existing size ", have, " at non-singleton dim ", i,
-                 ": target ", Dims(target), ", tensor ", t.sizes());
+      KILN_CHECK(have == 1, "expand", "the expanded size ", want, " must match the existing size ",
+                 have, " at non-singleton dim ", i, ": target ", Dims(target), ", tensor ",
+                 t.sizes());
       sizes[i] = want;
       strides[i] = 0;
     }
@@ -204,8 +212,7 @@ TensorImplPtr squeeze(const TensorImpl& t, int64_t dim) {
 TensorImplPtr unsqueeze(const TensorImpl& t, int64_t dim) {
   dim = wrap_dim(dim, t.dim() + 1, "unsqueeze");
   Dims sizes = t.sizes(), strides = t.strides();
-  const int64_t stride =
-      dim < t.dim() ? sizes[dim] * strides[dim] : 1;
+  const int64_t stride = dim < t.dim() ? sizes[dim] * strides[dim] : 1;
   sizes.insert(dim, 1);
   strides.insert(dim, stride);
   return make_view(t, std::move(sizes), std::move(strides), t.storage_offset());

@@ -1,6 +1,7 @@
 // Views share storage and address the same elements a naive index computation does.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <numeric>
 
 #include "kiln/runtime/kernels/copy.h"
@@ -47,6 +48,11 @@ TEST(Views, SliceWithStepNarrowSelect) {
   auto neg = views::slice(*t, 0, -3, 100);  // 7, 8, 9
   EXPECT_EQ(neg->sizes(), (Dims{3}));
   EXPECT_EQ(at(*neg, {0}), 7);
+  // A step near 2^63: one element (size and stride arithmetic once overflowed).
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  auto one = views::slice(*t, 0, 2, max, max);
+  EXPECT_EQ(one->sizes(), (Dims{1}));
+  EXPECT_EQ(at(*one, {0}), 2);
   auto m = iota({3, 4});
   auto row = views::select(*m, 0, -1);
   EXPECT_EQ(row->sizes(), (Dims{4}));
