@@ -131,18 +131,22 @@ inline double row_sum(const float* x, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   double total = 0.0;
   int64_t i = 0;
-  while (i + 32 <= n) {
+  while (i + 8 <= n) {
     // Flush to double every 2048 elements to bound float rounding.
-    const int64_t stop = std::min(n - 31, i + 2048);
-    for (; i < stop; i += 32) {
+    const int64_t stop = std::min(n, i + 2048);
+    for (; i + 32 <= stop; i += 32) {
       a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
       a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
       a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
       a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
     }
+    // Whole vectors of the rest too: short rows (a global pool's 7x7 = 49) were mostly scalar.
+    for (; i + 8 <= stop; i += 8) a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i));
     alignas(32) float t[8];
     _mm256_store_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (float v : t) total += v;
+    // A tree, not a chain of 8 dependent adds.
+    total += (double(t[0]) + t[1] + (double(t[2]) + t[3])) +
+             (double(t[4]) + t[5] + (double(t[6]) + t[7]));
     a0 = a1 = a2 = a3 = _mm256_setzero_ps();
   }
   for (; i < n; ++i) total += x[i];

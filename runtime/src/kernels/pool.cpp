@@ -290,6 +290,10 @@ void adaptive_fwd(int64_t planes, int64_t H, int64_t W, int64_t Ho, int64_t Wo, 
     for (int64_t p = p0; p < p1; ++p) {
       const T* xp = x + p * H * W;
       T* yp = y + p * Ho * Wo;
+      if (Ho == 1 && Wo == 1) {  // global pooling: one vectorized sum per plane
+        yp[0] = static_cast<T>(row_sum(xp, H * W) / static_cast<double>(H * W));
+        continue;
+      }
       for (int64_t oh = 0; oh < Ho; ++oh) {
         const int64_t hs = adaptive_start(oh, Ho, H), he = adaptive_end(oh, Ho, H);
         for (int64_t ow = 0; ow < Wo; ++ow) {
