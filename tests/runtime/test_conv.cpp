@@ -114,6 +114,9 @@ std::vector<Case> forward_cases() {
       {2, 9, 1, 1, 9, 3, 3, P(1, 1, 1, 1, 1, 1, 9)},    // depthwise, a single output pixel
       {1, 5, 9, 90, 5, 3, 3, P(2, 2, 1, 1, 1, 1, 5)},   // depthwise s2, 45 wide (interleaved)
       {1, 3, 6, 150, 3, 3, 3, P(1, 1, 1, 1, 1, 1, 3)},  // depthwise, 150 wide (vector body)
+      {1, 5, 99, 90, 5, 3, 3, P(2, 2, 1, 1, 1, 1, 5)},  // depthwise s2, 5 bands of 10 rows
+      {1, 8, 99, 20, 8, 3, 3, P(1, 1, 1, 1, 1, 1, 8)},  // depthwise, 2 bands
+      {1, 3, 99, 30, 3, 5, 5, P(1, 1, 2, 2, 1, 1, 3)},  // depthwise 5x5, 2 bands
       {1, 2, 6, 6, 6, 3, 3, P(1, 1, 1, 1, 1, 1, 2)},    // channel multiplier (not depthwise path)
       {1, 3, 1, 1, 2, 1, 1, P(1, 1, 0, 0)},             // 1x1 image
       {2, 3, 5, 5, 4, 5, 5, P(1, 1, 0, 0)},             // kernel == input

@@ -271,7 +271,9 @@ inline void store_first(float* dst, const __m256* r, int64_t n) {
 }
 
 // B[(ih+ph)*Wb + iw+pw][j] = x_j[ih][iw] for the cb <= 8 planes x_j = src + j*HW.
-void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const float* src, int cb, float* B) {
+// `plane`: the floats between two channels' planes of src.
+void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const float* src, int64_t plane, int cb,
+                 float* B) {
   const int64_t rows = std::min(g.H, ng.Hb - g.ph), cols = std::min(g.W, ng.Wb - g.pw);
   const __m256 zero = _mm256_setzero_ps();
   for (int64_t ih = 0; ih < rows; ++ih) {
@@ -281,7 +283,7 @@ void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const float* src, int 
       const __m256i m = tail_mask(n);
       __m256 r[8];
       for (int j = 0; j < 8; ++j) {
-        const float* p = src + j * g.HW() + ih * g.W + iw;
+        const float* p = src + j * plane + ih * g.W + iw;
         r[j] = j >= cb ? zero : n == kV ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m);
       }
       transpose8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
@@ -361,11 +363,12 @@ void narrow_compute_3x3(const ConvGeom& g, const NarrowGeom& ng, const float* B,
   }
 }
 
-// y_j[p] = act(O[p][j]) for the cb planes y_j = dst + j*howo (`act`: a vector activation
-// applied on the way out, or none).
-void narrow_store(int64_t howo, const float* O, int cb, float* dst, const ConvEpilogue* act) {
-  for (int64_t p = 0; p < howo; p += kV) {
-    const int64_t n = std::min<int64_t>(kV, howo - p);
+// y_j[p] = act(O[p][j]) for p < count and the cb planes y_j = dst + j*plane (`act`: a vector
+// activation applied on the way out, or none).
+void narrow_store(int64_t count, int64_t plane, const float* O, int cb, float* dst,
+                  const ConvEpilogue* act) {
+  for (int64_t p = 0; p < count; p += kV) {
+    const int64_t n = std::min<int64_t>(kV, count - p);
     __m256 r[8];
     for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(O + (p + k) * kV);  // O has out_px rows
     if (act)
@@ -373,7 +376,7 @@ void narrow_store(int64_t howo, const float* O, int cb, float* dst, const ConvEp
     transpose8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
     const __m256i m = tail_mask(n);
     for (int j = 0; j < cb; ++j) {
-      float* q = dst + j * howo + p;
+      float* q = dst + j * plane + p;
       if (n == kV) {
         _mm256_storeu_ps(q, r[j]);
       } else {
@@ -401,16 +404,28 @@ void plane_epilogue(float* y, const float* res, int64_t n, const ConvEpilogue& e
   for (; i < n; ++i) y[i] = apply_activation(y[i] + (res ? res[i] : 0.0f), e);
 }
 
+// Output rows per band: B's band (rows x Wb x 8 floats) near 64 KiB, so that B and O stay in
+// L2 for wide planes (112 x 112: 15 of 112 rows); narrow planes are one band.
+int64_t narrow_band_rows(const ConvGeom& g, const NarrowGeom& ng) {
+  const int64_t eff_h = (g.KH - 1) * g.dh + 1;
+  const int64_t fit = (int64_t(16) << 10) / (ng.Wb * kV);  // B rows in 64 KiB
+  return std::clamp<int64_t>(fit > eff_h ? (fit - eff_h) / g.sh + 1 : 1, 1, g.Ho);
+}
+
 bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const float* bias,
                       const float* residual, float* y, const ConvEpilogue& ep) {
   NarrowGeom ng;
   // Both within the padded input (make_geom): no overflow.
   ng.Hb = (g.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1;
   ng.Wb = (g.Wo - 1) * g.sw + (g.KW - 1) * g.dw + 1;
-  const int64_t b_floats = plane_floats(g, ng.Hb, ng.Wb, kV);
-  if (b_floats < 0) return false;
+  if (plane_floats(g, ng.Hb, ng.Wb, kV) < 0) return false;
+  // Bands of R output rows: a band is a conv of its own (rows [lo, lo + Hb_band) of the padded
+  // input, top padding only where lo < 0), run through the same fill/compute/store.
+  const int64_t R = narrow_band_rows(g, ng);
+  const int64_t band_hb = (R - 1) * g.sh + (g.KH - 1) * g.dh + 1;
+  const int64_t b_floats = band_hb * ng.Wb * kV;
   const int64_t howo = g.HoWo(), KK = g.KH * g.KW;
-  ng.out_px = (howo + kV - 1) / kV * kV;
+  const int64_t band_px = (R * g.Wo + kV - 1) / kV * kV;
   std::vector<int64_t> tap_off8(static_cast<size_t>(KK));
   for (int64_t kh = 0; kh < g.KH; ++kh)
     for (int64_t kw = 0; kw < g.KW; ++kw)
@@ -418,16 +433,16 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
   const int64_t cblocks = (g.C + kV - 1) / kV, blocks = g.N * cblocks;
   const bool k3x3 = g.KH == 3 && g.KW == 3 && g.dh == 1 && g.dw == 1;
   // Without a residual a vector activation is applied in registers on the way out; otherwise
-  // residual and activation run over each finished plane.
+  // residual and activation run over each finished band.
   const bool act_in_store = !residual && vector_activation(ep.activation);
   const bool has_epi = !act_in_store && (residual || ep.activation != Activation::None);
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kV * howo * KK, 1));
   parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
     const size_t b_bytes = static_cast<size_t>(b_floats + kNarrowSlack * kV) * sizeof(float);
-    const size_t o_bytes = static_cast<size_t>((ng.out_px + kNarrowSlack) * kV) * sizeof(float);
+    const size_t o_bytes = static_cast<size_t>((band_px + kNarrowSlack) * kV) * sizeof(float);
     float* B = static_cast<float*>(cpu_allocator().allocate(b_bytes));
     float* O = static_cast<float*>(cpu_allocator().allocate(o_bytes));
-    std::memset(B, 0, b_bytes);  // the padding border stays zero: only the interior is rewritten
+    std::memset(B, 0, b_bytes);  // the left/right padding columns stay zero
     std::memset(O, 0, o_bytes);
     std::vector<__m256> wv(static_cast<size_t>(KK));
     for (int64_t blk = b0; blk < b1; ++blk) {
@@ -449,21 +464,38 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
       for (int j = 0; j < 8; ++j) lane[j] = (bias && j < cb) ? bias[c0 + j] : 0.0f;
       const __m256 bv = _mm256_load_ps(lane);
       const int64_t plane0 = n * g.C + c0;
-      narrow_fill(g, ng, x + plane0 * g.HW(), cb, B);
-      if (k3x3 && g.sw == 1) {
-        narrow_compute_3x3<1>(g, ng, B, wv.data(), bv, O);
-      } else if (k3x3 && g.sw == 2) {
-        narrow_compute_3x3<2>(g, ng, B, wv.data(), bv, O);
-      } else if (KK == 9) {
-        narrow_compute<9>(g, ng, B, wv.data(), 9, tap_off8.data(), bv, O);
-      } else {
-        narrow_compute<0>(g, ng, B, wv.data(), static_cast<int>(KK), tap_off8.data(), bv, O);
+      for (int64_t oh0 = 0; oh0 < g.Ho; oh0 += R) {
+        // The band as a conv: input rows [lo, lo + hb) of the padded input; those outside the
+        // image are zero rows of B (written: B holds the previous band).
+        ConvGeom gb = g;
+        gb.Ho = std::min(R, g.Ho - oh0);
+        NarrowGeom nb = ng;
+        nb.Hb = (gb.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1;
+        const int64_t lo = oh0 * g.sh - g.ph;
+        const int64_t first = std::max<int64_t>(lo, 0), last = std::min(lo + nb.Hb, g.H);
+        gb.ph = first - lo;
+        gb.H = std::max<int64_t>(last - first, 0);
+        if (gb.ph > 0) std::memset(B, 0, sizeof(float) * gb.ph * nb.Wb * kV);
+        const int64_t below = gb.ph + gb.H;
+        if (below < nb.Hb)
+          std::memset(B + below * nb.Wb * kV, 0, sizeof(float) * (nb.Hb - below) * nb.Wb * kV);
+        if (gb.H > 0) narrow_fill(gb, nb, x + plane0 * g.HW() + first * g.W, g.HW(), cb, B);
+        if (k3x3 && g.sw == 1) {
+          narrow_compute_3x3<1>(gb, nb, B, wv.data(), bv, O);
+        } else if (k3x3 && g.sw == 2) {
+          narrow_compute_3x3<2>(gb, nb, B, wv.data(), bv, O);
+        } else if (KK == 9) {
+          narrow_compute<9>(gb, nb, B, wv.data(), 9, tap_off8.data(), bv, O);
+        } else {
+          narrow_compute<0>(gb, nb, B, wv.data(), static_cast<int>(KK), tap_off8.data(), bv, O);
+        }
+        const int64_t off = oh0 * g.Wo, count = gb.Ho * g.Wo;
+        narrow_store(count, howo, O, cb, y + plane0 * howo + off, act_in_store ? &ep : nullptr);
+        if (has_epi)
+          for (int j = 0; j < cb; ++j)
+            plane_epilogue(y + (plane0 + j) * howo + off,
+                           residual ? residual + (plane0 + j) * howo + off : nullptr, count, ep);
       }
-      narrow_store(howo, O, cb, y + plane0 * howo, act_in_store ? &ep : nullptr);
-      if (has_epi)
-        for (int j = 0; j < cb; ++j)
-          plane_epilogue(y + (plane0 + j) * howo,
-                         residual ? residual + (plane0 + j) * howo : nullptr, howo, ep);
     }
     cpu_allocator().deallocate(B, b_bytes);
     cpu_allocator().deallocate(O, o_bytes);
