@@ -234,7 +234,6 @@ inline void transpose8(__m256& r0, __m256& r1, __m256& r2, __m256& r3, __m256& r
 
 struct NarrowGeom {
   int64_t Hb = 0, Wb = 0;  // padded rows / cols kept in B
-  int64_t out_px = 0;      // Ho*Wo rounded up to 8 (O rows)
 };
 
 // dst[k*8 .. k*8+8) = r[k] for k < n <= 8. Written out: as a loop GCC turns it into a spill of r
@@ -370,7 +369,8 @@ void narrow_store(int64_t count, int64_t plane, const float* O, int cb, float* d
   for (int64_t p = 0; p < count; p += kV) {
     const int64_t n = std::min<int64_t>(kV, count - p);
     __m256 r[8];
-    for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(O + (p + k) * kV);  // O has out_px rows
+    for (int k = 0; k < 8; ++k)
+      r[k] = _mm256_loadu_ps(O + (p + k) * kV);  // O: count rounded up to 8
     if (act)
       for (int k = 0; k < 8; ++k) r[k] = activate(r[k], *act);
     transpose8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
@@ -418,6 +418,8 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
   // Both within the padded input (make_geom): no overflow.
   ng.Hb = (g.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1;
   ng.Wb = (g.Wo - 1) * g.sw + (g.KW - 1) * g.dw + 1;
+  // The whole padded plane is bounded (which also keeps every band product below in range),
+  // though only a band of it is allocated.
   if (plane_floats(g, ng.Hb, ng.Wb, kV) < 0) return false;
   // Bands of R output rows: a band is a conv of its own (rows [lo, lo + Hb_band) of the padded
   // input, top padding only where lo < 0), run through the same fill/compute/store.

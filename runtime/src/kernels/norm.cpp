@@ -128,7 +128,7 @@ void batch_norm_out(const TensorImpl& input, const TensorImpl* weight, const Ten
     return;
   }
   const int64_t M = N * S;  // values per channel
-  if (training && input.numel() > 0) {
+  if (training) {
     KILN_CHECK(M > 1, op, "expected more than 1 value per channel when training, got input size ",
                dims_str(input.sizes()));
   }
