@@ -102,14 +102,16 @@ constexpr void fill(MicroKernelFn* out, std::integer_sequence<int, Rs...>) {
 }
 
 struct Tables {
-  MicroKernelFn full[kMR + 1];  // NV = 2
-  MicroKernelFn half[kMR + 1];  // NV = 1, for tiles with n <= 16
-  Tables() {
+  MicroKernelFn full[kMR + 1]{};  // NV = 2
+  MicroKernelFn half[kMR + 1]{};  // NV = 1, for tiles with n <= 16
+  constexpr Tables() {
     fill<kNV>(full, std::make_integer_sequence<int, kMR>{});
     fill<1>(half, std::make_integer_sequence<int, kMR>{});
   }
 };
-const Tables kTables;
+// Constant-initialized: no static constructor runs code compiled for an ISA the CPU may lack
+// (this file's instructions run only after gemm.cpp's CPUID check).
+constexpr Tables kTables;
 
 void micro(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m,
            int n, float alpha, float beta, const TileEpilogue* ep) {
