@@ -48,8 +48,10 @@ const std::vector<Shape> kResNet18 = {
     {"l4_ds_1x1s2_256-512@14", 1, 256, 14, 14, 512, 1, 2, 0, 1, 1},
 };
 
-// MobileNetV2's 1x1 convs (batch 1, 224x224): expansions and projections of every stage.
-const std::vector<Shape> kMobileNetPointwise = {
+// MobileNetV2's GEMM convs (batch 1, 224x224): the 3x3 stem, then the 1x1 expansions and
+// projections of every stage.
+const std::vector<Shape> kMobileNetGemm = {
+    {"stem_3x3s2_3-32@224", 1, 3, 224, 224, 32, 3, 2, 1, 1, 1},
     {"pw_32-16@112", 1, 32, 112, 112, 16, 1, 1, 0, 1, 1},
     {"pw_16-96@112", 1, 16, 112, 112, 96, 1, 1, 0, 1, 1},
     {"pw_96-24@56", 1, 96, 56, 56, 24, 1, 1, 0, 1, 1},
@@ -188,8 +190,9 @@ struct Block {
 const std::vector<Block> kMobileNetBlocks = {
     {"t1_32@112", 32, 112, 32, 16, 1, false}, {"96@112_s2", 16, 112, 96, 24, 2, false},
     {"144@56", 24, 56, 144, 24, 1, true},     {"144@56_s2", 24, 56, 144, 32, 2, false},
-    {"192@28", 32, 28, 192, 32, 1, true},     {"384@14", 64, 14, 384, 64, 1, true},
-    {"960@7", 160, 7, 960, 160, 1, true},
+    {"192@28", 32, 28, 192, 32, 1, true},     {"192@28_s2", 32, 28, 192, 64, 2, false},
+    {"384@14", 64, 14, 384, 64, 1, true},     {"576@14", 96, 14, 576, 96, 1, true},
+    {"576@14_s2", 96, 14, 576, 160, 2, false}, {"960@7", 160, 7, 960, 160, 1, true},
 };
 
 void BM_MBConv(benchmark::State& state, Block blk) {
@@ -312,7 +315,7 @@ const int kRegistered = [] {
       ->Arg(0)
       ->Arg(1)
       ->Unit(benchmark::kMillisecond);
-  for (const auto& s : kMobileNetPointwise)
+  for (const auto& s : kMobileNetGemm)
     timing(benchmark::RegisterBenchmark((std::string("MobileNetV2Prepared/") + s.name).c_str(),
                                         BM_Conv, s, false, true))
         ->Unit(benchmark::kMicrosecond);

@@ -5,11 +5,15 @@
 // where e and d are each used by the next conv only, becomes one kiln.mbconv: the runtime runs it
 // in bands of output rows so e and d never leave the cache (kernels/mbconv.h).
 //
-// Only when the expanded tensor (e, or x without expansion) holds at least `min-bytes`: smaller
-// blocks fit the last-level cache anyway and run as fast as three convs, or faster (measured by
-// bench_conv's MBConv/* rows: at batch 8 the fused 112x112 and 56x56 blocks are 10-30% faster;
-// at batch 1 and for 28x28 and smaller maps, 2-10% slower). The default, 8 MB, is a quarter of
-// the 32 MB L3 of the machine the numbers were measured on.
+// When the expanded tensor (e, or x without expansion) holds at least `min-bytes`, the runtime runs
+// the block in bands of rows: at batch 8 the fused 112x112 and 56x56 blocks are 10-30% faster than
+// three convs (bench_conv's MBConv/* rows); the default, 8 MB, is a quarter of the 32 MB L3 of the
+// machine the numbers were measured on. When one image's expanded tensor holds at most
+// `small-max-bytes` (default 640 KB: MobileNetV2's 28x28, 14x14 and 7x7 blocks), the runtime runs
+// it channels-last, a whole image at a time, which spares the transposes NCHW costs on small maps:
+// 11-21% faster than three convs at batch 1 on 2 threads, 5-10% at batch 8 (28x28 at stride 1:
+// 3-5% slower on one thread or at batch 8). Blocks in between stay three convs (banded, they were
+// 2-10% slower).
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -89,7 +93,7 @@ void copy_activation(mlir::OperationState& state, mlir::OpBuilder& b, mlir::Oper
                      fused ? from->getAttr("clamp_max") : b.getF64FloatAttr(0));
 }
 
-bool fuse(mlir::Operation* dw, int64_t min_bytes) {
+bool fuse(mlir::Operation* dw, int64_t min_bytes, int64_t small_max_bytes) {
   if (!is_depthwise(dw)) return false;
   // What kiln.mbconv accepts beyond conv2d: padding below the kernel, stride within the padded
   // input (a conv outside those stays as it is).
@@ -108,9 +112,11 @@ bool fuse(mlir::Operation* dw, int64_t min_bytes) {
       expand->getBlock() != dw->getBlock())
     expand = nullptr;
   // The expanded tensor's size decides (e, or x when the block does not expand).
+  llvm::ArrayRef<int64_t> e_shape = shape_of(dw->getOperand(0));
   int64_t elems = 1;
-  for (int64_t d : shape_of(dw->getOperand(0))) elems *= d;
-  if (elems * 4 < min_bytes) return false;
+  for (int64_t d : e_shape) elems *= d;
+  const int64_t image_bytes = e_shape[0] > 0 ? elems / e_shape[0] * 4 : 0;
+  if (elems * 4 < min_bytes && !(elems > 0 && image_bytes <= small_max_bytes)) return false;
 
   mlir::OpBuilder b(project);
   mlir::Location loc = dw->getLoc();
@@ -138,7 +144,10 @@ struct FuseMBConvPass : mlir::PassWrapper<FuseMBConvPass, mlir::OperationPass<ml
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FuseMBConvPass)
   FuseMBConvPass() = default;
   FuseMBConvPass(const FuseMBConvPass& other) : PassWrapper(other) {}
-  explicit FuseMBConvPass(int64_t min_bytes) { min_bytes_ = min_bytes; }
+  FuseMBConvPass(int64_t min_bytes, int64_t small_max_bytes) {
+    min_bytes_ = min_bytes;
+    small_max_bytes_ = small_max_bytes;
+  }
   llvm::StringRef getArgument() const override { return "kiln-fuse-mbconv"; }
   llvm::StringRef getDescription() const override {
     return "Fuse expand 1x1 -> depthwise -> project 1x1 conv chains into kiln.mbconv";
@@ -148,18 +157,23 @@ struct FuseMBConvPass : mlir::PassWrapper<FuseMBConvPass, mlir::OperationPass<ml
     getOperation().walk([&](mlir::Operation* op) {
       if (is_depthwise(op)) depthwise.push_back(op);
     });
-    for (mlir::Operation* op : depthwise) fuse(op, min_bytes_);
+    for (mlir::Operation* op : depthwise) fuse(op, min_bytes_, small_max_bytes_);
   }
   Option<int64_t> min_bytes_{*this, "min-bytes",
                              llvm::cl::desc("fuse only blocks whose expanded tensor has this many "
                                             "bytes or more"),
                              llvm::cl::init(kMBConvMinBytes)};
+  Option<int64_t> small_max_bytes_{
+      *this, "small-max-bytes",
+      llvm::cl::desc("also fuse blocks whose expanded tensor has at most this many bytes per "
+                     "image (-1: none)"),
+      llvm::cl::init(kMBConvSmallMaxBytes)};
 };
 
 }  // namespace
 
-std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes) {
-  return std::make_unique<FuseMBConvPass>(min_bytes);
+std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes, int64_t small_max_bytes) {
+  return std::make_unique<FuseMBConvPass>(min_bytes, small_max_bytes);
 }
 
 }  // namespace kiln::passes

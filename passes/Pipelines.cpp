@@ -43,7 +43,8 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fold_batch_norm_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_epilogues_pass());
-  pm.addNestedPass<mlir::func::FuncOp>(create_fuse_mbconv_pass(options.mbconv_min_bytes));
+  pm.addNestedPass<mlir::func::FuncOp>(
+      create_fuse_mbconv_pass(options.mbconv_min_bytes, options.mbconv_small_max_bytes));
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_elementwise_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());

@@ -1,5 +1,6 @@
 // RUN: kiln-opt %s --kiln-fuse-mbconv=min-bytes=0 | FileCheck %s
-// RUN: kiln-opt %s --kiln-fuse-mbconv | FileCheck %s --check-prefix=LARGE
+// RUN: kiln-opt %s --kiln-fuse-mbconv | FileCheck %s --check-prefix=DEFAULT
+// RUN: kiln-opt %s --kiln-fuse-mbconv=small-max-bytes=-1 | FileCheck %s --check-prefix=LARGE
 
 // expand 1x1 (relu6) -> depthwise 3x3 (relu6) -> project 1x1 + residual: one kiln.mbconv with
 // every operand and each step's activation.
@@ -7,7 +8,10 @@
 // CHECK: %[[M:.*]] = kiln.mbconv %arg0, %arg1, %arg2, %arg3, %arg4, %arg5, %arg6, %arg0 {dw_activation = 2 : i64, dw_clamp_max = 6.000000e+00 : f64, dw_clamp_min = 0.000000e+00 : f64, expand_activation = 2 : i64, expand_clamp_max = 6.000000e+00 : f64, expand_clamp_min = 0.000000e+00 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.000000e+00 : f64, project_clamp_min = 0.000000e+00 : f64, stride = array<i64: 1, 1>}
 // CHECK-NOT: kiln.conv2d_fused
 // CHECK: return %[[M]]
-// The default threshold (8 MB) leaves this small block alone.
+// By default small blocks (at most 640 KB expanded per image: the runtime runs them
+// channels-last) fuse; without that, the 8 MB threshold leaves this one alone.
+// DEFAULT-LABEL: func.func @block
+// DEFAULT: kiln.mbconv
 // LARGE-LABEL: func.func @block
 // LARGE-COUNT-3: kiln.conv2d_fused
 // LARGE-NOT: kiln.mbconv
@@ -42,4 +46,18 @@ func.func @not_fused(%x: tensor<1x4x8x8xf32>, %wd: tensor<4x1x3x3xf32>, %wp: ten
   %f = kiln.conv2d_fused %x, %wf, %none, %none {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<4x4x3x3xf32>, none, none) -> tensor<1x4x8x8xf32>
   %z = kiln.conv2d_fused %f, %wp, %none, %none {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<4x4x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
   return %d, %y, %z : tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>
+}
+
+// 64x112x112 floats expanded (3.2 MB, one image): above the small-block limit, below 8 MB.
+// DEFAULT-LABEL: func.func @medium
+// DEFAULT-COUNT-3: kiln.conv2d_fused
+// DEFAULT-NOT: kiln.mbconv
+// CHECK-LABEL: func.func @medium
+// CHECK: kiln.mbconv
+func.func @medium(%x: tensor<1x8x112x112xf32>, %we: tensor<64x8x1x1xf32>, %wd: tensor<64x1x3x3xf32>, %wp: tensor<8x64x1x1xf32>) -> tensor<1x8x112x112xf32> {
+  %none = kiln.none
+  %e = kiln.conv2d_fused %x, %we, %none, %none {activation = 2 : i64, clamp_max = 6.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x8x112x112xf32>, tensor<64x8x1x1xf32>, none, none) -> tensor<1x64x112x112xf32>
+  %d = kiln.conv2d_fused %e, %wd, %none, %none {activation = 2 : i64, clamp_max = 6.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 64 : i64, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x64x112x112xf32>, tensor<64x1x3x3xf32>, none, none) -> tensor<1x64x112x112xf32>
+  %y = kiln.conv2d_fused %d, %wp, %none, %x {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x64x112x112xf32>, tensor<8x64x1x1xf32>, none, tensor<1x8x112x112xf32>) -> tensor<1x8x112x112xf32>
+  return %y : tensor<1x8x112x112xf32>
 }

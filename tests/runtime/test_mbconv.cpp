@@ -28,6 +28,10 @@ double act(double v, Activation a) {
       return std::min(std::max(v, 0.0), 6.0);
     case Activation::Clamp:
       return std::min(std::max(v, -0.5), 0.5);
+    case Activation::Silu:
+      return v / (1.0 + std::exp(-v));
+    case Activation::Sigmoid:
+      return 1.0 / (1.0 + std::exp(-v));
     default:
       return v;
   }
@@ -124,22 +128,34 @@ void run_block(const Block& b, bool prepared, bool noncontiguous) {
   for (ConvEpilogue* e : {&p.expand, &p.dw, &p.project}) e->clamp_min = -0.5f, e->clamp_max = 0.5f;
   ASSERT_EQ(mbconv_output_shape(ops, p), (Dims{b.N, b.P, Ho, Wo}));
   auto prep = prepared ? prepare_mbconv(ops) : nullptr;
-  if (prepared) EXPECT_GT(prep->nbytes(), 0u);
+  if (prepared) {
+    EXPECT_GT(prep->nbytes(), 0u);
+    EXPECT_STREQ(prep->algorithm(), E * b.H * b.W <= (160 << 10) ? "channels-last" : "banded");
+  }
   mbconv_out(ops, p, *y, prep.get());
   expect_close(to_vec(*y), reference(b, v), 1e-4, 1e-4, "mbconv");
 }
 
+// Small maps (one image's expanded tensor within 160K floats) run channels-last, larger ones in
+// bands: kBlocks lists both (run_block checks which one the prepared block reports).
 const std::vector<Block> kBlocks = {
-    // MobileNetV2's kinds: expand + stride 1 + residual, expand + stride 2, no expansion.
+    // Channels-last. MobileNetV2's kinds: expand + stride 1 + residual, expand + stride 2, no
+    // expansion; channel counts off the 8- and 32-wide vector steps; batch 3 (no even split of
+    // images over 2 threads), a 5x5 kernel, unpadded, and the activations without a vector form.
     {2, 8, 13, 11, 24, 8, 3, 1, 1, true, true},
     {1, 8, 13, 11, 24, 12, 3, 2, 1, true, false},
     {2, 16, 10, 9, 16, 8, 3, 1, 1, false, false},
-    // Several bands (expanded rows carried over), stride 1 and 2, and a 5x5 kernel.
-    {1, 16, 40, 60, 64, 16, 3, 1, 1, true, true, Activation::Relu6, Activation::Relu6},
-    {2, 16, 41, 60, 64, 24, 3, 2, 1, true, false, Activation::Relu, Activation::Clamp},
-    {1, 8, 30, 33, 96, 16, 5, 1, 2, true, true, Activation::None, Activation::Relu,
-     Activation::Clamp},
+    {1, 12, 14, 14, 100, 20, 3, 1, 1, true, true, Activation::Relu6, Activation::Clamp},
+    {3, 5, 7, 7, 21, 7, 3, 2, 1, true, false, Activation::Relu, Activation::Relu},
+    {1, 8, 9, 12, 40, 16, 5, 1, 2, true, true, Activation::Silu, Activation::Sigmoid,
+     Activation::Silu},
     {3, 4, 7, 7, 12, 5, 3, 2, 0, true, false},
+    // Banded: several bands (expanded rows carried over), stride 1 and 2, and a 5x5 kernel.
+    {1, 16, 40, 60, 96, 16, 3, 1, 1, true, true, Activation::Relu6, Activation::Relu6},
+    {2, 16, 41, 60, 96, 24, 3, 2, 1, true, false, Activation::Relu, Activation::Clamp},
+    {1, 8, 30, 33, 192, 16, 5, 1, 2, true, true, Activation::None, Activation::Relu,
+     Activation::Clamp},
+    {1, 200, 30, 30, 200, 8, 3, 1, 1, false, false},
 };
 
 }  // namespace
@@ -155,7 +171,7 @@ TEST(MBConv, MatchesThreeConvsInFloat64) {
 }
 
 TEST(MBConv, NonContiguousOperands) {
-  for (const Block& b : {kBlocks[0], kBlocks[1], kBlocks[2]}) run_block(b, true, true);
+  for (const Block& b : {kBlocks[0], kBlocks[1], kBlocks[2], kBlocks[7]}) run_block(b, true, true);
 }
 
 TEST(MBConv, ErrorsNameTheOperand) {

@@ -329,7 +329,11 @@ TEST(Optimize, MobileNetV2EveryConvFoldedAndFused) {
   jit::TracedFunction t = trace_module(*model, x);
   const int convs = count(t.module(), "kiln.conv2d");
   jit::freeze(t);
-  run(t.module(), [](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm); });
+  // Blocks left as convs (at 64x64 every block is small enough for kiln.mbconv by default).
+  passes::PipelineOptions no_blocks;
+  no_blocks.mbconv_small_max_bytes = -1;
+  run(t.module(),
+      [&](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm, no_blocks); });
   expect_all_fused(t.module());
   int relu6 = 0;
   t.module().walk([&](kiln::ir::Conv2dFusedOp op) { relu6 += op.getActivation() == 2; });
@@ -337,6 +341,16 @@ TEST(Optimize, MobileNetV2EveryConvFoldedAndFused) {
   EXPECT_EQ(relu6, 35);
   EXPECT_EQ(count(t.module(), "kiln.conv2d") + count(t.module(), "kiln.conv2d_fused"), convs);
   expect_close(t({x})[0], eager);
+
+  // The default pipeline: all 17 inverted-residual blocks become kiln.mbconv (channels-last in
+  // the runtime), the stem and head stay fused convs.
+  jit::TracedFunction blocks = trace_module(*model, x);
+  jit::freeze(blocks);
+  run(blocks.module(), [](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm); });
+  EXPECT_EQ(count(blocks.module(), "kiln.mbconv"), 17);
+  EXPECT_EQ(count(blocks.module(), "kiln.conv2d_fused"), 2);
+  EXPECT_EQ(count(blocks.module(), "kiln.conv2d"), 0);
+  expect_close(blocks({x})[0], eager);
 }
 
 TEST(Optimize, TrainingPipelineKeepsTheStepExact) {
@@ -460,6 +474,7 @@ namespace {
 struct StepCounts {
   int dropouts_in_step = -1;  // kiln.dropout ops in the traced training step
   int conv2d_fused = -1;      // in the optimized inference module
+  int mbconv = -1;            // in the optimized inference module
 };
 void expect_training_step_to_inference(nn::Module& net, StepCounts* counts) {
   nn::Module* model = &net;
@@ -520,6 +535,7 @@ void expect_training_step_to_inference(nn::Module& net, StepCounts* counts) {
   }
   expect_close(jit::interpret(m, {x})[0], eager);
   counts->conv2d_fused = count(m, "kiln.conv2d_fused");
+  counts->mbconv = count(m, "kiln.mbconv");
 }
 
 }  // namespace
@@ -531,6 +547,7 @@ TEST(Optimize, ResNetTrainingStepToFrozenInference) {
   StepCounts counts;
   expect_training_step_to_inference(*model, &counts);
   EXPECT_EQ(counts.conv2d_fused, 17);
+  EXPECT_EQ(counts.mbconv, 0);
 }
 
 TEST(Optimize, MobileNetTrainingStepToFrozenInference) {
@@ -542,7 +559,9 @@ TEST(Optimize, MobileNetTrainingStepToFrozenInference) {
   StepCounts counts;
   expect_training_step_to_inference(*model, &counts);
   EXPECT_EQ(counts.dropouts_in_step, 1);
-  EXPECT_EQ(counts.conv2d_fused, 45);
+  // Every block small enough to run as one kiln.mbconv; the stem and head stay fused convs.
+  EXPECT_EQ(counts.mbconv, 17);
+  EXPECT_EQ(counts.conv2d_fused, 2);
 }
 
 TEST(Optimize, TrainingPipelineOnResNetStepMatchesEager) {

@@ -88,7 +88,7 @@ unsigned optional_results(llvm::StringRef op) {
 }  // namespace
 
 // Convolutions whose weights are frozen constants call the runtime's *_prepared entry points: the
-// conv weight (operand 1), or mbconv's 1x1 weights (operands 1, when present, and 5).
+// conv weight (operand 1), or mbconv's weights (operands 1 when present, 3 and 5).
 bool Lowering::has_constant_weight(mlir::Operation* op, llvm::StringRef name) {
   auto constant = [&](unsigned i) {
     mlir::Operation* def = op->getOperand(i).getDefiningOp();
@@ -97,7 +97,8 @@ bool Lowering::has_constant_weight(mlir::Operation* op, llvm::StringRef name) {
   };
   if (name == "conv2d" || name == "conv2d_fused") return constant(1);
   if (name == "mbconv")
-    return constant(5) && (mlir::isa<mlir::NoneType>(op->getOperand(1).getType()) || constant(1));
+    return constant(5) && constant(3) &&
+           (mlir::isa<mlir::NoneType>(op->getOperand(1).getType()) || constant(1));
   return false;
 }
 

@@ -478,60 +478,6 @@ TilePlan plan_forward(const ConvGeom& g) {
   return tp;
 }
 
-// y[o * ldy + p] = act(yt[p * ldt + o] + res[o * ld_res + p]) for p < cols, o < rows: the
-// transpose back to NCHW of a product computed with the channels across the vector lanes, with
-// what remains of the epilogue (`res` null: none; `act` None: none). 8x8 blocks in registers.
-void transpose_epilogue(const float* yt, int64_t ldt, int64_t cols, int64_t rows, float* y,
-                        int64_t ldy, const float* res, int64_t ld_res, const Epilogue& act) {
-  const bool vec_act = act.activation == Activation::None || act.activation == Activation::Relu ||
-                       act.activation == Activation::Relu6 || act.activation == Activation::Clamp;
-  const __m256 lo = _mm256_set1_ps(act.activation == Activation::Clamp ? act.clamp_min : 0.0f);
-  const __m256 hi = _mm256_set1_ps(act.activation == Activation::Clamp ? act.clamp_max : 6.0f);
-  auto finish8 = [&](__m256 v, int64_t o, int64_t p) {
-    if (res) v = _mm256_add_ps(v, _mm256_loadu_ps(res + o * ld_res + p));
-    if (act.activation == Activation::Relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
-    if (act.activation == Activation::Relu6 || act.activation == Activation::Clamp)
-      v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
-    _mm256_storeu_ps(y + o * ldy + p, v);
-  };
-  const int64_t p8 = cols / 8 * 8, o8 = rows / 8 * 8;
-  for (int64_t p = 0; p < p8; p += 8) {
-    for (int64_t o = 0; o < o8; o += 8) {
-      __m256 r[8], t[8];
-      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(yt + (p + i) * ldt + o);
-      for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-      }
-      for (int i = 0; i < 8; i += 4) {
-        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-      }
-      for (int j = 0; j < 4; ++j) {
-        finish8(_mm256_permute2f128_ps(r[j], r[j + 4], 0x20), o + j, p);
-        finish8(_mm256_permute2f128_ps(r[j], r[j + 4], 0x31), o + j + 4, p);
-      }
-    }
-  }
-  // Ragged edges (and every element when the activation has no vector form) one at a time.
-  auto one = [&](int64_t o, int64_t p) {
-    float v = yt[p * ldt + o];
-    if (res) v += res[o * ld_res + p];
-    y[o * ldy + p] = apply_activation(v, act);
-  };
-  if (!vec_act) {
-    for (int64_t o = 0; o < rows; ++o)
-      for (int64_t p = 0; p < cols; ++p) one(o, p);
-    return;
-  }
-  for (int64_t o = o8; o < rows; ++o)
-    for (int64_t p = 0; p < cols; ++p) one(o, p);
-  for (int64_t o = 0; o < o8; ++o)
-    for (int64_t p = p8; p < cols; ++p) one(o, p);
-}
-
 // Y[Og, cols] = act(W · X + bias + residual) for one item, with the group's weight pre-packed when
 // given: as the left operand (output positions across the vector lanes), or as the right one
 // (Yᵀ = Xᵀ · Wᵀ, output channels across the lanes, then transposed back into Y). `e` is the
@@ -554,7 +500,8 @@ void item_gemm(const SgemmPacked* packed, int64_t Og, int64_t cols, int64_t K, c
       act.clamp_min = e.clamp_min;
       act.clamp_max = e.clamp_max;
       sgemm_packed_b(true, cols, 1.0f, X, ldx, *packed, 0.0f, yt.get(), Og, ge);
-      transpose_epilogue(yt.get(), Og, cols, Og, Y, ldy, e.residual, e.ld_residual, after);
+      conv_detail::transpose_epilogue(yt.get(), Og, cols, Og, Y, ldy, e.residual, e.ld_residual,
+                                      after);
       return;
     }
   }
@@ -1240,5 +1187,61 @@ void conv_transpose2d_backward_out(const TensorImpl& grad_output, const TensorIm
     gb.finish();
   }
 }
+
+namespace conv_detail {
+
+// 8x8 blocks in registers.
+void transpose_epilogue(const float* yt, int64_t ldt, int64_t cols, int64_t rows, float* y,
+                        int64_t ldy, const float* res, int64_t ld_res, const Epilogue& act) {
+  const bool vec_act = act.activation == Activation::None || act.activation == Activation::Relu ||
+                       act.activation == Activation::Relu6 || act.activation == Activation::Clamp;
+  const __m256 lo = _mm256_set1_ps(act.activation == Activation::Clamp ? act.clamp_min : 0.0f);
+  const __m256 hi = _mm256_set1_ps(act.activation == Activation::Clamp ? act.clamp_max : 6.0f);
+  auto finish8 = [&](__m256 v, int64_t o, int64_t p) {
+    if (res) v = _mm256_add_ps(v, _mm256_loadu_ps(res + o * ld_res + p));
+    if (act.activation == Activation::Relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
+    if (act.activation == Activation::Relu6 || act.activation == Activation::Clamp)
+      v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+    _mm256_storeu_ps(y + o * ldy + p, v);
+  };
+  const int64_t p8 = cols / 8 * 8, o8 = rows / 8 * 8;
+  for (int64_t p = 0; p < p8; p += 8) {
+    for (int64_t o = 0; o < o8; o += 8) {
+      __m256 r[8], t[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(yt + (p + i) * ldt + o);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+      }
+      for (int j = 0; j < 4; ++j) {
+        finish8(_mm256_permute2f128_ps(r[j], r[j + 4], 0x20), o + j, p);
+        finish8(_mm256_permute2f128_ps(r[j], r[j + 4], 0x31), o + j + 4, p);
+      }
+    }
+  }
+  // Ragged edges (and every element when the activation has no vector form) one at a time.
+  auto one = [&](int64_t o, int64_t p) {
+    float v = yt[p * ldt + o];
+    if (res) v += res[o * ld_res + p];
+    y[o * ldy + p] = apply_activation(v, act);
+  };
+  if (!vec_act) {
+    for (int64_t o = 0; o < rows; ++o)
+      for (int64_t p = 0; p < cols; ++p) one(o, p);
+    return;
+  }
+  for (int64_t o = o8; o < rows; ++o)
+    for (int64_t p = 0; p < cols; ++p) one(o, p);
+  for (int64_t o = 0; o < o8; ++o)
+    for (int64_t p = p8; p < cols; ++p) one(o, p);
+}
+
+}  // namespace conv_detail
 
 }  // namespace kiln::kernels

@@ -72,4 +72,18 @@ void winograd_conv2d_f32(const ConvGeom& g, const WinogradWeight& w, const float
 bool depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, const float* bias,
                           const float* residual, float* y, const ConvEpilogue& ep);
 
+// y[o * ldy + p] = act(yt[p * ldt + o] + res[o * ld_res + p]) for p < cols, o < rows: the
+// transpose back to NCHW of a product computed with the channels across the vector lanes (or any
+// plain transpose), with what remains of the epilogue (`res` null: none; `act` None: none).
+void transpose_epilogue(const float* yt, int64_t ldt, int64_t cols, int64_t rows, float* y,
+                        int64_t ldy, const float* res, int64_t ld_res, const Epilogue& act);
+
+// Depthwise conv over a channels-last image: x[H, W, C] -> y[Ho, Wo, C] (channel stride 1, pixel
+// stride C), y = act(Σ taps w[kh, kw, c] · x + bias[c]) for the output pixels [p0, p1) (row-major
+// order). `w` is tap-major: [KH * KW, C]. Dilation 1; `g.C` is the channel count, g.N, g.G and
+// g.O are ignored. Any activation (the vector ones in registers). Serial: callers split pixels
+// over threads.
+void depthwise_nhwc_f32(const ConvGeom& g, const float* x, const float* w, const float* bias,
+                        float* y, const ConvEpilogue& ep, int64_t p0, int64_t p1);
+
 }  // namespace kiln::kernels::conv_detail

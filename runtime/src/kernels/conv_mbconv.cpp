@@ -12,8 +12,19 @@
 //      epilogue).
 // R keeps both buffers around 384 KB (L2). All GEMMs and the depthwise run serially inside the
 // work item (it is already one of the pool's tasks).
+//
+// Small maps (one image's expanded tensor within kChannelsLastFloats: MobileNetV2's 14x14 and 7x7
+// blocks) run channels-last instead, a whole image at a time:
+//   1. eᵀ[HW, E] = xᵀ · Weᵀ (the GEMM's rows are pixels, its vector lanes channels);
+//   2. the depthwise runs on eᵀ as a channels-last image (conv_depthwise_nhwc.cpp) into dᵀ;
+//   3. yᵀ[HoWo, P] = dᵀ · Wpᵀ, transposed into y with the residual and activation.
+// Only the P x HoWo output is ever transposed. In NCHW the expansion's output would be transposed
+// back from its channels-across-lanes GEMM, the depthwise would interleave channels into lanes
+// and back, and the projection would transpose its input while packing it. With one image per
+// thread or more, threads take whole images; otherwise each step is parallel.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "conv_internal.h"
 #include "kiln/runtime/kernels/copy.h"
@@ -40,7 +51,19 @@ struct Geometry {
   bool expand;
   int64_t R;                     // output rows per band
   int64_t eb_floats, db_floats;  // the band buffers
+  bool channels_last;            // the small-map strategy (eb: eᵀ, db: dᵀ, yt_floats: yᵀ)
+  int64_t yt_floats;
 };
+
+// One image's expanded tensor at most this many floats (640 KB, within Zen 4's 1 MB L2):
+// channels-last. --kiln-fuse-mbconv fuses such blocks (passes' kMBConvSmallMaxBytes: keep equal).
+constexpr int64_t kChannelsLastFloats = 160 << 10;
+
+bool channels_last_fits(int64_t E, int64_t H, int64_t W) {
+  int64_t n = 0;
+  return !__builtin_mul_overflow(E, H, &n) && !__builtin_mul_overflow(n, W, &n) &&
+         n <= kChannelsLastFloats;
+}
 
 // a * b, or a kiln::Error when it exceeds `limit` (sizes from an artifact may be anything: a
 // zero-element tensor can carry huge extents).
@@ -114,16 +137,34 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
   g.eb_floats = checked_mul(checked_mul(g.E, (g.R - 1) * g.sh + g.KH, kLimit, "expanded rows"), g.W,
                             kLimit, "the expanded band");
   g.db_floats = checked_mul(g.E, g.R * g.Wo, kLimit, "the depthwise band");
+  g.channels_last = channels_last_fits(g.E, g.H, g.W) && channels_last_fits(g.E, g.Ho, g.Wo);
+  if (g.channels_last) {
+    g.eb_floats = g.E * g.H * g.W;
+    g.db_floats = g.E * g.Ho * g.Wo;
+    g.yt_floats = checked_mul(g.P, g.Ho * g.Wo, kLimit, "the projection's output");
+  }
   return g;
 }
 
+// Banded: both 1x1 weights packed as the GEMM's left operand. Channels-last: as its right one
+// (transposed), and the depthwise weight tap-major.
 class Prepared final : public PreparedMBConv {
  public:
+  bool channels_last = false;
   std::shared_ptr<const SgemmPacked> expand, project;
+  std::vector<float> dw_taps;  // channels-last: [KH * KW, E]
   size_t nbytes() const override {
-    return (expand ? expand->nbytes() : 0) + (project ? project->nbytes() : 0);
+    return (expand ? expand->nbytes() : 0) + (project ? project->nbytes() : 0) +
+           dw_taps.size() * sizeof(float);
   }
+  const char* algorithm() const override { return channels_last ? "channels-last" : "banded"; }
 };
+
+// w[E, 1, KH, KW] -> taps[KH * KW, E].
+void dw_tap_major(const float* w, int64_t E, int64_t taps, float* out) {
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t t = 0; t < taps; ++t) out[t * E + e] = w[e * taps + t];
+}
 
 // C[M, cols] = epilogue(W[M, K] · B[K, cols]) with W packed when prepared.
 void gemm_1x1(const SgemmPacked* packed, const float* w, int64_t M, int64_t K, const float* B,
@@ -204,6 +245,66 @@ void run_rows(const Geometry& g, const Data& d, const MBConvParams& p, int64_t n
   }
 }
 
+// Image n, channels-last (see the top of the file); eb, db, yt: g.eb_floats, g.db_floats,
+// g.yt_floats; taps: the tap-major depthwise weight.
+void run_image_channels_last(const Geometry& g, const Data& d, const MBConvParams& p, int64_t n,
+                             const float* taps, float* et, float* dt, float* yt) {
+  const int64_t HW = g.H * g.W, howo = g.Ho * g.Wo;
+  const float* xn = d.x + n * g.C * HW;
+  const Prepared* prep = d.prep;
+  // Each step splits pixels evenly over the threads (one range each: the GEMMs inside run
+  // serially, each packing only its own rows), so the block costs two synchronizations.
+  const int nth = in_parallel_region() ? 1 : num_threads();
+  auto split = [nth](int64_t total, auto&& body) {
+    auto run = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t lo = total * t / nth, hi = total * (t + 1) / nth;
+        if (hi > lo) body(lo, hi);
+      }
+    };
+    if (nth == 1)
+      run(0, 1);
+    else
+      parallel_for(0, nth, 1, run);
+  };
+  // 1. eᵀ[HW, E] (bias per column), pixel rows [r0, r1).
+  Epilogue ee = epilogue(p.expand, nullptr);
+  if (d.be) ee.bias_kind = Epilogue::Bias::PerCol, ee.bias = d.be;
+  split(HW, [&](int64_t r0, int64_t r1) {
+    if (!g.expand)
+      conv_detail::transpose_epilogue(xn + r0, HW, g.C, r1 - r0, et + r0 * g.C, g.C, nullptr, 0,
+                                      Epilogue{});
+    else if (prep)
+      sgemm_packed_b(true, r1 - r0, 1.0f, xn + r0, HW, *prep->expand, 0.0f, et + r0 * g.E, g.E, ee);
+    else
+      sgemm(true, true, r1 - r0, g.E, g.C, 1.0f, xn + r0, HW, d.we, g.C, 0.0f, et + r0 * g.E, g.E,
+            ee);
+  });
+  // 2. and 3., output pixels [q0, q1): their rows of dᵀ[HoWo, E], then of yᵀ[HoWo, P] = dᵀ · Wpᵀ
+  // (bias per column; the activation after the residual, which only the transpose adds), and
+  // their columns of y.
+  ConvGeom dg;
+  dg.N = 1, dg.C = g.E, dg.H = g.H, dg.W = g.W, dg.O = g.E, dg.KH = g.KH, dg.KW = g.KW;
+  dg.G = g.E, dg.Cg = 1, dg.Og = 1, dg.sh = g.sh, dg.sw = g.sw, dg.ph = g.ph, dg.pw = g.pw;
+  dg.Ho = g.Ho, dg.Wo = g.Wo;
+  Epilogue ge, after;
+  if (d.bp) ge.bias_kind = Epilogue::Bias::PerCol, ge.bias = d.bp;
+  Epilogue& act = d.res ? after : ge;
+  act.activation = p.project.activation;
+  act.clamp_min = p.project.clamp_min, act.clamp_max = p.project.clamp_max;
+  const int64_t off = n * g.P * howo;
+  split(howo, [&](int64_t q0, int64_t q1) {
+    conv_detail::depthwise_nhwc_f32(dg, et, taps, d.bd, dt, p.dw, q0, q1);
+    float* yq = yt + q0 * g.P;
+    if (prep)
+      sgemm_packed_b(false, q1 - q0, 1.0f, dt + q0 * g.E, g.E, *prep->project, 0.0f, yq, g.P, ge);
+    else
+      sgemm(false, true, q1 - q0, g.P, g.E, 1.0f, dt + q0 * g.E, g.E, d.wp, g.E, 0.0f, yq, g.P, ge);
+    conv_detail::transpose_epilogue(yq, g.P, q1 - q0, g.P, d.y + off + q0, howo,
+                                    d.res ? d.res + off + q0 : nullptr, howo, after);
+  });
+}
+
 const float* data_or_null(const TensorImplPtr& t) {
   return t ? t->data_ptr<float>() : nullptr;
 }
@@ -225,12 +326,28 @@ std::shared_ptr<const PreparedMBConv> prepare_mbconv(const MBConvOperands& ops) 
     check_dims(ops.expand_weight, "expand_weight", Dims{E, ops.input->size(1), 1, 1});
   check_dims(ops.project_weight, "project_weight", Dims{ops.project_weight->size(0), E, 1, 1});
   auto out = std::make_shared<Prepared>();
-  auto pack = [](const TensorImpl& w) {
+  // The strategy mbconv_out will pick for this input (up to the output size, which the
+  // parameters decide: it is checked again there).
+  out->channels_last = ops.input->size(2) >= 0 && ops.input->size(3) >= 0 &&
+                       channels_last_fits(E, ops.input->size(2), ops.input->size(3));
+  auto pack = [&](const TensorImpl& w) {
     auto c = views::contiguous(w);
-    return sgemm_pack_a(false, w.size(0), w.size(1), c->data_ptr<float>(), w.size(1));
+    // [O, K] as the left operand, or its transpose [K, O] as the right one.
+    return out->channels_last
+               ? sgemm_pack_b(true, w.size(1), w.size(0), c->data_ptr<float>(), w.size(1))
+               : sgemm_pack_a(false, w.size(0), w.size(1), c->data_ptr<float>(), w.size(1));
   };
   if (ops.expand_weight) out->expand = pack(*ops.expand_weight);
   out->project = pack(*ops.project_weight);
+  if (out->channels_last) {
+    check_dims(ops.dw_weight, "dw_weight",
+               Dims{E, 1, ops.dw_weight->size(2), ops.dw_weight->size(3)});
+    const int64_t taps = ops.dw_weight->size(2) * ops.dw_weight->size(3);
+    out->dw_taps.resize(
+        static_cast<size_t>(checked_mul(E, taps, int64_t(1) << 30, "depthwise taps")));
+    auto wd = views::contiguous(*ops.dw_weight);
+    dw_tap_major(wd->data_ptr<float>(), E, taps, out->dw_taps.data());
+  }
   return out;
 }
 
@@ -240,9 +357,10 @@ void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& ou
   check_dims(&out, "out", Dims{g.N, g.P, g.Ho, g.Wo});
   const auto* prep = dynamic_cast<const Prepared*>(prepared);
   // A prepared object for other weight shapes is ignored (the caller promises the values).
-  if (prep && ((prep->expand != nullptr) != g.expand ||
+  if (prep && (prep->channels_last != g.channels_last || (prep->expand != nullptr) != g.expand ||
                (prep->expand && (prep->expand->outer() != g.E || prep->expand->depth() != g.C)) ||
-               prep->project->outer() != g.P || prep->project->depth() != g.E))
+               prep->project->outer() != g.P || prep->project->depth() != g.E ||
+               (g.channels_last && prep->dw_taps.size() != size_t(g.E * g.KH * g.KW))))
     prep = nullptr;
   auto x = views::contiguous(*ops.input);
   auto we = nn_detail::contig_or_null(ops.expand_weight),
@@ -261,16 +379,37 @@ void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& ou
                  data_or_null(bd),     wp->data_ptr<float>(),
                  data_or_null(bp),     data_or_null(res),
                  y.data_ptr<float>(),  prep};
-    // Work items: whole images, or row ranges of them when images are fewer than threads.
     const int nth = in_parallel_region() ? 1 : num_threads();
-    const int64_t chunks = g.N >= nth ? 1 : std::min<int64_t>(g.Ho, (nth + g.N - 1) / g.N);
-    parallel_for(0, g.N * chunks, 1, [&](int64_t i0, int64_t i1) {
-      ConvScratch<float> eb(g.eb_floats), db(g.db_floats);
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t n = i / chunks, c = i % chunks;
-        run_rows(g, d, p, n, g.Ho * c / chunks, g.Ho * (c + 1) / chunks, eb.get(), db.get());
+    if (g.channels_last) {
+      std::vector<float> own_taps;
+      const float* taps = prep ? prep->dw_taps.data() : nullptr;
+      if (!taps) {
+        own_taps.resize(static_cast<size_t>(g.E * g.KH * g.KW));
+        dw_tap_major(d.wd, g.E, g.KH * g.KW, own_taps.data());
+        taps = own_taps.data();
       }
-    });
+      auto images = [&](int64_t n0, int64_t n1) {
+        ConvScratch<float> et(g.eb_floats), dt(g.db_floats), yt(g.yt_floats);
+        for (int64_t n = n0; n < n1; ++n)
+          run_image_channels_last(g, d, p, n, taps, et.get(), dt.get(), yt.get());
+      };
+      // Threads take whole images when they divide evenly (or there are many); otherwise the
+      // images run one after another with each step parallel.
+      if (nth > 1 && (g.N % nth == 0 || g.N >= 4 * nth))
+        parallel_for(0, g.N, 1, images);
+      else
+        images(0, g.N);
+    } else {
+      // Work items: whole images, or row ranges of them when images are fewer than threads.
+      const int64_t chunks = g.N >= nth ? 1 : std::min<int64_t>(g.Ho, (nth + g.N - 1) / g.N);
+      parallel_for(0, g.N * chunks, 1, [&](int64_t i0, int64_t i1) {
+        ConvScratch<float> eb(g.eb_floats), db(g.db_floats);
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t n = i / chunks, c = i % chunks;
+          run_rows(g, d, p, n, g.Ho * c / chunks, g.Ho * (c + 1) / chunks, eb.get(), db.get());
+        }
+      });
+    }
   }
   if (!direct) copy_(out, *tmp);
 }

@@ -724,8 +724,15 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
     nblocks = std::max(nblocks, std::min<int64_t>(4 * nth, N / (4 * NR)));
     if (nblocks > 1) nblocks = round_up(nblocks, nth);
   }
-  const int64_t nc = round_up(ceil_div(N, nblocks), NR);
-  nblocks = ceil_div(N, nc);
+  // Blocks of whole panels, their counts differing by at most one (rounding one width up to NR
+  // would leave a short last block: 576 columns in 4 blocks of 5,5,5,3 panels).
+  const int64_t panels_n = ceil_div(N, NR);
+  nblocks = std::min(nblocks, panels_n);
+  const int64_t nc = ceil_div(panels_n, nblocks) * NR;  // the widest block
+  auto block_cols = [&](int64_t t, int64_t& j0, int64_t& j1) {
+    j0 = panels_n * t / nblocks * NR;
+    j1 = std::min(N, panels_n * (t + 1) / nblocks * NR);
+  };
   // A few A slivers with row-major B: the kernel reads B in place (packing would only add a
   // second pass over B); only a ragged last panel is packed. Beyond one sliver each panel is read
   // once per sliver, so it must stay in L1 (K x NR floats <= 32 KiB): MobileNetV2's projections
@@ -753,8 +760,8 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
     pfor(0, units, 1, [&](int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t s_lo = nblocks > 1 ? 0 : u, s_hi = nblocks > 1 ? slivers : u + 1;
-        const int64_t j_lo = nblocks > 1 ? u * nc : 0,
-                      j_hi = nblocks > 1 ? std::min(N, j_lo + nc) : N;
+        int64_t j_lo = 0, j_hi = N;
+        if (nblocks > 1) block_cols(u, j_lo, j_hi);
         for (int64_t p0 = 0; p0 < K; p0 += kc) {
           const int64_t kb = std::min(kc, K - p0);
           const bool last = p0 + kb == K;
@@ -824,7 +831,8 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
         if (nblocks > 1) {
           pfor(0, nblocks, 1, [&](int64_t t0, int64_t t1) {
             for (int64_t t = t0; t < t1; ++t) {
-              const int64_t j0 = t * nc, j1 = std::min(N, j0 + nc);
+              int64_t j0, j1;
+              block_cols(t, j0, j1);
               for (int64_t s = 0; s < slivers; ++s)
                 for (int64_t j = j0; j < j1; j += NR) tile(s, j, bp + j * kb, NR);
             }
@@ -864,7 +872,9 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
         pfor(0, nblocks, 1, [&](int64_t t0, int64_t t1) {
           float* bpack = tls_pack_b.get(static_cast<size_t>(nc * kb));
           for (int64_t t = t0; t < t1; ++t) {
-            const int64_t j0 = t * nc, nw = std::min(nc, N - j0);
+            int64_t j0, j1;
+            block_cols(t, j0, j1);
+            const int64_t nw = j1 - j0;
             ks.pack_b(tb, tb ? Bblk + j0 * ldb : Bblk + j0, ldb, kb, nw, bpack);
             for (int64_t s = 0; s < slivers; ++s)
               for (int64_t j = 0; j < nw; j += NR) tile(s, j0 + j, bpack + j * kb, NR);

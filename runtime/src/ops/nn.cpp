@@ -102,13 +102,15 @@ void run_mbconv(const KernelCall& c) {
   kernels::mbconv_out(mbconv_operands(c), params<MBConvParams>(c).p, out(c),
                       static_cast<const kernels::PreparedMBConv*>(c.prepared));
 }
-// Constant 1x1 weights are packed once for the model.
+// Constant weights (the 1x1s and the depthwise) are packed once for the model.
 PreparedInputs prepare_mbconv(const KernelCall& c, uint32_t constant_inputs) {
   const bool expand = opt_in(c, 1) != nullptr;
-  if ((constant_inputs & 0b100000u) == 0 || (expand && (constant_inputs & 0b10u) == 0)) return {};
+  if ((constant_inputs & 0b101000u) != 0b101000u || (expand && (constant_inputs & 0b10u) == 0))
+    return {};
   auto p = kernels::prepare_mbconv(mbconv_operands(c));
   const size_t bytes = p->nbytes();
-  return {std::move(p), bytes, "gemm"};
+  const char* algorithm = p->algorithm();
+  return {std::move(p), bytes, algorithm};
 }
 
 std::unique_ptr<KernelParams> decode_conv1d(const AttrMap& a) {

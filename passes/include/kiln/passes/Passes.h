@@ -47,11 +47,14 @@ std::unique_ptr<mlir::Pass> create_fold_batch_norm_pass();
 std::unique_ptr<mlir::Pass> create_fuse_epilogues_pass();
 
 // --kiln-fuse-mbconv: expand 1x1 -> depthwise -> project 1x1 chains of kiln.conv2d_fused
-// (MobileNetV2's inverted residual) become one kiln.mbconv, run band by band by the runtime, when
-// the expanded tensor holds at least `min_bytes` (smaller blocks run as fast unfused: see
-// FuseMBConv.cpp).
+// (MobileNetV2's inverted residual) become one kiln.mbconv when the expanded tensor holds at least
+// `min_bytes` (the runtime runs it band by band) or one image's share of it at most
+// `small_max_bytes` (channels-last); blocks in between run as fast unfused (see FuseMBConv.cpp).
+// kMBConvSmallMaxBytes is the runtime's channels-last limit (kernels/conv_mbconv.cpp).
 constexpr int64_t kMBConvMinBytes = int64_t(8) << 20;
-std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes = kMBConvMinBytes);
+constexpr int64_t kMBConvSmallMaxBytes = int64_t(640) << 10;
+std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes = kMBConvMinBytes,
+                                                    int64_t small_max_bytes = kMBConvSmallMaxBytes);
 // --kiln-eliminate-gradients (module pass): keep @forward's first kiln.num_outputs results, drop
 // backward/optimizer ops, in-out results and arguments nothing reads; optionally return the loss's
 // prediction input instead of the loss; eval_mode switches batch_norm/dropout to inference.
@@ -66,8 +69,9 @@ std::unique_ptr<mlir::Pass> create_choose_layout_pass();
 
 struct PipelineOptions {
   bool drop_loss_head = false;
-  // --kiln-fuse-mbconv's threshold (0: fuse every matching block).
+  // --kiln-fuse-mbconv's thresholds (min 0: fuse every matching block; small -1: no small ones).
   int64_t mbconv_min_bytes = kMBConvMinBytes;
+  int64_t mbconv_small_max_bytes = kMBConvSmallMaxBytes;
   // Memory planning runs last (it annotates the final values): `memory_plan` when set, else the
   // hook from set_memory_plan_hook(), else --kiln-plan-memory. plan_memory = false skips it.
   bool plan_memory = true;

@@ -7,7 +7,9 @@
 // It runs in bands of output rows, each thread carrying whole images (or, below one image per
 // thread, row ranges) through the three steps: e and d live in per-thread band buffers that stay
 // in cache, and only x and y travel to memory. Expanded rows shared by consecutive bands are kept,
-// not recomputed. Same arithmetic as the three convs (same GEMM and depthwise kernels).
+// not recomputed. Same arithmetic as the three convs (same GEMM and depthwise kernels). Small maps
+// (one image's e within 640 KB) run a whole image at a time channels-last instead, which spares
+// the transposes NCHW costs there (conv_mbconv.cpp).
 
 #include <cstddef>
 #include <cstdint>
@@ -39,15 +41,19 @@ struct MBConvOperands {
 // [N, P, Ho, Wo]; checks every shape (kiln::Error naming the operand, expected and actual).
 Dims mbconv_output_shape(const MBConvOperands& ops, const MBConvParams& p);
 
-// The two 1x1 weights packed once for the GEMM (constant weights of artifacts and compiled code).
+// The weights prepared once (constant weights of artifacts and compiled code): the two 1x1 weights
+// packed for the GEMM and, for channels-last blocks, the depthwise weight reordered. Prepared for
+// `ops.input`'s sizes, which choose the strategy; any input runs correctly with it.
 class PreparedMBConv {
  public:
   virtual ~PreparedMBConv() = default;
   virtual size_t nbytes() const = 0;
+  // "banded" or "channels-last".
+  virtual const char* algorithm() const = 0;
 };
 std::shared_ptr<const PreparedMBConv> prepare_mbconv(const MBConvOperands& ops);
 
-// out = the block above. `prepared` (from exactly these weights' values) may be null.
+// out = the block above. `prepared` (from exactly these three weights' values) may be null.
 void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& out,
                 const PreparedMBConv* prepared = nullptr);
 
