@@ -93,6 +93,10 @@ BENCHMARK(BM_Sgemm)
     ->Args({128, 784, 1152, 0})
     ->Args({256, 196, 2304, 0})
     ->Args({512, 49, 4608, 0})
+    // Small K (MobileNetV2's expansions), output in L2 (1024 columns) vs streamed (12544).
+    ->Args({96, 1024, 16, 0})
+    ->Args({96, 12544, 16, 0})
+    ->Args({144, 1024, 24, 0})
     ->UseRealTime();
 
 BENCHMARK(BM_NaiveGemm)->ArgNames({"M", "N", "K"})->Args({256, 256, 256})->UseRealTime();

@@ -694,6 +694,28 @@ gemm_detail::TileEpilogue tile_epilogue(const Epilogue& e, int64_t row, int64_t 
   return t;
 }
 
+// C[row : row + m, col : col + n] from one packed A sliver against consecutive B panels (panel q at
+// b + q * b_next, row stride bld): one ks.kernel_row call, or ks.kernel per tile. `e`: the
+// epilogue, on the last K block only (nullptr before it).
+void sliver_row(const KernelSet& ks, int64_t kb, const float* ap, const float* b, int64_t b_next,
+                int64_t bld, float* C, int64_t ldc, int64_t row, int m, int64_t col, int64_t n,
+                float alpha, float beta, const Epilogue* e, bool late_activation) {
+  using gemm_detail::TileEpilogue;
+  float* c = C + row * ldc + col;
+  if (ks.kernel_row) {
+    const TileEpilogue te = e ? tile_epilogue(*e, row, col) : TileEpilogue{};
+    ks.kernel_row(kb, ap, b, b_next, bld, c, ldc, m, n, alpha, beta, e ? &te : nullptr);
+  } else {
+    for (int64_t j = 0; j < n; j += ks.nr, b += b_next) {
+      const int nt = static_cast<int>(std::min<int64_t>(ks.nr, n - j));
+      const TileEpilogue te = e ? tile_epilogue(*e, row, col + j) : TileEpilogue{};
+      ks.kernel(kb, ap, b, bld, c + j, ldc, m, nt, alpha, beta, e ? &te : nullptr);
+    }
+  }
+  if (e && late_activation)
+    for (int r = 0; r < m; ++r) activate_row(c + r * ldc, n, *e);
+}
+
 // `packed_a` / `packed_b`: an operand already in the layout this driver packs it into, for all of
 // K (sgemm_pack_a / sgemm_pack_b; see gemm_detail::PackedView); A / B are then not read.
 void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
@@ -768,20 +790,9 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
           for (int64_t s = s_lo; s < s_hi; ++s) {
             const int m = static_cast<int>(std::min(MR, M - s * MR));
             const float* ap = all_a + p0 * Mp + s * MR * kb;
-            for (int64_t j = j_lo; j < j_hi; j += NR) {
-              const int n = static_cast<int>(std::min(NR, N - j));
-              float* ct = C + s * MR * ldc + j;
-              const float* bp = packed_b + p0 * Np + j * kb;
-              const float beta_k = p0 == 0 ? beta : 1.0f;
-              if (last && epi) {
-                const gemm_detail::TileEpilogue te = tile_epilogue(e, s * MR, j);
-                ks.kernel(kb, ap, bp, NR, ct, ldc, m, n, alpha, beta_k, &te);
-                if (late_activation)
-                  for (int r = 0; r < m; ++r) activate_row(ct + r * ldc, n, e);
-              } else {
-                ks.kernel(kb, ap, bp, NR, ct, ldc, m, n, alpha, beta_k, nullptr);
-              }
-            }
+            sliver_row(ks, kb, ap, packed_b + p0 * Np + j_lo * kb, NR * kb, NR, C, ldc, s * MR, m,
+                       j_lo, j_hi - j_lo, alpha, p0 == 0 ? beta : 1.0f, last && epi ? &e : nullptr,
+                       late_activation);
           }
         }
       }
@@ -810,20 +821,17 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
       const bool last = p0 + kb == K;
       const float* Bblk = tb ? B + p0 : B + p0 * ldb;
 
-      // C[i0 + i : +MR, j : j + panel width] for sliver s and a B panel at bp (row stride bld).
-      auto tile = [&](int64_t s, int64_t j, const float* bp, int64_t bld) {
+      // C[i0 + s * MR : +MR, j : j + n] for sliver s and the B panels from bp (panel q at
+      // bp + q * b_next, row stride bld).
+      auto row = [&](int64_t s, int64_t j, int64_t n, const float* bp, int64_t b_next,
+                     int64_t bld) {
         const int64_t i = s * MR;
         const int m = static_cast<int>(std::min(MR, mb - i));
-        const int n = static_cast<int>(std::min(NR, N - j));
-        float* ct = C + (i0 + i) * ldc + j;
-        if (last && epi) {
-          const gemm_detail::TileEpilogue te = tile_epilogue(e, i0 + i, j);
-          ks.kernel(kb, apack + i * kb, bp, bld, ct, ldc, m, n, alpha, beta_k, &te);
-          if (late_activation)
-            for (int r = 0; r < m; ++r) activate_row(ct + r * ldc, n, e);
-        } else {
-          ks.kernel(kb, apack + i * kb, bp, bld, ct, ldc, m, n, alpha, beta_k, nullptr);
-        }
+        sliver_row(ks, kb, apack + i * kb, bp, b_next, bld, C, ldc, i0 + i, m, j, n, alpha, beta_k,
+                   last && epi ? &e : nullptr, late_activation);
+      };
+      auto tile = [&](int64_t s, int64_t j, const float* bp, int64_t bld) {
+        row(s, j, std::min(NR, N - j), bp, 0, bld);
       };
 
       if (packed_b) {
@@ -833,14 +841,12 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
             for (int64_t t = t0; t < t1; ++t) {
               int64_t j0, j1;
               block_cols(t, j0, j1);
-              for (int64_t s = 0; s < slivers; ++s)
-                for (int64_t j = j0; j < j1; j += NR) tile(s, j, bp + j * kb, NR);
+              for (int64_t s = 0; s < slivers; ++s) row(s, j0, j1 - j0, bp + j0 * kb, NR * kb, NR);
             }
           });
         } else {
           pfor(0, slivers, 1, [&](int64_t s0, int64_t s1) {
-            for (int64_t s = s0; s < s1; ++s)
-              for (int64_t j = 0; j < N; j += NR) tile(s, j, bp + j * kb, NR);
+            for (int64_t s = s0; s < s1; ++s) row(s, 0, N, bp, NR * kb, NR);
           });
         }
       } else if (direct_b) {
@@ -865,8 +871,7 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
           ks.pack_b(tb, tb ? Bblk + j0 * ldb : Bblk + j0, ldb, kb, j1 - j0, bshared + j0 * kb);
         });
         pfor(0, slivers, 1, [&](int64_t s0, int64_t s1) {
-          for (int64_t s = s0; s < s1; ++s)
-            for (int64_t j = 0; j < N; j += NR) tile(s, j, bshared + j * kb, NR);
+          for (int64_t s = s0; s < s1; ++s) row(s, 0, N, bshared, NR * kb, NR);
         });
       } else {
         pfor(0, nblocks, 1, [&](int64_t t0, int64_t t1) {
@@ -876,8 +881,7 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
             block_cols(t, j0, j1);
             const int64_t nw = j1 - j0;
             ks.pack_b(tb, tb ? Bblk + j0 * ldb : Bblk + j0, ldb, kb, nw, bpack);
-            for (int64_t s = 0; s < slivers; ++s)
-              for (int64_t j = 0; j < nw; j += NR) tile(s, j0 + j, bpack + j * kb, NR);
+            for (int64_t s = 0; s < slivers; ++s) row(s, j0, nw, bpack, NR * kb, NR);
           }
         });
       }

@@ -87,9 +87,8 @@ inline void store_tile(__m256 (&acc)[R][NV], float* c, int64_t ldc, int n, float
 }
 
 template <int R, int NV>
-void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-               int /*m*/, int n, float alpha, float beta, const TileEpilogue* ep) {
-  __m256 acc[R][NV];
+inline void accumulate(int64_t kc, const float* a, const float* b, int64_t ldb,
+                       __m256 (&acc)[R][NV]) {
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
@@ -108,10 +107,58 @@ void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c
     a += kMR;
     b += ldb;
   }
+}
+
+template <int R, int NV>
+void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+               int /*m*/, int n, float alpha, float beta, const TileEpilogue* ep) {
+  __m256 acc[R][NV];
+  accumulate<R, NV>(kc, a, b, ldb, acc);
   if (n >= 8 * NV)
     store_tile<R, NV, false>(acc, c, ldc, n, alpha, beta, ep);
   else
     store_tile<R, NV, true>(acc, c, ldc, n, alpha, beta, ep);
+}
+
+// A row of tiles (KernelSet::kernel_row): one call per A sliver instead of one per tile, so that
+// the call, the epilogue's setup and the driver's bookkeeping are paid once per row (a third of
+// the time at K = 16).
+template <int R>
+void kernel_row(int64_t kc, const float* a, const float* b, int64_t b_next, int64_t ldb, float* c,
+                int64_t ldc, int /*m*/, int64_t n, float alpha, float beta,
+                const TileEpilogue* ep) {
+  TileEpilogue e;
+  if (ep) e = *ep;
+  auto at = [&](int64_t j) {  // the epilogue of the tile at column j
+    TileEpilogue t = e;
+    if (t.col_bias) t.col_bias += j;
+    if (t.residual) t.residual += j;
+    return t;
+  };
+  int64_t j = 0;
+  for (; j + kNR <= n; j += kNR, b += b_next) {
+    __m256 acc[R][kNV];
+    accumulate<R, kNV>(kc, a, b, ldb, acc);
+    const TileEpilogue t = at(j);
+    // Opaque per tile: otherwise GCC hoists the R row addresses (and the residual's) out of the
+    // loop, spills them, and reloads them in every tile's epilogue.
+    int64_t ld = ldc;
+    asm("" : "+r"(ld));
+    store_tile<R, kNV, false>(acc, c + j, ld, kNR, alpha, beta, ep ? &t : nullptr);
+  }
+  if (j < n) {
+    const TileEpilogue t = at(j);
+    const int rest = static_cast<int>(n - j);
+    if (rest > 8) {
+      __m256 acc[R][kNV];
+      accumulate<R, kNV>(kc, a, b, ldb, acc);
+      store_tile<R, kNV, true>(acc, c + j, ldc, rest, alpha, beta, ep ? &t : nullptr);
+    } else {
+      __m256 acc[R][1];
+      accumulate<R, 1>(kc, a, b, ldb, acc);
+      store_tile<R, 1, true>(acc, c + j, ldc, rest, alpha, beta, ep ? &t : nullptr);
+    }
+  }
 }
 
 template <int NV, int... Rs>
@@ -119,12 +166,19 @@ constexpr void fill(MicroKernelFn* out, std::integer_sequence<int, Rs...>) {
   ((out[Rs + 1] = &kernel_rn<Rs + 1, NV>), ...);
 }
 
+template <int... Rs>
+constexpr void fill_rows(MicroKernelRowFn* out, std::integer_sequence<int, Rs...>) {
+  ((out[Rs + 1] = &kernel_row<Rs + 1>), ...);
+}
+
 struct Tables {
   MicroKernelFn full[kMR + 1]{};
   MicroKernelFn half[kMR + 1]{};  // n <= 8
+  MicroKernelRowFn rows[kMR + 1]{};
   constexpr Tables() {
     fill<kNV>(full, std::make_integer_sequence<int, kMR>{});
     fill<1>(half, std::make_integer_sequence<int, kMR>{});
+    fill_rows(rows, std::make_integer_sequence<int, kMR>{});
   }
 };
 // Constant-initialized: no static constructor runs code compiled for an ISA the CPU may lack
@@ -137,16 +191,33 @@ void micro(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, in
   t[m](kc, a, b, ldb, c, ldc, m, n, alpha, beta, ep);
 }
 
+void micro_row(int64_t kc, const float* a, const float* b, int64_t b_next, int64_t ldb, float* c,
+               int64_t ldc, int m, int64_t n, float alpha, float beta, const TileEpilogue* ep) {
+  kTables.rows[m](kc, a, b, b_next, ldb, c, ldc, m, n, alpha, beta, ep);
+}
+
 void pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst) {
   pack_a_generic<kMR>(trans, A, lda, m, k, dst);
 }
 
 void pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float* dst) {
-  pack_b_generic<kNR>(trans, B, ldb, k, n, dst);
+  // Whole panels of a row-major B: two vector copies per row (a memcpy call per 64-byte row cost
+  // as much as the product when K is small).
+  const int64_t whole = trans ? 0 : n / kNR * kNR;
+  for (int64_t j0 = 0; j0 < whole; j0 += kNR) {
+    const float* s = B + j0;
+    float* d = dst + j0 * k;
+    for (int64_t p = 0; p < k; ++p) {
+      _mm256_storeu_ps(d + p * kNR, _mm256_loadu_ps(s + p * ldb));
+      _mm256_storeu_ps(d + p * kNR + 8, _mm256_loadu_ps(s + p * ldb + 8));
+    }
+  }
+  if (whole < n) pack_b_generic<kNR>(trans, trans ? B + whole * ldb : B + whole, ldb, k, n - whole,
+                                     dst + whole * k);
 }
 
-const KernelSet kSet{"avx2",     kMR,    kNR,     /*kc=*/256, /*mc=*/1536,
-                     /*nc=*/512, &micro, &pack_a, &pack_b,    nullptr};
+const KernelSet kSet{"avx2",  kMR,     kNR,     /*kc=*/256, /*mc=*/1536, /*nc=*/512,
+                     &micro, &pack_a, &pack_b, nullptr,     &micro_row};
 
 }  // namespace
 

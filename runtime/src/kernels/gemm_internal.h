@@ -65,6 +65,12 @@ inline void apply_tile_epilogue(float* c, int64_t ldc, int m, int n, const TileE
 using MicroKernelFn = void (*)(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
                                int64_t ldc, int m, int n, float alpha, float beta,
                                const TileEpilogue* ep);
+// The same for a row of tiles: C[0:m, 0:n] for any n, the B panel of columns [q*NR, q*NR + NR) at
+// b + q * b_next (row stride ldb; the last panel may be ragged), `ep` for the tile at column 0
+// (its col_bias and residual advance with the columns).
+using MicroKernelRowFn = void (*)(int64_t kc, const float* a, const float* b, int64_t b_next,
+                                  int64_t ldb, float* c, int64_t ldc, int m, int64_t n,
+                                  float alpha, float beta, const TileEpilogue* ep);
 // Packs rows [0, m) x columns [0, k) of op(A) into ceil(m / MR) slivers (see above).
 using PackAFn = void (*)(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst);
 // Packs rows [0, k) x columns [0, n) of op(B) into ceil(n / NR) panels (see above).
@@ -86,6 +92,7 @@ struct KernelSet {
   PackAFn pack_a;
   PackBFn pack_b;
   DotTileFn dot_tile;  // nullptr: the portable one
+  MicroKernelRowFn kernel_row = nullptr;  // nullptr: `kernel` once per tile
 };
 
 // A packed operand for ks whose panels the caller writes through *data (uninitialized; the layout
