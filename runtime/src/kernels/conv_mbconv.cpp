@@ -23,7 +23,9 @@
 // and back, and the projection would transpose its input while packing it. With one image per
 // thread or more, threads take whole images; otherwise each step is parallel.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "conv_internal.h"
@@ -60,9 +62,15 @@ struct Geometry {
 constexpr int64_t kChannelsLastFloats = 160 << 10;
 
 bool channels_last_fits(int64_t E, int64_t H, int64_t W) {
+  static const int force = [] {  // KILN_MBCONV_STRATEGY=banded|channels-last (experiments)
+    const char* e = std::getenv("KILN_MBCONV_STRATEGY");
+    if (!e) return 0;
+    return std::string_view(e) == "banded" ? -1 : std::string_view(e) == "channels-last" ? 1 : 0;
+  }();
   int64_t n = 0;
-  return !__builtin_mul_overflow(E, H, &n) && !__builtin_mul_overflow(n, W, &n) &&
-         n <= kChannelsLastFloats;
+  const bool fits = !__builtin_mul_overflow(E, H, &n) && !__builtin_mul_overflow(n, W, &n) &&
+                    n <= kChannelsLastFloats;
+  return force < 0 ? false : force > 0 ? fits || n <= (int64_t(1) << 30) : fits;
 }
 
 // a * b, or a kiln::Error when it exceeds `limit` (sizes from an artifact may be anything: a

@@ -854,15 +854,15 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
         const int64_t full = N / NR;
         if (full < panels)  // ragged last panel, zero padded
           ks.pack_b(false, Bblk + full * NR, ldb, kb, N - full * NR, bshared);
+        // Runs of up to 4 whole panels (K x 4NR floats: L1 for the K this path takes), each row of
+        // tiles read by every sliver from L1.
         pfor(0, panels, 4, [&](int64_t q0, int64_t q1) {
-          for (int64_t q = q0; q < q1; ++q) {
-            for (int64_t s = 0; s < slivers; ++s) {
-              if (q < full)
-                tile(s, q * NR, Bblk + q * NR, ldb);
-              else
-                tile(s, q * NR, bshared, NR);
-            }
+          for (int64_t q = q0; q < std::min(q1, full); q += 4) {
+            const int64_t qn = std::min({q + 4, q1, full}) - q;
+            for (int64_t s = 0; s < slivers; ++s) row(s, q * NR, qn * NR, Bblk + q * NR, NR, ldb);
           }
+          if (q1 > full)
+            for (int64_t s = 0; s < slivers; ++s) tile(s, full * NR, bshared, NR);
         });
       } else if (shared_b) {
         const int64_t panels = ceil_div(N, NR);
