@@ -27,8 +27,8 @@ inline __m256i lane_mask(int rem) {
 // stored tile cost 4x the product itself for K = 16 (MobileNetV2's 16 -> 96 expansion). N edges
 // use masked loads and stores (kMasked; whole tiles take the plain ones).
 template <int R, int NV, bool kMasked>
-inline void store_tile(__m256 (&acc)[R][NV], float* c, int64_t ldc, int n, float alpha, float beta,
-                       const TileEpilogue* ep) {
+[[gnu::always_inline]] inline void store_tile(__m256 (&acc)[R][NV], float* c, int64_t ldc, int n,
+                                              float alpha, float beta, const TileEpilogue* ep) {
   __m256i mask[NV];
   if constexpr (kMasked) {
 #pragma GCC unroll 4
@@ -55,12 +55,15 @@ inline void store_tile(__m256 (&acc)[R][NV], float* c, int64_t ldc, int n, float
   }
   if (beta != 0.0f) {
     const __m256 vb = _mm256_set1_ps(beta);
-    each([&](int r, int v, __m256& x) { x = _mm256_fmadd_ps(vb, load(c + r * ldc + 8 * v, v), x); });
+    each(
+        [&](int r, int v, __m256& x) { x = _mm256_fmadd_ps(vb, load(c + r * ldc + 8 * v, v), x); });
   }
   if (ep) {
     const TileEpilogue e = *ep;
     if (e.row_bias)
-      each([&](int r, int, __m256& x) { x = _mm256_add_ps(x, _mm256_broadcast_ss(e.row_bias + r)); });
+      each([&](int r, int, __m256& x) {
+        x = _mm256_add_ps(x, _mm256_broadcast_ss(e.row_bias + r));
+      });
     if (e.col_bias) {
       __m256 cb[NV];
 #pragma GCC unroll 4
@@ -87,8 +90,8 @@ inline void store_tile(__m256 (&acc)[R][NV], float* c, int64_t ldc, int n, float
 }
 
 template <int R, int NV>
-inline void accumulate(int64_t kc, const float* a, const float* b, int64_t ldb,
-                       __m256 (&acc)[R][NV]) {
+[[gnu::always_inline]] inline void accumulate(int64_t kc, const float* a, const float* b,
+                                              int64_t ldb, __m256 (&acc)[R][NV]) {
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
@@ -212,12 +215,13 @@ void pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float
       _mm256_storeu_ps(d + p * kNR + 8, _mm256_loadu_ps(s + p * ldb + 8));
     }
   }
-  if (whole < n) pack_b_generic<kNR>(trans, trans ? B + whole * ldb : B + whole, ldb, k, n - whole,
-                                     dst + whole * k);
+  if (whole < n)
+    pack_b_generic<kNR>(trans, trans ? B + whole * ldb : B + whole, ldb, k, n - whole,
+                        dst + whole * k);
 }
 
-const KernelSet kSet{"avx2",  kMR,     kNR,     /*kc=*/256, /*mc=*/1536, /*nc=*/512,
-                     &micro, &pack_a, &pack_b, nullptr,     &micro_row};
+const KernelSet kSet{"avx2", kMR,     kNR,     /*kc=*/256, /*mc=*/1536, /*nc=*/512,
+                     &micro, &pack_a, &pack_b, nullptr,    &micro_row};
 
 }  // namespace
 
