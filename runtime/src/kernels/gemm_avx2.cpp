@@ -199,8 +199,52 @@ void micro_row(int64_t kc, const float* a, const float* b, int64_t b_next, int64
   kTables.rows[m](kc, a, b, b_next, ldb, c, ldc, m, n, alpha, beta, ep);
 }
 
+// In-register transpose of an 8 x 8 block (r[i] = row i on entry, column i on exit).
+inline void transpose8(__m256 (&r)[8]) {
+  __m256 t[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x20);
+    t[j + 4] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x31);
+  }
+  for (int j = 0; j < 8; ++j) r[j] = t[j];
+}
+
 void pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst) {
-  pack_a_generic<kMR>(trans, A, lda, m, k, dst);
+  if (trans) return pack_a_generic<kMR>(trans, A, lda, m, k, dst);
+  // Row-major A (the channels-last projection's dᵀ: K up to 960): whole slivers 8 columns at a
+  // time through an 8 x 8 transpose (rows 6 and 7 zero); the scalar interleave of 6 row streams
+  // was a tenth of a channels-last mbconv block.
+  const __m256i six = lane_mask(kMR);
+  int64_t r0 = 0;
+  for (; r0 + kMR <= m; r0 += kMR) {
+    const float* s = A + r0 * lda;
+    float* d = dst + r0 * k;
+    int64_t p = 0;
+    for (; p + 8 <= k; p += 8) {
+      __m256 r[8];
+      for (int i = 0; i < kMR; ++i) r[i] = _mm256_loadu_ps(s + i * lda + p);
+      r[6] = r[7] = _mm256_setzero_ps();
+      transpose8(r);
+      float* o = d + p * kMR;
+      // Column q's 6 values at o + 6q: 8-float stores in order, each overwritten past its 6 by
+      // the next; the last one masked.
+      for (int q = 0; q < 7; ++q) _mm256_storeu_ps(o + q * kMR, r[q]);
+      _mm256_maskstore_ps(o + 7 * kMR, six, r[7]);
+    }
+    for (; p < k; ++p)
+      for (int i = 0; i < kMR; ++i) d[p * kMR + i] = s[i * lda + p];
+  }
+  if (r0 < m) pack_a_generic<kMR>(false, A + r0 * lda, lda, m - r0, k, dst + r0 * k);
 }
 
 void pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float* dst) {
