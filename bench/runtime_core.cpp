@@ -3,6 +3,7 @@
 
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/tensor.h"
+#include "kiln/runtime/thread_pool.h"
 #include "kiln/runtime/views.h"
 
 using namespace kiln;
@@ -33,5 +34,16 @@ static void BM_CopyTransposed(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * n * 8);
 }
 BENCHMARK(BM_CopyTransposed)->Arg(1024)->UseRealTime();
+
+// One parallel_for of one chunk per thread with no work: the cost of a synchronization point
+// (publish, the spinning workers' pick-up, the wait for the last chunk), paid by every parallel
+// kernel of a model run (MobileNetV2 b1: ~60 of them).
+static void BM_ParallelForRoundTrip(benchmark::State& state) {
+  const int n = num_threads();
+  for (auto _ : state)
+    parallel_for(0, n, 1, [](int64_t b, int64_t e) { benchmark::DoNotOptimize(b + e); });
+  state.counters["threads"] = n;
+}
+BENCHMARK(BM_ParallelForRoundTrip)->UseRealTime();
 
 BENCHMARK_MAIN();
