@@ -5,15 +5,17 @@
 // where e and d are each used by the next conv only, becomes one kiln.mbconv: the runtime runs it
 // in bands of output rows so e and d never leave the cache (kernels/mbconv.h).
 //
-// When the expanded tensor (e, or x without expansion) holds at least `min-bytes`, the runtime runs
-// the block in bands of rows: at batch 8 the fused 112x112 and 56x56 blocks are 10-30% faster than
-// three convs (bench_conv's MBConv/* rows); the default, 8 MB, is a quarter of the 32 MB L3 of the
-// machine the numbers were measured on. When one image's expanded tensor holds at most
-// `small-max-bytes` (default 640 KB: MobileNetV2's 28x28, 14x14 and 7x7 blocks), the runtime runs
-// it channels-last, a whole image at a time, which spares the transposes NCHW costs on small maps:
-// 11-21% faster than three convs at batch 1 on 2 threads, 5-10% at batch 8 (28x28 at stride 1:
-// 3-5% slower on one thread or at batch 8). Blocks in between stay three convs (banded, they were
-// 2-10% slower).
+// When the expanded tensor e holds at least `min-bytes` (and the block expands: without e, bands
+// save nothing), the runtime runs the block in bands of rows: at batch 8 the fused 112x112 and
+// 56x56 blocks are 10-30% faster than three convs (bench_conv's MBConv/* rows); the default, 8 MB,
+// is a quarter of a 32 MB L3. When one image's expanded tensor (e, or x without expansion) holds at
+// most `small-max-bytes` (default 640 KB: MobileNetV2's 28x28, 14x14 and 7x7 blocks), the runtime
+// runs it channels-last, a whole image at a time, which spares the transposes NCHW costs on small
+// maps. Measured on Zen 3 with bench/paired.py (2 threads, median within-round ratio to three
+// convs): channels-last 0.87-0.93 at batch 1 and 0.89-0.92 at batch 8 for the 14x14/7x7 blocks,
+// 0.96-1.05 for 384@14 and 192@28; banded at batch 8 0.88-0.90, at batch 1 0.76-0.97 (but par
+// for the whole model, so blocks in between stay three convs); the t=1 block fused 1.13 at
+// batch 1.
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -116,7 +118,10 @@ bool fuse(mlir::Operation* dw, int64_t min_bytes, int64_t small_max_bytes) {
   int64_t elems = 1;
   for (int64_t d : e_shape) elems *= d;
   const int64_t image_bytes = e_shape[0] > 0 ? elems / e_shape[0] * 4 : 0;
-  if (elems * 4 < min_bytes && !(elems > 0 && image_bytes <= small_max_bytes)) return false;
+  const bool small = elems > 0 && image_bytes <= small_max_bytes;
+  // Bands save nothing without an expansion: the depthwise reads x as three convs would.
+  const bool large = elems * 4 >= min_bytes && expand;
+  if (!small && !large) return false;
 
   mlir::OpBuilder b(project);
   mlir::Location loc = dw->getLoc();

@@ -47,9 +47,10 @@ std::unique_ptr<mlir::Pass> create_fold_batch_norm_pass();
 std::unique_ptr<mlir::Pass> create_fuse_epilogues_pass();
 
 // --kiln-fuse-mbconv: expand 1x1 -> depthwise -> project 1x1 chains of kiln.conv2d_fused
-// (MobileNetV2's inverted residual) become one kiln.mbconv when the expanded tensor holds at least
-// `min_bytes` (the runtime runs it band by band) or one image's share of it at most
-// `small_max_bytes` (channels-last); blocks in between run as fast unfused (see FuseMBConv.cpp).
+// (MobileNetV2's inverted residual) become one kiln.mbconv when the block expands and the expanded
+// tensor holds at least `min_bytes` (the runtime runs it band by band), or when one image's share
+// of it is at most `small_max_bytes` (channels-last); blocks in between run as fast unfused (see
+// FuseMBConv.cpp).
 // kMBConvSmallMaxBytes is the runtime's channels-last limit (kernels/conv_mbconv.cpp).
 constexpr int64_t kMBConvMinBytes = int64_t(8) << 20;
 constexpr int64_t kMBConvSmallMaxBytes = int64_t(640) << 10;
