@@ -1193,8 +1193,7 @@ namespace conv_detail {
 // 8x8 blocks in registers.
 void transpose_epilogue(const float* yt, int64_t ldt, int64_t cols, int64_t rows, float* y,
                         int64_t ldy, const float* res, int64_t ld_res, const Epilogue& act) {
-  const bool vec_act = act.activation == Activation::None || act.activation == Activation::Relu ||
-                       act.activation == Activation::Relu6 || act.activation == Activation::Clamp;
+  const bool vec_act = vector_activation(act.activation);
   const __m256 lo = _mm256_set1_ps(act.activation == Activation::Clamp ? act.clamp_min : 0.0f);
   const __m256 hi = _mm256_set1_ps(act.activation == Activation::Clamp ? act.clamp_max : 6.0f);
   auto finish8 = [&](__m256 v, int64_t o, int64_t p) {
@@ -1207,22 +1206,10 @@ void transpose_epilogue(const float* yt, int64_t ldt, int64_t cols, int64_t rows
   const int64_t p8 = cols / 8 * 8, o8 = rows / 8 * 8;
   for (int64_t p = 0; p < p8; p += 8) {
     for (int64_t o = 0; o < o8; o += 8) {
-      __m256 r[8], t[8];
+      __m256 r[8];
       for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(yt + (p + i) * ldt + o);
-      for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-      }
-      for (int i = 0; i < 8; i += 4) {
-        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-      }
-      for (int j = 0; j < 4; ++j) {
-        finish8(_mm256_permute2f128_ps(r[j], r[j + 4], 0x20), o + j, p);
-        finish8(_mm256_permute2f128_ps(r[j], r[j + 4], 0x31), o + j + 4, p);
-      }
+      simd::transpose8(r);
+      for (int j = 0; j < 8; ++j) finish8(r[j], o + j, p);
     }
   }
   // Ragged edges (and every element when the activation has no vector form) one at a time.

@@ -33,29 +33,8 @@ struct PlaneBuf {
   float* phase(int64_t r) const { return data + r * rows * pitch; }
 };
 
-inline __m256 activate(__m256 v, const ConvEpilogue& ep) {
-  switch (ep.activation) {
-    case Activation::Relu:
-      return _mm256_max_ps(v, _mm256_setzero_ps());
-    case Activation::Relu6:
-      return _mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), _mm256_set1_ps(6.0f));
-    case Activation::Clamp:
-      return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(ep.clamp_min)),
-                           _mm256_set1_ps(ep.clamp_max));
-    default:
-      return v;
-  }
-}
-
-inline bool vector_activation(Activation a) {
-  return a == Activation::None || a == Activation::Relu || a == Activation::Relu6 ||
-         a == Activation::Clamp;
-}
-
-inline __m256i tail_mask(int64_t n) {
-  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
-}
+using simd::tail_mask;
+using simd::transpose8;
 
 // Copies plane x[H, W] into the interior of the phase buffer (border already zero).
 void fill_plane(const ConvGeom& g, const float* x, const PlaneBuf& b) {
@@ -207,30 +186,6 @@ int64_t plane_floats(const ConvGeom& g, int64_t a, int64_t b, int64_t c) {
 }
 // Spare pixels after B and O for narrow_compute_3x3's whole steps of 4 outputs.
 constexpr int64_t kNarrowSlack = 8;
-
-inline void transpose8(__m256& r0, __m256& r1, __m256& r2, __m256& r3, __m256& r4, __m256& r5,
-                       __m256& r6, __m256& r7) {
-  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-  const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-  const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-  const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  r0 = _mm256_permute2f128_ps(u0, u4, 0x20);
-  r1 = _mm256_permute2f128_ps(u1, u5, 0x20);
-  r2 = _mm256_permute2f128_ps(u2, u6, 0x20);
-  r3 = _mm256_permute2f128_ps(u3, u7, 0x20);
-  r4 = _mm256_permute2f128_ps(u0, u4, 0x31);
-  r5 = _mm256_permute2f128_ps(u1, u5, 0x31);
-  r6 = _mm256_permute2f128_ps(u2, u6, 0x31);
-  r7 = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
 
 struct NarrowGeom {
   int64_t Hb = 0, Wb = 0;  // padded rows / cols kept in B

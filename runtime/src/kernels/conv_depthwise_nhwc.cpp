@@ -11,25 +11,6 @@
 namespace kiln::kernels::conv_detail {
 namespace {
 
-inline __m256 activate(__m256 v, const ConvEpilogue& ep) {
-  switch (ep.activation) {
-    case Activation::Relu:
-      return _mm256_max_ps(v, _mm256_setzero_ps());
-    case Activation::Relu6:
-      return _mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), _mm256_set1_ps(6.0f));
-    case Activation::Clamp:
-      return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(ep.clamp_min)),
-                           _mm256_set1_ps(ep.clamp_max));
-    default:
-      return v;
-  }
-}
-
-bool vector_activation(Activation a) {
-  return a == Activation::None || a == Activation::Relu || a == Activation::Relu6 ||
-         a == Activation::Clamp;
-}
-
 // V vectors (8V channels from c) of output pixel (oh, ow) whose taps span rows [kh0, kh1) and
 // columns [kw0, kw1) of the kernel (the others fall in the padding).
 template <int V>

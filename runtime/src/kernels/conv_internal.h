@@ -10,8 +10,29 @@
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/gemm.h"
+#include "simd_util.h"
 
 namespace kiln::kernels::conv_detail {
+
+// The activations the conv kernels apply in registers; the others go through apply_activation.
+inline bool vector_activation(Activation a) {
+  return a == Activation::None || a == Activation::Relu || a == Activation::Relu6 ||
+         a == Activation::Clamp;
+}
+
+inline __m256 activate(__m256 v, const ConvEpilogue& ep) {
+  switch (ep.activation) {
+    case Activation::Relu:
+      return _mm256_max_ps(v, _mm256_setzero_ps());
+    case Activation::Relu6:
+      return _mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), _mm256_set1_ps(6.0f));
+    case Activation::Clamp:
+      return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(ep.clamp_min)),
+                           _mm256_set1_ps(ep.clamp_max));
+    default:
+      return v;
+  }
+}
 
 struct ConvGeom {
   int64_t N = 0, C = 0, H = 0, W = 0;  // input

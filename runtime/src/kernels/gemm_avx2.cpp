@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "gemm_internal.h"
+#include "simd_util.h"
 
 namespace kiln::kernels::gemm_detail {
 namespace {
@@ -16,11 +17,6 @@ namespace {
 constexpr int kMR = 6;
 constexpr int kNV = 2;
 constexpr int kNR = 8 * kNV;
-
-// Lanes [0, rem) of a vector set (rem clamped to [0, 8]): the N edge's load/store mask.
-inline __m256i lane_mask(int rem) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 // R rows (R <= kMR; the packed sliver stride is always kMR), NV vectors of 8 columns. The epilogue
 // (bias, residual, relu/clamp) runs on the registers before the one store: a second pass over the
@@ -32,7 +28,7 @@ template <int R, int NV, bool kMasked>
   __m256i mask[NV];
   if constexpr (kMasked) {
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) mask[v] = lane_mask(n - 8 * v);
+    for (int v = 0; v < NV; ++v) mask[v] = simd::tail_mask(n - 8 * v);
   }
   auto load = [&](const float* p, int v) {
     if constexpr (kMasked)
@@ -199,32 +195,12 @@ void micro_row(int64_t kc, const float* a, const float* b, int64_t b_next, int64
   kTables.rows[m](kc, a, b, b_next, ldb, c, ldc, m, n, alpha, beta, ep);
 }
 
-// In-register transpose of an 8 x 8 block (r[i] = row i on entry, column i on exit).
-inline void transpose8(__m256 (&r)[8]) {
-  __m256 t[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int j = 0; j < 4; ++j) {
-    t[j] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x20);
-    t[j + 4] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x31);
-  }
-  for (int j = 0; j < 8; ++j) r[j] = t[j];
-}
-
 void pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst) {
   if (trans) return pack_a_generic<kMR>(trans, A, lda, m, k, dst);
   // Row-major A (the channels-last projection's dᵀ: K up to 960): whole slivers 8 columns at a
   // time through an 8 x 8 transpose (rows 6 and 7 zero); the scalar interleave of 6 row streams
   // was a tenth of a channels-last mbconv block.
-  const __m256i six = lane_mask(kMR);
+  const __m256i six = simd::tail_mask(kMR);
   int64_t r0 = 0;
   for (; r0 + kMR <= m; r0 += kMR) {
     const float* s = A + r0 * lda;
@@ -234,7 +210,7 @@ void pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float
       __m256 r[8];
       for (int i = 0; i < kMR; ++i) r[i] = _mm256_loadu_ps(s + i * lda + p);
       r[6] = r[7] = _mm256_setzero_ps();
-      transpose8(r);
+      simd::transpose8(r);
       float* o = d + p * kMR;
       // Column q's 6 values at o + 6q: 8-float stores in order, each overwritten past its 6 by
       // the next; the last one masked.
