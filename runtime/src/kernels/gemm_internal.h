@@ -41,8 +41,11 @@ struct TileEpilogue {
   float lo = 0.0f, hi = 0.0f;
 };
 
-// The portable form of the above, for kernels that store first (AVX2, NEON, scalar).
-inline void apply_tile_epilogue(float* c, int64_t ldc, int m, int n, const TileEpilogue& e) {
+// The portable form of the above, for kernels that store first (NEON, scalar).
+// A local copy of the epilogue: C's stores could alias the caller's, and the compiler would reload
+// every field per element (on AVX2 that made the epilogue 4x the cost of a K = 16 product).
+inline void apply_tile_epilogue(float* c, int64_t ldc, int m, int n, const TileEpilogue& epilogue) {
+  const TileEpilogue e = epilogue;
   for (int r = 0; r < m; ++r) {
     float* row = c + r * ldc;
     const float rb = e.row_bias ? e.row_bias[r] : 0.0f;
@@ -69,8 +72,8 @@ using MicroKernelFn = void (*)(int64_t kc, const float* a, const float* b, int64
 // b + q * b_next (row stride ldb; the last panel may be ragged), `ep` for the tile at column 0
 // (its col_bias and residual advance with the columns).
 using MicroKernelRowFn = void (*)(int64_t kc, const float* a, const float* b, int64_t b_next,
-                                  int64_t ldb, float* c, int64_t ldc, int m, int64_t n,
-                                  float alpha, float beta, const TileEpilogue* ep);
+                                  int64_t ldb, float* c, int64_t ldc, int m, int64_t n, float alpha,
+                                  float beta, const TileEpilogue* ep);
 // Packs rows [0, m) x columns [0, k) of op(A) into ceil(m / MR) slivers (see above).
 using PackAFn = void (*)(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst);
 // Packs rows [0, k) x columns [0, n) of op(B) into ceil(n / NR) panels (see above).
@@ -91,7 +94,7 @@ struct KernelSet {
   MicroKernelFn kernel;
   PackAFn pack_a;
   PackBFn pack_b;
-  DotTileFn dot_tile;  // nullptr: the portable one
+  DotTileFn dot_tile;                     // nullptr: the portable one
   MicroKernelRowFn kernel_row = nullptr;  // nullptr: `kernel` once per tile
 };
 
