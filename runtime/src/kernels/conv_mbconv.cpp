@@ -389,13 +389,10 @@ void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& ou
                  y.data_ptr<float>(),  prep};
     const int nth = in_parallel_region() ? 1 : num_threads();
     if (g.channels_last) {
-      std::vector<float> own_taps;
-      const float* taps = prep ? prep->dw_taps.data() : nullptr;
-      if (!taps) {
-        own_taps.resize(static_cast<size_t>(g.E * g.KH * g.KW));
-        dw_tap_major(d.wd, g.E, g.KH * g.KW, own_taps.data());
-        taps = own_taps.data();
-      }
+      // Unprepared weights: reordered per call, in the caching allocator's scratch.
+      ConvScratch<float> own_taps(prep ? 0 : g.E * g.KH * g.KW);
+      const float* taps = prep ? prep->dw_taps.data() : own_taps.get();
+      if (!prep) dw_tap_major(d.wd, g.E, g.KH * g.KW, own_taps.get());
       auto images = [&](int64_t n0, int64_t n1) {
         ConvScratch<float> et(g.eb_floats), dt(g.db_floats), yt(g.yt_floats);
         for (int64_t n = n0; n < n1; ++n)
