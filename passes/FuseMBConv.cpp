@@ -12,10 +12,10 @@
 // most `small-max-bytes` (default 640 KB: MobileNetV2's 28x28, 14x14 and 7x7 blocks), the runtime
 // runs it channels-last, a whole image at a time, which spares the transposes NCHW costs on small
 // maps. Measured on Zen 3 with bench/paired.py (2 threads, median within-round ratio to three
-// convs): channels-last 0.87-0.93 at batch 1 and 0.89-0.92 at batch 8 for the 14x14/7x7 blocks,
-// 0.96-1.05 for 384@14 and 192@28; banded at batch 8 0.88-0.90, at batch 1 0.76-0.97 (but par
-// for the whole model, so blocks in between stay three convs); the t=1 block fused 1.13 at
-// batch 1.
+// convs): channels-last 0.87-0.92 at batch 1 and 0.89-0.92 at batch 8 for 192@28 stride 2 and
+// the 14x14/7x7 blocks, 0.96-1.05 for 384@14 and 192@28; banded at batch 8 0.85-0.93, at batch 1
+// 0.76-1.06 between runs (and par for the whole model, so blocks in between stay three convs);
+// the t=1 block fused 1.13 at batch 1.
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"

@@ -13,8 +13,8 @@
 // R keeps both buffers around 384 KB (L2). All GEMMs and the depthwise run serially inside the
 // work item (it is already one of the pool's tasks).
 //
-// Small maps (one image's expanded tensor within kChannelsLastFloats: MobileNetV2's 14x14 and 7x7
-// blocks) run channels-last instead, a whole image at a time:
+// Small maps (one image's expanded tensor within kChannelsLastFloats: MobileNetV2's 28x28, 14x14
+// and 7x7 blocks) run channels-last instead, a whole image at a time:
 //   1. eᵀ[HW, E] = xᵀ · Weᵀ (the GEMM's rows are pixels, its vector lanes channels);
 //   2. the depthwise runs on eᵀ as a channels-last image (conv_depthwise_nhwc.cpp) into dᵀ;
 //   3. yᵀ[HoWo, P] = dᵀ · Wpᵀ, transposed into y with the residual and activation.
@@ -57,12 +57,15 @@ struct Geometry {
   int64_t yt_floats;
 };
 
-// One image's expanded tensor at most this many floats (640 KB, within Zen 4's 1 MB L2):
+// One image's expanded tensor at most this many floats (640 KB: chosen on Zen 4's 1 MB L2, and
+// still ahead of the banded path on Zen 3's 512 KB for every MobileNetV2 block below it):
 // channels-last. --kiln-fuse-mbconv fuses such blocks (passes' kMBConvSmallMaxBytes: keep equal).
 constexpr int64_t kChannelsLastFloats = 160 << 10;
 
 bool channels_last_fits(int64_t E, int64_t H, int64_t W) {
-  static const int force = [] {  // KILN_MBCONV_STRATEGY=banded|channels-last (experiments)
+  // KILN_MBCONV_STRATEGY=banded|channels-last forces the strategy (up to 2^30 floats), to compare
+  // them with bench/paired.py when retuning kChannelsLastFloats for another cache size.
+  static const int force = [] {
     const char* e = std::getenv("KILN_MBCONV_STRATEGY");
     if (!e) return 0;
     return std::string_view(e) == "banded" ? -1 : std::string_view(e) == "channels-last" ? 1 : 0;
