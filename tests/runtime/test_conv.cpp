@@ -367,6 +367,36 @@ TEST(Conv, Conv2dPreparedChannelsAcrossLanes) {
   set_num_threads(saved);
 }
 
+// Few input channels (image stems): the direct kernel (conv_detail::direct_conv2d_f32), prepared
+// and not, on one and two threads: both strides, odd widths (masked last vectors of tiles of 1, 2
+// and 3 vectors), channel counts that leave a partial block of 4, paddings wider than the kernel,
+// several bands of rows, batches whose rows the pool splits mid-image, and every epilogue.
+TEST(Conv, Conv2dDirectFewInputChannels) {
+  const int saved = num_threads();
+  const std::vector<Case> cases = {
+      {1, 3, 40, 41, 32, 3, 3, P(2, 2, 1, 1)},  // MobileNetV2's stem: 21 wide, 20 rows
+      {2, 3, 37, 66, 9, 7, 7, P(2, 2, 3, 3)},   // ResNet's stem: 33 wide, partial block
+      {3, 1, 19, 16, 4, 3, 3, P(1, 1, 1, 1)},   // one channel, 16 wide, rows split mid-image
+      {1, 4, 35, 60, 6, 3, 2, P(1, 2, 0, 0)},   // even kernel width, no padding, 30 wide
+      {1, 2, 23, 29, 5, 5, 3, P(2, 1, 4, 4)},   // padding wider than the kernel, 35 wide
+      {2, 3, 9, 100, 7, 3, 3, P(1, 2, 1, 0)},   // 49 wide: 2 whole tiles and a 1-lane vector
+  };
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    for (const Case& c : cases) {
+      EXPECT_EQ(run_prepared_case(c, Dims{c.N, c.C, c.H, c.W}, Activation::None, false, 1e-5),
+                "direct");
+      run_forward_case(c, DType::Float32, false, true, 1e-4);  // not prepared
+      run_forward_case(c, DType::Float32, true, false, 1e-4);  // strided input
+      for (Activation a :
+           {Activation::Relu, Activation::Relu6, Activation::Clamp, Activation::Sigmoid})
+        for (bool res : {false, true})
+          EXPECT_EQ(run_prepared_case(c, Dims{c.N, c.C, c.H, c.W}, a, res, 1e-5), "direct");
+    }
+  }
+  set_num_threads(saved);
+}
+
 // Depthwise convs with each activation, with and without a residual: narrow outputs (the
 // channel-interleaved path, which applies a vector activation before its transpose back) and
 // wide ones.

@@ -568,15 +568,18 @@ class PreparedConv final : public PreparedConv2dWeight {
   Dims weight_sizes;
   Conv2dParams params;
   std::shared_ptr<const conv_detail::WinogradWeight> winograd;
+  std::vector<float> direct;  // direct_pack_weight's layout, or empty
   std::vector<std::shared_ptr<const SgemmPacked>> groups;
 
   size_t nbytes() const override {
     size_t n = winograd ? winograd->nbytes() : 0;
+    n += direct.size() * sizeof(float);
     for (const auto& gp : groups) n += gp->nbytes();
     return n;
   }
   const char* algorithm() const override {
     if (winograd) return "winograd";
+    if (!direct.empty()) return "direct";
     return !groups.empty() && groups[0]->is_b() ? "gemm-ch" : "gemm";
   }
   // Prepared from a weight of this shape for these parameters (the values are the caller's
@@ -599,6 +602,12 @@ void conv_forward(const ConvGeom& g, const T* x, const T* w, const T* bias, cons
     if (prep && prep->winograd) {
       conv_detail::winograd_conv2d_f32(g, *prep->winograd, x, bias, res, y, ep);
       return;
+    }
+    if (prep ? !prep->direct.empty() : conv_detail::direct_conv_applicable(g)) {
+      if (prep) return conv_detail::direct_conv2d_f32(g, prep->direct.data(), x, bias, res, y, ep);
+      Scratch<float> wr(conv_detail::direct_weight_floats(g));
+      conv_detail::direct_pack_weight(g, w, wr.get());
+      return conv_detail::direct_conv2d_f32(g, wr.get(), x, bias, res, y, ep);
     }
   } else {
     prep = nullptr;
@@ -875,6 +884,9 @@ PreparedConv2dWeightPtr prepare_conv2d_weight(const TensorImpl& weight, const Co
   prep->params = p;
   if (conv_detail::winograd_applicable(g) && conv_detail::winograd_profitable(g)) {
     prep->winograd = conv_detail::winograd_prepare(g, wp);
+  } else if (conv_detail::direct_conv_applicable(g)) {
+    prep->direct.resize(static_cast<size_t>(conv_detail::direct_weight_floats(g)));
+    conv_detail::direct_pack_weight(g, wp, prep->direct.data());
   } else if (lanes_over_channels(g)) {
     for (int64_t grp = 0; grp < g.G; ++grp)
       prep->groups.push_back(sgemm_pack_b(true, g.K(), g.Og, wp + grp * g.Og * g.K(), g.K()));

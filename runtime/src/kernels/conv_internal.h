@@ -86,6 +86,18 @@ void winograd_conv2d_f32(const ConvGeom& g, const WinogradWeight& w, const float
                          const float* bias, const float* residual, float* y,
                          const ConvEpilogue& ep);
 
+// Direct conv for few input channels (conv_direct.cpp): one group, C <= 4, stride <= 2, dilation 1,
+// Wo >= 16 (image stems, where im2col + GEMM's K is too small to pay for the column matrix).
+// KILN_CONV_DIRECT=never turns it off, for comparisons.
+bool direct_conv_applicable(const ConvGeom& g);
+// The weight [O, C, KH, KW] rearranged for it: [ceil(O/4)][C*KH*KW][4], zero past O.
+int64_t direct_weight_floats(const ConvGeom& g);
+void direct_pack_weight(const ConvGeom& g, const float* w, float* dst);
+// y = act(conv(x, w) + bias + residual), all contiguous NCHW; `wr` from direct_pack_weight; bias /
+// residual may be null. Any activation (the vector ones in registers).
+void direct_conv2d_f32(const ConvGeom& g, const float* wr, const float* x, const float* bias,
+                       const float* residual, float* y, const ConvEpilogue& ep);
+
 // y[N, C, Ho, Wo] = depthwise(x, w) + bias, then residual and activation. All contiguous.
 // bias / residual may be null. False (nothing written) when padding or dilation would make the
 // per-thread plane buffers larger than max(2^26, 16 input planes) floats: the caller then uses
