@@ -82,8 +82,8 @@ TEST(Save, ResNet18MatchesEager) {
 }
 
 // Full-size ResNet-18: the executor prepares its 3x3 stride-1 convs for Winograd F(4x4, 3x3) in
-// layers 1-3 (layer 4's 7x7 maps have too few tiles) and packs the rest for the GEMM; the output
-// stays within the bound (max |a - b| / max |b| <= 1e-4).
+// layers 1-3 (layer 4's 7x7 maps have too few tiles), the stem for the direct kernel and packs the
+// rest for the GEMM; the output stays within the bound (max |a - b| / max |b| <= 1e-4).
 TEST(Save, ResNet18At224WithWinogradMatchesEager) {
   manual_seed(8);
   auto m = models::resnet18(10);
@@ -100,14 +100,16 @@ TEST(Save, ResNet18At224WithWinogradMatchesEager) {
   EXPECT_LE(max_abs_diff(out[0], want) / scale, 1e-4);
   const rt::PreparedStats ps = e.model->prepared_stats();
   ASSERT_TRUE(ps.ready);
-  size_t winograd = 0, gemm = 0;
+  size_t winograd = 0, gemm = 0, direct = 0;
   for (const auto& [what, n] : ps.counts) {
     if (what.find("winograd") != std::string::npos) winograd += n;
     if (what.find("gemm") != std::string::npos) gemm += n;
+    if (what.find("direct") != std::string::npos) direct += n;
   }
   EXPECT_EQ(winograd,
             10u);  // layer1: 4, layer2: 3, layer3: 3 (the 13 stride-1 3x3 convs minus layer4's)
-  EXPECT_EQ(gemm, 10u);  // stem, 3 stride-2 3x3, 3 downsample 1x1, layer4's 3
+  EXPECT_EQ(gemm, 9u);    // 3 stride-2 3x3, 3 downsample 1x1, layer4's 3
+  EXPECT_EQ(direct, 1u);  // the 7x7 stem (3 input channels)
   EXPECT_GT(ps.bytes, e.model->stats().weight_bytes / 2);
 }
 

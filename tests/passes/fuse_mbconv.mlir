@@ -63,7 +63,8 @@ func.func @medium(%x: tensor<1x8x112x112xf32>, %we: tensor<64x8x1x1xf32>, %wd: t
 }
 
 // Without an expansion, a block above the small-block limit (32x112x112 floats per image) stays
-// two convs even with min-bytes=0: bands would save nothing (the depthwise reads x either way).
+// two convs even with min-bytes=0 while x (1.6 MB) stays in the L3: bands would save only the
+// depthwise output's round trip through it.
 // CHECK-LABEL: func.func @large_no_expansion
 // CHECK-NOT: kiln.mbconv
 // CHECK: return
@@ -72,4 +73,19 @@ func.func @large_no_expansion(%x: tensor<1x32x112x112xf32>, %wd: tensor<32x1x3x3
   %d = kiln.conv2d_fused %x, %wd, %none, %none {activation = 2 : i64, clamp_max = 6.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 32 : i64, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x32x112x112xf32>, tensor<32x1x3x3xf32>, none, none) -> tensor<1x32x112x112xf32>
   %y = kiln.conv2d_fused %d, %wp, %none, %none {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x32x112x112xf32>, tensor<16x32x1x1xf32>, none, none) -> tensor<1x16x112x112xf32>
   return %y : tensor<1x16x112x112xf32>
+}
+
+// The same block at batch 8 (12.8 MB): the depthwise output would leave the L3, so it fuses by
+// default.
+// DEFAULT-LABEL: func.func @large_no_expansion_batch8
+// DEFAULT: kiln.mbconv %arg0, %{{.*}}, %{{.*}}, %arg1
+// DEFAULT-NOT: kiln.conv2d_fused
+// DEFAULT: return
+// LARGE-LABEL: func.func @large_no_expansion_batch8
+// LARGE: kiln.mbconv
+func.func @large_no_expansion_batch8(%x: tensor<8x32x112x112xf32>, %wd: tensor<32x1x3x3xf32>, %wp: tensor<16x32x1x1xf32>) -> tensor<8x16x112x112xf32> {
+  %none = kiln.none
+  %d = kiln.conv2d_fused %x, %wd, %none, %none {activation = 2 : i64, clamp_max = 6.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 32 : i64, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<8x32x112x112xf32>, tensor<32x1x3x3xf32>, none, none) -> tensor<8x32x112x112xf32>
+  %y = kiln.conv2d_fused %d, %wp, %none, %none {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<8x32x112x112xf32>, tensor<16x32x1x1xf32>, none, none) -> tensor<8x16x112x112xf32>
+  return %y : tensor<8x16x112x112xf32>
 }

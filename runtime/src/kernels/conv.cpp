@@ -500,8 +500,17 @@ void item_gemm(const SgemmPacked* packed, int64_t Og, int64_t cols, int64_t K, c
       act.clamp_min = e.clamp_min;
       act.clamp_max = e.clamp_max;
       sgemm_packed_b(true, cols, 1.0f, X, ldx, *packed, 0.0f, yt.get(), Og, ge);
-      conv_detail::transpose_epilogue(yt.get(), Og, cols, Og, Y, ldy, e.residual, e.ld_residual,
-                                      after);
+      // Channel blocks over the threads (batch 1's head: 1280 x 49 floats, which one thread
+      // transposed while the other waited).
+      const int64_t blocks = (Og + 7) / 8;
+      parallel_for(0, blocks, std::max<int64_t>(1, 2048 / std::max<int64_t>(8 * cols, 1)),
+                   [&](int64_t b0, int64_t b1) {
+                     const int64_t o0 = 8 * b0, o1 = std::min(Og, 8 * b1);
+                     conv_detail::transpose_epilogue(
+                         yt.get() + o0, Og, cols, o1 - o0, Y + o0 * ldy, ldy,
+                         e.residual ? e.residual + o0 * e.ld_residual : nullptr, e.ld_residual,
+                         after);
+                   });
       return;
     }
   }

@@ -47,8 +47,9 @@ std::unique_ptr<mlir::Pass> create_fold_batch_norm_pass();
 std::unique_ptr<mlir::Pass> create_fuse_epilogues_pass();
 
 // --kiln-fuse-mbconv: expand 1x1 -> depthwise -> project 1x1 chains of kiln.conv2d_fused
-// (MobileNetV2's inverted residual) become one kiln.mbconv when the block expands and the expanded
-// tensor holds at least `min_bytes` (the runtime runs it band by band), or when one image's share
+// (MobileNetV2's inverted residual) become one kiln.mbconv when the expanded tensor holds at least
+// `min_bytes` (without an expansion: x, and at least kMBConvMinBytes; the runtime runs it band by
+// band), or when one image's share
 // of it is at most `small_max_bytes` (channels-last); blocks in between run as fast unfused (see
 // FuseMBConv.cpp).
 // kMBConvSmallMaxBytes is the runtime's channels-last limit (kernels/conv_mbconv.cpp).
