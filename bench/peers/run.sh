@@ -12,7 +12,7 @@
 # artifact on kiln_runtime's executor: `kiln run --bench`), ort (onnxruntime-node, opt level
 # 'all'), torchscript (trace + freeze + optimize_for_inference). Optional (ENGINES=...): torch-eager
 # (slow with Debian's torch build: seconds per MobileNetV2 batch) and kiln-eager (BM_Eager). Each engine's number per round is the median of ITERS timed runs
-# after WARMUP untimed ones in a fresh process (kiln-art: one untimed run); the table gives the
+# after WARMUP untimed ones in a fresh process; the table gives the
 # median over rounds, and the ratios are taken within each round (same load), then the median.
 set -euo pipefail
 
@@ -79,8 +79,9 @@ t = [r["real_time"] for r in json.load(sys.stdin)["benchmarks"] if r.get("run_ty
 print(f"RESULT {e} {m} {b} {statistics.median(t):.3f} {min(t):.3f} {len(t)}")' "$e" "$m" "$b" "$WARMUP"
       ;;
     kiln-art)
-      # `kiln run` makes one untimed first run before the N timed ones.
-      "$BUILD/bin/kiln" run "$WORK/${m}_b$b.kiln" --bench "$n" 2>/dev/null |
+      # `kiln run` makes one untimed first run, then WARMUP - 1 more (--warmup), before the N
+      # timed ones: WARMUP untimed runs, as the other engines get.
+      "$BUILD/bin/kiln" run "$WORK/${m}_b$b.kiln" --bench "$n" --warmup $((WARMUP > 0 ? WARMUP - 1 : 0)) 2>/dev/null |
         sed -n "s/^steady state over \([0-9]*\) runs: median \([0-9.]*\) ms.*min \([0-9.]*\) ms.*/RESULT $e $m $b \2 \3 \1/p"
       ;;
     ort)

@@ -26,6 +26,7 @@ struct Args {
   std::vector<std::string> inputs;
   std::string output;
   int bench = 0;
+  int warmup = 0;
   bool ops = false;
   bool profile = false;
   bool no_prepare = false;
@@ -49,6 +50,9 @@ Args parse(int argc, char** argv, bool allow_io) {
       a.output = value();
     } else if (s == "--bench" || s == "-n") {
       a.bench = std::stoi(value());
+    } else if (s == "--warmup") {
+      a.warmup = std::stoi(value());
+      KILN_CHECK(a.warmup >= 0, "kiln", "--warmup: expected >= 0, got ", a.warmup);
     } else if (s == "--ops") {
       a.ops = true;
     } else if (s == "--profile") {
@@ -86,12 +90,14 @@ std::vector<Tensor> make_inputs(const rt::Model& m) {
 }
 
 const char* kRunHelp =
-    "usage: kiln run M.kiln [--input X.npy]... [--output Y.npy] [--bench N] [--no-prepare]\n\n"
+    "usage: kiln run M.kiln [--input X.npy]... [--output Y.npy] [--bench N [--warmup W]]\n"
+    "                [--no-prepare]\n\n"
     "Loads the artifact with kiln_runtime and runs it on .npy inputs (one --input per model\n"
     "input, in order; random inputs when none are given). Prints each output's shape and\n"
     "first values; --output writes the first output (or OUT.<i>.npy for several).\n"
-    "--bench N also times N further runs. --no-prepare: kernels read the weights as stored\n"
-    "(no packed or Winograd-transformed copies: less memory, slower).\n";
+    "--bench N also times N further runs, after W more untimed ones (default 0: a fresh\n"
+    "process's first runs are slower while the caches fill). --no-prepare: kernels read the\n"
+    "weights as stored (no packed or Winograd-transformed copies: less memory, slower).\n";
 
 const char* kInspectHelp =
     "usage: kiln inspect M.kiln [--ops]\n\n"
@@ -99,11 +105,12 @@ const char* kInspectHelp =
     "and code size. --ops lists every instruction with its operand slots.\n";
 
 const char* kBenchHelp =
-    "usage: kiln bench M.kiln [--bench N] [--profile] [--no-prepare]\n\n"
+    "usage: kiln bench M.kiln [--bench N] [--warmup W] [--profile] [--no-prepare]\n\n"
     "Times loading (mmap + verify), session creation, the first run and N steady-state runs\n"
-    "(default 20) on random inputs. Threads: KILN_NUM_THREADS. --profile adds the time of\n"
-    "each instruction over the steady-state runs, the slowest first, and the time per kernel.\n"
-    "--no-prepare: kernels read the weights as stored (less memory, slower).\n";
+    "(default 20) on random inputs, after W more untimed runs (default 0). Threads:\n"
+    "KILN_NUM_THREADS. --profile adds the time of each instruction over the steady-state runs,\n"
+    "the slowest first, and the time per kernel. --no-prepare: kernels read the weights as\n"
+    "stored (less memory, slower).\n";
 
 // Instructions, slowest first (those making up 99% of the time, at most 40), then per kernel.
 void print_profile(std::vector<rt::Session::InstructionTime> p) {
@@ -183,6 +190,7 @@ int run_artifact(int argc, char** argv) {
     }
   }
   if (a.bench > 0) {
+    for (int r = 0; r < a.warmup; ++r) session.run(in);
     std::vector<double> ms;
     for (int r = 0; r < a.bench; ++r) {
       auto t0 = Clock::now();
@@ -248,6 +256,7 @@ int bench_artifact(int argc, char** argv) {
   t0 = Clock::now();
   session.run(in);
   const double first_ms = ms_since(t0);
+  for (int r = 0; r < a.warmup; ++r) session.run(in);
   std::vector<double> ms;
   if (a.profile) session.enable_profiling();
   for (int r = 0; r < n; ++r) {
