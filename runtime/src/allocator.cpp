@@ -1,5 +1,6 @@
 #include "kiln/runtime/allocator.h"
 
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <mutex>
@@ -121,6 +122,61 @@ void CpuAllocator::set_max_cached_block(size_t nbytes) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   s.max_cached_block = nbytes;
+}
+
+namespace {
+
+// This thread's lent region: blocks are taken from `top` up to `end`.
+struct Lease {
+  char* base = nullptr;
+  char* top = nullptr;
+  char* end = nullptr;
+};
+thread_local Lease tls_lease;
+std::atomic<int64_t> lease_bytes{0};
+
+constexpr size_t round_block(size_t n) {
+  return (n + CpuAllocator::kAlignment - 1) / CpuAllocator::kAlignment * CpuAllocator::kAlignment;
+}
+
+}  // namespace
+
+void* scratch_allocate(size_t nbytes) {
+  Lease& l = tls_lease;
+  if (l.top && nbytes <= static_cast<size_t>(l.end - l.top) &&
+      round_block(nbytes) <= static_cast<size_t>(l.end - l.top)) {
+    char* p = l.top;
+    l.top += round_block(nbytes);
+    lease_bytes.fetch_add(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
+    return p;
+  }
+  return cpu_allocator().allocate(nbytes);
+}
+
+void scratch_deallocate(void* ptr, size_t nbytes) {
+  Lease& l = tls_lease;
+  char* p = static_cast<char*>(ptr);
+  if (l.base && p >= l.base && p < l.end) {
+    // The top block (scopes release in reverse order) goes back; another leaves its bytes taken
+    // until the lease ends.
+    if (p + round_block(nbytes) == l.top) l.top = p;
+    return;
+  }
+  cpu_allocator().deallocate(ptr, nbytes);
+}
+
+ScratchLease::ScratchLease(void* base, size_t nbytes)
+    : saved_base_(tls_lease.base), saved_top_(tls_lease.top), saved_end_(tls_lease.end) {
+  char* b = static_cast<char*>(base);
+  tls_lease = b ? Lease{b, b, b + nbytes} : Lease{};
+}
+
+ScratchLease::~ScratchLease() {
+  tls_lease = Lease{saved_base_, saved_top_, saved_end_};
+}
+
+int64_t scratch_bytes_from_leases() {
+  return lease_bytes.load(std::memory_order_relaxed);
 }
 
 CpuAllocator& CpuAllocator::instance() {

@@ -116,7 +116,11 @@ TEST(Save, ResNet18At224WithWinogradMatchesEager) {
 TEST(Save, MobileNetV2MatchesEager) {
   manual_seed(4);
   auto m = models::mobilenet_v2(10);
+  // The fused blocks' intermediates live in arena bytes no tensor holds at that instruction
+  // (ScratchLease): the outputs still match eager, run after run.
+  const int64_t leased = scratch_bytes_from_leases();
   expect_matches(*m, randn({1, 3, 64, 64}), 1e-3);
+  EXPECT_GT(scratch_bytes_from_leases(), leased);
 }
 
 // Every inverted-residual block as one fused instruction (kiln inspect: op "mbconv"), on the

@@ -65,6 +65,42 @@ TEST(Allocator, PeakTracksMaximum) {
   EXPECT_EQ(a.stats().peak_bytes - base, 8000);
 }
 
+// Scratch comes off a lent region's top, 64-byte blocks, released last-in first-out; what does
+// not fit, and everything outside a lease, comes from cpu_allocator; leases nest.
+TEST(Allocator, ScratchFromALeaseThenTheAllocator) {
+  auto& a = cpu_allocator();
+  alignas(64) static char region[1024];
+  const int64_t allocations = a.stats().allocations, leased = scratch_bytes_from_leases();
+  void* outside = scratch_allocate(100);
+  EXPECT_EQ(a.stats().allocations, allocations + 1);
+  scratch_deallocate(outside, 100);
+  {
+    ScratchLease lease(region, sizeof region);
+    void* p = scratch_allocate(100);
+    void* q = scratch_allocate(64);
+    EXPECT_EQ(p, region);
+    EXPECT_EQ(q, region + 128);
+    void* big = scratch_allocate(900);  // 832 bytes left: the allocator's
+    EXPECT_TRUE(big < static_cast<void*>(region) || big >= static_cast<void*>(region + 1024));
+    EXPECT_EQ(a.stats().allocations, allocations + 2);
+    {
+      alignas(64) static char inner[256];
+      ScratchLease nested(inner, sizeof inner);
+      EXPECT_EQ(scratch_allocate(200), inner);
+    }
+    EXPECT_EQ(scratch_allocate(64), region + 192);  // the outer lease's top, as it was
+    scratch_deallocate(region + 192, 64);
+    scratch_deallocate(big, 900);
+    scratch_deallocate(p, 100);  // not the top: stays taken until the lease ends
+    scratch_deallocate(q, 64);
+    EXPECT_EQ(scratch_allocate(64), region + 128);
+    EXPECT_EQ(scratch_bytes_from_leases(), leased + 100 + 64 + 200 + 64 + 64);
+  }
+  void* after = scratch_allocate(64);  // the lease is over
+  EXPECT_TRUE(after < static_cast<void*>(region) || after >= static_cast<void*>(region + 1024));
+  scratch_deallocate(after, 64);
+}
+
 TEST(DType, SizesNamesPromotion) {
   EXPECT_EQ(dtype_size(DType::BFloat16), 2u);
   EXPECT_EQ(dtype_size(DType::Int64), 8u);

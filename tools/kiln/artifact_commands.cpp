@@ -253,6 +253,7 @@ int bench_artifact(int argc, char** argv) {
   std::vector<Tensor> xs = make_inputs(*model);
   std::vector<const TensorImpl*> in;
   for (const Tensor& x : xs) in.push_back(x.impl());
+  const int64_t leased0 = scratch_bytes_from_leases();
   t0 = Clock::now();
   session.run(in);
   const double first_ms = ms_since(t0);
@@ -273,6 +274,13 @@ int bench_artifact(int argc, char** argv) {
     std::printf("%s%s x%zu", i ? ", " : " (", ps.counts[i].first.c_str(), ps.counts[i].second);
   std::printf("%s\n", ps.counts.empty() ? "" : ")");
   print_timings(ms);
+  const AllocatorStats as = cpu_allocator().stats();
+  std::printf(
+      "memory: arena %llu bytes; allocator %lld bytes from the OS, peak %lld in use; scratch "
+      "lent from the arena %.0f bytes per run\n",
+      static_cast<unsigned long long>(model->arena_bytes()),
+      static_cast<long long>(as.system_bytes), static_cast<long long>(as.peak_bytes),
+      static_cast<double>(scratch_bytes_from_leases() - leased0) / (n + 1 + a.warmup));
   if (a.profile) print_profile(session.profile());
   return 0;
 }

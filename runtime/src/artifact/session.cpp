@@ -2,6 +2,7 @@
 // the guards, copies the inputs into their arena slots, calls each instruction's kernel (or
 // compiled function) on prebuilt operand arrays, and copies the outputs out.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -51,6 +52,12 @@ struct Session::State {
   // Inputs read in place from the caller's tensor (no copy into the arena): per model input, the
   // operand positions that read its slot, or empty when it must be copied (see direct_inputs()).
   std::vector<std::vector<uint32_t>> direct_uses;
+  // Per instruction, the arena bytes [offset, offset + size) no tensor live at it occupies (the
+  // largest such gap): lent to the kernel for its scratch (scratch_allocate).
+  struct Gap {
+    uint64_t offset = 0, size = 0;
+  };
+  std::vector<Gap> gaps;
   // enable_profiling: nanoseconds per instruction, summed over `profiled_runs`.
   bool profiling = false;
   std::vector<uint64_t> instr_ns;
@@ -107,7 +114,49 @@ Session::Session(std::shared_ptr<const Model> model) : model_(std::move(model)),
   }
   for (TensorImpl* t : s_->operands) s_->pointers.push_back(t ? t->data() : nullptr);
   direct_inputs();
+  scratch_gaps();
   prepare_model();
+}
+
+// A slot is live from the instruction that first writes it (model inputs: from the start) to the
+// last that reads or writes it (model outputs and state written back: to the end); the bytes of
+// every slot live at an instruction are off limits for its scratch.
+void Session::scratch_gaps() {
+  const Model::Impl& m = model_->impl();
+  const int64_t n = static_cast<int64_t>(m.instrs.size());
+  std::vector<int64_t> first(m.slots.size(), n), last(m.slots.size(), -1);
+  for (int64_t k = 0; k < n; ++k) {
+    for (int32_t s : m.instrs[k].inputs)
+      if (s >= 0) first[s] = std::min(first[s], k), last[s] = std::max(last[s], k);
+    for (int32_t s : m.instrs[k].outputs)
+      if (s >= 0) first[s] = std::min(first[s], k), last[s] = std::max(last[s], k);
+  }
+  for (uint32_t s : m.input_slots) first[s] = 0;
+  for (uint32_t s : m.output_slots) last[s] = n;
+  for (const auto& [s, blob] : m.state_updates) last[s] = n;
+  s_->gaps.assign(static_cast<size_t>(n), {});
+  std::vector<std::pair<uint64_t, uint64_t>> busy;  // [begin, end) byte ranges
+  for (int64_t k = 0; k < n; ++k) {
+    busy.clear();
+    for (size_t s = 0; s < m.slots.size(); ++s) {
+      const SlotInfo& info = m.slots[s];
+      if (info.kind == SlotKind::Arena && info.nbytes > 0 && first[s] <= k && k <= last[s])
+        busy.emplace_back(info.offset, info.offset + info.nbytes);
+    }
+    std::sort(busy.begin(), busy.end());
+    State::Gap best;
+    uint64_t at = 0;
+    auto consider = [&](uint64_t end) {
+      const uint64_t begin = (at + 63) / 64 * 64;  // the session's arena is 64-byte aligned
+      if (end > begin && end - begin > best.size) best = {begin, end - begin};
+    };
+    for (const auto& [b, e] : busy) {
+      consider(b);
+      at = std::max(at, e);
+    }
+    consider(m.arena_bytes);
+    s_->gaps[k] = best;
+  }
 }
 
 // An input slot can be bypassed (its readers pointed at the caller's contiguous tensor) when no
@@ -217,6 +266,8 @@ void Session::execute(std::span<const TensorImpl* const> inputs) {
     const State::Step& st = s_->steps[k];
     if (profiling) [[unlikely]]
       t0 = std::chrono::steady_clock::now();
+    const State::Gap& gap = s_->gaps[k];
+    ScratchLease lease(gap.size ? static_cast<char*>(s_->arena) + gap.offset : nullptr, gap.size);
     try {
       if (in.def) {
         in.def->run(KernelCall{in.params.get(),

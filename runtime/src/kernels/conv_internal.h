@@ -49,16 +49,17 @@ struct ConvGeom {
   bool depthwise() const { return G == C && G == O && G > 1; }
 };
 
-// Scratch from the runtime allocator (cached size classes: no OS call in a steady loop).
+// Scratch from the region the executor lends (warm arena bytes), else the runtime allocator
+// (cached size classes: no OS call in a steady loop). See scratch_allocate.
 template <typename T>
 class ConvScratch {
  public:
   explicit ConvScratch(int64_t n)
       : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)) {
     KILN_CHECK(n >= 0, "conv2d", "expected a scratch size >= 0, got ", n);
-    p_ = static_cast<T*>(cpu_allocator().allocate(bytes_));
+    p_ = static_cast<T*>(scratch_allocate(bytes_));
   }
-  ~ConvScratch() { cpu_allocator().deallocate(p_, bytes_); }
+  ~ConvScratch() { scratch_deallocate(p_, bytes_); }
   ConvScratch(const ConvScratch&) = delete;
   ConvScratch& operator=(const ConvScratch&) = delete;
   T* get() const { return p_; }

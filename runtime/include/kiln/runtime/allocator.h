@@ -9,11 +9,11 @@
 namespace kiln {
 
 struct AllocatorStats {
-  int64_t bytes_in_use = 0;     // requested bytes currently handed out
-  int64_t peak_bytes = 0;       // max of bytes_in_use since the last reset_peak()
-  int64_t allocations = 0;      // number of allocate() calls
-  int64_t cached_bytes = 0;     // bytes held in free lists, not in use
-  int64_t system_bytes = 0;     // bytes currently obtained from the OS (in use + cached)
+  int64_t bytes_in_use = 0;  // requested bytes currently handed out
+  int64_t peak_bytes = 0;    // max of bytes_in_use since the last reset_peak()
+  int64_t allocations = 0;   // number of allocate() calls
+  int64_t cached_bytes = 0;  // bytes held in free lists, not in use
+  int64_t system_bytes = 0;  // bytes currently obtained from the OS (in use + cached)
 };
 
 class Allocator {
@@ -40,6 +40,33 @@ class CpuAllocator final : public Allocator {
   static CpuAllocator& instance();
 };
 
-inline CpuAllocator& cpu_allocator() { return CpuAllocator::instance(); }
+inline CpuAllocator& cpu_allocator() {
+  return CpuAllocator::instance();
+}
+
+// Kernel scratch (im2col tiles, a fused block's intermediates): from the region lent to this
+// thread, else from cpu_allocator. The artifact executor lends each instruction the arena bytes no
+// tensor live at that instruction occupies: memory the previous instructions just wrote, so still
+// in the caches, where a free list's block was last written a whole model run ago (MobileNetV2's
+// first 28x28 block wrote 1.2 MB of such cold scratch). Blocks come off the region's top and must
+// be released in reverse order (scopes do that); what does not fit goes to cpu_allocator.
+void* scratch_allocate(size_t nbytes);
+void scratch_deallocate(void* ptr, size_t nbytes);
+
+// Lends [base, base + nbytes) to this thread's scratch_allocate for the lease's scope (nested
+// leases stack). `base` 64-byte aligned, or null for none.
+class ScratchLease {
+ public:
+  ScratchLease(void* base, size_t nbytes);
+  ~ScratchLease();
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+
+ private:
+  char *saved_base_, *saved_top_, *saved_end_;
+};
+
+// Bytes scratch_allocate has served from lent regions on any thread (tests and benchmarks).
+int64_t scratch_bytes_from_leases();
 
 }  // namespace kiln

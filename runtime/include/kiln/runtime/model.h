@@ -147,6 +147,7 @@ class Session {
   void execute(std::span<const TensorImpl* const> inputs);
   void prepare_model();
   void direct_inputs();
+  void scratch_gaps();
   std::shared_ptr<const Model> model_;
   struct State;
   std::unique_ptr<State> s_;
