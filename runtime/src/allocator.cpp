@@ -153,6 +153,9 @@ void* scratch_allocate(size_t nbytes) {
   return cpu_allocator().allocate(nbytes);
 }
 
+// A block must go back under the lease that lent it: the executor's leases (one per instruction)
+// never nest, and a nested lease's scope holds only its own blocks' lifetimes (ScratchLease
+// restores the outer lease's top when it ends).
 void scratch_deallocate(void* ptr, size_t nbytes) {
   Lease& l = tls_lease;
   char* p = static_cast<char*>(ptr);
