@@ -59,14 +59,10 @@ void fill_plane(const ConvGeom& g, const float* x, const PlaneBuf& b) {
       const int64_t no = std::min(g.W / 2, b.pitch - (g.pw + 1) / 2);
       int64_t t = 0;
       for (; t + kV <= std::min(ne, no) && 2 * t + 2 * kV <= g.W; t += kV) {
-        const __m256 a = _mm256_loadu_ps(src + 2 * t);
-        const __m256 c = _mm256_loadu_ps(src + 2 * t + kV);
-        const __m256 e = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0));
-        const __m256 o = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1));
-        _mm256_storeu_ps(ev + t, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e),
-                                                                        _MM_SHUFFLE(3, 1, 2, 0))));
-        _mm256_storeu_ps(od + t, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o),
-                                                                        _MM_SHUFFLE(3, 1, 2, 0))));
+        __m256 e, o;
+        simd::deinterleave2(src + 2 * t, e, o);
+        _mm256_storeu_ps(ev + t, e);
+        _mm256_storeu_ps(od + t, o);
       }
       for (int64_t k = t; k < ne; ++k) ev[k] = src[2 * k];
       for (int64_t k = t; k < no; ++k) od[k] = src[2 * k + 1];

@@ -15,8 +15,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <type_traits>
-#include <vector>
 
 #include "conv_internal.h"
 #include "kiln/runtime/allocator.h"
@@ -74,11 +72,9 @@ void fill_row(const ConvGeom& g, const float* x, const Band& b, int64_t ci, int6
     // sw == 2: the even lanes of two vectors, in order, while both vectors lie inside the row.
     const int64_t readable = g.W - (lo * g.sw + p - g.pw);
     for (; k + kV <= n && 2 * (k + kV) <= readable; k += kV) {
-      const __m256 a = _mm256_loadu_ps(s + 2 * k);
-      const __m256 c = _mm256_loadu_ps(s + 2 * k + kV);
-      const __m256 e = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0));
-      _mm256_storeu_ps(d + lo + k, _mm256_castpd_ps(_mm256_permute4x64_pd(
-                                       _mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))));
+      __m256 even, odd;
+      simd::deinterleave2(s + 2 * k, even, odd);
+      _mm256_storeu_ps(d + lo + k, even);
     }
     for (; k < n; ++k) d[lo + k] = s[2 * k];
   }
@@ -105,8 +101,8 @@ Clamp as_clamp(const ConvEpilogue& ep) {
 // y[c][ow + j] (c < nco, j < 8 * V, the last vector's first `last` lanes) =
 // clamp(bias[c] + Σ_t wr[t][c] * src[off[t] + j] + res[c][ow + j]); `plane` floats between two
 // channels of y and res.
-template <int V, bool kClamp, int kTaps>
-[[gnu::always_inline]] inline void tile(const float* src, const int64_t* off, int64_t taps_dyn,
+template <int V, bool kClamp>
+[[gnu::always_inline]] inline void tile(const float* src, const int64_t* off, int64_t taps,
                                         const float* wr, const float* bias, int nco, float* y,
                                         const float* res, int64_t plane, int last,
                                         const Clamp& act) {
@@ -117,7 +113,6 @@ template <int V, bool kClamp, int kTaps>
 #pragma GCC unroll 3
     for (int v = 0; v < V; ++v) acc[c][v] = b;
   }
-  const int64_t taps = kTaps > 0 ? kTaps : taps_dyn;
 #pragma GCC unroll 3
   for (int64_t t = 0; t < taps; ++t) {
     const float* p = src + off[t];
@@ -161,7 +156,7 @@ template <int V, bool kClamp, int kTaps>
 
 // Output rows [oh0, oh1) of image n from the filled band (band row 0 = padded input row
 // oh0 * sh).
-template <bool kClamp, int kTaps>
+template <bool kClamp>
 void compute_band(const ConvGeom& g, const Band& b, const int64_t* off, const float* wr,
                   const float* bias, const float* x_res, float* y, int64_t n, int64_t oh0,
                   int64_t oh1, const Clamp& act) {
@@ -179,18 +174,18 @@ void compute_band(const ConvGeom& g, const Band& b, const int64_t* off, const fl
       const float* rr = x_res ? x_res + row : nullptr;
       int64_t ow = 0;
       for (; ow + 3 * kV <= g.Wo; ow += 3 * kV)
-        tile<3, kClamp, kTaps>(src + ow, off, taps, w, bc, nco, yr + ow, rr ? rr + ow : nullptr,
-                               howo, kV, act);
+        tile<3, kClamp>(src + ow, off, taps, w, bc, nco, yr + ow, rr ? rr + ow : nullptr, howo, kV,
+                        act);
       const int64_t left = g.Wo - ow;
       if (left == 0) continue;
       const int last = static_cast<int>(left - (left - 1) / kV * kV);
       const float* ro = rr ? rr + ow : nullptr;
       if (left > 2 * kV) {
-        tile<3, kClamp, kTaps>(src + ow, off, taps, w, bc, nco, yr + ow, ro, howo, last, act);
+        tile<3, kClamp>(src + ow, off, taps, w, bc, nco, yr + ow, ro, howo, last, act);
       } else if (left > kV) {
-        tile<2, kClamp, kTaps>(src + ow, off, taps, w, bc, nco, yr + ow, ro, howo, last, act);
+        tile<2, kClamp>(src + ow, off, taps, w, bc, nco, yr + ow, ro, howo, last, act);
       } else {
-        tile<1, kClamp, kTaps>(src + ow, off, taps, w, bc, nco, yr + ow, ro, howo, last, act);
+        tile<1, kClamp>(src + ow, off, taps, w, bc, nco, yr + ow, ro, howo, last, act);
       }
     }
   }
@@ -232,25 +227,28 @@ void direct_conv2d_f32(const ConvGeom& g, const float* wr, const float* x, const
   Band proto;
   proto.rows = band_rows(g);
   proto.pitch = band_pitch(g);
-  // Tap offsets from a band row's start: (ci, kh, kw) reads phase kw % sw of row kh, kw / sw on.
-  std::vector<int64_t> off(static_cast<size_t>(taps));
+  // Tap offsets from a band row's start: (ci, kh, kw) reads phase kw % sw of row kh, kw / sw on
+  // (at most 4 x 11 x 11 taps: direct_conv_applicable).
+  int64_t off[4 * 11 * 11];
   for (int64_t ci = 0; ci < g.C; ++ci)
     for (int64_t kh = 0; kh < g.KH; ++kh)
       for (int64_t kw = 0; kw < g.KW; ++kw)
         off[(ci * g.KH + kh) * g.KW + kw] =
             ((ci * g.sw + kw % g.sw) * proto.rows + kh) * proto.pitch + kw / g.sw;
   // The bias padded to whole channel blocks (zero: none).
-  std::vector<float> b(static_cast<size_t>(blocks * kCo), 0.0f);
-  if (bias) std::copy(bias, bias + g.O, b.begin());
+  ConvScratch<float> b(blocks * kCo);
+  std::fill(b.get(), b.get() + blocks * kCo, 0.0f);
+  if (bias) std::copy(bias, bias + g.O, b.get());
   const bool vec_act = vector_activation(ep.activation);
   ConvEpilogue in_regs = ep;
   if (!vec_act) in_regs.activation = Activation::None;
   const Clamp act = as_clamp(in_regs);
-  const size_t buf_bytes = sizeof(float) * g.C * g.sw * proto.rows * proto.pitch;
+  const int64_t buf_floats = g.C * g.sw * proto.rows * proto.pitch;
   // Rows over all images, so that the pool splits them evenly whatever the batch.
   parallel_for(0, g.N * g.Ho, 1, [&](int64_t r0, int64_t r1) {
+    ConvScratch<float> buf(buf_floats);
     Band band = proto;
-    band.data = static_cast<float*>(cpu_allocator().allocate(buf_bytes));
+    band.data = buf.get();
     for (int64_t r = r0; r < r1;) {
       const int64_t n = r / g.Ho, oh0 = r % g.Ho;
       const int64_t oh1 = std::min({g.Ho, oh0 + kBandRows, oh0 + (r1 - r)});
@@ -263,14 +261,10 @@ void direct_conv2d_f32(const ConvGeom& g, const float* wr, const float* x, const
           fill_row(g, ih >= 0 && ih < g.H ? plane + ih * g.W : nullptr, band, ci, k);
         }
       }
-      auto compute = [&](auto clamp, auto taps) {
-        compute_band<decltype(clamp)::value, decltype(taps)::value>(
-            g, band, off.data(), wr, b.data(), residual, y, n, oh0, oh1, act);
-      };
-      using Yes = std::true_type;
-      using No = std::false_type;
-      using Tn = std::integral_constant<int, 0>;
-      act.on ? compute(Yes{}, Tn{}) : compute(No{}, Tn{});
+      if (act.on)
+        compute_band<true>(g, band, off, wr, b.get(), residual, y, n, oh0, oh1, act);
+      else
+        compute_band<false>(g, band, off, wr, b.get(), residual, y, n, oh0, oh1, act);
       if (!vec_act) {
         Epilogue e;
         e.activation = ep.activation;
@@ -281,7 +275,6 @@ void direct_conv2d_f32(const ConvGeom& g, const float* wr, const float* x, const
       }
       r += oh1 - oh0;
     }
-    cpu_allocator().deallocate(band.data, buf_bytes);
   });
 }
 

@@ -37,6 +37,17 @@ inline void transpose8(__m256 (&r)[8]) {
   transpose8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
 }
 
+// even = s[0], s[2], ..., s[14] and odd = s[1], s[3], ..., s[15]: a stride-2 row split into its
+// two column phases (stride-2 convs read each phase with unit-stride loads).
+inline void deinterleave2(const float* s, __m256& even, __m256& odd) {
+  const __m256 a = _mm256_loadu_ps(s), c = _mm256_loadu_ps(s + 8);
+  // shuffle_ps works within 128-bit halves: the 64-bit permute puts the halves' pairs in order.
+  const __m256 e = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0));
+  const __m256 o = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1));
+  even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+  odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
 // Lanes [0, n) set (n clamped to [0, 8]): masks for loads and stores at row ends.
 inline __m256i tail_mask(int64_t n) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
