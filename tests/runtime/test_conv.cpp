@@ -419,6 +419,10 @@ TEST(Conv, Conv2dPreparedOtherSizesAndMismatches) {
   EXPECT_EQ(run_prepared_case(c, Dims{1, 12, 3, 3}, Activation::Relu, true, 1e-4), "gemm");
   const Case s2{2, 12, 11, 14, 10, 3, 3, P(2, 2, 1, 1)};
   EXPECT_EQ(run_prepared_case(s2, Dims{1, 12, 32, 32}, Activation::None, false, 1e-4), "gemm");
+  // A stem prepared for the direct kernel at 64x64, run on a 9x9 image (5 output columns, below
+  // the direct kernel's 16): the raw weight through im2col + GEMM.
+  const Case stem{2, 3, 9, 9, 8, 3, 3, P(2, 2, 1, 1)};
+  EXPECT_EQ(run_prepared_case(stem, Dims{1, 3, 64, 64}, Activation::Relu6, true, 1e-5), "direct");
 
   auto x = rand_tensor(Dims{1, 12, 11, 14}), w = rand_tensor(Dims{10, 12, 3, 3});
   auto other = rand_tensor(Dims{10, 12, 3, 3});

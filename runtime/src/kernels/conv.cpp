@@ -612,6 +612,9 @@ void conv_forward(const ConvGeom& g, const T* x, const T* w, const T* bias, cons
       conv_detail::winograd_conv2d_f32(g, *prep->winograd, x, bias, res, y, ep);
       return;
     }
+    // Prepared for an input size the direct kernel takes, run at one it does not (too narrow, or
+    // a band buffer past its bound): the raw weight, through im2col + GEMM.
+    if (prep && !prep->direct.empty() && !conv_detail::direct_conv_applicable(g)) prep = nullptr;
     if (prep ? !prep->direct.empty() : conv_detail::direct_conv_applicable(g)) {
       if (prep) return conv_detail::direct_conv2d_f32(g, prep->direct.data(), x, bias, res, y, ep);
       Scratch<float> wr(conv_detail::direct_weight_floats(g));

@@ -6,7 +6,7 @@
 // column matrix is never built. Per band of output rows, the input rows the band reads are copied
 // once into a zero-padded buffer split into `stride_w` column phases (phase r holds padded columns
 // r, r + sw, r + 2sw, ...), so tap (ci, kh, kw) of output column ow is the unit-stride load
-//     buf[ci][(kw) % sw][oh * sh + kh][ow + kw / sw].
+//     buf[ci][kw % sw][oh * sh + kh][ow + kw / sw].
 // A register tile is 4 output channels x 24 output columns (12 AVX2 accumulators, three input
 // vectors, one broadcast weight): per tap, 3 loads and 4 broadcasts feed 12 FMAs.
 #include "simd_compat.h"
