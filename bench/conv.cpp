@@ -17,6 +17,7 @@
 
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/mbconv.h"
+#include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/thread_pool.h"
 
@@ -258,6 +259,38 @@ void BM_MBConv(benchmark::State& state, Block blk) {
                                      : "three convs");
 }
 
+// A classifier head: 1x1 conv + bias + relu6, then the global average pool -- MobileNetV2's
+// 320 -> 1280 at 7x7 -- as two kernels (fused:0, conv2d_out + adaptive_avg_pool2d_out) or as
+// conv2d_avgpool_out (fused:1). Weights prepared in both.
+void BM_HeadAvgPool(benchmark::State& state) {
+  const int64_t N = state.range(0), C = 320, H = 7, O = 1280;
+  auto fill = [](const TensorImplPtr& t) {
+    float* p = t->data_ptr<float>();
+    for (int64_t i = 0; i < t->numel(); ++i)
+      p[i] = 0.01f * static_cast<float>((i * 7919) % 201 - 100);
+    return t;
+  };
+  auto x = fill(empty(Dims{N, C, H, H}, DType::Float32));
+  auto w = fill(empty(Dims{O, C, 1, 1}, DType::Float32));
+  auto b = fill(empty(Dims{O}, DType::Float32));
+  auto y = empty(Dims{N, O, H, H}, DType::Float32),
+       pooled = empty(Dims{N, O, 1, 1}, DType::Float32);
+  Conv2dParams p;
+  ConvEpilogue ep;
+  ep.activation = Activation::Relu6;
+  auto prep = prepare_conv2d_weight(*w, p, x->sizes());
+  for (auto _ : state) {
+    if (state.range(1)) {
+      conv2d_avgpool_out(*x, *w, b.get(), p, *pooled, ep, prep.get());
+    } else {
+      conv2d_out(*x, *w, b.get(), p, *y, ep, prep.get());
+      adaptive_avg_pool2d_out(*y, *pooled);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetLabel(prep->algorithm());
+}
+
 // The machine's fp32 FMA peak for one thread, measured the same way as the convs (12 independent
 // AVX2 FMA chains in registers): the denominator for "% of measured peak".
 void BM_FmaPeak(benchmark::State& state) {
@@ -278,7 +311,8 @@ void BM_FmaPeak(benchmark::State& state) {
       KILN_FMA12(a4)
       KILN_FMA12(a5)
       KILN_FMA12(a6)
-      KILN_FMA12(a7) KILN_FMA12(a8) KILN_FMA12(a9) KILN_FMA12(a10) KILN_FMA12(a11)
+      KILN_FMA12(a7)
+      KILN_FMA12(a8) KILN_FMA12(a9) KILN_FMA12(a10) KILN_FMA12(a11)
 #undef KILN_FMA12
           __asm__ volatile(""
                            : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
@@ -335,6 +369,13 @@ const int kRegistered = [] {
         ->Args({8, 1})
         ->Args({8, 2})
         ->Unit(benchmark::kMicrosecond);
+  timing(benchmark::RegisterBenchmark("HeadAvgPool/pw_320-1280@7", BM_HeadAvgPool))
+      ->ArgNames({"batch", "fused"})
+      ->Args({1, 0})
+      ->Args({1, 1})
+      ->Args({8, 0})
+      ->Args({8, 1})
+      ->Unit(benchmark::kMicrosecond);
   for (int i : {1, 3, 6, 9})
     timing(benchmark::RegisterBenchmark((std::string("Backward/") + kResNet18[i].name).c_str(),
                                         BM_ConvBackward, kResNet18[i]))

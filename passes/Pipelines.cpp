@@ -45,6 +45,7 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_epilogues_pass());
   pm.addNestedPass<mlir::func::FuncOp>(
       create_fuse_mbconv_pass(options.mbconv_min_bytes, options.mbconv_small_max_bytes));
+  pm.addNestedPass<mlir::func::FuncOp>(create_fuse_conv_avgpool_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_elementwise_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
@@ -69,7 +70,7 @@ void register_pipelines() {
   mlir::PassPipelineRegistration<>(
       "kiln-inference-pipeline",
       "freeze folds, cleanup, gradient elimination, bn folding, conv/linear epilogue fusion, "
-      "mbconv fusion, elementwise fusion, cleanup, layout",
+      "mbconv fusion, conv + global average pool fusion, elementwise fusion, cleanup, layout",
       [](mlir::OpPassManager& pm) { build_inference_pipeline(pm); });
   mlir::PassPipelineRegistration<>("kiln-training-pipeline",
                                    "cleanup, epilogue and elementwise fusion for training steps",

@@ -188,6 +188,23 @@ LogicalResult Conv2dFusedOp::verify() {
   return verify_fused_epilogue(*this, getResidual(), getActivation(),
                                getClampMin().convertToDouble(), getClampMax().convertToDouble());
 }
+// The runtime kernel's shape rule (kernels/conv.h conv2d_avgpool_output_shape): [N, C_out, 1, 1]
+// from a 4-d input and weight.
+LogicalResult Conv2dAvgpoolOp::verify() {
+  if (failed(verify_activation(*this, getActivation(), getClampMin().convertToDouble(),
+                               getClampMax().convertToDouble())))
+    return failure();
+  auto x = dyn_cast<RankedTensorType>(getInput().getType());
+  auto w = dyn_cast<RankedTensorType>(getWeight().getType());
+  auto r = dyn_cast<RankedTensorType>(getResult().getType());
+  if (!x || !w || !r || x.getRank() != 4 || w.getRank() != 4)
+    return emitOpError("expects a 4-d input and weight");
+  const SmallVector<int64_t, 4> want{x.getShape()[0], w.getShape()[0], 1, 1};
+  if (r.getShape() != ArrayRef<int64_t>(want))
+    return emitOpError("result must be [N, C_out, 1, 1] = [")
+           << want[0] << ", " << want[1] << ", 1, 1], got " << r;
+  return success();
+}
 LogicalResult LinearFusedOp::verify() {
   return verify_fused_epilogue(*this, getResidual(), getActivation(),
                                getClampMin().convertToDouble(), getClampMax().convertToDouble());

@@ -133,6 +133,12 @@ OPS = {
                      {"stride": ARR, "padding": ARR, "dilation": ARR, "groups": I64,
                       "activation": I64, "clamp_min": F64, "clamp_max": F64},
                      "conv2d + bias + residual + activation in one kernel"),
+    # a classifier head (--kiln-fuse-conv-avgpool): adaptive_avg_pool2d to 1x1 of a conv2d_fused
+    # without residual, result [N, C_out, 1, 1] (runtime conv2d_avgpool_out).
+    "conv2d_avgpool": (["input", "weight", "bias"], 1,
+                       {"stride": ARR, "padding": ARR, "dilation": ARR, "groups": I64,
+                        "activation": I64, "clamp_min": F64, "clamp_max": F64},
+                       "conv2d + bias + activation, then the mean over each output plane"),
     "linear_fused": (["input", "weight", "bias", "residual"], 1,
                      {"activation": I64, "clamp_min": F64, "clamp_max": F64},
                      "linear + bias + residual + activation in one kernel"),
@@ -152,7 +158,7 @@ VARIADIC = {
     "cat": ({"dim": I64}, "concatenate along dim"),
     "stack": ({"dim": I64}, "stack along a new dim"),
 }
-VERIFIED = {"conv2d_fused", "linear_fused", "mbconv"}  # custom verifier in ir/lib/KilnOps.cpp
+VERIFIED = {"conv2d_fused", "conv2d_avgpool", "linear_fused", "mbconv"}  # custom verifier in ir/lib/KilnOps.cpp
 OPTIONAL_OPERANDS = {"bias", "running_mean", "running_var", "weight_opt", "residual",
                      "expand_weight", "expand_bias", "dw_bias", "project_bias"}
 

@@ -89,3 +89,21 @@ func.func @mbconv_activation(%x: tensor<1x12x8x8xf32>, %wd: tensor<12x1x3x3xf32>
   %0 = kiln.mbconv %x, %n, %n, %wd, %n, %wp, %n, %n {dw_activation = 11 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 0 : i64, expand_clamp_max = 0.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, stride = array<i64: 1, 1>} : (tensor<1x12x8x8xf32>, none, none, tensor<12x1x3x3xf32>, none, tensor<4x12x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
   return %0 : tensor<1x4x8x8xf32>
 }
+
+// -----
+
+func.func @conv2d_avgpool_result(%x: tensor<2x8x7x7xf32>, %w: tensor<16x8x1x1xf32>) -> tensor<2x16x7x7xf32> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.conv2d_avgpool' op result must be [N, C_out, 1, 1] = [2, 16, 1, 1], got 'tensor<2x16x7x7xf32>'}}
+  %0 = kiln.conv2d_avgpool %x, %w, %n {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<2x8x7x7xf32>, tensor<16x8x1x1xf32>, none) -> tensor<2x16x7x7xf32>
+  return %0 : tensor<2x16x7x7xf32>
+}
+
+// -----
+
+func.func @conv2d_avgpool_activation(%x: tensor<2x8x7x7xf32>, %w: tensor<16x8x1x1xf32>) -> tensor<2x16x1x1xf32> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.conv2d_avgpool' op clamp bounds are not ordered: min 1.000000e+00 > max 0.000000e+00}}
+  %0 = kiln.conv2d_avgpool %x, %w, %n {activation = 3 : i64, clamp_max = 0.0 : f64, clamp_min = 1.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<2x8x7x7xf32>, tensor<16x8x1x1xf32>, none) -> tensor<2x16x1x1xf32>
+  return %0 : tensor<2x16x1x1xf32>
+}

@@ -869,3 +869,91 @@ TEST(Conv, ConvTranspose2dOverflowingExtentsAreRejected) {
       },
       {"conv_transpose2d", "fits in 64 bits"});
 }
+
+// conv2d_avgpool_out (kiln.conv2d_avgpool): the mean over each output plane of act(conv + bias),
+// against the float64 conv reference averaged here. The 1x1 convs prepared with the channels
+// across the GEMM's lanes take the kernel's own path (the product's rows averaged as they come),
+// batches split by images or not, on 1 and 2 threads; other convs (3x3, strided, grouped, weights
+// not prepared) its map-then-mean path.
+TEST(Conv, Conv2dAvgPoolMatchesReference) {
+  const int saved = num_threads();
+  struct PoolCase {
+    Case c;
+    bool prepare;
+    const char* algorithm;  // what the preparation must choose ("" when not prepared)
+  };
+  const std::vector<PoolCase> cases = {
+      {{1, 40, 7, 7, 96, 1, 1, P(1, 1, 0, 0)}, true, "gemm-ch"},   // one image: parallel steps
+      {{4, 40, 7, 7, 96, 1, 1, P(1, 1, 0, 0)}, true, "gemm-ch"},   // images over the threads
+      {{3, 16, 5, 5, 60, 1, 1, P(1, 1, 0, 0)}, true, "gemm-ch"},   // ragged 8-channel blocks
+      {{2, 40, 7, 7, 600, 1, 1, P(1, 1, 0, 0)}, true, "gemm-ch"},  // > 256 channels per run
+      {{1, 40, 7, 7, 96, 1, 1, P(1, 1, 0, 0)}, false, ""},
+      {{2, 8, 9, 9, 6, 3, 3, P(2, 2, 1, 1)}, true, "gemm"},
+      {{3, 6, 8, 7, 9, 3, 3, P(1, 1, 1, 1, 1, 1, 3)}, true, "gemm"},  // groups
+      {{1, 8, 70, 70, 12, 1, 1, P(1, 1, 0, 0)}, false, ""},           // 4900 positions per plane
+  };
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    for (const PoolCase& pc : cases) {
+      const Case& c = pc.c;
+      SCOPED_TRACE(testing::Message() << "threads " << nt << " N" << c.N << " C" << c.C << " "
+                                      << c.H << "x" << c.W << " O" << c.O << " k" << c.KH);
+      const Dims xs{c.N, c.C, c.H, c.W}, ws{c.O, c.C / c.p.groups, c.KH, c.KW};
+      auto xv = rand_vec(numel(xs)), wv = rand_vec(numel(ws)), bv = rand_vec(c.O);
+      auto x = from_vec(xv, xs, DType::Float32), w = from_vec(wv, ws, DType::Float32);
+      auto b = from_vec(bv, Dims{c.O}, DType::Float32);
+      auto prepared = pc.prepare ? prepare_conv2d_weight(*w, c.p, xs) : nullptr;
+      if (pc.prepare) EXPECT_STREQ(prepared->algorithm(), pc.algorithm);
+      const Dims map = conv2d_output_shape(xs, ws, c.p);
+      ASSERT_EQ(conv2d_avgpool_output_shape(xs, ws, c.p), (Dims{c.N, c.O, 1, 1}));
+      const std::vector<double> y = ref_conv2d(c, xv, wv, &bv);
+      const int64_t hw = map[2] * map[3];
+      for (Activation act :
+           {Activation::None, Activation::Relu6, Activation::Clamp, Activation::Sigmoid}) {
+        ConvEpilogue ep;
+        ep.activation = act;
+        ep.clamp_min = -0.5f, ep.clamp_max = 0.75f;
+        auto out = empty(Dims{c.N, c.O, 1, 1}, DType::Float32);
+        conv2d_avgpool_out(*x, *w, b.get(), c.p, *out, ep, prepared.get());
+        std::vector<double> want(static_cast<size_t>(c.N * c.O));
+        for (size_t q = 0; q < want.size(); ++q) {
+          double s = 0;
+          for (int64_t i = 0; i < hw; ++i) {
+            double v = y[q * hw + i];
+            if (act == Activation::Relu6) v = std::min(std::max(v, 0.0), 6.0);
+            if (act == Activation::Clamp) v = std::min(std::max(v, -0.5), 0.75);
+            if (act == Activation::Sigmoid) v = 1 / (1 + std::exp(-v));
+            s += v;
+          }
+          want[q] = s / double(hw);
+        }
+        expect_close(to_vec(*out), want, 1e-5, 1e-5, "conv2d_avgpool");
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
+// Bad operands name the op and the expected and actual values.
+TEST(Conv, Conv2dAvgPoolErrors) {
+  auto x = from_vec(rand_vec(2 * 4 * 5 * 5), Dims{2, 4, 5, 5}, DType::Float32);
+  auto w = from_vec(rand_vec(6 * 4), Dims{6, 4, 1, 1}, DType::Float32);
+  const Conv2dParams p = P(1, 1, 0, 0);
+  auto map_sized = empty(Dims{2, 6, 5, 5}, DType::Float32);  // the conv's map, not its mean
+  expect_error([&] { conv2d_avgpool_out(*x, *w, nullptr, p, *map_sized, {}, nullptr); },
+               {"conv2d_avgpool", "[2, 6, 1, 1]", "[2, 6, 5, 5]"});
+  auto out = empty(Dims{2, 6, 1, 1}, DType::Float32);
+  ConvEpilogue with_residual;
+  with_residual.residual = map_sized.get();
+  expect_error([&] { conv2d_avgpool_out(*x, *w, nullptr, p, *out, with_residual, nullptr); },
+               {"conv2d_avgpool", "residual"});
+  auto bad_bias = from_vec(rand_vec(5), Dims{5}, DType::Float32);
+  expect_error([&] { conv2d_avgpool_out(*x, *w, bad_bias.get(), p, *out, {}, nullptr); },
+               {"conv2d_avgpool", "bias", "[6]", "[5]"});
+  // An empty output plane has no mean (a 3x3 kernel over a 2x2 input without padding).
+  auto tiny = from_vec(rand_vec(16), Dims{1, 4, 2, 2}, DType::Float32);
+  auto w3 = from_vec(rand_vec(6 * 4 * 9), Dims{6, 4, 3, 3}, DType::Float32);
+  auto out1 = empty(Dims{1, 6, 1, 1}, DType::Float32);
+  expect_error([&] { conv2d_avgpool_out(*tiny, *w3, nullptr, p, *out1, {}, nullptr); },
+               {"conv2d_avgpool"});
+}

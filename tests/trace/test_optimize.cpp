@@ -337,18 +337,25 @@ TEST(Optimize, MobileNetV2EveryConvFoldedAndFused) {
   expect_all_fused(t.module());
   int relu6 = 0;
   t.module().walk([&](kiln::ir::Conv2dFusedOp op) { relu6 += op.getActivation() == 2; });
-  // Two ReLU6 convs per expanding block (16 of 17 blocks expand), one in block 0, stem and head.
+  t.module().walk([&](kiln::ir::Conv2dAvgpoolOp op) { relu6 += op.getActivation() == 2; });
+  // Two ReLU6 convs per expanding block (16 of 17 blocks expand), one in block 0, stem and head
+  // (the head with its pool: kiln.conv2d_avgpool).
   EXPECT_EQ(relu6, 35);
-  EXPECT_EQ(count(t.module(), "kiln.conv2d") + count(t.module(), "kiln.conv2d_fused"), convs);
+  EXPECT_EQ(count(t.module(), "kiln.conv2d_avgpool"), 1);
+  EXPECT_EQ(count(t.module(), "kiln.adaptive_avg_pool2d"), 0);
+  EXPECT_EQ(count(t.module(), "kiln.conv2d") + count(t.module(), "kiln.conv2d_fused") +
+                count(t.module(), "kiln.conv2d_avgpool"),
+            convs);
   expect_close(t({x})[0], eager);
 
   // The default pipeline: all 17 inverted-residual blocks become kiln.mbconv (channels-last in
-  // the runtime), the stem and head stay fused convs.
+  // the runtime), the stem stays a fused conv, the head and its pool one kiln.conv2d_avgpool.
   jit::TracedFunction blocks = trace_module(*model, x);
   jit::freeze(blocks);
   run(blocks.module(), [](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm); });
   EXPECT_EQ(count(blocks.module(), "kiln.mbconv"), 17);
-  EXPECT_EQ(count(blocks.module(), "kiln.conv2d_fused"), 2);
+  EXPECT_EQ(count(blocks.module(), "kiln.conv2d_fused"), 1);
+  EXPECT_EQ(count(blocks.module(), "kiln.conv2d_avgpool"), 1);
   EXPECT_EQ(count(blocks.module(), "kiln.conv2d"), 0);
   expect_close(blocks({x})[0], eager);
 }
@@ -475,6 +482,7 @@ struct StepCounts {
   int dropouts_in_step = -1;  // kiln.dropout ops in the traced training step
   int conv2d_fused = -1;      // in the optimized inference module
   int mbconv = -1;            // in the optimized inference module
+  int conv2d_avgpool = -1;    // in the optimized inference module
 };
 void expect_training_step_to_inference(nn::Module& net, StepCounts* counts) {
   nn::Module* model = &net;
@@ -536,6 +544,7 @@ void expect_training_step_to_inference(nn::Module& net, StepCounts* counts) {
   expect_close(jit::interpret(m, {x})[0], eager);
   counts->conv2d_fused = count(m, "kiln.conv2d_fused");
   counts->mbconv = count(m, "kiln.mbconv");
+  counts->conv2d_avgpool = count(m, "kiln.conv2d_avgpool");
 }
 
 }  // namespace
@@ -559,9 +568,11 @@ TEST(Optimize, MobileNetTrainingStepToFrozenInference) {
   StepCounts counts;
   expect_training_step_to_inference(*model, &counts);
   EXPECT_EQ(counts.dropouts_in_step, 1);
-  // Every block small enough to run as one kiln.mbconv; the stem and head stay fused convs.
+  // Every block small enough to run as one kiln.mbconv; the stem stays a fused conv, the head and
+  // its pool become one kiln.conv2d_avgpool.
   EXPECT_EQ(counts.mbconv, 17);
-  EXPECT_EQ(counts.conv2d_fused, 2);
+  EXPECT_EQ(counts.conv2d_fused, 1);
+  EXPECT_EQ(counts.conv2d_avgpool, 1);
 }
 
 TEST(Optimize, TrainingPipelineOnResNetStepMatchesEager) {

@@ -22,6 +22,8 @@ const llvm::StringMap<std::vector<const char*>>& abi_ops() {
       {"conv2d", {"stride", "padding", "dilation", "groups"}},
       {"conv2d_fused",
        {"stride", "padding", "dilation", "groups", "activation", "clamp_min", "clamp_max"}},
+      {"conv2d_avgpool",
+       {"stride", "padding", "dilation", "groups", "activation", "clamp_min", "clamp_max"}},
       {"mbconv",
        {"stride", "padding", "expand_activation", "expand_clamp_min", "expand_clamp_max",
         "dw_activation", "dw_clamp_min", "dw_clamp_max", "project_activation", "project_clamp_min",
@@ -88,14 +90,15 @@ unsigned optional_results(llvm::StringRef op) {
 }  // namespace
 
 // Convolutions whose weights are frozen constants call the runtime's *_prepared entry points: the
-// conv weight (operand 1), or mbconv's weights (operands 1 when present, 3 and 5).
+// conv weight (operand 1; conv2d_avgpool too), or mbconv's weights (operands 1 when present, 3 and
+// 5).
 bool Lowering::has_constant_weight(mlir::Operation* op, llvm::StringRef name) {
   auto constant = [&](unsigned i) {
     mlir::Operation* def = op->getOperand(i).getDefiningOp();
     return def && def->getName().getStringRef() == "kiln.constant" &&
            !splat_value(op->getOperand(i));
   };
-  if (name == "conv2d" || name == "conv2d_fused") return constant(1);
+  if (name == "conv2d" || name == "conv2d_fused" || name == "conv2d_avgpool") return constant(1);
   if (name == "mbconv")
     return constant(5) && constant(3) &&
            (mlir::isa<mlir::NoneType>(op->getOperand(1).getType()) || constant(1));

@@ -22,6 +22,8 @@ const std::vector<std::pair<std::string, void*>>& abi_symbols() {
       KILN_SYM(kiln_abi_conv2d_fused),
       KILN_SYM(kiln_abi_conv2d_prepared),
       KILN_SYM(kiln_abi_conv2d_fused_prepared),
+      KILN_SYM(kiln_abi_conv2d_avgpool),
+      KILN_SYM(kiln_abi_conv2d_avgpool_prepared),
       KILN_SYM(kiln_abi_mbconv),
       KILN_SYM(kiln_abi_mbconv_prepared),
       KILN_SYM(kiln_abi_release_prepared),

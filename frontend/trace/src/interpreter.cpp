@@ -143,8 +143,8 @@ Tensor activate(const Tensor& x, const Attrs& a) {
   fail(a.op_name(), "unknown activation ", a.i("activation"));
 }
 
-// act(conv2d(x, w) + bias + residual) in one runtime kernel call, as the artifact executor runs it.
-Tensor conv2d_fused(const TensorList& x, const Attrs& a, mlir::Operation* op) {
+// conv2d_fused's and conv2d_avgpool's attributes: the convolution and its activation.
+kernels::Conv2dParams conv2d_attrs(const Attrs& a, kernels::ConvEpilogue& e) {
   const int64_t act = a.i("activation");
   KILN_CHECK(act >= 0 && act <= static_cast<int64_t>(kernels::Activation::Tanh), a.op_name(),
              "activation must be in [0, 8], got ", act);
@@ -154,16 +154,35 @@ Tensor conv2d_fused(const TensorList& x, const Attrs& a, mlir::Operation* op) {
   p.pad_h = padding.h, p.pad_w = padding.w;
   p.dilation_h = dilation.h, p.dilation_w = dilation.w;
   p.groups = a.i("groups");
-  Tensor out = result_like(op, 0);
-  KILN_CHECK(out.sizes() == Dims(kernels::conv2d_output_shape(x[0].sizes(), x[1].sizes(), p)),
-             a.op_name(), "result type ", out.sizes(), " does not match the convolution");
-  kernels::ConvEpilogue e;
-  e.residual = x[3].defined() ? x[3].impl() : nullptr;
   e.activation = static_cast<kernels::Activation>(act);
   e.clamp_min = static_cast<float>(a.f("clamp_min"));
   e.clamp_max = static_cast<float>(a.f("clamp_max"));
+  return p;
+}
+
+// act(conv2d(x, w) + bias + residual) in one runtime kernel call, as the artifact executor runs it.
+Tensor conv2d_fused(const TensorList& x, const Attrs& a, mlir::Operation* op) {
+  kernels::ConvEpilogue e;
+  const kernels::Conv2dParams p = conv2d_attrs(a, e);
+  Tensor out = result_like(op, 0);
+  KILN_CHECK(out.sizes() == Dims(kernels::conv2d_output_shape(x[0].sizes(), x[1].sizes(), p)),
+             a.op_name(), "result type ", out.sizes(), " does not match the convolution");
+  e.residual = x[3].defined() ? x[3].impl() : nullptr;
   kernels::conv2d_out(*x[0].impl(), *x[1].impl(), x[2].defined() ? x[2].impl() : nullptr, p,
                       *out.impl(), e);
+  return out;
+}
+
+// The mean over each output plane of act(conv2d(x, w) + bias), as the executor runs it.
+Tensor conv2d_avgpool(const TensorList& x, const Attrs& a, mlir::Operation* op) {
+  kernels::ConvEpilogue e;
+  const kernels::Conv2dParams p = conv2d_attrs(a, e);
+  Tensor out = result_like(op, 0);
+  KILN_CHECK(
+      out.sizes() == Dims(kernels::conv2d_avgpool_output_shape(x[0].sizes(), x[1].sizes(), p)),
+      a.op_name(), "result type ", out.sizes(), " does not match the pooled convolution");
+  kernels::conv2d_avgpool_out(*x[0].impl(), *x[1].impl(), x[2].defined() ? x[2].impl() : nullptr, p,
+                              *out.impl(), e, nullptr);
   return out;
 }
 
@@ -594,6 +613,8 @@ const std::unordered_map<std::string, Kernel>& kernels() {
       {"kiln.stack", [](L x, A a, O) { return TensorList{stack(x, a.i("dim"))}; }},
       // ops made by the optimization passes
       {"kiln.conv2d_fused", [](L x, A a, O op) { return TensorList{conv2d_fused(x, a, op)}; }},
+      {"kiln.conv2d_avgpool",
+       [](L x, A a, O op) { return TensorList{conv2d_avgpool(x, a, op)}; }},
       {"kiln.linear_fused", [](L x, A a, O op) { return TensorList{linear_fused(x, a, op)}; }},
       {"kiln.mbconv", [](L x, A a, O op) { return TensorList{mbconv(x, a, op)}; }},
       {"kiln.fused", [](L x, A, O op) { return run_fused(x, op); }},

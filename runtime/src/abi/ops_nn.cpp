@@ -173,6 +173,25 @@ extern "C" void kiln_abi_conv2d_fused_prepared(void* const* data, const int64_t*
   });
 }
 
+// x, w, bias?, out [N, C_out, 1, 1]; stride[], padding[], dilation[], groups, activation,
+// clamp_min, clamp_max.
+KILN_ABI_OP(conv2d_avgpool, {
+  Conv2dParams p = conv2d_params(a);
+  const ConvEpilogue e = conv_epilogue(a, nullptr);
+  conv2d_avgpool_out(a.t(0), a.t(1), a.opt(2), p, a.t(3), e, nullptr);
+})
+
+extern "C" void kiln_abi_conv2d_avgpool_prepared(void* const* data, const int64_t* desc,
+                                                 void** slot) {
+  abi::guarded("conv2d_avgpool", [&] {
+    abi::Args a(data, desc, "conv2d_avgpool");
+    const Conv2dParams p = conv2d_params(a);
+    const ConvEpilogue e = conv_epilogue(a, nullptr);
+    conv2d_avgpool_out(a.t(0), a.t(1), a.opt(2), p, a.t(3), e,
+                       prepared_weight(slot, a.t(0), a.t(1), p));
+  });
+}
+
 KILN_ABI_OP(mbconv, {
   const MBConvOperands o = mbconv_operands(a);
   mbconv_out(o, mbconv_params(a), a.t(8));

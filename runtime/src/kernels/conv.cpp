@@ -28,6 +28,7 @@
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/thread_pool.h"
 #include "kiln/runtime/views.h"
 
@@ -954,6 +955,115 @@ void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorI
                     y.get<T>(), ep, prep);
   });
   y.finish();
+}
+
+// =============================================================================================
+// conv2d + global average pool (kiln.conv2d_avgpool): a classifier head's last conv and its
+// adaptive_avg_pool2d to 1x1. With a weight prepared with the output channels across the GEMM's
+// lanes (gemm-ch: 1x1 convs on small maps, MobileNetV2's 320 -> 1280 at 7x7), each image's
+// product Yᵀ[HW, O] is averaged over its rows directly: no transpose back into [O, HW] and no
+// second pass of the pooling kernel over the map.
+
+Dims conv2d_avgpool_output_shape(std::span<const int64_t> input, std::span<const int64_t> weight,
+                                 const Conv2dParams& p) {
+  const ConvGeom g = make_geom("conv2d_avgpool", input, weight, p);
+  KILN_CHECK(g.Ho > 0 && g.Wo > 0, "conv2d_avgpool",
+             "expected a non-empty output plane to average, got ", g.Ho, "x", g.Wo);
+  return Dims{g.N, g.O, 1, 1};
+}
+
+namespace {
+
+// out[o] = mean over the rows of yt[rows, ld] (columns [o0, o1)): float sums over runs of 64 rows,
+// added in double.
+void column_means(const float* yt, int64_t rows, int64_t ld, int64_t o0, int64_t o1, float* out) {
+  constexpr int64_t kRun = 64, kCols = 256;
+  float part[kCols];
+  double total[kCols];
+  for (int64_t c0 = o0; c0 < o1; c0 += kCols) {
+    const int64_t n = std::min(kCols, o1 - c0);
+    std::fill(total, total + n, 0.0);
+    for (int64_t r0 = 0; r0 < rows; r0 += kRun) {
+      std::fill(part, part + n, 0.0f);
+      for (int64_t r = r0; r < std::min(rows, r0 + kRun); ++r) {
+        const float* row = yt + r * ld + c0;
+        for (int64_t j = 0; j < n; ++j) part[j] += row[j];
+      }
+      for (int64_t j = 0; j < n; ++j) total[j] += part[j];
+    }
+    for (int64_t j = 0; j < n; ++j) out[c0 + j] = static_cast<float>(total[j] / double(rows));
+  }
+}
+
+}  // namespace
+
+void conv2d_avgpool_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                        const Conv2dParams& p, TensorImpl& out, const ConvEpilogue& ep,
+                        const PreparedConv2dWeight* prepared) {
+  constexpr std::string_view op = "conv2d_avgpool";
+  check_same_dtype(op, input, out, "out");
+  check_shape(op, out, conv2d_avgpool_output_shape(input.sizes(), weight.sizes(), p), "out");
+  KILN_CHECK(ep.residual == nullptr, op,
+             "expected no residual (it would be added before the "
+             "activation, at every output position), got one of shape ",
+             dims_str(ep.residual->sizes()));
+  const ConvGeom g = make_geom(op, input.sizes(), weight.sizes(), p);
+  const auto* prep = dynamic_cast<const PreparedConv*>(prepared);
+  if (prep && !prep->fits(weight, p)) prep = nullptr;
+  const bool f32 = input.dtype() == DType::Float32 && weight.dtype() == DType::Float32 &&
+                   (!bias || bias->dtype() == DType::Float32) && out.is_contiguous();
+  if (!f32) {
+    // Other dtypes (which the fusion pass never makes): the map, then its mean (conv2d_out checks
+    // the operands).
+    auto y = empty(Dims{g.N, g.O, g.Ho, g.Wo}, input.dtype());
+    conv2d_out(input, weight, bias, p, *y, ep, prepared);
+    adaptive_avg_pool2d_out(*y, out);
+    return;
+  }
+  if (bias) check_shape(op, *bias, Dims{g.O}, "bias");
+  auto x = views::contiguous(input);
+  auto w = views::contiguous(weight);
+  auto b = contig_or_null(bias);
+  const bool lanes_channels = prep && !prep->groups.empty() && prep->groups[0]->is_b();
+  if (!lanes_channels || !g.direct_1x1() || g.G != 1) {
+    // Any other conv: its map into scratch (lent by the executor: the plan's free bytes), then
+    // the mean of each plane.
+    const int64_t HW = g.HoWo();
+    Scratch<float> y(g.N * g.O * HW);
+    conv_forward<float>(g, x->data_ptr<float>(), w->data_ptr<float>(), ptr_or_null<float>(b),
+                        nullptr, y.get(), ep, prep);
+    float* o = out.data_ptr<float>();
+    parallel_for(0, g.N * g.O, std::max<int64_t>(1, 4096 / HW), [&](int64_t q0, int64_t q1) {
+      for (int64_t q = q0; q < q1; ++q) column_means(y.get() + q * HW, HW, 1, 0, 1, o + q);
+    });
+    return;
+  }
+  const SgemmPacked& wt = *prep->groups[0];
+  const int64_t HW = g.HoWo(), O = g.O, C = g.C;
+  Epilogue e;
+  if (b) e.bias_kind = Epilogue::Bias::PerCol, e.bias = b->data_ptr<float>();
+  e.activation = ep.activation, e.clamp_min = ep.clamp_min, e.clamp_max = ep.clamp_max;
+  const float* xp = x->data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  // Yᵀ = Xᵀ · Wᵀ for image n into yt, then its column means; `parallel`: both steps over the
+  // threads (one image at a time), else serially (one image per task).
+  auto image = [&](int64_t n, float* yt, bool parallel) {
+    sgemm_packed_b(true, HW, 1.0f, xp + n * C * HW, HW, wt, 0.0f, yt, O, e);
+    auto means = [&](int64_t o0, int64_t o1) { column_means(yt, HW, O, o0, o1, o + n * O); };
+    if (parallel)
+      parallel_for(0, O, 64, means);
+    else
+      means(0, O);
+  };
+  if (parallel_units(g.N)) {
+    parallel_for(0, g.N, 1, [&](int64_t n0, int64_t n1) {
+      Scratch<float> yt(HW * O);
+      for (int64_t n = n0; n < n1; ++n) image(n, yt.get(), false);
+    });
+  } else {
+    Scratch<float> yt(HW * O);
+    for (int64_t n = 0; n < g.N; ++n) image(n, yt.get(), true);
+  }
 }
 
 void conv2d_backward_out(const TensorImpl& grad_output, const TensorImpl& input,

@@ -49,7 +49,7 @@ struct FusedConvParams : ConvParams {
 std::unique_ptr<KernelParams> decode_conv2d(const AttrMap& a) {
   auto p = std::make_unique<FusedConvParams>();
   p->p = conv2d_params(a);
-  if (a.op() == "conv2d_fused") p->fusion = decode_fusion(a);
+  if (a.op() == "conv2d_fused" || a.op() == "conv2d_avgpool") p->fusion = decode_fusion(a);
   return p;
 }
 void run_conv2d(const KernelCall& c) {
@@ -61,6 +61,12 @@ void run_conv2d(const KernelCall& c) {
   ep.clamp_max = p.fusion.clamp_max;
   kernels::conv2d_out(in(c, 0), in(c, 1), opt_in(c, 2), p.p, out(c), ep,
                       static_cast<const kernels::PreparedConv2dWeight*>(c.prepared));
+}
+void run_conv2d_avgpool(const KernelCall& c) {
+  const auto& p = params<FusedConvParams>(c);
+  kernels::conv2d_avgpool_out(in(c, 0), in(c, 1), opt_in(c, 2), p.p, out(c),
+                              conv_epilogue(p.fusion),
+                              static_cast<const kernels::PreparedConv2dWeight*>(c.prepared));
 }
 // A constant weight is packed (or Winograd-transformed) once for the model.
 PreparedInputs prepare_conv2d(const KernelCall& c, uint32_t constant_inputs) {
@@ -383,6 +389,8 @@ kernels::Pool2dParams pool2d_params(const AttrMap& a) {
 void register_nn(Registry& r) {
   r.add({"conv2d", 3, 3, 1, kConv2d, decode_conv2d, run_conv2d, 0b100, false, prepare_conv2d});
   r.add({"conv2d_fused", 4, 4, 1, kConv2dFused, decode_conv2d, run_conv2d, 0b1100, false,
+         prepare_conv2d});
+  r.add({"conv2d_avgpool", 3, 3, 1, kConv2dFused, decode_conv2d, run_conv2d_avgpool, 0b100, false,
          prepare_conv2d});
   // Optional: expand_weight, expand_bias, dw_bias, project_bias, residual.
   r.add({"mbconv", 8, 8, 1, kMBConv, decode_mbconv, run_mbconv, 0b11010110, false, prepare_mbconv});

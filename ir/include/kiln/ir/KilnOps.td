@@ -514,6 +514,13 @@ def Kiln_Conv2dFusedOp : Kiln_Op<"conv2d_fused", [Pure]> {
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
+def Kiln_Conv2dAvgpoolOp : Kiln_Op<"conv2d_avgpool", [Pure]> {
+  let summary = "conv2d + bias + activation, then the mean over each output plane";
+  let arguments = (ins Kiln_Tensor:$input, Kiln_Tensor:$weight, Kiln_OptTensor:$bias, DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding, DenseI64ArrayAttr:$dilation, I64Attr:$groups, I64Attr:$activation, F64Attr:$clamp_min, F64Attr:$clamp_max);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
 def Kiln_LinearFusedOp : Kiln_Op<"linear_fused", [Pure]> {
   let summary = "linear + bias + residual + activation in one kernel";
   let arguments = (ins Kiln_Tensor:$input, Kiln_Tensor:$weight, Kiln_OptTensor:$bias, Kiln_OptTensor:$residual, I64Attr:$activation, F64Attr:$clamp_min, F64Attr:$clamp_max);

@@ -57,6 +57,10 @@ void kiln_abi_conv2d_fused(void* const* data, const int64_t* desc);
 // weight whose values change.
 void kiln_abi_conv2d_prepared(void* const* data, const int64_t* desc, void** slot);
 void kiln_abi_conv2d_fused_prepared(void* const* data, const int64_t* desc, void** slot);
+// The mean over each output plane of conv2d_fused without residual (a classifier head):
+// x, w, bias?, out [N, C_out, 1, 1]; the attributes of conv2d_fused.
+void kiln_abi_conv2d_avgpool(void* const* data, const int64_t* desc);
+void kiln_abi_conv2d_avgpool_prepared(void* const* data, const int64_t* desc, void** slot);
 // input, expand_weight?, expand_bias?, dw_weight, dw_bias?, project_weight, project_bias?,
 // residual?, out; stride[], padding[], then activation, clamp_min, clamp_max for the expand, dw
 // and project steps (kernels/mbconv.h). The _prepared form takes a slot as conv2d_prepared's.

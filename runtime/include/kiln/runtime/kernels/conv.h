@@ -74,6 +74,15 @@ void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorI
                 const Conv2dParams& p, TensorImpl& out, const ConvEpilogue& epilogue,
                 const PreparedConv2dWeight* prepared);
 
+// mean over each output plane of conv2d_out(input, weight, bias, epilogue) -- adaptive_avg_pool2d
+// to 1x1 -- into out [N, C_out, 1, 1], in one call (kiln.conv2d_avgpool: a classifier head). No
+// residual. `prepared` as for conv2d_out; with a gemm-ch weight the map is never written out.
+Dims conv2d_avgpool_output_shape(std::span<const int64_t> input, std::span<const int64_t> weight,
+                                 const Conv2dParams& p);
+void conv2d_avgpool_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                        const Conv2dParams& p, TensorImpl& out, const ConvEpilogue& epilogue,
+                        const PreparedConv2dWeight* prepared);
+
 // Gradients of conv2d (without epilogue) given grad_output [N, C_out, H_out, W_out]. Any of the
 // outputs may be null (not needed). grad_input has input's shape, grad_weight weight's shape,
 // grad_bias [C_out]. All are overwritten (not accumulated).
