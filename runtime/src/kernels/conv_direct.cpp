@@ -223,7 +223,7 @@ void direct_pack_weight(const ConvGeom& g, const float* w, float* dst) {
 
 void direct_conv2d_f32(const ConvGeom& g, const float* wr, const float* x, const float* bias,
                        const float* residual, float* y, const ConvEpilogue& ep) {
-  const int64_t taps = g.C * g.KH * g.KW, blocks = (g.O + kCo - 1) / kCo;
+  const int64_t blocks = (g.O + kCo - 1) / kCo;
   Band proto;
   proto.rows = band_rows(g);
   proto.pitch = band_pitch(g);
