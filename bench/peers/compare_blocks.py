@@ -28,14 +28,16 @@ NODE_PATH = os.environ.get("ORT_NODE_MODULES", "/tmp/ortnode/node_modules")
 
 def kiln_blocks(batch):
     """kiln instruction index -> block name (the plan's order, as kiln export writes it)."""
+    # The head (features.18) and the pool are one kiln.conv2d_avgpool: "f18" covers both, and the
+    # flatten, on either side.
     if batch == "1":  # batch 1: blocks 0-4 stay separate convs, 5-17 are fused
         m = {0: 0, 1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 3, 7: 3, 8: 3, 9: 4, 10: 4, 11: 4}
         m.update({i: i - 7 for i in range(12, 26)})
         names = {i: "f%02d" % b for i, b in m.items()}
-        names.update({26: "pool", 27: "pool", 28: "fc"})
+        names.update({26: "f18", 27: "fc"})
     else:  # batch 8: every block fused
         names = {i: "f%02d" % i for i in range(19)}
-        names.update({19: "pool", 20: "pool", 21: "fc"})
+        names.update({19: "f18", 20: "fc"})
     return names
 
 
@@ -76,7 +78,7 @@ def main():
                     if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
                         m = re.search(r"features\.(\d+)/", e["name"])
                         key = ("f%02d" % int(m.group(1)) if m else
-                               "fc" if "classifier" in e["name"] else "pool")
+                               "fc" if "classifier" in e["name"] else "f18")
                         blocks[key] += e["dur"] / 1000.0 / n
             for k, v in blocks.items():
                 per[k][engine].append(v)
