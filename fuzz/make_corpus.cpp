@@ -135,7 +135,7 @@ ArtifactSpec mixed_ops() {
 // The prepared conv paths (weights packed or transformed once per model): a 3x3 stride-1 conv with
 // enough 4x4 tiles for Winograd, an inverted-residual block (mbconv: expand, depthwise stride 2,
 // project), and a 3x3 stride-2 conv with 9 output positions and 96 channels (output channels
-// across the vector lanes).
+// across the vector lanes), also as a conv2d_avgpool (the same conv, relu6, averaged).
 ArtifactSpec conv_blocks() {
   using K = fb::AttrKind;
   using S = fb::SlotKind;
@@ -161,6 +161,7 @@ ArtifactSpec conv_blocks() {
       {S::Weight, D::Float32, {96, 8, 3, 3}, 0, 8},     // 12 w3
       {S::Weight, D::Float32, {96}, 0, 9},              // 13 b3
       {S::Arena, D::Float32, {1, 96, 3, 3}, 16384, 0},  // 14 out
+      {S::Arena, D::Float32, {1, 96, 1, 1}, 19840, 0},  // 15 pooled
   };
   auto conv_attrs = [](int64_t stride, int64_t pad) {
     return std::vector<kiln::testing::AttrSpecT>{{"stride", K::Ints, 0, 0, {stride, stride}},
@@ -168,6 +169,8 @@ ArtifactSpec conv_blocks() {
                                                  {"dilation", K::Ints, 0, 0, {1, 1}},
                                                  {"groups", K::Int, 1}};
   };
+  auto pooled_attrs = conv_attrs(2, 0);
+  pooled_attrs.push_back({"activation", K::Int, 2});
   a.instrs = {
       {"conv2d", {0, 1, 2}, {3}, conv_attrs(1, 1)},
       {"mbconv",
@@ -179,10 +182,11 @@ ArtifactSpec conv_blocks() {
         {"dw_activation", K::Int, 2},
         {"project_activation", K::Int, 0}}},
       {"conv2d", {11, 12, 13}, {14}, conv_attrs(2, 0)},
+      {"conv2d_avgpool", {11, 12, 13}, {15}, pooled_attrs},
   };
   a.inputs = {{"x", 0}};
-  a.outputs = {{"y", 14}};
-  a.arena_bytes = 16384 + 96 * 9 * 4;
+  a.outputs = {{"y", 14}, {"pooled", 15}};
+  a.arena_bytes = 19840 + 96 * 4;
   return a;
 }
 
