@@ -241,8 +241,14 @@ void BM_MBConv(benchmark::State& state, Block blk) {
   dw_proj.input = expand ? e.get() : x.get();
   dw_proj.expand_weight = nullptr, dw_proj.expand_bias = nullptr;
   auto prep_dp = prepare_mbconv(dw_proj);
+  // Mode 3: fused, with channels-last input, residual and output (a block inside a chain of them:
+  // --kiln-mbconv-channels-last); the timing does not depend on the values.
+  MBConvParams p_cl = p;
+  p_cl.input_channels_last = p_cl.output_channels_last = true;
   for (auto _ : state) {
-    if (state.range(1) == 2) {
+    if (state.range(1) == 3) {
+      mbconv_out(ops, p_cl, *y, prep.get());
+    } else if (state.range(1) == 2) {
       if (expand) conv2d_out(*x, *we, be.get(), pw, *e, relu6, prep_e.get());
       mbconv_out(dw_proj, p, *y, prep_dp.get());
     } else if (fused) {
@@ -254,9 +260,10 @@ void BM_MBConv(benchmark::State& state, Block blk) {
     }
     benchmark::ClobberMemory();
   }
-  state.SetLabel(state.range(1) == 2 ? "expand, then dw+project fused"
-                 : fused             ? "fused"
-                                     : "three convs");
+  state.SetLabel(state.range(1) == 3   ? "fused, channels-last in and out"
+                 : state.range(1) == 2 ? "expand, then dw+project fused"
+                 : fused               ? "fused"
+                                       : "three convs");
 }
 
 // A classifier head: 1x1 conv + bias + relu6, then the global average pool -- MobileNetV2's
@@ -312,7 +319,8 @@ void BM_FmaPeak(benchmark::State& state) {
       KILN_FMA12(a5)
       KILN_FMA12(a6)
       KILN_FMA12(a7)
-      KILN_FMA12(a8) KILN_FMA12(a9) KILN_FMA12(a10) KILN_FMA12(a11)
+      KILN_FMA12(a8)
+      KILN_FMA12(a9) KILN_FMA12(a10) KILN_FMA12(a11)
 #undef KILN_FMA12
           __asm__ volatile(""
                            : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
@@ -368,6 +376,8 @@ const int kRegistered = [] {
         ->Args({8, 0})
         ->Args({8, 1})
         ->Args({8, 2})
+        ->Args({1, 3})
+        ->Args({8, 3})
         ->Unit(benchmark::kMicrosecond);
   timing(benchmark::RegisterBenchmark("HeadAvgPool/pw_320-1280@7", BM_HeadAvgPool))
       ->ArgNames({"batch", "fused"})

@@ -46,6 +46,7 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   pm.addNestedPass<mlir::func::FuncOp>(
       create_fuse_mbconv_pass(options.mbconv_min_bytes, options.mbconv_small_max_bytes));
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_conv_avgpool_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_mbconv_channels_last_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_elementwise_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
@@ -70,7 +71,8 @@ void register_pipelines() {
   mlir::PassPipelineRegistration<>(
       "kiln-inference-pipeline",
       "freeze folds, cleanup, gradient elimination, bn folding, conv/linear epilogue fusion, "
-      "mbconv fusion, conv + global average pool fusion, elementwise fusion, cleanup, layout",
+      "mbconv fusion, conv + global average pool fusion, channels-last mbconv chains, elementwise "
+      "fusion, cleanup, layout",
       [](mlir::OpPassManager& pm) { build_inference_pipeline(pm); });
   mlir::PassPipelineRegistration<>("kiln-training-pipeline",
                                    "cleanup, epilogue and elementwise fusion for training steps",

@@ -158,7 +158,94 @@ const std::vector<Block> kBlocks = {
     {1, 200, 30, 30, 200, 8, 3, 1, 1, false, false},
 };
 
+// [N, C, H, W] values in NHWC order, and back.
+std::vector<double> to_nhwc(const std::vector<double>& v, int64_t N, int64_t C, int64_t HW) {
+  std::vector<double> o(v.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < HW; ++i) o[(n * HW + i) * C + c] = v[(n * C + c) * HW + i];
+  return o;
+}
+std::vector<double> from_nhwc(const std::vector<double>& v, int64_t N, int64_t C, int64_t HW) {
+  std::vector<double> o(v.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < HW; ++i) o[(n * C + c) * HW + i] = v[(n * HW + i) * C + c];
+  return o;
+}
+
+// The block with channels-last input (and residual) and/or output, under NCHW sizes
+// (MBConvParams::input_channels_last / output_channels_last), against the NCHW reference
+// permuted.
+void run_block_channels_last(const Block& b, bool in_cl, bool out_cl, bool prepared) {
+  SCOPED_TRACE(testing::Message() << "N" << b.N << " C" << b.C << " " << b.H << "x" << b.W << " E"
+                                  << b.E << " P" << b.P << " s" << b.stride << " expand" << b.expand
+                                  << " res" << b.residual << " in_cl" << in_cl << " out_cl"
+                                  << out_cl << " prepared" << prepared);
+  const int64_t E = b.expand ? b.E : b.C;
+  const int64_t Ho = (b.H + 2 * b.pad - b.K) / b.stride + 1;
+  const int64_t Wo = (b.W + 2 * b.pad - b.K) / b.stride + 1;
+  Values v;
+  v.x = rand_vec(b.N * b.C * b.H * b.W);
+  v.we = rand_vec(E * b.C, -0.5, 0.5), v.be = rand_vec(E);
+  v.wd = rand_vec(E * b.K * b.K), v.bd = rand_vec(E);
+  v.wp = rand_vec(b.P * E, -0.5, 0.5), v.bp = rand_vec(b.P);
+  v.res = rand_vec(b.N * b.P * Ho * Wo);
+  const Dims xs{b.N, b.C, b.H, b.W}, ys{b.N, b.P, Ho, Wo};
+  auto x = from_vec(in_cl ? to_nhwc(v.x, b.N, b.C, b.H * b.W) : v.x, xs, DType::Float32);
+  auto res = from_vec(in_cl ? to_nhwc(v.res, b.N, b.P, Ho * Wo) : v.res, ys, DType::Float32);
+  auto we = from_vec(v.we, Dims{E, b.C, 1, 1}, DType::Float32);
+  auto be = from_vec(v.be, Dims{E}, DType::Float32);
+  auto wd = from_vec(v.wd, Dims{E, 1, b.K, b.K}, DType::Float32);
+  auto bd = from_vec(v.bd, Dims{E}, DType::Float32);
+  auto wp = from_vec(v.wp, Dims{b.P, E, 1, 1}, DType::Float32);
+  auto bp = from_vec(v.bp, Dims{b.P}, DType::Float32);
+  auto y = empty(ys, DType::Float32);
+  MBConvOperands ops;
+  ops.input = x.get();
+  ops.expand_weight = b.expand ? we.get() : nullptr;
+  ops.expand_bias = b.expand ? be.get() : nullptr;
+  ops.dw_weight = wd.get(), ops.dw_bias = bd.get();
+  ops.project_weight = wp.get(), ops.project_bias = bp.get();
+  ops.residual = b.residual ? res.get() : nullptr;
+  MBConvParams p;
+  p.stride_h = p.stride_w = b.stride;
+  p.pad_h = p.pad_w = b.pad;
+  p.expand.activation = b.act_e, p.dw.activation = b.act_d, p.project.activation = b.act_p;
+  for (ConvEpilogue* e : {&p.expand, &p.dw, &p.project}) e->clamp_min = -0.5f, e->clamp_max = 0.5f;
+  p.input_channels_last = in_cl, p.output_channels_last = out_cl;
+  auto prep = prepared ? prepare_mbconv(ops) : nullptr;
+  if (b.residual && in_cl != out_cl) {
+    expect_error([&] { mbconv_out(ops, p, *y, prep.get()); },
+                 {"mbconv", "residual", in_cl ? "input channels-last" : "input NCHW"});
+    return;
+  }
+  if (out_cl) {  // no strided view of channels-last data
+    auto strided = noncontig(*y);
+    expect_error([&] { mbconv_out(ops, p, *strided, prep.get()); },
+                 {"mbconv", "contiguous channels-last", "output"});
+  }
+  mbconv_out(ops, p, *y, prep.get());
+  std::vector<double> got = to_vec(*y);
+  if (out_cl) got = from_nhwc(got, b.N, b.P, Ho * Wo);
+  expect_close(got, reference(b, v), 1e-4, 1e-4, "mbconv");
+}
+
 }  // namespace
+
+// Every block of kBlocks (the banded-size ones included: channels-last operands take the
+// channels-last strategy at any size) with each layout combination, prepared or not, on 1 and 2
+// threads (batch 1 with 2 threads splits each step; batch 2 gives each thread an image).
+TEST(MBConv, ChannelsLastOperands) {
+  const int saved = num_threads();
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    for (const Block& b : kBlocks)
+      for (auto [in_cl, out_cl] : {std::pair{true, false}, {false, true}, {true, true}})
+        for (bool prepared : {false, true}) run_block_channels_last(b, in_cl, out_cl, prepared);
+  }
+  set_num_threads(saved);
+}
 
 TEST(MBConv, MatchesThreeConvsInFloat64) {
   const int saved = num_threads();

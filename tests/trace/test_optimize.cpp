@@ -356,6 +356,15 @@ TEST(Optimize, MobileNetV2EveryConvFoldedAndFused) {
   EXPECT_EQ(count(blocks.module(), "kiln.mbconv"), 17);
   EXPECT_EQ(count(blocks.module(), "kiln.conv2d_fused"), 1);
   EXPECT_EQ(count(blocks.module(), "kiln.conv2d_avgpool"), 1);
+  // They hand their activations over channels-last (every residual is its block's input): the
+  // first writes channels-last, the last reads it, the 15 between do both.
+  int cl_in = 0, cl_out = 0;
+  blocks.module().walk([&](mlir::Operation* op) {
+    cl_in += op->hasAttr("channels_last_in");
+    cl_out += op->hasAttr("channels_last_out");
+  });
+  EXPECT_EQ(cl_in, 16);
+  EXPECT_EQ(cl_out, 16);
   EXPECT_EQ(count(blocks.module(), "kiln.conv2d"), 0);
   expect_close(blocks({x})[0], eager);
 }

@@ -13,7 +13,8 @@ namespace kiln::codegen::detail {
 namespace LLVM = mlir::LLVM;
 
 namespace {
-// kiln op → its attributes in ABI order (the runtime symbol is kiln_abi_<op name>).
+// kiln op → its attributes in ABI order (the runtime symbol is kiln_abi_<op name>). A name ending
+// in '?' is a boolean the op may lack (passed as 0 then).
 const llvm::StringMap<std::vector<const char*>>& abi_ops() {
   static const llvm::StringMap<std::vector<const char*>> table = {
       {"matmul", {}},
@@ -27,7 +28,7 @@ const llvm::StringMap<std::vector<const char*>>& abi_ops() {
       {"mbconv",
        {"stride", "padding", "expand_activation", "expand_clamp_min", "expand_clamp_max",
         "dw_activation", "dw_clamp_min", "dw_clamp_max", "project_activation", "project_clamp_min",
-        "project_clamp_max"}},
+        "project_clamp_max", "channels_last_in?", "channels_last_out?"}},
       {"conv1d", {"stride", "padding", "dilation", "groups"}},
       {"conv_transpose2d", {"stride", "padding", "output_padding", "groups", "dilation"}},
       {"max_pool2d", {"kernel", "stride", "padding", "dilation", "ceil_mode"}},
@@ -113,8 +114,14 @@ bool Lowering::emit_abi_call(mlir::Operation* op) {
 
   // Attributes first: a missing one is a compile-time error, before any code is emitted.
   std::vector<int64_t> attrs;
-  for (const char* a : it->second) {
+  for (const char* spec : it->second) {
+    llvm::StringRef a(spec);
+    const bool optional = a.consume_back("?");
     mlir::Attribute attr = op->getAttr(a);
+    if (!attr && optional) {
+      attrs.push_back(0);
+      continue;
+    }
     if (auto b = mlir::dyn_cast_or_null<mlir::BoolAttr>(attr)) {
       attrs.push_back(b.getValue() ? 1 : 0);
     } else if (auto i = mlir::dyn_cast_or_null<mlir::IntegerAttr>(attr)) {
@@ -126,7 +133,7 @@ bool Lowering::emit_abi_call(mlir::Operation* op) {
       attrs.push_back(static_cast<int64_t>(arr.size()));
       for (int64_t v : arr.asArrayRef()) attrs.push_back(v);
     } else {
-      error(op, std::string("missing or unsupported attribute '") + a + "'");
+      error(op, "missing or unsupported attribute '" + a.str() + "'");
       return true;
     }
   }

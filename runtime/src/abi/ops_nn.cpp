@@ -128,7 +128,7 @@ const PreparedConv2dWeight* prepared_weight(void** slot, const TensorImpl& x, co
 
 // mbconv: input, expand_weight?, expand_bias?, dw_weight, dw_bias?, project_weight,
 // project_bias?, residual?, out; stride[], padding[], then activation, clamp_min, clamp_max of
-// the expand, dw and project steps.
+// the expand, dw and project steps, then channels_last_in, channels_last_out.
 MBConvOperands mbconv_operands(abi::Args& a) {
   MBConvOperands o;
   o.input = &a.t(0), o.expand_weight = a.opt(1), o.expand_bias = a.opt(2), o.dw_weight = &a.t(3);
@@ -144,6 +144,8 @@ MBConvParams mbconv_params(abi::Args& a) {
   p.expand = conv_epilogue(a, nullptr);
   p.dw = conv_epilogue(a, nullptr);
   p.project = conv_epilogue(a, nullptr);
+  p.input_channels_last = a.i() != 0;
+  p.output_channels_last = a.i() != 0;
   return p;
 }
 

@@ -149,6 +149,17 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
                             kLimit, "the expanded band");
   g.db_floats = checked_mul(g.E, g.R * g.Wo, kLimit, "the depthwise band");
   g.channels_last = channels_last_fits(g.E, g.H, g.W) && channels_last_fits(g.E, g.Ho, g.Wo);
+  if (p.input_channels_last || p.output_channels_last) {
+    // Channels-last operands take that strategy at any size (its buffers hold whole images).
+    checked_mul(g.E, g.H * g.W, kLimit, "one image's expanded tensor");
+    checked_mul(g.E, g.Ho * g.Wo, kLimit, "one image's depthwise output");
+    KILN_CHECK(!ops.residual || p.input_channels_last == p.output_channels_last, kOp,
+               "expected a residual in the output's layout: input and output both channels-last or "
+               "both not, got input ",
+               p.input_channels_last ? "channels-last" : "NCHW", " and output ",
+               p.output_channels_last ? "channels-last" : "NCHW");
+    g.channels_last = true;
+  }
   if (g.channels_last) {
     g.eb_floats = g.E * g.H * g.W;
     g.db_floats = g.E * g.Ho * g.Wo;
@@ -278,19 +289,27 @@ void run_image_channels_last(const Geometry& g, const Data& d, const MBConvParam
     else
       parallel_for(0, nth, 1, run);
   };
-  // 1. eᵀ[HW, E] (bias per column), pixel rows [r0, r1).
+  // 1. eᵀ[HW, E] (bias per column), pixel rows [r0, r1). A channels-last input is xᵀ already:
+  // without an expansion it is eᵀ itself.
   Epilogue ee = epilogue(p.expand, nullptr);
   if (d.be) ee.bias_kind = Epilogue::Bias::PerCol, ee.bias = d.be;
-  split(HW, [&](int64_t r0, int64_t r1) {
-    if (!g.expand)
-      conv_detail::transpose_epilogue(xn + r0, HW, g.C, r1 - r0, et + r0 * g.C, g.C, nullptr, 0,
-                                      Epilogue{});
-    else if (prep)
-      sgemm_packed_b(true, r1 - r0, 1.0f, xn + r0, HW, *prep->expand, 0.0f, et + r0 * g.E, g.E, ee);
-    else
-      sgemm(true, true, r1 - r0, g.E, g.C, 1.0f, xn + r0, HW, d.we, g.C, 0.0f, et + r0 * g.E, g.E,
-            ee);
-  });
+  const bool x_cl = p.input_channels_last;
+  const float* e_src = !g.expand && x_cl ? xn : et;
+  if (g.expand || !x_cl) {
+    split(HW, [&](int64_t r0, int64_t r1) {
+      // xᵀ's rows: NCHW x read transposed (ta), channels-last x as it is.
+      const float* a = x_cl ? xn + r0 * g.C : xn + r0;
+      const int64_t lda = x_cl ? g.C : HW;
+      if (!g.expand)
+        conv_detail::transpose_epilogue(xn + r0, HW, g.C, r1 - r0, et + r0 * g.C, g.C, nullptr, 0,
+                                        Epilogue{});
+      else if (prep)
+        sgemm_packed_b(!x_cl, r1 - r0, 1.0f, a, lda, *prep->expand, 0.0f, et + r0 * g.E, g.E, ee);
+      else
+        sgemm(!x_cl, true, r1 - r0, g.E, g.C, 1.0f, a, lda, d.we, g.C, 0.0f, et + r0 * g.E, g.E,
+              ee);
+    });
+  }
   // 2. and 3., output pixels [q0, q1): their rows of dᵀ[HoWo, E], then of yᵀ[HoWo, P] = dᵀ · Wpᵀ
   // (bias per column; the activation after the residual, which only the transpose adds), and
   // their columns of y.
@@ -298,21 +317,27 @@ void run_image_channels_last(const Geometry& g, const Data& d, const MBConvParam
   dg.N = 1, dg.C = g.E, dg.H = g.H, dg.W = g.W, dg.O = g.E, dg.KH = g.KH, dg.KW = g.KW;
   dg.G = g.E, dg.Cg = 1, dg.Og = 1, dg.sh = g.sh, dg.sw = g.sw, dg.ph = g.ph, dg.pw = g.pw;
   dg.Ho = g.Ho, dg.Wo = g.Wo;
+  // A channels-last output is yᵀ itself: the projection writes it with the residual (then in
+  // the same layout) in its epilogue, and nothing is transposed.
+  const bool y_cl = p.output_channels_last;
   Epilogue ge, after;
   if (d.bp) ge.bias_kind = Epilogue::Bias::PerCol, ge.bias = d.bp;
-  Epilogue& act = d.res ? after : ge;
+  Epilogue& act = d.res && !y_cl ? after : ge;
   act.activation = p.project.activation;
   act.clamp_min = p.project.clamp_min, act.clamp_max = p.project.clamp_max;
   const int64_t off = n * g.P * howo;
   split(howo, [&](int64_t q0, int64_t q1) {
-    conv_detail::depthwise_nhwc_f32(dg, et, taps, d.bd, dt, p.dw, q0, q1);
-    float* yq = yt + q0 * g.P;
+    conv_detail::depthwise_nhwc_f32(dg, e_src, taps, d.bd, dt, p.dw, q0, q1);
+    float* yq = y_cl ? d.y + off + q0 * g.P : yt + q0 * g.P;
+    Epilogue gq = ge;
+    if (y_cl && d.res) gq.residual = d.res + off + q0 * g.P, gq.ld_residual = g.P;
     if (prep)
-      sgemm_packed_b(false, q1 - q0, 1.0f, dt + q0 * g.E, g.E, *prep->project, 0.0f, yq, g.P, ge);
+      sgemm_packed_b(false, q1 - q0, 1.0f, dt + q0 * g.E, g.E, *prep->project, 0.0f, yq, g.P, gq);
     else
-      sgemm(false, true, q1 - q0, g.P, g.E, 1.0f, dt + q0 * g.E, g.E, d.wp, g.E, 0.0f, yq, g.P, ge);
-    conv_detail::transpose_epilogue(yq, g.P, q1 - q0, g.P, d.y + off + q0, howo,
-                                    d.res ? d.res + off + q0 : nullptr, howo, after);
+      sgemm(false, true, q1 - q0, g.P, g.E, 1.0f, dt + q0 * g.E, g.E, d.wp, g.E, 0.0f, yq, g.P, gq);
+    if (!y_cl)
+      conv_detail::transpose_epilogue(yq, g.P, q1 - q0, g.P, d.y + off + q0, howo,
+                                      d.res ? d.res + off + q0 : nullptr, howo, after);
   });
 }
 
@@ -381,6 +406,12 @@ void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& ou
   auto wp = views::contiguous(*ops.project_weight);
   auto bp = nn_detail::contig_or_null(ops.project_bias),
        res = nn_detail::contig_or_null(ops.residual);
+  // Channels-last data has no strided NCHW view: such operands must be the dense buffers.
+  KILN_CHECK((!p.input_channels_last ||
+              (ops.input->is_contiguous() && (!ops.residual || ops.residual->is_contiguous()))) &&
+                 (!p.output_channels_last || out.is_contiguous()),
+             kOp, "expected contiguous channels-last operands, got a strided ",
+             p.output_channels_last && !out.is_contiguous() ? "output" : "input or residual");
   const bool direct = out.is_contiguous();
   TensorImplPtr tmp = direct ? TensorImplPtr{} : empty(out.sizes(), DType::Float32);
   TensorImpl& y = direct ? out : *tmp;

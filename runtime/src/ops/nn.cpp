@@ -95,6 +95,8 @@ std::unique_ptr<KernelParams> decode_mbconv(const AttrMap& a) {
   p->p.expand = conv_epilogue(decode_fusion(a, "expand_"));
   p->p.dw = conv_epilogue(decode_fusion(a, "dw_"));
   p->p.project = conv_epilogue(decode_fusion(a, "project_"));
+  p->p.input_channels_last = a.b("channels_last_in");
+  p->p.output_channels_last = a.b("channels_last_out");
   return p;
 }
 kernels::MBConvOperands mbconv_operands(const KernelCall& c) {
@@ -333,7 +335,9 @@ constexpr AttrSpec kMBConv[] = {{"stride", AttrType::Ints},
                                 {"dw_clamp_max", AttrType::Float, false},
                                 {"project_activation", AttrType::Int, false},
                                 {"project_clamp_min", AttrType::Float, false},
-                                {"project_clamp_max", AttrType::Float, false}};
+                                {"project_clamp_max", AttrType::Float, false},
+                                {"channels_last_in", AttrType::Bool, false},
+                                {"channels_last_out", AttrType::Bool, false}};
 constexpr AttrSpec kConv1d[] = {{"stride", AttrType::Int},
                                 {"padding", AttrType::Int},
                                 {"dilation", AttrType::Int},

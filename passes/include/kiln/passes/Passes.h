@@ -60,6 +60,10 @@ std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes = kMBConvM
 // --kiln-fuse-conv-avgpool: a conv2d / conv2d_fused without residual whose only user is an
 // adaptive_avg_pool2d to 1x1 (a classifier head) becomes one kiln.conv2d_avgpool.
 std::unique_ptr<mlir::Pass> create_fuse_conv_avgpool_pass();
+// --kiln-mbconv-channels-last: consecutive kiln.mbconv blocks that run channels-last hand their
+// activations over channels-last (channels_last_out / channels_last_in), where only such blocks
+// read them.
+std::unique_ptr<mlir::Pass> create_mbconv_channels_last_pass();
 // --kiln-eliminate-gradients (module pass): keep @forward's first kiln.num_outputs results, drop
 // backward/optimizer ops, in-out results and arguments nothing reads; optionally return the loss's
 // prediction input instead of the loss; eval_mode switches batch_norm/dropout to inference.

@@ -63,7 +63,7 @@ void kiln_abi_conv2d_avgpool(void* const* data, const int64_t* desc);
 void kiln_abi_conv2d_avgpool_prepared(void* const* data, const int64_t* desc, void** slot);
 // input, expand_weight?, expand_bias?, dw_weight, dw_bias?, project_weight, project_bias?,
 // residual?, out; stride[], padding[], then activation, clamp_min, clamp_max for the expand, dw
-// and project steps (kernels/mbconv.h). The _prepared form takes a slot as conv2d_prepared's.
+// and project steps, then channels_last_in, channels_last_out (kernels/mbconv.h). The _prepared form takes a slot as conv2d_prepared's.
 void kiln_abi_mbconv(void* const* data, const int64_t* desc);
 // Frees what a *_prepared call site stored in its slot and resets the slot (the JIT calls the
 // generated <entry>_release(), which calls this for every slot, before unloading the code).

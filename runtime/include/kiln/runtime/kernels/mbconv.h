@@ -25,6 +25,11 @@ struct MBConvParams {
   int64_t pad_h = 0, pad_w = 0;
   // Activations after each step (the `residual` fields are unused: see MBConvOperands).
   ConvEpilogue expand, dw, project;
+  // Channels-last operands between consecutive blocks (--kiln-mbconv-channels-last): the input
+  // (and the residual, which must then be the same layout as the output) holds [N, H, W, C] data,
+  // the output [N, Ho, Wo, P], under the same [N, C, H, W] sizes. Only the channels-last strategy
+  // reads and writes them; a block with either set always runs it.
+  bool input_channels_last = false, output_channels_last = false;
 };
 
 struct MBConvOperands {
