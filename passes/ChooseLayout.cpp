@@ -7,7 +7,9 @@
 // there is no NHWC or blocked kernel to be faster. The pass records the decision as the func
 // attribute `kiln.conv_layout = "nchw"` so the compiler and `kiln inspect` can report it; when the
 // runtime gains an NHWC/blocked kernel that bench/bench_conv shows faster, this pass is where the
-// choice and the boundary transposes go.
+// choice and the boundary transposes go. (Between consecutive channels-last kiln.mbconv blocks
+// --kiln-mbconv-channels-last already hands activations over NHWC, flagged on the blocks; every
+// other conv still reads and writes NCHW.)
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -29,7 +31,8 @@ struct ChooseLayoutPass
   void runOnOperation() override {
     bool has_conv = false;
     getOperation().walk([&](mlir::Operation* op) {
-      has_conv |= mlir::isa<ir::Conv2dOp, ir::Conv2dFusedOp, ir::Conv1dOp>(op);
+      has_conv |= mlir::isa<ir::Conv2dOp, ir::Conv2dFusedOp, ir::Conv2dAvgpoolOp, ir::MbconvOp,
+                            ir::Conv1dOp>(op);
     });
     if (has_conv) {
       getOperation()->setAttr("kiln.conv_layout", mlir::StringAttr::get(&getContext(), "nchw"));

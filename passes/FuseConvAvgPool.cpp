@@ -35,8 +35,8 @@ bool fuse(mlir::Operation* pool) {
   const bool fused = name == "kiln.conv2d_fused";
   if (!fused && name != "kiln.conv2d") return false;
   if (fused && !mlir::isa<mlir::NoneType>(conv->getOperand(3).getType())) return false;
-  if (!is_static_f32_4d(conv->getOperand(0)) || !is_static_f32_4d(y) ||
-      !is_static_f32_4d(pool->getResult(0)))
+  if (!is_static_f32_4d(conv->getOperand(0)) || !is_static_f32_4d(conv->getOperand(1)) ||
+      !is_static_f32_4d(y) || !is_static_f32_4d(pool->getResult(0)))
     return false;
   auto map = mlir::cast<mlir::RankedTensorType>(y.getType()).getShape();
   if (map[2] == 0 || map[3] == 0) return false;  // the mean of an empty plane: the pool's error

@@ -151,7 +151,10 @@ OPS = {
                {"stride": ARR, "padding": ARR,
                 "expand_activation": I64, "expand_clamp_min": F64, "expand_clamp_max": F64,
                 "dw_activation": I64, "dw_clamp_min": F64, "dw_clamp_max": F64,
-                "project_activation": I64, "project_clamp_min": F64, "project_clamp_max": F64},
+                "project_activation": I64, "project_clamp_min": F64, "project_clamp_max": F64,
+                # set by --kiln-mbconv-channels-last (absent: false)
+                "channels_last_in": "OptionalAttr<BoolAttr>",
+                "channels_last_out": "OptionalAttr<BoolAttr>"},
                "expand 1x1 + depthwise + project 1x1 (+ residual) conv block in one kernel"),
 }
 VARIADIC = {

@@ -950,10 +950,19 @@ TEST(Conv, Conv2dAvgPoolErrors) {
   auto bad_bias = from_vec(rand_vec(5), Dims{5}, DType::Float32);
   expect_error([&] { conv2d_avgpool_out(*x, *w, bad_bias.get(), p, *out, {}, nullptr); },
                {"conv2d_avgpool", "bias", "[6]", "[5]"});
-  // An empty output plane has no mean (a 3x3 kernel over a 2x2 input without padding).
+  // An empty output plane has no mean (a 3x3 kernel over a 2x2 input without padding: the conv's
+  // own shape check refuses it).
   auto tiny = from_vec(rand_vec(16), Dims{1, 4, 2, 2}, DType::Float32);
   auto w3 = from_vec(rand_vec(6 * 4 * 9), Dims{6, 4, 3, 3}, DType::Float32);
   auto out1 = empty(Dims{1, 6, 1, 1}, DType::Float32);
   expect_error([&] { conv2d_avgpool_out(*tiny, *w3, nullptr, p, *out1, {}, nullptr); },
                {"conv2d_avgpool"});
+  // Padding from an artifact that would make one image's map 2^62 floats (its byte count wraps)
+  // is refused before any scratch is taken.
+  auto one = from_vec(rand_vec(1), Dims{1, 1, 1, 1}, DType::Float32);
+  auto w1 = from_vec(rand_vec(1), Dims{1, 1, 1, 1}, DType::Float32);
+  auto out11 = empty(Dims{1, 1, 1, 1}, DType::Float32);
+  const Conv2dParams huge = P(2, 1, (int64_t(1) << 62) - 1, 0);
+  expect_error([&] { conv2d_avgpool_out(*one, *w1, nullptr, huge, *out11, {}, nullptr); },
+               {"conv2d_avgpool", "output map"});
 }

@@ -144,8 +144,8 @@ MBConvParams mbconv_params(abi::Args& a) {
   p.expand = conv_epilogue(a, nullptr);
   p.dw = conv_epilogue(a, nullptr);
   p.project = conv_epilogue(a, nullptr);
-  p.input_channels_last = a.i() != 0;
-  p.output_channels_last = a.i() != 0;
+  p.input_channels_last = a.b();
+  p.output_channels_last = a.b();
   return p;
 }
 

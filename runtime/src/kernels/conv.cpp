@@ -964,11 +964,17 @@ void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorI
 // product Yᵀ[HW, O] is averaged over its rows directly: no transpose back into [O, HW] and no
 // second pass of the pooling kernel over the map.
 
+// One image's map (C_out x H_out x W_out) is scratch, not an arena slot the loader sized: bounded
+// (2^28 floats, 1 GiB) so that an artifact's padding or stride cannot ask for more.
+constexpr int64_t kAvgPoolMapFloats = int64_t(1) << 28;
+
 Dims conv2d_avgpool_output_shape(std::span<const int64_t> input, std::span<const int64_t> weight,
                                  const Conv2dParams& p) {
-  const ConvGeom g = make_geom("conv2d_avgpool", input, weight, p);
-  KILN_CHECK(g.Ho > 0 && g.Wo > 0, "conv2d_avgpool",
-             "expected a non-empty output plane to average, got ", g.Ho, "x", g.Wo);
+  const ConvGeom g = make_geom("conv2d_avgpool", input, weight, p);  // refuses empty planes
+  int64_t map = 0;
+  KILN_CHECK(!__builtin_mul_overflow(g.O, g.HoWo(), &map) && map <= kAvgPoolMapFloats,
+             "conv2d_avgpool", "expected one image's output map of at most ", kAvgPoolMapFloats,
+             " floats, got ", g.O, " x ", g.Ho, " x ", g.Wo);
   return Dims{g.N, g.O, 1, 1};
 }
 
@@ -1026,23 +1032,27 @@ void conv2d_avgpool_out(const TensorImpl& input, const TensorImpl& weight, const
   auto b = contig_or_null(bias);
   const bool lanes_channels = prep && !prep->groups.empty() && prep->groups[0]->is_b();
   if (!lanes_channels || !g.direct_1x1() || g.G != 1) {
-    // Any other conv: its map into scratch (lent by the executor: the plan's free bytes), then
-    // the mean of each plane.
+    // Any other conv: image by image, its map into scratch (lent by the executor: the plan's free
+    // bytes), then the mean of each plane (as adaptive_avg_pool2d_out's global mean).
     const int64_t HW = g.HoWo();
-    Scratch<float> y(g.N * g.O * HW);
-    conv_forward<float>(g, x->data_ptr<float>(), w->data_ptr<float>(), ptr_or_null<float>(b),
-                        nullptr, y.get(), ep, prep);
+    ConvGeom one = g;
+    one.N = 1;
+    Scratch<float> y(g.O * HW);
     float* o = out.data_ptr<float>();
-    parallel_for(0, g.N * g.O, std::max<int64_t>(1, 4096 / HW), [&](int64_t q0, int64_t q1) {
-      for (int64_t q = q0; q < q1; ++q) column_means(y.get() + q * HW, HW, 1, 0, 1, o + q);
-    });
+    for (int64_t n = 0; n < g.N; ++n) {
+      conv_forward<float>(one, x->data_ptr<float>() + n * g.C * g.H * g.W, w->data_ptr<float>(),
+                          ptr_or_null<float>(b), nullptr, y.get(), ep, prep);
+      parallel_for(0, g.O, std::max<int64_t>(1, 4096 / HW), [&](int64_t q0, int64_t q1) {
+        for (int64_t q = q0; q < q1; ++q)
+          column_means(y.get() + q * HW, HW, 1, 0, 1, o + n * g.O + q);
+      });
+    }
     return;
   }
   const SgemmPacked& wt = *prep->groups[0];
   const int64_t HW = g.HoWo(), O = g.O, C = g.C;
-  Epilogue e;
+  Epilogue e = to_gemm_epilogue(ep);
   if (b) e.bias_kind = Epilogue::Bias::PerCol, e.bias = b->data_ptr<float>();
-  e.activation = ep.activation, e.clamp_min = ep.clamp_min, e.clamp_max = ep.clamp_max;
   const float* xp = x->data_ptr<float>();
   float* o = out.data_ptr<float>();
   // Yᵀ = Xᵀ · Wᵀ for image n into yt, then its column means; `parallel`: both steps over the

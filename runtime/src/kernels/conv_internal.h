@@ -56,7 +56,8 @@ class ConvScratch {
  public:
   explicit ConvScratch(int64_t n)
       : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)) {
-    KILN_CHECK(n >= 0, "conv2d", "expected a scratch size >= 0, got ", n);
+    KILN_CHECK(n >= 0 && static_cast<uint64_t>(n) <= SIZE_MAX / sizeof(T), "conv2d",
+               "expected a scratch size in [0, ", SIZE_MAX / sizeof(T), "] elements, got ", n);
     p_ = static_cast<T*>(scratch_allocate(bytes_));
   }
   ~ConvScratch() { scratch_deallocate(p_, bytes_); }

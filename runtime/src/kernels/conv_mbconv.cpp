@@ -150,9 +150,14 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
   g.db_floats = checked_mul(g.E, g.R * g.Wo, kLimit, "the depthwise band");
   g.channels_last = channels_last_fits(g.E, g.H, g.W) && channels_last_fits(g.E, g.Ho, g.Wo);
   if (p.input_channels_last || p.output_channels_last) {
-    // Channels-last operands take that strategy at any size (its buffers hold whole images).
-    checked_mul(g.E, g.H * g.W, kLimit, "one image's expanded tensor");
-    checked_mul(g.E, g.Ho * g.Wo, kLimit, "one image's depthwise output");
+    // Channels-last operands take that strategy (whatever KILN_MBCONV_STRATEGY says), which holds
+    // whole images: only blocks within its size limit, as --kiln-mbconv-channels-last marks.
+    const int64_t e_in = checked_mul(g.E, g.H * g.W, kLimit, "one image's expanded tensor");
+    const int64_t e_out = checked_mul(g.E, g.Ho * g.Wo, kLimit, "one image's depthwise output");
+    KILN_CHECK(
+        e_in <= kChannelsLastFloats && e_out <= kChannelsLastFloats, kOp,
+        "expected channels-last operands only on a block whose expanded image holds at most ",
+        kChannelsLastFloats, " floats, got ", e_in, " (", g.E, " x ", g.H, " x ", g.W, ")");
     KILN_CHECK(!ops.residual || p.input_channels_last == p.output_channels_last, kOp,
                "expected a residual in the output's layout: input and output both channels-last or "
                "both not, got input ",
@@ -427,8 +432,11 @@ void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& ou
       ConvScratch<float> own_taps(prep ? 0 : g.E * g.KH * g.KW);
       const float* taps = prep ? prep->dw_taps.data() : own_taps.get();
       if (!prep) dw_tap_major(d.wd, g.E, g.KH * g.KW, own_taps.get());
+      // Not needed: eᵀ when the input is channels-last without expansion, yᵀ when the output is.
+      const int64_t et_floats = !g.expand && p.input_channels_last ? 0 : g.eb_floats;
+      const int64_t yt_floats = p.output_channels_last ? 0 : g.yt_floats;
       auto images = [&](int64_t n0, int64_t n1) {
-        ConvScratch<float> et(g.eb_floats), dt(g.db_floats), yt(g.yt_floats);
+        ConvScratch<float> et(et_floats), dt(g.db_floats), yt(yt_floats);
         for (int64_t n = n0; n < n1; ++n)
           run_image_channels_last(g, d, p, n, taps, et.get(), dt.get(), yt.get());
       };

@@ -530,7 +530,7 @@ def Kiln_LinearFusedOp : Kiln_Op<"linear_fused", [Pure]> {
 }
 def Kiln_MbconvOp : Kiln_Op<"mbconv", [Pure]> {
   let summary = "expand 1x1 + depthwise + project 1x1 (+ residual) conv block in one kernel";
-  let arguments = (ins Kiln_Tensor:$input, Kiln_OptTensor:$expand_weight, Kiln_OptTensor:$expand_bias, Kiln_Tensor:$dw_weight, Kiln_OptTensor:$dw_bias, Kiln_Tensor:$project_weight, Kiln_OptTensor:$project_bias, Kiln_OptTensor:$residual, DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding, I64Attr:$expand_activation, F64Attr:$expand_clamp_min, F64Attr:$expand_clamp_max, I64Attr:$dw_activation, F64Attr:$dw_clamp_min, F64Attr:$dw_clamp_max, I64Attr:$project_activation, F64Attr:$project_clamp_min, F64Attr:$project_clamp_max);
+  let arguments = (ins Kiln_Tensor:$input, Kiln_OptTensor:$expand_weight, Kiln_OptTensor:$expand_bias, Kiln_Tensor:$dw_weight, Kiln_OptTensor:$dw_bias, Kiln_Tensor:$project_weight, Kiln_OptTensor:$project_bias, Kiln_OptTensor:$residual, DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding, I64Attr:$expand_activation, F64Attr:$expand_clamp_min, F64Attr:$expand_clamp_max, I64Attr:$dw_activation, F64Attr:$dw_clamp_min, F64Attr:$dw_clamp_max, I64Attr:$project_activation, F64Attr:$project_clamp_min, F64Attr:$project_clamp_max, OptionalAttr<BoolAttr>:$channels_last_in, OptionalAttr<BoolAttr>:$channels_last_out);
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
