@@ -86,54 +86,86 @@ std::vector<double> reference(const Block& b, const Values& v) {
   return y;
 }
 
+// [N, C, H, W] values in NHWC order (to_nhwc), or NHWC values back in NCHW order.
+std::vector<double> nhwc(const std::vector<double>& v, int64_t N, int64_t C, int64_t HW,
+                         bool to_nhwc) {
+  std::vector<double> o(v.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < HW; ++i) {
+        const int64_t nchw = (n * C + c) * HW + i, cl = (n * HW + i) * C + c;
+        (to_nhwc ? o[cl] : o[nchw]) = to_nhwc ? v[nchw] : v[cl];
+      }
+  return o;
+}
+
+// One block's random operands (float64 values, float32 tensors) and parameters. `x_cl`: x and the
+// residual stored channels-last (NHWC) under their NCHW sizes.
+struct BlockData {
+  int64_t E, Ho, Wo;
+  Values v;
+  TensorImplPtr x, we, be, wd, bd, wp, bp, res;
+  MBConvOperands ops;
+  MBConvParams p;
+
+  BlockData(const Block& b, bool x_cl = false) {
+    E = b.expand ? b.E : b.C;
+    Ho = (b.H + 2 * b.pad - b.K) / b.stride + 1;
+    Wo = (b.W + 2 * b.pad - b.K) / b.stride + 1;
+    v.x = rand_vec(b.N * b.C * b.H * b.W);
+    v.we = rand_vec(E * b.C, -0.5, 0.5), v.be = rand_vec(E);
+    v.wd = rand_vec(E * b.K * b.K), v.bd = rand_vec(E);
+    v.wp = rand_vec(b.P * E, -0.5, 0.5), v.bp = rand_vec(b.P);
+    v.res = rand_vec(b.N * b.P * Ho * Wo);
+    x = from_vec(x_cl ? nhwc(v.x, b.N, b.C, b.H * b.W, true) : v.x, Dims{b.N, b.C, b.H, b.W},
+                 DType::Float32);
+    res = from_vec(x_cl ? nhwc(v.res, b.N, b.P, Ho * Wo, true) : v.res, Dims{b.N, b.P, Ho, Wo},
+                   DType::Float32);
+    we = from_vec(v.we, Dims{E, b.C, 1, 1}, DType::Float32);
+    be = from_vec(v.be, Dims{E}, DType::Float32);
+    wd = from_vec(v.wd, Dims{E, 1, b.K, b.K}, DType::Float32);
+    bd = from_vec(v.bd, Dims{E}, DType::Float32);
+    wp = from_vec(v.wp, Dims{b.P, E, 1, 1}, DType::Float32);
+    bp = from_vec(v.bp, Dims{b.P}, DType::Float32);
+    p.stride_h = p.stride_w = b.stride;
+    p.pad_h = p.pad_w = b.pad;
+    p.expand.activation = b.act_e, p.dw.activation = b.act_d, p.project.activation = b.act_p;
+    for (ConvEpilogue* e : {&p.expand, &p.dw, &p.project})
+      e->clamp_min = -0.5f, e->clamp_max = 0.5f;
+    bind(b);
+  }
+  // ops from the tensors (again after replacing x or res).
+  void bind(const Block& b) {
+    ops.input = x.get();
+    ops.expand_weight = b.expand ? we.get() : nullptr;
+    ops.expand_bias = b.expand ? be.get() : nullptr;
+    ops.dw_weight = wd.get(), ops.dw_bias = bd.get();
+    ops.project_weight = wp.get(), ops.project_bias = bp.get();
+    ops.residual = b.residual ? res.get() : nullptr;
+  }
+};
+
 void run_block(const Block& b, bool prepared, bool noncontiguous) {
   SCOPED_TRACE(testing::Message() << "N" << b.N << " C" << b.C << " " << b.H << "x" << b.W << " E"
                                   << b.E << " P" << b.P << " k" << b.K << " s" << b.stride << " p"
                                   << b.pad << " expand" << b.expand << " res" << b.residual
                                   << " prepared" << prepared << " nc" << noncontiguous);
-  const int64_t E = b.expand ? b.E : b.C;
-  const int64_t Ho = (b.H + 2 * b.pad - b.K) / b.stride + 1;
-  const int64_t Wo = (b.W + 2 * b.pad - b.K) / b.stride + 1;
-  Values v;
-  v.x = rand_vec(b.N * b.C * b.H * b.W);
-  v.we = rand_vec(E * b.C, -0.5, 0.5), v.be = rand_vec(E);
-  v.wd = rand_vec(E * b.K * b.K), v.bd = rand_vec(E);
-  v.wp = rand_vec(b.P * E, -0.5, 0.5), v.bp = rand_vec(b.P);
-  v.res = rand_vec(b.N * b.P * Ho * Wo);
-  auto x = from_vec(v.x, Dims{b.N, b.C, b.H, b.W}, DType::Float32);
-  auto we = from_vec(v.we, Dims{E, b.C, 1, 1}, DType::Float32);
-  auto be = from_vec(v.be, Dims{E}, DType::Float32);
-  auto wd = from_vec(v.wd, Dims{E, 1, b.K, b.K}, DType::Float32);
-  auto bd = from_vec(v.bd, Dims{E}, DType::Float32);
-  auto wp = from_vec(v.wp, Dims{b.P, E, 1, 1}, DType::Float32);
-  auto bp = from_vec(v.bp, Dims{b.P}, DType::Float32);
-  auto res = from_vec(v.res, Dims{b.N, b.P, Ho, Wo}, DType::Float32);
-  auto y = empty(Dims{b.N, b.P, Ho, Wo}, DType::Float32);
+  BlockData d(b);
+  auto y = empty(Dims{b.N, b.P, d.Ho, d.Wo}, DType::Float32);
   if (noncontiguous) {
-    x = noncontig(*x);
-    res = noncontig(*res);
+    d.x = noncontig(*d.x);
+    d.res = noncontig(*d.res);
     y = noncontig(*y);
+    d.bind(b);
   }
-  MBConvOperands ops;
-  ops.input = x.get();
-  ops.expand_weight = b.expand ? we.get() : nullptr;
-  ops.expand_bias = b.expand ? be.get() : nullptr;
-  ops.dw_weight = wd.get(), ops.dw_bias = bd.get();
-  ops.project_weight = wp.get(), ops.project_bias = bp.get();
-  ops.residual = b.residual ? res.get() : nullptr;
-  MBConvParams p;
-  p.stride_h = p.stride_w = b.stride;
-  p.pad_h = p.pad_w = b.pad;
-  p.expand.activation = b.act_e, p.dw.activation = b.act_d, p.project.activation = b.act_p;
-  for (ConvEpilogue* e : {&p.expand, &p.dw, &p.project}) e->clamp_min = -0.5f, e->clamp_max = 0.5f;
-  ASSERT_EQ(mbconv_output_shape(ops, p), (Dims{b.N, b.P, Ho, Wo}));
-  auto prep = prepared ? prepare_mbconv(ops) : nullptr;
+  ASSERT_EQ(mbconv_output_shape(d.ops, d.p), (Dims{b.N, b.P, d.Ho, d.Wo}));
+  auto prep = prepared ? prepare_mbconv(d.ops) : nullptr;
   if (prepared) {
     EXPECT_GT(prep->nbytes(), 0u);
-    EXPECT_STREQ(prep->algorithm(), E * b.H * b.W <= (160 << 10) ? "channels-last" : "banded");
+    EXPECT_STREQ(prep->algorithm(), d.E * b.H * b.W <= (160 << 10) ? "channels-last" : "banded");
   }
-  mbconv_out(ops, p, *y, prep.get());
-  expect_close(to_vec(*y), reference(b, v), 1e-4, 1e-4, "mbconv");
+  mbconv_out(d.ops, d.p, *y, prep.get());
+  expect_close(to_vec(*y), reference(b, d.v), 1e-4, 1e-4, "mbconv");
 }
 
 // Small maps (one image's expanded tensor within 160K floats) run channels-last, larger ones in
@@ -158,22 +190,6 @@ const std::vector<Block> kBlocks = {
     {1, 200, 30, 30, 200, 8, 3, 1, 1, false, false},
 };
 
-// [N, C, H, W] values in NHWC order, and back.
-std::vector<double> to_nhwc(const std::vector<double>& v, int64_t N, int64_t C, int64_t HW) {
-  std::vector<double> o(v.size());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < HW; ++i) o[(n * HW + i) * C + c] = v[(n * C + c) * HW + i];
-  return o;
-}
-std::vector<double> from_nhwc(const std::vector<double>& v, int64_t N, int64_t C, int64_t HW) {
-  std::vector<double> o(v.size());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < HW; ++i) o[(n * C + c) * HW + i] = v[(n * HW + i) * C + c];
-  return o;
-}
-
 // The block with channels-last input (and residual) and/or output, under NCHW sizes
 // (MBConvParams::input_channels_last / output_channels_last), against the NCHW reference
 // permuted.
@@ -182,58 +198,28 @@ void run_block_channels_last(const Block& b, bool in_cl, bool out_cl, bool prepa
                                   << b.E << " P" << b.P << " s" << b.stride << " expand" << b.expand
                                   << " res" << b.residual << " in_cl" << in_cl << " out_cl"
                                   << out_cl << " prepared" << prepared);
-  const int64_t E = b.expand ? b.E : b.C;
-  const int64_t Ho = (b.H + 2 * b.pad - b.K) / b.stride + 1;
-  const int64_t Wo = (b.W + 2 * b.pad - b.K) / b.stride + 1;
-  Values v;
-  v.x = rand_vec(b.N * b.C * b.H * b.W);
-  v.we = rand_vec(E * b.C, -0.5, 0.5), v.be = rand_vec(E);
-  v.wd = rand_vec(E * b.K * b.K), v.bd = rand_vec(E);
-  v.wp = rand_vec(b.P * E, -0.5, 0.5), v.bp = rand_vec(b.P);
-  v.res = rand_vec(b.N * b.P * Ho * Wo);
-  const Dims xs{b.N, b.C, b.H, b.W}, ys{b.N, b.P, Ho, Wo};
-  auto x = from_vec(in_cl ? to_nhwc(v.x, b.N, b.C, b.H * b.W) : v.x, xs, DType::Float32);
-  auto res = from_vec(in_cl ? to_nhwc(v.res, b.N, b.P, Ho * Wo) : v.res, ys, DType::Float32);
-  auto we = from_vec(v.we, Dims{E, b.C, 1, 1}, DType::Float32);
-  auto be = from_vec(v.be, Dims{E}, DType::Float32);
-  auto wd = from_vec(v.wd, Dims{E, 1, b.K, b.K}, DType::Float32);
-  auto bd = from_vec(v.bd, Dims{E}, DType::Float32);
-  auto wp = from_vec(v.wp, Dims{b.P, E, 1, 1}, DType::Float32);
-  auto bp = from_vec(v.bp, Dims{b.P}, DType::Float32);
-  auto y = empty(ys, DType::Float32);
-  MBConvOperands ops;
-  ops.input = x.get();
-  ops.expand_weight = b.expand ? we.get() : nullptr;
-  ops.expand_bias = b.expand ? be.get() : nullptr;
-  ops.dw_weight = wd.get(), ops.dw_bias = bd.get();
-  ops.project_weight = wp.get(), ops.project_bias = bp.get();
-  ops.residual = b.residual ? res.get() : nullptr;
-  MBConvParams p;
-  p.stride_h = p.stride_w = b.stride;
-  p.pad_h = p.pad_w = b.pad;
-  p.expand.activation = b.act_e, p.dw.activation = b.act_d, p.project.activation = b.act_p;
-  for (ConvEpilogue* e : {&p.expand, &p.dw, &p.project}) e->clamp_min = -0.5f, e->clamp_max = 0.5f;
-  p.input_channels_last = in_cl, p.output_channels_last = out_cl;
-  auto prep = prepared ? prepare_mbconv(ops) : nullptr;
-  if (E * b.H * b.W > (160 << 10) || E * Ho * Wo > (160 << 10)) {  // beyond channels-last's limit
-    expect_error([&] { mbconv_out(ops, p, *y, prep.get()); },
-                 {"mbconv", "channels-last operands only on a block"});
+  BlockData d(b, in_cl);
+  auto y = empty(Dims{b.N, b.P, d.Ho, d.Wo}, DType::Float32);
+  d.p.input_channels_last = in_cl, d.p.output_channels_last = out_cl;
+  auto prep = prepared ? prepare_mbconv(d.ops) : nullptr;
+  auto run = [&](TensorImpl& out) { mbconv_out(d.ops, d.p, out, prep.get()); };
+  if (d.E * b.H * b.W > (160 << 10) || d.E * d.Ho * d.Wo > (160 << 10)) {  // beyond the limit
+    expect_error([&] { run(*y); }, {"mbconv", "channels-last operands only on a block"});
     return;
   }
   if (b.residual && in_cl != out_cl) {
-    expect_error([&] { mbconv_out(ops, p, *y, prep.get()); },
+    expect_error([&] { run(*y); },
                  {"mbconv", "residual", in_cl ? "input channels-last" : "input NCHW"});
     return;
   }
   if (out_cl) {  // no strided view of channels-last data
     auto strided = noncontig(*y);
-    expect_error([&] { mbconv_out(ops, p, *strided, prep.get()); },
-                 {"mbconv", "contiguous channels-last", "output"});
+    expect_error([&] { run(*strided); }, {"mbconv", "contiguous channels-last", "output"});
   }
-  mbconv_out(ops, p, *y, prep.get());
+  run(*y);
   std::vector<double> got = to_vec(*y);
-  if (out_cl) got = from_nhwc(got, b.N, b.P, Ho * Wo);
-  expect_close(got, reference(b, v), 1e-4, 1e-4, "mbconv");
+  if (out_cl) got = nhwc(got, b.N, b.P, d.Ho * d.Wo, false);
+  expect_close(got, reference(b, d.v), 1e-4, 1e-4, "mbconv");
 }
 
 }  // namespace
