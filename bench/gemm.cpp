@@ -91,6 +91,10 @@ BENCHMARK(BM_SgemmPackedB)
     ->ArgNames({"M", "N", "K"})
     // MobileNetV2's channels-last blocks at batch 1 (expansion, projection): 14x14 and 7x7 maps,
     // and the 7x7 head
+    ->Args({784, 192, 32})
+    ->Args({784, 32, 192})
+    ->Args({196, 384, 64})
+    ->Args({196, 64, 384})
     ->Args({196, 576, 96})
     ->Args({196, 96, 576})
     ->Args({49, 960, 160})

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../../runtime/src/kernels/gemm_internal.h"  // set_a_in_place: both A paths
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/kernels/gemm.h"
 #include "kiln/runtime/kernels/linalg.h"
@@ -375,6 +376,37 @@ TEST(Gemm, PackedOperandMatchesReference) {
       }
     }
   });
+}
+
+// A row-major A against a packed B is read in place (KernelSet::kernel_row_rows) unless that is
+// switched off: both paths, on ragged slivers, padded rows (NaN past K, never read) and several K
+// blocks, give the float64 reference's values.
+TEST(Gemm, PackedBWithARowsInPlaceOrPacked) {
+  struct Restore {
+    ~Restore() { kernels::gemm_detail::set_a_in_place(true); }
+  } restore_in_place;
+  for (bool in_place : {true, false}) {
+    kernels::gemm_detail::set_a_in_place(in_place);
+    SCOPED_TRACE(in_place ? "A in place" : "A packed");
+    for_each_config([&] {
+      uint32_t seed = 1300;
+      for (auto [M, N, K] : {std::array<int64_t, 3>{1, 17, 5},
+                             {5, 40, 3},
+                             {11, 16, 600},
+                             {196, 96, 576},
+                             {49, 330, 160}}) {
+        Case c;
+        c.packed = Case::Packed::B;
+        c.M = M, c.N = N, c.K = K;
+        c.pad_a = 1 + seed % 5, c.pad_c = 2;
+        c.beta = (seed & 1) ? -0.5f : 0.0f;
+        c.e.activation = (seed & 2) ? Activation::Relu : Activation::Silu;
+        c.e.bias_kind = Epilogue::Bias::PerCol;
+        c.residual = seed & 4;
+        EXPECT_EQ(run_case(c, seed++), "") << describe(c);
+      }
+    });
+  }
 }
 
 // A packed operand keeps the microkernel family it was packed for, whatever is selected later.

@@ -694,15 +694,19 @@ gemm_detail::TileEpilogue tile_epilogue(const Epilogue& e, int64_t row, int64_t 
   return t;
 }
 
-// C[row : row + m, col : col + n] from one packed A sliver against consecutive B panels (panel q at
-// b + q * b_next, row stride bld): one ks.kernel_row call, or ks.kernel per tile. `e`: the
-// epilogue, on the last K block only (nullptr before it).
-void sliver_row(const KernelSet& ks, int64_t kb, const float* ap, const float* b, int64_t b_next,
-                int64_t bld, float* C, int64_t ldc, int64_t row, int m, int64_t col, int64_t n,
-                float alpha, float beta, const Epilogue* e, bool late_activation) {
+// C[row : row + m, col : col + n] from one A sliver against consecutive B panels (panel q at
+// b + q * b_next, row stride bld): one ks.kernel_row call, or ks.kernel per tile. The sliver is
+// packed, or with a_ld > 0 rows of A in place (ks.kernel_row_rows). `e`: the epilogue, on the last
+// K block only (nullptr before it).
+void sliver_row(const KernelSet& ks, int64_t kb, const float* ap, int64_t a_ld, const float* b,
+                int64_t b_next, int64_t bld, float* C, int64_t ldc, int64_t row, int m, int64_t col,
+                int64_t n, float alpha, float beta, const Epilogue* e, bool late_activation) {
   using gemm_detail::TileEpilogue;
   float* c = C + row * ldc + col;
-  if (ks.kernel_row) {
+  if (a_ld > 0) {
+    const TileEpilogue te = e ? tile_epilogue(*e, row, col) : TileEpilogue{};
+    ks.kernel_row_rows(kb, ap, a_ld, b, b_next, bld, c, ldc, m, n, alpha, beta, e ? &te : nullptr);
+  } else if (ks.kernel_row) {
     const TileEpilogue te = e ? tile_epilogue(*e, row, col) : TileEpilogue{};
     ks.kernel_row(kb, ap, b, b_next, bld, c, ldc, m, n, alpha, beta, e ? &te : nullptr);
   } else {
@@ -768,16 +772,21 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
   // thread runs every K block over its own columns: two synchronizations instead of two per K
   // block.
   if (packed_b && !packed_a && Mp * K <= (int64_t(1) << 20)) {
-    float* all_a = tls_pack_a.get(static_cast<size_t>(Mp * K));
+    // A row-major A is read in place where the kernels can (its sliver's rows stay in L1 across
+    // the row of tiles): packing it was 8-11% of a channels-last mbconv block on one thread.
+    const bool a_in_place =
+        !ta && lda > 0 && ks.kernel_row_rows && gemm_detail::a_in_place_enabled();
+    float* all_a = a_in_place ? nullptr : tls_pack_a.get(static_cast<size_t>(Mp * K));
     const int64_t slivers = Mp / MR;
-    pfor(0, slivers, 1, [&](int64_t s0, int64_t s1) {
-      const int64_t r0 = s0 * MR, r1 = std::min(s1 * MR, M);
-      for (int64_t p0 = 0; p0 < K; p0 += kc) {
-        const int64_t kb = std::min(kc, K - p0);
-        const float* Ablk = ta ? A + p0 * lda + r0 : A + r0 * lda + p0;
-        ks.pack_a(ta, Ablk, lda, r1 - r0, kb, all_a + p0 * Mp + r0 * kb);
-      }
-    });
+    if (!a_in_place)
+      pfor(0, slivers, 1, [&](int64_t s0, int64_t s1) {
+        const int64_t r0 = s0 * MR, r1 = std::min(s1 * MR, M);
+        for (int64_t p0 = 0; p0 < K; p0 += kc) {
+          const int64_t kb = std::min(kc, K - p0);
+          const float* Ablk = ta ? A + p0 * lda + r0 : A + r0 * lda + p0;
+          ks.pack_a(ta, Ablk, lda, r1 - r0, kb, all_a + p0 * Mp + r0 * kb);
+        }
+      });
     // One thread and a B larger than L2: sliver by sliver, each would stream all of B from
     // memory again (ResNet-18's 512 -> 512 3x3 at 7x7: 9.4 MB per sliver). Column blocks of 8
     // panels instead: each K block's B block (kc x 128) is read once, by every sliver from L2.
@@ -795,10 +804,10 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
           const bool last = p0 + kb == K;
           for (int64_t s = s_lo; s < s_hi; ++s) {
             const int m = static_cast<int>(std::min(MR, M - s * MR));
-            const float* ap = all_a + p0 * Mp + s * MR * kb;
-            sliver_row(ks, kb, ap, packed_b + p0 * Np + j_lo * kb, NR * kb, NR, C, ldc, s * MR, m,
-                       j_lo, j_hi - j_lo, alpha, p0 == 0 ? beta : 1.0f, last && epi ? &e : nullptr,
-                       late_activation);
+            const float* ap = a_in_place ? A + s * MR * lda + p0 : all_a + p0 * Mp + s * MR * kb;
+            sliver_row(ks, kb, ap, a_in_place ? lda : 0, packed_b + p0 * Np + j_lo * kb, NR * kb,
+                       NR, C, ldc, s * MR, m, j_lo, j_hi - j_lo, alpha, p0 == 0 ? beta : 1.0f,
+                       last && epi ? &e : nullptr, late_activation);
           }
         }
       }
@@ -833,8 +842,8 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
                      int64_t bld) {
         const int64_t i = s * MR;
         const int m = static_cast<int>(std::min(MR, mb - i));
-        sliver_row(ks, kb, apack + i * kb, bp, b_next, bld, C, ldc, i0 + i, m, j, n, alpha, beta_k,
-                   last && epi ? &e : nullptr, late_activation);
+        sliver_row(ks, kb, apack + i * kb, 0, bp, b_next, bld, C, ldc, i0 + i, m, j, n, alpha,
+                   beta_k, last && epi ? &e : nullptr, late_activation);
       };
       auto tile = [&](int64_t s, int64_t j, const float* bp, int64_t bld) {
         row(s, j, std::min(NR, N - j), bp, 0, bld);
@@ -1012,6 +1021,22 @@ std::shared_ptr<const SgemmPacked> sgemm_pack_b(bool trans_b, int64_t K, int64_t
 namespace gemm_detail {
 const KernelSet& active_kernel_set() {
   return active_kernels();
+}
+
+namespace {
+// KILN_GEMM_PACK_A=1 starts with A always packed (to compare both with bench/paired.py).
+std::atomic<bool> g_a_in_place{[] {
+  const char* e = std::getenv("KILN_GEMM_PACK_A");
+  return !(e && std::string_view(e) == "1");
+}()};
+}  // namespace
+
+bool a_in_place_enabled() {
+  return g_a_in_place.load(std::memory_order_relaxed);
+}
+
+void set_a_in_place(bool enabled) {
+  g_a_in_place.store(enabled, std::memory_order_relaxed);
 }
 
 int64_t k_block(const KernelSet& ks, int64_t K) {

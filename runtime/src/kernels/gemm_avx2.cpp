@@ -85,9 +85,10 @@ template <int R, int NV, bool kMasked>
   });
 }
 
-template <int R, int NV>
-[[gnu::always_inline]] inline void accumulate(int64_t kc, const float* a, const float* b,
-                                              int64_t ldb, __m256 (&acc)[R][NV]) {
+// A packed (a[p * kMR + r]), or read in place (kRowsA: a[r * lda + p], row-major op(A)).
+template <int R, int NV, bool kRowsA = false>
+[[gnu::always_inline]] inline void accumulate(int64_t kc, const float* a, int64_t lda,
+                                              const float* b, int64_t ldb, __m256 (&acc)[R][NV]) {
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
@@ -99,11 +100,11 @@ template <int R, int NV>
     for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + 8 * v);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + r);
+      const __m256 av = _mm256_broadcast_ss(kRowsA ? a + r * lda : a + r);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
     }
-    a += kMR;
+    a += kRowsA ? 1 : kMR;
     b += ldb;
   }
 }
@@ -112,7 +113,7 @@ template <int R, int NV>
 void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                int /*m*/, int n, float alpha, float beta, const TileEpilogue* ep) {
   __m256 acc[R][NV];
-  accumulate<R, NV>(kc, a, b, ldb, acc);
+  accumulate<R, NV>(kc, a, 0, b, ldb, acc);
   if (n >= 8 * NV)
     store_tile<R, NV, false>(acc, c, ldc, n, alpha, beta, ep);
   else
@@ -122,10 +123,11 @@ void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c
 // A row of tiles (KernelSet::kernel_row): one call per A sliver instead of one per tile, so that
 // the call, the epilogue's setup and the driver's bookkeeping are paid once per row (bench_gemm's
 // conv shapes 2-12% faster, paired).
-template <int R>
-void kernel_row(int64_t kc, const float* a, const float* b, int64_t b_next, int64_t ldb, float* c,
-                int64_t ldc, int /*m*/, int64_t n, float alpha, float beta,
-                const TileEpilogue* ep) {
+// kRowsA: A read in place, row r of the sliver at a + r * lda (KernelSet::kernel_row_rows).
+template <int R, bool kRowsA>
+void kernel_row_impl(int64_t kc, const float* a, int64_t lda, const float* b, int64_t b_next,
+                     int64_t ldb, float* c, int64_t ldc, int64_t n, float alpha, float beta,
+                     const TileEpilogue* ep) {
   TileEpilogue e;
   if (ep) e = *ep;
   auto at = [&](int64_t j) {  // the epilogue of the tile at column j
@@ -137,7 +139,7 @@ void kernel_row(int64_t kc, const float* a, const float* b, int64_t b_next, int6
   int64_t j = 0;
   for (; j + kNR <= n; j += kNR, b += b_next) {
     __m256 acc[R][kNV];
-    accumulate<R, kNV>(kc, a, b, ldb, acc);
+    accumulate<R, kNV, kRowsA>(kc, a, lda, b, ldb, acc);
     const TileEpilogue t = at(j);
     // Opaque per tile: otherwise GCC hoists the R row addresses (and the residual's) out of the
     // loop, spills them, and reloads them in every tile's epilogue.
@@ -150,14 +152,28 @@ void kernel_row(int64_t kc, const float* a, const float* b, int64_t b_next, int6
     const int rest = static_cast<int>(n - j);
     if (rest > 8) {
       __m256 acc[R][kNV];
-      accumulate<R, kNV>(kc, a, b, ldb, acc);
+      accumulate<R, kNV, kRowsA>(kc, a, lda, b, ldb, acc);
       store_tile<R, kNV, true>(acc, c + j, ldc, rest, alpha, beta, ep ? &t : nullptr);
     } else {
       __m256 acc[R][1];
-      accumulate<R, 1>(kc, a, b, ldb, acc);
+      accumulate<R, 1, kRowsA>(kc, a, lda, b, ldb, acc);
       store_tile<R, 1, true>(acc, c + j, ldc, rest, alpha, beta, ep ? &t : nullptr);
     }
   }
+}
+
+template <int R>
+void kernel_row(int64_t kc, const float* a, const float* b, int64_t b_next, int64_t ldb, float* c,
+                int64_t ldc, int /*m*/, int64_t n, float alpha, float beta,
+                const TileEpilogue* ep) {
+  kernel_row_impl<R, false>(kc, a, 0, b, b_next, ldb, c, ldc, n, alpha, beta, ep);
+}
+
+template <int R>
+void kernel_row_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t b_next,
+                     int64_t ldb, float* c, int64_t ldc, int /*m*/, int64_t n, float alpha,
+                     float beta, const TileEpilogue* ep) {
+  kernel_row_impl<R, true>(kc, a, lda, b, b_next, ldb, c, ldc, n, alpha, beta, ep);
 }
 
 template <int NV, int... Rs>
@@ -170,14 +186,21 @@ constexpr void fill_rows(MicroKernelRowFn* out, std::integer_sequence<int, Rs...
   ((out[Rs + 1] = &kernel_row<Rs + 1>), ...);
 }
 
+template <int... Rs>
+constexpr void fill_rows_a(MicroKernelRowAFn* out, std::integer_sequence<int, Rs...>) {
+  ((out[Rs + 1] = &kernel_row_rows<Rs + 1>), ...);
+}
+
 struct Tables {
   MicroKernelFn full[kMR + 1]{};
   MicroKernelFn half[kMR + 1]{};  // n <= 8
   MicroKernelRowFn rows[kMR + 1]{};
+  MicroKernelRowAFn rows_a[kMR + 1]{};
   constexpr Tables() {
     fill<kNV>(full, std::make_integer_sequence<int, kMR>{});
     fill<1>(half, std::make_integer_sequence<int, kMR>{});
     fill_rows(rows, std::make_integer_sequence<int, kMR>{});
+    fill_rows_a(rows_a, std::make_integer_sequence<int, kMR>{});
   }
 };
 // Constant-initialized: no static constructor runs code compiled for an ISA the CPU may lack
@@ -193,6 +216,12 @@ void micro(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, in
 void micro_row(int64_t kc, const float* a, const float* b, int64_t b_next, int64_t ldb, float* c,
                int64_t ldc, int m, int64_t n, float alpha, float beta, const TileEpilogue* ep) {
   kTables.rows[m](kc, a, b, b_next, ldb, c, ldc, m, n, alpha, beta, ep);
+}
+
+void micro_row_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t b_next,
+                    int64_t ldb, float* c, int64_t ldc, int m, int64_t n, float alpha, float beta,
+                    const TileEpilogue* ep) {
+  kTables.rows_a[m](kc, a, lda, b, b_next, ldb, c, ldc, m, n, alpha, beta, ep);
 }
 
 void pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst) {
@@ -240,7 +269,7 @@ void pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float
 }
 
 const KernelSet kSet{"avx2", kMR,     kNR,     /*kc=*/256, /*mc=*/1536, /*nc=*/512,
-                     &micro, &pack_a, &pack_b, nullptr,    &micro_row};
+                     &micro, &pack_a, &pack_b, nullptr,    &micro_row,  &micro_row_rows};
 
 }  // namespace
 

@@ -74,6 +74,10 @@ using MicroKernelFn = void (*)(int64_t kc, const float* a, const float* b, int64
 using MicroKernelRowFn = void (*)(int64_t kc, const float* a, const float* b, int64_t b_next,
                                   int64_t ldb, float* c, int64_t ldc, int m, int64_t n, float alpha,
                                   float beta, const TileEpilogue* ep);
+// The same with A read in place: row r of the sliver (r < m) at a + r * lda, unit stride along K.
+using MicroKernelRowAFn = void (*)(int64_t kc, const float* a, int64_t lda, const float* b,
+                                   int64_t b_next, int64_t ldb, float* c, int64_t ldc, int m,
+                                   int64_t n, float alpha, float beta, const TileEpilogue* ep);
 // Packs rows [0, m) x columns [0, k) of op(A) into ceil(m / MR) slivers (see above).
 using PackAFn = void (*)(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst);
 // Packs rows [0, k) x columns [0, n) of op(B) into ceil(n / NR) panels (see above).
@@ -96,6 +100,9 @@ struct KernelSet {
   PackBFn pack_b;
   DotTileFn dot_tile;                     // nullptr: the portable one
   MicroKernelRowFn kernel_row = nullptr;  // nullptr: `kernel` once per tile
+  // nullptr: A is always packed. Otherwise a row-major A with few rows against a packed B is read
+  // in place (the sliver's MR short rows stay in L1 across the row of tiles).
+  MicroKernelRowAFn kernel_row_rows = nullptr;
 };
 
 // A packed operand for ks whose panels the caller writes through *data (uninitialized; the layout
@@ -107,6 +114,11 @@ std::shared_ptr<SgemmPacked> allocate_packed(const KernelSet& ks, bool is_b, int
 
 // The microkernel family sgemm uses now (set_sgemm_isa / KILN_GEMM_ISA / CPUID).
 const KernelSet& active_kernel_set();
+
+// Whether drivers may read A in place through KernelSet::kernel_row_rows (default: yes; the
+// environment's KILN_GEMM_PACK_A=1 says no). Tests switch it to check both paths.
+bool a_in_place_enabled();
+void set_a_in_place(bool enabled);
 
 // The K block sgemm cuts K into (equal blocks no larger than ks.kc, a multiple of 4).
 int64_t k_block(const KernelSet& ks, int64_t K);
