@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../runtime/src/kernels/conv_internal.h"  // depthwise_nhwc_f32 alone
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/kernels/pool.h"
@@ -197,25 +198,27 @@ const std::vector<Block> kMobileNetBlocks = {
     {"576@14_s2", 96, 14, 576, 160, 2, false}, {"960@7", 160, 7, 960, 160, 1, true},
 };
 
+// A float32 tensor of `dims` with deterministic values in [-scale, scale].
+TensorImplPtr filled(const Dims& dims, float scale = 1.0f) {
+  auto t = empty(dims, DType::Float32);
+  float* p = t->data_ptr<float>();
+  for (int64_t i = 0; i < t->numel(); ++i)
+    p[i] = scale * static_cast<float>((i * 7919) % 201 - 100) / 100.0f;
+  return t;
+}
+
 void BM_MBConv(benchmark::State& state, Block blk) {
   const int64_t N = state.range(0);
   const bool fused = state.range(1) != 0;
   const bool expand = blk.E != blk.C;
   const int64_t Ho = (blk.H + 2 - 3) / blk.stride + 1;
-  auto fill = [](const TensorImplPtr& t, float scale) {
-    float* p = t->data_ptr<float>();
-    for (int64_t i = 0; i < t->numel(); ++i)
-      p[i] = scale * static_cast<float>((i * 7919) % 201 - 100) / 100.0f;
-    return t;
-  };
-  auto x = fill(empty(Dims{N, blk.C, blk.H, blk.H}, DType::Float32), 1.0f);
-  auto we = fill(empty(Dims{blk.E, blk.C, 1, 1}, DType::Float32), 0.1f);
-  auto wd = fill(empty(Dims{blk.E, 1, 3, 3}, DType::Float32), 0.3f);
-  auto wp = fill(empty(Dims{blk.P, blk.E, 1, 1}, DType::Float32), 0.1f);
-  auto be = fill(empty(Dims{blk.E}, DType::Float32), 0.1f),
-       bd = fill(empty(Dims{blk.E}, DType::Float32), 0.1f);
-  auto bp = fill(empty(Dims{blk.P}, DType::Float32), 0.1f);
-  auto res = fill(empty(Dims{N, blk.P, Ho, Ho}, DType::Float32), 1.0f);
+  auto x = filled(Dims{N, blk.C, blk.H, blk.H}, 1.0f);
+  auto we = filled(Dims{blk.E, blk.C, 1, 1}, 0.1f);
+  auto wd = filled(Dims{blk.E, 1, 3, 3}, 0.3f);
+  auto wp = filled(Dims{blk.P, blk.E, 1, 1}, 0.1f);
+  auto be = filled(Dims{blk.E}, 0.1f), bd = filled(Dims{blk.E}, 0.1f);
+  auto bp = filled(Dims{blk.P}, 0.1f);
+  auto res = filled(Dims{N, blk.P, Ho, Ho}, 1.0f);
   auto e = empty(Dims{N, blk.E, blk.H, blk.H}, DType::Float32);
   auto d = empty(Dims{N, blk.E, Ho, Ho}, DType::Float32);
   auto y = empty(Dims{N, blk.P, Ho, Ho}, DType::Float32);
@@ -271,15 +274,9 @@ void BM_MBConv(benchmark::State& state, Block blk) {
 // conv2d_avgpool_out (fused:1). Weights prepared in both.
 void BM_HeadAvgPool(benchmark::State& state) {
   const int64_t N = state.range(0), C = 320, H = 7, O = 1280;
-  auto fill = [](const TensorImplPtr& t) {
-    float* p = t->data_ptr<float>();
-    for (int64_t i = 0; i < t->numel(); ++i)
-      p[i] = 0.01f * static_cast<float>((i * 7919) % 201 - 100);
-    return t;
-  };
-  auto x = fill(empty(Dims{N, C, H, H}, DType::Float32));
-  auto w = fill(empty(Dims{O, C, 1, 1}, DType::Float32));
-  auto b = fill(empty(Dims{O}, DType::Float32));
+  auto x = filled(Dims{N, C, H, H});
+  auto w = filled(Dims{O, C, 1, 1});
+  auto b = filled(Dims{O});
   auto y = empty(Dims{N, O, H, H}, DType::Float32),
        pooled = empty(Dims{N, O, 1, 1}, DType::Float32);
   Conv2dParams p;
@@ -296,6 +293,29 @@ void BM_HeadAvgPool(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetLabel(prep->algorithm());
+}
+
+// The channels-last depthwise 3x3 of the fused mbconv blocks (conv_detail::depthwise_nhwc_f32) on
+// one image of C channels, H x H, one thread, relu6: the kernel alone, its input in L2 or L3 as the
+// block leaves it (the expanded image: 200-600 KB).
+void BM_DepthwiseNhwc(benchmark::State& state) {
+  const int64_t C = state.range(0), H = state.range(1), s = state.range(2);
+  kernels::conv_detail::ConvGeom g;
+  g.N = 1, g.C = C, g.H = H, g.W = H, g.O = C, g.KH = 3, g.KW = 3, g.G = C, g.Cg = 1, g.Og = 1;
+  g.sh = s, g.sw = s, g.ph = 1, g.pw = 1;
+  g.Ho = (H + 2 - 3) / s + 1, g.Wo = g.Ho;
+  auto x = filled(Dims{H * H * C}), w = filled(Dims{9 * C}), b = filled(Dims{C});
+  auto y = empty(Dims{g.Ho * g.Wo * C}, DType::Float32);
+  ConvEpilogue ep;
+  ep.activation = Activation::Relu6;
+  for (auto _ : state) {
+    kernels::conv_detail::depthwise_nhwc_f32(g, x->data_ptr<float>(), w->data_ptr<float>(),
+                                             b->data_ptr<float>(), y->data_ptr<float>(), ep, 0,
+                                             g.Ho * g.Wo);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 9 * C * g.Ho * g.Wo * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // The machine's fp32 FMA peak for one thread, measured the same way as the convs (12 independent
@@ -320,7 +340,8 @@ void BM_FmaPeak(benchmark::State& state) {
       KILN_FMA12(a6)
       KILN_FMA12(a7)
       KILN_FMA12(a8)
-      KILN_FMA12(a9) KILN_FMA12(a10) KILN_FMA12(a11)
+      KILN_FMA12(a9)
+      KILN_FMA12(a10) KILN_FMA12(a11)
 #undef KILN_FMA12
           __asm__ volatile(""
                            : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
@@ -379,6 +400,15 @@ const int kRegistered = [] {
         ->Args({1, 3})
         ->Args({8, 3})
         ->Unit(benchmark::kMicrosecond);
+  timing(benchmark::RegisterBenchmark("DepthwiseNhwc", BM_DepthwiseNhwc))
+      ->ArgNames({"C", "H", "stride"})
+      ->Args({192, 28, 1})
+      ->Args({192, 28, 2})
+      ->Args({384, 14, 1})
+      ->Args({576, 14, 1})
+      ->Args({576, 14, 2})
+      ->Args({960, 7, 1})
+      ->Unit(benchmark::kMicrosecond);
   timing(benchmark::RegisterBenchmark("HeadAvgPool/pw_320-1280@7", BM_HeadAvgPool))
       ->ArgNames({"batch", "fused"})
       ->Args({1, 0})

@@ -35,51 +35,68 @@ inline void pixel(const ConvGeom& g, const float* x, const float* w, const float
   for (int v = 0; v < V; ++v) _mm256_storeu_ps(y + c + 8 * v, activate(acc[v], ep));
 }
 
+// NO consecutive outputs from column ow of row oh, 8 channels from c, kernel rows [kh0, kh1) (all
+// three when kFull: unrolled). One accumulator per output, so that the multiply-adds of different
+// outputs overlap (2 outputs, each a chain of 9 dependent multiply-adds, ran at a third of the FMA
+// rate). Per kernel row its 3 weights sit in registers and each input column is loaded once, by a
+// pointer stepping C floats (offsets (o * SW + kw) * C for a runtime C were spilled to the stack),
+// and feeds the up to 3 outputs it is a tap of.
+template <int SW, int NO, bool kFull>
+[[gnu::always_inline]] inline void interior_step(const float* xo, int64_t C, int64_t rs,
+                                                 const float* wc, __m256 b, float* yo,
+                                                 const ConvEpilogue& ep, int64_t kh0, int64_t kh1) {
+  constexpr int kCols = (NO - 1) * SW + 3;  // input columns of NO outputs
+  __m256 acc[NO];
+#pragma GCC unroll 8
+  for (int o = 0; o < NO; ++o) acc[o] = b;
+  if constexpr (kFull) kh0 = 0, kh1 = 3;
+#pragma GCC unroll 3
+  for (int64_t kh = kh0; kh < kh1; ++kh) {
+    const float* wr = wc + 3 * kh * C;
+    const __m256 w0 = _mm256_loadu_ps(wr), w1 = _mm256_loadu_ps(wr + C),
+                 w2 = _mm256_loadu_ps(wr + 2 * C);
+    const float* xp = xo + kh * rs;
+#pragma GCC unroll 32
+    for (int j = 0; j < kCols; ++j, xp += C) {
+      __m256 xv = _mm256_loadu_ps(xp);
+      asm("" : "+x"(xv));  // one load per column: GCC would fold it into each of its 3 FMAs
+      // Column j is tap kw of output (j - kw) / SW.
+      if (j % SW == 0 && j / SW < NO) acc[j / SW] = _mm256_fmadd_ps(w0, xv, acc[j / SW]);
+      if (j >= 1 && (j - 1) % SW == 0 && (j - 1) / SW < NO)
+        acc[(j - 1) / SW] = _mm256_fmadd_ps(w1, xv, acc[(j - 1) / SW]);
+      if (j >= 2 && (j - 2) % SW == 0 && (j - 2) / SW < NO)
+        acc[(j - 2) / SW] = _mm256_fmadd_ps(w2, xv, acc[(j - 2) / SW]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int o = 0; o < NO; ++o, yo += C) _mm256_storeu_ps(yo, activate(acc[o], ep));
+}
+
 // 3x3 interior: output columns [ow0, ow1) of row oh whose taps all fall inside the row, kernel
-// rows [kh0, kh1) (all three when kFull: unrolled), 8 channels from c. The 9 weights stay in
-// registers; 2 outputs per step share their input vectors (4 loads per kernel row at stride 1, 5
-// at stride 2, for 6 multiply-adds): 16 AVX2 registers in all.
+// rows [kh0, kh1), 8 channels from c: steps of 8 outputs, then 4, 2, 1.
 template <int SW, bool kFull>
 void interior_3x3(const ConvGeom& g, const float* x, const float* w, const float* bias, float* y,
                   const ConvEpilogue& ep, int64_t oh, int64_t ow0, int64_t ow1, int64_t kh0,
                   int64_t kh1, int64_t c) {
   const int64_t C = g.C;
-  __m256 wv[9];
-  for (int t = 0; t < 9; ++t) wv[t] = _mm256_loadu_ps(w + t * C + c);
   const __m256 b = bias ? _mm256_loadu_ps(bias + c) : _mm256_setzero_ps();
-  const int64_t ih0 = oh * g.sh - g.ph;
   const int64_t rs = g.W * C;  // input row stride
-  const float* xrow = x + ih0 * rs + c;
+  const float* xrow = x + (oh * g.sh - g.ph) * rs + c;
+  const float* wc = w + c;
   float* yr = y + oh * g.Wo * C + c;
-  if constexpr (kFull) kh0 = 0, kh1 = 3;
   int64_t ow = ow0;
-  for (; ow + 2 <= ow1; ow += 2) {
-    __m256 a0 = b, a1 = b;
-    const float* xo = xrow + (ow * SW - g.pw) * C;
-#pragma GCC unroll 3
-    for (int64_t kh = kh0; kh < kh1; ++kh) {
-      const float* xr = xo + kh * rs;
-      constexpr int kIn = SW + 3;  // input columns of 2 outputs
-      __m256 xv[kIn];
-#pragma GCC unroll 5
-      for (int i = 0; i < kIn; ++i) xv[i] = _mm256_loadu_ps(xr + i * C);
-#pragma GCC unroll 3
-      for (int kw = 0; kw < 3; ++kw) {
-        a0 = _mm256_fmadd_ps(wv[3 * kh + kw], xv[kw], a0);
-        a1 = _mm256_fmadd_ps(wv[3 * kh + kw], xv[SW + kw], a1);
-      }
-    }
-    _mm256_storeu_ps(yr + ow * C, activate(a0, ep));
-    _mm256_storeu_ps(yr + (ow + 1) * C, activate(a1, ep));
+  auto at = [&](int64_t o) { return xrow + (o * SW - g.pw) * C; };
+  for (; ow + 8 <= ow1; ow += 8)
+    interior_step<SW, 8, kFull>(at(ow), C, rs, wc, b, yr + ow * C, ep, kh0, kh1);
+  if (ow + 4 <= ow1) {
+    interior_step<SW, 4, kFull>(at(ow), C, rs, wc, b, yr + ow * C, ep, kh0, kh1);
+    ow += 4;
   }
-  if (ow < ow1) {
-    __m256 a = b;
-    const float* xo = xrow + (ow * SW - g.pw) * C;
-    for (int64_t kh = kh0; kh < kh1; ++kh)
-      for (int kw = 0; kw < 3; ++kw)
-        a = _mm256_fmadd_ps(wv[3 * kh + kw], _mm256_loadu_ps(xo + kh * rs + kw * C), a);
-    _mm256_storeu_ps(yr + ow * C, activate(a, ep));
+  if (ow + 2 <= ow1) {
+    interior_step<SW, 2, kFull>(at(ow), C, rs, wc, b, yr + ow * C, ep, kh0, kh1);
+    ow += 2;
   }
+  if (ow < ow1) interior_step<SW, 1, kFull>(at(ow), C, rs, wc, b, yr + ow * C, ep, kh0, kh1);
 }
 
 }  // namespace
