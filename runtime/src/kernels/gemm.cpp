@@ -738,7 +738,7 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
       parallel_for(begin, end, grain, fn);
   };
 
-  const int64_t kc = gemm_detail::k_block(ks, K);
+  const int64_t kc = gemm_detail::k_block(ks, K, packed_b != nullptr);
   const int64_t Mp = round_up(M, MR), Np = round_up(N, NR);
   // Equal A blocks no larger than MC, in whole slivers.
   const int64_t mblocks = ceil_div(M, ks.mc);
@@ -788,11 +788,13 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
         }
       });
     // One thread and a B larger than L2: sliver by sliver, each would stream all of B from
-    // memory again (ResNet-18's 512 -> 512 3x3 at 7x7: 9.4 MB per sliver). Column blocks of 8
-    // panels instead: each K block's B block (kc x 128) is read once, by every sliver from L2.
+    // memory again (ResNet-18's 512 -> 512 3x3 at 7x7: 9.4 MB per sliver). Column blocks of
+    // 2048 / kc panels (8 for a K block of 256: 128 KB) instead: each K block's B block is read
+    // once, by every sliver from L2.
     const bool by_cols =
         nblocks > 1 || (nth == 1 && slivers > 1 && Np * K * int64_t(sizeof(float)) > (256 << 10));
-    if (by_cols && nblocks == 1) nblocks = std::max<int64_t>(1, panels_n / 8);
+    if (by_cols && nblocks == 1)
+      nblocks = std::max<int64_t>(1, panels_n / std::max<int64_t>(1, 2048 / kc));
     const int64_t units = by_cols ? nblocks : slivers;  // column blocks, else slivers
     pfor(0, units, 1, [&](int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {
@@ -981,7 +983,7 @@ std::shared_ptr<const SgemmPacked> pack_operand(bool is_b, bool trans, int64_t o
   std::shared_ptr<SgemmPacked> p = gemm_detail::allocate_packed(ks, is_b, outer, K, &data);
   if (outer == 0 || K == 0) return p;
   const int64_t unit = is_b ? ks.nr : ks.mr, padded = round_up(outer, unit);
-  const int64_t kc = gemm_detail::k_block(ks, K), kblocks = ceil_div(K, kc);
+  const int64_t kc = gemm_detail::k_block(ks, K, is_b), kblocks = ceil_div(K, kc);
   const bool outer_major = is_b == trans;  // stored [outer, K]: A as is, or B transposed
   const int64_t groups = padded / unit;
   const int64_t per_item = std::max<int64_t>(1, ceil_div(groups * kblocks, 4 * num_threads()));
@@ -1039,9 +1041,10 @@ void set_a_in_place(bool enabled) {
   g_a_in_place.store(enabled, std::memory_order_relaxed);
 }
 
-int64_t k_block(const KernelSet& ks, int64_t K) {
+int64_t k_block(const KernelSet& ks, int64_t K, bool packed_b) {
   // Equal blocks no larger than KC: no sliver of a last block.
-  const int64_t blocks = std::max<int64_t>(1, (K + ks.kc - 1) / ks.kc);
+  const int64_t kc = packed_b && ks.kc_b > 0 ? ks.kc_b : ks.kc;
+  const int64_t blocks = std::max<int64_t>(1, (K + kc - 1) / kc);
   return ((K + blocks - 1) / blocks + 3) / 4 * 4;
 }
 
@@ -1066,7 +1069,7 @@ PackedView packed_view(const SgemmPacked& p) {
           p.outer_,
           p.depth_,
           (p.outer_ + unit - 1) / unit * unit,
-          k_block(*ks, p.depth_),
+          k_block(*ks, p.depth_, p.is_b_),
           p.is_b_};
 }
 }  // namespace gemm_detail

@@ -103,6 +103,10 @@ struct KernelSet {
   // nullptr: A is always packed. Otherwise a row-major A with few rows against a packed B is read
   // in place (the sliver's MR short rows stay in L1 across the row of tiles).
   MicroKernelRowAFn kernel_row_rows = nullptr;
+  // The K block of a B packed once (sgemm_pack_b: weights against few rows of A), 0: kc. Longer
+  // than kc: each K block restarts the row of tiles and re-reads C, and on the short-M products
+  // of channels-last convs (49 x 160 x 960) blocks of 240 ran at 0.8x the rate of one block.
+  int64_t kc_b = 0;
 };
 
 // A packed operand for ks whose panels the caller writes through *data (uninitialized; the layout
@@ -120,8 +124,9 @@ const KernelSet& active_kernel_set();
 bool a_in_place_enabled();
 void set_a_in_place(bool enabled);
 
-// The K block sgemm cuts K into (equal blocks no larger than ks.kc, a multiple of 4).
-int64_t k_block(const KernelSet& ks, int64_t K);
+// The K block sgemm cuts K into (equal blocks no larger than ks.kc, or ks.kc_b for a product
+// with a B packed by sgemm_pack_b; a multiple of 4).
+int64_t k_block(const KernelSet& ks, int64_t K, bool packed_b = false);
 
 // An SgemmPacked as the drivers see it: the K block starting at p0 holds padded * kb floats at
 // data + p0 * padded, where padded is M (an A) or N (a B) rounded up to the kernel's MR or NR; an
