@@ -188,6 +188,10 @@ const std::vector<Block> kBlocks = {
     {1, 8, 30, 33, 192, 16, 5, 1, 2, true, true, Activation::None, Activation::Relu,
      Activation::Clamp},
     {1, 200, 30, 30, 200, 8, 3, 1, 1, false, false},
+    // No expansion: the depthwise reads x's rows in place, the rows above and below the image its
+    // padding (a 5x5 at stride 2 with 2 rows of it; a plane wider than the interleaved kernel's).
+    {2, 160, 34, 32, 160, 16, 5, 2, 2, false, false},
+    {1, 16, 40, 300, 16, 16, 3, 1, 1, false, true},
 };
 
 // The block with channels-last input (and residual) and/or output, under NCHW sizes

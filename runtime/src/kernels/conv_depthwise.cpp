@@ -432,7 +432,7 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
         const int64_t below = gb.ph + gb.H;
         if (below < nb.Hb)
           std::memset(B + below * nb.Wb * kV, 0, sizeof(float) * (nb.Hb - below) * nb.Wb * kV);
-        if (gb.H > 0) narrow_fill(gb, nb, x + plane0 * g.HW() + first * g.W, g.HW(), cb, B);
+        if (gb.H > 0) narrow_fill(gb, nb, x + plane0 * g.XPlane() + first * g.W, g.XPlane(), cb, B);
         if (k3x3 && g.sw == 1) {
           narrow_compute_3x3<1>(gb, nb, B, wv.data(), bv, O);
         } else if (k3x3 && g.sw == 2) {
@@ -490,7 +490,7 @@ bool depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, con
     std::memset(b.data, 0, bytes);
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t c = p % g.C;
-      fill_plane(g, x + p * g.HW(), b);
+      fill_plane(g, x + p * g.XPlane(), b);
       const float* wc = w + c * KK;
       const float bv = bias ? bias[c] : 0.0f;
       const float* res = residual ? residual + p * howo : nullptr;

@@ -40,8 +40,12 @@ struct ConvGeom {
   int64_t Ho = 0, Wo = 0;              // output
   int64_t G = 1, Cg = 0, Og = 0;       // groups, channels per group
   int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  // Floats between consecutive input planes (channels, then images); 0: H * W. Only
+  // depthwise_conv2d_f32 reads it (the fused block's bands of an image's rows, read in place).
+  int64_t x_plane = 0;
 
   int64_t HW() const { return H * W; }
+  int64_t XPlane() const { return x_plane > 0 ? x_plane : H * W; }
   int64_t HoWo() const { return Ho * Wo; }
   int64_t K() const { return Cg * KH * KW; }  // GEMM depth (rows of the column matrix)
   // 1x1, stride 1, no padding: the input plane block already is the column matrix.

@@ -228,39 +228,42 @@ void run_rows(const Geometry& g, const Data& d, const MBConvParams& p, int64_t n
     const int64_t oh1 = std::min(oh0 + R, oh_end), r = oh1 - oh0;
     const int64_t lo = oh0 * g.sh - g.ph, hi = (oh1 - 1) * g.sh - g.ph + g.KH;
     const int64_t rows = hi - lo, stride = rows * W;  // the band's channel planes
-    // 1. Rows [lo, have_hi) were expanded for the previous band: move them (forward-safe: the new
-    // channel stride is never larger than the old one).
-    const int64_t keep = have_hi > lo && have_lo <= lo ? std::min(have_hi, hi) - lo : 0;
-    if (keep > 0 && (lo != have_lo || stride != stride_old)) {
-      for (int64_t e = 0; e < g.E; ++e)
-        std::memmove(eb + e * stride, eb + e * stride_old + (lo - have_lo) * W,
-                     sizeof(float) * keep * W);
-    }
-    const int64_t first = lo + keep;  // first row to produce
-    const int64_t a = std::clamp<int64_t>(first, 0, g.H), b = std::clamp<int64_t>(hi, 0, g.H);
-    for (int64_t row = first; row < hi; ++row) {
-      if (row >= 0 && row < g.H) continue;  // inside the image: expanded below
-      for (int64_t e = 0; e < g.E; ++e)
-        std::memset(eb + e * stride + (row - lo) * W, 0, sizeof(float) * W);
-    }
-    if (b > a) {
-      float* dst = eb + (a - lo) * W;
-      if (g.expand) {
-        gemm_1x1(d.prep ? d.prep->expand.get() : nullptr, d.we, g.E, g.C, xn + a * W, HW,
-                 (b - a) * W, dst, stride, e_expand);
-      } else {
-        for (int64_t c = 0; c < g.C; ++c)
-          std::memcpy(dst + c * stride, xn + c * HW + a * W, sizeof(float) * (b - a) * W);
-      }
-    }
-    have_lo = lo, have_hi = hi, stride_old = stride;
-    // 2. Depthwise over the band: an image of `rows` rows, padding only left and right.
+    const int64_t a = std::clamp<int64_t>(lo, 0, g.H), b = std::clamp<int64_t>(hi, 0, g.H);
+    // The depthwise's input: the expanded band, padding only left and right; without an
+    // expansion x's rows [a, b) in place (planes HW apart), the rows outside the image its
+    // padding (a copy into the band was 13% of MobileNetV2's first block).
     ConvGeom dg;
     dg.N = 1, dg.C = g.E, dg.H = rows, dg.W = W, dg.O = g.E, dg.KH = g.KH, dg.KW = g.KW;
     dg.G = g.E, dg.Cg = 1, dg.Og = 1, dg.sh = g.sh, dg.sw = g.sw, dg.ph = 0, dg.pw = g.pw;
     dg.Ho = r, dg.Wo = g.Wo;
-    // False only for bands past the depthwise kernel's buffer bound (W near 2^26).
-    KILN_CHECK(conv_detail::depthwise_conv2d_f32(dg, eb, d.wd, d.bd, nullptr, db, e_dw), kOp,
+    const float* dw_in = eb;
+    if (g.expand) {
+      // 1. Rows [lo, have_hi) were expanded for the previous band: move them (forward-safe: the
+      // new channel stride is never larger than the old one).
+      const int64_t keep = have_hi > lo && have_lo <= lo ? std::min(have_hi, hi) - lo : 0;
+      if (keep > 0 && (lo != have_lo || stride != stride_old)) {
+        for (int64_t e = 0; e < g.E; ++e)
+          std::memmove(eb + e * stride, eb + e * stride_old + (lo - have_lo) * W,
+                       sizeof(float) * keep * W);
+      }
+      const int64_t first = lo + keep;  // first row to produce
+      for (int64_t row = first; row < hi; ++row) {
+        if (row >= 0 && row < g.H) continue;  // inside the image: expanded below
+        for (int64_t e = 0; e < g.E; ++e)
+          std::memset(eb + e * stride + (row - lo) * W, 0, sizeof(float) * W);
+      }
+      const int64_t a1 = std::clamp<int64_t>(first, 0, g.H);
+      if (b > a1)
+        gemm_1x1(d.prep ? d.prep->expand.get() : nullptr, d.we, g.E, g.C, xn + a1 * W, HW,
+                 (b - a1) * W, eb + (a1 - lo) * W, stride, e_expand);
+      have_lo = lo, have_hi = hi, stride_old = stride;
+    } else {
+      dg.H = b - a, dg.ph = a - lo, dg.x_plane = HW;
+      dw_in = xn + a * W;
+    }
+    // 2. Depthwise over the band. False only for bands past the depthwise kernel's buffer bound
+    // (W near 2^26).
+    KILN_CHECK(conv_detail::depthwise_conv2d_f32(dg, dw_in, d.wd, d.bd, nullptr, db, e_dw), kOp,
                "expected a depthwise band of at most 2^26 floats, got ", rows, " rows of ", W,
                " columns");
     // 3. Projection into y's rows [oh0, oh1), with the residual.
@@ -450,7 +453,7 @@ void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& ou
       // Work items: whole images, or row ranges of them when images are fewer than threads.
       const int64_t chunks = g.N >= nth ? 1 : std::min<int64_t>(g.Ho, (nth + g.N - 1) / g.N);
       parallel_for(0, g.N * chunks, 1, [&](int64_t i0, int64_t i1) {
-        ConvScratch<float> eb(g.eb_floats), db(g.db_floats);
+        ConvScratch<float> eb(g.expand ? g.eb_floats : 0), db(g.db_floats);
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t n = i / chunks, c = i % chunks;
           run_rows(g, d, p, n, g.Ho * c / chunks, g.Ho * (c + 1) / chunks, eb.get(), db.get());
