@@ -59,7 +59,9 @@ template <int SW, int NO, bool kFull>
 #pragma GCC unroll 32
     for (int j = 0; j < kCols; ++j, xp += C) {
       __m256 xv = _mm256_loadu_ps(xp);
+#if defined(__x86_64__)
       asm("" : "+x"(xv));  // one load per column: GCC would fold it into each of its 3 FMAs
+#endif
       // Column j is tap kw of output (j - kw) / SW.
       if (j % SW == 0 && j / SW < NO) acc[j / SW] = _mm256_fmadd_ps(w0, xv, acc[j / SW]);
       if (j >= 1 && (j - 1) % SW == 0 && (j - 1) / SW < NO)
