@@ -382,8 +382,9 @@ TEST(Gemm, PackedOperandMatchesReference) {
 // switched off: both paths, on ragged slivers, padded rows (NaN past K, never read) and several K
 // blocks, give the float64 reference's values.
 TEST(Gemm, PackedBWithARowsInPlaceOrPacked) {
-  struct Restore {
-    ~Restore() { kernels::gemm_detail::set_a_in_place(true); }
+  struct Restore {  // the setting the process started with (KILN_GEMM_PACK_A)
+    bool was = kernels::gemm_detail::a_in_place_enabled();
+    ~Restore() { kernels::gemm_detail::set_a_in_place(was); }
   } restore_in_place;
   for (bool in_place : {true, false}) {
     kernels::gemm_detail::set_a_in_place(in_place);
