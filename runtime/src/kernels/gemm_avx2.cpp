@@ -226,9 +226,9 @@ void micro_row_rows(int64_t kc, const float* a, int64_t lda, const float* b, int
 
 void pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, float* dst) {
   if (trans) return pack_a_generic<kMR>(trans, A, lda, m, k, dst);
-  // Row-major A (the channels-last projection's dᵀ: K up to 960): whole slivers 8 columns at a
-  // time through an 8 x 8 transpose (rows 6 and 7 zero); the scalar interleave of 6 row streams
-  // was a tenth of a channels-last mbconv block.
+  // Row-major A (against a packed B only under KILN_GEMM_PACK_A=1: kernel_row_rows reads it in
+  // place): whole slivers 8 columns at a time through an 8 x 8 transpose (rows 6 and 7 zero); the
+  // scalar interleave of 6 row streams was a tenth of a channels-last mbconv block.
   const __m256i six = simd::tail_mask(kMR);
   int64_t r0 = 0;
   for (; r0 + kMR <= m; r0 += kMR) {
