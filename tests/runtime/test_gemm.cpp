@@ -380,7 +380,7 @@ TEST(Gemm, PackedOperandMatchesReference) {
 
 // A row-major A against a packed B is read in place (KernelSet::kernel_row_rows) unless that is
 // switched off: both paths, on ragged slivers, padded rows (NaN past K, never read) and several K
-// blocks, give the float64 reference's values.
+// blocks, and the blocked driver beyond the small-A path, give the float64 reference's values.
 TEST(Gemm, PackedBWithARowsInPlaceOrPacked) {
   struct Restore {  // the setting the process started with (KILN_GEMM_PACK_A)
     bool was = kernels::gemm_detail::a_in_place_enabled();
@@ -391,11 +391,15 @@ TEST(Gemm, PackedBWithARowsInPlaceOrPacked) {
     SCOPED_TRACE(in_place ? "A in place" : "A packed");
     for_each_config([&] {
       uint32_t seed = 1300;
+      // {13, 40, 1300}: two K blocks of the packed B; {2000, 20, 600}: M past the small-A path,
+      // the blocked driver's A blocks shrunk for the packed B's long K block.
       for (auto [M, N, K] : {std::array<int64_t, 3>{1, 17, 5},
                              {5, 40, 3},
                              {11, 16, 600},
+                             {13, 40, 1300},
                              {196, 96, 576},
-                             {49, 330, 160}}) {
+                             {49, 330, 160},
+                             {2000, 20, 600}}) {
         Case c;
         c.packed = Case::Packed::B;
         c.M = M, c.N = N, c.K = K;

@@ -740,8 +740,11 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
 
   const int64_t kc = gemm_detail::k_block(ks, K, packed_b != nullptr);
   const int64_t Mp = round_up(M, MR), Np = round_up(N, NR);
-  // Equal A blocks no larger than MC, in whole slivers.
-  const int64_t mblocks = ceil_div(M, ks.mc);
+  // Equal A blocks no larger than MC, in whole slivers. A K block longer than KC (a packed B's,
+  // kc_b) shrinks MC in proportion: the packed A block keeps its MC x KC floats (its scratch and
+  // its share of L3).
+  const int64_t mc_max = std::max<int64_t>(MR, ks.mc * ks.kc / std::max(kc, ks.kc) / MR * MR);
+  const int64_t mblocks = ceil_div(M, mc_max);
   const int64_t mc = round_up(ceil_div(M, mblocks), MR);
   // B blocks no wider than NC. With several threads, several blocks per thread so that the
   // dynamic task queue balances threads slowed by other load (blocks stay >= 4 panels wide).
