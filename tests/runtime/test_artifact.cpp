@@ -339,6 +339,9 @@ TEST(Artifact, SemanticChecksNameWhatIsWrong) {
        },
        "negative dimension"},
       {"huge arena", [](ArtifactSpec& a) { a.arena_bytes = 1ull << 62; }, "exceeds the limit"},
+      // 2 GB where the values end at byte 96: a flipped bit a session would allocate and zero.
+      {"arena past its values", [](ArtifactSpec& a) { a.arena_bytes = 128 + (1ull << 31); },
+       "extends past its last value, which ends at byte 96"},
       {"bad dtype", [](ArtifactSpec& a) { a.slots[0].dtype = static_cast<fb::DType>(42); },
        "unknown dtype 42"},
       {"foreign target", [](ArtifactSpec& a) { a.target_triple = "riscv64-unknown-linux-gnu"; },
@@ -482,7 +485,7 @@ TEST(Artifact, ExtremeAttributesRunCorrectlyOrFailByName) {
        {{"dim", K::Int, 1}, {"start", K::Int, 1}, {"end", K::Int, max}, {"step", K::Int, max}}}};
   a.inputs = {{"x", 0}};
   a.outputs = {{"s", 1}};
-  a.arena_bytes = 256;
+  a.arena_bytes = 192;
   rt::Session s(rt::Model::from_bytes(a.build()));
   std::vector<float> x(24);
   for (int i = 0; i < 24; ++i) x[i] = float(i);
@@ -534,7 +537,7 @@ TEST(Artifact, ShapeKernelsCopyStridedViews) {
   };
   a.inputs = {{"x", 0}};
   a.outputs = {{"p", 1}, {"s", 2}, {"sel", 3}, {"v", 4}};
-  a.arena_bytes = 1024;
+  a.arena_bytes = 640;
   auto model = rt::Model::from_bytes(a.build());
   rt::Session s(model);
   std::vector<float> x(24);

@@ -111,6 +111,13 @@ struct Checker {
       }
       out.slots.push_back(std::move(info));
     }
+    // The arena holds values only: bytes past the last one are never used, and a size beyond
+    // them is a corrupt field that a session would allocate and zero in full.
+    uint64_t used = 0;
+    for (const SlotInfo& info : out.slots)
+      if (info.kind == SlotKind::Arena) used = std::max(used, info.offset + info.nbytes);
+    KILN_CHECK(out.arena_bytes <= align64(used), kOp, "arena of ", out.arena_bytes,
+               " bytes extends past its last value, which ends at byte ", used);
     out.stats.num_slots = out.slots.size();
     out.stats.arena_bytes = out.arena_bytes;
     out.stats.naive_bytes = m.naive_bytes();
