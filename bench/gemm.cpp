@@ -118,6 +118,9 @@ BENCHMARK(BM_Sgemm)
     // VGG fc6 at batch 1 (K = 512*7*7) and a ResNet-18 fc at batch 64
     ->Args({1, 4096, 25088, 1})
     ->Args({64, 1000, 512, 1})
+    // MobileNetV2's classifier, 1280 -> 1000, at batch 1 and 8
+    ->Args({1, 1000, 1280, 1})
+    ->Args({8, 1000, 1280, 1})
     // ResNet-18 convs as im2col GEMMs: C_out x (H*W) x (C_in*3*3)
     ->Args({64, 3136, 576, 0})
     ->Args({128, 784, 1152, 0})

@@ -11,6 +11,7 @@
 #include "kiln/jit/compile.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
+#include "kiln/runtime/allocator.h"
 #include "kiln/trace/freeze.h"
 #include "kiln/trace/trace.h"
 
@@ -232,6 +233,30 @@ TEST(JitCompile, DestroyedCodeFreesItsPreparedWeights) {
   const size_t after = mallinfo2().uordblks;
   // Five leaked Winograd weights would be 5 x 36 x 256 x 256 x 4 bytes = 47 MB.
   EXPECT_LT(after, before + (8u << 20)) << "heap grew by " << (after - before) / 1024 << " KB";
+}
+
+// Kernel calls borrow the arena bytes no live buffer holds as scratch (kiln_abi_lease_begin).
+// Here a 4 MB buffer dies after the first conv and lends its bytes to the later convs' scratch,
+// while `a` stays alive for the residual add: scratch laid over a live buffer would corrupt y.
+TEST(JitCompile, KernelScratchBorrowsOnlyFreeArenaBytes) {
+  Tensor w0 = rnd({32, 64, 1, 1}, 60, 0.1), w1 = rnd({32, 32, 3, 3}, 61, 0.1);
+  Tensor w2 = rnd({32, 32, 3, 3}, 62, 0.1), w3 = rnd({32, 32, 3, 3}, 63, 0.1);
+  auto fn = [&](const TensorList& t) {
+    Tensor big = relu(t[0] * 2 + 1);  // [1, 64, 128, 128]: 4 MB, dead after the next conv
+    Tensor a = relu(conv2d(big, w0, {}, {2, 2}));
+    Tensor b = relu(conv2d(a, w1, {}, {1, 1}, {1, 1}));
+    Tensor c = conv2d(b, w2, {}, {1, 1}, {1, 1});
+    return TensorList{relu(conv2d(relu(c + a), w3, {}, {1, 1}, {1, 1}) + a)};
+  };
+  Tensor x0 = rnd({1, 64, 128, 128}, 64);
+  jit::CompiledFunction f = jit::compile(jit::trace(fn, {x0}), no_disk());
+  for (uint32_t seed = 65; seed < 68; ++seed) {
+    Tensor x = rnd({1, 64, 128, 128}, seed);
+    const int64_t lent_before = scratch_bytes_from_leases();
+    Tensor y = f({x})[0];
+    EXPECT_GT(scratch_bytes_from_leases(), lent_before) << "no kernel scratch came from the arena";
+    EXPECT_LE(max_rel_error(y, fn({x})[0]), 1e-5);
+  }
 }
 
 TEST(JitCompile, KernelErrorsAtRunTimeBecomeKilnErrors) {

@@ -223,6 +223,7 @@ bool Lowering::emit_abi_call(mlir::Operation* op) {
   for (size_t k = 0; k < tensors.size(); ++k) {
     if (present[k]) note_use(tensors[k].base, call);
   }
+  kernel_calls_.push_back(call);
   return true;
 }
 

@@ -435,6 +435,40 @@ void Lowering::emit_frees() {
     it.base.replaceAllUsesWith(at);
     it.alloc->erase();
   }
+  // Each kernel call in the entry block borrows the largest stretch of the arena that no buffer
+  // alive across it holds, for its scratch: memory the previous ops just touched, where the
+  // allocator's blocks would be cold (as the executor lends its planned arena's gaps).
+  declare("kiln_abi_lease_begin",
+          builder_.getFunctionType({ptr_type(), builder_.getI64Type()}, {}));
+  declare("kiln_abi_lease_end", builder_.getFunctionType({}, {}));
+  constexpr int64_t kMinLease = 4096;
+  for (mlir::Operation* call : kernel_calls_) {
+    if (call->getBlock() != &block) continue;
+    const int64_t at = pos.lookup(call);
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (const Placed& it : items)
+      if (it.start <= at && at <= it.end) busy.emplace_back(it.offset, it.offset + it.bytes);
+    std::sort(busy.begin(), busy.end());
+    int64_t free_from = 0, best_offset = 0, best_bytes = 0;
+    auto consider = [&](int64_t end) {
+      if (end - free_from > best_bytes) best_offset = free_from, best_bytes = end - free_from;
+    };
+    for (const auto& [lo, hi] : busy) {
+      consider(lo);
+      free_from = std::max(free_from, hi);
+    }
+    consider(total);
+    if (best_bytes < kMinLease) continue;
+    builder_.setInsertionPoint(call);
+    mlir::Value base = builder_.create<LLVM::GEPOp>(loc_, ptr_type(), builder_.getI8Type(), arena,
+                                                    llvm::ArrayRef<LLVM::GEPArg>{best_offset});
+    mlir::Value bytes = builder_.create<mlir::arith::ConstantIntOp>(loc_, best_bytes, 64);
+    builder_.create<mlir::func::CallOp>(loc_, "kiln_abi_lease_begin", mlir::TypeRange{},
+                                        mlir::ValueRange{base, bytes});
+    builder_.setInsertionPointAfter(call);
+    builder_.create<mlir::func::CallOp>(loc_, "kiln_abi_lease_end", mlir::TypeRange{},
+                                        mlir::ValueRange{});
+  }
   free_after(block.getTerminator()->getPrevNode() ? block.getTerminator()->getPrevNode()
                                                   : size.getOperation(),
              arena, total);

@@ -110,6 +110,7 @@ class Lowering {
   };
   llvm::MapVector<mlir::Value, Owned> owned_;
   llvm::DenseMap<mlir::Operation*, int> op_index_;
+  std::vector<mlir::Operation*> kernel_calls_;  // kiln_abi_<op> calls (scratch leases)
   std::string errors_;
   int num_constants_ = 0;
   int num_kernels_ = 0;

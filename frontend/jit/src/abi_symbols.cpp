@@ -13,6 +13,8 @@ const std::vector<std::pair<std::string, void*>>& abi_symbols() {
   static const std::vector<std::pair<std::string, void*>> symbols = {
       KILN_SYM(kiln_abi_alloc),
       KILN_SYM(kiln_abi_free),
+      KILN_SYM(kiln_abi_lease_begin),
+      KILN_SYM(kiln_abi_lease_end),
       KILN_SYM(kiln_abi_parallel_for),
       KILN_SYM(kiln_abi_set_error),
       KILN_SYM(kiln_abi_matmul),

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "kiln/runtime/abi.h"
@@ -11,6 +12,20 @@
 namespace {
 thread_local std::string g_error;
 thread_local bool g_has_error = false;
+
+// Generated code nests leases only when compiled code runs inside a leased kernel call (the
+// executor running a compiled region): a few levels. Deeper ones lend nothing but still balance.
+constexpr int kMaxLeaseDepth = 8;
+thread_local std::optional<kiln::ScratchLease> g_leases[kMaxLeaseDepth];
+thread_local int g_lease_depth = 0;
+
+bool leases_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("KILN_ABI_NO_LEASE");
+    return !(e && *e && std::strcmp(e, "0") != 0);
+  }();
+  return enabled;
+}
 }  // namespace
 
 extern "C" {
@@ -21,6 +36,18 @@ void* kiln_abi_alloc(int64_t nbytes) {
 
 void kiln_abi_free(void* ptr, int64_t nbytes) {
   if (ptr) kiln::cpu_allocator().deallocate(ptr, static_cast<size_t>(nbytes > 0 ? nbytes : 1));
+}
+
+void kiln_abi_lease_begin(void* base, int64_t nbytes) {
+  const int depth = g_lease_depth++;
+  if (depth < kMaxLeaseDepth && leases_enabled() && base && nbytes > 0)
+    g_leases[depth].emplace(base, static_cast<size_t>(nbytes));
+}
+
+void kiln_abi_lease_end(void) {
+  if (g_lease_depth == 0) return;
+  const int depth = --g_lease_depth;
+  if (depth < kMaxLeaseDepth) g_leases[depth].reset();
 }
 
 void kiln_abi_parallel_for(int64_t begin, int64_t end, int64_t grain, kiln_abi_range_fn fn,

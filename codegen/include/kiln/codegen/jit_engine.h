@@ -32,7 +32,8 @@ inline constexpr int kAbiVersion = 2;
 // improvement), so a newer build never reuses an older build's objects.
 //   2: intermediate buffers in one compile-time arena; kiln.mbconv; unused optional results.
 //   3: <entry>_release() frees the prepared weights of *_prepared call sites.
-inline constexpr int kCodegenRevision = 3;
+//   4: kernel calls get the arena bytes no live buffer holds as scratch (kiln_abi_lease_begin).
+inline constexpr int kCodegenRevision = 4;
 
 // A stable key for compiled code: (module bytes, target triple, CPU, features, options, ABI,
 // code generator revision).

@@ -26,6 +26,12 @@ extern "C" {
 // ---- memory: 64-byte aligned blocks from the runtime's caching allocator ----
 void* kiln_abi_alloc(int64_t nbytes);
 void kiln_abi_free(void* ptr, int64_t nbytes);  // nbytes as passed to kiln_abi_alloc
+// Lends [base, base + nbytes) to this thread's kernel scratch (kiln::ScratchLease) until the
+// matching kiln_abi_lease_end: generated code passes the arena bytes no live buffer holds around
+// a kernel call, as the artifact executor does. Leases nest (the outer one returns at the end);
+// KILN_ABI_NO_LEASE=1 in the environment ignores them (for comparisons).
+void kiln_abi_lease_begin(void* base, int64_t nbytes);
+void kiln_abi_lease_end(void);
 
 // ---- parallelism: fn(ctx, b, e) over chunks of [begin, end) on the runtime's thread pool ----
 typedef void (*kiln_abi_range_fn)(void* ctx, int64_t begin, int64_t end);
@@ -63,7 +69,8 @@ void kiln_abi_conv2d_avgpool(void* const* data, const int64_t* desc);
 void kiln_abi_conv2d_avgpool_prepared(void* const* data, const int64_t* desc, void** slot);
 // input, expand_weight?, expand_bias?, dw_weight, dw_bias?, project_weight, project_bias?,
 // residual?, out; stride[], padding[], then activation, clamp_min, clamp_max for the expand, dw
-// and project steps, then channels_last_in, channels_last_out (kernels/mbconv.h). The _prepared form takes a slot as conv2d_prepared's.
+// and project steps, then channels_last_in, channels_last_out (kernels/mbconv.h). The _prepared
+// form takes a slot as conv2d_prepared's.
 void kiln_abi_mbconv(void* const* data, const int64_t* desc);
 // Frees what a *_prepared call site stored in its slot and resets the slot (the JIT calls the
 // generated <entry>_release(), which calls this for every slot, before unloading the code).
