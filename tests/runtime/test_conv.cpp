@@ -345,6 +345,7 @@ TEST(Conv, Conv2dPreparedChannelsAcrossLanes) {
       {2, 24, 7, 7, 96, 3, 3, P(1, 1, 1, 1)},            // too few tiles for Winograd
       {1, 40, 7, 7, 96, 1, 1, P(1, 1, 0, 0)},            // 1x1: the input block is the operand
       {3, 32, 13, 14, 96, 3, 3, P(2, 2, 1, 1)},          // stride 2 -> 7x7
+      {2, 48, 14, 14, 96, 1, 1, P(2, 2, 0, 0)},          // 1x1 stride 2: rows gathered from planes
       {1, 64, 7, 7, 192, 3, 3, P(1, 1, 1, 1, 1, 1, 2)},  // two groups of 96 channels
       {2, 16, 5, 5, 60, 1, 1, P(1, 1, 0, 0)},            // 25 positions, 60 channels (ragged 8x8)
   };

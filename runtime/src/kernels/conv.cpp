@@ -485,7 +485,8 @@ TilePlan plan_forward(const ConvGeom& g) {
 // epilogue in Y's orientation.
 template <typename T>
 void item_gemm(const SgemmPacked* packed, int64_t Og, int64_t cols, int64_t K, const T* wg,
-               const T* X, int64_t ldx, T* Y, int64_t ldy, const Epilogue& e) {
+               const T* X, int64_t ldx, T* Y, int64_t ldy, const Epilogue& e,
+               bool x_by_positions = false) {
   if constexpr (std::is_same_v<T, float>) {
     if (packed && !packed->is_b())
       return sgemm_packed_a(*packed, false, cols, 1.0f, X, ldx, 0.0f, Y, ldy, e);
@@ -500,7 +501,7 @@ void item_gemm(const SgemmPacked* packed, int64_t Og, int64_t cols, int64_t K, c
       act.activation = e.activation;
       act.clamp_min = e.clamp_min;
       act.clamp_max = e.clamp_max;
-      sgemm_packed_b(true, cols, 1.0f, X, ldx, *packed, 0.0f, yt.get(), Og, ge);
+      sgemm_packed_b(!x_by_positions, cols, 1.0f, X, ldx, *packed, 0.0f, yt.get(), Og, ge);
       // Channel blocks over the threads (batch 1's head: 1280 x 49 floats, which one thread
       // transposed while the other waited).
       const int64_t blocks = (Og + 7) / 8;
@@ -516,6 +517,57 @@ void item_gemm(const SgemmPacked* packed, int64_t Og, int64_t cols, int64_t K, c
     }
   }
   gemm<T>(false, false, Og, cols, K, wg, K, X, ldx, T(0), Y, ldy, e);
+}
+
+// The im2col of a gemm-ch conv (output channels across the GEMM's lanes): one row per output
+// position in [c0, c1), its K inputs in (kh, kw, ci) order, the order prepare_conv2d_weight packs
+// such a weight in. From a channels-last copy of the group's input each tap is one run of Cg
+// floats, and the GEMM reads the rows in place: ResNet-18's 512 -> 512 3x3 at 7x7 built 7-float
+// runs of the [K, positions] layout and then packed them again (12% of the conv).
+void im2col_positions(const ConvGeom& g, const float* xg, int64_t c0, int64_t c1, float* colt) {
+  const int64_t HW = g.HW(), Cg = g.Cg, K = g.K(), KK = g.KH * g.KW;
+  // The copy pays when the rows read each input position about twice or more (3x3 convs); a
+  // strided 1x1 reads a quarter of them, gathered straight from the planes.
+  const bool channels_last = 2 * HW <= (c1 - c0) * KK;
+  Scratch<float> xt_own(channels_last ? HW * Cg : 0);
+  float* xt = xt_own.get();
+  // xt[hw, ci] = xg[ci, hw], 16 channels at a time (16 reads streams, contiguous writes).
+  auto transpose = [&](int64_t b0, int64_t b1) {
+    for (int64_t ci0 = b0 * 16; ci0 < std::min(Cg, b1 * 16); ci0 += 16) {
+      const int64_t nc = std::min<int64_t>(16, Cg - ci0);
+      for (int64_t hw = 0; hw < HW; ++hw)
+        for (int64_t c = 0; c < nc; ++c) xt[hw * Cg + ci0 + c] = xg[(ci0 + c) * HW + hw];
+    }
+  };
+  auto rows = [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t oh = p / g.Wo, ow = p % g.Wo;
+      float* dst = colt + (p - c0) * K;
+      for (int64_t t = 0; t < KK; ++t) {
+        const int64_t ih = oh * g.sh - g.ph + (t / g.KW) * g.dh;
+        const int64_t iw = ow * g.sw - g.pw + (t % g.KW) * g.dw;
+        float* d = dst + t * Cg;
+        if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) {
+          std::memset(d, 0, sizeof(float) * Cg);
+        } else if (channels_last) {
+          std::memcpy(d, xt + (ih * g.W + iw) * Cg, sizeof(float) * Cg);
+        } else {
+          const float* src = xg + ih * g.W + iw;
+          for (int64_t ci = 0; ci < Cg; ++ci) d[ci] = src[ci * HW];
+        }
+      }
+    }
+  };
+  const int64_t blocks = (Cg + 15) / 16;
+  if (in_parallel_region()) {
+    if (channels_last) transpose(0, blocks);
+    rows(c0, c1);
+  } else {
+    if (channels_last)
+      parallel_for(0, blocks, std::max<int64_t>(1, 4096 / std::max<int64_t>(16 * HW, 1)),
+                   transpose);
+    parallel_for(c0, c1, std::max<int64_t>(1, 16384 / K), rows);
+  }
 }
 
 template <typename T>
@@ -548,6 +600,12 @@ void forward_item(const ConvGeom& g, int64_t n, int64_t grp, int64_t c0, int64_t
   }
   if (g.direct_1x1()) {
     item_gemm<T>(packed, g.Og, cols, K, wg, xg + c0, g.HW(), yg + c0, howo, e);
+  } else if (packed && packed->is_b()) {
+    if constexpr (kF32) {
+      im2col_positions(g, xg, c0, c1, scratch);
+      item_gemm<T>(packed, g.Og, cols, K, wg, scratch, K, yg + c0, howo, e,
+                   /*x_by_positions=*/true);
+    }
   } else {
     if (in_parallel_region()) {
       im2col_rows<T>(g, xg, c0, c1, scratch, 0, K);
@@ -901,8 +959,16 @@ PreparedConv2dWeightPtr prepare_conv2d_weight(const TensorImpl& weight, const Co
     prep->direct.resize(static_cast<size_t>(conv_detail::direct_weight_floats(g)));
     conv_detail::direct_pack_weight(g, wp, prep->direct.data());
   } else if (lanes_over_channels(g)) {
-    for (int64_t grp = 0; grp < g.G; ++grp)
-      prep->groups.push_back(sgemm_pack_b(true, g.K(), g.Og, wp + grp * g.Og * g.K(), g.K()));
+    // K in (kh, kw, ci) order, as im2col_positions lays out the input (the same for 1x1).
+    const int64_t K = g.K(), KK = g.KH * g.KW;
+    std::vector<float> wk(static_cast<size_t>(g.Og * K));
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      const float* wg = wp + grp * g.Og * K;
+      for (int64_t o = 0; o < g.Og; ++o)
+        for (int64_t ci = 0; ci < g.Cg; ++ci)
+          for (int64_t t = 0; t < KK; ++t) wk[o * K + t * g.Cg + ci] = wg[o * K + ci * KK + t];
+      prep->groups.push_back(sgemm_pack_b(true, K, g.Og, wk.data(), K));
+    }
   } else {
     for (int64_t grp = 0; grp < g.G; ++grp)
       prep->groups.push_back(sgemm_pack_a(false, g.Og, g.K(), wp + grp * g.Og * g.K(), g.K()));
