@@ -526,17 +526,24 @@ void item_gemm(const SgemmPacked* packed, int64_t Og, int64_t cols, int64_t K, c
 // runs of the [K, positions] layout and then packed them again (12% of the conv).
 void im2col_positions(const ConvGeom& g, const float* xg, int64_t c0, int64_t c1, float* colt) {
   const int64_t HW = g.HW(), Cg = g.Cg, K = g.K(), KK = g.KH * g.KW;
+  // The input rows the positions read: [ih_lo, ih_hi).
+  const int64_t ih_lo = std::max<int64_t>(0, (c0 / g.Wo) * g.sh - g.ph);
+  const int64_t ih_hi =
+      std::min<int64_t>(g.H, ((c1 - 1) / g.Wo) * g.sh - g.ph + (g.KH - 1) * g.dh + 1);
+  const int64_t span = std::max<int64_t>(0, ih_hi - ih_lo) * g.W;
   // The copy pays when the rows read each input position about twice or more (3x3 convs); a
   // strided 1x1 reads a quarter of them, gathered straight from the planes.
-  const bool channels_last = 2 * HW <= (c1 - c0) * KK;
-  Scratch<float> xt_own(channels_last ? HW * Cg : 0);
+  const bool channels_last = 2 * span <= (c1 - c0) * KK;
+  Scratch<float> xt_own(channels_last ? span * Cg : 0);
   float* xt = xt_own.get();
-  // xt[hw, ci] = xg[ci, hw], 16 channels at a time (16 reads streams, contiguous writes).
+  // xt[hw - ih_lo * W, ci] = xg[ci, hw], 16 channels at a time (16 read streams, contiguous
+  // writes).
   auto transpose = [&](int64_t b0, int64_t b1) {
+    const float* x0 = xg + ih_lo * g.W;
     for (int64_t ci0 = b0 * 16; ci0 < std::min(Cg, b1 * 16); ci0 += 16) {
       const int64_t nc = std::min<int64_t>(16, Cg - ci0);
-      for (int64_t hw = 0; hw < HW; ++hw)
-        for (int64_t c = 0; c < nc; ++c) xt[hw * Cg + ci0 + c] = xg[(ci0 + c) * HW + hw];
+      for (int64_t hw = 0; hw < span; ++hw)
+        for (int64_t c = 0; c < nc; ++c) xt[hw * Cg + ci0 + c] = x0[(ci0 + c) * HW + hw];
     }
   };
   auto rows = [&](int64_t p0, int64_t p1) {
@@ -550,7 +557,7 @@ void im2col_positions(const ConvGeom& g, const float* xg, int64_t c0, int64_t c1
         if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) {
           std::memset(d, 0, sizeof(float) * Cg);
         } else if (channels_last) {
-          std::memcpy(d, xt + (ih * g.W + iw) * Cg, sizeof(float) * Cg);
+          std::memcpy(d, xt + ((ih - ih_lo) * g.W + iw) * Cg, sizeof(float) * Cg);
         } else {
           const float* src = xg + ih * g.W + iw;
           for (int64_t ci = 0; ci < Cg; ++ci) d[ci] = src[ci * HW];
@@ -564,7 +571,7 @@ void im2col_positions(const ConvGeom& g, const float* xg, int64_t c0, int64_t c1
     rows(c0, c1);
   } else {
     if (channels_last)
-      parallel_for(0, blocks, std::max<int64_t>(1, 4096 / std::max<int64_t>(16 * HW, 1)),
+      parallel_for(0, blocks, std::max<int64_t>(1, 4096 / std::max<int64_t>(16 * span, 1)),
                    transpose);
     parallel_for(c0, c1, std::max<int64_t>(1, 16384 / K), rows);
   }
@@ -626,6 +633,10 @@ void forward_item(const ConvGeom& g, int64_t n, int64_t grp, int64_t c0, int64_t
 bool lanes_over_channels(const ConvGeom& g) {
   const int64_t nr = gemm_detail::active_kernel_set().nr;
   auto fill = [nr](int64_t n) { return double(n) / double((n + nr - 1) / nr * nr); };
+  // A kernel larger than 1x1 with K >= Og: the im2col rows go to the GEMM unpacked (gemm-ch)
+  // where the other orientation packs all K x positions of them, and only the smaller output is
+  // transposed back (ResNet-18's stride-2 3x3s: 0.80-0.93x).
+  if (g.KH * g.KW > 1 && g.K() >= g.Og && fill(g.Og) >= 0.9) return true;
   return fill(g.Og) - fill(plan_forward<float>(g).nt) >= 0.15;
 }
 
