@@ -346,8 +346,8 @@ TEST(Conv, Conv2dPreparedChannelsAcrossLanes) {
       {1, 40, 7, 7, 96, 1, 1, P(1, 1, 0, 0)},            // 1x1: the input block is the operand
       {3, 32, 13, 14, 96, 3, 3, P(2, 2, 1, 1)},          // stride 2 -> 7x7
       {2, 48, 14, 14, 96, 1, 1, P(2, 2, 0, 0)},          // 1x1 stride 2: rows gathered from planes
-      {1, 32, 28, 28, 64, 3, 3, P(2, 2, 1, 1)},          // 196 positions: tiles on 2 threads
-      {1, 8, 40, 40, 32, 5, 5, P(1, 1, 2, 2)},           // 1600 positions: several tiles
+      {1, 32, 28, 28, 96, 3, 3, P(2, 2, 1, 1)},          // 196 positions: tiles on 2 threads
+      {1, 8, 40, 40, 48, 5, 5, P(1, 1, 2, 2)},           // 1600 positions: several tiles
       {1, 64, 7, 7, 192, 3, 3, P(1, 1, 1, 1, 1, 1, 2)},  // two groups of 96 channels
       {2, 16, 5, 5, 60, 1, 1, P(1, 1, 0, 0)},            // 25 positions, 60 channels (ragged 8x8)
   };
