@@ -607,7 +607,7 @@ void forward_item(const ConvGeom& g, int64_t n, int64_t grp, int64_t c0, int64_t
   }
   if (g.direct_1x1()) {
     item_gemm<T>(packed, g.Og, cols, K, wg, xg + c0, g.HW(), yg + c0, howo, e);
-  } else if (packed && packed->is_b()) {
+  } else if (kF32 && packed && packed->is_b()) {
     if constexpr (kF32) {
       im2col_positions(g, xg, c0, c1, scratch);
       item_gemm<T>(packed, g.Og, cols, K, wg, scratch, K, yg + c0, howo, e,
