@@ -348,6 +348,7 @@ TEST(Conv, Conv2dPreparedChannelsAcrossLanes) {
       {2, 48, 14, 14, 96, 1, 1, P(2, 2, 0, 0)},          // 1x1 stride 2: rows gathered from planes
       {1, 32, 28, 28, 96, 3, 3, P(2, 2, 1, 1)},          // 196 positions: tiles on 2 threads
       {1, 8, 40, 40, 48, 5, 5, P(1, 1, 2, 2)},           // 1600 positions: several tiles
+      {1, 24, 20, 18, 96, 3, 3, P(1, 2, 2, 1, 2, 1)},    // dilated rows, strided columns
       {1, 64, 7, 7, 192, 3, 3, P(1, 1, 1, 1, 1, 1, 2)},  // two groups of 96 channels
       {2, 16, 5, 5, 60, 1, 1, P(1, 1, 0, 0)},            // 25 positions, 60 channels (ragged 8x8)
   };
