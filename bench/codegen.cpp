@@ -6,8 +6,12 @@
 // ResNet-18 17.3 ms (b8 144 ms), MobileNetV2 7.6 ms (b8 32 ms); ResNet-18 JIT compile <= 2 s.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "kiln/jit/compile.h"
 #include "kiln/kiln.h"
@@ -134,6 +138,86 @@ BENCHMARK_CAPTURE(BM_CompiledOptimized, resnet18, "resnet18")
 BENCHMARK_CAPTURE(BM_CompiledOptimized, mobilenet_v2, "mobilenet_v2")
     ->Arg(1)
     ->Arg(8)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The peers' protocol (bench/peers/run.sh, as `kiln run --bench` and ort_bench.js time): in one
+// process, KILN_BENCH_WARMUP untimed runs (default 3), then KILN_BENCH_ITERS timed ones (default
+// 15) back to back; the counters give their median and min in ms. BM_CompiledOptimized's
+// repetitions of one iteration each instead make an input and pass through the benchmark
+// library between timed runs, which lets the pool's threads fall asleep.
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && std::atoi(v) > 0 ? std::atoi(v) : fallback;
+}
+
+template <typename Run>
+void run_series(benchmark::State& state, Run&& run) {
+  const int warmup = env_int("KILN_BENCH_WARMUP", 3), iters = env_int("KILN_BENCH_ITERS", 15);
+  std::vector<double> ms;
+  for (auto _ : state) {
+    for (int i = 0; i < warmup; ++i) run();
+    ms.clear();
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run();
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  state.counters["median_ms"] = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+  state.counters["min_ms"] = ms.front();
+  state.counters["runs"] = static_cast<double>(n);
+}
+
+}  // namespace
+
+static void BM_CompiledOptimizedSeries(benchmark::State& state, const char* name) {
+  const int64_t batch = state.range(0);
+  CompiledModel& m = compiled_model(name, batch, true);
+  Tensor x = randn({batch, 3, 224, 224});
+  run_series(state, [&] {
+    Tensor y = m.fn({x})[0];
+    benchmark::DoNotOptimize(y.impl());
+  });
+}
+BENCHMARK_CAPTURE(BM_CompiledOptimizedSeries, resnet18, "resnet18")
+    ->Arg(1)
+    ->Arg(8)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_CompiledOptimizedSeries, mobilenet_v2, "mobilenet_v2")
+    ->Arg(1)
+    ->Arg(8)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+static void BM_EagerSeries(benchmark::State& state, const char* name) {
+  const int64_t batch = state.range(0);
+  CompiledModel& m = compiled_model(name, batch);
+  Tensor x = randn({batch, 3, 224, 224});
+  autograd::NoGradGuard no_grad;
+  run_series(state, [&] {
+    Tensor y = m.model->forward(x);
+    benchmark::DoNotOptimize(y.impl());
+  });
+}
+BENCHMARK_CAPTURE(BM_EagerSeries, resnet18, "resnet18")
+    ->Arg(1)
+    ->Arg(8)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_EagerSeries, mobilenet_v2, "mobilenet_v2")
+    ->Arg(1)
+    ->Arg(8)
+    ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -8,12 +8,14 @@
 #   bench/peers/run.sh                       # from the repository root, after building
 #   ROUNDS=5 ITERS_B1=15 ITERS_B8=5 bench/peers/run.sh   # the defaults
 #
-# Engines: kiln-jit (freeze + inference pipeline + kiln::jit::compile: bench_codegen's BM_CompiledOptimized), kiln-art (.kiln
-# artifact on kiln_runtime's executor: `kiln run --bench`), ort (onnxruntime-node, opt level
-# 'all'), torchscript (trace + freeze + optimize_for_inference). Optional (ENGINES=...): torch-eager
-# (slow with Debian's torch build: seconds per MobileNetV2 batch) and kiln-eager (BM_Eager). Each engine's number per round is the median of ITERS timed runs
-# after WARMUP untimed ones in a fresh process; the table gives the
-# median over rounds, and the ratios are taken within each round (same load), then the median.
+# Engines: kiln-jit (freeze + inference pipeline + kiln::jit::compile: bench_codegen's
+# BM_CompiledOptimizedSeries), kiln-art (.kiln artifact on kiln_runtime's executor: `kiln run
+# --bench`), ort (onnxruntime-node, opt level 'all'), torchscript (trace + freeze +
+# optimize_for_inference). Optional (ENGINES=...): torch-eager (slow with Debian's torch build:
+# seconds per MobileNetV2 batch) and kiln-eager (BM_EagerSeries). Each engine's number per round is
+# the median of ITERS timed runs, back to back after WARMUP untimed ones, in a fresh process; the
+# table gives the median over rounds, and the ratios are taken within each round (same load), then
+# the median.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -66,17 +68,17 @@ run_engine() {  # engine model batch iters -> "RESULT engine model batch median 
   local e=$1 m=$2 b=$3 n=$4
   case $e in
     kiln-jit | kiln-eager)
-      local bm=BM_CompiledOptimized
-      [[ $e == kiln-eager ]] && bm=BM_Eager
-      # One iteration per repetition: the first WARMUP repetitions are dropped.
-      "$BUILD/bench/bench_codegen" --benchmark_filter="^$bm/$m/$b/" \
-        --benchmark_repetitions=$((n + WARMUP)) --benchmark_min_time=0.000001 \
-        --benchmark_format=json 2>/dev/null |
+      local bm=BM_CompiledOptimizedSeries
+      [[ $e == kiln-eager ]] && bm=BM_EagerSeries
+      # WARMUP untimed runs, then N timed ones back to back in one process (bench/codegen.cpp).
+      KILN_BENCH_WARMUP=$WARMUP KILN_BENCH_ITERS=$n "$BUILD/bench/bench_codegen" \
+        --benchmark_filter="^$bm/$m/$b/" --benchmark_format=json 2>/dev/null |
         "$PYTHON" -c '
-import json, statistics, sys
-e, m, b, w = sys.argv[1:5]
-t = [r["real_time"] for r in json.load(sys.stdin)["benchmarks"] if r.get("run_type") == "iteration"][int(w):]
-print(f"RESULT {e} {m} {b} {statistics.median(t):.3f} {min(t):.3f} {len(t)}")' "$e" "$m" "$b" "$WARMUP"
+import json, sys
+e, m, b = sys.argv[1:4]
+r = json.load(sys.stdin)["benchmarks"][0]
+med, low, n = r["median_ms"], r["min_ms"], int(r["runs"])
+print(f"RESULT {e} {m} {b} {med:.3f} {low:.3f} {n}")' "$e" "$m" "$b"
       ;;
     kiln-art)
       # `kiln run` makes one untimed first run, then WARMUP - 1 more (--warmup), before the N
