@@ -144,18 +144,20 @@ BENCHMARK_CAPTURE(BM_CompiledOptimized, mobilenet_v2, "mobilenet_v2")
 // The peers' protocol (bench/peers/run.sh, as `kiln run --bench` and ort_bench.js time): in one
 // process, KILN_BENCH_WARMUP untimed runs (default 3), then KILN_BENCH_ITERS timed ones (default
 // 15) back to back; the counters give their median and min in ms. BM_CompiledOptimized's
-// repetitions of one iteration each instead make an input and pass through the benchmark
-// library between timed runs, which lets the pool's threads fall asleep.
+// repetitions of one iteration each would instead make a new input and pass through the benchmark
+// library between timed runs, which no other engine does.
 namespace {
 
-int env_int(const char* name, int fallback) {
+// $name as an integer of at least `min`, or `fallback` when unset or out of range.
+int env_int(const char* name, int fallback, int min) {
   const char* v = std::getenv(name);
-  return v && std::atoi(v) > 0 ? std::atoi(v) : fallback;
+  return v && *v && std::atoi(v) >= min ? std::atoi(v) : fallback;
 }
 
 template <typename Run>
 void run_series(benchmark::State& state, Run&& run) {
-  const int warmup = env_int("KILN_BENCH_WARMUP", 3), iters = env_int("KILN_BENCH_ITERS", 15);
+  const int warmup = env_int("KILN_BENCH_WARMUP", 3, 0);
+  const int iters = env_int("KILN_BENCH_ITERS", 15, 1);
   std::vector<double> ms;
   for (auto _ : state) {
     for (int i = 0; i < warmup; ++i) run();
