@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "kiln/runtime/kernels/gemm.h"
 #include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/thread_pool.h"
 #include "nn_test_util.h"
@@ -188,6 +189,10 @@ const std::vector<Block> kBlocks = {
     {1, 8, 30, 33, 192, 16, 5, 1, 2, true, true, Activation::None, Activation::Relu,
      Activation::Clamp},
     {1, 200, 30, 30, 200, 8, 3, 1, 1, false, false},
+    // The depthwise's activation without a vector form, and an expansion wider than the GEMM's
+    // K block (the projection packs the depthwise output itself in both).
+    {1, 16, 40, 60, 96, 16, 3, 1, 1, true, false, Activation::Relu6, Activation::Silu},
+    {1, 8, 24, 40, 264, 8, 3, 1, 1, true, true},
     // No expansion: the depthwise reads x's rows in place, the rows above and below the image its
     // padding (a 5x5 at stride 2 with 2 rows of it; a plane wider than the interleaved kernel's).
     {2, 160, 34, 32, 160, 16, 5, 2, 2, false, false},
@@ -250,6 +255,21 @@ TEST(MBConv, MatchesThreeConvsInFloat64) {
       for (bool prepared : {false, true}) run_block(b, prepared, false);
   }
   set_num_threads(saved);
+}
+
+// The prepared banded blocks under each GEMM microkernel family this CPU has: the depthwise writes
+// the projection's packed operand in that family's panel width (16 or 32), or (NEON's 12) leaves
+// the packing to the GEMM.
+TEST(MBConv, BandedUnderEveryGemmIsa) {
+  const GemmIsa saved = sgemm_isa();
+  for (GemmIsa isa : {GemmIsa::Avx512, GemmIsa::Avx2, GemmIsa::Neon, GemmIsa::Scalar}) {
+    if (!sgemm_isa_available(isa)) continue;
+    SCOPED_TRACE(gemm_isa_name(isa));
+    set_sgemm_isa(isa);
+    for (const Block& b : {kBlocks[7], kBlocks[8], kBlocks[10], kBlocks[13]})
+      run_block(b, true, false);
+  }
+  set_sgemm_isa(saved);
 }
 
 TEST(MBConv, NonContiguousOperands) {

@@ -313,9 +313,17 @@ void narrow_compute_3x3(const ConvGeom& g, const NarrowGeom& ng, const float* B,
   }
 }
 
-// y_j[p] = act(O[p][j]) for p < count and the cb planes y_j = dst + j*plane (`act`: a vector
-// activation applied on the way out, or none).
-void narrow_store(int64_t count, int64_t plane, const float* O, int cb, float* dst,
+// Where narrow_store writes channel j of pixel p: dst + j * cstride + p (NCHW planes), or with
+// nr > 0 dst + j * cstride + p / nr * panel + p % nr (a GEMM's packed right operand: cstride = nr).
+struct NarrowOut {
+  float* dst;
+  int64_t cstride, nr = 0, panel = 0;
+  float* at(int64_t p) const { return dst + (nr > 0 ? p / nr * panel + p % nr : p); }
+};
+
+// out(j, p) = act(O[p][j]) for p < count and the cb channels j (`act`: a vector activation applied
+// on the way out, or none). Runs of 8 pixels never cross a panel (nr is a multiple of 8).
+void narrow_store(int64_t count, const NarrowOut& out, const float* O, int cb,
                   const ConvEpilogue* act) {
   for (int64_t p = 0; p < count; p += kV) {
     const int64_t n = std::min<int64_t>(kV, count - p);
@@ -326,8 +334,9 @@ void narrow_store(int64_t count, int64_t plane, const float* O, int cb, float* d
       for (int k = 0; k < 8; ++k) r[k] = activate(r[k], *act);
     transpose8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
     const __m256i m = tail_mask(n);
+    float* base = out.at(p);
     for (int j = 0; j < cb; ++j) {
-      float* q = dst + j * plane + p;
+      float* q = base + j * out.cstride;
       if (n == kV) {
         _mm256_storeu_ps(q, r[j]);
       } else {
@@ -363,8 +372,10 @@ int64_t narrow_band_rows(const ConvGeom& g, const NarrowGeom& ng) {
   return std::clamp<int64_t>(fit > eff_h ? (fit - eff_h) / g.sh + 1 : 1, 1, g.Ho);
 }
 
+// y = depthwise(x), or with nr > 0 (g.N == 1, no residual, a vector activation or none) the
+// output in panels of nr pixels (depthwise_to_panels) at y.
 bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const float* bias,
-                      const float* residual, float* y, const ConvEpilogue& ep) {
+                      const float* residual, float* y, const ConvEpilogue& ep, int64_t nr = 0) {
   NarrowGeom ng;
   // Both within the padded input (make_geom): no overflow.
   ng.Hb = (g.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1;
@@ -374,7 +385,9 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
   if (plane_floats(g, ng.Hb, ng.Wb, kV) < 0) return false;
   // Bands of R output rows: a band is a conv of its own (rows [lo, lo + Hb_band) of the padded
   // input, top padding only where lo < 0), run through the same fill/compute/store.
-  const int64_t R = narrow_band_rows(g, ng);
+  // Panels: one band (a panel's pixels may span two bands' rows). The mbconv block's bands are
+  // already small.
+  const int64_t R = nr > 0 ? g.Ho : narrow_band_rows(g, ng);
   const int64_t band_hb = (R - 1) * g.sh + (g.KH - 1) * g.dh + 1;
   const int64_t b_floats = band_hb * ng.Wb * kV;
   const int64_t howo = g.HoWo(), KK = g.KH * g.KW;
@@ -443,7 +456,9 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
           narrow_compute<0>(gb, nb, B, wv.data(), static_cast<int>(KK), tap_off8.data(), bv, O);
         }
         const int64_t off = oh0 * g.Wo, count = gb.Ho * g.Wo;
-        narrow_store(count, howo, O, cb, y + plane0 * howo + off, act_in_store ? &ep : nullptr);
+        const NarrowOut out = nr > 0 ? NarrowOut{y + c0 * nr, nr, nr, g.C * nr}
+                                     : NarrowOut{y + plane0 * howo + off, howo};
+        narrow_store(count, out, O, cb, act_in_store ? &ep : nullptr);
         if (has_epi)
           for (int j = 0; j < cb; ++j)
             plane_epilogue(y + (plane0 + j) * howo + off,
@@ -457,6 +472,15 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
 }
 
 }  // namespace
+
+bool depthwise_to_panels(const ConvGeom& g, const float* x, const float* w, const float* bias,
+                         const ConvEpilogue& ep, int64_t nr, float* panels) {
+  const bool fast_3x3 = g.KH == 3 && g.KW == 3 && g.dh == 1 && g.dw == 1 && g.sw <= 2;
+  const bool narrow = g.Wo <= kNarrowWo || (fast_3x3 && g.Wo <= kNarrow3x3Wo);
+  if (!narrow || g.N != 1 || nr <= 0 || nr % kV != 0 || !vector_activation(ep.activation))
+    return false;
+  return depthwise_narrow(g, x, w, bias, nullptr, panels, ep, nr);
+}
 
 bool depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, const float* bias,
                           const float* residual, float* y, const ConvEpilogue& ep) {

@@ -117,6 +117,15 @@ bool depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, con
 void transpose_epilogue(const float* yt, int64_t ldt, int64_t cols, int64_t rows, float* y,
                         int64_t ldy, const float* res, int64_t ld_res, const Epilogue& act);
 
+// The depthwise conv of one image (g.N == 1; x's planes g.XPlane() apart) written as the right
+// operand of a GEMM: panels of nr output pixels, [ceil(Ho * Wo / nr)][C][nr] (the layout
+// sgemm_packed_ab reads), with bias and `ep`'s activation, which must have a vector form or be
+// none (no residual). Spares the fused mbconv block the second pass of packing its depthwise
+// output. False (nothing written) where the channel-interleaved path does not take g or nr is not
+// a multiple of 8: the caller runs depthwise_conv2d_f32 and packs instead.
+bool depthwise_to_panels(const ConvGeom& g, const float* x, const float* w, const float* bias,
+                         const ConvEpilogue& ep, int64_t nr, float* panels);
+
 // Depthwise conv over a channels-last image: x[H, W, C] -> y[Ho, Wo, C] (channel stride 1, pixel
 // stride C), y = act(Σ taps w[kh, kw, c] · x + bias[c]) for the output pixels [p0, p1) (row-major
 // order). `w` is tap-major: [KH * KW, C]. Dilation 1; `g.C` is the channel count, g.N, g.G and

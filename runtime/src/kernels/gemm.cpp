@@ -1075,6 +1075,22 @@ PackedView packed_view(const SgemmPacked& p) {
           k_block(*ks, p.depth_, p.is_b_),
           p.is_b_};
 }
+
+int b_panel_width(const SgemmPacked& A) {
+  const PackedView v = packed_view(A);
+  // One K block both as A was packed (kc) and as the driver cuts K against a packed B (kc_b).
+  return !v.is_b && v.K <= v.ks->kc ? v.ks->nr : 0;
+}
+
+void sgemm_packed_ab(const SgemmPacked& A, const float* b_panels, int64_t N, float* C, int64_t ldc,
+                     const Epilogue& e) {
+  const PackedView v = packed_view(A);
+  KILN_CHECK(b_panel_width(A) > 0, "sgemm_packed_ab",
+             "expected a left operand packed in one K block (K <= ", v.ks->kc, "), got K=", v.K);
+  if (!gemm_prologue(v.outer, N, v.K, 1.0f, 0.0f, C, ldc, e)) return;
+  gemm_packed(*v.ks, false, false, v.outer, N, v.K, 1.0f, nullptr, 0, nullptr, 0, 0.0f, C, ldc, e,
+              v.data, b_panels);
+}
 }  // namespace gemm_detail
 
 void sgemm_packed_a(const SgemmPacked& A, bool trans_b, int64_t N, float alpha, const float* B,

@@ -138,6 +138,16 @@ struct PackedView {
   bool is_b;
 };
 
+// For a caller that writes the right operand's panels itself (the fused mbconv's depthwise writes
+// its output straight into them): the panel width of products with the packed A, or 0 when A's K
+// is longer than one K block (then the layout has several blocks and this path is not offered).
+int b_panel_width(const SgemmPacked& A);
+// C[M, N] = epilogue(A · B) with A from sgemm_pack_a and B in the packed layout for A's kernels:
+// one K block, panels of b_panel_width(A) columns (K rows each, panel q at b_panels + q * nr * K;
+// the columns past N are read but never stored).
+void sgemm_packed_ab(const SgemmPacked& A, const float* b_panels, int64_t N, float* C, int64_t ldc,
+                     const Epilogue& e);
+
 // nullptr when the ISA is not compiled into this build.
 const KernelSet* avx512_kernels();
 const KernelSet* avx2_kernels();
