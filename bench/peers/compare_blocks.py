@@ -30,11 +30,11 @@ def kiln_blocks(batch):
     """kiln instruction index -> block name (the plan's order, as kiln export writes it)."""
     # The head (features.18) and the pool are one kiln.conv2d_avgpool: "f18" covers both, and the
     # flatten, on either side.
-    if batch == "1":  # batch 1: blocks 0-4 stay separate convs, 5-17 are fused
-        m = {0: 0, 1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 3, 7: 3, 8: 3, 9: 4, 10: 4, 11: 4}
-        m.update({i: i - 7 for i in range(12, 26)})
+    if batch == "1":  # batch 1: the t=1 block stays two convs, every other block is fused
+        m = {0: 0, 1: 1, 2: 1, 3: 2, 4: 3, 5: 4}
+        m.update({i: i - 1 for i in range(6, 20)})
         names = {i: "f%02d" % b for i, b in m.items()}
-        names.update({26: "f18", 27: "fc"})
+        names.update({20: "f18", 21: "fc"})
     else:  # batch 8: every block fused
         names = {i: "f%02d" % i for i in range(19)}
         names.update({19: "f18", 20: "fc"})

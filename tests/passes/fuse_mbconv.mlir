@@ -9,7 +9,7 @@
 // CHECK-NOT: kiln.conv2d_fused
 // CHECK: return %[[M]]
 // By default small blocks (at most 640 KB expanded per image: the runtime runs them
-// channels-last) fuse; without that, the 8 MB threshold leaves this one alone.
+// channels-last) fuse; without that, the 1 MB threshold leaves this one alone.
 // DEFAULT-LABEL: func.func @block
 // DEFAULT: kiln.mbconv
 // LARGE-LABEL: func.func @block
@@ -26,6 +26,7 @@ func.func @block(%x: tensor<1x4x8x8xf32>, %we: tensor<12x4x1x1xf32>, %be: tensor
 // MobileNetV2's first block has no expansion: the depthwise reads x; stride 2 carries over. A
 // projection without activation or residual is a plain kiln.conv2d (its bias folded in).
 // CHECK-LABEL: func.func @no_expansion
+// LARGE-LABEL: func.func @no_expansion
 // CHECK: kiln.mbconv %arg0, %{{.*}}, %{{.*}}, %arg1, %{{.*}}, %arg2, %{{.*}}, %{{.*}} {{{.*}}expand_activation = 0 : i64{{.*}}stride = array<i64: 2, 2>} : (tensor<2x8x9x9xf32>, none, none, tensor<8x1x3x3xf32>, none, tensor<4x8x1x1xf32>, none, none)
 func.func @no_expansion(%x: tensor<2x8x9x9xf32>, %wd: tensor<8x1x3x3xf32>, %wp: tensor<4x8x1x1xf32>) -> tensor<2x4x5x5xf32> {
   %none = kiln.none
@@ -48,13 +49,27 @@ func.func @not_fused(%x: tensor<1x4x8x8xf32>, %wd: tensor<4x1x3x3xf32>, %wp: ten
   return %d, %y, %z : tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>
 }
 
-// 64x112x112 floats expanded (3.2 MB, one image): above the small-block limit, below 8 MB.
+// 64x56x56 floats expanded (784 KB, one image): above the small-block limit, below 1 MB.
 // DEFAULT-LABEL: func.func @medium
 // DEFAULT-COUNT-3: kiln.conv2d_fused
 // DEFAULT-NOT: kiln.mbconv
 // CHECK-LABEL: func.func @medium
 // CHECK: kiln.mbconv
-func.func @medium(%x: tensor<1x8x112x112xf32>, %we: tensor<64x8x1x1xf32>, %wd: tensor<64x1x3x3xf32>, %wp: tensor<8x64x1x1xf32>) -> tensor<1x8x112x112xf32> {
+func.func @medium(%x: tensor<1x8x56x56xf32>, %we: tensor<64x8x1x1xf32>, %wd: tensor<64x1x3x3xf32>, %wp: tensor<8x64x1x1xf32>) -> tensor<1x8x56x56xf32> {
+  %none = kiln.none
+  %e = kiln.conv2d_fused %x, %we, %none, %none {activation = 2 : i64, clamp_max = 6.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x8x56x56xf32>, tensor<64x8x1x1xf32>, none, none) -> tensor<1x64x56x56xf32>
+  %d = kiln.conv2d_fused %e, %wd, %none, %none {activation = 2 : i64, clamp_max = 6.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 64 : i64, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x64x56x56xf32>, tensor<64x1x3x3xf32>, none, none) -> tensor<1x64x56x56xf32>
+  %y = kiln.conv2d_fused %d, %wp, %none, %x {activation = 0 : i64, clamp_max = 0.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x64x56x56xf32>, tensor<8x64x1x1xf32>, none, tensor<1x8x56x56xf32>) -> tensor<1x8x56x56xf32>
+  return %y : tensor<1x8x56x56xf32>
+}
+
+// 64x112x112 floats expanded (3.2 MB, one image, as MobileNetV2's 112x112 block at batch 1):
+// banded by default.
+// DEFAULT-LABEL: func.func @banded
+// DEFAULT: kiln.mbconv
+// DEFAULT-NOT: kiln.conv2d_fused
+// DEFAULT: return
+func.func @banded(%x: tensor<1x8x112x112xf32>, %we: tensor<64x8x1x1xf32>, %wd: tensor<64x1x3x3xf32>, %wp: tensor<8x64x1x1xf32>) -> tensor<1x8x112x112xf32> {
   %none = kiln.none
   %e = kiln.conv2d_fused %x, %we, %none, %none {activation = 2 : i64, clamp_max = 6.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x8x112x112xf32>, tensor<64x8x1x1xf32>, none, none) -> tensor<1x64x112x112xf32>
   %d = kiln.conv2d_fused %e, %wd, %none, %none {activation = 2 : i64, clamp_max = 6.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 64 : i64, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x64x112x112xf32>, tensor<64x1x3x3xf32>, none, none) -> tensor<1x64x112x112xf32>

@@ -26,8 +26,8 @@ const char* kHelp =
     "  --embed-ir        also store the module as MLIR bytecode (for `kiln compile`)\n"
     "  --no-optimize     write the trace as is (no pass pipeline, no memory planning)\n"
     "  --mbconv-min-bytes N  fuse inverted-residual blocks (MobileNetV2) whose expanded tensor\n"
-    "                    has at least N bytes into one cache-resident kernel (default 8388608;\n"
-    "                    0: every block)\n"
+    "                    has at least N bytes into one cache-resident kernel (default 1048576;\n"
+    "                    a block without an expansion needs 8388608 whatever N is)\n"
     "  -o, --output FILE where to write the artifact (required)\n";
 
 std::shared_ptr<nn::Module> build(const std::string& name, int64_t classes, bool& tokens) {

@@ -373,9 +373,11 @@ int64_t narrow_band_rows(const ConvGeom& g, const NarrowGeom& ng) {
 }
 
 // y = depthwise(x), or with nr > 0 (g.N == 1, no residual, a vector activation or none) the
-// output in panels of nr pixels (depthwise_to_panels) at y.
+// output in panels of nr pixels (depthwise_to_panels) at y. With `xi`, the input is already
+// channel-interleaved and padded (depthwise_interleaved_to_panels): x is not read.
 bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const float* bias,
-                      const float* residual, float* y, const ConvEpilogue& ep, int64_t nr = 0) {
+                      const float* residual, float* y, const ConvEpilogue& ep, int64_t nr = 0,
+                      const float* xi = nullptr, int64_t xi_block = 0) {
   NarrowGeom ng;
   // Both within the padded input (make_geom): no overflow.
   ng.Hb = (g.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1;
@@ -387,7 +389,7 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
   // input, top padding only where lo < 0), run through the same fill/compute/store.
   // Panels: one band (a panel's pixels may span two bands' rows). The mbconv block's bands are
   // already small.
-  const int64_t R = nr > 0 ? g.Ho : narrow_band_rows(g, ng);
+  const int64_t R = nr > 0 || xi ? g.Ho : narrow_band_rows(g, ng);
   const int64_t band_hb = (R - 1) * g.sh + (g.KH - 1) * g.dh + 1;
   const int64_t b_floats = band_hb * ng.Wb * kV;
   const int64_t howo = g.HoWo(), KK = g.KH * g.KW;
@@ -404,11 +406,12 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
   const bool has_epi = !act_in_store && (residual || ep.activation != Activation::None);
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kV * howo * KK, 1));
   parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
-    const size_t b_bytes = static_cast<size_t>(b_floats + kNarrowSlack * kV) * sizeof(float);
+    const size_t b_bytes =
+        xi ? 0 : static_cast<size_t>(b_floats + kNarrowSlack * kV) * sizeof(float);
     const size_t o_bytes = static_cast<size_t>((band_px + kNarrowSlack) * kV) * sizeof(float);
-    float* B = static_cast<float*>(cpu_allocator().allocate(b_bytes));
+    float* B = xi ? nullptr : static_cast<float*>(cpu_allocator().allocate(b_bytes));
     float* O = static_cast<float*>(cpu_allocator().allocate(o_bytes));
-    std::memset(B, 0, b_bytes);  // the left/right padding columns stay zero
+    if (B) std::memset(B, 0, b_bytes);  // the left/right padding columns stay zero
     std::memset(O, 0, o_bytes);
     std::vector<__m256> wv(static_cast<size_t>(KK));
     for (int64_t blk = b0; blk < b1; ++blk) {
@@ -441,19 +444,23 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
         const int64_t first = std::max<int64_t>(lo, 0), last = std::min(lo + nb.Hb, g.H);
         gb.ph = first - lo;
         gb.H = std::max<int64_t>(last - first, 0);
-        if (gb.ph > 0) std::memset(B, 0, sizeof(float) * gb.ph * nb.Wb * kV);
-        const int64_t below = gb.ph + gb.H;
-        if (below < nb.Hb)
-          std::memset(B + below * nb.Wb * kV, 0, sizeof(float) * (nb.Hb - below) * nb.Wb * kV);
-        if (gb.H > 0) narrow_fill(gb, nb, x + plane0 * g.XPlane() + first * g.W, g.XPlane(), cb, B);
+        const float* Bb = xi ? xi + (blk % cblocks) * xi_block : B;
+        if (!xi) {
+          if (gb.ph > 0) std::memset(B, 0, sizeof(float) * gb.ph * nb.Wb * kV);
+          const int64_t below = gb.ph + gb.H;
+          if (below < nb.Hb)
+            std::memset(B + below * nb.Wb * kV, 0, sizeof(float) * (nb.Hb - below) * nb.Wb * kV);
+          if (gb.H > 0)
+            narrow_fill(gb, nb, x + plane0 * g.XPlane() + first * g.W, g.XPlane(), cb, B);
+        }
         if (k3x3 && g.sw == 1) {
-          narrow_compute_3x3<1>(gb, nb, B, wv.data(), bv, O);
+          narrow_compute_3x3<1>(gb, nb, Bb, wv.data(), bv, O);
         } else if (k3x3 && g.sw == 2) {
-          narrow_compute_3x3<2>(gb, nb, B, wv.data(), bv, O);
+          narrow_compute_3x3<2>(gb, nb, Bb, wv.data(), bv, O);
         } else if (KK == 9) {
-          narrow_compute<9>(gb, nb, B, wv.data(), 9, tap_off8.data(), bv, O);
+          narrow_compute<9>(gb, nb, Bb, wv.data(), 9, tap_off8.data(), bv, O);
         } else {
-          narrow_compute<0>(gb, nb, B, wv.data(), static_cast<int>(KK), tap_off8.data(), bv, O);
+          narrow_compute<0>(gb, nb, Bb, wv.data(), static_cast<int>(KK), tap_off8.data(), bv, O);
         }
         const int64_t off = oh0 * g.Wo, count = gb.Ho * g.Wo;
         const NarrowOut out = nr > 0 ? NarrowOut{y + c0 * nr, nr, nr, g.C * nr}
@@ -465,7 +472,7 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
                            residual ? residual + (plane0 + j) * howo + off : nullptr, count, ep);
       }
     }
-    cpu_allocator().deallocate(B, b_bytes);
+    if (B) cpu_allocator().deallocate(B, b_bytes);
     cpu_allocator().deallocate(O, o_bytes);
   });
   return true;
@@ -473,13 +480,29 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
 
 }  // namespace
 
-bool depthwise_to_panels(const ConvGeom& g, const float* x, const float* w, const float* bias,
-                         const ConvEpilogue& ep, int64_t nr, float* panels) {
+bool depthwise_panels_fit(const ConvGeom& g, const ConvEpilogue& ep, int64_t nr) {
   const bool fast_3x3 = g.KH == 3 && g.KW == 3 && g.dh == 1 && g.dw == 1 && g.sw <= 2;
   const bool narrow = g.Wo <= kNarrowWo || (fast_3x3 && g.Wo <= kNarrow3x3Wo);
-  if (!narrow || g.N != 1 || nr <= 0 || nr % kV != 0 || !vector_activation(ep.activation))
-    return false;
-  return depthwise_narrow(g, x, w, bias, nullptr, panels, ep, nr);
+  return narrow && g.N == 1 && nr > 0 && nr % kV == 0 && vector_activation(ep.activation);
+}
+
+bool depthwise_to_panels(const ConvGeom& g, const float* x, const float* w, const float* bias,
+                         const ConvEpilogue& ep, int64_t nr, float* panels) {
+  return depthwise_panels_fit(g, ep, nr) &&
+         depthwise_narrow(g, x, w, bias, nullptr, panels, ep, nr);
+}
+
+bool depthwise_interleaved_to_panels(const ConvGeom& g, const float* xi, int64_t block_floats,
+                                     const float* w, const float* bias, const ConvEpilogue& ep,
+                                     int64_t nr, float* panels) {
+  const int64_t wb = (g.Wo - 1) * g.sw + (g.KW - 1) * g.dw + 1;
+  KILN_CHECK(g.ph == 0 && g.H == (g.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1 &&
+                 block_floats >= (g.H * wb + kNarrowSlack) * kV,
+             "depthwise", "expected an interleaved input of ", (g.Ho - 1) * g.sh + g.KH,
+             " unpadded rows of ", wb, " padded columns, got ", g.H, " rows (padding ", g.ph,
+             ") in blocks of ", block_floats, " floats");
+  return depthwise_panels_fit(g, ep, nr) &&
+         depthwise_narrow(g, nullptr, w, bias, nullptr, panels, ep, nr, xi, block_floats);
 }
 
 bool depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, const float* bias,

@@ -125,6 +125,28 @@ void transpose_epilogue(const float* yt, int64_t ldt, int64_t cols, int64_t rows
 // a multiple of 8: the caller runs depthwise_conv2d_f32 and packs instead.
 bool depthwise_to_panels(const ConvGeom& g, const float* x, const float* w, const float* bias,
                          const ConvEpilogue& ep, int64_t nr, float* panels);
+// Whether depthwise_to_panels takes g, ep and nr.
+bool depthwise_panels_fit(const ConvGeom& g, const ConvEpilogue& ep, int64_t nr);
+// depthwise_to_panels from an input already channel-interleaved and padded, as the fused block's
+// expansion writes it (expand_interleaved): channels [8b, 8b + 8) at xi + b * block_floats, laid
+// out [g.H][Wb][8] with Wb = (Wo - 1) * sw + (KW - 1) * dw + 1 padded columns (zero where they fall
+// outside the image) and g.H = the rows the outputs read (g.ph == 0: padding rows are zero rows of
+// xi); each block carries 8 spare pixels at its end (block_floats >= (g.H * Wb + 8) * 8).
+bool depthwise_interleaved_to_panels(const ConvGeom& g, const float* xi, int64_t block_floats,
+                                     const float* w, const float* bias, const ConvEpilogue& ep,
+                                     int64_t nr, float* panels);
+// One row of the fused block's expansion into that layout: for pixels [0, cols) of x (channel c at
+// x + c * x_plane), channels e < E: out[e / 8 * block_floats + p * 8 + e % 8] =
+// act(Σ_c w[c][e] · x[c][p] + bias[e]), with w the expansion weight packed by
+// pack_expand_panels and `bias` E values or null. ep: a vector activation (or none).
+void expand_interleaved(int64_t C, int64_t E, const float* x, int64_t x_plane, int64_t cols,
+                        const float* w_panels, const float* bias, const ConvEpilogue& ep,
+                        float* out, int64_t block_floats);
+// We[E, C] -> panels of 16 output channels, [ceil(E / 16)][C][16], zero past E.
+void pack_expand_panels(const float* we, int64_t E, int64_t C, float* out);
+inline int64_t expand_panels_floats(int64_t E, int64_t C) {
+  return (E + 15) / 16 * 16 * C;
+}
 
 // Depthwise conv over a channels-last image: x[H, W, C] -> y[Ho, Wo, C] (channel stride 1, pixel
 // stride C), y = act(Σ taps w[kh, kw, c] · x + bias[c]) for the output pixels [p0, p1) (row-major

@@ -54,7 +54,10 @@ struct Geometry {
   bool expand;
   int64_t R;                     // output rows per band
   int64_t eb_floats, db_floats;  // the band buffers
-  bool channels_last;            // the small-map strategy (eb: eᵀ, db: dᵀ, yt_floats: yᵀ)
+  // The expanded band channel-interleaved (run_rows_interleaved): blocks of 8 channels, each
+  // [rows][Wb][8] plus 8 spare pixels.
+  int64_t ebi_block, ebi_floats;
+  bool channels_last;  // the small-map strategy (eb: eᵀ, db: dᵀ, yt_floats: yᵀ)
   int64_t yt_floats;
 };
 
@@ -150,6 +153,10 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
                             kLimit, "the expanded band");
   // Room for the band's pixels rounded up to whole GEMM panels (at most 32 wide).
   g.db_floats = checked_mul(g.E, g.R * g.Wo + 32, kLimit, "the depthwise band");
+  const int64_t wb = (g.Wo - 1) * g.sw + g.KW;  // padded columns the depthwise reads
+  g.ebi_block = checked_mul(checked_mul((g.R - 1) * g.sh + g.KH, wb, kLimit, "expanded rows") + 8,
+                            8, kLimit, "an expanded channel block");
+  g.ebi_floats = checked_mul((g.E + 7) / 8, g.ebi_block, kLimit, "the interleaved expanded band");
   g.channels_last = channels_last_fits(g.E, g.H, g.W) && channels_last_fits(g.E, g.Ho, g.Wo);
   if (p.input_channels_last || p.output_channels_last) {
     // Channels-last operands take that strategy (whatever KILN_MBCONV_STRATEGY says), which holds
@@ -181,10 +188,11 @@ class Prepared final : public PreparedMBConv {
  public:
   bool channels_last = false;
   std::shared_ptr<const SgemmPacked> expand, project;
-  std::vector<float> dw_taps;  // channels-last: [KH * KW, E]
+  std::vector<float> dw_taps;        // channels-last: [KH * KW, E]
+  std::vector<float> expand_panels;  // banded: the expansion for expand_interleaved
   size_t nbytes() const override {
     return (expand ? expand->nbytes() : 0) + (project ? project->nbytes() : 0) +
-           dw_taps.size() * sizeof(float);
+           (dw_taps.size() + expand_panels.size()) * sizeof(float);
   }
   const char* algorithm() const override { return channels_last ? "channels-last" : "banded"; }
 };
@@ -282,6 +290,76 @@ void run_rows(const Geometry& g, const Data& d, const MBConvParams& p, int64_t n
     // 3. Projection into y's rows [oh0, oh1), with the residual.
     gemm_1x1(d.prep ? d.prep->project.get() : nullptr, d.wp, g.P, g.E, db, r * g.Wo, r * g.Wo,
              d.y + off, howo, e_proj);
+  }
+}
+
+// The depthwise's geometry over a band of `rows` expanded rows giving r output rows: an image of
+// those rows without vertical padding.
+ConvGeom band_geometry(const Geometry& g, int64_t rows, int64_t r) {
+  ConvGeom dg;
+  dg.N = 1, dg.C = g.E, dg.H = rows, dg.W = g.W, dg.O = g.E, dg.KH = g.KH, dg.KW = g.KW;
+  dg.G = g.E, dg.Cg = 1, dg.Og = 1, dg.sh = g.sh, dg.sw = g.sw, dg.ph = 0, dg.pw = g.pw;
+  dg.Ho = r, dg.Wo = g.Wo;
+  return dg;
+}
+
+// Whether run_rows_interleaved takes the block: a prepared expansion with an activation the
+// registers apply, and a depthwise the channel-interleaved kernel takes into the projection's
+// panels (nr wide).
+bool interleaved_fits(const Geometry& g, const Data& d, const MBConvParams& p, int64_t nr) {
+  return g.expand && d.prep && !d.prep->expand_panels.empty() && nr > 0 &&
+         conv_detail::vector_activation(p.expand.activation) && !p.expand.residual &&
+         conv_detail::depthwise_panels_fit(band_geometry(g, (g.R - 1) * g.sh + g.KH, g.R), p.dw,
+                                           nr);
+}
+
+// run_rows with the expansion written channel-interleaved (expand_interleaved), the layout the
+// depthwise computes in, and the depthwise written as the projection's packed operand: neither the
+// expanded nor the depthwise band is transposed or packed a second time. ebi: g.ebi_floats, db:
+// g.db_floats.
+void run_rows_interleaved(const Geometry& g, const Data& d, const MBConvParams& p, int64_t n,
+                          int64_t oh_begin, int64_t oh_end, float* ebi, float* db, int64_t nr) {
+  const int64_t HW = g.H * g.W, howo = g.Ho * g.Wo;
+  const float* xn = d.x + n * g.C * HW;
+  const int64_t wb = (g.Wo - 1) * g.sw + g.KW, row_floats = wb * 8;
+  const int64_t blocks = (g.E + 7) / 8, block = g.ebi_block;
+  const int64_t cols = std::min(g.W, wb - g.pw);  // input columns the depthwise reads
+  ConvEpilogue e_dw = p.dw;
+  e_dw.residual = nullptr;
+  // The padding columns are zero from here on: rows are written only inside them (or whole, zero).
+  std::memset(ebi, 0, sizeof(float) * g.ebi_floats);
+  int64_t have_lo = 0, have_hi = 0;  // input rows held in ebi
+  for (int64_t oh0 = oh_begin; oh0 < oh_end; oh0 += g.R) {
+    const int64_t oh1 = std::min(oh0 + g.R, oh_end), r = oh1 - oh0;
+    const int64_t lo = oh0 * g.sh - g.ph, hi = (oh1 - 1) * g.sh - g.ph + g.KH;
+    // 1. Rows [lo, have_hi) were expanded for the previous band: moved to the front of each
+    // block; the others expanded (zero outside the image).
+    const int64_t keep = have_hi > lo && have_lo <= lo ? std::min(have_hi, hi) - lo : 0;
+    if (keep > 0 && lo != have_lo)
+      for (int64_t b = 0; b < blocks; ++b)
+        std::memmove(ebi + b * block, ebi + b * block + (lo - have_lo) * row_floats,
+                     sizeof(float) * keep * row_floats);
+    for (int64_t row = lo + keep; row < hi; ++row) {
+      float* dst = ebi + (row - lo) * row_floats;
+      if (row < 0 || row >= g.H) {
+        for (int64_t b = 0; b < blocks; ++b)
+          std::memset(dst + b * block, 0, sizeof(float) * row_floats);
+        continue;
+      }
+      conv_detail::expand_interleaved(g.C, g.E, xn + row * g.W, HW, cols,
+                                      d.prep->expand_panels.data(), d.be, p.expand, dst + g.pw * 8,
+                                      block);
+    }
+    have_lo = lo, have_hi = hi;
+    // 2. The depthwise into the projection's panels; 3. the projection into y's rows.
+    KILN_CHECK(conv_detail::depthwise_interleaved_to_panels(band_geometry(g, hi - lo, r), ebi,
+                                                            block, d.wd, d.bd, e_dw, nr, db),
+               kOp, "expected a depthwise band the interleaved kernel takes, got ", hi - lo,
+               " rows of ", g.W, " columns");
+    const int64_t off = n * g.P * howo + oh0 * g.Wo;
+    Epilogue e_proj = epilogue(p.project, d.bp);
+    if (d.res) e_proj.residual = d.res + off, e_proj.ld_residual = howo;
+    gemm_detail::sgemm_packed_ab(*d.prep->project, db, r * g.Wo, d.y + off, howo, e_proj);
   }
 }
 
@@ -393,6 +471,13 @@ std::shared_ptr<const PreparedMBConv> prepare_mbconv(const MBConvOperands& ops) 
   };
   if (ops.expand_weight) out->expand = pack(*ops.expand_weight);
   out->project = pack(*ops.project_weight);
+  if (ops.expand_weight && !out->channels_last) {
+    const int64_t C = ops.expand_weight->size(1);
+    out->expand_panels.resize(static_cast<size_t>(
+        checked_mul(conv_detail::expand_panels_floats(E, 1), C, int64_t(1) << 30, "expansion")));
+    auto we = views::contiguous(*ops.expand_weight);
+    conv_detail::pack_expand_panels(we->data_ptr<float>(), E, C, out->expand_panels.data());
+  }
   if (out->channels_last) {
     check_dims(ops.dw_weight, "dw_weight",
                Dims{E, 1, ops.dw_weight->size(2), ops.dw_weight->size(3)});
@@ -462,11 +547,20 @@ void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& ou
     } else {
       // Work items: whole images, or row ranges of them when images are fewer than threads.
       const int64_t chunks = g.N >= nth ? 1 : std::min<int64_t>(g.Ho, (nth + g.N - 1) / g.N);
+      const int64_t nr = prep ? gemm_detail::b_panel_width(*prep->project) : 0;
+      const bool interleaved = interleaved_fits(g, d, p, nr);
       parallel_for(0, g.N * chunks, 1, [&](int64_t i0, int64_t i1) {
-        ConvScratch<float> eb(g.expand ? g.eb_floats : 0), db(g.db_floats);
+        ConvScratch<float> eb(interleaved ? g.ebi_floats
+                              : g.expand  ? g.eb_floats
+                                          : 0),
+            db(g.db_floats);
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t n = i / chunks, c = i % chunks;
-          run_rows(g, d, p, n, g.Ho * c / chunks, g.Ho * (c + 1) / chunks, eb.get(), db.get());
+          const int64_t oh0 = g.Ho * c / chunks, oh1 = g.Ho * (c + 1) / chunks;
+          if (interleaved)
+            run_rows_interleaved(g, d, p, n, oh0, oh1, eb.get(), db.get(), nr);
+          else
+            run_rows(g, d, p, n, oh0, oh1, eb.get(), db.get());
         }
       });
     }

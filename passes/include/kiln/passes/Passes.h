@@ -48,12 +48,12 @@ std::unique_ptr<mlir::Pass> create_fuse_epilogues_pass();
 
 // --kiln-fuse-mbconv: expand 1x1 -> depthwise -> project 1x1 chains of kiln.conv2d_fused
 // (MobileNetV2's inverted residual) become one kiln.mbconv when the expanded tensor holds at least
-// `min_bytes` (without an expansion: x, and at least kMBConvMinBytes; the runtime runs it band by
-// band), or when one image's share
-// of it is at most `small_max_bytes` (channels-last); blocks in between run as fast unfused (see
-// FuseMBConv.cpp).
+// `min_bytes` (without an expansion: x, and at least kMBConvNoExpandMinBytes; the runtime runs it
+// band by band), or when one image's share of it is at most `small_max_bytes` (channels-last);
+// blocks in between run as fast unfused (see FuseMBConv.cpp).
 // kMBConvSmallMaxBytes is the runtime's channels-last limit (kernels/conv_mbconv.cpp).
-constexpr int64_t kMBConvMinBytes = int64_t(8) << 20;
+constexpr int64_t kMBConvMinBytes = int64_t(1) << 20;
+constexpr int64_t kMBConvNoExpandMinBytes = int64_t(8) << 20;
 constexpr int64_t kMBConvSmallMaxBytes = int64_t(640) << 10;
 std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes = kMBConvMinBytes,
                                                     int64_t small_max_bytes = kMBConvSmallMaxBytes);

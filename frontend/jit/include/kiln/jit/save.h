@@ -19,7 +19,7 @@ struct SaveOptions {
   std::vector<std::string> input_names, output_names;
   bool optimize = true;  // run the pass pipeline before writing
   // Inverted-residual blocks (MobileNetV2) whose expanded tensor has at least this many bytes run
-  // as one fused kernel (--kiln-fuse-mbconv); -1: the pipeline's default (8 MB), 0: every one.
+  // as one fused kernel (--kiln-fuse-mbconv); -1: the pipeline's default (1 MB), 0: every one.
   int64_t mbconv_min_bytes = -1;
   bool embed_mlir_bytecode = false;
   std::vector<std::pair<std::string, std::string>> metadata;
