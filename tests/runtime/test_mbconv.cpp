@@ -193,6 +193,10 @@ const std::vector<Block> kBlocks = {
     // K block (the projection packs the depthwise output itself in both).
     {1, 16, 40, 60, 96, 16, 3, 1, 1, true, false, Activation::Relu6, Activation::Silu},
     {1, 8, 24, 40, 264, 8, 3, 1, 1, true, true},
+    // The expansion clamped, and without activation over 88 channels (half a 16-channel panel
+    // past the last whole one).
+    {1, 16, 40, 60, 96, 16, 3, 1, 1, true, true, Activation::Clamp, Activation::Relu6},
+    {1, 8, 40, 60, 88, 8, 3, 2, 1, true, false, Activation::None, Activation::None},
     // No expansion: the depthwise reads x's rows in place, the rows above and below the image its
     // padding (a 5x5 at stride 2 with 2 rows of it; a plane wider than the interleaved kernel's).
     {2, 160, 34, 32, 160, 16, 5, 2, 2, false, false},
@@ -266,7 +270,8 @@ TEST(MBConv, BandedUnderEveryGemmIsa) {
     if (!sgemm_isa_available(isa)) continue;
     SCOPED_TRACE(gemm_isa_name(isa));
     set_sgemm_isa(isa);
-    for (const Block& b : {kBlocks[7], kBlocks[8], kBlocks[10], kBlocks[13]})
+    for (const Block& b :
+         {kBlocks[7], kBlocks[8], kBlocks[10], kBlocks[13], kBlocks[14], kBlocks[15]})
       run_block(b, true, false);
   }
   set_sgemm_isa(saved);

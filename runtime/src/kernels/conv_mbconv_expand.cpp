@@ -8,6 +8,9 @@
 // reduction runs in registers.
 #include "simd_compat.h"
 
+#include <limits>
+#include <type_traits>
+
 #include "conv_internal.h"
 
 namespace kiln::kernels::conv_detail {
@@ -15,11 +18,21 @@ namespace {
 
 constexpr int kPanel = 16;  // output channels per weight panel: two vectors
 
+// The vector activations as one clamp to [lo, hi] (relu: [0, inf]), NaN to lo as activate()
+// does; none without kClamp. Chosen once per row: activate()'s switch on every stored vector was
+// a tenth of the kernel.
+struct Clamp {
+  float lo, hi;
+};
+
 // R pixels (x + r, channel c at x + c * x_plane) x the 16 channels of weight panel w ([C][16]):
 // channels 0-7 to o0 + 8r, 8-15 to o1 + 8r (o1 null: past the last channel block).
-template <int R>
-void tile(int64_t C, const float* x, int64_t x_plane, const float* w, __m256 b0, __m256 b1,
-          const ConvEpilogue& ep, float* o0, float* o1) {
+// Not inlined: the bounds' registers must not stay live across the reduction (12 accumulators, 2
+// weight vectors and a broadcast take 15 of the 16; a spilled accumulator made the kernel 1.4x
+// slower).
+template <int R, bool kClamp>
+[[gnu::noinline]] void tile(int64_t C, const float* x, int64_t x_plane, const float* w, __m256 b0,
+                            __m256 b1, const Clamp& ep, float* o0, float* o1) {
   __m256 a[R][2];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) a[r][0] = b0, a[r][1] = b1;
@@ -32,11 +45,19 @@ void tile(int64_t C, const float* x, int64_t x_plane, const float* w, __m256 b0,
       a[r][1] = _mm256_fmadd_ps(xv, w1, a[r][1]);
     }
   }
+  if constexpr (kClamp) {
+    const __m256 lo = _mm256_set1_ps(ep.lo), hi = _mm256_set1_ps(ep.hi);
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(o0 + 8 * r, activate(a[r][0], ep));
+    for (int r = 0; r < R; ++r) {
+      a[r][0] = _mm256_min_ps(_mm256_max_ps(a[r][0], lo), hi);
+      a[r][1] = _mm256_min_ps(_mm256_max_ps(a[r][1], lo), hi);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(o0 + 8 * r, a[r][0]);
   if (o1) {
 #pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(o1 + 8 * r, activate(a[r][1], ep));
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(o1 + 8 * r, a[r][1]);
   }
 }
 
@@ -51,9 +72,12 @@ void pack_expand_panels(const float* we, int64_t E, int64_t C, float* out) {
       }
 }
 
-void expand_interleaved(int64_t C, int64_t E, const float* x, int64_t x_plane, int64_t cols,
-                        const float* w_panels, const float* bias, const ConvEpilogue& ep,
-                        float* out, int64_t block_floats) {
+namespace {
+
+template <bool kClamp>
+void expand_row(int64_t C, int64_t E, const float* x, int64_t x_plane, int64_t cols,
+                const float* w_panels, const float* bias, const Clamp& ep, float* out,
+                int64_t block_floats) {
   const int64_t blocks = (E + 7) / 8;
   for (int64_t q = 0; q * kPanel < E; ++q) {
     alignas(32) float lanes[kPanel];
@@ -63,29 +87,59 @@ void expand_interleaved(int64_t C, int64_t E, const float* x, int64_t x_plane, i
     const float* w = w_panels + q * kPanel * C;
     float* o0 = out + 2 * q * block_floats;
     float* o1 = 2 * q + 1 < blocks ? o0 + block_floats : nullptr;
-    auto at = [&](float* o, int64_t p) { return o ? o + 8 * p : nullptr; };
     int64_t p = 0;
-    for (; p + 6 <= cols; p += 6) tile<6>(C, x + p, x_plane, w, b0, b1, ep, o0 + 8 * p, at(o1, p));
+    auto run = [&](auto rows) {
+      constexpr int R = decltype(rows)::value;
+      tile<R, kClamp>(C, x + p, x_plane, w, b0, b1, ep, o0 + 8 * p, o1 ? o1 + 8 * p : nullptr);
+      p += R;
+    };
+    while (p + 6 <= cols) run(std::integral_constant<int, 6>{});
     switch (cols - p) {
       case 5:
-        tile<5>(C, x + p, x_plane, w, b0, b1, ep, o0 + 8 * p, at(o1, p));
+        run(std::integral_constant<int, 5>{});
         break;
       case 4:
-        tile<4>(C, x + p, x_plane, w, b0, b1, ep, o0 + 8 * p, at(o1, p));
+        run(std::integral_constant<int, 4>{});
         break;
       case 3:
-        tile<3>(C, x + p, x_plane, w, b0, b1, ep, o0 + 8 * p, at(o1, p));
+        run(std::integral_constant<int, 3>{});
         break;
       case 2:
-        tile<2>(C, x + p, x_plane, w, b0, b1, ep, o0 + 8 * p, at(o1, p));
+        run(std::integral_constant<int, 2>{});
         break;
       case 1:
-        tile<1>(C, x + p, x_plane, w, b0, b1, ep, o0 + 8 * p, at(o1, p));
+        run(std::integral_constant<int, 1>{});
         break;
       default:
         break;
     }
   }
+}
+
+}  // namespace
+
+void expand_interleaved(int64_t C, int64_t E, const float* x, int64_t x_plane, int64_t cols,
+                        const float* w_panels, const float* bias, const ConvEpilogue& ep,
+                        float* out, int64_t block_floats) {
+  Clamp c{0.0f, std::numeric_limits<float>::infinity()};
+  switch (ep.activation) {
+    case Activation::None:
+      return expand_row<false>(C, E, x, x_plane, cols, w_panels, bias, c, out, block_floats);
+    case Activation::Relu6:
+      c.hi = 6.0f;
+      break;
+    case Activation::Clamp:
+      c.lo = ep.clamp_min, c.hi = ep.clamp_max;
+      break;
+    case Activation::Relu:
+      break;
+    default:
+      KILN_CHECK(false, "mbconv",
+                 "expected the expansion's activation to be none, relu, relu6 or "
+                 "clamp, got ",
+                 static_cast<int>(ep.activation));
+  }
+  expand_row<true>(C, E, x, x_plane, cols, w_panels, bias, c, out, block_floats);
 }
 
 }  // namespace kiln::kernels::conv_detail
