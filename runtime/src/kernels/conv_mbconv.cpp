@@ -12,6 +12,11 @@
 //      epilogue).
 // R keeps both buffers around 384 KB (L2). All GEMMs and the depthwise run serially inside the
 // work item (it is already one of the pool's tasks).
+// With prepared weights (run_rows_interleaved) the band buffers hold the layouts the next step
+// computes in, so nothing is reordered between steps: the expansion writes channel-interleaved
+// blocks [rows][Wb][8] (conv_mbconv_expand.cpp), the depthwise computes on them in place and
+// writes the projection's packed right operand, which the GEMM reads as it is. Without (and where
+// those kernels do not apply) the expanded band is NCHW planes and each step repacks its input.
 //
 // Small maps (one image's expanded tensor within kChannelsLastFloats: MobileNetV2's 28x28, 14x14
 // and 7x7 blocks) run channels-last instead, a whole image at a time:
