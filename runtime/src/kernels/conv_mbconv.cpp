@@ -49,6 +49,8 @@ using conv_detail::ConvScratch;
 using nn_detail::dims_str;
 
 constexpr std::string_view kOp = "mbconv";
+// The widest GEMM panel (AVX-512's 32 columns) the depthwise writes its band into.
+constexpr int64_t kMaxPanel = 32;
 
 struct Geometry {
   int64_t N, C, H, W;  // input
@@ -156,12 +158,17 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
   g.R = std::clamp<int64_t>((96 << 10) / per_row, 1, g.Ho);
   g.eb_floats = checked_mul(checked_mul(g.E, (g.R - 1) * g.sh + g.KH, kLimit, "expanded rows"), g.W,
                             kLimit, "the expanded band");
-  // Room for the band's pixels rounded up to whole GEMM panels (at most 32 wide).
-  g.db_floats = checked_mul(g.E, g.R * g.Wo + 32, kLimit, "the depthwise band");
+  // Room for the band's pixels rounded up to whole GEMM panels (at most kMaxPanel wide).
+  g.db_floats = checked_mul(g.E, g.R * g.Wo + kMaxPanel, kLimit, "the depthwise band");
+  // The interleaved band when it stays within the same bound (-1: run_rows_interleaved is not
+  // offered; the NCHW band above then serves).
   const int64_t wb = (g.Wo - 1) * g.sw + g.KW;  // padded columns the depthwise reads
-  g.ebi_block = checked_mul(checked_mul((g.R - 1) * g.sh + g.KH, wb, kLimit, "expanded rows") + 8,
-                            8, kLimit, "an expanded channel block");
-  g.ebi_floats = checked_mul((g.E + 7) / 8, g.ebi_block, kLimit, "the interleaved expanded band");
+  int64_t block = 0, total = 0;
+  const bool ebi_ok = !__builtin_mul_overflow((g.R - 1) * g.sh + g.KH, wb, &block) &&
+                      !__builtin_mul_overflow(block + 8, int64_t(8), &block) &&
+                      !__builtin_mul_overflow((g.E + 7) / 8, block, &total) && total <= kLimit;
+  g.ebi_block = ebi_ok ? block : -1;
+  g.ebi_floats = ebi_ok ? total : -1;
   g.channels_last = channels_last_fits(g.E, g.H, g.W) && channels_last_fits(g.E, g.Ho, g.Wo);
   if (p.input_channels_last || p.output_channels_last) {
     // Channels-last operands take that strategy (whatever KILN_MBCONV_STRATEGY says), which holds
@@ -230,6 +237,16 @@ struct Data {
   const Prepared* prep;
 };
 
+// The depthwise over `rows` rows of the expanded image (ph of them its vertical padding, above)
+// giving r output rows: a band without vertical padding (ph 0), or the whole image.
+ConvGeom depthwise_geometry(const Geometry& g, int64_t rows, int64_t r, int64_t ph) {
+  ConvGeom dg;
+  dg.N = 1, dg.C = g.E, dg.H = rows, dg.W = g.W, dg.O = g.E, dg.KH = g.KH, dg.KW = g.KW;
+  dg.G = g.E, dg.Cg = 1, dg.Og = 1, dg.sh = g.sh, dg.sw = g.sw, dg.ph = ph, dg.pw = g.pw;
+  dg.Ho = r, dg.Wo = g.Wo;
+  return dg;
+}
+
 // Output rows [oh_begin, oh_end) of image n.
 void run_rows(const Geometry& g, const Data& d, const MBConvParams& p, int64_t n, int64_t oh_begin,
               int64_t oh_end, float* eb, float* db) {
@@ -249,10 +266,7 @@ void run_rows(const Geometry& g, const Data& d, const MBConvParams& p, int64_t n
     // The depthwise's input: the expanded band, padding only left and right; without an
     // expansion x's rows [a, b) in place (planes HW apart), the rows outside the image its
     // padding (a copy into the band was 13% of MobileNetV2's first block).
-    ConvGeom dg;
-    dg.N = 1, dg.C = g.E, dg.H = rows, dg.W = W, dg.O = g.E, dg.KH = g.KH, dg.KW = g.KW;
-    dg.G = g.E, dg.Cg = 1, dg.Og = 1, dg.sh = g.sh, dg.sw = g.sw, dg.ph = 0, dg.pw = g.pw;
-    dg.Ho = r, dg.Wo = g.Wo;
+    ConvGeom dg = depthwise_geometry(g, rows, r, 0);
     const float* dw_in = eb;
     if (g.expand) {
       // 1. Rows [lo, have_hi) were expanded for the previous band: move them (forward-safe: the
@@ -283,7 +297,8 @@ void run_rows(const Geometry& g, const Data& d, const MBConvParams& p, int64_t n
     if (d.res) e_proj.residual = d.res + off, e_proj.ld_residual = howo;
     // 2. and 3. with a prepared projection: the depthwise writes db as the projection's packed
     // right operand, which the GEMM reads as it is (packing db again was 9% of a 56x56 block).
-    if (nr > 0 && conv_detail::depthwise_to_panels(dg, dw_in, d.wd, d.bd, e_dw, nr, db)) {
+    if (nr > 0 && nr <= kMaxPanel &&
+        conv_detail::depthwise_to_panels(dg, dw_in, d.wd, d.bd, e_dw, nr, db)) {
       gemm_detail::sgemm_packed_ab(*d.prep->project, db, r * g.Wo, d.y + off, howo, e_proj);
       continue;
     }
@@ -298,24 +313,16 @@ void run_rows(const Geometry& g, const Data& d, const MBConvParams& p, int64_t n
   }
 }
 
-// The depthwise's geometry over a band of `rows` expanded rows giving r output rows: an image of
-// those rows without vertical padding.
-ConvGeom band_geometry(const Geometry& g, int64_t rows, int64_t r) {
-  ConvGeom dg;
-  dg.N = 1, dg.C = g.E, dg.H = rows, dg.W = g.W, dg.O = g.E, dg.KH = g.KH, dg.KW = g.KW;
-  dg.G = g.E, dg.Cg = 1, dg.Og = 1, dg.sh = g.sh, dg.sw = g.sw, dg.ph = 0, dg.pw = g.pw;
-  dg.Ho = r, dg.Wo = g.Wo;
-  return dg;
-}
-
 // Whether run_rows_interleaved takes the block: a prepared expansion with an activation the
 // registers apply, and a depthwise the channel-interleaved kernel takes into the projection's
 // panels (nr wide).
 bool interleaved_fits(const Geometry& g, const Data& d, const MBConvParams& p, int64_t nr) {
-  return g.expand && d.prep && !d.prep->expand_panels.empty() && nr > 0 &&
-         conv_detail::vector_activation(p.expand.activation) && !p.expand.residual &&
-         conv_detail::depthwise_panels_fit(band_geometry(g, (g.R - 1) * g.sh + g.KH, g.R), p.dw,
-                                           nr);
+  // db holds whole panels of at most kMaxPanel pixels (geometry's db_floats).
+  return g.expand && d.prep && !d.prep->expand_panels.empty() && nr > 0 && nr <= kMaxPanel &&
+         g.ebi_floats > 0 && conv_detail::vector_activation(p.expand.activation) &&
+         !p.expand.residual &&
+         conv_detail::depthwise_panels_fit(depthwise_geometry(g, (g.R - 1) * g.sh + g.KH, g.R, 0),
+                                           p.dw, nr);
 }
 
 // run_rows with the expansion written channel-interleaved (expand_interleaved), the layout the
@@ -357,8 +364,8 @@ void run_rows_interleaved(const Geometry& g, const Data& d, const MBConvParams& 
     }
     have_lo = lo, have_hi = hi;
     // 2. The depthwise into the projection's panels; 3. the projection into y's rows.
-    KILN_CHECK(conv_detail::depthwise_interleaved_to_panels(band_geometry(g, hi - lo, r), ebi,
-                                                            block, d.wd, d.bd, e_dw, nr, db),
+    KILN_CHECK(conv_detail::depthwise_interleaved_to_panels(depthwise_geometry(g, hi - lo, r, 0),
+                                                            ebi, block, d.wd, d.bd, e_dw, nr, db),
                kOp, "expected a depthwise band the interleaved kernel takes, got ", hi - lo,
                " rows of ", g.W, " columns");
     const int64_t off = n * g.P * howo + oh0 * g.Wo;
@@ -414,10 +421,7 @@ void run_image_channels_last(const Geometry& g, const Data& d, const MBConvParam
   // 2. and 3., output pixels [q0, q1): their rows of dᵀ[HoWo, E], then of yᵀ[HoWo, P] = dᵀ · Wpᵀ
   // (bias per column; the activation after the residual, which only the transpose adds), and
   // their columns of y.
-  ConvGeom dg;
-  dg.N = 1, dg.C = g.E, dg.H = g.H, dg.W = g.W, dg.O = g.E, dg.KH = g.KH, dg.KW = g.KW;
-  dg.G = g.E, dg.Cg = 1, dg.Og = 1, dg.sh = g.sh, dg.sw = g.sw, dg.ph = g.ph, dg.pw = g.pw;
-  dg.Ho = g.Ho, dg.Wo = g.Wo;
+  const ConvGeom dg = depthwise_geometry(g, g.H, g.Ho, g.ph);
   // A channels-last output is yᵀ itself: the projection writes it with the residual (then in
   // the same layout) in its epilogue, and nothing is transposed.
   const bool y_cl = p.output_channels_last;
