@@ -10,13 +10,12 @@
 // the depthwise's channel-interleaved layout and the depthwise the projection's packed operand,
 // the fused 112x112 and 56x56 blocks beat three convs at batch 1 too (2 threads, paired:
 // 96@112 stride 2 0.84, 144@56 0.95, 144@56 stride 2 0.82; batch 8 0.69-0.79), so MobileNetV2's
-// blocks 2-4 (1.8-4.8 MB at batch 1) fuse at every batch. When one image's expanded tensor (e, or x
-// without expansion) holds at
-// most `small-max-bytes` (default 640 KB: MobileNetV2's 28x28, 14x14 and 7x7 blocks), the runtime
-// runs it channels-last, a whole image at a time, which spares the transposes NCHW costs on small
-// maps. Measured on Zen 3 with bench/paired.py (2 threads, median within-round ratio to three
-// convs): channels-last 0.87-0.92 at batch 1 and 0.89-0.92 at batch 8 for 192@28 stride 2 and
-// the 14x14/7x7 blocks, 0.96-1.05 for 384@14 and 192@28.
+// blocks 2-4 (1.8-4.8 MB at batch 1) fuse at every batch. When one image's expanded tensor (e, or
+// x without expansion) holds at most `small-max-bytes` (default 640 KB: MobileNetV2's 28x28, 14x14
+// and 7x7 blocks), the runtime runs it channels-last, a whole image at a time, which spares the
+// transposes NCHW costs on small maps. Measured on Zen 3 with bench/paired.py (2 threads, median
+// within-round ratio to three convs): channels-last 0.87-0.92 at batch 1 and 0.89-0.92 at batch 8
+// for 192@28 stride 2 and the 14x14/7x7 blocks, 0.96-1.05 for 384@14 and 192@28.
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -123,7 +122,7 @@ bool fuse(mlir::Operation* dw, int64_t min_bytes, int64_t small_max_bytes) {
   // Without an expansion, bands save only the depthwise output's round trip, which pays once it
   // no longer stays in the L3 (kMBConvNoExpandMinBytes whatever min-bytes asks): MobileNetV2's t=1
   // block fused is 1.13-1.27x two convs at batch 1 (1.6 MB) and 0.91-0.95x at batch 8 (12.8 MB);
-  // 1.04 and 0.78 since the expanded blocks' rework, which left it as it was.
+  // 0.92-1.04 and 0.78 since the expanded blocks' rework, which left its own path as it was.
   const bool large = elems * 4 >= min_bytes && (expand || elems * 4 >= kMBConvNoExpandMinBytes);
   if (!small && !large) return false;
 
