@@ -536,15 +536,12 @@ void im2col_positions(const ConvGeom& g, const float* xg, int64_t c0, int64_t c1
   const bool channels_last = 2 * span <= (c1 - c0) * KK;
   Scratch<float> xt_own(channels_last ? span * Cg : 0);
   float* xt = xt_own.get();
-  // xt[hw - ih_lo * W, ci] = xg[ci, hw], 16 channels at a time (16 read streams, contiguous
-  // writes).
+  // xt[hw - ih_lo * W, ci] = xg[ci, hw], blocks of 16 channels (8x8 transposes in registers).
   auto transpose = [&](int64_t b0, int64_t b1) {
-    const float* x0 = xg + ih_lo * g.W;
-    for (int64_t ci0 = b0 * 16; ci0 < std::min(Cg, b1 * 16); ci0 += 16) {
-      const int64_t nc = std::min<int64_t>(16, Cg - ci0);
-      for (int64_t hw = 0; hw < span; ++hw)
-        for (int64_t c = 0; c < nc; ++c) xt[hw * Cg + ci0 + c] = x0[(ci0 + c) * HW + hw];
-    }
+    const int64_t ci0 = b0 * 16, nc = std::min(Cg, b1 * 16) - ci0;
+    if (nc > 0)
+      conv_detail::transpose_epilogue(xg + ci0 * HW + ih_lo * g.W, HW, nc, span, xt + ci0, Cg,
+                                      nullptr, 0, Epilogue{});
   };
   auto rows = [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
