@@ -1,7 +1,8 @@
 // Model zoo against torchvision's architecture: state_dict names and shapes, parameter counts
 // (torchvision's documented 11,689,512 / 25,557,032 / 3,504,872), and logits for deterministic
 // weights, all from tests/data/nn/gen_model_reference.py (a transcription of torchvision 0.14's
-// ResNet and MobileNetV2 run in PyTorch 1.13, float64). Plus: MLP wiring, LeNet training.
+// ResNet and MobileNetV2 run in PyTorch 1.13, float64); the same for the TransformerClassifier,
+// built there from torch.nn's encoder layers. Plus: MLP wiring, LeNet training.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -61,6 +62,18 @@ Tensor det_input(const std::vector<int64_t>& shape) {
   return t;
 }
 
+// Mirrors det_tokens in gen_model_reference.py: (N, T) tokens in [1, vocab_size - 1], row n
+// padded after T - 2 - 4n tokens.
+Tensor det_tokens(const std::vector<int64_t>& shape, int64_t vocab_size, int64_t padding_idx) {
+  Tensor t = kiln::empty(Dims(shape), TensorOptions(DType::Int64));
+  const int64_t N = shape[0], T = shape[1];
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < T; ++j)
+      t.data_ptr<int64_t>()[n * T + j] =
+          j < T - 2 - 4 * n ? 1 + (7 * n + 5 * j + 3) % (vocab_size - 1) : padding_idx;
+  return t;
+}
+
 // The model's state_dict names and shapes equal the reference's, in order.
 void expect_same_state_layout(nn::Module& m, const model_ref::Model& ref) {
   auto sd = m.state_dict();
@@ -72,10 +85,11 @@ void expect_same_state_layout(nn::Module& m, const model_ref::Model& ref) {
   EXPECT_EQ(m.num_parameters(), ref.num_parameters) << ref.name;
 }
 
-// Loads det_fill weights into a 10-class model and compares eval logits in float64 (weights
-// loaded in float64) and float32.
+// Loads det_fill weights into a model with the reference's head and compares eval logits in float64
+// (weights loaded in float64) and float32, on det_input or on the given input (integer tokens stay
+// as they are for the float32 run).
 void expect_reference_logits(const std::shared_ptr<nn::Module>& m, const model_ref::Model& ref,
-                             double f32_tol) {
+                             double f32_tol, Tensor x = {}) {
   m->to(F64);
   nn::StateDict sd;
   int64_t k = 0;
@@ -84,12 +98,13 @@ void expect_reference_logits(const std::shared_ptr<nn::Module>& m, const model_r
   m->eval();
   Tensor want = kiln::empty({static_cast<int64_t>(ref.logits.size())}, TensorOptions(F64));
   for (size_t i = 0; i < ref.logits.size(); ++i) want.data_ptr<double>()[i] = ref.logits[i];
-  Tensor x = det_input(ref.input_shape);
+  if (!x.defined()) x = det_input(ref.input_shape);
+  ASSERT_EQ(x.sizes(), Dims(ref.input_shape)) << ref.name;
   autograd::NoGradGuard ng;
   Tensor got64 = (*m)(x).reshape({-1});
   EXPECT_LT(amax(abs(got64 - want)).item<double>(), 1e-9) << ref.name << " f64";
   m->to(DType::Float32);
-  Tensor got32 = (*m)(x.to(DType::Float32)).reshape({-1});
+  Tensor got32 = (*m)(x.is_floating_point() ? x.to(DType::Float32) : x).reshape({-1});
   EXPECT_EQ(got32.dtype(), DType::Float32);
   EXPECT_LT(amax(abs(got32.to(F64) - want)).item<double>(), f32_tol) << ref.name << " f32";
 }
@@ -274,6 +289,23 @@ TEST(Models, TransformerClassifier) {
     for (Tensor& p : params) sub_(p, p.grad(), 0.1);
   }
   EXPECT_LT(last, 0.5 * first) << "first " << first << " last " << last;
+}
+
+// The positional embedding, the padding mask (attention keys and pooling), pre-norm, GELU, the
+// final LayerNorm and the head, against torch.nn's TransformerEncoderLayer(batch_first,
+// norm_first, gelu) on two rows with 2 and 6 padding tokens.
+TEST(Models, TransformerClassifierReferenceLogits) {
+  const auto& ref = ref_model("transformer_classifier");
+  models::TransformerClassifierOptions o{20, 3};
+  o.d_model = 16;
+  o.nhead = 2;
+  o.num_layers = 2;
+  o.dim_feedforward = 32;
+  o.max_len = 12;
+  o.padding_idx = 0;
+  auto net = std::make_shared<models::TransformerClassifier>(o);
+  expect_same_state_layout(*net, ref);
+  expect_reference_logits(net, ref, 1e-5, det_tokens(ref.input_shape, o.vocab_size, 0));
 }
 
 TEST(Models, LSTMClassifier) {
