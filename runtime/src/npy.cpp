@@ -7,6 +7,7 @@
 #include <limits>
 #include <string_view>
 
+#include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/error.h"
 
 namespace kiln::npy {
@@ -15,10 +16,6 @@ namespace {
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicLen = 6;
 constexpr const char* kRead = "read_npy";
-
-bool mul_ok(uint64_t a, uint64_t b, uint64_t& out) {
-  return !__builtin_mul_overflow(a, b, &out);
-}
 
 struct Header {
   DType dtype = DType::Float32;
@@ -112,7 +109,7 @@ class HeaderParser {
         bad("expected a non-negative integer in 'shape' at header byte " + std::to_string(i_));
       uint64_t v = 0;
       while (std::isdigit(static_cast<unsigned char>(peek()))) {
-        if (!mul_ok(v, 10, v) || __builtin_add_overflow(v, uint64_t(s_[i_] - '0'), &v) ||
+        if (!mul_ok(v, 10, v) || !add_ok(v, uint64_t(s_[i_] - '0'), v) ||
             v > static_cast<uint64_t>(INT64_MAX))
           bad("a 'shape' entry overflows int64");
         ++i_;

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "kiln/runtime/checked_math.h"
+
 namespace kiln {
 
 TensorImpl::TensorImpl(StoragePtr storage, Dims sizes, Dims strides, int64_t offset, DType dtype)
@@ -16,8 +18,12 @@ TensorImpl::TensorImpl(StoragePtr storage, Dims sizes, Dims strides, int64_t off
   refresh();
 }
 
-int64_t TensorImpl::size(int64_t d) const { return sizes_[wrap_dim(d, dim(), "size")]; }
-int64_t TensorImpl::stride(int64_t d) const { return strides_[wrap_dim(d, dim(), "stride")]; }
+int64_t TensorImpl::size(int64_t d) const {
+  return sizes_[wrap_dim(d, dim(), "size")];
+}
+int64_t TensorImpl::stride(int64_t d) const {
+  return strides_[wrap_dim(d, dim(), "stride")];
+}
 
 void TensorImpl::set_view(Dims sizes, Dims strides, int64_t offset) {
   sizes_ = std::move(sizes);
@@ -27,9 +33,9 @@ void TensorImpl::set_view(Dims sizes, Dims strides, int64_t offset) {
 }
 
 void TensorImpl::refresh() {
-  numel_ = 1;
-  for (int64_t s : sizes_) numel_ *= s;
-  // Contiguous means row-major up to size-1 dims (whose stride does not matter).
+  numel_ = checked_numel(sizes_, "tensor");
+  // Contiguous means row-major up to size-1 dims (whose stride does not matter). checked_numel
+  // bounded the product of the non-zero sizes, so `expected` cannot overflow.
   contiguous_ = true;
   int64_t expected = 1;
   for (size_t i = sizes_.size(); i-- > 0;) {
@@ -38,26 +44,31 @@ void TensorImpl::refresh() {
       contiguous_ = numel_ == 0;
       break;
     }
-    expected *= sizes_[i];
+    expected *= std::max<int64_t>(sizes_[i], 1);
   }
 }
 
-Dims contiguous_strides(std::span<const int64_t> sizes) {
+Dims contiguous_strides(std::span<const int64_t> sizes, std::string_view op) {
   Dims strides(sizes.size());
   int64_t s = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(sizes[i], 1);
+    KILN_CHECK(sizes[i] >= 0, op, "sizes must be non-negative, got ", Dims(sizes));
+    if (!mul_ok(s, std::max<int64_t>(sizes[i], 1), s)) [[unlikely]]
+      fail(op, "strides of size ", Dims(sizes), " overflow int64");
   }
   return strides;
 }
 
 int64_t checked_numel(std::span<const int64_t> sizes, std::string_view op) {
-  int64_t n = 1;
+  // The product of the non-zero sizes must fit too: it is the outermost contiguous stride, which
+  // kernels compute even when another dim is 0 (as PyTorch's stride computation refuses it).
+  int64_t n = 1, extent = 1;
   for (int64_t s : sizes) {
     KILN_CHECK(s >= 0, op, "sizes must be non-negative, got ", Dims(sizes));
-    if (s != 0 && n > INT64_MAX / s) fail(op, "size ", Dims(sizes), " overflows int64 elements");
-    n *= s;
+    if (!mul_ok(extent, std::max<int64_t>(s, 1), extent)) [[unlikely]]
+      fail(op, "size ", Dims(sizes), " overflows int64 elements");
+    n *= s;  // |n| <= extent
   }
   return n;
 }
@@ -87,36 +98,36 @@ TensorImplPtr zeros(std::span<const int64_t> sizes, DType dtype) {
 
 TensorImplPtr from_blob(void* data, std::span<const int64_t> sizes, DType dtype,
                         std::span<const int64_t> strides) {
-  const int64_t n = checked_numel(sizes, "from_blob");
-  Dims st = strides.empty() ? contiguous_strides(sizes) : Dims(strides);
-  KILN_CHECK(st.size() == sizes.size(), "from_blob", "expected ", sizes.size(),
-             " strides, got ", st.size());
-  // Extent in elements of the region the view touches.
-  int64_t extent = n == 0 ? 0 : 1;
-  for (size_t i = 0; i < sizes.size() && n > 0; ++i) {
+  checked_numel(sizes, "from_blob");
+  Dims st = strides.empty() ? contiguous_strides(sizes, "from_blob") : Dims(strides);
+  KILN_CHECK(st.size() == sizes.size(), "from_blob", "expected ", sizes.size(), " strides, got ",
+             st.size());
+  for (size_t i = 0; i < st.size(); ++i)
     KILN_CHECK(st[i] >= 0, "from_blob", "negative stride ", st[i], " at dim ", i);
-    extent += (sizes[i] - 1) * st[i];
-  }
-  auto storage =
-      make_intrusive<Storage>(data, static_cast<size_t>(extent) * dtype_size(dtype), nullptr);
+  // Bytes of the region the view touches.
+  ViewExtent ext;
+  uint64_t bytes = 0;
+  KILN_CHECK(view_extent_ok(sizes, st, 0, ext) &&
+                 (ext.empty || mul_ok(static_cast<uint64_t>(ext.hi) + 1,
+                                      static_cast<uint64_t>(dtype_size(dtype)), bytes)),
+             "from_blob", "size ", Dims(sizes), " with strides ", st,
+             " overflows the address space");
+  auto storage = make_intrusive<Storage>(data, static_cast<size_t>(bytes), nullptr);
   return make_intrusive<TensorImpl>(std::move(storage), Dims(sizes), std::move(st), 0, dtype);
 }
 
 TensorImplPtr make_view(const TensorImpl& base, Dims sizes, Dims strides, int64_t offset) {
   KILN_CHECK(sizes.size() == strides.size(), "view", "sizes ", sizes, " and strides ", strides,
              " differ in rank");
-  int64_t lo = offset, hi = offset;  // element range touched, inclusive
-  bool empty_view = false;
-  for (size_t i = 0; i < sizes.size(); ++i) {
+  for (size_t i = 0; i < sizes.size(); ++i)
     KILN_CHECK(sizes[i] >= 0, "view", "negative size in ", sizes);
-    if (sizes[i] == 0) empty_view = true;
-    const int64_t span = (sizes[i] - 1) * strides[i];
-    (span < 0 ? lo : hi) += span;
-  }
+  ViewExtent ext;
+  KILN_CHECK(view_extent_ok(sizes, strides, offset, ext), "view", "view of sizes ", sizes,
+             " strides ", strides, " offset ", offset, " overflows int64 element offsets");
   const int64_t capacity = static_cast<int64_t>(base.storage()->nbytes() / base.itemsize());
-  KILN_CHECK(empty_view || (lo >= 0 && hi < capacity), "view",
-             "view of sizes ", sizes, " strides ", strides, " offset ", offset,
-             " reaches elements [", lo, ", ", hi, "] outside a storage of ", capacity, " elements");
+  KILN_CHECK(ext.empty || (ext.lo >= 0 && ext.hi < capacity), "view", "view of sizes ", sizes,
+             " strides ", strides, " offset ", offset, " reaches elements [", ext.lo, ", ", ext.hi,
+             "] outside a storage of ", capacity, " elements");
   return make_intrusive<TensorImpl>(base.storage(), std::move(sizes), std::move(strides), offset,
                                     base.dtype());
 }

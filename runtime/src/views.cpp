@@ -2,13 +2,14 @@
 
 #include <algorithm>
 
+#include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/kernels/copy.h"
 
 namespace kiln::views {
 
 Dims infer_size(std::span<const int64_t> sizes, int64_t numel, std::string_view op) {
   Dims out(sizes);
-  int64_t known = 1;
+  int64_t known = 1, extent = 1;  // extent: the product of the non-zero sizes, bounded
   int infer = -1;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
@@ -16,7 +17,9 @@ Dims infer_size(std::span<const int64_t> sizes, int64_t numel, std::string_view 
       infer = static_cast<int>(i);
     } else {
       KILN_CHECK(out[i] >= 0, op, "invalid size ", out[i], " in ", out);
-      known *= out[i];
+      KILN_CHECK(mul_ok(extent, std::max<int64_t>(out[i], 1), extent), op, "shape ", out,
+                 " overflows int64 elements");
+      known *= out[i];  // |known| <= extent
     }
   }
   if (infer >= 0) {
@@ -125,7 +128,7 @@ TensorImplPtr slice(const TensorImpl& t, int64_t dim, int64_t start, int64_t end
   const int64_t len = end - start;
   sizes[dim] = len == 0 ? 0 : 1 + (len - 1) / step;
   if (sizes[dim] > 1) {
-    KILN_CHECK(!__builtin_mul_overflow(strides[dim], step, &strides[dim]), "slice",
+    KILN_CHECK(mul_ok(strides[dim], step, strides[dim]), "slice",
                "expected a step whose stride fits in 64 bits, got step ", step, " over stride ",
                t.strides()[dim]);
   }

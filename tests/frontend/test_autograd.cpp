@@ -385,6 +385,32 @@ TEST(Tensor, FactoriesAndItem) {
   EXPECT_FLOAT_EQ(b.index({1, 1}).item<float>(), 9.0f);
 }
 
+TEST(Tensor, FactoriesRefuseSizesBeyondInt64) {
+  auto message = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // (end - start) / step beyond int64: converting it would be undefined behaviour.
+  EXPECT_NE(message([] { arange(0, 1e300, 1); }).find("arange: expected fewer than 2^62"),
+            std::string::npos);
+  EXPECT_NE(message([] { arange(0, 5, std::nan("")); }).find("finite non-zero step"),
+            std::string::npos);
+  // Zero-element parts whose concatenated size overflows.
+  Tensor big = zeros({0, int64_t(1) << 62});
+  EXPECT_NE(message([&] {
+              cat({big, big}, 1);
+            }).find("cat: the concatenated size overflows"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              zeros({0, 3, int64_t(1) << 62});
+            }).find("overflows int64"),
+            std::string::npos);
+}
+
 TEST(Random, FactoriesAreSeededAndShaped) {
   manual_seed(7);
   Tensor a = rand({1000});

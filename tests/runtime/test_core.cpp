@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/dtype.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/thread_pool.h"
@@ -181,6 +182,56 @@ TEST(Tensor, ErrorsNameTheOp) {
   EXPECT_THROW(empty(Dims{INT64_MAX / 2, 4}, DType::Float32), Error);
   EXPECT_THROW(wrap_dim(3, 3, "sum"), Error);
   EXPECT_EQ(wrap_dim(-1, 3, "sum"), 2);
+}
+
+// Sizes, strides and offsets from user or file input are checked before the arithmetic runs
+// (under UBSan, a wrapped product would abort these tests).
+TEST(Tensor, GeometryOverflowIsRefusedBeforeTheArithmetic) {
+  auto expect_error = [](auto&& fn, std::string_view op, std::string_view fragment) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error for " << op;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.op(), op);
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  const int64_t big = int64_t(1) << 62;
+  // No elements, but the outermost contiguous stride (3 * 2^62) does not fit.
+  expect_error([&] { empty(Dims{0, 1, 3, big}, DType::Float32); }, "empty", "overflows int64");
+  expect_error(
+      [&] {
+        contiguous_strides(Dims{0, 3, big}, "probe");
+      },
+      "probe", "strides of size [0, 3, 4611686018427387904] overflow int64");
+  // Zero-element shapes whose strides fit stay valid.
+  auto e = empty(Dims{0, 3, big / 2}, DType::Float32);
+  EXPECT_EQ(e->numel(), 0);
+  EXPECT_EQ(e->strides(), (Dims{3 * (big / 2), big / 2, 1}));
+  EXPECT_EQ(checked_numel(Dims{2, 0, big / 2}, "x"), 0);
+  expect_error([&] { checked_numel(Dims{0, 2, big}, "numel"); }, "numel", "overflows int64");
+  EXPECT_EQ(checked_mul(3, -5, "x", "y"), -15);
+  expect_error([&] { checked_mul(big, 4, "op", "a product"); }, "op",
+               "a product overflows int64 (4611686018427387904 * 4)");
+  expect_error([&] { checked_add(INT64_MAX, 1, "op", "a sum"); }, "op", "a sum overflows int64");
+  // A view whose (size - 1) * stride wraps would otherwise pass the storage bounds check.
+  auto t = empty(Dims{4}, DType::Float32);
+  expect_error([&] { make_view(*t, Dims{3}, Dims{big}, 0); }, "view",
+               "overflows int64 element offsets");
+  expect_error([&] { make_view(*t, Dims{2, 2}, Dims{big, -big}, 0); }, "view", "outside");
+  float data[4] = {};
+  expect_error(
+      [&] {
+        from_blob(data, Dims{2, 2}, DType::Float32, Dims{INT64_MAX, 1});
+      },
+      "from_blob", "overflows the address space");
+  EXPECT_EQ(from_blob(data, Dims{2, 2}, DType::Float32, Dims{0, 1})->storage()->nbytes(), 8u);
+  EXPECT_EQ(from_blob(data, Dims{0, 2}, DType::Float32, Dims{big, 1})->storage()->nbytes(), 0u);
+  ViewExtent ext;
+  ASSERT_TRUE(view_extent_ok(Dims{3, 4}, Dims{-4, 1}, 8, ext));
+  EXPECT_EQ(ext.lo, 0);
+  EXPECT_EQ(ext.hi, 11);
+  EXPECT_FALSE(ext.empty);
 }
 
 TEST(Tensor, FromBlobBorrows) {

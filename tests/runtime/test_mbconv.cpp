@@ -334,8 +334,14 @@ TEST(MBConv, HostileShapesAreRejected) {
   auto we0 = empty(Dims{1024, 0, 1, 1}, DType::Float32);
   ops.input = x0.get(), ops.expand_weight = we0.get(), ops.project_weight = wp.get();
   expect_error([&] { mbconv_output_shape(ops, p); }, {"mbconv", "non-empty"});
-  // Extents whose padded sums would overflow int64 (a zero-element weight can declare any size).
-  auto wd_huge = empty(Dims{0, 1, 3, int64_t(1) << 62}, DType::Float32);
+  // A zero-element tensor may not declare sizes whose strides overflow int64 (3 x 2^62).
+  expect_error(
+      [&] {
+        empty(Dims{0, 1, 3, int64_t(1) << 62}, DType::Float32);
+      },
+      {"empty", "[0, 1, 3, 4611686018427387904]", "overflows int64"});
+  // Extents whose padded sums would overflow int64 (a zero-element weight can declare them).
+  auto wd_huge = empty(Dims{0, 1, 1, int64_t(1) << 62}, DType::Float32);
   ops.input = x2.get(), ops.expand_weight = nullptr, ops.dw_weight = wd_huge.get();
   MBConvParams wide;
   wide.pad_w = (int64_t(1) << 62) - 1;

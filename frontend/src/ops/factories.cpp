@@ -59,10 +59,14 @@ Tensor arange(double end, TensorOptions o) {
 }
 
 Tensor arange(double start, double end, double step, TensorOptions o) {
-  KILN_CHECK(step != 0, "arange", "step must be non-zero");
+  KILN_CHECK(step != 0 && std::isfinite(step), "arange", "expected a finite non-zero step, got ",
+             step);
   KILN_CHECK(std::isfinite(start) && std::isfinite(end), "arange", "expected finite bounds, got ",
              start, " and ", end);
   const double span = (end - start) / step;
+  // Checked before the conversion: a double beyond int64's range converts to undefined behaviour.
+  KILN_CHECK(span < 0x1p62, "arange", "expected fewer than 2^62 elements, got (", end, " - ", start,
+             ") / ", step, " = ", span);
   const int64_t n = span > 0 ? static_cast<int64_t>(std::ceil(span)) : 0;
   std::vector<double> values(n);
   for (int64_t i = 0; i < n; ++i) values[i] = start + static_cast<double>(i) * step;

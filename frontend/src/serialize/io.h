@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/error.h"
 
 namespace kiln::serialize_detail {
@@ -88,14 +89,6 @@ inline T get_le(const uint8_t* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
-}
-
-// a * b and a + b on uint64_t, false on overflow.
-inline bool mul_ok(uint64_t a, uint64_t b, uint64_t& out) {
-  return !__builtin_mul_overflow(a, b, &out);
-}
-inline bool add_ok(uint64_t a, uint64_t b, uint64_t& out) {
-  return !__builtin_add_overflow(a, b, &out);
 }
 
 uint32_t crc32_of(const void* data, uint64_t n, uint32_t crc = 0);

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "kiln/runtime/checked_math.h"
 #include "kiln_generated.h"
 #include "model_impl.h"
 
@@ -84,11 +85,10 @@ struct Checker {
         for (size_t d = 0; d < rank; ++d) {
           const int64_t n = shape->Get(d);
           KILN_CHECK(n >= 0, kOp, "slot ", i, ": negative dimension ", n);
-          KILN_CHECK(
-              !__builtin_mul_overflow(bytes, static_cast<uint64_t>(n), &bytes) &&
-                  !__builtin_mul_overflow(extent, static_cast<uint64_t>(n ? n : 1), &extent) &&
-                  extent <= kMaxArenaBytes,
-              kOp, "slot ", i, ": size overflows");
+          KILN_CHECK(mul_ok(bytes, static_cast<uint64_t>(n), bytes) &&
+                         mul_ok(extent, static_cast<uint64_t>(n ? n : 1), extent) &&
+                         extent <= kMaxArenaBytes,
+                     kOp, "slot ", i, ": size overflows");
           info.shape.push_back(n);
         }
         info.nbytes = bytes;

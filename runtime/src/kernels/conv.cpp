@@ -26,6 +26,7 @@
 #include "conv_internal.h"
 #include "gemm_internal.h"
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/pool.h"
@@ -160,8 +161,8 @@ std::string dims_str(std::span<const int64_t> d) {
 // when the extents overflow int64 (an artifact's attributes and sizes may be anything).
 int64_t out_extent(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
   int64_t eff = 0, padded = 0;
-  if (__builtin_mul_overflow(d, k - 1, &eff) || __builtin_add_overflow(eff, 1, &eff) ||
-      __builtin_mul_overflow(p, 2, &padded) || __builtin_add_overflow(padded, in, &padded))
+  if (!mul_ok(d, k - 1, eff) || !add_ok(eff, 1, eff) || !mul_ok(p, 2, padded) ||
+      !add_ok(padded, in, padded))
     return -2;
   if (padded < eff) return -1;
   return (padded - eff) / s + 1;
@@ -171,7 +172,7 @@ int64_t out_extent(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
 bool product_fits(std::initializer_list<int64_t> extents) {
   int64_t r = 1;
   for (const int64_t e : extents)
-    if (e < 0 || __builtin_mul_overflow(r, e, &r)) return false;
+    if (e < 0 || !mul_ok(r, e, r)) return false;
   return true;
 }
 
@@ -203,7 +204,7 @@ ConvGeom make_geom(std::string_view op, std::span<const int64_t> in, std::span<c
   KILN_CHECK(g.O % g.G == 0, op, "expected output channels (", g.O, ") divisible by groups (", g.G,
              ")");
   int64_t weight_channels = 0;
-  KILN_CHECK(!__builtin_mul_overflow(wt[1], g.G, &weight_channels) && weight_channels == g.C, op,
+  KILN_CHECK(mul_ok(wt[1], g.G, weight_channels) && weight_channels == g.C, op,
              "expected input with weight.size(1)*groups = ", wt[1], "*", g.G, " channels, got ",
              g.C, " channels (input ", dims_str(in), ", weight ", dims_str(wt), ", groups ", g.G,
              ")");
@@ -1046,9 +1047,9 @@ Dims conv2d_avgpool_output_shape(std::span<const int64_t> input, std::span<const
                                  const Conv2dParams& p) {
   const ConvGeom g = make_geom("conv2d_avgpool", input, weight, p);  // refuses empty planes
   int64_t map = 0;
-  KILN_CHECK(!__builtin_mul_overflow(g.O, g.HoWo(), &map) && map <= kAvgPoolMapFloats,
-             "conv2d_avgpool", "expected one image's output map of at most ", kAvgPoolMapFloats,
-             " floats, got ", g.O, " x ", g.Ho, " x ", g.Wo);
+  KILN_CHECK(mul_ok(g.O, g.HoWo(), map) && map <= kAvgPoolMapFloats, "conv2d_avgpool",
+             "expected one image's output map of at most ", kAvgPoolMapFloats, " floats, got ", g.O,
+             " x ", g.Ho, " x ", g.Wo);
   return Dims{g.N, g.O, 1, 1};
 }
 
@@ -1267,16 +1268,15 @@ ConvGeom transpose_geom(std::string_view op, std::span<const int64_t> in,
   auto extent = [](int64_t in, int64_t s, int64_t p, int64_t d, int64_t k,
                    int64_t op_pad) -> std::optional<int64_t> {
     int64_t a = 0, b = 0, two_p = 0, r = 0;
-    if (__builtin_mul_overflow(in - 1, s, &a) || __builtin_mul_overflow(d, k - 1, &b) ||
-        __builtin_mul_overflow(p, 2, &two_p) || __builtin_add_overflow(a, b, &r) ||
-        __builtin_sub_overflow(r, two_p, &r) || __builtin_add_overflow(r, op_pad + 1, &r))
+    if (!mul_ok(in - 1, s, a) || !mul_ok(d, k - 1, b) || !mul_ok(p, 2, two_p) || !add_ok(a, b, r) ||
+        !sub_ok(r, two_p, r) || !add_ok(r, op_pad + 1, r))
       return std::nullopt;
     return r;
   };
   const auto ho = extent(in[2], t.stride_h, t.pad_h, t.dilation_h, wt[2], t.output_pad_h);
   const auto wo = extent(in[3], t.stride_w, t.pad_w, t.dilation_w, wt[3], t.output_pad_w);
   int64_t out_channels = 0;
-  KILN_CHECK(ho && wo && !__builtin_mul_overflow(wt[1], t.groups, &out_channels), op,
+  KILN_CHECK(ho && wo && mul_ok(wt[1], t.groups, out_channels), op,
              "expected stride, padding, dilation and kernel whose output size fits in 64 bits, got "
              "stride (",
              t.stride_h, ", ", t.stride_w, "), padding (", t.pad_h, ", ", t.pad_w, "), dilation (",

@@ -18,6 +18,7 @@
 
 #include "conv_internal.h"
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/thread_pool.h"
 
 namespace kiln::kernels::conv_detail {
@@ -175,9 +176,9 @@ constexpr int64_t kMinPlaneBound = int64_t(1) << 26;
 // a * b * c when it is at most the bound for g's input plane, else -1.
 int64_t plane_floats(const ConvGeom& g, int64_t a, int64_t b, int64_t c) {
   int64_t bound = 0, r = 0;
-  if (__builtin_mul_overflow(g.HW(), 16, &bound)) bound = std::numeric_limits<int64_t>::max();
+  if (!mul_ok(g.HW(), 16, bound)) bound = std::numeric_limits<int64_t>::max();
   bound = std::max(bound, kMinPlaneBound);
-  if (__builtin_mul_overflow(a, b, &r) || __builtin_mul_overflow(r, c, &r) || r > bound) return -1;
+  if (!mul_ok(a, b, r) || !mul_ok(r, c, r) || r > bound) return -1;
   return r;
 }
 // Spare pixels after B and O for narrow_compute_3x3's whole steps of 4 outputs.

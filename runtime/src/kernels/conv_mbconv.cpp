@@ -35,6 +35,7 @@
 
 #include "conv_internal.h"
 #include "gemm_internal.h"
+#include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/thread_pool.h"
@@ -82,8 +83,7 @@ bool channels_last_fits(int64_t E, int64_t H, int64_t W) {
     return std::string_view(e) == "banded" ? -1 : std::string_view(e) == "channels-last" ? 1 : 0;
   }();
   int64_t n = 0;
-  const bool fits = !__builtin_mul_overflow(E, H, &n) && !__builtin_mul_overflow(n, W, &n) &&
-                    n <= kChannelsLastFloats;
+  const bool fits = mul_ok(E, H, n) && mul_ok(n, W, n) && n <= kChannelsLastFloats;
   return force < 0 ? false : force > 0 ? fits || n <= (int64_t(1) << 30) : fits;
 }
 
@@ -91,8 +91,8 @@ bool channels_last_fits(int64_t E, int64_t H, int64_t W) {
 // zero-element tensor can carry huge extents).
 int64_t checked_mul(int64_t a, int64_t b, int64_t limit, std::string_view what) {
   int64_t r = 0;
-  KILN_CHECK(a >= 0 && b >= 0 && !__builtin_mul_overflow(a, b, &r) && r <= limit, kOp, "expected ",
-             what, " of at most ", limit, " elements, got ", a, " x ", b);
+  KILN_CHECK(a >= 0 && b >= 0 && mul_ok(a, b, r) && r <= limit, kOp, "expected ", what,
+             " of at most ", limit, " elements, got ", a, " x ", b);
   return r;
 }
 
@@ -164,9 +164,9 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
   // offered; the NCHW band above then serves).
   const int64_t wb = (g.Wo - 1) * g.sw + g.KW;  // padded columns the depthwise reads
   int64_t block = 0, total = 0;
-  const bool ebi_ok = !__builtin_mul_overflow((g.R - 1) * g.sh + g.KH, wb, &block) &&
-                      !__builtin_mul_overflow(block + 8, int64_t(8), &block) &&
-                      !__builtin_mul_overflow((g.E + 7) / 8, block, &total) && total <= kLimit;
+  const bool ebi_ok = mul_ok((g.R - 1) * g.sh + g.KH, wb, block) &&
+                      mul_ok(block + 8, int64_t(8), block) && mul_ok((g.E + 7) / 8, block, total) &&
+                      total <= kLimit;
   g.ebi_block = ebi_ok ? block : -1;
   g.ebi_floats = ebi_ok ? total : -1;
   g.channels_last = channels_last_fits(g.E, g.H, g.W) && channels_last_fits(g.E, g.Ho, g.Wo);

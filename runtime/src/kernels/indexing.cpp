@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/loop.h"
 #include "kiln/runtime/thread_pool.h"
@@ -430,7 +431,7 @@ Dims cat_shape(std::span<const TensorImpl* const> tensors, int64_t dim) {
       KILN_CHECK(k == d || t.sizes()[k] == ref->sizes()[k], op, "expected sizes to match ",
                  ref->sizes(), " except in dim ", d, ", got tensor ", i, " of shape ", t.sizes());
     }
-    out[d] += t.sizes()[d];
+    out[d] = checked_add(out[d], t.sizes()[d], op, "the concatenated size");
   }
   return out;
 }
@@ -550,8 +551,7 @@ Dims pad_shape(std::span<const int64_t> sizes, std::span<const int64_t> pad) {
     constexpr int64_t kMaxPad = int64_t(1) << 62;
     const int64_t lo = pad[2 * i], hi = pad[2 * i + 1];
     KILN_CHECK(lo > -kMaxPad && lo < kMaxPad && hi > -kMaxPad && hi < kMaxPad &&
-                   !__builtin_add_overflow(sizes[d], lo, &out[d]) &&
-                   !__builtin_add_overflow(out[d], hi, &out[d]),
+                   add_ok(sizes[d], lo, out[d]) && add_ok(out[d], hi, out[d]),
                op, "expected pads below 2^62 whose padded size fits in 64 bits, got ", Dims(pad),
                " for dim ", d, " of size ", sizes[d]);
     KILN_CHECK(out[d] >= 0, op, "padding ", Dims(pad), " makes dim ", d, " of size ", sizes[d],

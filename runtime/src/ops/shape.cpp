@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common.h"
+#include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/indexing.h"
 
@@ -16,19 +17,11 @@ namespace {
 // the file).
 void copy_view(std::string_view op, const TensorImpl& x, const Dims& sizes, const Dims& strides,
                int64_t offset, TensorImpl& o) {
-  int64_t lo = offset, hi = offset;
-  bool empty = false, overflow = false;
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    KILN_CHECK(sizes[d] >= 0, op, "negative size ", sizes[d]);
-    if (sizes[d] == 0) empty = true;
-    int64_t span = 0;
-    overflow |= __builtin_mul_overflow(sizes[d] ? sizes[d] - 1 : 0, strides[d], &span);
-    int64_t& edge = strides[d] < 0 ? lo : hi;
-    overflow |= __builtin_add_overflow(edge, span, &edge);
-  }
-  KILN_CHECK(!overflow, op, "view extent overflows");
-  KILN_CHECK(empty || (lo >= 0 && hi < x.numel()), op, "view reads elements [", lo, ", ", hi,
-             "] of an input with ", x.numel(), " elements");
+  for (int64_t n : sizes) KILN_CHECK(n >= 0, op, "negative size ", n);
+  ViewExtent ext;
+  KILN_CHECK(view_extent_ok(sizes, strides, offset, ext), op, "view extent overflows");
+  KILN_CHECK(ext.empty || (ext.lo >= 0 && ext.hi < x.numel()), op, "view reads elements [", ext.lo,
+             ", ", ext.hi, "] of an input with ", x.numel(), " elements");
   TensorImpl v = view_of(x, sizes, strides, x.storage_offset() + offset);
   kernels::copy_(o, v);
 }
@@ -118,7 +111,7 @@ void run_slice(const KernelCall& c) {
   const int64_t len = end - start;
   sizes[d] = len == 0 ? 0 : 1 + (len - 1) / p.v[3];
   if (sizes[d] > 1) {
-    KILN_CHECK(!__builtin_mul_overflow(strides[d], p.v[3], &strides[d]), "slice",
+    KILN_CHECK(mul_ok(strides[d], p.v[3], strides[d]), "slice",
                "expected a step whose stride fits in 64 bits, got step ", p.v[3], " over stride ",
                x.strides()[d]);
   }

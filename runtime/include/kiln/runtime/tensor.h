@@ -67,9 +67,10 @@ class TensorImpl : public RefCounted {
 
 using TensorImplPtr = IntrusivePtr<TensorImpl>;
 
-// Row-major strides for `sizes`.
-Dims contiguous_strides(std::span<const int64_t> sizes);
-// Product of sizes; throws on overflow or a negative size (op names the caller).
+// Row-major strides for `sizes`; throws "op: strides of size [...] overflow int64".
+Dims contiguous_strides(std::span<const int64_t> sizes, std::string_view op = "tensor");
+// Product of sizes; throws on a negative size, or when the product of the non-zero sizes (the
+// outermost contiguous stride) overflows int64 (op names the caller).
 int64_t checked_numel(std::span<const int64_t> sizes, std::string_view op);
 // Wraps a possibly negative dim into [0, rank); throws "op: dim d out of range for rank r".
 int64_t wrap_dim(int64_t dim, int64_t rank, std::string_view op);
