@@ -44,7 +44,46 @@ struct DoubleInPlace : autograd::Function<DoubleInPlace> {
   static TensorList backward(AutogradContext*, TensorList g) { return {g[0] * 2.0}; }
 };
 
+// x³ with a backward that is wrong by a factor (3.3 x² instead of 3 x²): gradcheck must say so.
+struct CubeWrongGrad : autograd::Function<CubeWrongGrad> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x) {
+    ctx->save_for_backward({x});
+    return x * x * x;
+  }
+  static TensorList backward(AutogradContext* ctx, TensorList g) {
+    Tensor x = ctx->get_saved_variables()[0];
+    return {g[0] * (x * x * 3.3)};
+  }
+};
+
+// x³ whose backward is right but whose second derivative is wrong (the backward is built from
+// a detached x, so its own gradient misses the 6 x term): only gradgradcheck can see it.
+struct CubeWrongGradGrad : autograd::Function<CubeWrongGradGrad> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x) {
+    ctx->save_for_backward({x});
+    return x * x * x;
+  }
+  static TensorList backward(AutogradContext* ctx, TensorList g) {
+    Tensor x = ctx->get_saved_variables()[0].detach();
+    return {g[0] * (x * x * 3.0)};
+  }
+};
+
 }  // namespace
+
+TEST(CustomFunction, GradcheckRejectsAWrongGradient) {
+  Tensor x = tensor({0.3, -1.2, 2.0}, DType::Float64).requires_grad_();
+  auto wrong = autograd::gradcheck(
+      [](const TensorList& v) { return TensorList{CubeWrongGrad::apply(v[0])}; }, {x});
+  EXPECT_FALSE(wrong.ok);
+  EXPECT_NE(wrong.message.find("gradient mismatch"), std::string::npos) << wrong.message;
+  auto first_order = autograd::gradcheck(
+      [](const TensorList& v) { return TensorList{CubeWrongGradGrad::apply(v[0])}; }, {x});
+  EXPECT_TRUE(first_order.ok) << first_order.message;
+  auto second_order = autograd::gradgradcheck(
+      [](const TensorList& v) { return TensorList{CubeWrongGradGrad::apply(v[0])}; }, {x});
+  EXPECT_FALSE(second_order.ok);
+}
 
 TEST(CustomFunction, GradcheckWithScalarArgument) {
   Tensor x = tensor({0.3, -1.2, 2.0}, DType::Float64).requires_grad_();
@@ -71,6 +110,24 @@ TEST(CustomFunction, DirtyInputsAreRebased) {
   EXPECT_GT(y.version(), v0);
   sum(z * 3.0).backward();
   EXPECT_DOUBLE_EQ(x.grad().index({1}).item<double>(), 6.0);
+}
+
+// The node keeps no strong reference to the tensors it marked (a dirty input is an output whose
+// grad_fn is the node itself): once the caller drops them, the graph is freed.
+TEST(CustomFunction, GraphIsFreedWithItsOutputs) {
+  Tensor x = tensor({1.0, 2.0}, DType::Float64).requires_grad_();
+  std::weak_ptr<autograd::Node> dirty_node, two_node;
+  {
+    Tensor y = x * 1.0;
+    Tensor z = DoubleInPlace::apply(y);
+    dirty_node = z.grad_fn();
+    TensorList out = TwoOutputs::apply(x);
+    two_node = out[1].grad_fn();
+    ASSERT_FALSE(dirty_node.expired());
+    ASSERT_FALSE(two_node.expired());
+  }
+  EXPECT_TRUE(dirty_node.expired());
+  EXPECT_TRUE(two_node.expired());
 }
 
 TEST(CustomFunction, NoGraphWithoutGradInputs) {

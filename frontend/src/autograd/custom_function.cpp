@@ -49,6 +49,12 @@ namespace detail {
 void wrap_outputs(const std::shared_ptr<CppNodeBase>& node, const TensorList& inputs,
                   TensorList& outputs, bool needs_grad) {
   for (const Tensor& d : node->ctx.dirty_) bump_version(d);
+  // The context keeps none of these after apply: a dirty input is also an output, whose grad_fn
+  // is this node, so holding it would be a reference cycle (node -> tensor -> node) that leaks
+  // the whole graph.
+  TensorList dirty, non_differentiable;
+  dirty.swap(node->ctx.dirty_);
+  non_differentiable.swap(node->ctx.non_differentiable_);
   if (!needs_grad) {
     node->ctx.to_save_.clear();
     return;
@@ -56,14 +62,14 @@ void wrap_outputs(const std::shared_ptr<CppNodeBase>& node, const TensorList& in
   // Outputs that alias an input not marked dirty would silently share history: make them views.
   for (Tensor& o : outputs) {
     for (const Tensor& in : inputs) {
-      bool dirty = false;
-      for (const Tensor& d : node->ctx.dirty_) dirty |= d.is_same(in);
-      if (o.is_same(in) && !dirty) o = o.detach();
+      bool is_dirty = false;
+      for (const Tensor& d : dirty) is_dirty |= d.is_same(in);
+      if (o.is_same(in) && !is_dirty) o = o.detach();
     }
   }
   TensorList differentiable = outputs;
   for (Tensor& o : differentiable) {
-    for (const Tensor& nd : node->ctx.non_differentiable_) {
+    for (const Tensor& nd : non_differentiable) {
       if (o.is_same(nd)) o = Tensor();
     }
   }
