@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -89,6 +90,33 @@ inline void expect_close(const std::vector<double>& got, const std::vector<doubl
         std::abs(got[i] - want[i]) <= tol || (std::isnan(got[i]) && std::isnan(want[i]));
     if (!ok && bad++ < 5) {
       ADD_FAILURE() << what << " at " << i << ": got " << got[i] << ", want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ";
+}
+
+// The spacing of dtype dt's representable values at |v| (one unit in the last place).
+inline double ulp_of(DType dt, double v) {
+  const int mantissa = dt == DType::Float16    ? 10
+                       : dt == DType::BFloat16 ? 7
+                       : dt == DType::Float32  ? 23
+                                               : 52;
+  const int min_exp = dt == DType::Float16 ? -14 : dt == DType::Float64 ? -1022 : -126;
+  const int e = v == 0.0 ? min_exp : std::max(std::ilogb(std::abs(v)), min_exp);
+  return std::ldexp(1.0, e - mantissa);
+}
+
+// |got - want| <= ulps * ulp(want) + atol: for results rounded once to a narrow dtype from a
+// reference computed on the same (already rounded) inputs.
+inline void expect_within_ulps(const std::vector<double>& got, const std::vector<double>& want,
+                               DType dt, double ulps, double atol, const std::string& what = "") {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = ulps * ulp_of(dt, want[i]) + atol;
+    if (!(std::abs(got[i] - want[i]) <= tol) && bad++ < 5) {
+      ADD_FAILURE() << what << " at " << i << ": got " << got[i] << ", want " << want[i] << " ("
+                    << std::abs(got[i] - want[i]) / ulp_of(dt, want[i]) << " ulps)";
     }
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ";
