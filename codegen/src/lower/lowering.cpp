@@ -6,6 +6,7 @@
 #include "lowering.h"
 
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/CheckedArithmetic.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -507,6 +508,34 @@ bool Lowering::run(std::string* error_out, EntrySignature* signature) {
     if (error_out) *error_out = "@forward does not end in func.return";
     return false;
   }
+  int index = 0;
+  forward_.walk<mlir::WalkOrder::PreOrder>([&](mlir::Operation* op) {
+    if (op != forward_.getOperation()) op_index_[op] = index++;
+  });
+  // Tensor sizes come from the IR, which may be a user's file: bound every static shape's
+  // outermost stride and byte count before the stride, element and byte arithmetic below.
+  auto fits = [](mlir::Type t) {
+    auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(t);
+    if (!tensor || !tensor.hasStaticShape()) return true;
+    std::optional<int64_t> extent = std::max<int64_t>(element_bytes(tensor.getElementType()), 1);
+    for (int64_t d : tensor.getShape())
+      if (!(extent = llvm::checkedMul(*extent, std::max<int64_t>(d, 1)))) return false;
+    return true;
+  };
+  for (size_t i = 0; i < body.getNumArguments(); ++i) {
+    if (!fits(body.getArgument(i).getType()))
+      errors_ += "cannot compile @forward: argument " + std::to_string(i) +
+                 " has more bytes than int64 can count\n";
+  }
+  forward_.walk([&](mlir::Operation* op) {
+    for (mlir::Value r : op->getResults()) {
+      if (!fits(r.getType())) error(op, "a result has more bytes than int64 can count");
+    }
+  });
+  if (!errors_.empty()) {
+    if (error_out) *error_out = errors_;
+    return false;
+  }
   EntrySignature sig;
   auto spec = [&](mlir::Type t, const char* what, size_t i) -> std::optional<BufferSpec> {
     auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(t);
@@ -527,10 +556,6 @@ bool Lowering::run(std::string* error_out, EntrySignature* signature) {
   for (size_t i = 0; i < ret.getNumOperands(); ++i) {
     if (auto s = spec(ret.getOperand(i).getType(), "result", i)) sig.results.push_back(*s);
   }
-  int index = 0;
-  forward_.walk<mlir::WalkOrder::PreOrder>([&](mlir::Operation* op) {
-    if (op != forward_.getOperation()) op_index_[op] = index++;
-  });
   if (errors_.empty()) {
     builder_.setInsertionPointToEnd(module_.getBody());
     entry_ = builder_.create<mlir::func::FuncOp>(loc_, options_.entry_name,
