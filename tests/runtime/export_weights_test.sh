@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `kiln export mlp --weights W.safetensors`: Python writes known weights (no NumPy needed), kiln
-# exports and runs the artifact on a zero input, and Python checks the output against the MLP
-# computed in float64: y = W2 relu(W0 0 + b0) + b2.
+# exports and runs the artifact on a nonzero input (so every weight reaches the output), and
+# Python checks the output against the MLP computed in float64: y = W2 relu(W0 x + b0) + b2.
 set -euo pipefail
 kiln=$1
 dir=$(mktemp -d)
@@ -24,11 +24,14 @@ h += b" " * ((8 - len(h) % 8) % 8)
 open(d + "/w.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 784), }"
 hdr += " " * (118 - len(hdr)) + "\n"
+x = [((i * 5) % 17 - 8) / 16.0 for i in range(784)]  # exact in f32
 open(d + "/x.npy", "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode()
-                               + b"\0" * (784 * 4))
+                               + struct.pack("<784f", *x))
 # Reference in float64 from the same values (stored as f32: compared with a tolerance).
-b0, w2, b2 = t["0.bias"][1], t["2.weight"][1], t["2.bias"][1]
-hid = [max(b, 0.0) for b in b0]
+f32 = lambda v: [struct.unpack("<f", struct.pack("<f", a))[0] for a in v]  # what kiln reads
+w0, b0, w2, b2 = (f32(t[k][1]) for k in ("0.weight", "0.bias", "2.weight", "2.bias"))
+hid = [max(sum(w0[j * 784 + i] * x[i] for i in range(784)) + b0[j], 0.0) for j in range(256)]
+assert sum(h > 0 for h in hid) > 64 and sum(h == 0 for h in hid) > 16  # both relu branches
 ref = [sum(w2[o * 256 + j] * hid[j] for j in range(256)) + b2[o] for o in range(10)]
 open(d + "/ref.json", "w").write(json.dumps(ref))
 PY
