@@ -29,23 +29,31 @@ jit::CompileOptions no_disk() {
 }  // namespace
 
 TEST(JitCompile, FusedChainMatchesNaiveFloat64Loop) {
-  // relu(x*a+b)*c with a [N] row vector broadcast over rows: checked against a plain double loop.
+  // relu(x*a+b)*c with a [N] row vector broadcast over rows: checked against a plain double loop,
+  // on the traced inputs and on a second set (an op left out of the trace would replay as a
+  // constant captured from the first).
   const int64_t R = 37, N = 129;
   Tensor x = rnd({R, N}, 1), a = rnd({N}, 2), b = rnd({R, 1}, 3);
   auto fn = [](const TensorList& t) { return TensorList{relu(t[0] * t[1] + t[2]) * 1.5}; };
   jit::TracedFunction traced = jit::trace(fn, {x, a, b});
   jit::CompiledFunction f = jit::compile(traced, no_disk());
-  Tensor y = f({x, a, b})[0];
-  ASSERT_EQ(y.sizes(), (Dims{R, N}));
-  const float *px = x.data_ptr<float>(), *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>();
-  double worst = 0;
-  for (int64_t i = 0; i < R; ++i) {
-    for (int64_t j = 0; j < N; ++j) {
-      const double ref = std::max(0.0, double(px[i * N + j]) * double(pa[j]) + double(pb[i])) * 1.5;
-      worst = std::max(worst, std::abs(ref - double(y.data_ptr<float>()[i * N + j])));
+  auto worst_error = [&](const Tensor& x, const Tensor& a, const Tensor& b) -> double {
+    Tensor y = f({x, a, b})[0];
+    EXPECT_EQ(y.sizes(), (Dims{R, N}));
+    if (y.sizes() != Dims{R, N}) return INFINITY;
+    const float *px = x.data_ptr<float>(), *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>();
+    double worst = 0;
+    for (int64_t i = 0; i < R; ++i) {
+      for (int64_t j = 0; j < N; ++j) {
+        const double ref =
+            std::max(0.0, double(px[i * N + j]) * double(pa[j]) + double(pb[i])) * 1.5;
+        worst = std::max(worst, std::abs(ref - double(y.data_ptr<float>()[i * N + j])));
+      }
     }
-  }
-  EXPECT_LE(worst, 1e-5);
+    return worst;
+  };
+  EXPECT_LE(worst_error(x, a, b), 1e-5);
+  EXPECT_LE(worst_error(rnd({R, N}, 11), rnd({N}, 12), rnd({R, 1}, 13)), 1e-5) << "second inputs";
 }
 
 TEST(JitCompile, UnaryFamilyMatchesEager) {
@@ -78,10 +86,18 @@ TEST(JitCompile, UnaryFamilyMatchesEager) {
   };
   TensorList eager = fn({x});
   jit::TracedFunction traced = jit::trace(fn, {x});
-  TensorList got = jit::compile(traced, no_disk())({x});
+  jit::CompiledFunction f = jit::compile(traced, no_disk());
+  TensorList got = f({x});
   ASSERT_EQ(got.size(), eager.size());
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_LE(max_rel_error(got[i], eager[i]), 1e-5) << "output " << i;
+  }
+  // A second input of other values.
+  Tensor x2 = rnd({3, 50}, 14, 2.0);
+  TensorList eager2 = fn({x2}), got2 = f({x2});
+  ASSERT_EQ(got2.size(), eager2.size());
+  for (size_t i = 0; i < got2.size(); ++i) {
+    EXPECT_LE(max_rel_error(got2[i], eager2[i]), 1e-5) << "output " << i << " on the second input";
   }
 }
 
@@ -93,11 +109,20 @@ TEST(JitCompile, ComparisonsWhereAndDtypesMatchEager) {
                       t[0].to(DType::Int64), (t[0] * 3).to(DType::Int32).to(DType::Float64)};
   };
   TensorList eager = fn({x, y});
-  TensorList got = jit::compile(jit::trace(fn, {x, y}), no_disk())({x, y});
+  jit::CompiledFunction f = jit::compile(jit::trace(fn, {x, y}), no_disk());
+  TensorList got = f({x, y});
   ASSERT_EQ(got.size(), eager.size());
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].dtype(), eager[i].dtype()) << "output " << i;
     EXPECT_EQ(max_abs_diff(got[i], eager[i]), 0.0) << "output " << i;
+  }
+  // Second inputs of other values.
+  Tensor x2 = rnd({4, 6}, 15), y2 = rnd({6}, 16);
+  TensorList eager2 = fn({x2, y2}), got2 = f({x2, y2});
+  ASSERT_EQ(got2.size(), eager2.size());
+  for (size_t i = 0; i < got2.size(); ++i) {
+    EXPECT_EQ(got2[i].dtype(), eager2[i].dtype()) << "output " << i << " on the second inputs";
+    EXPECT_EQ(max_abs_diff(got2[i], eager2[i]), 0.0) << "output " << i << " on the second inputs";
   }
 }
 
@@ -117,11 +142,20 @@ TEST(JitCompile, ViewsReductionsAndMatmulMatchEager) {
                       amax(t[0], Dims{2})};
   };
   TensorList eager = fn({x, w});
-  TensorList got = jit::compile(jit::trace(fn, {x, w}), no_disk())({x, w});
+  jit::CompiledFunction f = jit::compile(jit::trace(fn, {x, w}), no_disk());
+  TensorList got = f({x, w});
   ASSERT_EQ(got.size(), eager.size());
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(got[i].sizes(), eager[i].sizes()) << "output " << i;
     EXPECT_LE(max_rel_error(got[i], eager[i]), 1e-5) << "output " << i;
+  }
+  // Second inputs of other values.
+  Tensor x2 = rnd({4, 5, 6}, 17), w2 = rnd({6, 3}, 18);
+  TensorList eager2 = fn({x2, w2}), got2 = f({x2, w2});
+  ASSERT_EQ(got2.size(), eager2.size());
+  for (size_t i = 0; i < got2.size(); ++i) {
+    ASSERT_EQ(got2[i].sizes(), eager2[i].sizes()) << "output " << i << " on the second inputs";
+    EXPECT_LE(max_rel_error(got2[i], eager2[i]), 1e-5) << "output " << i << " on the second inputs";
   }
 }
 
@@ -221,11 +255,14 @@ TEST(JitCompile, DestroyedCodeFreesItsPreparedWeights) {
   jit::CompileOptions o = no_disk();
   o.memory_cache = false;
   const Tensor want = fn({x})[0];
+  const Tensor x2 = rnd({1, 256, 32, 32}, 43);  // an input it was not traced on
+  const Tensor want2 = fn({x2})[0];
   auto once = [&] {
     jit::TracedFunction traced = jit::trace(fn, {x});
     jit::freeze(traced);
     jit::CompiledFunction f = jit::compile(traced, o);
     EXPECT_LE(max_rel_error(f({x})[0], want), 1e-4);
+    EXPECT_LE(max_rel_error(f({x2})[0], want2), 1e-4) << "second input";
   };
   once();  // warms up what stays (the pool, MLIR, caches)
   const size_t before = mallinfo2().uordblks;
@@ -273,6 +310,9 @@ TEST(JitCompile, KernelErrorsAtRunTimeBecomeKilnErrors) {
     EXPECT_NE(std::string(e.what()).find("embedding"), std::string::npos) << e.what();
   }
   EXPECT_LE(max_abs_diff(f({good})[0], fn({good})[0]), 0.0);
+  // And on valid indices it was not traced on.
+  Tensor other = tensor({3.0, 1.0, 4.0}, DType::Int64);
+  EXPECT_LE(max_abs_diff(f({other})[0], fn({other})[0]), 0.0);
 }
 
 TEST(JitCompile, ResultsThatAreInputsViewsDuplicatesOrScalars) {

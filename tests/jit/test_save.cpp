@@ -48,7 +48,9 @@ Exported export_module(nn::Module& module, const Tensor& x) {
   return {rt::Model::from_bytes(bytes), module.forward(x)};
 }
 
-void expect_matches(nn::Module& module, const Tensor& x, double tol) {
+// Traced and saved on x, run on x and then on x2 (same shape and dtype, other values) against
+// eager on each: an op the tracer did not record would replay as a constant captured from x.
+void expect_matches(nn::Module& module, const Tensor& x, const Tensor& x2, double tol) {
   Exported e = export_module(module, x);
   rt::Session session(e.model);
   auto out = session.run({x.impl()});
@@ -61,24 +63,36 @@ void expect_matches(nn::Module& module, const Tensor& x, double tol) {
   // A second run on the same arena gives the same answer.
   auto again = session.run({x.impl()});
   EXPECT_EQ(max_abs_diff(again[0], Tensor(out[0])), 0.0);
+  // The second input, on the same session.
+  ASSERT_EQ(x2.sizes(), x.sizes());
+  ASSERT_GT(amax(abs(x2.to(DType::Float64) - x.to(DType::Float64))).item<double>(), 0.0);
+  Tensor want2;
+  {
+    autograd::NoGradGuard no_grad;
+    want2 = module.forward(x2);
+  }
+  auto out2 = session.run({x2.impl()});
+  ASSERT_EQ(out2.size(), 1u);
+  EXPECT_EQ(out2[0]->sizes(), want2.sizes());
+  EXPECT_LE(max_abs_diff(out2[0], want2), tol) << "second input";
 }
 
 TEST(Save, MlpMatchesEager) {
   manual_seed(1);
   auto m = models::mlp({32, 64, 10});
-  expect_matches(*m, randn({4, 32}), 1e-5);
+  expect_matches(*m, randn({4, 32}), randn({4, 32}), 1e-5);
 }
 
 TEST(Save, LeNetMatchesEager) {
   manual_seed(2);
   auto m = models::lenet();
-  expect_matches(*m, randn({2, 1, 28, 28}), 1e-4);
+  expect_matches(*m, randn({2, 1, 28, 28}), randn({2, 1, 28, 28}), 1e-4);
 }
 
 TEST(Save, ResNet18MatchesEager) {
   manual_seed(3);
   auto m = models::resnet18(10);
-  expect_matches(*m, randn({1, 3, 64, 64}), 1e-3);
+  expect_matches(*m, randn({1, 3, 64, 64}), randn({1, 3, 64, 64}), 1e-3);
 }
 
 // Full-size ResNet-18: the executor prepares its 3x3 stride-1 convs for Winograd F(4x4, 3x3) in
@@ -119,7 +133,7 @@ TEST(Save, MobileNetV2MatchesEager) {
   // The fused blocks' intermediates live in arena bytes no tensor holds at that instruction
   // (ScratchLease): the outputs still match eager, run after run.
   const int64_t leased = scratch_bytes_from_leases();
-  expect_matches(*m, randn({1, 3, 64, 64}), 1e-3);
+  expect_matches(*m, randn({1, 3, 64, 64}), randn({1, 3, 64, 64}), 1e-3);
   EXPECT_GT(scratch_bytes_from_leases(), leased);
 }
 
@@ -146,18 +160,28 @@ TEST(Save, MobileNetV2WithFusedBlocksMatchesEager) {
   auto out = session.run({x.impl()});
   const double scale = amax(abs(want.to(DType::Float64))).item<double>();
   EXPECT_LE(max_abs_diff(out[0], want) / scale, 1e-4);
+  // A second input with other values, on the same session.
+  const Tensor x2 = randn({2, 3, 64, 64});
+  Tensor want2;
+  {
+    autograd::NoGradGuard no_grad;
+    want2 = m->forward(x2);
+  }
+  auto out2 = session.run({x2.impl()});
+  const double scale2 = amax(abs(want2.to(DType::Float64))).item<double>();
+  EXPECT_LE(max_abs_diff(out2[0], want2) / scale2, 1e-4) << "second input";
 }
 
 TEST(Save, TransformerClassifierMatchesEager) {
   manual_seed(5);
   auto m = models::transformer_classifier(50, 3);
-  expect_matches(*m, randint(0, 50, {2, 12}), 1e-4);
+  expect_matches(*m, randint(0, 50, {2, 12}), randint(0, 50, {2, 12}), 1e-4);
 }
 
 TEST(Save, LstmClassifierMatchesEager) {
   manual_seed(6);
   auto m = models::lstm_classifier(50, 3);
-  expect_matches(*m, randint(0, 50, {2, 7}), 1e-4);
+  expect_matches(*m, randint(0, 50, {2, 7}), randint(0, 50, {2, 7}), 1e-4);
 }
 
 TEST(Save, FileRoundTripAndGuards) {

@@ -130,12 +130,15 @@ TEST(Optimize, FreezeReferencesTheCallersWeights) {
   ASSERT_EQ(blobs.size(), 2u);
   EXPECT_TRUE(llvm::is_contained(blobs, w.data()));
   EXPECT_TRUE(llvm::is_contained(blobs, b.data()));
+  const Tensor x2 = rnd({3, 4}, 4);  // an input it was not traced on
   expect_close(t({x})[0], fn({x})[0], 1e-6);
+  expect_close(t({x2})[0], fn({x2})[0], 1e-6);
   // The printed module carries the bytes (dialect_resources) and parses back on its own.
   {
     auto ctx = jit::make_context();
     mlir::ModuleOp parsed = jit::parse_module(*ctx, t.str());
     expect_close(jit::interpret(parsed, {x})[0], fn({x})[0], 1e-6);
+    expect_close(jit::interpret(parsed, {x2})[0], fn({x2})[0], 1e-6);
     parsed->erase();
   }
   // By reference: writing the weight changes what the frozen function computes.
@@ -144,6 +147,7 @@ TEST(Optimize, FreezeReferencesTheCallersWeights) {
     mul_(w, 2.0);
   }
   expect_close(t({x})[0], fn({x})[0], 1e-6);
+  expect_close(t({x2})[0], fn({x2})[0], 1e-6);
 }
 
 TEST(Optimize, FreezeRejectsBadInput) {
@@ -204,6 +208,9 @@ TEST(Optimize, SmallResidualConvNetMatchesEager) {
   });
   EXPECT_EQ(residuals, 1);
   expect_close(t({x})[0], eager);
+  // An input it was not traced on.
+  Tensor x2 = rnd({2, 4, 6, 6}, 9);
+  expect_close(t({x2})[0], forward(x2));
 }
 
 TEST(Optimize, ElementwiseChainsFuseAndMatchEager) {
@@ -234,6 +241,11 @@ TEST(Optimize, ElementwiseChainsFuseAndMatchEager) {
   TensorList got = t({x});
   expect_close(got[0], eager[0], 1e-5);
   expect_close(got[1], eager[1], 1e-5);
+  // An input it was not traced on.
+  Tensor x2 = rnd({4, 5}, 14);
+  TensorList eager2 = fn({x2}), got2 = t({x2});
+  expect_close(got2[0], eager2[0], 1e-5);
+  expect_close(got2[1], eager2[1], 1e-5);
 }
 
 TEST(Optimize, EliminatedTrainingStepMatchesForwardTrace) {
@@ -287,6 +299,19 @@ TEST(Optimize, EliminatedTrainingStepMatchesForwardTrace) {
   Tensor a = jit::interpret(step.module(), args)[0];
   Tensor b = jit::interpret(fwd.module(), args)[0];
   expect_close(a, b, 1e-6);
+  // Both on an input they were not traced on, and against eager with the same parameters.
+  Tensor x2 = rnd({4, 8}, 75);
+  TensorList args2 = {x2};
+  args2.insert(args2.end(), snapshot.begin(), snapshot.end());
+  Tensor a2 = jit::interpret(step.module(), args2)[0];
+  Tensor b2 = jit::interpret(fwd.module(), args2)[0];
+  Tensor want2;
+  {
+    autograd::NoGradGuard no_grad;
+    want2 = linear(relu(linear(x2, snapshot[0], snapshot[1])), snapshot[2]);
+  }
+  expect_close(a2, want2, 1e-6);
+  expect_close(b2, want2, 1e-6);
 }
 
 TEST(Optimize, ResNet18EveryConvFoldedAndFused) {
@@ -314,6 +339,14 @@ TEST(Optimize, ResNet18EveryConvFoldedAndFused) {
   });
   EXPECT_EQ(with_residual, 8);
   expect_close(t({x})[0], eager);
+  // An input it was not traced on.
+  Tensor x2 = rnd({1, 3, 64, 64}, 23);
+  Tensor eager2;
+  {
+    autograd::NoGradGuard no_grad;
+    eager2 = (*model)(x2);
+  }
+  expect_close(t({x2})[0], eager2);
 }
 
 TEST(Optimize, MobileNetV2EveryConvFoldedAndFused) {
@@ -347,6 +380,14 @@ TEST(Optimize, MobileNetV2EveryConvFoldedAndFused) {
                 count(t.module(), "kiln.conv2d_avgpool"),
             convs);
   expect_close(t({x})[0], eager);
+  // An input it was not traced on.
+  Tensor x2 = rnd({1, 3, 64, 64}, 33);
+  Tensor eager2;
+  {
+    autograd::NoGradGuard no_grad;
+    eager2 = (*model)(x2);
+  }
+  expect_close(t({x2})[0], eager2);
 
   // The default pipeline: all 17 inverted-residual blocks become kiln.mbconv (channels-last in
   // the runtime), the stem stays a fused conv, the head and its pool one kiln.conv2d_avgpool.
@@ -367,6 +408,7 @@ TEST(Optimize, MobileNetV2EveryConvFoldedAndFused) {
   EXPECT_EQ(cl_out, 16);
   EXPECT_EQ(count(blocks.module(), "kiln.conv2d"), 0);
   expect_close(blocks({x})[0], eager);
+  expect_close(blocks({x2})[0], eager2);
 }
 
 TEST(Optimize, TrainingPipelineKeepsTheStepExact) {
@@ -407,6 +449,12 @@ TEST(Optimize, TrainingPipelineKeepsTheStepExact) {
   Tensor loss = t({x, y})[0];  // step 2 through the optimized module
   expect_close(loss, eager_loss, 1e-5);
   for (size_t i = 0; i < 3; ++i) expect_close(traced_params[i], eager_params[i], 1e-5);
+  // Step 3 on a new batch (other values and targets).
+  Tensor x2 = rnd({4, 8}, 85);
+  Tensor y2 = tensor({2.0, 1.0, 0.0, 0.0}, DType::Int64);
+  Tensor eager_loss2 = eager_step({x2, y2})[0];
+  expect_close(t({x2, y2})[0], eager_loss2, 1e-5);
+  for (size_t i = 0; i < 3; ++i) expect_close(traced_params[i], eager_params[i], 1e-5);
 }
 
 namespace {
@@ -428,6 +476,15 @@ std::string expect_sequence_model_optimizes(nn::Module& model, int64_t vocab, ui
   jit::freeze(t);
   run(t.module(), [](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm); });
   expect_close(t({tokens})[0], eager);
+  // Other tokens of the same shape.
+  Tensor tokens2(kiln::empty(Dims{2, 7}, DType::Int64));
+  for (int64_t i = 0; i < tokens2.numel(); ++i) tokens2.data_ptr<int64_t>()[i] = token(gen);
+  Tensor eager2;
+  {
+    autograd::NoGradGuard no_grad;
+    eager2 = model(tokens2);
+  }
+  expect_close(t({tokens2})[0], eager2);
   std::string text;
   llvm::raw_string_ostream os(text);
   t.module().lookupSymbol<mlir::func::FuncOp>("forward").print(os);
@@ -478,6 +535,8 @@ TEST(Optimize, StandaloneBatchNormBecomesScaleShift) {
   EXPECT_EQ(count(t.module(), "kiln.batch_norm"), 0) << t.str();
   EXPECT_EQ(count(t.module(), "kiln.fused"), 1) << t.str();
   expect_close(t({x})[0], eager, 1e-6);
+  Tensor x2 = rnd({2, 3, 6, 6}, 53);  // an input it was not traced on
+  expect_close(t({x2})[0], fn({x2})[0], 1e-6);
 }
 
 namespace {
@@ -551,6 +610,14 @@ void expect_training_step_to_inference(nn::Module& net, StepCounts* counts) {
     eager = model->forward(x);
   }
   expect_close(jit::interpret(m, {x})[0], eager);
+  // An input it was not traced on.
+  Tensor x2 = rnd({4, 3, 32, 32}, 64);
+  Tensor eager2;
+  {
+    autograd::NoGradGuard no_grad;
+    eager2 = model->forward(x2);
+  }
+  expect_close(jit::interpret(m, {x2})[0], eager2);
   counts->conv2d_fused = count(m, "kiln.conv2d_fused");
   counts->mbconv = count(m, "kiln.mbconv");
   counts->conv2d_avgpool = count(m, "kiln.conv2d_avgpool");
@@ -654,17 +721,21 @@ TEST(Optimize, TracedTrainingStepBecomesAFrozenInferenceCallable) {
   jit::eliminate_gradients(t, /*drop_loss_head=*/true);
   EXPECT_EQ(t.num_inputs(), 1u);  // the targets are gone
   EXPECT_TRUE(t.mutated_captures().empty());
-  Tensor want;
+  Tensor want, want2;
+  const Tensor x2 = rnd({4, 8}, 95);  // an input it was not traced on
   {
     autograd::NoGradGuard no_grad;
     want = forward(x);
+    want2 = forward(x2);
   }
   TensorList before = p;
   for (Tensor& w : before) w = w.detach().clone();
   expect_close(t({x})[0], want, 1e-6);
+  expect_close(t({x2})[0], want2, 1e-6);
   for (size_t i = 0; i < p.size(); ++i) expect_close(p[i], before[i], 0.0);  // nothing written
   jit::freeze(t);
   expect_close(t({x})[0], want, 1e-6);
+  expect_close(t({x2})[0], want2, 1e-6);
   EXPECT_THROW(t({x, y}), kiln::Error);  // the old calling convention is refused
 }
 
@@ -704,7 +775,10 @@ TEST(Optimize, ControlFlowRegionsOptimizeInPlace) {
   EXPECT_EQ(count(t.module(), "kiln.batch_norm"), 0) << t.str();
   EXPECT_EQ(count(t.module(), "kiln.conv2d_fused"), 2) << t.str();
   EXPECT_GE(count(t.module(), "kiln.fused"), 2) << t.str();  // the loop body and the else tail
-  for (const Tensor& in : {x, -x}) {
+  // x and -x take one branch each; x2 and -x2 (other values, the same signs: the same branches)
+  // show an op left out of either branch's trace.
+  Tensor x2 = abs(rnd({1, 3, 6, 6}, 103)) + 0.1;
+  for (const Tensor& in : {x, -x, x2, -x2}) {
     Tensor want;
     {
       autograd::NoGradGuard no_grad;

@@ -136,6 +136,10 @@ TEST(Trace, BytecodeRoundTrip) {
   TensorList args{rnd({2, 4}, 62)};
   args.insert(args.end(), t.captures().begin(), t.captures().end());
   EXPECT_LE(max_abs_diff(jit::interpret(m, args)[0], fn({rnd({2, 4}, 62)})[0]), 1e-6);
+  // And on an input it was not traced on.
+  TensorList args2{rnd({2, 4}, 63)};
+  args2.insert(args2.end(), t.captures().begin(), t.captures().end());
+  EXPECT_LE(max_abs_diff(jit::interpret(m, args2)[0], fn({rnd({2, 4}, 63)})[0]), 1e-6);
   m->erase();
 }
 
@@ -184,6 +188,16 @@ TEST(Trace, TrainingStepUpdatesParametersLikeEager) {
     EXPECT_LE(max_abs_diff(traced_params[i], eager_params[i]), 1e-5) << "parameter " << i;
   }
   (void)eager_loss0;
+  // Step 3 on a new batch (other values and targets), the trace against eager.
+  Tensor x2 = rnd({4, 8}, 74);
+  Tensor y2 = tensor({1.0, 0.0, 2.0, 1.0}, DType::Int64);
+  Tensor eager_loss2 = eager_step({x2, y2})[0];
+  Tensor traced_loss2 = t({x2, y2})[0];
+  EXPECT_LE(max_abs_diff(traced_loss2, eager_loss2), 1e-5);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_LE(max_abs_diff(traced_params[i], eager_params[i]), 1e-5)
+        << "parameter " << i << " after a step on a new batch";
+  }
 }
 
 TEST(Trace, UntraceableBackwardIsRefusedNotFrozen) {

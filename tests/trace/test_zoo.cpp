@@ -20,8 +20,11 @@ Tensor tokens(Dims sizes, int64_t vocab, uint32_t seed) {
 
 // Eval-mode trace of `model` on `input`: printed text re-parsed and interpreted must match eager
 // within `tol` (relative to the output's largest magnitude); every parameter and buffer the
-// forward reads is a named argument.
-void expect_module_round_trip(nn::Module& model, const Tensor& input, double tol = 1e-5) {
+// forward reads is a named argument. Then both paths on `input2` (same shape and dtype, other
+// values) against eager on it: an op the tracer did not record replays as a constant captured
+// from `input`, which only a second input shows.
+void expect_module_round_trip(nn::Module& model, const Tensor& input, const Tensor& input2,
+                              double tol = 1e-5) {
   model.eval();
   manual_seed(0);
   Tensor eager = model.forward(input);
@@ -36,6 +39,18 @@ void expect_module_round_trip(nn::Module& model, const Tensor& input, double tol
   const double scale = std::max(1.0, amax(abs(eager)).item<double>());
   EXPECT_LE(max_abs_diff(replay, eager) / scale, tol) << text.substr(0, 4000);
   EXPECT_LE(max_abs_diff(traced({input})[0], eager) / scale, tol);
+
+  ASSERT_EQ(input2.sizes(), input.sizes());
+  ASSERT_EQ(input2.dtype(), input.dtype());
+  ASSERT_GT(max_abs_diff(input2, input), 0.0);
+  manual_seed(0);
+  Tensor eager2 = model.forward(input2);
+  Tensor replay2 = interpret_printed(traced, {input2})[0];
+  ASSERT_EQ(replay2.sizes(), eager2.sizes());
+  const double scale2 = std::max(1.0, amax(abs(eager2)).item<double>());
+  EXPECT_LE(max_abs_diff(replay2, eager2) / scale2, tol) << "second input\n"
+                                                         << text.substr(0, 4000);
+  EXPECT_LE(max_abs_diff(traced({input2})[0], eager2) / scale2, tol) << "second input";
 }
 
 }  // namespace
@@ -43,37 +58,37 @@ void expect_module_round_trip(nn::Module& model, const Tensor& input, double tol
 TEST(TraceZoo, Mlp) {
   manual_seed(1);
   auto m = models::mlp({20, 64, 64, 10});
-  expect_module_round_trip(*m, rnd({4, 20}, 1));
+  expect_module_round_trip(*m, rnd({4, 20}, 1), rnd({4, 20}, 101));
 }
 
 TEST(TraceZoo, LeNet) {
   manual_seed(2);
   auto m = models::lenet();
-  expect_module_round_trip(*m, rnd({2, 1, 28, 28}, 2));
+  expect_module_round_trip(*m, rnd({2, 1, 28, 28}, 2), rnd({2, 1, 28, 28}, 102));
 }
 
 TEST(TraceZoo, ResNet18) {
   manual_seed(3);
   auto m = models::resnet18(100);
-  expect_module_round_trip(*m, rnd({1, 3, 64, 64}, 3), 1e-4);
+  expect_module_round_trip(*m, rnd({1, 3, 64, 64}, 3), rnd({1, 3, 64, 64}, 103), 1e-4);
 }
 
 TEST(TraceZoo, MobileNetV2) {
   manual_seed(4);
   auto m = models::mobilenet_v2(100);
-  expect_module_round_trip(*m, rnd({1, 3, 64, 64}, 4), 1e-4);
+  expect_module_round_trip(*m, rnd({1, 3, 64, 64}, 4), rnd({1, 3, 64, 64}, 104), 1e-4);
 }
 
 TEST(TraceZoo, TransformerClassifier) {
   manual_seed(5);
   auto m = models::transformer_classifier(50, 5);
-  expect_module_round_trip(*m, tokens({2, 16}, 50, 5), 1e-4);
+  expect_module_round_trip(*m, tokens({2, 16}, 50, 5), tokens({2, 16}, 50, 105), 1e-4);
 }
 
 TEST(TraceZoo, LstmClassifier) {
   manual_seed(6);
   auto m = models::lstm_classifier(50, 5);
-  expect_module_round_trip(*m, tokens({2, 12}, 50, 6), 1e-4);
+  expect_module_round_trip(*m, tokens({2, 12}, 50, 6), tokens({2, 12}, 50, 106), 1e-4);
 }
 
 // The zoo MLP's whole training step (forward, backward, SGD): traced once, then called on a new
