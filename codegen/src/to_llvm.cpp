@@ -1,12 +1,13 @@
 // The lowering pipeline: kiln → loops + runtime calls (lower/), then scf → cf, f32 math →
-// polynomial approximations (vectorizable, no libm calls), everything → LLVM dialect → LLVM IR,
-// and LLVM's O3 pipeline for the host (or a given) target.
+// the runtime's vector math (lower/f32_math.h: vectorizable, no libm calls but sinf / cosf),
+// everything → LLVM dialect → LLVM IR, and LLVM's O3 pipeline for the host (or a given) target.
 
 #include "kiln/codegen/lower.h"
 
 #include "llvm/IR/Module.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Target/TargetMachine.h"
+#include "lower/f32_math.h"
 #include "lower/lowering.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
@@ -21,8 +22,6 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
-#include "mlir/Dialect/Math/Transforms/Approximation.h"
-#include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Pass/Pass.h"
@@ -71,9 +70,11 @@ bool loops_to_llvm(mlir::ModuleOp module) {
     if (mlir::failed(pm.run(module))) return false;
   }
   {
-    // f32 transcendental functions as polynomials: vectorizable, and no libm needed.
+    // f32 exp, log, log1p, tanh, erf as the runtime computes them (vectorizable, no libm call);
+    // not MLIR's polynomial approximations (lower/f32_math.h says why). sin and cos stay calls of
+    // sinf / cosf.
     mlir::RewritePatternSet patterns(ctx);
-    mlir::populateMathPolynomialApproximationPatterns(patterns);
+    detail::populate_f32_math_patterns(patterns);
     if (mlir::failed(mlir::applyPatternsAndFoldGreedily(module, std::move(patterns)))) {
       return false;
     }

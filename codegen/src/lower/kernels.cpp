@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "f32_math.h"
 #include "lowering.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -278,8 +279,11 @@ class KernelEmitter {
         .getResult(0);
   }
 
+  // (f32 math.exp, .log, .log1p, .tanh, .erf become F32Math's in to_llvm.cpp; sigmoid, silu and
+  // gelu are F32Math's here.)
   Value exp(Value x) { return b_.create<math::ExpOp>(loc_, x); }
   Value sigmoid(Value x) {
+    if (x.getType().isF32()) return F32Math(b_, loc_).sigmoid(x);
     Value one = constant(1, x.getType());
     Value e = exp(b_.create<arith::NegFOp>(loc_, x));
     return b_.create<arith::DivFOp>(loc_, one, b_.create<arith::AddFOp>(loc_, one, e));
@@ -476,7 +480,10 @@ class KernelEmitter {
     if (name == "kiln.tanh") return tanh(x);
     if (name == "kiln.erf") return erf(x);
     if (name == "kiln.sigmoid") return sigmoid(x);
-    if (name == "kiln.silu") return b_.create<arith::MulFOp>(loc_, x, sigmoid(x));
+    if (name == "kiln.silu") {
+      if (rt.isF32()) return F32Math(b_, loc_).silu(x);
+      return b_.create<arith::MulFOp>(loc_, x, sigmoid(x));
+    }
     if (name == "kiln.floor") return b_.create<math::FloorOp>(loc_, x);
     if (name == "kiln.ceil") return b_.create<math::CeilOp>(loc_, x);
     if (name == "kiln.round") return b_.create<math::RoundEvenOp>(loc_, x);
@@ -489,6 +496,10 @@ class KernelEmitter {
     }
     if (name == "kiln.gelu") {
       auto approx = op->getAttrOfType<mlir::BoolAttr>("approximate");
+      if (rt.isF32()) {
+        return approx && approx.getValue() ? F32Math(b_, loc_).gelu_tanh(x)
+                                           : F32Math(b_, loc_).gelu(x);
+      }
       Value half_x = b_.create<arith::MulFOp>(loc_, x, constant(0.5, rt));
       Value inner;
       if (approx && approx.getValue()) {
