@@ -220,6 +220,12 @@ CompiledFunction compile(const TracedFunction& traced, const CompileOptions& opt
   for (size_t i = 0; i < impl->captures.size(); ++i) {
     if (traced.arg_names()[impl->num_inputs + i] == "rng_state") impl->rng_capture = i;
   }
+  // The trace's inputs and captures are the entry point's arguments, in order (a mismatch, from
+  // a module edited after tracing or a stale cache entry, would index past them at run time).
+  const size_t args = impl->code->signature.args.size();
+  KILN_CHECK(args == impl->num_inputs + impl->captures.size(), "jit::compile", "@forward takes ",
+             args, " arguments, but the trace has ", impl->num_inputs, " inputs and ",
+             impl->captures.size(), " captures");
   const size_t results = impl->code->signature.results.size();
   KILN_CHECK(results >= impl->mutated.size(), "jit::compile", "@forward returns ", results,
              " values, fewer than the ", impl->mutated.size(), " in-out captures");
