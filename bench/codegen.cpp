@@ -100,6 +100,47 @@ static void BM_EagerChain16M(benchmark::State& state) {
 }
 BENCHMARK(BM_EagerChain16M)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// One float32 transcendental over 1M floats (in cache on most CPUs: the math, not memory):
+// the JIT's generated loop against eager's vector kernel.
+Tensor unary(const std::string& op, const Tensor& x) {
+  if (op == "exp") return exp(x);
+  if (op == "log") return log(abs(x) + 1e-3);
+  if (op == "tanh") return tanh(x);
+  if (op == "sigmoid") return sigmoid(x);
+  if (op == "erf") return erf(x);
+  if (op == "gelu") return gelu(x);
+  return sin(x);
+}
+
+static void BM_CompiledUnary1M(benchmark::State& state, const char* op) {
+  Tensor x = randn({int64_t(1) << 20}) * 3.0;
+  auto fn = [op](const TensorList& t) { return TensorList{unary(op, t[0])}; };
+  jit::CompiledFunction f = jit::compile(jit::trace(fn, {x}), bench_options());
+  for (auto _ : state) {
+    Tensor y = f({x})[0];
+    benchmark::DoNotOptimize(y.impl());
+  }
+  state.SetItemsProcessed(state.iterations() * x.numel());
+}
+static void BM_EagerUnary1M(benchmark::State& state, const char* op) {
+  Tensor x = randn({int64_t(1) << 20}) * 3.0;
+  for (auto _ : state) {
+    Tensor y = unary(op, x);
+    benchmark::DoNotOptimize(y.impl());
+  }
+  state.SetItemsProcessed(state.iterations() * x.numel());
+}
+#define KILN_UNARY_BENCH(op)                                                                    \
+  BENCHMARK_CAPTURE(BM_CompiledUnary1M, op, #op)->Unit(benchmark::kMicrosecond)->UseRealTime(); \
+  BENCHMARK_CAPTURE(BM_EagerUnary1M, op, #op)->Unit(benchmark::kMicrosecond)->UseRealTime()
+KILN_UNARY_BENCH(exp);
+KILN_UNARY_BENCH(log);
+KILN_UNARY_BENCH(tanh);
+KILN_UNARY_BENCH(sigmoid);
+KILN_UNARY_BENCH(erf);
+KILN_UNARY_BENCH(gelu);
+KILN_UNARY_BENCH(sin);
+
 static void BM_Compiled(benchmark::State& state, const char* name) {
   const int64_t batch = state.range(0);
   CompiledModel& m = compiled_model(name, batch);
