@@ -9,6 +9,8 @@ packages=(
   dataset-fashion-mnist
   # arm64 cross builds of the runtime and running them (kiln compile --target aarch64-linux-gnu)
   g++-aarch64-linux-gnu qemu-user
+  # the loader fuzzer (scripts/sanitize.sh fuzz): libFuzzer comes with clang's runtime
+  clang libclang-rt-14-dev
 )
 
 missing=()
