@@ -236,7 +236,9 @@ TEST(Models, MobileNetV2) {
   expect_reference_logits(net, ref, 2e-3);
 }
 
-TEST(Models, TransformerClassifier) {
+namespace {
+// The small transformer both tests below build (the reference script's configuration).
+models::TransformerClassifierOptions small_transformer() {
   models::TransformerClassifierOptions o{20, 3};
   o.d_model = 16;
   o.nhead = 2;
@@ -244,6 +246,12 @@ TEST(Models, TransformerClassifier) {
   o.dim_feedforward = 32;
   o.max_len = 12;
   o.padding_idx = 0;
+  return o;
+}
+}  // namespace
+
+TEST(Models, TransformerClassifier) {
+  const models::TransformerClassifierOptions o = small_transformer();
   nn::init::manual_seed(4);
   auto net = std::make_shared<models::TransformerClassifier>(o);
   auto keys = net->state_dict().keys();
@@ -296,13 +304,7 @@ TEST(Models, TransformerClassifier) {
 // norm_first, gelu) on two rows with 2 and 6 padding tokens.
 TEST(Models, TransformerClassifierReferenceLogits) {
   const auto& ref = ref_model("transformer_classifier");
-  models::TransformerClassifierOptions o{20, 3};
-  o.d_model = 16;
-  o.nhead = 2;
-  o.num_layers = 2;
-  o.dim_feedforward = 32;
-  o.max_len = 12;
-  o.padding_idx = 0;
+  const models::TransformerClassifierOptions o = small_transformer();
   auto net = std::make_shared<models::TransformerClassifier>(o);
   expect_same_state_layout(*net, ref);
   expect_reference_logits(net, ref, 1e-5, det_tokens(ref.input_shape, o.vocab_size, 0));
