@@ -543,6 +543,23 @@ TEST(ElementwiseUnary, SpecialValues) {
   }
 }
 
+// Odd functions keep the sign of zero (as libm and PyTorch do), on the vector path too.
+TEST(ElementwiseUnary, SignedZerosKeepTheirSign) {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    for (UnaryOp op : {UnaryOp::Tanh, UnaryOp::Log1p, UnaryOp::Erf, UnaryOp::Sin, UnaryOp::Sqrt}) {
+      auto x = empty(Dims{67}, dt), out = empty(Dims{67}, dt);
+      for (int64_t i = 0; i < 67; ++i) write_at(*x, i, i % 2 ? -0.0 : 0.0);
+      unary_out(op, *x, *out);
+      for (int64_t i = 0; i < 67; ++i) {
+        const double got = read_at(*out, i);
+        EXPECT_EQ(got, 0.0) << unary_op_name(op) << " " << dtype_name(dt) << " at " << i;
+        EXPECT_EQ(std::signbit(got), i % 2 == 1)
+            << unary_op_name(op) << " " << dtype_name(dt) << " at " << i;
+      }
+    }
+  }
+}
+
 // Max ulp error of the float32 vector kernels against float64, for both ISA builds.
 TEST(ElementwiseUnary, VectorMathUlpError) {
   struct Case {
