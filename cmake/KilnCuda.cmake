@@ -1,4 +1,5 @@
-# The CUDA backend is optional: KILN_CUDA=AUTO uses /usr/local/cuda (NVRTC) when present.
+# Finds the CUDA toolkit (NVRTC) for the CUDA backend to come; nothing is built with it yet, and
+# the backend will load CUDA with dlopen (no link-time dependency). KILN_CUDA=AUTO|ON|OFF.
 set(KILN_HAVE_CUDA OFF)
 if(NOT KILN_CUDA STREQUAL "OFF")
   find_package(CUDAToolkit QUIET)

@@ -32,8 +32,10 @@ int usage(FILE* out) {
 }
 
 int print_version() {
-  std::printf("kiln %s (%s build, MLIR %s, CUDA backend %s, %d threads)\n", kiln::version(),
-              KILN_BUILD_TYPE, KILN_HAVE_MLIR ? "on" : "off", KILN_HAVE_CUDA_BACKEND ? "on" : "off",
+  // The backends this binary has and that work; there is no CUDA backend yet.
+  std::printf("kiln %s (%s build, backends: %s, %d threads)\n", kiln::version(), KILN_BUILD_TYPE,
+              KILN_HAVE_MLIR ? "CPU eager, CPU runtime, LLVM JIT and AOT (x86-64, aarch64)"
+                             : "CPU eager, CPU runtime (built without MLIR: no compiler)",
               kiln::num_threads());
   return 0;
 }
