@@ -184,6 +184,100 @@ TEST(Save, LstmClassifierMatchesEager) {
   expect_matches(*m, randint(0, 50, {2, 7}), randint(0, 50, {2, 7}), 1e-4);
 }
 
+// Indexing, scattering, sorting, one-hot and conv_transpose2d: every op of the function has a
+// runtime kernel, and the artifact computes what eager does on an input it was not traced on.
+TensorList indexing_ops(const TensorList& in) {
+  const Tensor& x = in[0];                                   // [4, 6] f32
+  const Tensor& idx = in[1];                                 // [3] i64 in [0, 4)
+  const Tensor& img = in[2];                                 // [1, 2, 5, 5] f32
+  Tensor rows = index_select(x, 0, idx);                     // [3, 6]
+  Tensor cols = gather(x, 1, argsort(x, 1).slice(1, 0, 2));  // [4, 2]
+  Tensor added = index_add(x, 0, idx, rows * 0.5, 2.0);      // [4, 6]
+  Tensor sc = scatter(x, 0, idx.reshape({3, 1}).expand({3, 6}), rows * -1.0);
+  Tensor sa = scatter_add(x, 0, idx.reshape({3, 1}).expand({3, 6}), rows);
+  Tensor sv = scatter(x, 1, argsort(x, 1, true).slice(1, 0, 1), 7.0);
+  Tensor mf = masked_fill(x, gt(x, full_like(x, 0.2)), -3.0);
+  Tensor oh = one_hot(idx, 5).to(DType::Float32);  // [3, 5]
+  auto [top, top_at] = topk(x, 3, 1, true, true);
+  auto [sorted, order] = sort(x, 0, true);
+  Tensor w = full({2, 3, 3, 3}, 0.1) + linspace(-1, 1, 54).reshape({2, 3, 3, 3});
+  Tensor up = conv_transpose2d(img, w, linspace(0, 1, 3), 2);  // stride 2: [1, 3, 11, 11]
+  return {rows, cols, added, sc, sa, sv, mf, oh, top, top_at, sorted, order, up};
+}
+
+TEST(Save, IndexingSortingAndConvTransposeRunInTheRuntime) {
+  manual_seed(11);
+  const Tensor idx = tensor({2.0, 0.0, 3.0}, DType::Int64);
+  TensorList traced_on = {randn({4, 6}), idx, randn({1, 2, 5, 5})};
+  jit::SaveOptions so;
+  jit::TracedFunction traced = jit::trace(indexing_ops, traced_on);
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(traced, so));
+  rt::Session session(model);
+  const TensorList x2 = {randn({4, 6}), tensor({1.0, 3.0, 0.0}, DType::Int64), randn({1, 2, 5, 5})};
+  const TensorList want = indexing_ops(x2);
+  auto got = session.run({x2[0].impl(), x2[1].impl(), x2[2].impl()});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i]->sizes(), want[i].sizes()) << "output " << i;
+    EXPECT_EQ(got[i]->dtype(), want[i].dtype()) << "output " << i;
+    EXPECT_LE(max_abs_diff(got[i], want[i]), 1e-5) << "output " << i;
+  }
+}
+
+// The random ops carry their generator state as an in-out value of the artifact: each run
+// draws what the next eager call would have drawn from the state the trace started from.
+TensorList random_ops(const TensorList& in) {
+  Tensor kept = dropout(in[0], 0.3, true);
+  Tensor u = rand({3, 4}) * 2.0 - 1.0;
+  Tensor n = randn({5}) + in[0].sum();
+  Tensor k = randint(-2, 9, {6});
+  return {kept, u, n, k};
+}
+
+TEST(Save, RandomOpsDrawFreshValuesEachRun) {
+  manual_seed(13);
+  const Tensor x = randn({16, 9});
+  manual_seed(21);
+  const TensorList eager1 = random_ops({x}), eager2 = random_ops({x});
+  manual_seed(21);
+  jit::TracedFunction traced = jit::trace(random_ops, {x});
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(traced, {}));
+  rt::Session session(model);
+  auto run1 = session.run({x.impl()});
+  auto run2 = session.run({x.impl()});
+  ASSERT_EQ(run1.size(), eager1.size());
+  for (size_t i = 0; i < eager1.size(); ++i) {
+    EXPECT_EQ(run1[i]->dtype(), eager1[i].dtype()) << "output " << i;
+    EXPECT_EQ(max_abs_diff(run1[i], eager1[i]), 0.0) << "output " << i;
+    EXPECT_EQ(max_abs_diff(run2[i], eager2[i]), 0.0) << "output " << i;
+    EXPECT_GT(max_abs_diff(run1[i], Tensor(run2[i])), 0.0)
+        << "output " << i << " repeated its draw";
+  }
+}
+
+// A runtime that registers only some kernels (a program linking what its models need): saving
+// for it fails before writing, with one error naming every missing op and where it is.
+TEST(Save, OpsTheRuntimeLacksAreListedBeforeWriting) {
+  rt::Registry small;
+  for (const char* name : {"index_select", "argsort", "slice", "scatter"})
+    small.add(*rt::builtin_registry().find(name));
+  manual_seed(12);
+  TensorList in = {randn({4, 6}), tensor({2.0, 0.0, 3.0}, DType::Int64), randn({1, 2, 5, 5})};
+  jit::SaveOptions so;
+  so.registry = &small;
+  try {
+    jit::save_to_bytes(jit::trace(indexing_ops, in), so);
+    FAIL() << "saved for a runtime without gather";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("the runtime has no kernel for"), std::string::npos) << msg;
+    for (const char* op : {"kiln.gather (op #", "kiln.topk (op #", "kiln.conv_transpose2d (op #",
+                           "kiln.one_hot (op #", "kiln.masked_fill (op #"})
+      EXPECT_NE(msg.find(op), std::string::npos) << op << " missing in: " << msg;
+    EXPECT_EQ(msg.find("kiln.index_select"), std::string::npos) << msg;
+  }
+}
+
 TEST(Save, FileRoundTripAndGuards) {
   manual_seed(7);
   auto m = models::mlp({8, 4});

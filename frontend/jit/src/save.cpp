@@ -16,6 +16,7 @@
 
 #include "kiln/codegen/artifact.h"
 #include "kiln/passes/Passes.h"
+#include "kiln/runtime/registry.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -42,6 +43,34 @@ std::string run_pipeline(mlir::MLIRContext& ctx, mlir::ModuleOp module, Build bu
   build(pm);
   if (mlir::succeeded(pm.run(module))) return "";
   return diagnostics.empty() ? std::string("the pass pipeline failed") : diagnostics;
+}
+
+// Every op the artifact would run by name must be a kernel of `registry`: one error lists each
+// op it lacks, with its location, before anything is written. Compiled code (kiln.symbol), the
+// constants the writer stores as weights and fused regions (their body ops are checked) are not
+// kernels.
+void check_runtime_coverage(mlir::ModuleOp module, const rt::Registry& registry) {
+  std::string missing;
+  size_t count = 0, index = 0;
+  auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  forward.walk<mlir::WalkOrder::PreOrder>([&](mlir::Operation* op) {
+    if (op == forward.getOperation()) return mlir::WalkResult::advance();
+    const size_t position = index++;  // as codegen numbers @forward's ops in its errors
+    if (op->hasAttr("kiln.symbol")) return mlir::WalkResult::skip();  // compiled: no kernels
+    llvm::StringRef name = op->getName().getStringRef();
+    if (!name.consume_front("kiln.") || name == "none" || name == "constant" || name == "fused" ||
+        name == "yield" || registry.find(std::string_view(name.data(), name.size())))
+      return mlir::WalkResult::advance();
+    std::string where;
+    llvm::raw_string_ostream os(where);
+    op->getLoc().print(os);
+    missing += "\n  kiln." + name.str() + " (op #" + std::to_string(position) + " of @forward, " +
+               where + ")";
+    ++count;
+    return mlir::WalkResult::advance();
+  });
+  KILN_CHECK(count == 0, "kiln::jit::save", "the runtime has no kernel for ", count,
+             count == 1 ? " op" : " ops", " of this function:", missing);
 }
 
 }  // namespace
@@ -90,6 +119,8 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
     });
     KILN_CHECK(err.empty(), "kiln::jit::save", "training pipeline: ", err);
   }
+
+  check_runtime_coverage(*module, options.registry ? *options.registry : rt::builtin_registry());
 
   codegen::ArtifactOptions o;
   o.name = options.name;

@@ -12,6 +12,8 @@ void register_builtin_kernels(Registry& r) {
   ops::register_reduce(r);
   ops::register_loss(r);
   ops::register_backward(r);
+  ops::register_indexing(r);
+  ops::register_random(r);
 }
 
 const Registry& builtin_registry() {

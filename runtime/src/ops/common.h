@@ -64,5 +64,7 @@ void register_nn(Registry& r);
 void register_reduce(Registry& r);
 void register_loss(Registry& r);
 void register_backward(Registry& r);
+void register_indexing(Registry& r);
+void register_random(Registry& r);
 
 }  // namespace kiln::rt::ops

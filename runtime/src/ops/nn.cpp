@@ -291,6 +291,21 @@ void run_group_norm(const KernelCall& c) {
                           nullptr);
 }
 
+struct ConvTransposeParams : KernelParams {
+  kernels::ConvTranspose2dParams p;
+};
+std::unique_ptr<KernelParams> decode_conv_transpose2d(const AttrMap& a) {
+  auto p = std::make_unique<ConvTransposeParams>();
+  auto s = a.ints("stride", 2), pad = a.ints("padding", 2), op = a.ints("output_padding", 2);
+  auto d = a.ints("dilation", 2);
+  p->p = {s[0], s[1], pad[0], pad[1], op[0], op[1], d[0], d[1], a.i("groups")};
+  return p;
+}
+void run_conv_transpose2d(const KernelCall& c) {
+  kernels::conv_transpose2d_out(in(c, 0), in(c, 1), opt_in(c, 2), params<ConvTransposeParams>(c).p,
+                                out(c));
+}
+
 void run_embedding(const KernelCall& c) {
   kernels::embedding_out(in(c, 0), in(c, 1), out(c));
 }
@@ -338,6 +353,11 @@ constexpr AttrSpec kMBConv[] = {{"stride", AttrType::Ints},
                                 {"project_clamp_max", AttrType::Float, false},
                                 {"channels_last_in", AttrType::Bool, false},
                                 {"channels_last_out", AttrType::Bool, false}};
+constexpr AttrSpec kConvTranspose2d[] = {{"stride", AttrType::Ints},
+                                         {"padding", AttrType::Ints},
+                                         {"output_padding", AttrType::Ints},
+                                         {"groups", AttrType::Int},
+                                         {"dilation", AttrType::Ints}};
 constexpr AttrSpec kConv1d[] = {{"stride", AttrType::Int},
                                 {"padding", AttrType::Int},
                                 {"dilation", AttrType::Int},
@@ -399,6 +419,8 @@ void register_nn(Registry& r) {
   // Optional: expand_weight, expand_bias, dw_bias, project_bias, residual.
   r.add({"mbconv", 8, 8, 1, kMBConv, decode_mbconv, run_mbconv, 0b11010110, false, prepare_mbconv});
   r.add({"conv1d", 3, 3, 1, kConv1d, decode_conv1d, run_conv1d, 0b100});
+  r.add({"conv_transpose2d", 3, 3, 1, kConvTranspose2d, decode_conv_transpose2d,
+         run_conv_transpose2d, 0b100});
   r.add({"linear", 3, 3, 1, {}, nullptr, run_linear, 0b100});
   r.add({"linear_fused", 4, 4, 1, kFusion, decode_linear_fused, run_linear_fused, 0b1100});
   r.add({"matmul", 2, 2, 1, {}, nullptr, run_matmul});

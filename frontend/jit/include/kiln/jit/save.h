@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/runtime/registry.h"
 #include "kiln/trace/trace.h"
 
 namespace kiln::jit {
@@ -23,6 +24,10 @@ struct SaveOptions {
   int64_t mbconv_min_bytes = -1;
   bool embed_mlir_bytecode = false;
   std::vector<std::pair<std::string, std::string>> metadata;
+  // The kernels of the runtime that will run the artifact (a program may register only what its
+  // models need); null: every builtin kernel. Saving fails, before anything is written, with one
+  // error listing every op it lacks and where each is.
+  const rt::Registry* registry = nullptr;
 };
 
 // Throws kiln::Error when the module cannot become an artifact.
