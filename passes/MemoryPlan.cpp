@@ -135,10 +135,11 @@ struct PlanMemoryPass : mlir::PassWrapper<PlanMemoryPass, mlir::OperationPass<ml
           for (mlir::Value operand : op.getOperands()) {
             auto ot = buffer_of.find(operand);
             if (ot == buffer_of.end() || operand.getType() != res.getType()) continue;
-            if (buffer_last[ot->second] != pos) continue;  // still read later: not in place
+            const int64_t buffer = ot->second;         // copied: inserting res may rehash the map
+            if (buffer_last[buffer] != pos) continue;  // still read later: not in place
             // Every operand reading this buffer is read by this op only at this position.
-            buffer_of[res] = ot->second;
-            buffer_last[ot->second] = std::max(pos, last_use(res));
+            buffer_of[res] = buffer;
+            buffer_last[buffer] = std::max(pos, last_use(res));
             reused = true;
             break;
           }

@@ -110,14 +110,22 @@ int run(int argc, char** argv) {
                ", got ", describe(a), " from ", in_paths[i]);
     in_ptrs.push_back(a.data.data());
   }
-  // Outputs in 64-byte aligned buffers, like every tensor the runtime allocates.
-  std::vector<void*> out_ptrs;
-  std::vector<size_t> out_bytes;
+  // Outputs in 64-byte aligned buffers, like every tensor the runtime allocates; returned on
+  // every path out, errors included.
+  struct OutputBuffers {
+    std::vector<void*> ptrs;
+    std::vector<size_t> bytes;
+    ~OutputBuffers() {
+      for (size_t i = 0; i < ptrs.size(); ++i) kiln::cpu_allocator().deallocate(ptrs[i], bytes[i]);
+    }
+  } out;
+  std::vector<void*>& out_ptrs = out.ptrs;
   for (int32_t i = 0; i < m.num_outputs; ++i) {
     const kiln_tensor_info& o = m.outputs[i];
-    out_bytes.push_back(
-        std::max<size_t>(size_t(numel(o)) * kiln::dtype_size(kiln::DType(o.dtype)), 1));
-    out_ptrs.push_back(kiln::cpu_allocator().allocate(out_bytes.back()));
+    const size_t bytes =
+        std::max<size_t>(size_t(numel(o)) * kiln::dtype_size(kiln::DType(o.dtype)), 1);
+    out.bytes.push_back(bytes);  // first: the destructor frees ptrs[i] with bytes[i]
+    out.ptrs.push_back(kiln::cpu_allocator().allocate(bytes));
   }
 
   double total_ms = 0, best_ms = 1e300;
@@ -143,7 +151,6 @@ int run(int argc, char** argv) {
     const kiln_tensor_info& o = m.outputs[i];
     kiln::npy::write(out_paths[i], kiln::DType(o.dtype),
                      std::vector<int64_t>(o.shape, o.shape + o.rank), out_ptrs[i]);
-    kiln::cpu_allocator().deallocate(out_ptrs[i], out_bytes[i]);
   }
   return 0;
 }

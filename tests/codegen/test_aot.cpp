@@ -335,7 +335,7 @@ TEST(Aot, RuntimeErrorInsideTheModelIsReportedByTheExecutable) {
   const float x[2] = {1, 2};
   kiln::npy::write(dir / "x.npy", kiln::DType::Float32, {2}, x);
   const CommandResult r = run_command(dir / "model" + " " + dir / "x.npy -o " + dir / "y.npy");
-  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.rc, 1) << r.output;
   EXPECT_NE(r.output.find("model_run failed (code 1): conv2d: weight has 3 dims!!!"),
             std::string::npos)
       << r.output;

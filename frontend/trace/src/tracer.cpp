@@ -104,7 +104,7 @@ class Tracer final : public dispatch::TraceHook {
     out_ = &out;
     auto loc = builder_.getUnknownLoc();
     module_ = mlir::ModuleOp::create(loc);
-    builder_.setInsertionPointToEnd(module_.getBody());
+    builder_.setInsertionPointToEnd(module_->getBody());
     // Arguments are appended as captures appear: start with the inputs.
     fn_ = builder_.create<mlir::func::FuncOp>(loc, "forward", builder_.getFunctionType({}, {}));
     block_ = fn_.addEntryBlock();
@@ -149,7 +149,7 @@ class Tracer final : public dispatch::TraceHook {
     fn_->setAttr("kiln.arg_names", builder_.getArrayAttr(names));
     // The results before the in-out values: what gradient elimination keeps.
     fn_->setAttr("kiln.num_outputs", builder_.getI64IntegerAttr(out_->num_outputs_));
-    return module_;
+    return module_.release();
   }
 
   void on_op(const char* op, const TensorList& inputs, const TensorList& outputs,
@@ -571,7 +571,8 @@ class Tracer final : public dispatch::TraceHook {
   mlir::OpBuilder builder_;
   const TraceOptions& options_;
   TracedFunction* out_ = nullptr;
-  mlir::ModuleOp module_;
+  // Owned until finish() hands it over: a traced function that throws frees what was recorded.
+  mlir::OwningOpRef<mlir::ModuleOp> module_;
   mlir::func::FuncOp fn_;
   mlir::Block* block_ = nullptr;
   std::unordered_map<const TensorImpl*, mlir::Value> values_;
