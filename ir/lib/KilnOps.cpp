@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 
@@ -208,6 +210,41 @@ LogicalResult Conv2dAvgpoolOp::verify() {
 LogicalResult LinearFusedOp::verify() {
   return verify_fused_epilogue(*this, getResidual(), getActivation(),
                                getClampMin().convertToDouble(), getClampMax().convertToDouble());
+}
+
+// interpolate / interpolate_backward (kernels/interpolate.h): the small side `from` and the
+// resampled side `to` are 4-d float tensors of one element type with the same N and C; a known
+// mode, align_corners only with bilinear, finite non-negative scale factors, both or neither.
+LogicalResult verify_interpolate(Operation* op, Type from, Type to, int64_t mode,
+                                 bool align_corners, double scale_h, double scale_w) {
+  if (mode != 0 && mode != 1)
+    return op->emitOpError("mode must be 0 (nearest) or 1 (bilinear), got ") << mode;
+  if (align_corners && mode != 1)
+    return op->emitOpError("align_corners can only be set with mode 1 (bilinear)");
+  if (!std::isfinite(scale_h) || !std::isfinite(scale_w) || scale_h < 0 || scale_w < 0)
+    return op->emitOpError("scale factors must be finite and >= 0, got (")
+           << scale_h << ", " << scale_w << ")";
+  if ((scale_h > 0) != (scale_w > 0))
+    return op->emitOpError("scale factors must be both set or both 0, got (")
+           << scale_h << ", " << scale_w << ")";
+  auto a = dyn_cast<RankedTensorType>(from), b = dyn_cast<RankedTensorType>(to);
+  if (!a || !b || a.getRank() != 4 || b.getRank() != 4 || !isa<FloatType>(a.getElementType()))
+    return op->emitOpError("expects 4-d float tensors, got ") << from << " and " << to;
+  if (a.getElementType() != b.getElementType() || a.getShape()[0] != b.getShape()[0] ||
+      a.getShape()[1] != b.getShape()[1])
+    return op->emitOpError("expects the same element type, N and C on both sides, got ")
+           << from << " and " << to;
+  return success();
+}
+LogicalResult InterpolateOp::verify() {
+  return verify_interpolate(*this, getInput().getType(), getResult().getType(), getMode(),
+                            getAlignCorners(), getScaleH().convertToDouble(),
+                            getScaleW().convertToDouble());
+}
+LogicalResult InterpolateBackwardOp::verify() {
+  return verify_interpolate(*this, getResult().getType(), getGrad().getType(), getMode(),
+                            getAlignCorners(), getScaleH().convertToDouble(),
+                            getScaleW().convertToDouble());
 }
 
 // The block's shapes as the runtime kernel checks them (kernels/mbconv.h), float32 throughout.

@@ -70,6 +70,10 @@ OPS = {
     "avg_pool2d": (["input"], 1, {"kernel": ARR, "stride": ARR, "padding": ARR,
                                   "ceil_mode": BOOL, "count_include_pad": BOOL}, "average pooling"),
     "adaptive_avg_pool2d": (["input"], 1, {"output_size": ARR}, "adaptive average pooling"),
+    # mode: kernels::InterpolateMode (0 nearest, 1 bilinear); scale_h/w: the user's scale factors
+    # (0 = none; when set the source step is 1/scale, not in/out). Output size: the result type.
+    "interpolate": (["input"], 1, {"mode": I64, "align_corners": BOOL, "scale_h": F64,
+                                   "scale_w": F64}, "resample H and W (F.interpolate)"),
     "batch_norm": (["input", "running_mean", "running_var", "weight", "bias"], 1,
                    {"training": BOOL, "momentum": F64, "eps": F64}, "batch normalization"),
     "batch_norm_update_stats": (["input", "running_mean", "running_var"], 2, {"momentum": F64},
@@ -87,6 +91,8 @@ OPS = {
                                           "ceil_mode": BOOL, "count_include_pad": BOOL},
                             "avg_pool2d gradient"),
     "adaptive_avg_pool2d_backward": (["grad"], 1, {}, "adaptive_avg_pool2d gradient"),
+    "interpolate_backward": (["grad"], 1, {"mode": I64, "align_corners": BOOL, "scale_h": F64,
+                                            "scale_w": F64}, "interpolate gradient"),
     "batch_norm_backward": (["grad", "input", "weight", "running_mean", "running_var"], 3,
                             {"training": BOOL, "eps": F64},
                             "batch_norm gradients (input, weight, bias); batch statistics are "
@@ -161,7 +167,8 @@ VARIADIC = {
     "cat": ({"dim": I64}, "concatenate along dim"),
     "stack": ({"dim": I64}, "stack along a new dim"),
 }
-VERIFIED = {"conv2d_fused", "conv2d_avgpool", "linear_fused", "mbconv"}  # custom verifier in ir/lib/KilnOps.cpp
+VERIFIED = {"conv2d_fused", "conv2d_avgpool", "linear_fused", "mbconv", "interpolate",
+            "interpolate_backward"}  # custom verifier in ir/lib/KilnOps.cpp
 OPTIONAL_OPERANDS = {"bias", "running_mean", "running_var", "weight_opt", "residual",
                      "expand_weight", "expand_bias", "dw_bias", "project_bias"}
 

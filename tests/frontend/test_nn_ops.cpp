@@ -91,6 +91,49 @@ TEST(NnOps, Pooling) {
   EXPECT_FLOAT_EQ(avg_pool2d(x, 2).item<float>(), 2.75f);
 }
 
+TEST(NnOps, Interpolate) {
+  using O = InterpolateOptions;
+  expect_gradcheck(
+      [](const TensorList& v) {
+        return TensorList{interpolate(v[0], O().size({5, 7}).mode(InterpolateMode::Bilinear))};
+      },
+      {rnd({2, 2, 3, 4}, 61)}, "bilinear");
+  expect_gradcheck(
+      [](const TensorList& v) {
+        return TensorList{interpolate(
+            v[0], O().size({2, 6}).mode(InterpolateMode::Bilinear).align_corners(true))};
+      },
+      {rnd({1, 3, 4, 3}, 62)}, "bilinear align_corners");
+  expect_gradcheck(
+      [](const TensorList& v) { return TensorList{interpolate(v[0], O().scale_factor({1.7}))}; },
+      {rnd({1, 2, 3, 5}, 63)}, "nearest by scale factor");
+  // Sizes as PyTorch computes them: floor(in * scale).
+  Tensor x = rnd({1, 1, 5, 4}, 64, -1, 1, false);
+  EXPECT_EQ(interpolate(x, O().scale_factor({1.7, 0.6})).sizes(), (Dims{1, 1, 8, 2}));
+  EXPECT_EQ(interpolate(x, O().size({3})).sizes(), (Dims{1, 1, 3, 3}));
+  // The hand-computed 2x2 -> 4x4 bilinear row of PyTorch's documentation.
+  Tensor y = interpolate(tensor({{1.0, 2.0}, {3.0, 4.0}}).reshape({1, 1, 2, 2}),
+                         O().scale_factor({2.0}).mode(InterpolateMode::Bilinear));
+  EXPECT_FLOAT_EQ(y.index({0, 0, 0, 1}).item<float>(), 1.25f);
+  EXPECT_FLOAT_EQ(y.index({0, 0, 1, 2}).item<float>(), 2.25f);
+  auto expect_error = [&](const O& o, const char* needle, Tensor in = {}) {
+    try {
+      interpolate(in.defined() ? in : x, o);
+      ADD_FAILURE() << "no error, expected " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.op(), "interpolate");
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error(O(), "got neither");
+  expect_error(O().size({4, 4}).scale_factor({2.0}), "got both");
+  expect_error(O().size({4, 4}).align_corners(false), "align_corners");
+  expect_error(O().size({4, 4, 4}), "1 or 2 values");
+  expect_error(O().size({0, 4}), "> 0");
+  expect_error(O().scale_factor({-1.0}), "scale factor > 0");
+  expect_error(O().size({4, 4}), "4-d", rnd({2, 5, 4}, 65, -1, 1, false));
+}
+
 TEST(NnOps, Normalization) {
   Tensor rm = zeros({3}, DType::Float64), rv = ones({3}, DType::Float64);
   expect_gradcheck(

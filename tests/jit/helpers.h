@@ -24,4 +24,43 @@ inline double max_rel_error(const Tensor& a, const Tensor& b) {
   return max_abs_diff(a, b) / std::max(scale, 1e-30);
 }
 
+// A U-Net-style network with the ops a segmentation model needs: strided convs down, bilinear
+// interpolate and conv_transpose2d up, skip connections by cat, a nearest resize to the output
+// size and a topk head. forward: [N, 3, 16, 16] -> [N, 12] = the 5 best scores of class 1, their
+// flat positions (as floats) and the mean logit of each class.
+class TinyUNet : public nn::Module {
+ public:
+  TinyUNet() {
+    auto conv = [&](const char* name, int64_t in, int64_t out, int64_t k, int64_t stride) {
+      return register_module(name,
+                             std::make_shared<nn::Conv2d>(
+                                 nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2)));
+    };
+    enc1_ = conv("enc1", 3, 8, 3, 1);
+    enc2_ = conv("enc2", 8, 16, 3, 2);
+    mid_ = conv("mid", 16, 16, 3, 2);
+    dec1_ = conv("dec1", 32, 16, 3, 1);
+    up_ = register_module("up", std::make_shared<nn::ConvTranspose2d>(
+                                    nn::ConvTranspose2dOptions(16, 8, 2).stride(2)));
+    dec2_ = conv("dec2", 16, 8, 3, 1);
+    head_ = conv("head", 8, 2, 1, 1);
+  }
+  Tensor forward(const Tensor& x) override {
+    using O = InterpolateOptions;
+    Tensor e1 = relu(enc1_->forward(x));   // 16x16
+    Tensor e2 = relu(enc2_->forward(e1));  // 8x8
+    Tensor m = relu(mid_->forward(e2));    // 4x4
+    Tensor u1 = interpolate(m, O().scale_factor({2.0}).mode(InterpolateMode::Bilinear));
+    Tensor d1 = relu(dec1_->forward(cat({u1, e2}, 1)));                   // 8x8
+    Tensor d2 = relu(dec2_->forward(cat({up_->forward(d1), e1}, 1)));     // 16x16
+    Tensor logits = head_->forward(interpolate(d2, O().size({24, 24})));  // [N, 2, 24, 24]
+    auto [score, where] = topk(logits.select(1, 1).reshape({x.size(0), 24 * 24}), 5, 1);
+    return cat({score, where.to(DType::Float32), mean(logits, Dims{2, 3})}, 1);
+  }
+
+ private:
+  std::shared_ptr<nn::Conv2d> enc1_, enc2_, mid_, dec1_, dec2_, head_;
+  std::shared_ptr<nn::ConvTranspose2d> up_;
+};
+
 }  // namespace kiln::test

@@ -36,6 +36,11 @@ void expect_compiled_matches_eager(nn::Module& model, const Tensor& trace_input,
 
 }  // namespace
 
+TEST(JitModels, TinyUNet) {
+  test::TinyUNet m;
+  expect_compiled_matches_eager(m, rnd({2, 3, 16, 16}, 7), rnd({2, 3, 16, 16}, 8), 1e-5);
+}
+
 TEST(JitModels, LeNet) {
   auto m = models::lenet();
   expect_compiled_matches_eager(*m, rnd({2, 1, 28, 28}, 1), rnd({2, 1, 28, 28}, 2));

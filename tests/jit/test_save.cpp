@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "helpers.h"
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
@@ -276,6 +277,12 @@ TEST(Save, OpsTheRuntimeLacksAreListedBeforeWriting) {
       EXPECT_NE(msg.find(op), std::string::npos) << op << " missing in: " << msg;
     EXPECT_EQ(msg.find("kiln.index_select"), std::string::npos) << msg;
   }
+}
+
+// conv_transpose2d, cat, interpolate (bilinear and nearest) and a topk head, run by the runtime.
+TEST(Save, TinyUNetMatchesEager) {
+  test::TinyUNet m;
+  expect_matches(m, randn({2, 3, 16, 16}), randn({2, 3, 16, 16}), 1e-5);
 }
 
 TEST(Save, FileRoundTripAndGuards) {

@@ -148,5 +148,57 @@ TEST(SaveTraining, ConvNetStepsMatchEager) {
   }
 }
 
+// interpolate's gradient (kiln.interpolate_backward) in a saved training step.
+TEST(SaveTraining, UpsamplingNetStepsMatchEager) {
+  auto make = [] {
+    return TensorList{rnd({3, 1, 3, 3}, 91, 0.3).requires_grad_(), zeros({3}).requires_grad_(),
+                      rnd({2, 3 * 10 * 10}, 92, 0.1).requires_grad_()};
+  };
+  auto step = [](TensorList& p) {
+    return [&p](const TensorList& x) {
+      Tensor h = conv2d(x[0], p[0], p[1], 1, 1);  // [2, 3, 4, 4]
+      h = relu(interpolate(h, InterpolateOptions().scale_factor({2.5}).mode(
+                                  InterpolateMode::Bilinear)));  // [2, 3, 10, 10]
+      Tensor loss = cross_entropy(linear(h.reshape({h.size(0), -1}), p[2]), x[1]);
+      loss.backward();
+      {
+        autograd::NoGradGuard no_grad;
+        for (int i = 0; i < 3; ++i) {
+          sub_(p[i], p[i].grad(), 0.5);
+          p[i].set_grad(Tensor());
+        }
+      }
+      return TensorList{loss.detach()};
+    };
+  };
+  Tensor x = rnd({2, 1, 4, 4}, 93);
+  Tensor y = tensor({1.0, 0.0}, DType::Int64);
+  TensorList eager = make();
+  auto eager_step = step(eager);
+  std::vector<double> eager_losses;
+  for (int i = 0; i < 3; ++i) eager_losses.push_back(eager_step({x, y})[0].item<double>());
+
+  TensorList traced = make();
+  auto traced_step = step(traced);
+  const char* names[] = {"conv.weight", "conv.bias", "fc.weight"};
+  jit::TraceOptions options;
+  for (int i = 0; i < 3; ++i) options.named_captures.push_back({names[i], traced[i]});
+  jit::TracedFunction t = jit::trace(traced_step, {x, y}, options);
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(t));
+  rt::Session s(model);
+  for (int i = 1; i < 3; ++i) {
+    auto out = s.run({x.impl(), y.impl()});
+    EXPECT_NEAR(Tensor(out[0]).item<double>(), eager_losses[i], 1e-5) << "step " << i + 1;
+  }
+  EXPECT_GT(std::abs(eager_losses[2] - eager_losses[0]), 1e-3);  // the steps did learn
+  for (int i = 0; i < 3; ++i) {
+    const TensorImpl* w = s.state(names[i]);
+    ASSERT_NE(w, nullptr) << names[i];
+    EXPECT_LE(max_abs_diff(Tensor(TensorImplPtr(const_cast<TensorImpl*>(w))).clone(), eager[i]),
+              1e-5)
+        << names[i];
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -34,6 +34,8 @@ const llvm::StringMap<std::vector<const char*>>& abi_ops() {
       {"max_pool2d", {"kernel", "stride", "padding", "dilation", "ceil_mode"}},
       {"avg_pool2d", {"kernel", "stride", "padding", "ceil_mode", "count_include_pad"}},
       {"adaptive_avg_pool2d", {"output_size"}},
+      {"interpolate", {"mode", "align_corners", "scale_h", "scale_w"}},
+      {"interpolate_backward", {"mode", "align_corners", "scale_h", "scale_w"}},
       {"batch_norm", {"training", "momentum", "eps"}},
       {"layer_norm", {"normalized_shape", "eps"}},
       {"group_norm", {"num_groups", "eps"}},

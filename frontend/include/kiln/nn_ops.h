@@ -4,6 +4,7 @@
 
 #include <initializer_list>
 #include <optional>
+#include <vector>
 
 #include "kiln/tensor.h"
 
@@ -47,6 +48,51 @@ Tensor layer_norm(const Tensor& input, std::span<const int64_t> normalized_shape
                   const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5);
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
+
+enum class InterpolateMode { Nearest, Bilinear };
+
+// F.interpolate's options (libtorch's InterpolateFuncOptions): exactly one of size ({H, W}, or
+// one value for both) and scale_factor ({sh, sw}, or one for both). With a scale factor the
+// output is floor(in * scale) and the source step is 1/scale, as in PyTorch, unless
+// recompute_scale_factor(true) derives the step from the sizes. align_corners is for bilinear.
+class InterpolateOptions {
+ public:
+  InterpolateOptions& size(std::vector<int64_t> s) {
+    size_ = std::move(s);
+    return *this;
+  }
+  InterpolateOptions& scale_factor(std::vector<double> s) {
+    scale_factor_ = std::move(s);
+    return *this;
+  }
+  InterpolateOptions& mode(InterpolateMode m) {
+    mode_ = m;
+    return *this;
+  }
+  InterpolateOptions& align_corners(bool a) {
+    align_corners_ = a;
+    return *this;
+  }
+  InterpolateOptions& recompute_scale_factor(bool r) {
+    recompute_scale_factor_ = r;
+    return *this;
+  }
+  const std::optional<std::vector<int64_t>>& size() const { return size_; }
+  const std::optional<std::vector<double>>& scale_factor() const { return scale_factor_; }
+  InterpolateMode mode() const { return mode_; }
+  const std::optional<bool>& align_corners() const { return align_corners_; }
+  bool recompute_scale_factor() const { return recompute_scale_factor_; }
+
+ private:
+  std::optional<std::vector<int64_t>> size_;
+  std::optional<std::vector<double>> scale_factor_;
+  InterpolateMode mode_ = InterpolateMode::Nearest;
+  std::optional<bool> align_corners_;
+  bool recompute_scale_factor_ = false;
+};
+
+// Resamples the last two dims of an (N, C, H, W) tensor (nearest or bilinear), differentiable.
+Tensor interpolate(const Tensor& input, const InterpolateOptions& options);
 
 Tensor embedding(const Tensor& weight, const Tensor& indices,
                  std::optional<int64_t> padding_idx = std::nullopt);

@@ -34,6 +34,8 @@ const std::vector<std::pair<std::string, void*>>& abi_symbols() {
       KILN_SYM(kiln_abi_max_pool2d),
       KILN_SYM(kiln_abi_avg_pool2d),
       KILN_SYM(kiln_abi_adaptive_avg_pool2d),
+      KILN_SYM(kiln_abi_interpolate),
+      KILN_SYM(kiln_abi_interpolate_backward),
       KILN_SYM(kiln_abi_batch_norm),
       KILN_SYM(kiln_abi_layer_norm),
       KILN_SYM(kiln_abi_group_norm),

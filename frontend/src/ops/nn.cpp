@@ -8,6 +8,7 @@
 #include "kiln/ops.h"
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/embedding.h"
+#include "kiln/runtime/kernels/interpolate.h"
 #include "kiln/runtime/kernels/loss.h"
 #include "kiln/runtime/kernels/norm.h"
 #include "kiln/runtime/kernels/pool.h"
@@ -353,6 +354,53 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
 }
 
 // --- embedding ----------------------------------------------------------------------------------
+
+Tensor interpolate(const Tensor& input, const InterpolateOptions& o) {
+  constexpr const char* op = "interpolate";
+  KILN_CHECK(input.dim() == 4, op, "expected a 4-d (N, C, H, W) input, got ", input.sizes());
+  KILN_CHECK(o.size().has_value() != o.scale_factor().has_value(), op,
+             "expected exactly one of size and scale_factor, got ", o.size() ? "both" : "neither");
+  KILN_CHECK(!o.align_corners() || o.mode() == InterpolateMode::Bilinear, op,
+             "align_corners can only be set with mode Bilinear");
+  kernels::InterpolateParams p;
+  p.mode = o.mode() == InterpolateMode::Bilinear ? kernels::InterpolateMode::Bilinear
+                                                 : kernels::InterpolateMode::Nearest;
+  p.align_corners = o.align_corners().value_or(false);
+  const int64_t H = input.size(2), W = input.size(3);
+  int64_t Ho = 0, Wo = 0;
+  if (o.size()) {
+    const auto& s = *o.size();
+    KILN_CHECK(s.size() == 1 || s.size() == 2, op, "expected size of 1 or 2 values, got ",
+               s.size());
+    Ho = s[0], Wo = s.back();
+    KILN_CHECK(Ho > 0 && Wo > 0, op, "expected an output size > 0, got (", Ho, ", ", Wo, ")");
+  } else {
+    const auto& s = *o.scale_factor();
+    KILN_CHECK(s.size() == 1 || s.size() == 2, op, "expected scale_factor of 1 or 2 values, got ",
+               s.size());
+    Ho = kernels::interpolate_output_size(op, H, s[0]);
+    Wo = kernels::interpolate_output_size(op, W, s.back());
+    if (!o.recompute_scale_factor()) p.scale_h = s[0], p.scale_w = s.back();
+  }
+  Tensor out = new_tensor(Dims{input.size(0), input.size(1), Ho, Wo}, input.dtype());
+  kernels::interpolate_out(*input.impl(), p, *out.impl());
+  Dims in = input.sizes();
+  DType dt = input.dtype();
+  autograd::record("InterpolateBackward", {input}, {out}, {}, {},
+                   [in, dt, p](const TensorList&, const TensorList& g) {
+                     first_order_only("interpolate", g, /*traced=*/true);
+                     Tensor gi = new_tensor(in, dt);
+                     kernels::interpolate_backward_out(*g[0].contiguous().impl(), p, *gi.impl());
+                     KILN_TRACE("interpolate_backward", {g[0]}, {gi},
+                                {"mode", static_cast<int64_t>(p.mode)},
+                                {"align_corners", p.align_corners}, {"scale_h", p.scale_h},
+                                {"scale_w", p.scale_w});
+                     return TensorList{gi};
+                   });
+  KILN_TRACE("interpolate", {input}, {out}, {"mode", static_cast<int64_t>(p.mode)},
+             {"align_corners", p.align_corners}, {"scale_h", p.scale_h}, {"scale_w", p.scale_w});
+  return out;
+}
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
   Tensor out =

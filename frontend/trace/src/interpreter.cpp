@@ -15,6 +15,7 @@
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/interpolate.h"
 #include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/kernels/norm.h"
 #include "kiln/runtime/kernels/pool.h"
@@ -492,6 +493,37 @@ const std::unordered_map<std::string, Kernel>& kernels() {
          p.ceil_mode = a.b("ceil_mode"), p.count_include_pad = a.b("count_include_pad");
          Tensor gi = result_like(op, 0);
          kernels::avg_pool2d_backward_out(*x[0].contiguous().impl(), p, *gi.impl());
+         return TensorList{gi};
+       }},
+      {"kiln.interpolate",
+       [](L x, A a, O op) {
+         // The result type's size, or the scale factors it came from (same size, same step).
+         const auto shape = mlir::cast<mlir::RankedTensorType>(op->getResult(0).getType()).getShape();
+         InterpolateOptions o;
+         o.mode(a.i("mode") == 1 ? InterpolateMode::Bilinear : InterpolateMode::Nearest);
+         if (a.b("align_corners")) o.align_corners(true);
+         const double sh = a.f("scale_h"), sw = a.f("scale_w");
+         if (sh > 0 && sw > 0) {
+           o.scale_factor({sh, sw});
+         } else {
+           KILN_CHECK(shape.size() == 4, "kiln.interpolate", "expected a 4-d result, got rank ",
+                      shape.size());
+           o.size({shape[2], shape[3]});
+         }
+         Tensor y = interpolate(x[0], o);
+         KILN_CHECK(y.sizes() == Dims(std::vector<int64_t>(shape.begin(), shape.end())),
+                    "kiln.interpolate", "the result type's shape differs from the computed ",
+                    y.sizes());
+         return TensorList{y};
+       }},
+      {"kiln.interpolate_backward",
+       [](L x, A a, O op) {
+         kernels::InterpolateParams p;
+         p.mode = static_cast<kernels::InterpolateMode>(a.i("mode"));
+         p.align_corners = a.b("align_corners");
+         p.scale_h = a.f("scale_h"), p.scale_w = a.f("scale_w");
+         Tensor gi = result_like(op, 0);
+         kernels::interpolate_backward_out(*x[0].contiguous().impl(), p, *gi.impl());
          return TensorList{gi};
        }},
       {"kiln.adaptive_avg_pool2d_backward",

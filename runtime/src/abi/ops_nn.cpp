@@ -4,6 +4,7 @@
 
 #include "decode.h"
 #include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/interpolate.h"
 #include "kiln/runtime/kernels/linalg.h"
 #include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/kernels/nn.h"
@@ -260,5 +261,17 @@ KILN_ABI_OP(group_norm, {
   group_norm_out(a.t(0), groups, a.opt(1), a.opt(2), eps, a.t(3), nullptr, nullptr);
 })
 KILN_ABI_OP(embedding, embedding_out(a.t(0), a.t(1), a.t(2)))
+namespace {
+kiln::kernels::InterpolateParams interpolate_params(kiln::abi::Args& a) {
+  kiln::kernels::InterpolateParams p;
+  p.mode = static_cast<kiln::kernels::InterpolateMode>(a.i());
+  p.align_corners = a.b();
+  p.scale_h = a.f();
+  p.scale_w = a.f();
+  return p;
+}
+}  // namespace
+KILN_ABI_OP(interpolate, interpolate_out(a.t(0), interpolate_params(a), a.t(1)))
+KILN_ABI_OP(interpolate_backward, interpolate_backward_out(a.t(0), interpolate_params(a), a.t(1)))
 KILN_ABI_OP(dropout, dropout_out(a.t(0), a.t(1), a.f(), a.t(2)))
 KILN_ABI_OP(copy, copy_(a.t(1), a.t(0)))

@@ -8,6 +8,7 @@
 #include "kiln/runtime/kernels/elementwise.h"
 #include "kiln/runtime/kernels/embedding.h"
 #include "kiln/runtime/kernels/gemm.h"
+#include "kiln/runtime/kernels/interpolate.h"
 #include "kiln/runtime/kernels/linalg.h"
 #include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/kernels/norm.h"
@@ -306,6 +307,24 @@ void run_conv_transpose2d(const KernelCall& c) {
                                 out(c));
 }
 
+struct InterpolateParams : KernelParams {
+  kernels::InterpolateParams p;
+};
+std::unique_ptr<KernelParams> decode_interpolate(const AttrMap& a) {
+  auto p = std::make_unique<InterpolateParams>();
+  p->p.mode = static_cast<kernels::InterpolateMode>(a.i("mode"));  // the kernel checks it
+  p->p.align_corners = a.b("align_corners", false);
+  p->p.scale_h = a.f("scale_h", 0.0);
+  p->p.scale_w = a.f("scale_w", 0.0);
+  return p;
+}
+void run_interpolate(const KernelCall& c) {
+  kernels::interpolate_out(in(c, 0), params<InterpolateParams>(c).p, out(c));
+}
+void run_interpolate_backward(const KernelCall& c) {
+  kernels::interpolate_backward_out(in(c, 0), params<InterpolateParams>(c).p, out(c));
+}
+
 void run_embedding(const KernelCall& c) {
   kernels::embedding_out(in(c, 0), in(c, 1), out(c));
 }
@@ -358,6 +377,12 @@ constexpr AttrSpec kConvTranspose2d[] = {{"stride", AttrType::Ints},
                                          {"output_padding", AttrType::Ints},
                                          {"groups", AttrType::Int},
                                          {"dilation", AttrType::Ints}};
+constexpr AttrSpec kInterpolate[] = {{"mode", AttrType::Int},
+                                     {"align_corners", AttrType::Bool, false},
+                                     {"scale_h", AttrType::Float, false},
+                                     {"scale_w", AttrType::Float, false}};
+// padding_idx only changes the gradient (a training artifact's embedding_backward).
+constexpr AttrSpec kEmbedding[] = {{"padding_idx", AttrType::Int, false}};
 constexpr AttrSpec kConv1d[] = {{"stride", AttrType::Int},
                                 {"padding", AttrType::Int},
                                 {"dilation", AttrType::Int},
@@ -421,6 +446,9 @@ void register_nn(Registry& r) {
   r.add({"conv1d", 3, 3, 1, kConv1d, decode_conv1d, run_conv1d, 0b100});
   r.add({"conv_transpose2d", 3, 3, 1, kConvTranspose2d, decode_conv_transpose2d,
          run_conv_transpose2d, 0b100});
+  r.add({"interpolate", 1, 1, 1, kInterpolate, decode_interpolate, run_interpolate});
+  r.add({"interpolate_backward", 1, 1, 1, kInterpolate, decode_interpolate,
+         run_interpolate_backward});
   r.add({"linear", 3, 3, 1, {}, nullptr, run_linear, 0b100});
   r.add({"linear_fused", 4, 4, 1, kFusion, decode_linear_fused, run_linear_fused, 0b1100});
   r.add({"matmul", 2, 2, 1, {}, nullptr, run_matmul});
@@ -431,7 +459,7 @@ void register_nn(Registry& r) {
   r.add({"batch_norm", 5, 5, 1, kBatchNorm, decode_batch_norm, run_batch_norm, 0b11110});
   r.add({"layer_norm", 3, 3, 1, kLayerNorm, decode_layer_norm, run_layer_norm, 0b110});
   r.add({"group_norm", 3, 3, 1, kGroupNorm, decode_group_norm, run_group_norm, 0b110});
-  r.add({"embedding", 2, 2, 1, {}, nullptr, run_embedding});
+  r.add({"embedding", 2, 2, 1, kEmbedding, nullptr, run_embedding});
   r.add({"dropout", 2, 2, 1, kP, decode_p, run_dropout});
   r.add({"softmax", 1, 1, 1, kDim, decode_dim, run_softmax});
   r.add({"log_softmax", 1, 1, 1, kDim, decode_dim, run_log_softmax});

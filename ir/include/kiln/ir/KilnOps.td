@@ -303,6 +303,13 @@ def Kiln_AdaptiveAvgPool2dOp : Kiln_Op<"adaptive_avg_pool2d", [Pure]> {
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
+def Kiln_InterpolateOp : Kiln_Op<"interpolate", [Pure]> {
+  let summary = "resample H and W (F.interpolate)";
+  let arguments = (ins Kiln_Tensor:$input, I64Attr:$mode, BoolAttr:$align_corners, F64Attr:$scale_h, F64Attr:$scale_w);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
 def Kiln_BatchNormOp : Kiln_Op<"batch_norm", [Pure]> {
   let summary = "batch normalization";
   let arguments = (ins Kiln_Tensor:$input, Kiln_OptTensor:$running_mean, Kiln_OptTensor:$running_var, Kiln_OptTensor:$weight, Kiln_OptTensor:$bias, BoolAttr:$training, F64Attr:$momentum, F64Attr:$eps);
@@ -350,6 +357,13 @@ def Kiln_AdaptiveAvgPool2dBackwardOp : Kiln_Op<"adaptive_avg_pool2d_backward", [
   let arguments = (ins Kiln_Tensor:$grad);
   let results = (outs Kiln_Tensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+def Kiln_InterpolateBackwardOp : Kiln_Op<"interpolate_backward", [Pure]> {
+  let summary = "interpolate gradient";
+  let arguments = (ins Kiln_Tensor:$grad, I64Attr:$mode, BoolAttr:$align_corners, F64Attr:$scale_h, F64Attr:$scale_w);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 def Kiln_BatchNormBackwardOp : Kiln_Op<"batch_norm_backward", [Pure]> {
   let summary = "batch_norm gradients (input, weight, bias); batch statistics are recomputed from input in training mode";

@@ -84,6 +84,9 @@ void kiln_abi_max_pool2d(void* const* data, const int64_t* desc);
 // kernel[], stride[], padding[], ceil_mode, count_include_pad
 void kiln_abi_avg_pool2d(void* const* data, const int64_t* desc);
 void kiln_abi_adaptive_avg_pool2d(void* const* data, const int64_t* desc);  // output_size[]
+void kiln_abi_interpolate(void* const* data,
+                          const int64_t* desc);  // mode, align_corners, scale_h, scale_w
+void kiln_abi_interpolate_backward(void* const* data, const int64_t* desc);  // as interpolate
 // normalization: x, running_mean?, running_var?, weight?, bias?, out; training, momentum, eps
 void kiln_abi_batch_norm(void* const* data, const int64_t* desc);
 void kiln_abi_layer_norm(void* const* data, const int64_t* desc);  // normalized_shape[], eps
