@@ -747,6 +747,17 @@ TensorList run_block(mlir::Block& block, Env& env) {
 
 }  // namespace
 
+bool interpreter_supports(std::string_view op_name) {
+  static constexpr std::string_view kBuiltin[] = {
+      "kiln.none",      "kiln.constant",       "kiln.yield",
+      "func.return",    "scf.yield",           "scf.if",
+      "scf.for",        "arith.constant",      "arith.index_cast",
+      "tensor.extract", "tensor.from_elements"};
+  for (std::string_view b : kBuiltin)
+    if (op_name == b) return true;
+  return kernels().count(std::string(op_name)) != 0;
+}
+
 TensorList interpret(mlir::ModuleOp module, const TensorList& args) {
   auto fn = module.lookupSymbol<mlir::func::FuncOp>("forward");
   KILN_CHECK(fn, "interpret", "the module has no func.func @forward");

@@ -181,7 +181,6 @@ void register_elementwise(Registry& r) {
   r.add({"where", 3, 3, 1, {}, nullptr, run_where, 0, true});
   r.add({"to", 1, 1, 1, {}, nullptr, run_copy, 0, true});
   r.add({"clone", 1, 1, 1, {}, nullptr, run_copy, 0, true});
-  r.add({"contiguous", 1, 1, 1, {}, nullptr, run_copy, 0, true});
   r.add({"copy", 2, 2, 1, {}, nullptr, run_copy, 0, true});
   r.add({"fill", 1, 1, 1, kFill, decode_fill, run_fill, 0, true});
 }

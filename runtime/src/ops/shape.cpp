@@ -213,9 +213,6 @@ constexpr AttrSpec kPad[] = {
 void register_shape(Registry& r) {
   r.add({"view", 1, 1, 1, kShape, nullptr, run_reshape, 0, true});
   r.add({"reshape", 1, 1, 1, kShape, nullptr, run_reshape, 0, true});
-  r.add({"flatten", 1, 1, 1, {}, nullptr, run_reshape, 0, true});
-  r.add({"squeeze", 1, 1, 1, {}, nullptr, run_reshape, 0, true});
-  r.add({"unsqueeze", 1, 1, 1, {}, nullptr, run_reshape, 0, true});
   r.add({"transpose", 1, 1, 1, kTranspose, decode_transpose, run_transpose});
   r.add({"permute", 1, 1, 1, kPermute, decode_dims, run_permute});
   r.add({"expand", 1, 1, 1, kShape, nullptr, run_expand});

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/tensor.h"
@@ -114,5 +115,8 @@ mlir::ModuleOp parse_module(mlir::MLIRContext& ctx, const std::string& text_or_b
 // The reference interpreter: executes @forward op by op on the eager ops (and so the runtime's
 // kernels). `args` are all of @forward's arguments in order.
 TensorList interpret(mlir::ModuleOp module, const TensorList& args);
+// Whether the reference interpreter runs ops named `op_name` ("kiln.conv2d"); region ops of the
+// upstream dialects it also runs (scf.if, scf.for) answer true as well.
+bool interpreter_supports(std::string_view op_name);
 
 }  // namespace kiln::jit
