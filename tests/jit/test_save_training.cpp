@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
 #include <random>
+#include <span>
+#include <string>
 
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
@@ -23,6 +27,41 @@ Tensor rnd(Dims sizes, uint32_t seed, double scale = 1.0) {
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   return amax(abs(a.to(DType::Float64) - b.to(DType::Float64))).item<double>();
+}
+
+using Step = std::function<TensorList(const TensorList&)>;
+
+// Three steps taken eagerly on make()'s tensors; a second set traced through step 1 and saved;
+// steps 2 and 3 run by a session: its losses and its state (names[i] is make()[i]) match eager.
+void expect_saved_steps_match_eager(const std::function<TensorList()>& make,
+                                    const std::function<Step(TensorList&)>& step,
+                                    const TensorList& inputs,
+                                    const std::vector<std::string>& names) {
+  TensorList eager = make();
+  Step eager_step = step(eager);
+  std::vector<double> eager_losses;
+  for (int i = 0; i < 3; ++i) eager_losses.push_back(eager_step(inputs)[0].item<double>());
+  EXPECT_GT(std::abs(eager_losses[2] - eager_losses[0]), 1e-4);  // the steps do learn
+
+  TensorList traced = make();
+  jit::TraceOptions options;
+  for (size_t i = 0; i < names.size(); ++i) options.named_captures.push_back({names[i], traced[i]});
+  jit::TracedFunction t = jit::trace(step(traced), inputs, options);
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(t));
+  rt::Session s(model);
+  std::vector<const TensorImpl*> in;
+  for (const Tensor& x : inputs) in.push_back(x.impl());
+  for (int i = 1; i < 3; ++i) {
+    auto out = s.run(std::span<const TensorImpl* const>(in));
+    EXPECT_NEAR(Tensor(out[0]).item<double>(), eager_losses[i], 1e-5) << "step " << i + 1;
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    const TensorImpl* w = s.state(names[i]);
+    ASSERT_NE(w, nullptr) << names[i];
+    EXPECT_LE(max_abs_diff(Tensor(TensorImplPtr(const_cast<TensorImpl*>(w))).clone(), eager[i]),
+              1e-5)
+        << names[i];
+  }
 }
 
 TEST(SaveTraining, SgdStepsUpdateSessionStateLikeEager) {
@@ -118,34 +157,10 @@ TEST(SaveTraining, ConvNetStepsMatchEager) {
       return TensorList{loss.detach()};
     };
   };
-  Tensor x = rnd({2, 1, 6, 6}, 83);
-  Tensor y = tensor({0.0, 2.0}, DType::Int64);
-
-  TensorList eager = make();
-  auto eager_step = step(eager);
-  std::vector<double> eager_losses;
-  for (int i = 0; i < 3; ++i) eager_losses.push_back(eager_step({x, y})[0].item<double>());
-
-  TensorList traced = make();
-  auto traced_step = step(traced);
-  const char* names[] = {"conv.weight", "conv.bias",       "bn.weight",     "bn.bias",
-                         "fc.weight",   "bn.running_mean", "bn.running_var"};
-  jit::TraceOptions options;
-  for (int i = 0; i < 7; ++i) options.named_captures.push_back({names[i], traced[i]});
-  jit::TracedFunction t = jit::trace(traced_step, {x, y}, options);
-  auto model = rt::Model::from_bytes(jit::save_to_bytes(t));
-  rt::Session s(model);
-  for (int i = 1; i < 3; ++i) {
-    auto out = s.run({x.impl(), y.impl()});
-    EXPECT_NEAR(Tensor(out[0]).item<double>(), eager_losses[i], 1e-5) << "step " << i + 1;
-  }
-  for (int i = 0; i < 7; ++i) {
-    const TensorImpl* w = s.state(names[i]);
-    ASSERT_NE(w, nullptr) << names[i];
-    EXPECT_LE(max_abs_diff(Tensor(TensorImplPtr(const_cast<TensorImpl*>(w))).clone(), eager[i]),
-              1e-5)
-        << names[i];
-  }
+  expect_saved_steps_match_eager(make, step,
+                                 {rnd({2, 1, 6, 6}, 83), tensor({0.0, 2.0}, DType::Int64)},
+                                 {"conv.weight", "conv.bias", "bn.weight", "bn.bias", "fc.weight",
+                                  "bn.running_mean", "bn.running_var"});
 }
 
 // interpolate's gradient (kiln.interpolate_backward) in a saved training step.
@@ -171,33 +186,9 @@ TEST(SaveTraining, UpsamplingNetStepsMatchEager) {
       return TensorList{loss.detach()};
     };
   };
-  Tensor x = rnd({2, 1, 4, 4}, 93);
-  Tensor y = tensor({1.0, 0.0}, DType::Int64);
-  TensorList eager = make();
-  auto eager_step = step(eager);
-  std::vector<double> eager_losses;
-  for (int i = 0; i < 3; ++i) eager_losses.push_back(eager_step({x, y})[0].item<double>());
-
-  TensorList traced = make();
-  auto traced_step = step(traced);
-  const char* names[] = {"conv.weight", "conv.bias", "fc.weight"};
-  jit::TraceOptions options;
-  for (int i = 0; i < 3; ++i) options.named_captures.push_back({names[i], traced[i]});
-  jit::TracedFunction t = jit::trace(traced_step, {x, y}, options);
-  auto model = rt::Model::from_bytes(jit::save_to_bytes(t));
-  rt::Session s(model);
-  for (int i = 1; i < 3; ++i) {
-    auto out = s.run({x.impl(), y.impl()});
-    EXPECT_NEAR(Tensor(out[0]).item<double>(), eager_losses[i], 1e-5) << "step " << i + 1;
-  }
-  EXPECT_GT(std::abs(eager_losses[2] - eager_losses[0]), 1e-3);  // the steps did learn
-  for (int i = 0; i < 3; ++i) {
-    const TensorImpl* w = s.state(names[i]);
-    ASSERT_NE(w, nullptr) << names[i];
-    EXPECT_LE(max_abs_diff(Tensor(TensorImplPtr(const_cast<TensorImpl*>(w))).clone(), eager[i]),
-              1e-5)
-        << names[i];
-  }
+  expect_saved_steps_match_eager(make, step,
+                                 {rnd({2, 1, 4, 4}, 93), tensor({1.0, 0.0}, DType::Int64)},
+                                 {"conv.weight", "conv.bias", "fc.weight"});
 }
 
 }  // namespace

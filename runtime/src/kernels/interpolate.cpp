@@ -91,10 +91,6 @@ int64_t plane_grain(const Geom& g) {
   return std::max<int64_t>(1, 32768 / std::max<int64_t>(g.H * g.W + g.Ho * g.Wo, 1));
 }
 
-DType compute_dtype(DType d) {
-  return d == DType::Float64 ? DType::Float64 : DType::Float32;
-}
-
 template <typename T>
 void forward(const Geom& g, const InterpolateParams& p, const T* x, T* y) {
   const Taps<T> th = taps<T>(g.H, g.Ho, p.scale_h, p), tw = taps<T>(g.W, g.Wo, p.scale_w, p);
@@ -149,10 +145,6 @@ void backward(const Geom& g, const InterpolateParams& p, const T* gy, T* gx) {
       }
     }
   });
-}
-
-TensorImplPtr input_as(const TensorImpl& t, DType d) {
-  return t.dtype() == d ? views::contiguous(t) : to_dtype(&t, d);
 }
 
 }  // namespace

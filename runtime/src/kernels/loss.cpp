@@ -17,14 +17,6 @@ namespace {
 
 using namespace nn_detail;
 
-DType compute_dtype(DType d) {
-  return d == DType::Float64 ? DType::Float64 : DType::Float32;
-}
-
-TensorImplPtr input_as(const TensorImpl& t, DType d) {
-  return t.dtype() == d ? views::contiguous(t) : to_dtype(&t, d);
-}
-
 constexpr int64_t kChunk = 8192;
 
 // Σ_i f(i) over [0, n) in double, deterministic (fixed chunks, summed in order).

@@ -114,6 +114,16 @@ inline void fill_param(TensorImpl& t, double v) {
   copy_(t, *from_blob(&v, t.sizes(), DType::Float64, broadcast));
 }
 
+// The compute dtype of a floating tensor: f64 stays f64, everything else computes in f32.
+inline DType compute_dtype(DType d) {
+  return d == DType::Float64 ? DType::Float64 : DType::Float32;
+}
+
+// t as a contiguous tensor of dtype d (itself when it already is one).
+inline TensorImplPtr input_as(const TensorImpl& t, DType d) {
+  return t.dtype() == d ? views::contiguous(t) : to_dtype(&t, d);
+}
+
 // Calls fn(float{}) or fn(double{}) (the compute type for a f32/f64 tensor).
 template <typename Fn>
 void dispatch_fd(DType d, Fn&& fn) {

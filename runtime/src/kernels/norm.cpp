@@ -19,14 +19,6 @@ namespace {
 
 using namespace nn_detail;
 
-DType compute_dtype(DType d) {
-  return d == DType::Float64 ? DType::Float64 : DType::Float32;
-}
-
-TensorImplPtr input_as(const TensorImpl& t, DType d) {
-  return t.dtype() == d ? views::contiguous(t) : to_dtype(&t, d);
-}
-
 int64_t grain_for(int64_t work) {
   return std::max<int64_t>(1, 32768 / std::max<int64_t>(work, 1));
 }

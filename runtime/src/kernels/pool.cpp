@@ -329,15 +329,6 @@ void adaptive_bwd(int64_t planes, int64_t H, int64_t W, int64_t Ho, int64_t Wo, 
   });
 }
 
-// Compute dtype for a floating tensor: f64 stays f64, everything else computes in f32.
-DType compute_dtype(DType d) {
-  return d == DType::Float64 ? DType::Float64 : DType::Float32;
-}
-
-TensorImplPtr input_as(const TensorImpl& t, DType d) {
-  return t.dtype() == d ? views::contiguous(t) : to_dtype(&t, d);
-}
-
 // grad_input / grad_output shape agreement for the backward passes: same rank, same leading dims.
 void check_grad_pair(std::string_view op, const TensorImpl& gy, const TensorImpl& gx) {
   check_pool_input(op, gx.sizes());
