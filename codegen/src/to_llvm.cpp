@@ -42,6 +42,13 @@ void register_lowering_dialects(mlir::DialectRegistry& registry) {
   mlir::registerLLVMDialectTranslation(registry);
 }
 
+bool lowers_op(std::string_view op_name) {
+  llvm::StringRef name(op_name.data(), op_name.size());
+  if (name == "kiln.none" || name == "kiln.constant" || name == "kiln.yield") return true;
+  if (detail::elementwise_ops().contains(name) || detail::view_ops().contains(name)) return true;
+  return name.consume_front("kiln.") && detail::has_abi_kernel(name);
+}
+
 bool lower_to_loops(mlir::ModuleOp module, const LowerOptions& options, std::string* error,
                     EntrySignature* signature) {
   mlir::DialectRegistry registry;

@@ -121,3 +121,61 @@ TEST(JitTraining, MomentumSgdStateIsUpdatedInPlace) {
     EXPECT_LE(max_abs_diff(pc[i], pe[i]), 1e-5) << "parameter " << i;
   }
 }
+
+// A conv net's step compiled by the JIT: conv2d, batch_norm (training, running statistics as
+// in-out values), max_pool2d, avg_pool2d, adaptive_avg_pool2d and interpolate have their
+// gradients as kiln.*_backward ops, lowered to calls of the runtime's kernels.
+TEST(JitTraining, ConvNetStepFollowsEager) {
+  auto make = [] {
+    return TensorList{rnd({4, 2, 3, 3}, 81, 0.3).requires_grad_(),
+                      zeros({4}).requires_grad_(),
+                      ones({4}).requires_grad_(),
+                      zeros({4}).requires_grad_(),
+                      rnd({3, 4 * 2 * 2}, 82, 0.2).requires_grad_(),
+                      zeros({4}),
+                      ones({4})};
+  };
+  auto step = [](TensorList& p) {
+    return [&p](const TensorList& x) {
+      Tensor h = conv2d(x[0], p[0], p[1], 1, 1);  // 8x8
+      h = relu(batch_norm(h, p[5], p[6], p[2], p[3], true, 0.1, 1e-5));
+      h = max_pool2d(h, 2);  // 4x4
+      h = interpolate(h, InterpolateOptions().size({6, 6}).mode(InterpolateMode::Bilinear));
+      h = avg_pool2d(h, 3, 1, 1);          // 6x6
+      h = adaptive_avg_pool2d(h, {2, 2});  // 2x2
+      Tensor loss = cross_entropy(linear(h.reshape({h.size(0), -1}), p[4]), x[1]);
+      loss.backward();
+      {
+        autograd::NoGradGuard no_grad;
+        for (int i = 0; i < 5; ++i) {
+          sub_(p[i], p[i].grad(), 0.2);
+          p[i].set_grad(Tensor());
+        }
+      }
+      return TensorList{loss.detach()};
+    };
+  };
+  Tensor x = rnd({3, 2, 8, 8}, 83);
+  Tensor y = tensor({0.0, 2.0, 1.0}, DType::Int64);
+  TensorList eager_params = make();
+  auto eager_step = step(eager_params);
+  TensorList compiled_params = make();
+  jit::TraceOptions options;
+  const char* names[] = {"conv.weight", "conv.bias", "bn.weight", "bn.bias",
+                         "fc.weight",   "bn.mean",   "bn.var"};
+  for (int i = 0; i < 7; ++i) options.named_captures.push_back({names[i], compiled_params[i]});
+  jit::TracedFunction traced = jit::trace(step(compiled_params), {x, y}, options);
+  eager_step({x, y});
+  jit::CompileOptions copts;
+  copts.disk_cache = false;
+  jit::CompiledFunction compiled = jit::compile(traced, copts);
+  for (int s = 0; s < 3; ++s) {
+    Tensor eager_loss = eager_step({x, y})[0];
+    Tensor compiled_loss = compiled({x, y})[0];
+    EXPECT_LE(max_abs_diff(compiled_loss, eager_loss), 1e-5) << "step " << s;
+    for (int i = 0; i < 7; ++i)
+      EXPECT_LE(max_abs_diff(compiled_params[i], eager_params[i]), 1e-5)
+          << names[i] << " after step " << s;
+  }
+  EXPECT_GT(max_abs_diff(compiled_params[6], ones({4})), 1e-3);  // running variance moved
+}

@@ -9,6 +9,7 @@
 #include "demo.h"
 #if KILN_HAVE_MLIR
 #include "compile.h"
+#include "ops.h"
 #endif
 #include "kiln/kiln.h"
 
@@ -24,6 +25,7 @@ int usage(FILE* out) {
                "  inspect    show an artifact's inputs, outputs, plan, memory and weights\n"
                "  bench      time loading, the first run and steady-state runs of an artifact\n"
                "  compile    ahead-of-time native code: executable, shared object or object\n"
+               "  ops        which backend (interpreter, runtime, LLVM, CUDA) runs each IR op\n"
                "  version    print the version and build configuration\n\n"
                "options:\n"
                "  --version  same as `kiln version`\n"
@@ -55,6 +57,7 @@ int main(int argc, char** argv) {
 #if KILN_HAVE_MLIR
     if (cmd == "export") return kiln::cli::export_model(argc - 2, argv + 2);
     if (cmd == "compile") return kiln::cli::compile(argc - 2, argv + 2);
+    if (cmd == "ops") return kiln::cli::ops(argc - 2, argv + 2);
 #endif
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln %s: %s\n", cmd.c_str(), e.what());

@@ -36,6 +36,12 @@ const llvm::StringMap<std::vector<const char*>>& abi_ops() {
       {"adaptive_avg_pool2d", {"output_size"}},
       {"interpolate", {"mode", "align_corners", "scale_h", "scale_w"}},
       {"interpolate_backward", {"mode", "align_corners", "scale_h", "scale_w"}},
+      {"conv2d_backward", {"stride", "padding", "dilation", "groups"}},
+      {"max_pool2d_backward", {}},
+      {"avg_pool2d_backward", {"kernel", "stride", "padding", "ceil_mode", "count_include_pad"}},
+      {"adaptive_avg_pool2d_backward", {}},
+      {"batch_norm_backward", {"training", "eps"}},
+      {"batch_norm_update_stats", {"momentum"}},
       {"batch_norm", {"training", "momentum", "eps"}},
       {"layer_norm", {"normalized_shape", "eps"}},
       {"group_norm", {"num_groups", "eps"}},
@@ -91,6 +97,10 @@ unsigned optional_results(llvm::StringRef op) {
   return op == "max_pool2d" ? 0b10u : 0u;
 }
 }  // namespace
+
+bool has_abi_kernel(llvm::StringRef op) {
+  return abi_ops().count(op) != 0;
+}
 
 // Convolutions whose weights are frozen constants call the runtime's *_prepared entry points: the
 // conv weight (operand 1; conv2d_avgpool too), or mbconv's weights (operands 1 when present, 3 and

@@ -110,7 +110,7 @@ std::optional<mlir::TypedAttr> Lowering::splat_value(mlir::Value v) {
   return dense.getSplatValue<mlir::TypedAttr>();
 }
 
-bool Lowering::is_elementwise(mlir::Operation* op) {
+const llvm::StringSet<>& elementwise_ops() {
   static const llvm::StringSet<> names = {
       "kiln.add",         "kiln.sub",        "kiln.mul",     "kiln.div",         "kiln.pow",
       "kiln.maximum",     "kiln.minimum",    "kiln.eq",      "kiln.ne",          "kiln.lt",
@@ -121,7 +121,11 @@ bool Lowering::is_elementwise(mlir::Operation* op) {
       "kiln.floor",       "kiln.ceil",       "kiln.round",   "kiln.sign",        "kiln.reciprocal",
       "kiln.gelu",        "kiln.leaky_relu", "kiln.clamp",   "kiln.to",          "kiln.where",
       "kiln.fill",        "kiln.copy",       "kiln.dropout", "kiln.masked_fill", "kiln.fused"};
-  return names.contains(op->getName().getStringRef());
+  return names;
+}
+
+bool Lowering::is_elementwise(mlir::Operation* op) {
+  return elementwise_ops().contains(op->getName().getStringRef());
 }
 
 bool Lowering::deferred(mlir::Value v) const {
@@ -236,12 +240,16 @@ View Lowering::constant_view(mlir::Operation* op) {
   return v;
 }
 
-bool Lowering::lower_view_op(mlir::Operation* op) {
-  const llvm::StringRef name = op->getName().getStringRef();
+const llvm::StringSet<>& view_ops() {
   static const llvm::StringSet<> views = {"kiln.view",    "kiln.reshape",    "kiln.transpose",
                                           "kiln.permute", "kiln.slice",      "kiln.select",
                                           "kiln.expand",  "kiln.as_strided", "kiln.clone"};
-  if (!views.contains(name)) return false;
+  return views;
+}
+
+bool Lowering::lower_view_op(mlir::Operation* op) {
+  const llvm::StringRef name = op->getName().getStringRef();
+  if (!view_ops().contains(name)) return false;
   mlir::Value in = op->getOperand(0), out = op->getResult(0);
   auto out_type = mlir::cast<mlir::RankedTensorType>(out.getType());
   llvm::SmallVector<int64_t> out_sizes(out_type.getShape());

@@ -11,6 +11,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringSet.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -36,6 +37,12 @@ mlir::Type memory_type(mlir::Type elem);
 int64_t element_bytes(mlir::Type elem);
 // kiln::DType's numbering for an element type; -1 when the runtime has no such dtype.
 int dtype_code(mlir::Type elem);
+
+// The op names each lowering strategy takes ("kiln.add"); the runtime-kernel calls by bare name
+// ("conv2d", as kiln_abi_conv2d).
+const llvm::StringSet<>& elementwise_ops();
+const llvm::StringSet<>& view_ops();
+bool has_abi_kernel(llvm::StringRef op);
 
 class Lowering {
  public:

@@ -437,32 +437,19 @@ const std::unordered_map<std::string, Kernel>& kernels() {
                                       a.f("momentum"), a.f("eps"))};
        }},
       {"kiln.batch_norm_update_stats",
-       [](L x, A a, O) {
-         // The eager kernel's own update, on copies (interpreting never mutates arguments).
-         Tensor rm = x[1].clone(), rv = x[2].clone(), scratch = empty_like(x[0]);
-         kernels::batch_norm_out(*x[0].impl(), nullptr, nullptr, rm.impl(), rv.impl(), true,
-                                 a.f("momentum"), 1e-5, *scratch.impl(), nullptr, nullptr);
+       [](L x, A a, O op) {
+         Tensor rm = result_like(op, 0), rv = result_like(op, 1);
+         kernels::batch_norm_update_stats_out(*x[0].impl(), *x[1].impl(), *x[2].impl(),
+                                              a.f("momentum"), *rm.impl(), *rv.impl());
          return TensorList{rm, rv};
        }},
       {"kiln.batch_norm_backward",
        [](L x, A a, O op) {
-         const Tensor &g = x[0], &in = x[1], &w = x[2];
-         const bool training = a.b("training");
-         const double eps = a.f("eps");
-         Tensor save_mean, save_invstd;
-         if (training) {  // the forward's batch statistics, recomputed by the forward kernel
-           const DType st = in.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
-           save_mean = kiln::empty(Dims{in.size(1)}, TensorOptions(st));
-           save_invstd = kiln::empty(Dims{in.size(1)}, TensorOptions(st));
-           Tensor scratch = empty_like(in);
-           kernels::batch_norm_out(*in.impl(), nullptr, nullptr, nullptr, nullptr, true, 0.0, eps,
-                                   *scratch.impl(), save_mean.impl(), save_invstd.impl());
-         }
          auto ptr = [](const Tensor& t) { return t.defined() ? t.impl() : nullptr; };
          Tensor gi = result_like(op, 0), gw = result_like(op, 1), gb = result_like(op, 2);
-         kernels::batch_norm_backward_out(*g.contiguous().impl(), *in.contiguous().impl(), ptr(w),
-                                          ptr(x[3]), ptr(x[4]), ptr(save_mean), ptr(save_invstd),
-                                          training, eps, gi.impl(), gw.impl(), gb.impl());
+         kernels::batch_norm_backward_recompute_out(
+             *x[0].contiguous().impl(), *x[1].contiguous().impl(), ptr(x[2]), ptr(x[3]), ptr(x[4]),
+             a.b("training"), a.f("eps"), gi.impl(), gw.impl(), gb.impl());
          return TensorList{gi, gw, gb};
        }},
       {"kiln.conv2d_backward",

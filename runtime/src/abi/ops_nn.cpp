@@ -275,3 +275,25 @@ KILN_ABI_OP(interpolate, interpolate_out(a.t(0), interpolate_params(a), a.t(1)))
 KILN_ABI_OP(interpolate_backward, interpolate_backward_out(a.t(0), interpolate_params(a), a.t(1)))
 KILN_ABI_OP(dropout, dropout_out(a.t(0), a.t(1), a.f(), a.t(2)))
 KILN_ABI_OP(copy, copy_(a.t(1), a.t(0)))
+
+// Gradients a traced training step records (as the registry's runtime/src/ops/backward.cpp).
+KILN_ABI_OP(conv2d_backward, {
+  Conv2dParams p = conv2d_params(a);
+  conv2d_backward_out(a.t(0), a.t(1), a.t(2), p, a.opt(3), a.opt(4), a.opt(5));
+})
+KILN_ABI_OP(max_pool2d_backward, max_pool2d_backward_out(a.t(0), a.t(1), a.t(2)))
+KILN_ABI_OP(avg_pool2d_backward, {
+  Pool2dParams p = pool_params(a, false);
+  avg_pool2d_backward_out(a.t(0), p, a.t(1));
+})
+KILN_ABI_OP(adaptive_avg_pool2d_backward, adaptive_avg_pool2d_backward_out(a.t(0), a.t(1)))
+KILN_ABI_OP(batch_norm_backward, {
+  const bool training = a.b();
+  const double eps = a.f();
+  batch_norm_backward_recompute_out(a.t(0), a.t(1), a.opt(2), a.opt(3), a.opt(4), training, eps,
+                                    a.opt(5), a.opt(6), a.opt(7));
+})
+KILN_ABI_OP(batch_norm_update_stats, {
+  const double momentum = a.f();
+  batch_norm_update_stats_out(a.t(0), a.t(1), a.t(2), momentum, a.t(3), a.t(4));
+})

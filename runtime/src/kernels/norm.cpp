@@ -585,4 +585,35 @@ void group_norm_backward_out(const TensorImpl& grad_output, const TensorImpl& in
   }
 }
 
+void batch_norm_backward_recompute_out(const TensorImpl& grad_output, const TensorImpl& input,
+                                       const TensorImpl* weight, const TensorImpl* running_mean,
+                                       const TensorImpl* running_var, bool training, double eps,
+                                       TensorImpl* grad_input, TensorImpl* grad_weight,
+                                       TensorImpl* grad_bias) {
+  TensorImplPtr mean, invstd;
+  if (training) {  // the forward's batch statistics, recomputed by the forward kernel
+    KILN_CHECK(input.dim() >= 2, "batch_norm_backward", "expected input of rank >= 2, got ",
+               dims_str(input.sizes()));
+    const Dims stats{input.size(1)};
+    mean = empty(stats, compute_dtype(input.dtype()));
+    invstd = empty(stats, compute_dtype(input.dtype()));
+    TensorImplPtr scratch = empty(input.sizes(), input.dtype());
+    batch_norm_out(input, nullptr, nullptr, nullptr, nullptr, true, 0.0, eps, *scratch, mean.get(),
+                   invstd.get());
+  }
+  batch_norm_backward_out(grad_output, input, weight, running_mean, running_var, mean.get(),
+                          invstd.get(), training, eps, grad_input, grad_weight, grad_bias);
+}
+
+void batch_norm_update_stats_out(const TensorImpl& input, const TensorImpl& running_mean,
+                                 const TensorImpl& running_var, double momentum,
+                                 TensorImpl& new_mean, TensorImpl& new_var) {
+  copy_(new_mean, running_mean);
+  copy_(new_var, running_var);
+  TensorImplPtr scratch = empty(input.sizes(), input.dtype());
+  // eps only scales the normalized output, which is discarded: eager's default.
+  batch_norm_out(input, nullptr, nullptr, &new_mean, &new_var, true, momentum, 1e-5, *scratch,
+                 nullptr, nullptr);
+}
+
 }  // namespace kiln::kernels

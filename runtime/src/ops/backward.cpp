@@ -52,23 +52,9 @@ std::unique_ptr<KernelParams> decode_bn_backward(const AttrMap& a) {
 // grad_bias).
 void run_batch_norm_backward(const KernelCall& c) {
   const auto& p = params<FloatParams>(c);
-  const bool training = p.k != 0;
-  const TensorImpl& x = in(c, 1);
-  TensorImplPtr mean, invstd;
-  if (training) {  // the forward's batch statistics, recomputed by the forward kernel
-    KILN_CHECK(x.dim() >= 2, "batch_norm_backward", "expected input of rank >= 2, got ",
-               describe(x));
-    const DType st = x.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
-    const int64_t C = x.sizes()[1];
-    mean = kiln::empty(std::vector<int64_t>{C}, st);
-    invstd = kiln::empty(std::vector<int64_t>{C}, st);
-    TensorImplPtr scratch = kiln::empty(x.sizes(), x.dtype());
-    kernels::batch_norm_out(x, nullptr, nullptr, nullptr, nullptr, true, 0.0, p.v[0], *scratch,
-                            mean.get(), invstd.get());
-  }
-  kernels::batch_norm_backward_out(in(c, 0), x, opt_in(c, 2), opt_in(c, 3), opt_in(c, 4),
-                                   mean.get(), invstd.get(), training, p.v[0], c.outputs[0],
-                                   c.outputs[1], c.outputs[2]);
+  kernels::batch_norm_backward_recompute_out(in(c, 0), in(c, 1), opt_in(c, 2), opt_in(c, 3),
+                                             opt_in(c, 4), p.k != 0, p.v[0], c.outputs[0],
+                                             c.outputs[1], c.outputs[2]);
 }
 
 std::unique_ptr<KernelParams> decode_momentum(const AttrMap& a) {
@@ -79,13 +65,8 @@ std::unique_ptr<KernelParams> decode_momentum(const AttrMap& a) {
 // (input, running_mean, running_var) -> (new mean, new var): the eager kernel's update, into the
 // outputs (eps as eager's default, which the update does not use).
 void run_batch_norm_update_stats(const KernelCall& c) {
-  TensorImpl& rm = out(c, 0);
-  TensorImpl& rv = out(c, 1);
-  kernels::copy_(rm, in(c, 1));
-  kernels::copy_(rv, in(c, 2));
-  TensorImplPtr scratch = kiln::empty(in(c, 0).sizes(), in(c, 0).dtype());
-  kernels::batch_norm_out(in(c, 0), nullptr, nullptr, &rm, &rv, true, params<FloatParams>(c).v[0],
-                          1e-5, *scratch, nullptr, nullptr);
+  kernels::batch_norm_update_stats_out(in(c, 0), in(c, 1), in(c, 2), params<FloatParams>(c).v[0],
+                                       out(c, 0), out(c, 1));
 }
 
 constexpr AttrSpec kConv2d[] = {{"stride", AttrType::Ints},

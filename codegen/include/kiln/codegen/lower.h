@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace llvm {
@@ -77,6 +78,10 @@ void optimize_llvm_module(llvm::Module& module, llvm::TargetMachine& tm, int opt
 // Dialects the lowering needs loaded in the module's context (call before lowering a module
 // parsed elsewhere; lower_* also loads them).
 void register_lowering_dialects(mlir::DialectRegistry& registry);
+
+// Whether code generation lowers ops named `op_name` ("kiln.conv2d"): generated loops, views, or
+// a call into a runtime kernel. Structural ops (kiln.none, kiln.constant, kiln.yield) count.
+bool lowers_op(std::string_view op_name);
 // Registers --kiln-lower-to-loops and --kiln-lower-to-llvm with MLIR's pass registry (kiln-opt).
 void register_lowering_passes();
 

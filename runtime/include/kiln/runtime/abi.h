@@ -87,6 +87,14 @@ void kiln_abi_adaptive_avg_pool2d(void* const* data, const int64_t* desc);  // o
 void kiln_abi_interpolate(void* const* data,
                           const int64_t* desc);  // mode, align_corners, scale_h, scale_w
 void kiln_abi_interpolate_backward(void* const* data, const int64_t* desc);  // as interpolate
+// gradients of a traced training step (operands, then results, as the kiln.*_backward ops)
+void kiln_abi_conv2d_backward(void* const* data,
+                              const int64_t* desc);  // stride[], padding[], dilation[], groups
+void kiln_abi_max_pool2d_backward(void* const* data, const int64_t* desc);
+void kiln_abi_avg_pool2d_backward(void* const* data, const int64_t* desc);  // as avg_pool2d
+void kiln_abi_adaptive_avg_pool2d_backward(void* const* data, const int64_t* desc);
+void kiln_abi_batch_norm_backward(void* const* data, const int64_t* desc);      // training, eps
+void kiln_abi_batch_norm_update_stats(void* const* data, const int64_t* desc);  // momentum
 // normalization: x, running_mean?, running_var?, weight?, bias?, out; training, momentum, eps
 void kiln_abi_batch_norm(void* const* data, const int64_t* desc);
 void kiln_abi_layer_norm(void* const* data, const int64_t* desc);  // normalized_shape[], eps

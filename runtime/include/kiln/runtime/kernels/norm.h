@@ -36,6 +36,21 @@ void batch_norm_backward_out(const TensorImpl& grad_output, const TensorImpl& in
                              TensorImpl* grad_input, TensorImpl* grad_weight,
                              TensorImpl* grad_bias);
 
+// The two ops a traced batch_norm training step records (kiln.batch_norm_backward and
+// kiln.batch_norm_update_stats), shared by the runtime's executor, its C ABI and the interpreter.
+// In training mode the backward recomputes the batch statistics from input with the forward
+// kernel (per-call temporaries), so the forward's save_mean / save_invstd are not kept.
+void batch_norm_backward_recompute_out(const TensorImpl& grad_output, const TensorImpl& input,
+                                       const TensorImpl* weight, const TensorImpl* running_mean,
+                                       const TensorImpl* running_var, bool training, double eps,
+                                       TensorImpl* grad_input, TensorImpl* grad_weight,
+                                       TensorImpl* grad_bias);
+// new_mean / new_var = running_mean / running_var updated by input's batch statistics, as
+// batch_norm_out does in place in training mode (the inputs are left unchanged).
+void batch_norm_update_stats_out(const TensorImpl& input, const TensorImpl& running_mean,
+                                 const TensorImpl& running_var, double momentum,
+                                 TensorImpl& new_mean, TensorImpl& new_var);
+
 // ---- layer_norm: normalizes over the trailing dims given by normalized_shape ------------------
 // weight / bias have normalized_shape (or are null). mean / rstd (optional outputs) have
 // layer_norm_stats_shape(): input's leading dims followed by 1s (any shape with that many
