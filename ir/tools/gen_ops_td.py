@@ -5,6 +5,7 @@ The table is the single place that lists kiln's traced ops with their attributes
 attributes the eager dispatcher reports to the tracer). The build runs this script (see
 ir/include/kiln/ir/CMakeLists.txt) and nothing it writes is committed:
     python3 ir/tools/gen_ops_td.py -o build/.../KilnOps.td    (no -o: standard output)
+    python3 ir/tools/gen_ops_td.py --codegen-tables -o build/.../KilnCodegenOps.inc
 The output depends on the table only, so two runs write the same bytes.
 """
 
@@ -177,6 +178,14 @@ VERIFIED = {"conv2d_fused", "conv2d_avgpool", "linear_fused", "mbconv", "interpo
 OPTIONAL_OPERANDS = {"bias", "running_mean", "running_var", "weight_opt", "residual",
                      "expand_weight", "expand_bias", "dw_bias", "project_bias"}
 
+# How code generation runs each op (codegen/src/lower): generated loops for the elementwise ops,
+# strided views, and for every other op of the table a call of the runtime's kiln_abi_<op> with
+# the op's attributes in table order (an optional attribute reads as 0 when absent).
+ELEMENTWISE = BINARY + COMPARE + [u for u in UNARY if u != "clone"] + [
+    "gelu", "leaky_relu", "clamp", "to", "where", "fill", "copy", "dropout", "masked_fill"]
+VIEWS = ["view", "reshape", "transpose", "permute", "slice", "select", "expand", "as_strided",
+         "clone"]
+
 
 def cls(name):
     return "Kiln_" + "".join(p.capitalize() for p in name.split("_")) + "Op"
@@ -300,15 +309,41 @@ def Kiln_YieldOp : Kiln_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
 """)
 
 w("#endif")
-text = "\n".join(out) + "\n"
-if len(sys.argv) == 3 and sys.argv[1] == "-o":
-    path = sys.argv[2]
+td_text = "\n".join(out) + "\n"
+
+
+def codegen_tables():
+    """C++ initializers for codegen's op tables (included by codegen/src/lower)."""
+    q = lambda n: f'"kiln.{n}"'
+    lines = ["// GENERATED at build time by ir/tools/gen_ops_td.py from its op table: edit the table there.",
+             "#ifdef KILN_ELEMENTWISE_OPS", ", ".join(q(n) for n in ELEMENTWISE) + ", \"kiln.fused\"",
+             "#undef KILN_ELEMENTWISE_OPS", "#endif", "#ifdef KILN_VIEW_OPS",
+             ", ".join(q(n) for n in VIEWS), "#undef KILN_VIEW_OPS", "#endif", "#ifdef KILN_ABI_OPS",
+             '{"matmul", {}},']
+    kernels = [(n, v[2]) for n, v in OPS.items()] + [(n, v[0]) for n, v in VARIADIC.items()]
+    for n, attrs in kernels:
+        if n in ELEMENTWISE or n in VIEWS:
+            continue
+        names = [a + ("?" if t.startswith("OptionalAttr") else "") for a, t in attrs.items()]
+        lines.append(f'{{"{n}", {{{", ".join(chr(34) + a + chr(34) for a in names)}}}}},')
+    lines += ["#undef KILN_ABI_OPS", "#endif"]
+    return "\n".join(lines) + "\n"
+
+
+def write(path, text):
     # Rewritten only when it changes, so an unchanged table rebuilds nothing downstream.
     if not os.path.exists(path) or open(path, encoding="utf-8").read() != text:
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(path + ".tmp", path)
-elif len(sys.argv) == 1:
-    sys.stdout.write(text)
+
+
+args = sys.argv[1:]
+if args == []:
+    sys.stdout.write(td_text)
+elif len(args) == 2 and args[0] == "-o":
+    write(args[1], td_text)
+elif len(args) == 3 and args[:2] == ["--codegen-tables", "-o"]:
+    write(args[2], codegen_tables())
 else:
-    sys.exit("usage: gen_ops_td.py [-o OUT.td]")
+    sys.exit("usage: gen_ops_td.py [-o OUT.td] | --codegen-tables -o OUT.inc")

@@ -110,17 +110,12 @@ std::optional<mlir::TypedAttr> Lowering::splat_value(mlir::Value v) {
   return dense.getSplatValue<mlir::TypedAttr>();
 }
 
+// The op sets come from the op table (ir/tools/gen_ops_td.py), generated at build time.
 const llvm::StringSet<>& elementwise_ops() {
   static const llvm::StringSet<> names = {
-      "kiln.add",         "kiln.sub",        "kiln.mul",     "kiln.div",         "kiln.pow",
-      "kiln.maximum",     "kiln.minimum",    "kiln.eq",      "kiln.ne",          "kiln.lt",
-      "kiln.le",          "kiln.gt",         "kiln.ge",      "kiln.logical_and", "kiln.logical_or",
-      "kiln.logical_not", "kiln.neg",        "kiln.abs",     "kiln.exp",         "kiln.log",
-      "kiln.log1p",       "kiln.sqrt",       "kiln.rsqrt",   "kiln.sin",         "kiln.cos",
-      "kiln.tanh",        "kiln.sigmoid",    "kiln.relu",    "kiln.silu",        "kiln.erf",
-      "kiln.floor",       "kiln.ceil",       "kiln.round",   "kiln.sign",        "kiln.reciprocal",
-      "kiln.gelu",        "kiln.leaky_relu", "kiln.clamp",   "kiln.to",          "kiln.where",
-      "kiln.fill",        "kiln.copy",       "kiln.dropout", "kiln.masked_fill", "kiln.fused"};
+#define KILN_ELEMENTWISE_OPS
+#include "kiln/ir/KilnCodegenOps.inc"
+  };
   return names;
 }
 
@@ -241,9 +236,10 @@ View Lowering::constant_view(mlir::Operation* op) {
 }
 
 const llvm::StringSet<>& view_ops() {
-  static const llvm::StringSet<> views = {"kiln.view",    "kiln.reshape",    "kiln.transpose",
-                                          "kiln.permute", "kiln.slice",      "kiln.select",
-                                          "kiln.expand",  "kiln.as_strided", "kiln.clone"};
+  static const llvm::StringSet<> views = {
+#define KILN_VIEW_OPS
+#include "kiln/ir/KilnCodegenOps.inc"
+  };
   return views;
 }
 
