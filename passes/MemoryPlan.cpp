@@ -41,8 +41,7 @@ int64_t bytes_of(mlir::Type type) {
 }
 
 bool is_alias_op(llvm::StringRef name) {
-  return name == "kiln.view" || name == "kiln.reshape" || name == "kiln.flatten" ||
-         name == "kiln.squeeze" || name == "kiln.unsqueeze";
+  return name == "kiln.view" || name == "kiln.reshape";
 }
 
 // Elementwise ops whose kernels may write their output over a same-shaped input.
