@@ -190,6 +190,44 @@ LogicalResult Conv2dFusedOp::verify() {
   return verify_fused_epilogue(*this, getResidual(), getActivation(),
                                getClampMin().convertToDouble(), getClampMax().convertToDouble());
 }
+// conv2d's shapes as the runtime kernel computes them (kernels/conv.h): input [N, C_in, H, W],
+// weight [C_out, C_in / groups, kh, kw], bias none or [C_out], result [N, C_out, Ho, Wo] with
+// Ho = (H + 2 pad - dilation (kh - 1) - 1) / stride + 1; positive strides and dilations.
+LogicalResult Conv2dOp::verify() {
+  auto x = dyn_cast<RankedTensorType>(getInput().getType());
+  auto w = dyn_cast<RankedTensorType>(getWeight().getType());
+  auto r = dyn_cast<RankedTensorType>(getResult().getType());
+  if (!x || !w || !r || x.getRank() != 4 || w.getRank() != 4 || r.getRank() != 4)
+    return emitOpError("expects a 4-d input, weight and result, got ")
+           << getInput().getType() << ", " << getWeight().getType() << " -> "
+           << getResult().getType();
+  ArrayRef<int64_t> s = getStride(), p = getPadding(), d = getDilation();
+  if (s.size() != 2 || p.size() != 2 || d.size() != 2)
+    return emitOpError("stride, padding and dilation must have 2 values each");
+  const int64_t groups = getGroups();
+  if (groups < 1 || s[0] < 1 || s[1] < 1 || d[0] < 1 || d[1] < 1 || p[0] < 0 || p[1] < 0)
+    return emitOpError("expects groups, strides and dilations >= 1 and padding >= 0");
+  if (x.isDynamicDim(1) || w.isDynamicDim(1) || w.isDynamicDim(0)) return success();
+  if (x.getDimSize(1) != w.getDimSize(1) * groups)
+    return emitOpError("input channels ") << x.getDimSize(1) << " differ from weight channels "
+                                          << w.getDimSize(1) << " x groups " << groups;
+  auto bias = dyn_cast<RankedTensorType>(getBias().getType());
+  if (bias && (bias.getRank() != 1 || bias.getDimSize(0) != w.getDimSize(0)))
+    return emitOpError("bias must be [") << w.getDimSize(0) << "], got " << bias;
+  if (!x.hasStaticShape() || !w.hasStaticShape()) return success();
+  int64_t want[4] = {x.getDimSize(0), w.getDimSize(0), 0, 0};
+  for (int k = 0; k < 2; ++k) {
+    const int64_t span = x.getDimSize(2 + k) + 2 * p[k] - d[k] * (w.getDimSize(2 + k) - 1) - 1;
+    if (span < 0)
+      return emitOpError("the dilated kernel is larger than the padded input in dim ") << 2 + k;
+    want[2 + k] = span / s[k] + 1;
+  }
+  if (r.getShape() != ArrayRef<int64_t>(want))
+    return emitOpError("result must be [")
+           << want[0] << ", " << want[1] << ", " << want[2] << ", " << want[3] << "], got " << r;
+  return success();
+}
+
 // The runtime kernel's shape rule (kernels/conv.h conv2d_avgpool_output_shape): [N, C_out, 1, 1]
 // from a 4-d input and weight.
 LogicalResult Conv2dAvgpoolOp::verify() {

@@ -173,7 +173,7 @@ VARIADIC = {
     "cat": ({"dim": I64}, "concatenate along dim"),
     "stack": ({"dim": I64}, "stack along a new dim"),
 }
-VERIFIED = {"conv2d_fused", "conv2d_avgpool", "linear_fused", "mbconv", "interpolate",
+VERIFIED = {"conv2d", "conv2d_fused", "conv2d_avgpool", "linear_fused", "mbconv", "interpolate",
             "interpolate_backward"}  # custom verifier in ir/lib/KilnOps.cpp
 OPTIONAL_OPERANDS = {"bias", "running_mean", "running_var", "weight_opt", "residual",
                      "expand_weight", "expand_bias", "dw_bias", "project_bias"}

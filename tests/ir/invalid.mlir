@@ -46,3 +46,21 @@ func.func @interpolate_backward_one_scale(%g: tensor<1x3x8x8xf32>) {
   %0 = kiln.interpolate_backward %g {mode = 1 : i64, align_corners = false, scale_h = 2.0 : f64, scale_w = 0.0 : f64} : (tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32>
   return
 }
+
+// -----
+
+func.func @conv2d_impossible_result(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
+  %none = kiln.none
+  // expected-error @+1 {{'kiln.conv2d' op result must be [1, 4, 6, 6], got 'tensor<1x4x8x8xf32>'}}
+  %0 = kiln.conv2d %x, %w, %none {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, groups = 1 : i64} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, none) -> tensor<1x4x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @conv2d_channels(%x: tensor<1x3x8x8xf32>, %w: tensor<4x2x3x3xf32>) {
+  %none = kiln.none
+  // expected-error @+1 {{'kiln.conv2d' op input channels 3 differ from weight channels 2 x groups 1}}
+  %0 = kiln.conv2d %x, %w, %none {stride = array<i64: 1, 1>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>, groups = 1 : i64} : (tensor<1x3x8x8xf32>, tensor<4x2x3x3xf32>, none) -> tensor<1x4x8x8xf32>
+  return
+}
