@@ -125,8 +125,9 @@ struct PlanMemoryPass : mlir::PassWrapper<PlanMemoryPass, mlir::OperationPass<ml
         auto it = buffer_of.find(in);
         const bool same_bytes = bytes_of(in.getType()) == bytes_of(res.getType());
         if (it != buffer_of.end() && is_alias_op(name) && same_bytes) {
-          buffer_of[res] = it->second;
-          buffer_last[it->second] = std::max(buffer_last[it->second], last_use(res));
+          const int64_t buffer = it->second;  // copied: inserting res may rehash the map
+          buffer_of[res] = buffer;
+          buffer_last[buffer] = std::max(buffer_last[buffer], last_use(res));
           continue;
         }
         if (is_inplace_op(name)) {

@@ -214,6 +214,9 @@ TEST(Interpolate, BadInputIsRejectedWithTheOpName) {
                         *empty(Dims{1, 2, 6, 6}, DType::Int64));
       },
       "floating");
+  expect_error(
+      [&] { interpolate_out(*x, params(InterpolateMode::Nearest, false, 1e-20, 1e-20), *y); },
+      "scale factor");
   expect_error([] { interpolate_output_size("interpolate", 4, 0.0); }, "scale factor > 0");
   expect_error([] { interpolate_output_size("interpolate", 4, 0.1); }, "[1, 2^40]");
   expect_error([] { interpolate_output_size("interpolate", int64_t(1) << 40, 1e9); }, "[1, 2^40]");

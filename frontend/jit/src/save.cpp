@@ -55,8 +55,11 @@ void check_runtime_coverage(mlir::ModuleOp module, const rt::Registry& registry)
   auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
   forward.walk<mlir::WalkOrder::PreOrder>([&](mlir::Operation* op) {
     if (op == forward.getOperation()) return mlir::WalkResult::advance();
-    const size_t position = index++;  // as codegen numbers @forward's ops in its errors
-    if (op->hasAttr("kiln.symbol")) return mlir::WalkResult::skip();  // compiled: no kernels
+    const size_t position = index++;   // as codegen numbers @forward's ops in its errors
+    if (op->hasAttr("kiln.symbol")) {  // compiled: no kernels; its body ops keep their numbers
+      op->walk([&](mlir::Operation* nested) { index += nested != op; });
+      return mlir::WalkResult::skip();
+    }
     llvm::StringRef name = op->getName().getStringRef();
     if (!name.consume_front("kiln.") || name == "none" || name == "constant" || name == "fused" ||
         name == "yield" || registry.find(std::string_view(name.data(), name.size())))

@@ -82,6 +82,15 @@ Geom check(std::string_view op, const TensorImpl& in, const TensorImpl& out,
   KILN_CHECK(in.size(2) > 0 && in.size(3) > 0 && out.size(2) > 0 && out.size(3) > 0, op,
              "expected non-empty spatial dims, got input ", dims_str(in.sizes()), " and output ",
              dims_str(out.sizes()));
+  // A scale factor must be the one the output size came from (floor(in * scale) == out), so the
+  // source step 1/scale keeps every index near the input; an artifact's others are refused.
+  for (int k = 0; k < 2; ++k) {
+    const double scale = k == 0 ? p.scale_h : p.scale_w;
+    const int64_t n = in.size(2 + k), o = out.size(2 + k);
+    KILN_CHECK(scale == 0 || std::floor(static_cast<double>(n) * scale) == static_cast<double>(o),
+               op, "scale factor ", scale, " of dim ", 2 + k, " gives ",
+               std::floor(static_cast<double>(n) * scale), " outputs for ", n, " inputs, got ", o);
+  }
   check_floating(op, in, "input");
   check_same_dtype(op, in, out, "output");
   return {in.size(0) * in.size(1), in.size(2), in.size(3), out.size(2), out.size(3)};

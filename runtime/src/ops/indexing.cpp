@@ -105,9 +105,10 @@ std::unique_ptr<KernelParams> decode_two_floats(const AttrMap& a, std::string_vi
 template <typename Fill>
 void draw(const KernelCall& c, Fill&& fill) {
   const TensorImpl& s = in(c, 0);
-  KILN_CHECK(s.dtype() == DType::Int64 && s.numel() == 2 && out(c, 1).numel() == 2 &&
-                 out(c, 1).dtype() == DType::Int64,
-             "random", "expected a [2] i64 generator state, got ", describe(s));
+  KILN_CHECK(s.dtype() == DType::Int64 && s.numel() == 2, "random",
+             "expected a [2] i64 generator state, got ", describe(s));
+  KILN_CHECK(out(c, 1).dtype() == DType::Int64 && out(c, 1).numel() == 2, "random",
+             "expected a [2] i64 next-state output, got ", describe(out(c, 1)));
   int64_t state[2];
   kernels::copy_(*from_blob(state, Dims{2}, DType::Int64), s);  // whatever its strides
   Generator gen(static_cast<uint64_t>(state[0]), static_cast<uint64_t>(state[1]));

@@ -5,7 +5,8 @@
 //
 // Source coordinates, per dim (in = input extent, out = output extent, o = output index):
 //   step  = the user's scale factor s given ? 1/s : in/out       (align_corners: (in-1)/(out-1))
-//   nearest:  i = min(floor(o * step), in - 1)
+//   nearest:  i = o when out == in, o / 2 when out == 2 in (PyTorch's nearest_idx, whatever the
+//             scale), else min(floor(o * step), in - 1)
 //   bilinear: x = align_corners ? o * step : max((o + 0.5) * step - 0.5, 0); i0 = floor(x),
 //             i1 = min(i0 + 1, in - 1), weights (1 - (x - i0), x - i0).
 // The step is computed in float32 for float32 data, as PyTorch does, so indices match it.
