@@ -6,6 +6,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -85,7 +86,10 @@ struct AutogradMeta : AutogradMetaBase {
   Tensor grad;
   std::shared_ptr<Node> grad_fn;
   uint32_t output_nr = 0;
-  std::weak_ptr<Node> grad_accumulator;
+  // A leaf shared by threads that build graphs concurrently must get one accumulator, or a
+  // thread's autograd::grad looks for an edge that another thread's accumulator replaced.
+  std::mutex grad_accumulator_mutex;
+  std::weak_ptr<Node> grad_accumulator;             // guarded by grad_accumulator_mutex
   std::vector<std::pair<size_t, Hook>> leaf_hooks;  // hooks on a leaf's gradient
   std::string name;                                 // optional, used in messages and by the tracer
   bool is_view = false;  // a view of a tensor with history: in-place writes are refused

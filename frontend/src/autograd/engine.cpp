@@ -217,6 +217,7 @@ Edge gradient_edge(const Tensor& t) {
   if (!meta) return {};
   if (meta->grad_fn) return {meta->grad_fn, meta->output_nr};
   if (!meta->requires_grad) return {};
+  std::lock_guard<std::mutex> lock(meta->grad_accumulator_mutex);
   auto acc = meta->grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
