@@ -6,7 +6,7 @@
 // CSE and DCE are safe on every kiln op because the dialect is functional: each op in the ODS
 // table is Pure (random numbers enter a trace as captured tensors, e.g. dropout's mask operand,
 // never as an op), and kiln.fused is pure exactly when its body is (RecursiveMemoryEffects). An
-// op added later with side effects must drop Pure in ir/tools/gen_ops_td.py and both passes
+// op added later with side effects must drop Pure in the schema (ir/ops.toml) and both passes
 // respect that.
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

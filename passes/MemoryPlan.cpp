@@ -19,12 +19,12 @@
 #include <numeric>
 
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/StringSet.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Pass/Pass.h"
 
+#include "kiln/ir/OpSchema.h"
 #include "kiln/passes/Passes.h"
 
 namespace kiln::passes {
@@ -40,18 +40,17 @@ int64_t bytes_of(mlir::Type type) {
   return t.getNumElements() * elem;
 }
 
-bool is_alias_op(llvm::StringRef name) {
-  return name == "kiln.view" || name == "kiln.reshape";
+// The schema's traits (ir/ops.toml): ops whose result may share the input's buffer, and ops whose
+// kernels may write their output over a same-shaped input.
+bool has_trait(llvm::StringRef name, uint32_t trait) {
+  const kiln::ir::OpSchema* schema = kiln::ir::find_op_schema({name.data(), name.size()});
+  return schema && (schema->traits & trait);
 }
-
-// Elementwise ops whose kernels may write their output over a same-shaped input.
+bool is_alias_op(llvm::StringRef name) {
+  return has_trait(name, kiln::ir::kTraitAlias);
+}
 bool is_inplace_op(llvm::StringRef name) {
-  static const llvm::StringSet<> ops = {
-      "kiln.add",   "kiln.sub", "kiln.mul",  "kiln.div",        "kiln.maximum", "kiln.minimum",
-      "kiln.neg",   "kiln.abs", "kiln.exp",  "kiln.log",        "kiln.log1p",   "kiln.sqrt",
-      "kiln.rsqrt", "kiln.sin", "kiln.cos",  "kiln.tanh",       "kiln.sigmoid", "kiln.relu",
-      "kiln.silu",  "kiln.erf", "kiln.gelu", "kiln.leaky_relu", "kiln.clamp",   "kiln.reciprocal"};
-  return ops.contains(name);
+  return has_trait(name, kiln::ir::kTraitInplace);
 }
 
 struct Buffer {

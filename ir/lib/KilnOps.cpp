@@ -3,6 +3,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 
+#include "ShapeRules.h"
 #include "kiln/ir/KilnDialect.h"
 
 using namespace mlir;
@@ -86,17 +87,6 @@ LogicalResult infer_compare(ValueRange operands, std::optional<Location> loc, St
   return success();
 }
 
-// Unary ops keep the shape; the element type is the input's or (float op on integers) a float.
-LogicalResult verify_unary(Operation* op) {
-  auto in = cast<RankedTensorType>(op->getOperand(0).getType());
-  auto out = cast<RankedTensorType>(op->getResult(0).getType());
-  if (in.getShape() != out.getShape()) {
-    return op->emitOpError("result shape must equal the input's: input ")
-           << in << ", result " << out;
-  }
-  return success();
-}
-
 }  // namespace
 
 #define KILN_BINARY_INFER(Op, name, true_div)                                                \
@@ -129,160 +119,9 @@ KILN_COMPARE_INFER(LogicalAndOp, "kiln.logical_and")
 KILN_COMPARE_INFER(LogicalOrOp, "kiln.logical_or")
 #undef KILN_COMPARE_INFER
 
-#define KILN_UNARY_VERIFY(Op)            \
-  LogicalResult Op::verify() {           \
-    return verify_unary(getOperation()); \
-  }
-KILN_UNARY_VERIFY(NegOp)
-KILN_UNARY_VERIFY(AbsOp)
-KILN_UNARY_VERIFY(ExpOp)
-KILN_UNARY_VERIFY(LogOp)
-KILN_UNARY_VERIFY(Log1pOp)
-KILN_UNARY_VERIFY(SqrtOp)
-KILN_UNARY_VERIFY(RsqrtOp)
-KILN_UNARY_VERIFY(SinOp)
-KILN_UNARY_VERIFY(CosOp)
-KILN_UNARY_VERIFY(TanhOp)
-KILN_UNARY_VERIFY(SigmoidOp)
-KILN_UNARY_VERIFY(ReluOp)
-KILN_UNARY_VERIFY(SiluOp)
-KILN_UNARY_VERIFY(ErfOp)
-KILN_UNARY_VERIFY(FloorOp)
-KILN_UNARY_VERIFY(CeilOp)
-KILN_UNARY_VERIFY(RoundOp)
-KILN_UNARY_VERIFY(SignOp)
-KILN_UNARY_VERIFY(ReciprocalOp)
-KILN_UNARY_VERIFY(LogicalNotOp)
-KILN_UNARY_VERIFY(CloneOp)
-#undef KILN_UNARY_VERIFY
-
-// relu(relu(x)) == relu(x)
 OpFoldResult ReluOp::fold(FoldAdaptor) {
   if (auto inner = getInput().getDefiningOp<ReluOp>()) return inner.getResult();
   return {};
-}
-
-// Fused conv/linear: the activation is one of the runtime's kernels::Activation values, a clamp
-// has ordered bounds, and a residual has exactly the result's type (it is added element by
-// element, without broadcasting).
-LogicalResult verify_activation(Operation* op, int64_t activation, double lo, double hi) {
-  if (activation < 0 || activation > 8) {
-    return op->emitOpError("activation must be a kernels::Activation in [0, 8], got ")
-           << activation;
-  }
-  if (activation == 3 && !(lo <= hi)) {
-    return op->emitOpError("clamp bounds are not ordered: min ") << lo << " > max " << hi;
-  }
-  return success();
-}
-
-LogicalResult verify_fused_epilogue(Operation* op, Value residual, int64_t activation, double lo,
-                                    double hi) {
-  if (failed(verify_activation(op, activation, lo, hi))) return failure();
-  if (!isa<NoneType>(residual.getType()) && residual.getType() != op->getResult(0).getType()) {
-    return op->emitOpError("residual type ")
-           << residual.getType() << " differs from the result type " << op->getResult(0).getType();
-  }
-  return success();
-}
-
-LogicalResult Conv2dFusedOp::verify() {
-  return verify_fused_epilogue(*this, getResidual(), getActivation(),
-                               getClampMin().convertToDouble(), getClampMax().convertToDouble());
-}
-// conv2d's shapes as the runtime kernel computes them (kernels/conv.h): input [N, C_in, H, W],
-// weight [C_out, C_in / groups, kh, kw], bias none or [C_out], result [N, C_out, Ho, Wo] with
-// Ho = (H + 2 pad - dilation (kh - 1) - 1) / stride + 1; positive strides and dilations.
-LogicalResult Conv2dOp::verify() {
-  auto x = dyn_cast<RankedTensorType>(getInput().getType());
-  auto w = dyn_cast<RankedTensorType>(getWeight().getType());
-  auto r = dyn_cast<RankedTensorType>(getResult().getType());
-  if (!x || !w || !r || x.getRank() != 4 || w.getRank() != 4 || r.getRank() != 4)
-    return emitOpError("expects a 4-d input, weight and result, got ")
-           << getInput().getType() << ", " << getWeight().getType() << " -> "
-           << getResult().getType();
-  ArrayRef<int64_t> s = getStride(), p = getPadding(), d = getDilation();
-  if (s.size() != 2 || p.size() != 2 || d.size() != 2)
-    return emitOpError("stride, padding and dilation must have 2 values each");
-  const int64_t groups = getGroups();
-  if (groups < 1 || s[0] < 1 || s[1] < 1 || d[0] < 1 || d[1] < 1 || p[0] < 0 || p[1] < 0)
-    return emitOpError("expects groups, strides and dilations >= 1 and padding >= 0");
-  if (x.isDynamicDim(1) || w.isDynamicDim(1) || w.isDynamicDim(0)) return success();
-  if (x.getDimSize(1) != w.getDimSize(1) * groups)
-    return emitOpError("input channels ") << x.getDimSize(1) << " differ from weight channels "
-                                          << w.getDimSize(1) << " x groups " << groups;
-  auto bias = dyn_cast<RankedTensorType>(getBias().getType());
-  if (bias && (bias.getRank() != 1 || bias.getDimSize(0) != w.getDimSize(0)))
-    return emitOpError("bias must be [") << w.getDimSize(0) << "], got " << bias;
-  if (!x.hasStaticShape() || !w.hasStaticShape()) return success();
-  int64_t want[4] = {x.getDimSize(0), w.getDimSize(0), 0, 0};
-  for (int k = 0; k < 2; ++k) {
-    const int64_t span = x.getDimSize(2 + k) + 2 * p[k] - d[k] * (w.getDimSize(2 + k) - 1) - 1;
-    if (span < 0)
-      return emitOpError("the dilated kernel is larger than the padded input in dim ") << 2 + k;
-    want[2 + k] = span / s[k] + 1;
-  }
-  if (r.getShape() != ArrayRef<int64_t>(want))
-    return emitOpError("result must be [")
-           << want[0] << ", " << want[1] << ", " << want[2] << ", " << want[3] << "], got " << r;
-  return success();
-}
-
-// The runtime kernel's shape rule (kernels/conv.h conv2d_avgpool_output_shape): [N, C_out, 1, 1]
-// from a 4-d input and weight.
-LogicalResult Conv2dAvgpoolOp::verify() {
-  if (failed(verify_activation(*this, getActivation(), getClampMin().convertToDouble(),
-                               getClampMax().convertToDouble())))
-    return failure();
-  auto x = dyn_cast<RankedTensorType>(getInput().getType());
-  auto w = dyn_cast<RankedTensorType>(getWeight().getType());
-  auto r = dyn_cast<RankedTensorType>(getResult().getType());
-  if (!x || !w || !r || x.getRank() != 4 || w.getRank() != 4)
-    return emitOpError("expects a 4-d input and weight");
-  const SmallVector<int64_t, 4> want{x.getShape()[0], w.getShape()[0], 1, 1};
-  if (r.getShape() != ArrayRef<int64_t>(want))
-    return emitOpError("result must be [N, C_out, 1, 1] = [")
-           << want[0] << ", " << want[1] << ", 1, 1], got " << r;
-  return success();
-}
-LogicalResult LinearFusedOp::verify() {
-  return verify_fused_epilogue(*this, getResidual(), getActivation(),
-                               getClampMin().convertToDouble(), getClampMax().convertToDouble());
-}
-
-// interpolate / interpolate_backward (kernels/interpolate.h): the small side `from` and the
-// resampled side `to` are 4-d float tensors of one element type with the same N and C; a known
-// mode, align_corners only with bilinear, finite non-negative scale factors, both or neither.
-LogicalResult verify_interpolate(Operation* op, Type from, Type to, int64_t mode,
-                                 bool align_corners, double scale_h, double scale_w) {
-  if (mode != 0 && mode != 1)
-    return op->emitOpError("mode must be 0 (nearest) or 1 (bilinear), got ") << mode;
-  if (align_corners && mode != 1)
-    return op->emitOpError("align_corners can only be set with mode 1 (bilinear)");
-  if (!std::isfinite(scale_h) || !std::isfinite(scale_w) || scale_h < 0 || scale_w < 0)
-    return op->emitOpError("scale factors must be finite and >= 0, got (")
-           << scale_h << ", " << scale_w << ")";
-  if ((scale_h > 0) != (scale_w > 0))
-    return op->emitOpError("scale factors must be both set or both 0, got (")
-           << scale_h << ", " << scale_w << ")";
-  auto a = dyn_cast<RankedTensorType>(from), b = dyn_cast<RankedTensorType>(to);
-  if (!a || !b || a.getRank() != 4 || b.getRank() != 4 || !isa<FloatType>(a.getElementType()))
-    return op->emitOpError("expects 4-d float tensors, got ") << from << " and " << to;
-  if (a.getElementType() != b.getElementType() || a.getShape()[0] != b.getShape()[0] ||
-      a.getShape()[1] != b.getShape()[1])
-    return op->emitOpError("expects the same element type, N and C on both sides, got ")
-           << from << " and " << to;
-  return success();
-}
-LogicalResult InterpolateOp::verify() {
-  return verify_interpolate(*this, getInput().getType(), getResult().getType(), getMode(),
-                            getAlignCorners(), getScaleH().convertToDouble(),
-                            getScaleW().convertToDouble());
-}
-LogicalResult InterpolateBackwardOp::verify() {
-  return verify_interpolate(*this, getResult().getType(), getGrad().getType(), getMode(),
-                            getAlignCorners(), getScaleH().convertToDouble(),
-                            getScaleW().convertToDouble());
 }
 
 // The block's shapes as the runtime kernel checks them (kernels/mbconv.h), float32 throughout.
@@ -323,20 +162,26 @@ LogicalResult MbconvOp::verify() {
   if (shape(getResult()) != ArrayRef<int64_t>{x[0], pw[0], Ho, Wo})
     return emitOpError("result must be [")
            << x[0] << ", " << pw[0] << ", " << Ho << ", " << Wo << "]";
-  if (failed(verify_activation(*this, getExpandActivation(), getExpandClampMin().convertToDouble(),
+  if (failed(shape::activation(*this, getExpandActivation(), getExpandClampMin().convertToDouble(),
                                getExpandClampMax().convertToDouble())) ||
-      failed(verify_activation(*this, getDwActivation(), getDwClampMin().convertToDouble(),
+      failed(shape::activation(*this, getDwActivation(), getDwClampMin().convertToDouble(),
                                getDwClampMax().convertToDouble())))
     return failure();
-  return verify_fused_epilogue(*this, getResidual(), getProjectActivation(),
+  return shape::fused_epilogue(*this, getResidual(), getProjectActivation(),
                                getProjectClampMin().convertToDouble(),
-                               getProjectClampMax().convertToDouble());
+                               getProjectClampMax().convertToDouble(), getResult());
 }
 
 // Constant-like ops fold to their value: the greedy rewrite driver identifies (and dedups)
 // constants by that attribute, so without it every constant would look alike.
 OpFoldResult ConstantOp::fold(FoldAdaptor) {
   return getValue();
+}
+LogicalResult ConstantOp::verify() {
+  if (getValue().getShapedType() != getResult().getType())
+    return emitOpError("value type ") << getValue().getShapedType()
+                                      << " differs from the result type " << getResult().getType();
+  return success();
 }
 OpFoldResult NoneOp::fold(FoldAdaptor) {
   return UnitAttr::get(getContext());
@@ -398,6 +243,9 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext*, std::optional<Location> l
   inferred.push_back(RankedTensorType::get(batch, lhs.getElementType()));
   return success();
 }
+
+// Every other op's verifier: its enum attributes' ranges and the shape rules ir/ops.toml names.
+#include "kiln/ir/KilnOpVerifiers.inc"
 
 }  // namespace kiln::ir
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kiln/codegen/lower.h"
+#include "kiln/ir/OpSchema.h"
 #include "kiln/runtime/registry.h"
 #include "kiln/trace/module.h"
 #include "kiln/trace/trace.h"
@@ -52,6 +53,38 @@ TEST(OpCoverage, EveryRuntimeKernelIsADialectOp) {
   for (std::string_view name : rt::builtin_registry().names())
     if (!ops.count(std::string(name))) unknown += " " + std::string(name);
   EXPECT_EQ(unknown, "") << "runtime kernels no IR op names";
+}
+
+// ir/ops.toml declares per op the backends that run it; each declaration must match what the
+// backend implements, both ways (a claim without an implementation, an implementation without a
+// claim). aarch64 is code generation plus the runtime built for it: it follows from both. CUDA
+// has no backend yet, so no op may claim it. (Eager is checked where it is used: the tracer
+// refuses to record an op whose schema does not declare eager.)
+TEST(OpCoverage, SchemaBackendsMatchImplementations) {
+  auto ctx = jit::make_context();
+  const std::set<std::string> ops = dialect_ops(*ctx);
+  std::set<std::string> in_schema;
+  std::string mismatches;
+  auto check = [&](const ir::OpSchema& s, uint32_t backend, const char* name, bool implemented) {
+    const bool claimed = (s.backends & backend) != 0;
+    if (claimed != implemented)
+      mismatches += "\n  " + std::string(s.name) + ": " + name +
+                    (claimed ? " claimed, not implemented" : " implemented, not claimed");
+  };
+  for (const ir::OpSchema& s : ir::op_schemas()) {
+    const std::string op(s.name);
+    in_schema.insert(op);
+    const bool structural = kStructural.count(op) != 0;
+    const bool runtime = rt::builtin_registry().find(op) != nullptr;
+    const bool llvm = codegen::lowers_op("kiln." + op);
+    check(s, ir::kBackendInterpreter, "interpreter", jit::interpreter_supports("kiln." + op));
+    check(s, ir::kBackendRuntime, "runtime", runtime);
+    check(s, ir::kBackendLlvm, "llvm", llvm);
+    check(s, ir::kBackendAarch64, "aarch64", llvm && (runtime || structural));
+    check(s, ir::kBackendCuda, "cuda", false);
+  }
+  EXPECT_EQ(mismatches, "") << "ir/ops.toml's backends differ from the implementations";
+  EXPECT_EQ(in_schema, ops) << "the schema and the registered dialect list different ops";
 }
 
 }  // namespace

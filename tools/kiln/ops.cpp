@@ -1,6 +1,7 @@
 // `kiln ops`: the coverage matrix of the kiln dialect's ops, read from the backends themselves (the
 // registered dialect, the interpreter's table, the runtime's builtin registry, codegen's lowering
-// tables), so it cannot drift from what runs. `--missing TARGET` lists one backend's gaps.
+// tables), so it cannot drift from what runs; eager comes from the op schema (ir/ops.toml), which
+// the tracer enforces. `--missing TARGET` lists one backend's gaps.
 
 #include "ops.h"
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kiln/codegen/lower.h"
+#include "kiln/ir/OpSchema.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/registry.h"
 #include "kiln/trace/module.h"
@@ -29,12 +31,13 @@ bool structural(const std::string& op) {
 
 enum Support { kYes, kNo, kNotApplicable };
 
+const char* const kTargets[] = {"eager", "interpreter", "runtime", "llvm", "aarch64", "cuda"};
+constexpr int kNumTargets = 6;
+
 struct Row {
   std::string op;
-  Support interpreter, runtime, llvm, cuda;
+  Support support[kNumTargets];  // in kTargets' order
 };
-
-const char* const kTargets[] = {"interpreter", "runtime", "llvm", "cuda"};
 
 std::vector<Row> coverage() {
   auto ctx = jit::make_context();
@@ -43,21 +46,27 @@ std::vector<Row> coverage() {
     if (name.getDialectNamespace() == "kiln") names.insert(name.getStringRef().drop_front(5).str());
   std::vector<Row> rows;
   for (const std::string& op : names) {
-    Row r{op, kNo, kNo, kNo, kNo};
-    r.interpreter = jit::interpreter_supports("kiln." + op) ? kYes : kNo;
-    r.runtime = structural(op) ? kNotApplicable : rt::builtin_registry().find(op) ? kYes : kNo;
-    r.llvm = codegen::lowers_op("kiln." + op) ? kYes : kNo;
-    r.cuda = kNo;  // no CUDA backend yet
-    rows.push_back(r);
+    const ir::OpSchema* schema = ir::find_op_schema(op);
+    const bool runtime = rt::builtin_registry().find(op) != nullptr;
+    const bool llvm = codegen::lowers_op("kiln." + op);
+    rows.push_back(
+        {op,
+         {schema && (schema->backends & ir::kBackendEager) ? kYes : kNo,
+          jit::interpreter_supports("kiln." + op) ? kYes : kNo,
+          structural(op) ? kNotApplicable
+          : runtime      ? kYes
+                         : kNo,
+          llvm ? kYes : kNo,
+          // the runtime built for aarch64 and code generation for it
+          llvm && (runtime || structural(op)) ? kYes : kNo, kNo}});  // no CUDA backend yet
   }
   return rows;
 }
 
 Support of(const Row& r, const std::string& target) {
-  if (target == "interpreter") return r.interpreter;
-  if (target == "runtime") return r.runtime;
-  if (target == "llvm") return r.llvm;
-  return r.cuda;
+  for (int k = 0; k < kNumTargets; ++k)
+    if (target == kTargets[k]) return r.support[k];
+  return kNo;
 }
 
 int help(FILE* out) {
@@ -65,11 +74,14 @@ int help(FILE* out) {
       out,
       "usage: kiln ops [--missing TARGET]\n\n"
       "Prints which backend runs each op of the kiln dialect:\n"
+      "  eager        eager mode records it when traced (declared in ir/ops.toml;\n"
+      "               the tracer refuses an op the schema does not declare)\n"
       "  interpreter  the reference interpreter (kiln::jit::interpret)\n"
       "  runtime      a kernel in the runtime's builtin registry: what jit::save and\n"
       "               `kiln export` artifacts run (x86-64 and aarch64 builds share it)\n"
-      "  llvm         code generation for the LLVM JIT and AOT (x86-64 and aarch64):\n"
+      "  llvm         code generation for the LLVM JIT and AOT (x86-64):\n"
       "               generated loops, views or a call into a runtime kernel\n"
+      "  aarch64      AOT for aarch64: code generation and the runtime built for it\n"
       "  cuda         the CUDA backend (not built yet: every op is missing)\n"
       "'-' marks structural ops that are no kernel (constants, kiln.none, fused regions).\n\n"
       "options:\n"
@@ -89,7 +101,7 @@ int ops(int argc, char** argv) {
       bool known = false;
       for (const char* t : kTargets) known = known || missing == t;
       KILN_CHECK(known, "ops", "unknown target '", missing,
-                 "' for --missing: expected interpreter, runtime, llvm or cuda");
+                 "' for --missing: expected eager, interpreter, runtime, llvm, aarch64 or cuda");
       continue;
     }
     std::fprintf(stderr, "kiln ops: unknown option '%s'\n\n", a.c_str());
@@ -102,16 +114,26 @@ int ops(int argc, char** argv) {
     return 0;
   }
   auto cell = [](Support s) { return s == kYes ? "yes" : s == kNo ? "no" : "-"; };
-  std::printf("%-34s %-12s %-8s %-5s %s\n", "op", "interpreter", "runtime", "llvm", "cuda");
-  int counts[4] = {0, 0, 0, 0};
+  // Columns padded to the widest header; the last one unpadded (no trailing blanks).
+  auto column = [](int k, const char* text) {
+    std::printf(k + 1 < kNumTargets ? " %-11s" : " %s", text);
+  };
+  std::printf("%-34s", "op");
+  for (int k = 0; k < kNumTargets; ++k) column(k, kTargets[k]);
+  std::printf("\n");
+  int counts[kNumTargets] = {};
   for (const Row& r : rows) {
-    std::printf("kiln.%-29s %-12s %-8s %-5s %s\n", r.op.c_str(), cell(r.interpreter),
-                cell(r.runtime), cell(r.llvm), cell(r.cuda));
-    const Support s[4] = {r.interpreter, r.runtime, r.llvm, r.cuda};
-    for (int k = 0; k < 4; ++k) counts[k] += s[k] != kNo;
+    std::printf("kiln.%-29s", r.op.c_str());
+    for (int k = 0; k < kNumTargets; ++k) {
+      column(k, cell(r.support[k]));
+      counts[k] += r.support[k] != kNo;
+    }
+    std::printf("\n");
   }
-  std::printf("%zu ops; %d interpreter, %d runtime (with structural ops), %d llvm, %d cuda\n",
-              rows.size(), counts[0], counts[1], counts[2], counts[3]);
+  std::printf("%zu ops;", rows.size());
+  for (int k = 0; k < kNumTargets; ++k)
+    std::printf("%s %d %s", k ? "," : "", counts[k], kTargets[k]);
+  std::printf(" (runtime counts the structural ops)\n");
   return 0;
 }
 

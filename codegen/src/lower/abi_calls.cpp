@@ -14,7 +14,7 @@ namespace LLVM = mlir::LLVM;
 
 namespace {
 // kiln op → its attributes in ABI order (the runtime symbol is kiln_abi_<op name>): the op
-// table's attribute order (ir/tools/gen_ops_td.py, generated at build time). A name ending in '?'
+// schema's attribute order (ir/ops.toml, generated at build time). A name ending in '?'
 // is an optional attribute the op may lack (passed as 0 then).
 const llvm::StringMap<std::vector<const char*>>& abi_ops() {
   static const llvm::StringMap<std::vector<const char*>> table = {

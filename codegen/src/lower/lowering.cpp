@@ -110,7 +110,7 @@ std::optional<mlir::TypedAttr> Lowering::splat_value(mlir::Value v) {
   return dense.getSplatValue<mlir::TypedAttr>();
 }
 
-// The op sets come from the op table (ir/tools/gen_ops_td.py), generated at build time.
+// The op sets come from the op schema's traits (ir/ops.toml), generated at build time.
 const llvm::StringSet<>& elementwise_ops() {
   static const llvm::StringSet<> names = {
 #define KILN_ELEMENTWISE_OPS

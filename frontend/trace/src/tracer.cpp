@@ -21,6 +21,7 @@
 #include "kiln/control_flow.h"
 #include "kiln/dispatch.h"
 #include "kiln/ir/KilnDialect.h"
+#include "kiln/ir/OpSchema.h"
 #include "kiln/nn/module.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/kernels/copy.h"
@@ -482,13 +483,22 @@ class Tracer final : public dispatch::TraceHook {
     return builder_.getStringAttr(std::get<std::string>(v));
   }
 
-  // Number of operands each op with optional operands takes (missing ones become kiln.none).
+  // The op must be in the schema with the eager backend declared: what eager mode records is
+  // what `kiln ops` and docs/ops.md say it records.
+  void check_declared_eager(const std::string& name) const {
+    const ir::OpSchema* schema = ir::find_op_schema(name);
+    if (!schema || !mlir::RegisteredOperationName::lookup("kiln." + name, ctx_))
+      fail("trace", "op '", name, "' has no kiln dialect counterpart");
+    if (!(schema->backends & ir::kBackendEager))
+      fail("trace", "op '", name,
+           "' is recorded by eager mode but ir/ops.toml does not declare its eager backend");
+  }
+
+  // Number of operands the op takes: optional operands missing from the eager call become
+  // kiln.none (the schema's count, so no argument is dropped).
   static size_t arity(const std::string& name) {
-    static const std::unordered_map<std::string, size_t> table = {
-        {"linear", 3},     {"conv2d", 3},     {"conv1d", 3},    {"conv_transpose2d", 3},
-        {"batch_norm", 5}, {"layer_norm", 3}, {"group_norm", 3}};
-    auto it = table.find(name);
-    return it == table.end() ? 0 : it->second;
+    const ir::OpSchema* schema = ir::find_op_schema(name);
+    return schema && schema->num_operands > 0 ? static_cast<size_t>(schema->num_operands) : 0;
   }
 
   void emit(const std::string& name, const TensorList& inputs, const TensorList& outputs,
@@ -500,9 +510,7 @@ class Tracer final : public dispatch::TraceHook {
     }
     for (const auto& [key, value] : attrs) state.addAttribute(key, attribute(value));
     for (const Tensor& t : outputs) state.addTypes(tensor_type(ctx_, t.sizes(), t.dtype()));
-    if (!mlir::RegisteredOperationName::lookup(state.name.getStringRef(), ctx_)) {
-      fail("trace", "op '", name, "' has no kiln dialect counterpart");
-    }
+    check_declared_eager(name);
     mlir::Operation* op = builder_.create(state);
     for (size_t i = 0; i < outputs.size(); ++i) bind_created(outputs[i], op->getResult(i));
   }
@@ -537,6 +545,7 @@ class Tracer final : public dispatch::TraceHook {
     state.addOperands(lookup(rng_));
     state.addTypes(
         {tensor_type(ctx_, out.sizes(), out.dtype()), tensor_type(ctx_, Dims{2}, DType::Int64)});
+    check_declared_eager(name);
     mlir::Operation* op = builder_.create(state);
     bind_created(out, op->getResult(0));
     bind(rng_, op->getResult(1));

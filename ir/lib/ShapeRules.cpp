@@ -1,0 +1,618 @@
+#include "ShapeRules.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "llvm/ADT/SmallVector.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+
+namespace kiln::ir::shape {
+
+using llvm::SmallVector;
+using mlir::failure;
+using mlir::RankedTensorType;
+using mlir::ShapedType;
+using mlir::success;
+using Shape = SmallVector<int64_t, 6>;
+
+namespace {
+
+constexpr int64_t kDyn = ShapedType::kDynamic;
+
+RankedTensorType tensor(Value v) {
+  return v ? llvm::dyn_cast<RankedTensorType>(v.getType()) : RankedTensorType();
+}
+bool absent(Value v) {
+  return !tensor(v);
+}
+ArrayRef<int64_t> dims(Value v) {
+  return tensor(v).getShape();
+}
+int64_t rank(Value v) {
+  return tensor(v).getRank();
+}
+bool same(int64_t a, int64_t b) {
+  return a == b || a == kDyn || b == kDyn;
+}
+bool same(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!same(a[i], b[i])) return false;
+  return true;
+}
+std::string str(ArrayRef<int64_t> s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += s[i] == kDyn ? "?" : std::to_string(s[i]);
+  }
+  return out + "]";
+}
+// a + b * c with dynamic sizes staying dynamic.
+int64_t dyn_or(int64_t v, std::initializer_list<int64_t> inputs) {
+  for (int64_t i : inputs)
+    if (i == kDyn) return kDyn;
+  return v;
+}
+
+// The result must have `want`'s shape (dynamic dims on either side match).
+LogicalResult expect_shape(Operation* op, Value result, ArrayRef<int64_t> want,
+                           const char* what = "result") {
+  if (same(dims(result), want)) return success();
+  return op->emitOpError(what) << " must be " << str(want) << ", got " << result.getType();
+}
+
+// A dim in [-rank, rank), normalized; rank 0 accepts -1 and 0 like PyTorch.
+std::optional<int64_t> norm_dim(int64_t d, int64_t r) {
+  const int64_t n = r == 0 ? 1 : r;
+  if (d < -n || d >= n) return std::nullopt;
+  return d < 0 ? d + n : d;
+}
+LogicalResult bad_dim(Operation* op, int64_t d, int64_t r) {
+  return op->emitOpError("dim ") << d << " is out of range for a tensor of rank " << r;
+}
+
+LogicalResult expect_rank(Operation* op, Value v, std::initializer_list<int64_t> ranks,
+                          const char* name) {
+  for (int64_t r : ranks)
+    if (rank(v) == r) return success();
+  auto diag = op->emitOpError(name) << " must have rank";
+  for (int64_t r : ranks) diag << " " << r;
+  return diag << ", got " << v.getType();
+}
+
+// Two values per spatial dim (one value: both dims); stride empty means "the kernel size".
+std::optional<std::pair<int64_t, int64_t>> pair_of(ArrayRef<int64_t> v) {
+  if (v.size() == 1) return std::make_pair(v[0], v[0]);
+  if (v.size() == 2) return std::make_pair(v[0], v[1]);
+  return std::nullopt;
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------------- shapes and types
+
+LogicalResult same_shape(Operation* op, Value a, Value b) {
+  if (absent(a) || absent(b)) return success();
+  if (same(dims(a), dims(b))) return success();
+  return op->emitOpError("expects equal shapes, got ") << a.getType() << " and " << b.getType();
+}
+
+LogicalResult element_type_is(Operation* op, Value v, int64_t dtype) {
+  mlir::Builder b(op->getContext());
+  static constexpr const char* kNames[] = {"float32", "float64", "float16", "bfloat16", "int8",
+                                           "uint8",   "int32",   "int64",   "bool"};
+  mlir::Type want[] = {b.getF32Type(),       b.getF64Type(),       b.getF16Type(),
+                       b.getBF16Type(),      b.getIntegerType(8),  b.getIntegerType(8, false),
+                       b.getIntegerType(32), b.getIntegerType(64), b.getI1Type()};
+  if (dtype < 0 || dtype >= static_cast<int64_t>(std::size(want)))
+    return op->emitOpError("dtype must be a kiln DType code in [0, 8], got ") << dtype;
+  if (tensor(v).getElementType() == want[dtype]) return success();
+  return op->emitOpError("result element type must be ")
+         << kNames[dtype] << " (dtype " << dtype << "), got " << v.getType();
+}
+
+LogicalResult dim_in_range(Operation* op, Value input, int64_t dim) {
+  if (norm_dim(dim, rank(input))) return success();
+  return bad_dim(op, dim, rank(input));
+}
+
+namespace {
+std::optional<Shape> broadcast(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  const size_t r = std::max(a.size(), b.size());
+  Shape out(r, 1);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da == db || db == 1)
+      out[i] = da;
+    else if (da == 1)
+      out[i] = db;
+    else if (da == kDyn || db == kDyn)
+      out[i] = kDyn;
+    else
+      return std::nullopt;
+  }
+  return out;
+}
+}  // namespace
+
+LogicalResult broadcast3(Operation* op, Value a, Value b, Value c, Value result) {
+  auto ab = broadcast(dims(a), dims(b));
+  auto abc = ab ? broadcast(*ab, dims(c)) : std::nullopt;
+  if (!abc)
+    return op->emitOpError("operand shapes do not broadcast: ")
+           << a.getType() << ", " << b.getType() << ", " << c.getType();
+  return expect_shape(op, result, *abc);
+}
+
+LogicalResult copy(Operation* op, Value dst, Value src, Value result) {
+  auto b = broadcast(dims(src), dims(dst));
+  if (!b || !same(*b, dims(dst)))
+    return op->emitOpError("src ")
+           << src.getType() << " does not broadcast to dst " << dst.getType();
+  if (result.getType() != dst.getType())
+    return op->emitOpError("result must have dst's type ")
+           << dst.getType() << ", got " << result.getType();
+  return success();
+}
+
+LogicalResult channels(Operation* op, Value x, int64_t dim, Value result) {
+  if (rank(x) <= dim) return op->emitOpError("expects rank > ") << dim << ", got " << x.getType();
+  return expect_shape(op, result, {dims(x)[dim]});
+}
+
+LogicalResult same_batch_and_channels(Operation* op, Value a, Value b) {
+  if (rank(a) != rank(b) || rank(a) < 3 || !same(dims(a).drop_back(2), dims(b).drop_back(2)))
+    return op->emitOpError("expects the same leading (batch and channel) dims, got ")
+           << a.getType() << " and " << b.getType();
+  return success();
+}
+
+// ---------------------------------------------------------------------------- reductions
+
+LogicalResult reduce_dims(Operation* op, Value input, ArrayRef<int64_t> reduce, bool keepdim,
+                          Value result) {
+  const int64_t r = rank(input);
+  SmallVector<bool, 6> reduced(std::max<int64_t>(r, 1), reduce.empty());
+  for (int64_t d : reduce) {
+    auto n = norm_dim(d, r);
+    if (!n) return bad_dim(op, d, r);
+    if (reduced[*n] && !reduce.empty() && r > 0)
+      return op->emitOpError("dim ") << d << " appears twice in dims";
+    reduced[*n] = true;
+  }
+  Shape want;
+  for (int64_t i = 0; i < r; ++i) {
+    if (!reduced[i])
+      want.push_back(dims(input)[i]);
+    else if (keepdim)
+      want.push_back(1);
+  }
+  return expect_shape(op, result, want);
+}
+
+LogicalResult reduce_dim(Operation* op, Value input, int64_t dim, bool keepdim, Value values,
+                         Value indices) {
+  Shape want;
+  if (dim == std::numeric_limits<int64_t>::min()) {  // over all elements
+    if (keepdim) want.assign(rank(input), 1);
+  } else {
+    auto n = norm_dim(dim, rank(input));
+    if (!n) return bad_dim(op, dim, rank(input));
+    for (int64_t i = 0; i < rank(input); ++i) {
+      if (i != *n)
+        want.push_back(dims(input)[i]);
+      else if (keepdim)
+        want.push_back(1);
+    }
+  }
+  if (failed(expect_shape(op, values, want))) return failure();
+  return expect_shape(op, indices, want, "indices");
+}
+
+// --------------------------------------------------------------------------------- views
+
+namespace {
+int64_t numel(ArrayRef<int64_t> s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d == kDyn) return kDyn;
+    n *= d;
+  }
+  return n;
+}
+}  // namespace
+
+LogicalResult reshape(Operation* op, Value input, ArrayRef<int64_t> shape, Value result) {
+  Shape want(shape.begin(), shape.end());
+  int64_t known = 1, inferred = -1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i] == -1 && inferred < 0)
+      inferred = static_cast<int64_t>(i);
+    else if (want[i] < 0)
+      return op->emitOpError("shape ") << str(shape) << " has a negative size";
+    else
+      known *= want[i];
+  }
+  const int64_t n = numel(dims(input));
+  if (inferred >= 0) want[inferred] = n == kDyn || known == 0 ? kDyn : n / known;
+  if (n != kDyn && numel(want) != kDyn && numel(want) != n)
+    return op->emitOpError("shape ")
+           << str(shape) << " does not hold the input's " << n << " elements";
+  return expect_shape(op, result, want);
+}
+
+LogicalResult transpose(Operation* op, Value input, int64_t dim0, int64_t dim1, Value result) {
+  auto a = norm_dim(dim0, rank(input)), b = norm_dim(dim1, rank(input));
+  if (!a || !b) return bad_dim(op, a ? dim1 : dim0, rank(input));
+  Shape want(dims(input).begin(), dims(input).end());
+  if (rank(input) > 0) std::swap(want[*a], want[*b]);
+  return expect_shape(op, result, want);
+}
+
+LogicalResult permute(Operation* op, Value input, ArrayRef<int64_t> order, Value result) {
+  const int64_t r = rank(input);
+  if (static_cast<int64_t>(order.size()) != r)
+    return op->emitOpError("dims ") << str(order) << " must name each of the " << r << " dims once";
+  SmallVector<bool, 6> seen(r, false);
+  Shape want;
+  for (int64_t d : order) {
+    auto n = norm_dim(d, r);
+    if (!n || seen[*n])
+      return op->emitOpError("dims ")
+             << str(order) << " must name each of the " << r << " dims once";
+    seen[*n] = true;
+    want.push_back(dims(input)[*n]);
+  }
+  return expect_shape(op, result, want);
+}
+
+LogicalResult slice(Operation* op, Value input, int64_t dim, int64_t start, int64_t end,
+                    int64_t step, Value result) {
+  auto d = norm_dim(dim, rank(input));
+  if (!d || rank(input) == 0) return bad_dim(op, dim, rank(input));
+  if (step < 1) return op->emitOpError("step must be >= 1, got ") << step;
+  Shape want(dims(input).begin(), dims(input).end());
+  const int64_t n = want[*d];
+  if (n != kDyn) {  // PyTorch's clamping of start and end
+    auto clamp = [n](int64_t v) { return std::min(std::max(v < 0 ? v + n : v, int64_t{0}), n); };
+    const int64_t s = clamp(start), e = std::max(clamp(end), clamp(start));
+    want[*d] = (e - s + step - 1) / step;
+  }
+  return expect_shape(op, result, want);
+}
+
+LogicalResult select(Operation* op, Value input, int64_t dim, int64_t index, Value result) {
+  auto d = norm_dim(dim, rank(input));
+  if (!d || rank(input) == 0) return bad_dim(op, dim, rank(input));
+  const int64_t n = dims(input)[*d];
+  if (n != kDyn && (index < -n || index >= n))
+    return op->emitOpError("index ")
+           << index << " is out of range for dim " << dim << " of size " << n;
+  Shape want(dims(input).begin(), dims(input).end());
+  want.erase(want.begin() + *d);
+  return expect_shape(op, result, want);
+}
+
+LogicalResult expand(Operation* op, Value input, ArrayRef<int64_t> shape, Value result) {
+  const size_t r = rank(input);
+  if (shape.size() < r)
+    return op->emitOpError("shape ")
+           << str(shape) << " has fewer dims than the input " << input.getType();
+  Shape want(shape.begin(), shape.end());
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t from = dims(input)[i];
+    int64_t& to = want[shape.size() - r + i];
+    if (to == -1) to = from;
+    if (!same(from, to) && from != 1)
+      return op->emitOpError("cannot expand ") << input.getType() << " to " << str(shape);
+  }
+  return expect_shape(op, result, want);
+}
+
+LogicalResult as_strided(Operation* op, Value, ArrayRef<int64_t> sizes, ArrayRef<int64_t> strides,
+                         int64_t offset, Value result) {
+  if (sizes.size() != strides.size() || offset < 0)
+    return op->emitOpError("expects as many strides as sizes and offset >= 0, got sizes ")
+           << str(sizes) << ", strides " << str(strides) << ", offset " << offset;
+  return expect_shape(op, result, sizes);
+}
+
+namespace {
+LogicalResult join(Operation* op, ValueRange inputs, int64_t dim, Value result, bool stack) {
+  if (inputs.empty()) return op->emitOpError("expects at least one input");
+  const int64_t r = rank(inputs[0]);
+  auto d = norm_dim(dim, r + (stack ? 1 : 0));
+  if (!d || (!stack && r == 0)) return bad_dim(op, dim, r);
+  Shape want(dims(inputs[0]).begin(), dims(inputs[0]).end());
+  if (stack) want.insert(want.begin() + *d, static_cast<int64_t>(inputs.size()));
+  for (Value v : inputs.drop_front()) {
+    if (rank(v) != r)
+      return op->emitOpError("expects inputs of one rank, got ")
+             << inputs[0].getType() << " and " << v.getType();
+    for (int64_t i = 0; i < r; ++i) {
+      if (!stack && i == *d) {
+        want[i] = dyn_or(want[i] + dims(v)[i], {want[i], dims(v)[i]});
+      } else if (!same(dims(v)[i], dims(inputs[0])[i])) {
+        return op->emitOpError("inputs differ outside the joined dim: ")
+               << inputs[0].getType() << " and " << v.getType();
+      }
+    }
+  }
+  return expect_shape(op, result, want);
+}
+}  // namespace
+
+LogicalResult cat(Operation* op, ValueRange inputs, int64_t dim, Value result) {
+  return join(op, inputs, dim, result, false);
+}
+LogicalResult stack(Operation* op, ValueRange inputs, int64_t dim, Value result) {
+  return join(op, inputs, dim, result, true);
+}
+
+// --------------------------------------------------------- linear algebra and convolution
+
+LogicalResult linear(Operation* op, Value input, Value weight, Value bias, Value result) {
+  if (rank(input) < 1 || rank(weight) != 2)
+    return op->emitOpError("expects input of rank >= 1 and a 2-d weight, got ")
+           << input.getType() << " and " << weight.getType();
+  const int64_t out = dims(weight)[0];
+  if (!same(dims(input).back(), dims(weight)[1]))
+    return op->emitOpError("input features ")
+           << dims(input).back() << " differ from the weight's " << dims(weight)[1];
+  if (!absent(bias) && !same(dims(bias), {out}))
+    return op->emitOpError("bias must be [") << out << "], got " << bias.getType();
+  Shape want(dims(input).begin(), dims(input).end());
+  want.back() = out;
+  return expect_shape(op, result, want);
+}
+
+namespace {
+// Output size of a convolution or pooling window along one dim (floor mode).
+int64_t window_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  if (in == kDyn || k == kDyn) return kDyn;
+  const int64_t span = in + 2 * p - d * (k - 1) - 1;
+  return span < 0 ? -1 : span / s + 1;
+}
+}  // namespace
+
+LogicalResult conv2d(Operation* op, Value input, Value weight, Value bias, ArrayRef<int64_t> stride,
+                     ArrayRef<int64_t> padding, ArrayRef<int64_t> dilation, int64_t groups,
+                     Value result) {
+  if (rank(input) != 4 || rank(weight) != 4 || rank(result) != 4)
+    return op->emitOpError("expects a 4-d input, weight and result, got ")
+           << input.getType() << ", " << weight.getType() << " -> " << result.getType();
+  if (stride.size() != 2 || padding.size() != 2 || dilation.size() != 2)
+    return op->emitOpError("stride, padding and dilation must have 2 values each");
+  if (groups < 1 || stride[0] < 1 || stride[1] < 1 || dilation[0] < 1 || dilation[1] < 1 ||
+      padding[0] < 0 || padding[1] < 0)
+    return op->emitOpError("expects groups, strides and dilations >= 1 and padding >= 0");
+  ArrayRef<int64_t> x = dims(input), w = dims(weight);
+  if (x[1] != kDyn && w[1] != kDyn && x[1] != w[1] * groups)
+    return op->emitOpError("input channels ")
+           << x[1] << " differ from weight channels " << w[1] << " x groups " << groups;
+  if (!absent(bias) && !same(dims(bias), {w[0]}))
+    return op->emitOpError("bias must be [") << w[0] << "], got " << bias.getType();
+  Shape want{x[0], w[0], 0, 0};
+  for (int k = 0; k < 2; ++k) {
+    want[2 + k] = window_out(x[2 + k], w[2 + k], stride[k], padding[k], dilation[k]);
+    if (want[2 + k] < 0 && want[2 + k] != kDyn)
+      return op->emitOpError("the dilated kernel is larger than the padded input in dim ") << 2 + k;
+  }
+  return expect_shape(op, result, want);
+}
+
+LogicalResult conv2d_avgpool(Operation* op, Value input, Value weight, Value bias, int64_t groups,
+                             Value result) {
+  if (rank(input) != 4 || rank(weight) != 4)
+    return op->emitOpError("expects a 4-d input and weight");
+  if (groups < 1) return op->emitOpError("groups must be >= 1, got ") << groups;
+  if (!absent(bias) && !same(dims(bias), {dims(weight)[0]}))
+    return op->emitOpError("bias must be [") << dims(weight)[0] << "], got " << bias.getType();
+  return expect_shape(op, result, {dims(input)[0], dims(weight)[0], 1, 1});
+}
+
+LogicalResult conv1d(Operation* op, Value input, Value weight, Value bias, int64_t stride,
+                     int64_t padding, int64_t dilation, int64_t groups, Value result) {
+  if (rank(input) != 3 || rank(weight) != 3)
+    return op->emitOpError("expects a 3-d input [N, C, L] and weight, got ")
+           << input.getType() << " and " << weight.getType();
+  if (groups < 1 || stride < 1 || dilation < 1 || padding < 0)
+    return op->emitOpError("expects groups, stride and dilation >= 1 and padding >= 0");
+  ArrayRef<int64_t> x = dims(input), w = dims(weight);
+  if (x[1] != kDyn && w[1] != kDyn && x[1] != w[1] * groups)
+    return op->emitOpError("input channels ")
+           << x[1] << " differ from weight channels " << w[1] << " x groups " << groups;
+  if (!absent(bias) && !same(dims(bias), {w[0]}))
+    return op->emitOpError("bias must be [") << w[0] << "], got " << bias.getType();
+  const int64_t l = window_out(x[2], w[2], stride, padding, dilation);
+  if (l < 0 && l != kDyn) return op->emitOpError("the dilated kernel is larger than the input");
+  return expect_shape(op, result, {x[0], w[0], l});
+}
+
+LogicalResult conv_transpose2d(Operation* op, Value input, Value weight, Value bias,
+                               ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
+                               ArrayRef<int64_t> output_padding, int64_t groups,
+                               ArrayRef<int64_t> dilation, Value result) {
+  if (rank(input) != 4 || rank(weight) != 4)
+    return op->emitOpError("expects a 4-d input and weight [C_in, C_out / groups, KH, KW], got ")
+           << input.getType() << " and " << weight.getType();
+  auto s = pair_of(stride), p = pair_of(padding), o = pair_of(output_padding),
+       d = pair_of(dilation);
+  if (!s || !p || !o || !d || groups < 1 || s->first < 1 || s->second < 1 || d->first < 1 ||
+      d->second < 1 || p->first < 0 || p->second < 0 || o->first < 0 || o->second < 0)
+    return op->emitOpError(
+        "expects 2 values each, groups, strides and dilations >= 1, padding and output_padding "
+        ">= 0");
+  ArrayRef<int64_t> x = dims(input), w = dims(weight);
+  if (!same(x[1], w[0]))
+    return op->emitOpError("input channels ") << x[1] << " differ from the weight's " << w[0];
+  const int64_t c_out = dyn_or(w[1] * groups, {w[1]});
+  if (!absent(bias) && !same(dims(bias), {c_out}))
+    return op->emitOpError("bias must be [") << c_out << "], got " << bias.getType();
+  auto extent = [](int64_t in, int64_t s, int64_t p, int64_t d, int64_t k, int64_t op_pad) {
+    return dyn_or((in - 1) * s - 2 * p + d * (k - 1) + op_pad + 1, {in, k});
+  };
+  return expect_shape(op, result,
+                      {x[0], c_out, extent(x[2], s->first, p->first, d->first, w[2], o->first),
+                       extent(x[3], s->second, p->second, d->second, w[3], o->second)});
+}
+
+LogicalResult activation(Operation* op, int64_t act, double lo, double hi) {
+  if (act < 0 || act > 8)
+    return op->emitOpError("activation must be a kernels::Activation in [0, 8], got ") << act;
+  if (act == 3 && !(lo <= hi))
+    return op->emitOpError("clamp bounds are not ordered: min ") << lo << " > max " << hi;
+  return success();
+}
+
+LogicalResult fused_epilogue(Operation* op, Value residual, int64_t act, double lo, double hi,
+                             Value result) {
+  if (failed(activation(op, act, lo, hi))) return failure();
+  if (!absent(residual) && residual.getType() != result.getType())
+    return op->emitOpError("residual type ")
+           << residual.getType() << " differs from the result type " << result.getType();
+  return success();
+}
+
+// ---------------------------------------------------------------- pooling and resampling
+
+LogicalResult pool2d(Operation* op, Value input, ArrayRef<int64_t> kernel, ArrayRef<int64_t> stride,
+                     ArrayRef<int64_t> padding, ArrayRef<int64_t> dilation, bool ceil_mode,
+                     Value result) {
+  if (failed(expect_rank(op, input, {3, 4}, "input"))) return failure();
+  auto k = pair_of(kernel), s = stride.empty() ? k : pair_of(stride), p = pair_of(padding),
+       d = pair_of(dilation);
+  if (!k || !s || !p || !d || k->first < 1 || k->second < 1 || s->first < 1 || s->second < 1 ||
+      d->first < 1 || d->second < 1 || p->first < 0 || p->second < 0)
+    return op->emitOpError(
+        "expects kernel, stride, padding and dilation of 1 or 2 values, kernel, stride and "
+        "dilation >= 1 and padding >= 0");
+  // The runtime's pool_output_size (kernels/pool.h), PyTorch's rule.
+  auto out = [ceil_mode](int64_t in, int64_t k, int64_t s, int64_t pad, int64_t d) -> int64_t {
+    if (in == kDyn) return kDyn;
+    const int64_t num = in + 2 * pad - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+    int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+    if (ceil_mode && (o - 1) * s >= in + pad) --o;
+    return o;
+  };
+  Shape want(dims(input).begin(), dims(input).end());
+  const size_t r = want.size();
+  want[r - 2] = out(want[r - 2], k->first, s->first, p->first, d->first);
+  want[r - 1] = out(want[r - 1], k->second, s->second, p->second, d->second);
+  return expect_shape(op, result, want);
+}
+
+LogicalResult adaptive_pool2d(Operation* op, Value input, ArrayRef<int64_t> output_size,
+                              Value result) {
+  if (failed(expect_rank(op, input, {3, 4}, "input"))) return failure();
+  auto o = pair_of(output_size);
+  if (!o || o->first < 1 || o->second < 1)
+    return op->emitOpError("output_size must be 1 or 2 values >= 1, got ") << str(output_size);
+  Shape want(dims(input).begin(), dims(input).end());
+  want[want.size() - 2] = o->first;
+  want[want.size() - 1] = o->second;
+  return expect_shape(op, result, want);
+}
+
+LogicalResult interpolate(Operation* op, Value from, Value to, int64_t mode, bool align_corners,
+                          double scale_h, double scale_w) {
+  if (align_corners && mode != 1)
+    return op->emitOpError("align_corners can only be set with mode 1 (bilinear)");
+  if (!std::isfinite(scale_h) || !std::isfinite(scale_w) || scale_h < 0 || scale_w < 0)
+    return op->emitOpError("scale factors must be finite and >= 0, got (")
+           << scale_h << ", " << scale_w << ")";
+  if ((scale_h > 0) != (scale_w > 0))
+    return op->emitOpError("scale factors must be both set or both 0, got (")
+           << scale_h << ", " << scale_w << ")";
+  auto a = tensor(from), b = tensor(to);
+  if (rank(from) != 4 || rank(to) != 4 || !llvm::isa<mlir::FloatType>(a.getElementType()))
+    return op->emitOpError("expects 4-d float tensors, got ")
+           << from.getType() << " and " << to.getType();
+  if (a.getElementType() != b.getElementType() || !same(dims(from)[0], dims(to)[0]) ||
+      !same(dims(from)[1], dims(to)[1]))
+    return op->emitOpError("expects the same element type, N and C on both sides, got ")
+           << from.getType() << " and " << to.getType();
+  return success();
+}
+
+// ------------------------------------------------------ indexing, embedding, losses, random
+
+LogicalResult index_select(Operation* op, Value input, Value index, int64_t dim, Value result) {
+  auto d = norm_dim(dim, rank(input));
+  if (!d) return bad_dim(op, dim, rank(input));
+  if (rank(index) > 1) return op->emitOpError("index must be 0-d or 1-d, got ") << index.getType();
+  Shape want(dims(input).begin(), dims(input).end());
+  if (!want.empty()) want[*d] = rank(index) == 0 ? 1 : dims(index)[0];
+  return expect_shape(op, result, want);
+}
+
+LogicalResult embedding(Operation* op, Value weight, Value indices, Value result) {
+  if (rank(weight) != 2) return op->emitOpError("weight must be 2-d, got ") << weight.getType();
+  Shape want(dims(indices).begin(), dims(indices).end());
+  want.push_back(dims(weight)[1]);
+  return expect_shape(op, result, want);
+}
+
+LogicalResult pad(Operation* op, Value input, ArrayRef<int64_t> amounts, Value result) {
+  const int64_t r = rank(input);
+  if (amounts.size() % 2 != 0 || static_cast<int64_t>(amounts.size()) > 2 * r)
+    return op->emitOpError("pad must hold an even number of values, at most 2 per dim (")
+           << 2 * r << "), got " << str(amounts);
+  Shape want(dims(input).begin(), dims(input).end());
+  for (size_t i = 0; i < amounts.size() / 2; ++i) {
+    int64_t& d = want[r - 1 - i];
+    d = dyn_or(d + amounts[2 * i] + amounts[2 * i + 1], {d});
+    if (d < 0 && d != kDyn)
+      return op->emitOpError("padding ") << str(amounts) << " leaves a negative size";
+  }
+  return expect_shape(op, result, want);
+}
+
+LogicalResult one_hot(Operation* op, Value index, int64_t num_classes, Value result) {
+  Shape want(dims(index).begin(), dims(index).end());
+  want.push_back(num_classes < 0 ? kDyn : num_classes);  // -1: from the data
+  return expect_shape(op, result, want);
+}
+
+LogicalResult topk(Operation* op, Value input, int64_t k, int64_t dim, Value values,
+                   Value indices) {
+  auto d = norm_dim(dim, rank(input));
+  if (!d) return bad_dim(op, dim, rank(input));
+  Shape want(dims(input).begin(), dims(input).end());
+  const int64_t n = want.empty() ? 1 : want[*d];
+  if (k < 0 || (n != kDyn && k > n))
+    return op->emitOpError("k must be in [0, ") << n << "], got " << k;
+  if (!want.empty()) want[*d] = k;
+  if (failed(expect_shape(op, values, want))) return failure();
+  return expect_shape(op, indices, want, "indices");
+}
+
+LogicalResult class_loss(Operation* op, Value input, Value target, int64_t reduction,
+                         Value result) {
+  if (reduction != 0) return expect_shape(op, result, {});
+  // reduction none: one loss per sample, the class dim (1, or 0 for one sample) removed.
+  Shape want(dims(input).begin(), dims(input).end());
+  if (!want.empty()) want.erase(want.begin() + (want.size() >= 2 ? 1 : 0));
+  (void)target;
+  return expect_shape(op, result, want);
+}
+
+LogicalResult elementwise_loss(Operation* op, Value input, int64_t reduction, Value result) {
+  if (reduction != 0) return expect_shape(op, result, {});
+  return expect_shape(op, result, dims(input));
+}
+
+LogicalResult random_state(Operation* op, Value state, Value next_state) {
+  if (!same(dims(state), {2}) || !same(dims(next_state), {2}))
+    return op->emitOpError("expects a Philox state tensor<2xi64> (seed, offset) in and out, got ")
+           << state.getType() << " and " << next_state.getType();
+  return success();
+}
+
+}  // namespace kiln::ir::shape

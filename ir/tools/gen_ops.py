@@ -1,0 +1,361 @@
+#!/usr/bin/env python3
+"""Writes what the build derives from the op schema, ir/ops.toml (nothing it writes is committed):
+
+    gen_ops.py td OUT            the ODS of the kiln dialect (KilnOps.td)
+    gen_ops.py verifiers OUT     every op's verify(): enum checks and the schema's shape rules
+    gen_ops.py codegen OUT       codegen's op tables (elementwise, views, runtime-call attributes)
+    gen_ops.py schema OUT        the schema's backend and trait columns as a C++ table
+    gen_ops.py derivatives OUT   the gradient formulas as C++ lambdas (checked against autograd)
+    gen_ops.py docs OUT          docs/ops.md: every op, its attributes and its coverage
+
+OUT "-" is standard output. The output depends on the schema only: two runs write the same bytes.
+"""
+
+import os
+import re
+import sys
+import tomllib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCHEMA = os.path.join(HERE, "..", "ops.toml")
+BACKENDS = ["eager", "interpreter", "runtime", "llvm", "aarch64", "cuda"]
+TRAITS = ["elementwise", "reduction", "view", "alias", "inplace", "random", "fused"]
+ELEMENT_TYPES = {"": "Kiln_Tensor", "i64": "Kiln_I64Tensor", "int": "Kiln_IntTensor",
+                 "bool": "Kiln_BoolTensor", "float": "Kiln_FloatTensor"}
+ATTR_ODS = {"i64": "I64Attr", "f64": "F64Attr", "bool": "BoolAttr", "i64[]": "DenseI64ArrayAttr",
+            "bool?": "OptionalAttr<BoolAttr>"}
+HEADER = "GENERATED at build time by ir/tools/gen_ops.py from ir/ops.toml: edit the schema."
+
+
+class SchemaError(Exception):
+    pass
+
+
+def camel(name):
+    return "".join(p.capitalize() for p in name.split("_"))
+
+
+def split_typed(entry):
+    """'index:int' -> ('index', 'int', optional, variadic)"""
+    name, _, ty = entry.partition(":")
+    optional, variadic = name.endswith("?"), name.endswith("...")
+    name = name.rstrip("?").removesuffix("...")
+    if ty not in ELEMENT_TYPES:
+        raise SchemaError(f"{entry}: unknown element type '{ty}'")
+    return name, ty, optional, variadic
+
+
+class Op:
+    def __init__(self, name, spec, schema):
+        self.name = name
+        self.family = spec.get("family")
+        base = schema.get("family", {}).get(self.family, {}) if self.family else {}
+        if self.family and not base:
+            raise SchemaError(f"op {name}: unknown family '{self.family}'")
+        pick = lambda key, default: spec.get(key, base.get(key, default))
+        self.summary = spec["summary"]
+        self.operands = [split_typed(o) for o in pick("operands", [])]
+        self.results = [split_typed(r) for r in pick("results", [])]
+        self.attrs = []  # (name, type, default or None)
+        for a, t in pick("attrs", {}).items():
+            ty, _, default = (p.strip() for p in t.partition("="))
+            if ty not in ATTR_ODS and ty not in schema["enum"]:
+                raise SchemaError(f"op {name}: attribute {a} has unknown type '{ty}'")
+            self.attrs.append((a, ty, default or None))
+        self.traits = spec.get("traits", [])
+        for t in self.traits:
+            if t not in TRAITS:
+                raise SchemaError(f"op {name}: unknown trait '{t}'")
+        self.verify = pick("verify", [])
+        if not self.verify:
+            raise SchemaError(f"op {name}: no verify rules (every op is verified)")
+        self.backward = spec.get("backward", {})
+        self.backward_op = spec.get("backward_op")
+        self.backends = spec.get("backends", schema["defaults"]["backends"])
+        for b in self.backends:
+            if b not in BACKENDS:
+                raise SchemaError(f"op {name}: unknown backend '{b}'")
+        self.folder = spec.get("folder", False)
+
+    @property
+    def cls(self):
+        return "Kiln_" + camel(self.name) + "Op"
+
+    def infers(self):
+        return "infer" in self.verify
+
+    def custom(self):
+        return "custom" in self.verify
+
+    def generated_verifier(self):
+        return not self.infers() and not self.custom() and self.verify != ["ods"]
+
+
+def load():
+    with open(SCHEMA, "rb") as f:
+        schema = tomllib.load(f)
+    schema.setdefault("enum", {})
+    ops = [Op(n, s, schema) for n, s in schema["op"].items()]
+    for op in ops:
+        if op.backward_op and op.backward_op not in schema["op"]:
+            raise SchemaError(f"op {op.name}: backward_op {op.backward_op} is not in the schema")
+    return schema, ops
+
+
+# ---------------------------------------------------------------------------------------- ODS
+
+
+def td(schema, ops):
+    out = [f"// {HEADER}", "#ifndef KILN_OPS_TD\n#define KILN_OPS_TD\n",
+           'include "kiln/ir/KilnDialect.td"',
+           'include "mlir/Interfaces/InferTypeOpInterface.td"',
+           'include "mlir/Interfaces/SideEffectInterfaces.td"\n',
+           "def Kiln_Tensor : RankedTensorOf<[AnyFloat, AnyInteger]>;",
+           "def Kiln_FloatTensor : RankedTensorOf<[F16, BF16, F32, F64]>;",
+           "def Kiln_IntTensor : RankedTensorOf<[AnyInteger]>;",
+           "def Kiln_I64Tensor : RankedTensorOf<[I64]>;",
+           "def Kiln_BoolTensor : RankedTensorOf<[I1]>;",
+           "def Kiln_OptTensor : AnyTypeOf<[Kiln_Tensor, NoneType]>;\n"]
+    w = out.append
+    for op in ops:
+        if op.name in STRUCTURAL_TD:
+            w(STRUCTURAL_TD[op.name])
+            continue
+        args = []
+        for name, ty, optional, variadic in op.operands:
+            t = "Kiln_OptTensor" if optional else ELEMENT_TYPES[ty]
+            args.append(f"{f'Variadic<{t}>' if variadic else t}:${name}")
+        for name, ty, default in op.attrs:
+            ods = ATTR_ODS.get(ty, "I64Attr")
+            if default is not None:
+                ods = f'DefaultValuedAttr<{ods}, "{default}">'
+            args.append(f"{ods}:${name}")
+        res = ", ".join(f"{ELEMENT_TYPES[t]}:${n}" for n, t, _, _ in op.results)
+        traits = ["Pure"] + (["InferTypeOpAdaptor"] if op.infers() else [])
+        if op.name in ("mul", "maximum", "minimum"):
+            traits.append("Commutative")
+        w(f'def {op.cls} : Kiln_Op<"{op.name}", [{", ".join(traits)}]> {{')
+        w(f'  let summary = "{op.summary}";')
+        w(f"  let arguments = (ins {', '.join(args)});")
+        w(f"  let results = (outs {res});")
+        if op.family in ("binary", "compare") or op.name == "matmul":
+            fmt = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)"
+        elif op.family == "unary":
+            fmt = "$input attr-dict `:` type($input) `->` type($result)"
+        elif any(v for _, _, _, v in op.operands):
+            fmt = "$inputs attr-dict `:` functional-type($inputs, results)"
+        else:
+            fmt = "operands attr-dict `:` functional-type(operands, results)"
+        w(f'  let assemblyFormat = "{fmt}";')
+        if not op.infers():
+            w("  let hasVerifier = 1;")
+        if op.folder:
+            w("  let hasFolder = 1;")
+        w("}")
+    w("#endif")
+    return "\n".join(out) + "\n"
+
+
+STRUCTURAL_TD = {
+    "none": """def Kiln_NoneOp : Kiln_Op<"none", [Pure, ConstantLike]> {
+  let summary = "the absent optional operand (no bias, no running statistics)";
+  let results = (outs NoneType:$result);
+  let assemblyFormat = "attr-dict";
+  let hasFolder = 1;  // ConstantLike ops must fold to their value: MLIR's folder uniques by it
+}""",
+    # A tensor constant held by reference: a DenseResourceElementsAttr (weights frozen into the
+    # module without inlining them as a literal) or small DenseElementsAttr literals.
+    "constant": """def Kiln_ConstantOp : Kiln_Op<"constant", [Pure, ConstantLike]> {
+  let summary = "tensor constant";
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;  // ConstantLike ops must fold to their value: MLIR's folder uniques by it
+}""",
+    "fused": """def Kiln_FusedOp : Kiln_Op<"fused", [RecursiveMemoryEffects, IsolatedFromAbove, SingleBlock]> {
+  let summary = "a fused elementwise region";
+  let description = [{
+    Made by --kiln-fuse-elementwise, never traced. Semantics, kept simple for codegen: the body
+    is one block whose arguments are the operands (same types, in order); it holds ordinary kiln
+    elementwise ops (the same tensor types they would have outside the region) and ends in
+    kiln.yield of the results. Running the body op by op, exactly as if it were inlined, defines
+    the results; codegen emits loop nests instead. Values broadcast NumPy-style as anywhere
+    else; --kiln-fuse-elementwise only makes regions whose ops all compute one shape (one loop
+    nest, operands broadcast into it), but smaller intermediate shapes are valid. Isolated from
+    above: every value the body reads is an operand (constants too). Pure exactly when its body is.
+  }];
+  let arguments = (ins Variadic<Kiln_Tensor>:$inputs);
+  let results = (outs Variadic<Kiln_Tensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`(` $inputs `)` attr-dict `:` functional-type($inputs, results) $body";
+  let hasVerifier = 1;
+}""",
+    "yield": """def Kiln_YieldOp : Kiln_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
+  let summary = "the results of a kiln.fused region";
+  let arguments = (ins Variadic<Kiln_Tensor>:$values);
+  let assemblyFormat = "$values attr-dict `:` type($values)";
+}""",
+}
+
+# ---------------------------------------------------------------------------------- verifiers
+
+CALL = re.compile(r"^([a-z_0-9]+)\((.*)\)$")
+
+
+def split_args(text):
+    args, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+            continue
+        depth += ch in "{(" and 1 or 0
+        depth -= ch in "})" and 1 or 0
+        cur += ch
+    if cur.strip():
+        args.append(cur.strip())
+    return args
+
+
+def cpp_arg(op, arg):
+    attrs = {a: t for a, t, _ in op.attrs}
+    values = {n for n, _, _, _ in op.operands + op.results}
+    if arg in attrs:
+        ty = attrs[arg]
+        getter = f"get{camel(arg)}()"
+        if ty == "f64":
+            return f"{getter}.convertToDouble()"
+        if ty == "bool?":
+            return f"{getter}.value_or(false)"
+        if ty in ("bool", "i64[]"):
+            return getter
+        return f"static_cast<int64_t>({getter})"  # i64 and enums
+    if arg in values:
+        return f"get{camel(arg)}()"
+    if arg.startswith("{"):
+        return f"llvm::ArrayRef<int64_t>({arg})"
+    if re.fullmatch(r"-?[0-9]+", arg) or arg in ("true", "false"):
+        return arg
+    raise SchemaError(f"op {op.name}: verify argument '{arg}' is no operand, result or attribute")
+
+
+def verifiers(schema, ops):
+    out = [f"// {HEADER}", "// Included by ir/lib/KilnOps.cpp inside namespace kiln::ir."]
+    w = out.append
+    for op in ops:
+        if not op.generated_verifier():
+            continue
+        w(f"LogicalResult {camel(op.name)}Op::verify() {{")
+        for name, ty, _ in op.attrs:
+            values = schema["enum"].get(ty, {}).get("values")
+            if values:
+                listing = ", ".join(f"{v} ({i})" for i, v in enumerate(values))
+                w(f"  if (const int64_t v = static_cast<int64_t>(get{camel(name)}()); "
+                  f"v < 0 || v >= {len(values)})")
+                w(f'    return emitOpError("{name} must be one of {ty}\'s values {listing}; got ") << v;')
+        for rule in op.verify:
+            m = CALL.match(rule)
+            if not m:
+                raise SchemaError(f"op {op.name}: verify rule '{rule}' is not a call")
+            args = ", ".join(["*this"] + [cpp_arg(op, a) for a in split_args(m.group(2))])
+            w(f"  if (failed(shape::{m.group(1)}({args}))) return failure();")
+        w("  return success();\n}")
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------------ codegen
+
+
+def codegen(schema, ops):
+    """C++ initializers for codegen's op tables (included by codegen/src/lower)."""
+    q = lambda n: f'"kiln.{n}"'
+    elementwise = [o.name for o in ops if "elementwise" in o.traits]
+    views = [o.name for o in ops if "view" in o.traits]
+    lines = [f"// {HEADER}", "#ifdef KILN_ELEMENTWISE_OPS",
+             ", ".join(q(n) for n in elementwise) + ', "kiln.fused"', "#undef KILN_ELEMENTWISE_OPS",
+             "#endif", "#ifdef KILN_VIEW_OPS", ", ".join(q(n) for n in views),
+             "#undef KILN_VIEW_OPS", "#endif", "#ifdef KILN_ABI_OPS"]
+    for op in ops:
+        if op.name in elementwise or op.name in views or op.name in STRUCTURAL_TD:
+            continue
+        if op.family in ("binary", "compare", "unary"):
+            continue
+        names = [a + ("?" if t == "bool?" else "") for a, t, _ in op.attrs]
+        lines.append(f'{{"{op.name}", {{{", ".join(chr(34) + a + chr(34) for a in names)}}}}},')
+    lines += ["#undef KILN_ABI_OPS", "#endif"]
+    return "\n".join(lines) + "\n"
+
+
+def schema_table(schema, ops):
+    """{name, backends, traits} for each op: what kiln ops prints and the coverage test checks."""
+    lines = [f"// {HEADER}", "// {name, backends, traits, operands (-1: variadic), results}"]
+    for op in ops:
+        b = " | ".join(f"kBackend{camel(x)}" for x in op.backends) or "0"
+        t = " | ".join(f"kTrait{camel(x)}" for x in op.traits) or "0"
+        n = -1 if any(v for _, _, _, v in op.operands) else len(op.operands)
+        lines.append(f'{{"{op.name}", {b}, {t}, {n}, {len(op.results)}}},')
+    return "\n".join(lines) + "\n"
+
+
+def derivatives(schema, ops):
+    """The unary ops' gradient formulas as C++ lambdas, for tests/frontend/test_derivatives.cpp:
+    {op, eager forward, d(input) from grad, input and result}."""
+    lines = [f"// {HEADER}"]
+    for op in ops:
+        formula = op.backward.get("input")
+        if not formula:
+            continue
+        if op.family != "unary":
+            raise SchemaError(f"op {op.name}: backward formulas are checked for unary ops only")
+        forward = "input.clone()" if op.name == "clone" else f"kiln::{op.name}(input)"
+        lines.append(f'{{"{op.name}", [](const Tensor& input) {{ return {forward}; }},')
+        lines.append("  [](const Tensor& grad, const Tensor& input, const Tensor& result) -> Tensor {")
+        lines.append(f"    (void)input; (void)result; return {formula}; }}}},")
+    return "\n".join(lines) + "\n"
+
+
+def docs(schema, ops):
+    out = [f"<!-- {HEADER} -->", "# kiln ops", "",
+           f"{len(ops)} ops, from `ir/ops.toml`. `kiln ops` prints the same matrix read from the "
+           "backends themselves; `OpCoverage.SchemaBackendsMatchImplementations` keeps the two "
+           "equal.", "",
+           "| op | operands | attributes | traits | " + " | ".join(BACKENDS) + " |",
+           "|---|---|---|---|" + "---|" * len(BACKENDS)]
+    for op in ops:
+        operands = ", ".join(n + ("?" if o else "") + ("..." if v else "")
+                             for n, _, o, v in op.operands)
+        attrs = ", ".join(f"{a}: {t}" + (f" = {d}" if d else "") for a, t, d in op.attrs)
+        marks = " | ".join("yes" if b in op.backends else "" for b in BACKENDS)
+        out.append(f"| `{op.name}` | {operands} | {attrs} | {', '.join(op.traits)} | {marks} |")
+    out += ["", "## Enums", ""]
+    for name, e in schema["enum"].items():
+        out.append(f"- `{name}`: " + ", ".join(f"{v} = {i}" for i, v in enumerate(e["values"])))
+    return "\n".join(out) + "\n"
+
+
+def write(path, text):
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    # Rewritten only when it changes, so an unchanged schema rebuilds nothing downstream.
+    if not os.path.exists(path) or open(path, encoding="utf-8").read() != text:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+
+
+def main(argv):
+    kinds = {"td": td, "verifiers": verifiers, "codegen": codegen, "schema": schema_table,
+             "derivatives": derivatives, "docs": docs}
+    if len(argv) != 2 or argv[0] not in kinds:
+        sys.exit("usage: gen_ops.py {" + "|".join(kinds) + "} OUT")
+    try:
+        schema, ops = load()
+        write(argv[1], kinds[argv[0]](schema, ops))
+    except (SchemaError, KeyError, tomllib.TOMLDecodeError) as e:
+        sys.exit(f"ir/ops.toml: {e}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

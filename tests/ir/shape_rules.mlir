@@ -1,0 +1,204 @@
+// Every op verifies the result its kernel would compute: the shape rules of ir/ops.toml
+// (ir/lib/ShapeRules.cpp). Each case contradicts one rule and names the expected value.
+// RUN: kiln-opt %s -split-input-file -verify-diagnostics
+
+func.func @sum_keepdim(%x: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{'kiln.sum' op result must be [2, 1, 4], got 'tensor<2x4xf32>'}}
+  %0 = kiln.sum %x {dims = array<i64: 1>, keepdim = true} : (tensor<2x3x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @mean_bad_dim(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{'kiln.mean' op dim 2 is out of range for a tensor of rank 2}}
+  %0 = kiln.mean %x {dims = array<i64: 2>, keepdim = false} : (tensor<2x3xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @max_indices(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{'kiln.max' op indices must be [2], got 'tensor<3xi64>'}}
+  %0:2 = kiln.max %x {dim = -1 : i64, keepdim = false} : (tensor<2x3xf32>) -> (tensor<2xf32>, tensor<3xi64>)
+  return
+}
+
+// -----
+
+func.func @argmax_indices_are_i64(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{'kiln.argmax' op result #0 must be ranked tensor of 64-bit signless integer values}}
+  %0 = kiln.argmax %x {dim = 1 : i64, keepdim = false} : (tensor<2x3xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @transpose(%x: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{'kiln.transpose' op result must be [4, 3, 2], got 'tensor<2x3x4xf32>'}}
+  %0 = kiln.transpose %x {dim0 = 0 : i64, dim1 = -1 : i64} : (tensor<2x3x4xf32>) -> tensor<2x3x4xf32>
+  return
+}
+
+// -----
+
+func.func @permute_twice(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{'kiln.permute' op dims [0, 0] must name each of the 2 dims once}}
+  %0 = kiln.permute %x {dims = array<i64: 0, 0>} : (tensor<2x3xf32>) -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @slice_step(%x: tensor<10xf32>) {
+  // expected-error @+1 {{'kiln.slice' op result must be [3], got 'tensor<5xf32>'}}
+  %0 = kiln.slice %x {dim = 0 : i64, start = 1 : i64, end = 100 : i64, step = 3 : i64} : (tensor<10xf32>) -> tensor<5xf32>
+  return
+}
+
+// -----
+
+func.func @view_elements(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{'kiln.view' op shape [4, 2] does not hold the input's 6 elements}}
+  %0 = kiln.view %x {shape = array<i64: 4, 2>} : (tensor<2x3xf32>) -> tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @cat_mismatch(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) {
+  // expected-error @+1 {{'kiln.cat' op inputs differ outside the joined dim}}
+  %0 = kiln.cat %a, %b {dim = 0 : i64} : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @stack_result(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) {
+  // expected-error @+1 {{'kiln.stack' op result must be [2, 2, 3], got 'tensor<4x3xf32>'}}
+  %0 = kiln.stack %a, %b {dim = 0 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @linear_features(%x: tensor<4x8xf32>, %w: tensor<16x7xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{'kiln.linear' op input features 8 differ from the weight's 7}}
+  %0 = kiln.linear %x, %w, %b : (tensor<4x8xf32>, tensor<16x7xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @conv_transpose2d_size(%x: tensor<1x4x5x5xf32>, %w: tensor<4x2x3x3xf32>) {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.conv_transpose2d' op result must be [1, 2, 10, 10], got 'tensor<1x2x9x9xf32>'}}
+  %0 = kiln.conv_transpose2d %x, %w, %n {stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, output_padding = array<i64: 1, 1>, groups = 1 : i64, dilation = array<i64: 1, 1>} : (tensor<1x4x5x5xf32>, tensor<4x2x3x3xf32>, none) -> tensor<1x2x9x9xf32>
+  return
+}
+
+// -----
+
+func.func @max_pool_ceil(%x: tensor<1x1x5x5xf32>) {
+  // expected-error @+1 {{'kiln.max_pool2d' op result must be [1, 1, 3, 3], got 'tensor<1x1x2x2xf32>'}}
+  %0:2 = kiln.max_pool2d %x {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, ceil_mode = true} : (tensor<1x1x5x5xf32>) -> (tensor<1x1x2x2xf32>, tensor<1x1x2x2xi64>)
+  return
+}
+
+// -----
+
+func.func @embedding(%w: tensor<10x4xf32>, %i: tensor<2x3xi64>) {
+  // expected-error @+1 {{'kiln.embedding' op result must be [2, 3, 4], got 'tensor<2x3xf32>'}}
+  %0 = kiln.embedding %w, %i {padding_idx = -1 : i64} : (tensor<10x4xf32>, tensor<2x3xi64>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @gather_float_index(%x: tensor<2x3xf32>, %i: tensor<2x3xf32>) {
+  // expected-error @+1 {{'kiln.gather' op operand #1 must be ranked tensor of integer values}}
+  %0 = kiln.gather %x, %i {dim = 1 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @topk_k(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{'kiln.topk' op k must be in [0, 3], got 4}}
+  %0:2 = kiln.topk %x {k = 4 : i64, dim = 1 : i64, largest = true, sorted = true} : (tensor<2x3xf32>) -> (tensor<2x4xf32>, tensor<2x4xi64>)
+  return
+}
+
+// -----
+
+func.func @loss_reduction(%x: tensor<4x3xf32>, %t: tensor<4xi64>) {
+  // expected-error @+1 {{'kiln.cross_entropy' op reduction must be one of Reduction's values none (0), mean (1), sum (2); got 3}}
+  %0 = kiln.cross_entropy %x, %t {ignore_index = -100 : i64, reduction = 3 : i64, label_smoothing = 0.0 : f64} : (tensor<4x3xf32>, tensor<4xi64>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @loss_none(%x: tensor<4x3xf32>, %t: tensor<4xi64>) {
+  // expected-error @+1 {{'kiln.nll_loss' op result must be [4], got 'tensor<f32>'}}
+  %0 = kiln.nll_loss %x, %t {ignore_index = -100 : i64, reduction = 0 : i64} : (tensor<4x3xf32>, tensor<4xi64>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @random_state(%s: tensor<3xi64>) {
+  // expected-error @+1 {{'kiln.uniform' op expects a Philox state tensor<2xi64> (seed, offset) in and out}}
+  %0:2 = kiln.uniform %s {low = 0.0 : f64, high = 1.0 : f64} : (tensor<3xi64>) -> (tensor<4xf32>, tensor<3xi64>)
+  return
+}
+
+// -----
+
+func.func @to_dtype(%x: tensor<2xf32>) {
+  // expected-error @+1 {{'kiln.to' op result element type must be int32 (dtype 6), got 'tensor<2xi64>'}}
+  %0 = kiln.to %x {dtype = 6 : i64} : (tensor<2xf32>) -> tensor<2xi64>
+  return
+}
+
+// -----
+
+func.func @pad(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{'kiln.pad' op result must be [2, 6], got 'tensor<2x3xf32>'}}
+  %0 = kiln.pad %x {pad = array<i64: 1, 2>, mode = 0 : i64, value = 0.0 : f64} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @pad_mode(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{'kiln.pad' op mode must be one of PadMode's values constant (0), reflect (1), replicate (2); got 7}}
+  %0 = kiln.pad %x {pad = array<i64: 1, 2>, mode = 7 : i64, value = 0.0 : f64} : (tensor<2x3xf32>) -> tensor<2x6xf32>
+  return
+}
+
+// -----
+
+func.func @unary_shape(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{'kiln.log1p' op expects equal shapes, got 'tensor<2x3xf32>' and 'tensor<3x2xf32>'}}
+  %0 = kiln.log1p %x : tensor<2x3xf32> -> tensor<3x2xf32>
+  return
+}
+
+// -----
+
+func.func @constant_type() {
+  // expected-error @+1 {{'kiln.constant' op value type 'tensor<2xf32>' differs from the result type 'tensor<3xf32>'}}
+  %0 = kiln.constant dense<[1.0, 2.0]> : tensor<2xf32> : tensor<3xf32>
+  return
+}
+
+// -----
+
+// Dynamic dims match anything: the rules check what is known.
+func.func @dynamic_ok(%x: tensor<?x3xf32>, %w: tensor<5x3xf32>) -> (tensor<?x5xf32>, tensor<?xf32>) {
+  %n = kiln.none
+  %0 = kiln.linear %x, %w, %n : (tensor<?x3xf32>, tensor<5x3xf32>, none) -> tensor<?x5xf32>
+  %1 = kiln.sum %0 {dims = array<i64: 1>, keepdim = false} : (tensor<?x5xf32>) -> tensor<?xf32>
+  return %0, %1 : tensor<?x5xf32>, tensor<?xf32>
+}
