@@ -4,6 +4,7 @@
     gen_ops.py td OUT            the ODS of the kiln dialect (KilnOps.td)
     gen_ops.py verifiers OUT     every op's verify(): enum checks and the schema's shape rules
     gen_ops.py codegen OUT       codegen's op tables (elementwise, views, runtime-call attributes)
+    gen_ops.py abi OUT           the runtime's C ABI op entry points (declarations, JIT symbols)
     gen_ops.py schema OUT        the schema's backend and trait columns as a C++ table
     gen_ops.py derivatives OUT   the gradient formulas as C++ lambdas (checked against autograd)
     gen_ops.py docs OUT          docs/ops.md: every op, its attributes and its coverage
@@ -272,18 +273,37 @@ def codegen(schema, ops):
     q = lambda n: f'"kiln.{n}"'
     elementwise = [o.name for o in ops if "elementwise" in o.traits]
     views = [o.name for o in ops if "view" in o.traits]
+    calls = {o.name for o in runtime_calls(ops)}
     lines = [f"// {HEADER}", "#ifdef KILN_ELEMENTWISE_OPS",
              ", ".join(q(n) for n in elementwise) + ', "kiln.fused"', "#undef KILN_ELEMENTWISE_OPS",
              "#endif", "#ifdef KILN_VIEW_OPS", ", ".join(q(n) for n in views),
              "#undef KILN_VIEW_OPS", "#endif", "#ifdef KILN_ABI_OPS"]
     for op in ops:
-        if op.name in elementwise or op.name in views or op.name in STRUCTURAL_TD:
-            continue
-        if op.family in ("binary", "compare", "unary"):
+        if op.name not in calls:
             continue
         names = [a + ("?" if t == "bool?" else "") for a, t, _ in op.attrs]
         lines.append(f'{{"{op.name}", {{{", ".join(chr(34) + a + chr(34) for a in names)}}}}},')
     lines += ["#undef KILN_ABI_OPS", "#endif"]
+    return "\n".join(lines) + "\n"
+
+
+def runtime_calls(ops):
+    """The ops code generation lowers to a call of the runtime's kiln_abi_<op>."""
+    return [o for o in ops if not ({"elementwise", "view"} & set(o.traits))
+            and o.name not in STRUCTURAL_TD and o.family not in ("binary", "compare", "unary")]
+
+
+def abi(schema, ops):
+    """The runtime's C ABI op entry points as an X-macro list (included by kiln/runtime/abi.h and
+    the JIT's symbol table): KILN_ABI_OP_ENTRY(name), each documented with its tensors (inputs,
+    then outputs; '?' may be absent) and its attributes in the order desc holds them."""
+    lines = [f"// {HEADER}"]
+    for op in runtime_calls(ops):
+        tensors = [n + ("?" if o else "") + ("..." if v else "") for n, _, o, v in op.operands]
+        tensors += [n for n, _, _, _ in op.results]
+        attrs = [a + ("[]" if t == "i64[]" else "") for a, t, _ in op.attrs]
+        lines.append(f"// {', '.join(tensors)}" + (f"; {', '.join(attrs)}" if attrs else ""))
+        lines.append(f"KILN_ABI_OP_ENTRY({op.name})")
     return "\n".join(lines) + "\n"
 
 
@@ -346,7 +366,7 @@ def write(path, text):
 
 
 def main(argv):
-    kinds = {"td": td, "verifiers": verifiers, "codegen": codegen, "schema": schema_table,
+    kinds = {"td": td, "verifiers": verifiers, "codegen": codegen, "abi": abi, "schema": schema_table,
              "derivatives": derivatives, "docs": docs}
     if len(argv) != 2 or argv[0] not in kinds:
         sys.exit("usage: gen_ops.py {" + "|".join(kinds) + "} OUT")
