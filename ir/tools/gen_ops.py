@@ -5,6 +5,7 @@
     gen_ops.py verifiers OUT     every op's verify(): enum checks and the schema's shape rules
     gen_ops.py codegen OUT       codegen's op tables (elementwise, views, runtime-call attributes)
     gen_ops.py abi OUT           the runtime's C ABI op entry points (declarations, JIT symbols)
+    gen_ops.py runtime OUT       the runtime kernels' signatures (counts, attributes, defaults)
     gen_ops.py schema OUT        the schema's backend and trait columns as a C++ table
     gen_ops.py derivatives OUT   the gradient formulas as C++ lambdas (checked against autograd)
     gen_ops.py docs OUT          docs/ops.md: every op, its attributes and its coverage
@@ -46,6 +47,27 @@ def split_typed(entry):
     return name, ty, optional, variadic
 
 
+def check_default(op, attr, ty, default, schema):
+    ok = {"bool": lambda d: d in ("true", "false"),
+          "i64": lambda d: re.fullmatch(r"-?[0-9]+", d),
+          "f64": lambda d: re.fullmatch(r"-?([0-9]+(\.[0-9]*)?|inf)", d)}.get(ty)
+    if ty in schema["enum"]:
+        ok = lambda d: d in schema["enum"][ty]["values"]
+    if not ok or not ok(default):
+        raise SchemaError(f"op {op}: attribute {attr}: default '{default}' is no {ty}")
+
+
+def default_number(ty, default, schema):
+    """The default as the runtime's AttrSpec::fallback (a double) in C++."""
+    if ty in schema["enum"]:
+        return str(schema["enum"][ty]["values"].index(default))
+    if default in ("true", "false"):
+        return "1" if default == "true" else "0"
+    if default.endswith("inf"):
+        return "-INFINITY" if default.startswith("-") else "INFINITY"
+    return default
+
+
 class Op:
     def __init__(self, name, spec, schema):
         self.name = name
@@ -58,10 +80,14 @@ class Op:
         self.operands = [split_typed(o) for o in pick("operands", [])]
         self.results = [split_typed(r) for r in pick("results", [])]
         self.attrs = []  # (name, type, default or None)
+        # A family's defaulted attributes are optional in the IR too (DefaultValuedAttr).
+        self.ir_optional = set(base.get("attrs", {})) if "attrs" not in spec else set()
         for a, t in pick("attrs", {}).items():
             ty, _, default = (p.strip() for p in t.partition("="))
             if ty not in ATTR_ODS and ty not in schema["enum"]:
                 raise SchemaError(f"op {name}: attribute {a} has unknown type '{ty}'")
+            if default:
+                check_default(name, a, ty, default, schema)
             self.attrs.append((a, ty, default or None))
         self.traits = spec.get("traits", [])
         for t in self.traits:
@@ -128,7 +154,7 @@ def td(schema, ops):
             args.append(f"{f'Variadic<{t}>' if variadic else t}:${name}")
         for name, ty, default in op.attrs:
             ods = ATTR_ODS.get(ty, "I64Attr")
-            if default is not None:
+            if default is not None and name in op.ir_optional:
                 ods = f'DefaultValuedAttr<{ods}, "{default}">'
             args.append(f"{ods}:${name}")
         res = ", ".join(f"{ELEMENT_TYPES[t]}:${n}" for n, t, _, _ in op.results)
@@ -307,6 +333,38 @@ def abi(schema, ops):
     return "\n".join(lines) + "\n"
 
 
+def runtime_signatures(schema, ops):
+    """Each runtime kernel's signature (kiln::rt::OpSignature): input and output counts, which
+    inputs may be absent, and its attributes with their types and the defaults an artifact may
+    rely on. Included by runtime/src/ops/signatures.cpp."""
+    kinds = {"i64": "Int", "f64": "Float", "bool": "Bool", "bool?": "Bool", "i64[]": "Ints"}
+    lines = [f"// {HEADER}"]
+    table = []
+    for op in ops:
+        if "runtime" not in op.backends:
+            continue
+        specs = []
+        for a, ty, default in op.attrs:
+            kind = kinds.get(ty, "Int")  # enums are integers
+            if ty == "bool?":
+                default = "false"
+            required = "false" if default is not None else "true"
+            fallback = default_number(ty, default, schema) if default is not None else "0"
+            specs.append(f'{{"{a}", AttrType::{kind}, {required}, {fallback}}}')
+        if specs:
+            lines.append(f"constexpr AttrSpec kAttrs_{op.name}[] = {{{', '.join(specs)}}};")
+        variadic = any(v for _, _, _, v in op.operands)
+        n = len(op.operands)
+        optional = sum(1 << i for i, (_, _, o, _) in enumerate(op.operands) if o)
+        attrs = f"kAttrs_{op.name}" if specs else "{}"
+        table.append(f'    {{"{op.name}", {1 if variadic else n}, {-1 if variadic else n}, '
+                     f"{len(op.results)}, {optional}u, {attrs}}},")
+    lines.append("constexpr OpSignature kOpSignatures[] = {")
+    lines += table
+    lines.append("};")
+    return "\n".join(lines) + "\n"
+
+
 def schema_table(schema, ops):
     """{name, backends, traits} for each op: what kiln ops prints and the coverage test checks."""
     lines = [f"// {HEADER}", "// {name, backends, traits, operands (-1: variadic), results}"]
@@ -366,7 +424,8 @@ def write(path, text):
 
 
 def main(argv):
-    kinds = {"td": td, "verifiers": verifiers, "codegen": codegen, "abi": abi, "schema": schema_table,
+    kinds = {"td": td, "verifiers": verifiers, "codegen": codegen, "abi": abi, "runtime": runtime_signatures,
+             "schema": schema_table,
              "derivatives": derivatives, "docs": docs}
     if len(argv) != 2 or argv[0] not in kinds:
         sys.exit("usage: gen_ops.py {" + "|".join(kinds) + "} OUT")

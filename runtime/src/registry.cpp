@@ -41,23 +41,44 @@ const AttrValue& AttrMap::get(std::string_view name, AttrType type) const {
   return *v;
 }
 
+bool AttrMap::declares(std::string_view name) const {
+  if (find(name)) return true;
+  for (const AttrSpec& s : specs_)
+    if (s.name == name) return true;
+  return false;
+}
+
+const AttrSpec* AttrMap::optional_spec(std::string_view name) const {
+  for (const AttrSpec& s : specs_)
+    if (s.name == name) return s.required ? nullptr : &s;
+  return nullptr;
+}
+
 int64_t AttrMap::i(std::string_view name) const {
+  if (const AttrSpec* s = find(name) ? nullptr : optional_spec(name))
+    return static_cast<int64_t>(s->fallback);
   return get(name, AttrType::Int).i;
 }
 int64_t AttrMap::i(std::string_view name, int64_t fallback) const {
   return find(name) ? i(name) : fallback;
 }
 double AttrMap::f(std::string_view name) const {
+  if (const AttrSpec* s = find(name) ? nullptr : optional_spec(name)) return s->fallback;
   const AttrValue& v = get(name, AttrType::Float);
   return v.type == AttrType::Int ? static_cast<double>(v.i) : v.f;
 }
 double AttrMap::f(std::string_view name, double fallback) const {
   return find(name) ? f(name) : fallback;
 }
+bool AttrMap::b(std::string_view name) const {
+  if (const AttrSpec* s = find(name) ? nullptr : optional_spec(name)) return s->fallback != 0;
+  return get(name, AttrType::Bool).i != 0;
+}
 bool AttrMap::b(std::string_view name, bool fallback) const {
   return find(name) ? get(name, AttrType::Bool).i != 0 : fallback;
 }
 std::span<const int64_t> AttrMap::ints(std::string_view name) const {
+  if (!find(name) && optional_spec(name)) return {};
   return get(name, AttrType::Ints).ints;
 }
 std::span<const int64_t> AttrMap::ints(std::string_view name, size_t n) const {

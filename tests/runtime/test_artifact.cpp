@@ -92,8 +92,46 @@ TEST(Registry, HasTheZooOpsAndRejectsUnknownNames) {
   const rt::KernelDef* conv = r.find("conv2d");
   EXPECT_EQ(conv->min_inputs, 3);
   EXPECT_EQ(conv->num_outputs, 1);
-  EXPECT_EQ(conv->attrs.size(), 4u);
+  EXPECT_EQ(conv->attrs.size(), 4u);  // stride, padding, dilation, groups (ir/ops.toml)
   EXPECT_EQ(r.find("max_pool2d")->num_outputs, 2);
+}
+
+// Every builtin kernel takes its signature from the op schema, and its decoder reads only the
+// attributes its op has: given each attribute of the signature (plausible values), and again
+// with only the required ones (the optional ones then read as the schema's defaults), decoding
+// succeeds. A decoder shared by several ops that reads another op's attribute fails here.
+TEST(Registry, EveryDecoderReadsOnlyItsSignature) {
+  const rt::Registry& r = rt::builtin_registry();
+  ASSERT_GT(rt::op_signatures().size(), 100u);
+  const int64_t two[] = {1, 1};
+  int decoded = 0;
+  for (std::string_view name : r.names()) {
+    const rt::KernelDef* def = r.find(name);
+    const rt::OpSignature* sig = rt::find_op_signature(name);
+    ASSERT_NE(sig, nullptr) << name << " is registered but not in the schema";
+    EXPECT_EQ(def->attrs.data(), sig->attrs.data()) << name;
+    EXPECT_EQ(def->num_outputs, sig->num_outputs) << name;
+    if (!def->decode) continue;
+    for (const bool optional_too : {true, false}) {
+      std::vector<rt::AttrValue> values;
+      for (const rt::AttrSpec& spec : def->attrs) {
+        if (!spec.required && !optional_too) continue;
+        rt::AttrValue v{spec.name, spec.type};
+        v.i = 1;  // a dim, a count, an enum's second value, true
+        v.f = 0.5;
+        v.ints = two;
+        values.push_back(v);
+      }
+      try {
+        def->decode(rt::AttrMap(name, values, def->attrs));
+        ++decoded;
+      } catch (const Error& e) {
+        ADD_FAILURE() << name << (optional_too ? " (all attributes)" : " (required only)") << ": "
+                      << e.what();
+      }
+    }
+  }
+  EXPECT_GT(decoded, 100);
 }
 
 TEST(Artifact, LinearReluMatchesFloat64Reference) {

@@ -330,9 +330,14 @@ struct Checker {
         }
         std::vector<AttrValue> values;
         attrs(ins, values);
+        const AttrMap attr_map(kernel, values, d.attrs);
+        for (const AttrSpec& spec : d.attrs) {
+          KILN_CHECK(!spec.required || attr_map.find(spec.name), kOp, where,
+                     ": missing attribute '", spec.name, "' (", attr_type_name(spec.type), ")");
+        }
         if (d.decode) {
           try {
-            info.params = d.decode(AttrMap(kernel, values));
+            info.params = d.decode(attr_map);
           } catch (const Error& e) {
             fail(kOp, where, ": ", e.what());
           }

@@ -69,30 +69,23 @@ void run_batch_norm_update_stats(const KernelCall& c) {
                                        out(c, 0), out(c, 1));
 }
 
-constexpr AttrSpec kConv2d[] = {{"stride", AttrType::Ints},
-                                {"padding", AttrType::Ints},
-                                {"dilation", AttrType::Ints},
-                                {"groups", AttrType::Int}};
-constexpr AttrSpec kAvgPool[] = {{"kernel", AttrType::Ints},
-                                 {"stride", AttrType::Ints},
-                                 {"padding", AttrType::Ints},
-                                 {"ceil_mode", AttrType::Bool, false},
-                                 {"count_include_pad", AttrType::Bool, false}};
-constexpr AttrSpec kBnBackward[] = {{"training", AttrType::Bool, false}, {"eps", AttrType::Float}};
-constexpr AttrSpec kMomentum[] = {{"momentum", AttrType::Float}};
-
 }  // namespace
 
 void register_backward(Registry& r) {
-  r.add({"conv2d_backward", 3, 3, 3, kConv2d, decode_conv2d_backward, run_conv2d_backward});
-  r.add({"max_pool2d_backward", 2, 2, 1, {}, nullptr, run_max_pool2d_backward});
-  r.add({"avg_pool2d_backward", 1, 1, 1, kAvgPool, decode_avg_pool2d_backward,
-         run_avg_pool2d_backward});
-  r.add({"adaptive_avg_pool2d_backward", 1, 1, 1, {}, nullptr, run_adaptive_avg_pool2d_backward});
-  r.add({"batch_norm_backward", 5, 5, 3, kBnBackward, decode_bn_backward, run_batch_norm_backward,
-         0b11100});
-  r.add({"batch_norm_update_stats", 3, 3, 2, kMomentum, decode_momentum,
-         run_batch_norm_update_stats});
+  r.add(with_signature(
+      {.name = "conv2d_backward", .decode = decode_conv2d_backward, .run = run_conv2d_backward}));
+  r.add(with_signature({.name = "max_pool2d_backward", .run = run_max_pool2d_backward}));
+  r.add(with_signature({.name = "avg_pool2d_backward",
+                        .decode = decode_avg_pool2d_backward,
+                        .run = run_avg_pool2d_backward}));
+  r.add(with_signature(
+      {.name = "adaptive_avg_pool2d_backward", .run = run_adaptive_avg_pool2d_backward}));
+  r.add(with_signature({.name = "batch_norm_backward",
+                        .decode = decode_bn_backward,
+                        .run = run_batch_norm_backward}));
+  r.add(with_signature({.name = "batch_norm_update_stats",
+                        .decode = decode_momentum,
+                        .run = run_batch_norm_update_stats}));
 }
 
 }  // namespace kiln::rt::ops

@@ -95,7 +95,7 @@ std::unique_ptr<KernelParams> decode_binary(const AttrMap& a) {
   for (const BinaryEntry& e : kBinary) {
     if (e.name == a.op()) p->op = e.op;
   }
-  p->alpha = a.f("alpha", 1.0);
+  p->alpha = a.f("alpha", 1.0);  // comparisons share this decoder and carry no alpha
   return p;
 }
 void run_binary(const KernelCall& c) {
@@ -113,8 +113,8 @@ void run_logical_not(const KernelCall& c) {
 
 std::unique_ptr<KernelParams> decode_clamp(const AttrMap& a) {
   auto p = std::make_unique<FloatParams>();
-  p->v[0] = a.f("min", -INFINITY);
-  p->v[1] = a.f("max", INFINITY);
+  p->v[0] = a.f("min");
+  p->v[1] = a.f("max");
   return p;
 }
 void run_clamp(const KernelCall& c) {
@@ -162,27 +162,28 @@ void run_fill(const KernelCall& c) {
   });
 }
 
-constexpr AttrSpec kAlpha[] = {{"alpha", AttrType::Float, false}};
-constexpr AttrSpec kGelu[] = {{"approximate", AttrType::Bool, false}};
-constexpr AttrSpec kLeaky[] = {{"negative_slope", AttrType::Float}};
-constexpr AttrSpec kClamp[] = {{"min", AttrType::Float, false}, {"max", AttrType::Float, false}};
-constexpr AttrSpec kFill[] = {{"value", AttrType::Float}};
-
 }  // namespace
 
 void register_elementwise(Registry& r) {
-  for (const UnaryEntry& e : kUnary) r.add({e.name, 1, 1, 1, {}, decode_unary, run_unary, 0, true});
-  r.add({"gelu", 1, 1, 1, kGelu, decode_unary, run_unary, 0, true});
-  r.add({"leaky_relu", 1, 1, 1, kLeaky, decode_unary, run_unary, 0, true});
+  for (const UnaryEntry& e : kUnary)
+    r.add(with_signature(
+        {.name = e.name, .decode = decode_unary, .run = run_unary, .inplace_ok = true}));
+  r.add(with_signature(
+      {.name = "gelu", .decode = decode_unary, .run = run_unary, .inplace_ok = true}));
+  r.add(with_signature(
+      {.name = "leaky_relu", .decode = decode_unary, .run = run_unary, .inplace_ok = true}));
   for (const BinaryEntry& e : kBinary)
-    r.add({e.name, 2, 2, 1, kAlpha, decode_binary, run_binary, 0, true});
-  r.add({"logical_not", 1, 1, 1, {}, nullptr, run_logical_not, 0, true});
-  r.add({"clamp", 1, 1, 1, kClamp, decode_clamp, run_clamp, 0, true});
-  r.add({"where", 3, 3, 1, {}, nullptr, run_where, 0, true});
-  r.add({"to", 1, 1, 1, {}, nullptr, run_copy, 0, true});
-  r.add({"clone", 1, 1, 1, {}, nullptr, run_copy, 0, true});
-  r.add({"copy", 2, 2, 1, {}, nullptr, run_copy, 0, true});
-  r.add({"fill", 1, 1, 1, kFill, decode_fill, run_fill, 0, true});
+    r.add(with_signature(
+        {.name = e.name, .decode = decode_binary, .run = run_binary, .inplace_ok = true}));
+  r.add(with_signature({.name = "logical_not", .run = run_logical_not, .inplace_ok = true}));
+  r.add(with_signature(
+      {.name = "clamp", .decode = decode_clamp, .run = run_clamp, .inplace_ok = true}));
+  r.add(with_signature({.name = "where", .run = run_where, .inplace_ok = true}));
+  r.add(with_signature({.name = "to", .run = run_copy, .inplace_ok = true}));
+  r.add(with_signature({.name = "clone", .run = run_copy, .inplace_ok = true}));
+  r.add(with_signature({.name = "copy", .run = run_copy, .inplace_ok = true}));
+  r.add(
+      with_signature({.name = "fill", .decode = decode_fill, .run = run_fill, .inplace_ok = true}));
 }
 
 }  // namespace kiln::rt::ops

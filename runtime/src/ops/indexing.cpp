@@ -25,7 +25,7 @@ std::unique_ptr<KernelParams> decode_dim_value(const AttrMap& a) {
 std::unique_ptr<KernelParams> decode_dim_alpha(const AttrMap& a) {
   auto p = std::make_unique<FloatParams>();
   p->k = a.i("dim");
-  p->v[0] = a.f("alpha", 1.0);
+  p->v[0] = a.f("alpha");
   return p;
 }
 std::unique_ptr<KernelParams> decode_value(const AttrMap& a) {
@@ -37,14 +37,14 @@ std::unique_ptr<KernelParams> decode_topk(const AttrMap& a) {
   auto p = std::make_unique<IntParams>();
   p->v[0] = a.i("k");
   p->v[1] = a.i("dim");
-  p->v[2] = a.b("largest", true);
-  p->flag = a.b("sorted", true);
+  p->v[2] = a.b("largest");
+  p->flag = a.b("sorted");
   return p;
 }
 std::unique_ptr<KernelParams> decode_sort(const AttrMap& a) {
   auto p = std::make_unique<IntParams>();
   p->v[0] = a.i("dim");
-  p->flag = a.b("descending", false);
+  p->flag = a.b("descending");
   return p;
 }
 
@@ -139,45 +139,36 @@ void run_dropout_mask(const KernelCall& c) {
   draw(c, [&](TensorImpl& t, Generator& g) { kernels::dropout_mask_out(prob, t, &g); });
 }
 
-constexpr AttrSpec kDim[] = {{"dim", AttrType::Int}};
-constexpr AttrSpec kDimValue[] = {{"dim", AttrType::Int}, {"value", AttrType::Float}};
-constexpr AttrSpec kDimAlpha[] = {{"dim", AttrType::Int}, {"alpha", AttrType::Float, false}};
-constexpr AttrSpec kValue[] = {{"value", AttrType::Float}};
-constexpr AttrSpec kNumClasses[] = {{"num_classes", AttrType::Int, false}};
-constexpr AttrSpec kTopk[] = {{"k", AttrType::Int},
-                              {"dim", AttrType::Int},
-                              {"largest", AttrType::Bool, false},
-                              {"sorted", AttrType::Bool, false}};
-constexpr AttrSpec kSort[] = {{"dim", AttrType::Int}, {"descending", AttrType::Bool, false}};
-constexpr AttrSpec kLowHighFloat[] = {{"low", AttrType::Float}, {"high", AttrType::Float}};
-constexpr AttrSpec kMeanStd[] = {{"mean", AttrType::Float}, {"std", AttrType::Float}};
-constexpr AttrSpec kLowHighInt[] = {{"low", AttrType::Int}, {"high", AttrType::Int}};
-constexpr AttrSpec kP[] = {{"p", AttrType::Float}};
-
 }  // namespace
 
 void register_indexing(Registry& r) {
-  r.add({"index_select", 2, 2, 1, kDim, decode_dim, run_index_select});
-  r.add({"index_add", 3, 3, 1, kDimAlpha, decode_dim_alpha, run_index_add});
-  r.add({"gather", 2, 2, 1, kDim, decode_dim, run_gather});
-  r.add({"scatter", 3, 3, 1, kDim, decode_dim, run_scatter});
-  r.add({"scatter_value", 2, 2, 1, kDimValue, decode_dim_value, run_scatter_value});
-  r.add({"scatter_add", 3, 3, 1, kDim, decode_dim, run_scatter_add});
-  r.add({"masked_fill", 2, 2, 1, kValue, decode_value, run_masked_fill});
-  r.add({"one_hot", 1, 1, 1, kNumClasses, nullptr, run_one_hot});
-  r.add({"topk", 1, 1, 2, kTopk, decode_topk, run_topk});
-  r.add({"sort", 1, 1, 2, kSort, decode_sort, run_sort});
-  r.add({"argsort", 1, 1, 1, kSort, decode_sort, run_argsort});
+  r.add(with_signature({.name = "index_select", .decode = decode_dim, .run = run_index_select}));
+  r.add(with_signature({.name = "index_add", .decode = decode_dim_alpha, .run = run_index_add}));
+  r.add(with_signature({.name = "gather", .decode = decode_dim, .run = run_gather}));
+  r.add(with_signature({.name = "scatter", .decode = decode_dim, .run = run_scatter}));
+  r.add(with_signature(
+      {.name = "scatter_value", .decode = decode_dim_value, .run = run_scatter_value}));
+  r.add(with_signature({.name = "scatter_add", .decode = decode_dim, .run = run_scatter_add}));
+  r.add(with_signature({.name = "masked_fill", .decode = decode_value, .run = run_masked_fill}));
+  r.add(with_signature({.name = "one_hot", .run = run_one_hot}));
+  r.add(with_signature({.name = "topk", .decode = decode_topk, .run = run_topk}));
+  r.add(with_signature({.name = "sort", .decode = decode_sort, .run = run_sort}));
+  r.add(with_signature({.name = "argsort", .decode = decode_sort, .run = run_argsort}));
 }
 
 void register_random(Registry& r) {
-  r.add({"uniform", 1, 1, 2, kLowHighFloat,
-         [](const AttrMap& a) { return decode_two_floats(a, "low", "high"); }, run_uniform});
-  r.add({"normal", 1, 1, 2, kMeanStd,
-         [](const AttrMap& a) { return decode_two_floats(a, "mean", "std"); }, run_normal});
-  r.add({"randint", 1, 1, 2, kLowHighInt, decode_randint, run_randint});
-  r.add({"dropout_mask", 1, 1, 2, kP,
-         [](const AttrMap& a) { return decode_two_floats(a, "p", "p"); }, run_dropout_mask});
+  r.add(with_signature(
+      {.name = "uniform",
+       .decode = [](const AttrMap& a) { return decode_two_floats(a, "low", "high"); },
+       .run = run_uniform}));
+  r.add(with_signature(
+      {.name = "normal",
+       .decode = [](const AttrMap& a) { return decode_two_floats(a, "mean", "std"); },
+       .run = run_normal}));
+  r.add(with_signature({.name = "randint", .decode = decode_randint, .run = run_randint}));
+  r.add(with_signature({.name = "dropout_mask",
+                        .decode = [](const AttrMap& a) { return decode_two_floats(a, "p", "p"); },
+                        .run = run_dropout_mask}));
 }
 
 }  // namespace kiln::rt::ops

@@ -18,12 +18,12 @@ struct LossParams : KernelParams {
 
 std::unique_ptr<KernelParams> decode_loss(const AttrMap& a) {
   auto p = std::make_unique<LossParams>();
-  const int64_t r = a.i("reduction", 1);
+  const int64_t r = a.i("reduction");
   KILN_CHECK(r >= 0 && r <= 2, a.op(), "attribute 'reduction': expected 0..2, got ", r);
   p->ce.reduction = static_cast<LossReduction>(r);
-  p->ce.ignore_index = a.i("ignore_index", -100);
-  p->ce.label_smoothing = a.f("label_smoothing", 0.0);
-  p->beta = a.f("beta", 1.0);
+  if (a.declares("ignore_index")) p->ce.ignore_index = a.i("ignore_index");
+  if (a.declares("label_smoothing")) p->ce.label_smoothing = a.f("label_smoothing");
+  if (a.declares("beta")) p->beta = a.f("beta");
   return p;
 }
 
@@ -66,27 +66,26 @@ void run_log_softmax_backward(const KernelCall& c) {
   kernels::log_softmax_backward_out(in(c, 0), in(c, 1), params<IntParams>(c).v[0], out(c));
 }
 
-constexpr AttrSpec kCe[] = {{"ignore_index", AttrType::Int, false},
-                            {"reduction", AttrType::Int, false},
-                            {"label_smoothing", AttrType::Float, false}};
-constexpr AttrSpec kReduction[] = {{"reduction", AttrType::Int, false}};
-constexpr AttrSpec kSmoothL1[] = {{"reduction", AttrType::Int, false},
-                                  {"beta", AttrType::Float, false}};
-constexpr AttrSpec kDim[] = {{"dim", AttrType::Int}};
-
 }  // namespace
 
 void register_loss(Registry& r) {
-  r.add({"cross_entropy", 2, 2, 1, kCe, decode_loss, run_cross_entropy});
-  r.add({"cross_entropy_backward", 3, 3, 1, kCe, decode_loss, run_cross_entropy_backward});
-  r.add({"nll_loss", 2, 2, 1, kCe, decode_loss, run_nll_loss});
-  r.add({"mse_loss", 2, 2, 1, kReduction, decode_loss, run_mse_loss});
-  r.add({"mse_loss_backward", 3, 3, 1, kReduction, decode_loss, run_mse_loss_backward});
-  r.add({"smooth_l1_loss", 2, 2, 1, kSmoothL1, decode_loss, run_smooth_l1_loss});
+  r.add(with_signature({.name = "cross_entropy", .decode = decode_loss, .run = run_cross_entropy}));
+  r.add(with_signature({.name = "cross_entropy_backward",
+                        .decode = decode_loss,
+                        .run = run_cross_entropy_backward}));
+  r.add(with_signature({.name = "nll_loss", .decode = decode_loss, .run = run_nll_loss}));
+  r.add(with_signature({.name = "mse_loss", .decode = decode_loss, .run = run_mse_loss}));
+  r.add(with_signature(
+      {.name = "mse_loss_backward", .decode = decode_loss, .run = run_mse_loss_backward}));
   r.add(
-      {"binary_cross_entropy_with_logits", 2, 2, 1, kReduction, decode_loss, run_bce_with_logits});
-  r.add({"softmax_backward", 2, 2, 1, kDim, decode_dim, run_softmax_backward});
-  r.add({"log_softmax_backward", 2, 2, 1, kDim, decode_dim, run_log_softmax_backward});
+      with_signature({.name = "smooth_l1_loss", .decode = decode_loss, .run = run_smooth_l1_loss}));
+  r.add(with_signature({.name = "binary_cross_entropy_with_logits",
+                        .decode = decode_loss,
+                        .run = run_bce_with_logits}));
+  r.add(with_signature(
+      {.name = "softmax_backward", .decode = decode_dim, .run = run_softmax_backward}));
+  r.add(with_signature(
+      {.name = "log_softmax_backward", .decode = decode_dim, .run = run_log_softmax_backward}));
 }
 
 }  // namespace kiln::rt::ops

@@ -30,12 +30,12 @@ struct Fusion {
 Fusion decode_fusion(const AttrMap& a, const std::string& prefix = "") {
   Fusion f;
   const std::string act_name = prefix + "activation";
-  const int64_t act = a.i(act_name, 0);
+  const int64_t act = a.i(act_name);
   KILN_CHECK(act >= 0 && act <= static_cast<int64_t>(Activation::Tanh), a.op(), "attribute '",
              act_name, "': expected 0..8, got ", act);
   f.activation = static_cast<Activation>(act);
-  f.clamp_min = static_cast<float>(a.f(prefix + "clamp_min", 0.0));
-  f.clamp_max = static_cast<float>(a.f(prefix + "clamp_max", 0.0));
+  f.clamp_min = static_cast<float>(a.f(prefix + "clamp_min"));
+  f.clamp_max = static_cast<float>(a.f(prefix + "clamp_max"));
   return f;
 }
 kernels::ConvEpilogue conv_epilogue(const Fusion& f) {
@@ -252,7 +252,7 @@ void run_adaptive_avg_pool2d(const KernelCall& c) {
 std::unique_ptr<KernelParams> decode_batch_norm(const AttrMap& a) {
   auto p = std::make_unique<FloatParams>();
   p->v[0] = a.f("eps");
-  p->v[1] = a.f("momentum", 0.1);
+  p->v[1] = a.f("momentum");
   p->k = a.b("training") ? 1 : 0;
   return p;
 }
@@ -313,9 +313,9 @@ struct InterpolateParams : KernelParams {
 std::unique_ptr<KernelParams> decode_interpolate(const AttrMap& a) {
   auto p = std::make_unique<InterpolateParams>();
   p->p.mode = static_cast<kernels::InterpolateMode>(a.i("mode"));  // the kernel checks it
-  p->p.align_corners = a.b("align_corners", false);
-  p->p.scale_h = a.f("scale_h", 0.0);
-  p->p.scale_w = a.f("scale_w", 0.0);
+  p->p.align_corners = a.b("align_corners");
+  p->p.scale_h = a.f("scale_h");
+  p->p.scale_w = a.f("scale_w");
   return p;
 }
 void run_interpolate(const KernelCall& c) {
@@ -350,64 +350,6 @@ void run_log_softmax(const KernelCall& c) {
   kernels::log_softmax_out(in(c, 0), params<IntParams>(c).v[0], out(c));
 }
 
-constexpr AttrSpec kConv2d[] = {{"stride", AttrType::Ints},
-                                {"padding", AttrType::Ints},
-                                {"dilation", AttrType::Ints},
-                                {"groups", AttrType::Int}};
-constexpr AttrSpec kConv2dFused[] = {
-    {"stride", AttrType::Ints},           {"padding", AttrType::Ints},
-    {"dilation", AttrType::Ints},         {"groups", AttrType::Int},
-    {"activation", AttrType::Int, false}, {"clamp_min", AttrType::Float, false},
-    {"clamp_max", AttrType::Float, false}};
-constexpr AttrSpec kMBConv[] = {{"stride", AttrType::Ints},
-                                {"padding", AttrType::Ints},
-                                {"expand_activation", AttrType::Int, false},
-                                {"expand_clamp_min", AttrType::Float, false},
-                                {"expand_clamp_max", AttrType::Float, false},
-                                {"dw_activation", AttrType::Int, false},
-                                {"dw_clamp_min", AttrType::Float, false},
-                                {"dw_clamp_max", AttrType::Float, false},
-                                {"project_activation", AttrType::Int, false},
-                                {"project_clamp_min", AttrType::Float, false},
-                                {"project_clamp_max", AttrType::Float, false},
-                                {"channels_last_in", AttrType::Bool, false},
-                                {"channels_last_out", AttrType::Bool, false}};
-constexpr AttrSpec kConvTranspose2d[] = {{"stride", AttrType::Ints},
-                                         {"padding", AttrType::Ints},
-                                         {"output_padding", AttrType::Ints},
-                                         {"groups", AttrType::Int},
-                                         {"dilation", AttrType::Ints}};
-constexpr AttrSpec kInterpolate[] = {{"mode", AttrType::Int},
-                                     {"align_corners", AttrType::Bool, false},
-                                     {"scale_h", AttrType::Float, false},
-                                     {"scale_w", AttrType::Float, false}};
-// padding_idx only changes the gradient (a training artifact's embedding_backward).
-constexpr AttrSpec kEmbedding[] = {{"padding_idx", AttrType::Int, false}};
-constexpr AttrSpec kConv1d[] = {{"stride", AttrType::Int},
-                                {"padding", AttrType::Int},
-                                {"dilation", AttrType::Int},
-                                {"groups", AttrType::Int}};
-constexpr AttrSpec kFusion[] = {{"activation", AttrType::Int, false},
-                                {"clamp_min", AttrType::Float, false},
-                                {"clamp_max", AttrType::Float, false}};
-constexpr AttrSpec kMaxPool[] = {{"kernel", AttrType::Ints},
-                                 {"stride", AttrType::Ints},
-                                 {"padding", AttrType::Ints},
-                                 {"dilation", AttrType::Ints},
-                                 {"ceil_mode", AttrType::Bool, false}};
-constexpr AttrSpec kAvgPool[] = {{"kernel", AttrType::Ints},
-                                 {"stride", AttrType::Ints},
-                                 {"padding", AttrType::Ints},
-                                 {"ceil_mode", AttrType::Bool, false},
-                                 {"count_include_pad", AttrType::Bool, false}};
-constexpr AttrSpec kBatchNorm[] = {{"training", AttrType::Bool, false},
-                                   {"momentum", AttrType::Float, false},
-                                   {"eps", AttrType::Float}};
-constexpr AttrSpec kLayerNorm[] = {{"normalized_shape", AttrType::Ints}, {"eps", AttrType::Float}};
-constexpr AttrSpec kGroupNorm[] = {{"num_groups", AttrType::Int}, {"eps", AttrType::Float}};
-constexpr AttrSpec kP[] = {{"p", AttrType::Float}};
-constexpr AttrSpec kDim[] = {{"dim", AttrType::Int}};
-
 }  // namespace
 
 kernels::Conv2dParams conv2d_params(const AttrMap& a) {
@@ -429,40 +371,53 @@ kernels::Pool2dParams pool2d_params(const AttrMap& a) {
     p.dilation_h = d[0];
     p.dilation_w = d[1];
   } else {
-    p.count_include_pad = a.b("count_include_pad", true);
+    p.count_include_pad = a.b("count_include_pad");
   }
   p.ceil_mode = a.b("ceil_mode");
   return p;
 }
 
 void register_nn(Registry& r) {
-  r.add({"conv2d", 3, 3, 1, kConv2d, decode_conv2d, run_conv2d, 0b100, false, prepare_conv2d});
-  r.add({"conv2d_fused", 4, 4, 1, kConv2dFused, decode_conv2d, run_conv2d, 0b1100, false,
-         prepare_conv2d});
-  r.add({"conv2d_avgpool", 3, 3, 1, kConv2dFused, decode_conv2d, run_conv2d_avgpool, 0b100, false,
-         prepare_conv2d});
+  r.add(with_signature(
+      {.name = "conv2d", .decode = decode_conv2d, .run = run_conv2d, .prepare = prepare_conv2d}));
+  r.add(with_signature({.name = "conv2d_fused",
+                        .decode = decode_conv2d,
+                        .run = run_conv2d,
+                        .prepare = prepare_conv2d}));
+  r.add(with_signature({.name = "conv2d_avgpool",
+                        .decode = decode_conv2d,
+                        .run = run_conv2d_avgpool,
+                        .prepare = prepare_conv2d}));
   // Optional: expand_weight, expand_bias, dw_bias, project_bias, residual.
-  r.add({"mbconv", 8, 8, 1, kMBConv, decode_mbconv, run_mbconv, 0b11010110, false, prepare_mbconv});
-  r.add({"conv1d", 3, 3, 1, kConv1d, decode_conv1d, run_conv1d, 0b100});
-  r.add({"conv_transpose2d", 3, 3, 1, kConvTranspose2d, decode_conv_transpose2d,
-         run_conv_transpose2d, 0b100});
-  r.add({"interpolate", 1, 1, 1, kInterpolate, decode_interpolate, run_interpolate});
-  r.add({"interpolate_backward", 1, 1, 1, kInterpolate, decode_interpolate,
-         run_interpolate_backward});
-  r.add({"linear", 3, 3, 1, {}, nullptr, run_linear, 0b100});
-  r.add({"linear_fused", 4, 4, 1, kFusion, decode_linear_fused, run_linear_fused, 0b1100});
-  r.add({"matmul", 2, 2, 1, {}, nullptr, run_matmul});
+  r.add(with_signature(
+      {.name = "mbconv", .decode = decode_mbconv, .run = run_mbconv, .prepare = prepare_mbconv}));
+  r.add(with_signature({.name = "conv1d", .decode = decode_conv1d, .run = run_conv1d}));
+  r.add(with_signature({.name = "conv_transpose2d",
+                        .decode = decode_conv_transpose2d,
+                        .run = run_conv_transpose2d}));
+  r.add(with_signature(
+      {.name = "interpolate", .decode = decode_interpolate, .run = run_interpolate}));
+  r.add(with_signature({.name = "interpolate_backward",
+                        .decode = decode_interpolate,
+                        .run = run_interpolate_backward}));
+  r.add(with_signature({.name = "linear", .run = run_linear}));
+  r.add(with_signature(
+      {.name = "linear_fused", .decode = decode_linear_fused, .run = run_linear_fused}));
+  r.add(with_signature({.name = "matmul", .run = run_matmul}));
   // Indices are only computed when something reads them (training); inference discards them.
-  r.add({"max_pool2d", 1, 1, 2, kMaxPool, decode_pool, run_max_pool2d, 0, false, nullptr, 0b10});
-  r.add({"avg_pool2d", 1, 1, 1, kAvgPool, decode_pool, run_avg_pool2d});
-  r.add({"adaptive_avg_pool2d", 1, 1, 1, {}, nullptr, run_adaptive_avg_pool2d});
-  r.add({"batch_norm", 5, 5, 1, kBatchNorm, decode_batch_norm, run_batch_norm, 0b11110});
-  r.add({"layer_norm", 3, 3, 1, kLayerNorm, decode_layer_norm, run_layer_norm, 0b110});
-  r.add({"group_norm", 3, 3, 1, kGroupNorm, decode_group_norm, run_group_norm, 0b110});
-  r.add({"embedding", 2, 2, 1, kEmbedding, nullptr, run_embedding});
-  r.add({"dropout", 2, 2, 1, kP, decode_p, run_dropout});
-  r.add({"softmax", 1, 1, 1, kDim, decode_dim, run_softmax});
-  r.add({"log_softmax", 1, 1, 1, kDim, decode_dim, run_log_softmax});
+  r.add(with_signature({.name = "max_pool2d",
+                        .decode = decode_pool,
+                        .run = run_max_pool2d,
+                        .optional_outputs = 0b10}));
+  r.add(with_signature({.name = "avg_pool2d", .decode = decode_pool, .run = run_avg_pool2d}));
+  r.add(with_signature({.name = "adaptive_avg_pool2d", .run = run_adaptive_avg_pool2d}));
+  r.add(with_signature({.name = "batch_norm", .decode = decode_batch_norm, .run = run_batch_norm}));
+  r.add(with_signature({.name = "layer_norm", .decode = decode_layer_norm, .run = run_layer_norm}));
+  r.add(with_signature({.name = "group_norm", .decode = decode_group_norm, .run = run_group_norm}));
+  r.add(with_signature({.name = "embedding", .run = run_embedding}));
+  r.add(with_signature({.name = "dropout", .decode = decode_p, .run = run_dropout}));
+  r.add(with_signature({.name = "softmax", .decode = decode_dim, .run = run_softmax}));
+  r.add(with_signature({.name = "log_softmax", .decode = decode_dim, .run = run_log_softmax}));
 }
 
 }  // namespace kiln::rt::ops

@@ -14,8 +14,8 @@ std::unique_ptr<KernelParams> decode_dims(const AttrMap& a) {
   KILN_CHECK(d.size() <= 6, a.op(), "expected at most 6 dims, got ", d.size());
   p->dims = Dims(std::vector<int64_t>(d.begin(), d.end()));
   p->keepdim = a.b("keepdim");
-  if (a.op() == "var") p->f = a.b("unbiased", true) ? 1.0 : 0.0;
-  if (a.op() == "norm") p->f = a.f("p", 2.0);
+  if (a.op() == "var") p->f = a.b("unbiased") ? 1.0 : 0.0;
+  if (a.op() == "norm") p->f = a.f("p");
   return p;
 }
 
@@ -44,7 +44,7 @@ void run_norm(const KernelCall& c) {
 std::unique_ptr<KernelParams> decode_dim(const AttrMap& a) {
   auto p = std::make_unique<IntParams>();
   p->v[0] = a.i("dim");
-  p->flag = a.b("keepdim");
+  if (a.declares("keepdim")) p->flag = a.b("keepdim");  // cumsum shares this decoder
   return p;
 }
 void run_max(const KernelCall& c) {
@@ -70,30 +70,22 @@ void run_cumsum(const KernelCall& c) {
   kernels::cumsum_out(in(c, 0), params<IntParams>(c).v[0], out(c));
 }
 
-constexpr AttrSpec kDims[] = {{"dims", AttrType::Ints}, {"keepdim", AttrType::Bool, false}};
-constexpr AttrSpec kVar[] = {{"dims", AttrType::Ints},
-                             {"unbiased", AttrType::Bool, false},
-                             {"keepdim", AttrType::Bool, false}};
-constexpr AttrSpec kNorm[] = {
-    {"p", AttrType::Float}, {"dims", AttrType::Ints}, {"keepdim", AttrType::Bool, false}};
-constexpr AttrSpec kDim[] = {{"dim", AttrType::Int}, {"keepdim", AttrType::Bool, false}};
-
 }  // namespace
 
 void register_reduce(Registry& r) {
-  r.add({"sum", 1, 1, 1, kDims, decode_dims, run_sum});
-  r.add({"mean", 1, 1, 1, kDims, decode_dims, run_mean});
-  r.add({"prod", 1, 1, 1, kDims, decode_dims, run_prod});
-  r.add({"amax", 1, 1, 1, kDims, decode_dims, run_amax});
-  r.add({"amin", 1, 1, 1, kDims, decode_dims, run_amin});
-  r.add({"logsumexp", 1, 1, 1, kDims, decode_dims, run_logsumexp});
-  r.add({"var", 1, 1, 1, kVar, decode_dims, run_var});
-  r.add({"norm", 1, 1, 1, kNorm, decode_dims, run_norm});
-  r.add({"max", 1, 1, 2, kDim, decode_dim, run_max});
-  r.add({"min", 1, 1, 2, kDim, decode_dim, run_min});
-  r.add({"argmax", 1, 1, 1, kDim, decode_dim, run_argmax});
-  r.add({"argmin", 1, 1, 1, kDim, decode_dim, run_argmin});
-  r.add({"cumsum", 1, 1, 1, kDim, decode_dim, run_cumsum});
+  r.add(with_signature({.name = "sum", .decode = decode_dims, .run = run_sum}));
+  r.add(with_signature({.name = "mean", .decode = decode_dims, .run = run_mean}));
+  r.add(with_signature({.name = "prod", .decode = decode_dims, .run = run_prod}));
+  r.add(with_signature({.name = "amax", .decode = decode_dims, .run = run_amax}));
+  r.add(with_signature({.name = "amin", .decode = decode_dims, .run = run_amin}));
+  r.add(with_signature({.name = "logsumexp", .decode = decode_dims, .run = run_logsumexp}));
+  r.add(with_signature({.name = "var", .decode = decode_dims, .run = run_var}));
+  r.add(with_signature({.name = "norm", .decode = decode_dims, .run = run_norm}));
+  r.add(with_signature({.name = "max", .decode = decode_dim, .run = run_max}));
+  r.add(with_signature({.name = "min", .decode = decode_dim, .run = run_min}));
+  r.add(with_signature({.name = "argmax", .decode = decode_dim, .run = run_argmax}));
+  r.add(with_signature({.name = "argmin", .decode = decode_dim, .run = run_argmin}));
+  r.add(with_signature({.name = "cumsum", .decode = decode_dim, .run = run_cumsum}));
 }
 
 }  // namespace kiln::rt::ops

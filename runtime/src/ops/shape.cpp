@@ -183,10 +183,10 @@ std::unique_ptr<KernelParams> decode_pad(const AttrMap& a) {
   auto p = std::make_unique<PadParams>();
   std::span<const int64_t> pad = a.ints("pad");
   p->pad.assign(pad.begin(), pad.end());
-  const int64_t mode = a.i("mode", 0);
+  const int64_t mode = a.i("mode");
   KILN_CHECK(mode >= 0 && mode <= 2, "pad", "expected mode 0..2, got ", mode);
   p->mode = static_cast<kernels::PadMode>(mode);
-  p->value = a.f("value", 0.0);
+  p->value = a.f("value");
   return p;
 }
 void run_pad(const KernelCall& c) {
@@ -194,34 +194,20 @@ void run_pad(const KernelCall& c) {
   kernels::pad_out(in(c, 0), p.pad, p.mode, p.value, out(c));
 }
 
-constexpr AttrSpec kShape[] = {{"shape", AttrType::Ints}};
-constexpr AttrSpec kTranspose[] = {{"dim0", AttrType::Int}, {"dim1", AttrType::Int}};
-constexpr AttrSpec kPermute[] = {{"dims", AttrType::Ints}};
-constexpr AttrSpec kSlice[] = {{"dim", AttrType::Int},
-                               {"start", AttrType::Int},
-                               {"end", AttrType::Int},
-                               {"step", AttrType::Int}};
-constexpr AttrSpec kSelect[] = {{"dim", AttrType::Int}, {"index", AttrType::Int}};
-constexpr AttrSpec kAsStrided[] = {
-    {"sizes", AttrType::Ints}, {"strides", AttrType::Ints}, {"offset", AttrType::Int}};
-constexpr AttrSpec kDim[] = {{"dim", AttrType::Int}};
-constexpr AttrSpec kPad[] = {
-    {"pad", AttrType::Ints}, {"mode", AttrType::Int, false}, {"value", AttrType::Float, false}};
-
 }  // namespace
 
 void register_shape(Registry& r) {
-  r.add({"view", 1, 1, 1, kShape, nullptr, run_reshape, 0, true});
-  r.add({"reshape", 1, 1, 1, kShape, nullptr, run_reshape, 0, true});
-  r.add({"transpose", 1, 1, 1, kTranspose, decode_transpose, run_transpose});
-  r.add({"permute", 1, 1, 1, kPermute, decode_dims, run_permute});
-  r.add({"expand", 1, 1, 1, kShape, nullptr, run_expand});
-  r.add({"slice", 1, 1, 1, kSlice, decode_slice, run_slice});
-  r.add({"select", 1, 1, 1, kSelect, decode_select, run_select});
-  r.add({"as_strided", 1, 1, 1, kAsStrided, decode_as_strided, run_as_strided});
-  r.add({"cat", 1, -1, 1, kDim, decode_dim, run_cat});
-  r.add({"stack", 1, -1, 1, kDim, decode_dim, run_stack});
-  r.add({"pad", 1, 1, 1, kPad, decode_pad, run_pad});
+  r.add(with_signature({.name = "view", .run = run_reshape, .inplace_ok = true}));
+  r.add(with_signature({.name = "reshape", .run = run_reshape, .inplace_ok = true}));
+  r.add(with_signature({.name = "transpose", .decode = decode_transpose, .run = run_transpose}));
+  r.add(with_signature({.name = "permute", .decode = decode_dims, .run = run_permute}));
+  r.add(with_signature({.name = "expand", .run = run_expand}));
+  r.add(with_signature({.name = "slice", .decode = decode_slice, .run = run_slice}));
+  r.add(with_signature({.name = "select", .decode = decode_select, .run = run_select}));
+  r.add(with_signature({.name = "as_strided", .decode = decode_as_strided, .run = run_as_strided}));
+  r.add(with_signature({.name = "cat", .decode = decode_dim, .run = run_cat}));
+  r.add(with_signature({.name = "stack", .decode = decode_dim, .run = run_stack}));
+  r.add(with_signature({.name = "pad", .decode = decode_pad, .run = run_pad}));
 }
 
 }  // namespace kiln::rt::ops

@@ -25,11 +25,13 @@ namespace kiln::rt {
 enum class AttrType : uint8_t { Int = 0, Float, Bool, Ints, String };
 std::string_view attr_type_name(AttrType t);
 
-// One attribute the kernel reads: its name, type, and whether an artifact must carry it.
+// One attribute of an op: its name, type, and whether an artifact must carry it; when it may be
+// absent, the value the kernel assumes (numbers and booleans as a double; Ints default to empty).
 struct AttrSpec {
   std::string_view name;
   AttrType type;
   bool required = true;
+  double fallback = 0;
 };
 
 // An attribute as stored in the artifact (views into the mapped file, valid while the model lives).
@@ -44,15 +46,22 @@ struct AttrValue {
 
 // The attributes of one instruction, with typed accessors that throw kiln::Error naming the op,
 // the attribute, and what was expected. Used only while decoding (at load).
+// An attribute absent from the artifact reads as its spec's fallback (the op schema's default).
 class AttrMap {
  public:
-  AttrMap(std::string_view op, std::span<const AttrValue> values) : op_(op), values_(values) {}
+  AttrMap(std::string_view op, std::span<const AttrValue> values,
+          std::span<const AttrSpec> specs = {})
+      : op_(op), values_(values), specs_(specs) {}
   const AttrValue* find(std::string_view name) const;
+  // Whether the op has this attribute (present, or in its signature): decoders shared by several
+  // ops read only the attributes of the op at hand.
+  bool declares(std::string_view name) const;
   int64_t i(std::string_view name) const;
   int64_t i(std::string_view name, int64_t fallback) const;
   double f(std::string_view name) const;
   double f(std::string_view name, double fallback) const;
-  bool b(std::string_view name, bool fallback = false) const;
+  bool b(std::string_view name) const;
+  bool b(std::string_view name, bool fallback) const;
   std::span<const int64_t> ints(std::string_view name) const;
   // An Ints attribute of exactly n values (stride, padding, ...).
   std::span<const int64_t> ints(std::string_view name, size_t n) const;
@@ -60,8 +69,10 @@ class AttrMap {
 
  private:
   const AttrValue& get(std::string_view name, AttrType type) const;
+  const AttrSpec* optional_spec(std::string_view name) const;  // nullptr: required or unknown
   std::string_view op_;
   std::span<const AttrValue> values_;
+  std::span<const AttrSpec> specs_;
 };
 
 // Decoded attributes of one instruction; each kernel derives its own.
@@ -112,6 +123,23 @@ struct KernelDef {
   // (max_pool2d's indices in an inference plan): the kernel skips that work.
   uint32_t optional_outputs = 0;
 };
+
+// What the op schema (ir/ops.toml) says about a kernel's interface: inputs (optional ones may be
+// absent), outputs and attributes. Generated at build time; the builtin kernels take theirs from
+// it.
+struct OpSignature {
+  std::string_view name;
+  int min_inputs;
+  int max_inputs;  // -1: variadic
+  int num_outputs;
+  uint32_t optional_inputs;
+  std::span<const AttrSpec> attrs;
+};
+std::span<const OpSignature> op_signatures();
+const OpSignature* find_op_signature(std::string_view name);
+// `impl` (name, decode, run and the kernel's own flags) completed with the schema's signature for
+// impl.name; an op the schema does not list is an error.
+KernelDef with_signature(KernelDef impl);
 
 class Registry {
  public:
