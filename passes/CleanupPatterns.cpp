@@ -38,41 +38,40 @@ mlir::Value forwarded_value(mlir::Operation* op) {
   if (op->getNumResults() != 1 || op->getNumOperands() == 0) return {};
   mlir::Type type = op->getResult(0).getType();
   auto same = [&](mlir::Value v) { return v.getType() == type ? v : mlir::Value(); };
-  llvm::StringRef name = op->getName().getStringRef();
   mlir::Value x = op->getOperand(0);
-  if (name == "kiln.mul") {
+  if (mlir::isa<ir::MulOp>(op)) {
     if (all_equal(op->getOperand(1), 1.0) && same(x)) return x;
     if (all_equal(x, 1.0)) return same(op->getOperand(1));
     return {};
   }
-  if (name == "kiln.add") {
+  if (mlir::isa<ir::AddOp>(op)) {
     if (all_equal(op->getOperand(1), 0.0) && same(x)) return x;
     if (all_equal(x, 0.0) && float_attr(op, "alpha", 1.0) == 1.0) return same(op->getOperand(1));
     return {};
   }
-  if (name == "kiln.sub") return all_equal(op->getOperand(1), 0.0) ? same(x) : mlir::Value();
-  if (name == "kiln.div" || name == "kiln.pow")
+  if (mlir::isa<ir::SubOp>(op)) return all_equal(op->getOperand(1), 0.0) ? same(x) : mlir::Value();
+  if (mlir::isa<ir::DivOp>(op) || mlir::isa<ir::PowOp>(op))
     return all_equal(op->getOperand(1), 1.0) ? same(x) : mlir::Value();
-  if (name == "kiln.clone") {
+  if (mlir::isa<ir::CloneOp>(op)) {
     // A returned clone is a fresh tensor the caller may write; inside the graph it is a no-op.
     const bool returned = llvm::any_of(op->getUsers(), [](mlir::Operation* u) {
       return u->hasTrait<mlir::OpTrait::IsTerminator>();
     });
     return returned ? mlir::Value() : same(x);
   }
-  if (name == "kiln.reshape" || name == "kiln.view" || name == "kiln.expand" ||
-      name == "kiln.slice" || name == "kiln.to") {
+  if (mlir::isa<ir::ReshapeOp>(op) || mlir::isa<ir::ViewOp>(op) || mlir::isa<ir::ExpandOp>(op) ||
+      mlir::isa<ir::SliceOp>(op) || mlir::isa<ir::ToOp>(op)) {
     // A slice whose result shape equals its input's takes every element in order.
     return same(x);
   }
-  if (name == "kiln.transpose") {
+  if (mlir::isa<ir::TransposeOp>(op)) {
     auto rank = mlir::cast<mlir::RankedTensorType>(x.getType()).getRank();
     if (rank == 0) return same(x);
     const int64_t a = (int_attr(op, "dim0") + rank) % rank,
                   b = (int_attr(op, "dim1") + rank) % rank;
     return a == b ? same(x) : mlir::Value();
   }
-  if (name == "kiln.permute") {
+  if (mlir::isa<ir::PermuteOp>(op)) {
     auto dims = op->getAttrOfType<mlir::DenseI64ArrayAttr>("dims");
     if (!dims) return {};
     const int64_t rank = static_cast<int64_t>(dims.size());
@@ -81,13 +80,14 @@ mlir::Value forwarded_value(mlir::Operation* op) {
     }
     return same(x);
   }
-  if (name == "kiln.clamp") {
+  if (mlir::isa<ir::ClampOp>(op)) {
     const bool unbounded = float_attr(op, "min", -INFINITY) == -INFINITY &&
                            float_attr(op, "max", INFINITY) == INFINITY;
     return unbounded ? same(x) : mlir::Value();
   }
-  if (name == "kiln.dropout") return float_attr(op, "p", 1.0) == 0.0 ? same(x) : mlir::Value();
-  if (name == "kiln.copy") return same(op->getOperand(1));
+  if (mlir::isa<ir::DropoutOp>(op))
+    return float_attr(op, "p", 1.0) == 0.0 ? same(x) : mlir::Value();
+  if (mlir::isa<ir::CopyOp>(op)) return same(op->getOperand(1));
   return {};
 }
 

@@ -22,33 +22,34 @@ double attr_f(mlir::Operation* op, llvm::StringRef name, double fallback) {
 }
 
 std::optional<Unary> unary_fn(mlir::Operation* op) {
-  llvm::StringRef n = op->getName().getStringRef();
-  if (n == "kiln.neg") return [](double x) { return -x; };
-  if (n == "kiln.abs") return [](double x) { return std::fabs(x); };
-  if (n == "kiln.exp") return [](double x) { return std::exp(x); };
-  if (n == "kiln.log") return [](double x) { return std::log(x); };
-  if (n == "kiln.log1p") return [](double x) { return std::log1p(x); };
-  if (n == "kiln.sqrt") return [](double x) { return std::sqrt(x); };
-  if (n == "kiln.rsqrt") return [](double x) { return 1.0 / std::sqrt(x); };
-  if (n == "kiln.reciprocal") return [](double x) { return 1.0 / x; };
-  if (n == "kiln.sin") return [](double x) { return std::sin(x); };
-  if (n == "kiln.cos") return [](double x) { return std::cos(x); };
-  if (n == "kiln.tanh") return [](double x) { return std::tanh(x); };
-  if (n == "kiln.sigmoid") return [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
-  if (n == "kiln.relu") return [](double x) { return x > 0 ? x : 0.0; };
-  if (n == "kiln.silu") return [](double x) { return x / (1.0 + std::exp(-x)); };
-  if (n == "kiln.erf") return [](double x) { return std::erf(x); };
-  if (n == "kiln.floor") return [](double x) { return std::floor(x); };
-  if (n == "kiln.ceil") return [](double x) { return std::ceil(x); };
-  if (n == "kiln.round") return [](double x) { return std::nearbyint(x); };
-  if (n == "kiln.sign") return [](double x) { return static_cast<double>((x > 0) - (x < 0)); };
-  if (n == "kiln.clone" || n == "kiln.reshape" || n == "kiln.view" || n == "kiln.to")
+  if (mlir::isa<ir::NegOp>(op)) return [](double x) { return -x; };
+  if (mlir::isa<ir::AbsOp>(op)) return [](double x) { return std::fabs(x); };
+  if (mlir::isa<ir::ExpOp>(op)) return [](double x) { return std::exp(x); };
+  if (mlir::isa<ir::LogOp>(op)) return [](double x) { return std::log(x); };
+  if (mlir::isa<ir::Log1pOp>(op)) return [](double x) { return std::log1p(x); };
+  if (mlir::isa<ir::SqrtOp>(op)) return [](double x) { return std::sqrt(x); };
+  if (mlir::isa<ir::RsqrtOp>(op)) return [](double x) { return 1.0 / std::sqrt(x); };
+  if (mlir::isa<ir::ReciprocalOp>(op)) return [](double x) { return 1.0 / x; };
+  if (mlir::isa<ir::SinOp>(op)) return [](double x) { return std::sin(x); };
+  if (mlir::isa<ir::CosOp>(op)) return [](double x) { return std::cos(x); };
+  if (mlir::isa<ir::TanhOp>(op)) return [](double x) { return std::tanh(x); };
+  if (mlir::isa<ir::SigmoidOp>(op)) return [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  if (mlir::isa<ir::ReluOp>(op)) return [](double x) { return x > 0 ? x : 0.0; };
+  if (mlir::isa<ir::SiluOp>(op)) return [](double x) { return x / (1.0 + std::exp(-x)); };
+  if (mlir::isa<ir::ErfOp>(op)) return [](double x) { return std::erf(x); };
+  if (mlir::isa<ir::FloorOp>(op)) return [](double x) { return std::floor(x); };
+  if (mlir::isa<ir::CeilOp>(op)) return [](double x) { return std::ceil(x); };
+  if (mlir::isa<ir::RoundOp>(op)) return [](double x) { return std::nearbyint(x); };
+  if (mlir::isa<ir::SignOp>(op))
+    return [](double x) { return static_cast<double>((x > 0) - (x < 0)); };
+  if (mlir::isa<ir::CloneOp>(op) || mlir::isa<ir::ReshapeOp>(op) || mlir::isa<ir::ViewOp>(op) ||
+      mlir::isa<ir::ToOp>(op))
     return [](double x) { return x; };
-  if (n == "kiln.clamp") {
+  if (mlir::isa<ir::ClampOp>(op)) {
     const double lo = attr_f(op, "min", -INFINITY), hi = attr_f(op, "max", INFINITY);
     return [lo, hi](double x) { return std::fmin(std::fmax(x, lo), hi); };
   }
-  if (n == "kiln.leaky_relu") {
+  if (mlir::isa<ir::LeakyReluOp>(op)) {
     const double s = attr_f(op, "negative_slope", 0.01);
     return [s](double x) { return x > 0 ? x : s * x; };
   }
@@ -56,21 +57,20 @@ std::optional<Unary> unary_fn(mlir::Operation* op) {
 }
 
 std::optional<Binary> binary_fn(mlir::Operation* op) {
-  llvm::StringRef n = op->getName().getStringRef();
   const double alpha = attr_f(op, "alpha", 1.0);
-  if (n == "kiln.add") return [alpha](double a, double b) { return a + alpha * b; };
-  if (n == "kiln.sub") return [alpha](double a, double b) { return a - alpha * b; };
-  if (n == "kiln.mul") return [](double a, double b) { return a * b; };
-  if (n == "kiln.div") return [](double a, double b) { return a / b; };
-  if (n == "kiln.pow") return [](double a, double b) { return std::pow(a, b); };
-  if (n == "kiln.maximum") return [](double a, double b) { return std::fmax(a, b); };
-  if (n == "kiln.minimum") return [](double a, double b) { return std::fmin(a, b); };
-  if (n == "kiln.eq") return [](double a, double b) { return double(a == b); };
-  if (n == "kiln.ne") return [](double a, double b) { return double(a != b); };
-  if (n == "kiln.lt") return [](double a, double b) { return double(a < b); };
-  if (n == "kiln.le") return [](double a, double b) { return double(a <= b); };
-  if (n == "kiln.gt") return [](double a, double b) { return double(a > b); };
-  if (n == "kiln.ge") return [](double a, double b) { return double(a >= b); };
+  if (mlir::isa<ir::AddOp>(op)) return [alpha](double a, double b) { return a + alpha * b; };
+  if (mlir::isa<ir::SubOp>(op)) return [alpha](double a, double b) { return a - alpha * b; };
+  if (mlir::isa<ir::MulOp>(op)) return [](double a, double b) { return a * b; };
+  if (mlir::isa<ir::DivOp>(op)) return [](double a, double b) { return a / b; };
+  if (mlir::isa<ir::PowOp>(op)) return [](double a, double b) { return std::pow(a, b); };
+  if (mlir::isa<ir::MaximumOp>(op)) return [](double a, double b) { return std::fmax(a, b); };
+  if (mlir::isa<ir::MinimumOp>(op)) return [](double a, double b) { return std::fmin(a, b); };
+  if (mlir::isa<ir::EqOp>(op)) return [](double a, double b) { return double(a == b); };
+  if (mlir::isa<ir::NeOp>(op)) return [](double a, double b) { return double(a != b); };
+  if (mlir::isa<ir::LtOp>(op)) return [](double a, double b) { return double(a < b); };
+  if (mlir::isa<ir::LeOp>(op)) return [](double a, double b) { return double(a <= b); };
+  if (mlir::isa<ir::GtOp>(op)) return [](double a, double b) { return double(a > b); };
+  if (mlir::isa<ir::GeOp>(op)) return [](double a, double b) { return double(a >= b); };
   return std::nullopt;
 }
 

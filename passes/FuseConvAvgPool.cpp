@@ -31,9 +31,8 @@ bool fuse(mlir::Operation* pool) {
   mlir::Value y = pool->getOperand(0);
   mlir::Operation* conv = y.getDefiningOp();
   if (!conv || !y.hasOneUse() || conv->getBlock() != pool->getBlock()) return false;
-  llvm::StringRef name = conv->getName().getStringRef();
-  const bool fused = name == "kiln.conv2d_fused";
-  if (!fused && name != "kiln.conv2d") return false;
+  const bool fused = mlir::isa<ir::Conv2dFusedOp>(conv);
+  if (!fused && !mlir::isa<ir::Conv2dOp>(conv)) return false;
   if (fused && !mlir::isa<mlir::NoneType>(conv->getOperand(3).getType())) return false;
   if (!is_static_f32_4d(conv->getOperand(0)) || !is_static_f32_4d(conv->getOperand(1)) ||
       !is_static_f32_4d(y) || !is_static_f32_4d(pool->getResult(0)))
@@ -67,7 +66,7 @@ struct FuseConvAvgPoolPass
   void runOnOperation() override {
     llvm::SmallVector<mlir::Operation*> pools;
     getOperation().walk([&](mlir::Operation* op) {
-      if (op->getName().getStringRef() == "kiln.adaptive_avg_pool2d") pools.push_back(op);
+      if (mlir::isa<ir::AdaptiveAvgPool2dOp>(op)) pools.push_back(op);
     });
     for (mlir::Operation* op : pools) fuse(op);
   }

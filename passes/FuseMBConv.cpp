@@ -50,8 +50,7 @@ bool ints_are(mlir::Operation* op, const char* name, std::initializer_list<int64
 // with only its folded bias) or kiln.conv2d_fused.
 bool is_conv(mlir::Operation* op) {
   if (!op) return false;
-  llvm::StringRef n = op->getName().getStringRef();
-  return n == "kiln.conv2d" || n == "kiln.conv2d_fused";
+  return mlir::isa<ir::Conv2dOp, ir::Conv2dFusedOp>(op);
 }
 
 // The residual operand, or null (kiln.conv2d has none).
@@ -86,7 +85,7 @@ mlir::Operation* only_user(mlir::Value v) {
 // The step's activation attributes (kiln.conv2d: none), or none when `from` is null.
 void copy_activation(mlir::OperationState& state, mlir::OpBuilder& b, mlir::Operation* from,
                      const std::string& step) {
-  const bool fused = from && from->getName().getStringRef() == "kiln.conv2d_fused";
+  const bool fused = from && mlir::isa<ir::Conv2dFusedOp>(from);
   state.addAttribute(step + "_activation",
                      fused ? from->getAttr("activation") : b.getI64IntegerAttr(0));
   state.addAttribute(step + "_clamp_min",

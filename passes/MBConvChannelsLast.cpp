@@ -25,7 +25,7 @@ namespace {
 constexpr unsigned kInput = 0, kDwWeight = 3, kResidual = 7;
 
 bool is_mbconv(mlir::Operation* op) {
-  return op && op->getName().getStringRef() == "kiln.mbconv";
+  return mlir::isa_and_nonnull<ir::MbconvOp>(op);
 }
 
 // Mirrors the runtime's choice (kernels/conv_mbconv.cpp channels_last_fits).

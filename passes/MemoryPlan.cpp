@@ -24,6 +24,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Pass/Pass.h"
 
+#include "kiln/ir/KilnDialect.h"
 #include "kiln/ir/OpSchema.h"
 #include "kiln/passes/Passes.h"
 
@@ -116,7 +117,7 @@ struct PlanMemoryPass : mlir::PassWrapper<PlanMemoryPass, mlir::OperationPass<ml
     for (mlir::Operation& op : block) {
       const int64_t pos = position[&op];
       const llvm::StringRef name = op.getName().getStringRef();
-      if (name == "kiln.constant" || name == "kiln.none" || name == "func.return") continue;
+      if (mlir::isa<ir::ConstantOp, ir::NoneOp, mlir::func::ReturnOp>(op)) continue;
       // Operands: extend their buffers' ranges (view aliasing below extends them further).
       for (mlir::Value v : op.getOperands()) touch(v, pos);
       if (op.getNumResults() == 1 && op.getNumOperands() >= 1) {

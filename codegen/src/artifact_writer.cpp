@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "kiln/codegen/artifact.h"
+#include "kiln/ir/KilnDialect.h"
 #include "kiln_generated.h"
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/Bytecode/BytecodeWriter.h"
@@ -265,14 +266,13 @@ class Writer {
 
   void emit_block(mlir::Block& block) {
     for (mlir::Operation& op : block) {
-      const std::string name = op_name(&op);
-      if (name == "func.return") {
+      if (mlir::isa<mlir::func::ReturnOp>(op)) {
         std::vector<int32_t> results;
         for (mlir::Value v : op.getOperands()) results.push_back(operand_slot(v, &op));
         finish_outputs(results);
         continue;
       }
-      if (name == "kiln.fused" && !op.hasAttr("kiln.symbol")) {
+      if (mlir::isa<ir::FusedOp>(op) && !op.hasAttr("kiln.symbol")) {
         inline_fused(op);
         continue;
       }
@@ -283,11 +283,11 @@ class Writer {
   // One op of a block (or of an inlined fused body).
   void emit_one(mlir::Operation& op) {
     const std::string name = op_name(&op);
-    if (name == "kiln.none") {
+    if (mlir::isa<ir::NoneOp>(op)) {
       slots_[op.getResult(0)] = none_slot();
       return;
     }
-    if (name == "kiln.constant") {
+    if (mlir::isa<ir::ConstantOp>(op)) {
       std::vector<uint8_t> bytes = constant_bytes(&op);
       const uint32_t blob =
           add_blob("constant" + std::to_string(constants_++), bytes.data(), bytes.size());

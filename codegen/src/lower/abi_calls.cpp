@@ -4,6 +4,7 @@
 
 #include <bit>
 
+#include "kiln/ir/KilnDialect.h"
 #include "llvm/ADT/StringMap.h"
 #include "lowering.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -41,8 +42,7 @@ bool has_abi_kernel(llvm::StringRef op) {
 bool Lowering::has_constant_weight(mlir::Operation* op, llvm::StringRef name) {
   auto constant = [&](unsigned i) {
     mlir::Operation* def = op->getOperand(i).getDefiningOp();
-    return def && def->getName().getStringRef() == "kiln.constant" &&
-           !splat_value(op->getOperand(i));
+    return mlir::isa_and_nonnull<ir::ConstantOp>(def) && !splat_value(op->getOperand(i));
   };
   if (name == "conv2d" || name == "conv2d_fused" || name == "conv2d_avgpool") return constant(1);
   if (name == "mbconv")

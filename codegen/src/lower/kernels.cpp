@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "f32_math.h"
+#include "kiln/ir/KilnDialect.h"
 #include "lowering.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -62,7 +63,7 @@ class KernelEmitter {
     if (leaf_index_.count(v) || visited_.count(v)) return;
     if (Lowering::splat_value(v)) return;
     mlir::Operation* def = v.getDefiningOp();
-    if (def && def->getName().getStringRef() == "kiln.fused") {
+    if (def && mlir::isa<ir::FusedOp>(def)) {
       visited_.insert(v);
       auto& body = def->getRegion(0).front();
       collect(body.getTerminator()->getOperand(mlir::cast<mlir::OpResult>(v).getResultNumber()),
@@ -312,8 +313,7 @@ class KernelEmitter {
       return load(leaf.ptr, leaf.offset, leaf.view.elem);
     }
     mlir::Operation* op = v.getDefiningOp();
-    const llvm::StringRef name = op->getName().getStringRef();
-    if (name == "kiln.fused") {
+    if (mlir::isa<ir::FusedOp>(op)) {
       auto& body = op->getRegion(0).front();
       return eval(
           body.getTerminator()->getOperand(mlir::cast<mlir::OpResult>(v).getResultNumber()));
@@ -324,32 +324,32 @@ class KernelEmitter {
     const bool fp = is_float(rt);
 
     // Binary arithmetic in the result type.
-    if (name == "kiln.add" || name == "kiln.sub") {
+    if (mlir::isa<ir::AddOp>(op) || mlir::isa<ir::SubOp>(op)) {
       Value a = arg_as(0, rt), b = arg_as(1, rt);
       const double alpha = f64_attr(op, "alpha", 1.0);
       if (alpha != 1.0) {
         b = fp ? b_.create<arith::MulFOp>(loc_, b, constant(alpha, rt)).getResult()
                : b_.create<arith::MulIOp>(loc_, b, constant(alpha, rt)).getResult();
       }
-      if (name == "kiln.add") {
+      if (mlir::isa<ir::AddOp>(op)) {
         return fp ? b_.create<arith::AddFOp>(loc_, a, b).getResult()
                   : b_.create<arith::AddIOp>(loc_, a, b).getResult();
       }
       return fp ? b_.create<arith::SubFOp>(loc_, a, b).getResult()
                 : b_.create<arith::SubIOp>(loc_, a, b).getResult();
     }
-    if (name == "kiln.mul") {
+    if (mlir::isa<ir::MulOp>(op)) {
       Value a = arg_as(0, rt), b = arg_as(1, rt);
       if (rt.isInteger(1)) return b_.create<arith::AndIOp>(loc_, a, b);
       return fp ? b_.create<arith::MulFOp>(loc_, a, b).getResult()
                 : b_.create<arith::MulIOp>(loc_, a, b).getResult();
     }
-    if (name == "kiln.div") {
+    if (mlir::isa<ir::DivOp>(op)) {
       Value a = arg_as(0, rt), b = arg_as(1, rt);
       return fp ? b_.create<arith::DivFOp>(loc_, a, b).getResult()
                 : b_.create<arith::DivSIOp>(loc_, a, b).getResult();
     }
-    if (name == "kiln.pow") {
+    if (mlir::isa<ir::PowOp>(op)) {
       if (!fp) return unsupported(op, "integer pow");
       Value a = arg_as(0, rt);
       if (auto e = Lowering::splat_value(op->getOperand(1))) {
@@ -366,9 +366,9 @@ class KernelEmitter {
       }
       return b_.create<math::PowFOp>(loc_, a, arg_as(1, rt));
     }
-    if (name == "kiln.maximum" || name == "kiln.minimum") {
+    if (mlir::isa<ir::MaximumOp>(op) || mlir::isa<ir::MinimumOp>(op)) {
       Value a = arg_as(0, rt), b = arg_as(1, rt);
-      const bool mx = name == "kiln.maximum";
+      const bool mx = mlir::isa<ir::MaximumOp>(op);
       if (fp) {
         return mx ? b_.create<arith::MaximumFOp>(loc_, a, b).getResult()
                   : b_.create<arith::MinimumFOp>(loc_, a, b).getResult();
@@ -377,14 +377,16 @@ class KernelEmitter {
                 : b_.create<arith::MinSIOp>(loc_, a, b).getResult();
     }
     // Comparisons in the promoted operand type.
-    static const llvm::StringMap<std::pair<arith::CmpFPredicate, arith::CmpIPredicate>> cmp = {
-        {"kiln.eq", {arith::CmpFPredicate::OEQ, arith::CmpIPredicate::eq}},
-        {"kiln.ne", {arith::CmpFPredicate::UNE, arith::CmpIPredicate::ne}},
-        {"kiln.lt", {arith::CmpFPredicate::OLT, arith::CmpIPredicate::slt}},
-        {"kiln.le", {arith::CmpFPredicate::OLE, arith::CmpIPredicate::sle}},
-        {"kiln.gt", {arith::CmpFPredicate::OGT, arith::CmpIPredicate::sgt}},
-        {"kiln.ge", {arith::CmpFPredicate::OGE, arith::CmpIPredicate::sge}}};
-    if (auto it = cmp.find(name); it != cmp.end()) {
+    static const llvm::DenseMap<mlir::TypeID, std::pair<arith::CmpFPredicate, arith::CmpIPredicate>>
+        cmp = {
+            {mlir::TypeID::get<ir::EqOp>(), {arith::CmpFPredicate::OEQ, arith::CmpIPredicate::eq}},
+            {mlir::TypeID::get<ir::NeOp>(), {arith::CmpFPredicate::UNE, arith::CmpIPredicate::ne}},
+            {mlir::TypeID::get<ir::LtOp>(), {arith::CmpFPredicate::OLT, arith::CmpIPredicate::slt}},
+            {mlir::TypeID::get<ir::LeOp>(), {arith::CmpFPredicate::OLE, arith::CmpIPredicate::sle}},
+            {mlir::TypeID::get<ir::GtOp>(), {arith::CmpFPredicate::OGT, arith::CmpIPredicate::sgt}},
+            {mlir::TypeID::get<ir::GeOp>(),
+             {arith::CmpFPredicate::OGE, arith::CmpIPredicate::sge}}};
+    if (auto it = cmp.find(op->getName().getTypeID()); it != cmp.end()) {
       Value a = arg(0), b = arg(1);
       Type t = rank_of(a.getType()) >= rank_of(b.getType()) ? a.getType() : b.getType();
       if (t.isInteger(1)) t = b_.getI8Type();
@@ -393,24 +395,24 @@ class KernelEmitter {
       return b_.create<arith::CmpIOp>(loc_, it->second.second, a, b);
     }
     Type i1 = b_.getI1Type();
-    if (name == "kiln.logical_and")
+    if (mlir::isa<ir::LogicalAndOp>(op))
       return b_.create<arith::AndIOp>(loc_, arg_as(0, i1), arg_as(1, i1));
-    if (name == "kiln.logical_or")
+    if (mlir::isa<ir::LogicalOrOp>(op))
       return b_.create<arith::OrIOp>(loc_, arg_as(0, i1), arg_as(1, i1));
-    if (name == "kiln.logical_not") {
+    if (mlir::isa<ir::LogicalNotOp>(op)) {
       return b_.create<arith::XOrIOp>(loc_, arg_as(0, i1), constant(1, i1));
     }
-    if (name == "kiln.where") {
+    if (mlir::isa<ir::WhereOp>(op)) {
       return b_.create<arith::SelectOp>(loc_, arg_as(0, i1), arg_as(1, rt), arg_as(2, rt));
     }
-    if (name == "kiln.masked_fill") {
+    if (mlir::isa<ir::MaskedFillOp>(op)) {
       return b_.create<arith::SelectOp>(loc_, arg_as(1, i1), constant(f64_attr(op, "value", 0), rt),
                                         arg_as(0, rt));
     }
-    if (name == "kiln.fill") return constant(f64_attr(op, "value", 0), rt);
-    if (name == "kiln.copy") return arg_as(1, rt);
-    if (name == "kiln.to") return arg_as(0, rt);
-    if (name == "kiln.dropout") {
+    if (mlir::isa<ir::FillOp>(op)) return constant(f64_attr(op, "value", 0), rt);
+    if (mlir::isa<ir::CopyOp>(op)) return arg_as(1, rt);
+    if (mlir::isa<ir::ToOp>(op)) return arg_as(0, rt);
+    if (mlir::isa<ir::DropoutOp>(op)) {
       const double p = f64_attr(op, "p", 0);
       Value x = arg_as(0, rt);
       Value keep = arg_as(1, i1);
@@ -423,24 +425,24 @@ class KernelEmitter {
 
     // Unary ops: computed in the result type.
     Value x = arg_as(0, rt);
-    if (name == "kiln.clone") return x;
-    if (name == "kiln.neg") {
+    if (mlir::isa<ir::CloneOp>(op)) return x;
+    if (mlir::isa<ir::NegOp>(op)) {
       return fp ? b_.create<arith::NegFOp>(loc_, x).getResult()
                 : b_.create<arith::SubIOp>(loc_, constant(0, rt), x).getResult();
     }
-    if (name == "kiln.abs") {
+    if (mlir::isa<ir::AbsOp>(op)) {
       return fp ? b_.create<math::AbsFOp>(loc_, x).getResult()
                 : b_.create<math::AbsIOp>(loc_, x).getResult();
     }
-    if (name == "kiln.relu" || name == "kiln.clamp" || name == "kiln.sign") {
-      if (name == "kiln.relu") {
+    if (mlir::isa<ir::ReluOp>(op) || mlir::isa<ir::ClampOp>(op) || mlir::isa<ir::SignOp>(op)) {
+      if (mlir::isa<ir::ReluOp>(op)) {
         Value zero = constant(0, rt);
         Value pos =
             fp ? b_.create<arith::CmpFOp>(loc_, arith::CmpFPredicate::UGT, x, zero).getResult()
                : b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::sgt, x, zero).getResult();
         return b_.create<arith::SelectOp>(loc_, pos, x, zero);
       }
-      if (name == "kiln.clamp") {
+      if (mlir::isa<ir::ClampOp>(op)) {
         const double lo = f64_attr(op, "min", -INFINITY), hi = f64_attr(op, "max", INFINITY);
         Value r = x;
         if (!std::isinf(lo)) {
@@ -466,35 +468,35 @@ class KernelEmitter {
       return b_.create<arith::SelectOp>(loc_, gt, constant(1, rt), neg);
     }
     if (!fp) return unsupported(op, "this op on integers");
-    if (name == "kiln.exp") return exp(x);
-    if (name == "kiln.log") return b_.create<math::LogOp>(loc_, x);
-    if (name == "kiln.log1p") {
+    if (mlir::isa<ir::ExpOp>(op)) return exp(x);
+    if (mlir::isa<ir::LogOp>(op)) return b_.create<math::LogOp>(loc_, x);
+    if (mlir::isa<ir::Log1pOp>(op)) {
       return rt.isF64() ? libm("log1p", x) : b_.create<math::Log1pOp>(loc_, x).getResult();
     }
-    if (name == "kiln.sqrt") return b_.create<math::SqrtOp>(loc_, x);
-    if (name == "kiln.rsqrt") {
+    if (mlir::isa<ir::SqrtOp>(op)) return b_.create<math::SqrtOp>(loc_, x);
+    if (mlir::isa<ir::RsqrtOp>(op)) {
       return b_.create<arith::DivFOp>(loc_, constant(1, rt), b_.create<math::SqrtOp>(loc_, x));
     }
-    if (name == "kiln.sin") return b_.create<math::SinOp>(loc_, x);
-    if (name == "kiln.cos") return b_.create<math::CosOp>(loc_, x);
-    if (name == "kiln.tanh") return tanh(x);
-    if (name == "kiln.erf") return erf(x);
-    if (name == "kiln.sigmoid") return sigmoid(x);
-    if (name == "kiln.silu") {
+    if (mlir::isa<ir::SinOp>(op)) return b_.create<math::SinOp>(loc_, x);
+    if (mlir::isa<ir::CosOp>(op)) return b_.create<math::CosOp>(loc_, x);
+    if (mlir::isa<ir::TanhOp>(op)) return tanh(x);
+    if (mlir::isa<ir::ErfOp>(op)) return erf(x);
+    if (mlir::isa<ir::SigmoidOp>(op)) return sigmoid(x);
+    if (mlir::isa<ir::SiluOp>(op)) {
       if (rt.isF32()) return F32Math(b_, loc_).silu(x);
       return b_.create<arith::MulFOp>(loc_, x, sigmoid(x));
     }
-    if (name == "kiln.floor") return b_.create<math::FloorOp>(loc_, x);
-    if (name == "kiln.ceil") return b_.create<math::CeilOp>(loc_, x);
-    if (name == "kiln.round") return b_.create<math::RoundEvenOp>(loc_, x);
-    if (name == "kiln.reciprocal") return b_.create<arith::DivFOp>(loc_, constant(1, rt), x);
-    if (name == "kiln.leaky_relu") {
+    if (mlir::isa<ir::FloorOp>(op)) return b_.create<math::FloorOp>(loc_, x);
+    if (mlir::isa<ir::CeilOp>(op)) return b_.create<math::CeilOp>(loc_, x);
+    if (mlir::isa<ir::RoundOp>(op)) return b_.create<math::RoundEvenOp>(loc_, x);
+    if (mlir::isa<ir::ReciprocalOp>(op)) return b_.create<arith::DivFOp>(loc_, constant(1, rt), x);
+    if (mlir::isa<ir::LeakyReluOp>(op)) {
       Value pos = b_.create<arith::CmpFOp>(loc_, arith::CmpFPredicate::OGT, x, constant(0, rt));
       Value scaled =
           b_.create<arith::MulFOp>(loc_, x, constant(f64_attr(op, "negative_slope", 0.01), rt));
       return b_.create<arith::SelectOp>(loc_, pos, x, scaled);
     }
-    if (name == "kiln.gelu") {
+    if (mlir::isa<ir::GeluOp>(op)) {
       auto approx = op->getAttrOfType<mlir::BoolAttr>("approximate");
       if (rt.isF32()) {
         return approx && approx.getValue() ? F32Math(b_, loc_).gelu_tanh(x)

@@ -5,6 +5,8 @@
 
 #include "lowering.h"
 
+#include "kiln/ir/KilnDialect.h"
+
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CheckedArithmetic.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -96,7 +98,7 @@ void Lowering::declare(llvm::StringRef name, mlir::FunctionType type) {
 mlir::Value Lowering::resolve(mlir::Value v) {
   while (auto arg = mlir::dyn_cast<mlir::BlockArgument>(v)) {
     mlir::Operation* parent = arg.getOwner()->getParentOp();
-    if (!parent || parent->getName().getStringRef() != "kiln.fused") break;
+    if (!parent || !mlir::isa<ir::FusedOp>(parent)) break;
     v = parent->getOperand(arg.getArgNumber());
   }
   return v;
@@ -104,7 +106,7 @@ mlir::Value Lowering::resolve(mlir::Value v) {
 
 std::optional<mlir::TypedAttr> Lowering::splat_value(mlir::Value v) {
   mlir::Operation* def = v.getDefiningOp();
-  if (!def || def->getName().getStringRef() != "kiln.constant") return std::nullopt;
+  if (!def || !mlir::isa<ir::ConstantOp>(def)) return std::nullopt;
   auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(def->getAttr("value"));
   if (!dense || !dense.isSplat()) return std::nullopt;
   return dense.getSplatValue<mlir::TypedAttr>();
@@ -126,7 +128,7 @@ bool Lowering::is_elementwise(mlir::Operation* op) {
 bool Lowering::deferred(mlir::Value v) const {
   if (auto* def = v.getDefiningOp()) {
     mlir::Operation* parent = def->getParentOp();
-    if (parent && parent->getName().getStringRef() == "kiln.fused") return true;
+    if (parent && mlir::isa<ir::FusedOp>(parent)) return true;
   }
   return deferred_.lookup(v);
 }
@@ -256,9 +258,10 @@ bool Lowering::lower_view_op(mlir::Operation* op) {
   };
   auto wrap = [&](int64_t d, int64_t r) { return d < 0 ? d + r : d; };
   View v = src;
-  if (name == "kiln.clone") {
+  if (mlir::isa<ir::CloneOp>(op)) {
     // Values are immutable: a clone is the same buffer.
-  } else if (name == "kiln.view" || name == "kiln.reshape" || name == "kiln.as_strided") {
+  } else if (mlir::isa<ir::ViewOp>(op) || mlir::isa<ir::ReshapeOp>(op) ||
+             mlir::isa<ir::AsStridedOp>(op)) {
     if (!src.contiguous()) {
       // Reshaping strided data: copy it dense first.
       View dense = destination(in);
@@ -267,25 +270,25 @@ bool Lowering::lower_view_op(mlir::Operation* op) {
     }
     v = src;
     v.sizes = out_sizes;
-    if (name == "kiln.as_strided") {
+    if (mlir::isa<ir::AsStridedOp>(op)) {
       auto strides = mlir::cast<mlir::DenseI64ArrayAttr>(op->getAttr("strides")).asArrayRef();
       v.strides.assign(strides.begin(), strides.end());
       v.offset = src.offset + i64("offset");
     } else {
       v.strides = contiguous_strides(out_sizes);
     }
-  } else if (name == "kiln.transpose") {
+  } else if (mlir::isa<ir::TransposeOp>(op)) {
     const int64_t a = wrap(i64("dim0"), rank), b = wrap(i64("dim1"), rank);
     std::swap(v.sizes[a], v.sizes[b]);
     std::swap(v.strides[a], v.strides[b]);
-  } else if (name == "kiln.permute") {
+  } else if (mlir::isa<ir::PermuteOp>(op)) {
     auto dims = mlir::cast<mlir::DenseI64ArrayAttr>(op->getAttr("dims")).asArrayRef();
     for (int64_t d = 0; d < rank; ++d) {
       const int64_t s = wrap(dims[d], rank);
       v.sizes[d] = src.sizes[s];
       v.strides[d] = src.strides[s];
     }
-  } else if (name == "kiln.slice") {
+  } else if (mlir::isa<ir::SliceOp>(op)) {
     const int64_t d = wrap(i64("dim"), rank);
     int64_t start = i64("start");
     if (start < 0) start += src.sizes[d];
@@ -293,14 +296,14 @@ bool Lowering::lower_view_op(mlir::Operation* op) {
     v.offset += start * src.strides[d];
     v.strides[d] *= i64("step");
     v.sizes[d] = out_sizes[d];
-  } else if (name == "kiln.select") {
+  } else if (mlir::isa<ir::SelectOp>(op)) {
     const int64_t d = wrap(i64("dim"), rank);
     int64_t index = i64("index");
     if (index < 0) index += src.sizes[d];
     v.offset += index * src.strides[d];
     v.sizes.erase(v.sizes.begin() + d);
     v.strides.erase(v.strides.begin() + d);
-  } else if (name == "kiln.expand") {
+  } else if (mlir::isa<ir::ExpandOp>(op)) {
     const int64_t out_rank = static_cast<int64_t>(out_sizes.size());
     v.sizes = out_sizes;
     v.strides.assign(out_rank, 0);
@@ -318,7 +321,6 @@ bool Lowering::lower_view_op(mlir::Operation* op) {
 }
 
 bool Lowering::lower_op(mlir::Operation* op) {
-  const llvm::StringRef name = op->getName().getStringRef();
   // Element types the generated code handles.
   llvm::SmallVector<mlir::Type> types(op->getOperandTypes());
   types.append(op->getResultTypes().begin(), op->getResultTypes().end());
@@ -338,8 +340,8 @@ bool Lowering::lower_op(mlir::Operation* op) {
       return false;
     }
   }
-  if (name == "kiln.none") return true;
-  if (name == "kiln.constant") {
+  if (mlir::isa<ir::NoneOp>(op)) return true;
+  if (mlir::isa<ir::ConstantOp>(op)) {
     if (!splat_value(op->getResult(0))) views_[op->getResult(0)] = constant_view(op);
     return true;
   }

@@ -3,15 +3,18 @@
 // against.
 
 #include <functional>
-#include <unordered_map>
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 
 #include "kiln/autograd.h"
+#include "kiln/ir/KilnDialect.h"
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/kernels/conv.h"
@@ -20,6 +23,7 @@
 #include "kiln/runtime/kernels/norm.h"
 #include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/kernels/random.h"
+#include "kiln/trace/module.h"
 #include "kiln/trace/trace.h"
 #include "types.h"
 
@@ -256,7 +260,13 @@ Tensor linear_fused(const TensorList& x, const Attrs& a, mlir::Operation* op) {
   return out;
 }
 
-const std::unordered_map<std::string, Kernel>& kernels();
+// Keyed by the op's class (its TypeID): dispatch on op identity, never on its name.
+using KernelTable = llvm::DenseMap<mlir::TypeID, Kernel>;
+const KernelTable& kernels();
+template <class Op>
+mlir::TypeID id() {
+  return mlir::TypeID::get<Op>();
+}
 
 // kiln.fused: the body runs op by op on the region's arguments, exactly as if inlined.
 using Env = llvm::DenseMap<mlir::Value, Tensor>;
@@ -273,162 +283,162 @@ Reduction reduction(const Attrs& a) {
   return static_cast<Reduction>(a.i("reduction"));
 }
 
-const std::unordered_map<std::string, Kernel>& kernels() {
+const KernelTable& kernels() {
   using L = const TensorList&;
   using A = const Attrs&;
   using O = mlir::Operation*;
-  static const std::unordered_map<std::string, Kernel> table = {
-      {"kiln.add", [](L x, A a, O) { return TensorList{add(x[0], x[1], a.f("alpha", 1.0))}; }},
-      {"kiln.sub", [](L x, A a, O) { return TensorList{sub(x[0], x[1], a.f("alpha", 1.0))}; }},
-      {"kiln.mul", [](L x, A, O) { return TensorList{mul(x[0], x[1])}; }},
-      {"kiln.div", [](L x, A, O) { return TensorList{div(x[0], x[1])}; }},
-      {"kiln.pow", [](L x, A, O) { return TensorList{pow(x[0], x[1])}; }},
-      {"kiln.maximum", [](L x, A, O) { return TensorList{maximum(x[0], x[1])}; }},
-      {"kiln.minimum", [](L x, A, O) { return TensorList{minimum(x[0], x[1])}; }},
-      {"kiln.eq", [](L x, A, O) { return TensorList{eq(x[0], x[1])}; }},
-      {"kiln.ne", [](L x, A, O) { return TensorList{ne(x[0], x[1])}; }},
-      {"kiln.lt", [](L x, A, O) { return TensorList{lt(x[0], x[1])}; }},
-      {"kiln.le", [](L x, A, O) { return TensorList{le(x[0], x[1])}; }},
-      {"kiln.gt", [](L x, A, O) { return TensorList{gt(x[0], x[1])}; }},
-      {"kiln.ge", [](L x, A, O) { return TensorList{ge(x[0], x[1])}; }},
-      {"kiln.logical_and", [](L x, A, O) { return TensorList{logical_and(x[0], x[1])}; }},
-      {"kiln.logical_or", [](L x, A, O) { return TensorList{logical_or(x[0], x[1])}; }},
-      {"kiln.logical_not", [](L x, A, O) { return TensorList{logical_not(x[0])}; }},
-      {"kiln.neg", [](L x, A, O) { return TensorList{neg(x[0])}; }},
-      {"kiln.abs", [](L x, A, O) { return TensorList{abs(x[0])}; }},
-      {"kiln.exp", [](L x, A, O) { return TensorList{exp(x[0])}; }},
-      {"kiln.log", [](L x, A, O) { return TensorList{log(x[0])}; }},
-      {"kiln.log1p", [](L x, A, O) { return TensorList{log1p(x[0])}; }},
-      {"kiln.sqrt", [](L x, A, O) { return TensorList{sqrt(x[0])}; }},
-      {"kiln.rsqrt", [](L x, A, O) { return TensorList{rsqrt(x[0])}; }},
-      {"kiln.sin", [](L x, A, O) { return TensorList{sin(x[0])}; }},
-      {"kiln.cos", [](L x, A, O) { return TensorList{cos(x[0])}; }},
-      {"kiln.tanh", [](L x, A, O) { return TensorList{tanh(x[0])}; }},
-      {"kiln.sigmoid", [](L x, A, O) { return TensorList{sigmoid(x[0])}; }},
-      {"kiln.relu", [](L x, A, O) { return TensorList{relu(x[0])}; }},
-      {"kiln.silu", [](L x, A, O) { return TensorList{silu(x[0])}; }},
-      {"kiln.erf", [](L x, A, O) { return TensorList{erf(x[0])}; }},
-      {"kiln.floor", [](L x, A, O) { return TensorList{floor(x[0])}; }},
-      {"kiln.ceil", [](L x, A, O) { return TensorList{ceil(x[0])}; }},
-      {"kiln.round", [](L x, A, O) { return TensorList{round(x[0])}; }},
-      {"kiln.sign", [](L x, A, O) { return TensorList{sign(x[0])}; }},
-      {"kiln.reciprocal", [](L x, A, O) { return TensorList{reciprocal(x[0])}; }},
-      {"kiln.clone", [](L x, A, O) { return TensorList{x[0].clone()}; }},
-      {"kiln.gelu", [](L x, A a, O) { return TensorList{gelu(x[0], a.b("approximate"))}; }},
-      {"kiln.leaky_relu",
+  static const KernelTable table = {
+      {id<ir::AddOp>(), [](L x, A a, O) { return TensorList{add(x[0], x[1], a.f("alpha", 1.0))}; }},
+      {id<ir::SubOp>(), [](L x, A a, O) { return TensorList{sub(x[0], x[1], a.f("alpha", 1.0))}; }},
+      {id<ir::MulOp>(), [](L x, A, O) { return TensorList{mul(x[0], x[1])}; }},
+      {id<ir::DivOp>(), [](L x, A, O) { return TensorList{div(x[0], x[1])}; }},
+      {id<ir::PowOp>(), [](L x, A, O) { return TensorList{pow(x[0], x[1])}; }},
+      {id<ir::MaximumOp>(), [](L x, A, O) { return TensorList{maximum(x[0], x[1])}; }},
+      {id<ir::MinimumOp>(), [](L x, A, O) { return TensorList{minimum(x[0], x[1])}; }},
+      {id<ir::EqOp>(), [](L x, A, O) { return TensorList{eq(x[0], x[1])}; }},
+      {id<ir::NeOp>(), [](L x, A, O) { return TensorList{ne(x[0], x[1])}; }},
+      {id<ir::LtOp>(), [](L x, A, O) { return TensorList{lt(x[0], x[1])}; }},
+      {id<ir::LeOp>(), [](L x, A, O) { return TensorList{le(x[0], x[1])}; }},
+      {id<ir::GtOp>(), [](L x, A, O) { return TensorList{gt(x[0], x[1])}; }},
+      {id<ir::GeOp>(), [](L x, A, O) { return TensorList{ge(x[0], x[1])}; }},
+      {id<ir::LogicalAndOp>(), [](L x, A, O) { return TensorList{logical_and(x[0], x[1])}; }},
+      {id<ir::LogicalOrOp>(), [](L x, A, O) { return TensorList{logical_or(x[0], x[1])}; }},
+      {id<ir::LogicalNotOp>(), [](L x, A, O) { return TensorList{logical_not(x[0])}; }},
+      {id<ir::NegOp>(), [](L x, A, O) { return TensorList{neg(x[0])}; }},
+      {id<ir::AbsOp>(), [](L x, A, O) { return TensorList{abs(x[0])}; }},
+      {id<ir::ExpOp>(), [](L x, A, O) { return TensorList{exp(x[0])}; }},
+      {id<ir::LogOp>(), [](L x, A, O) { return TensorList{log(x[0])}; }},
+      {id<ir::Log1pOp>(), [](L x, A, O) { return TensorList{log1p(x[0])}; }},
+      {id<ir::SqrtOp>(), [](L x, A, O) { return TensorList{sqrt(x[0])}; }},
+      {id<ir::RsqrtOp>(), [](L x, A, O) { return TensorList{rsqrt(x[0])}; }},
+      {id<ir::SinOp>(), [](L x, A, O) { return TensorList{sin(x[0])}; }},
+      {id<ir::CosOp>(), [](L x, A, O) { return TensorList{cos(x[0])}; }},
+      {id<ir::TanhOp>(), [](L x, A, O) { return TensorList{tanh(x[0])}; }},
+      {id<ir::SigmoidOp>(), [](L x, A, O) { return TensorList{sigmoid(x[0])}; }},
+      {id<ir::ReluOp>(), [](L x, A, O) { return TensorList{relu(x[0])}; }},
+      {id<ir::SiluOp>(), [](L x, A, O) { return TensorList{silu(x[0])}; }},
+      {id<ir::ErfOp>(), [](L x, A, O) { return TensorList{erf(x[0])}; }},
+      {id<ir::FloorOp>(), [](L x, A, O) { return TensorList{floor(x[0])}; }},
+      {id<ir::CeilOp>(), [](L x, A, O) { return TensorList{ceil(x[0])}; }},
+      {id<ir::RoundOp>(), [](L x, A, O) { return TensorList{round(x[0])}; }},
+      {id<ir::SignOp>(), [](L x, A, O) { return TensorList{sign(x[0])}; }},
+      {id<ir::ReciprocalOp>(), [](L x, A, O) { return TensorList{reciprocal(x[0])}; }},
+      {id<ir::CloneOp>(), [](L x, A, O) { return TensorList{x[0].clone()}; }},
+      {id<ir::GeluOp>(), [](L x, A a, O) { return TensorList{gelu(x[0], a.b("approximate"))}; }},
+      {id<ir::LeakyReluOp>(),
        [](L x, A a, O) { return TensorList{leaky_relu(x[0], a.f("negative_slope"))}; }},
-      {"kiln.clamp",
+      {id<ir::ClampOp>(),
        [](L x, A a, O) {
          const double lo = a.f("min", -INFINITY), hi = a.f("max", INFINITY);
          return TensorList{clamp(x[0], std::isinf(lo) ? std::nullopt : std::optional(lo),
                                  std::isinf(hi) ? std::nullopt : std::optional(hi))};
        }},
-      {"kiln.to", [](L x, A, O op) { return TensorList{x[0].to(result_like(op, 0).dtype())}; }},
-      {"kiln.where", [](L x, A, O) { return TensorList{where(x[0], x[1], x[2])}; }},
-      {"kiln.fill",
+      {id<ir::ToOp>(), [](L x, A, O op) { return TensorList{x[0].to(result_like(op, 0).dtype())}; }},
+      {id<ir::WhereOp>(), [](L x, A, O) { return TensorList{where(x[0], x[1], x[2])}; }},
+      {id<ir::FillOp>(),
        [](L x, A a, O) { return TensorList{full_like(x[0], a.f("value"))}; }},
-      {"kiln.copy",
+      {id<ir::CopyOp>(),
        [](L x, A, O) {
          Tensor out = x[0].clone();
          copy_(out, x[1]);
          return TensorList{out};
        }},
-      {"kiln.sum", [](L x, A a, O) { return TensorList{sum(x[0], a.dims("dims"), a.b("keepdim"))}; }},
-      {"kiln.mean", [](L x, A a, O) { return TensorList{mean(x[0], a.dims("dims"), a.b("keepdim"))}; }},
-      {"kiln.prod", [](L x, A a, O) { return TensorList{prod(x[0], a.dims("dims"), a.b("keepdim"))}; }},
-      {"kiln.amax", [](L x, A a, O) { return TensorList{amax(x[0], a.dims("dims"), a.b("keepdim"))}; }},
-      {"kiln.amin", [](L x, A a, O) { return TensorList{amin(x[0], a.dims("dims"), a.b("keepdim"))}; }},
-      {"kiln.max",
+      {id<ir::SumOp>(), [](L x, A a, O) { return TensorList{sum(x[0], a.dims("dims"), a.b("keepdim"))}; }},
+      {id<ir::MeanOp>(), [](L x, A a, O) { return TensorList{mean(x[0], a.dims("dims"), a.b("keepdim"))}; }},
+      {id<ir::ProdOp>(), [](L x, A a, O) { return TensorList{prod(x[0], a.dims("dims"), a.b("keepdim"))}; }},
+      {id<ir::AmaxOp>(), [](L x, A a, O) { return TensorList{amax(x[0], a.dims("dims"), a.b("keepdim"))}; }},
+      {id<ir::AminOp>(), [](L x, A a, O) { return TensorList{amin(x[0], a.dims("dims"), a.b("keepdim"))}; }},
+      {id<ir::MaxOp>(),
        [](L x, A a, O) {
          auto [v, i] = max(x[0], a.i("dim"), a.b("keepdim"));
          return TensorList{v, i};
        }},
-      {"kiln.min",
+      {id<ir::MinOp>(),
        [](L x, A a, O) {
          auto [v, i] = min(x[0], a.i("dim"), a.b("keepdim"));
          return TensorList{v, i};
        }},
-      {"kiln.argmax",
+      {id<ir::ArgmaxOp>(),
        [](L x, A a, O) {
          const int64_t d = a.i("dim");
          return TensorList{argmax(x[0], d == INT64_MIN ? std::nullopt : std::optional(d),
                                   a.b("keepdim"))};
        }},
-      {"kiln.argmin",
+      {id<ir::ArgminOp>(),
        [](L x, A a, O) {
          const int64_t d = a.i("dim");
          return TensorList{argmin(x[0], d == INT64_MIN ? std::nullopt : std::optional(d),
                                   a.b("keepdim"))};
        }},
-      {"kiln.var",
+      {id<ir::VarOp>(),
        [](L x, A a, O) {
          return TensorList{var(x[0], a.dims("dims"), a.b("unbiased"), a.b("keepdim"))};
        }},
-      {"kiln.norm",
+      {id<ir::NormOp>(),
        [](L x, A a, O) { return TensorList{norm(x[0], a.f("p"), a.dims("dims"), a.b("keepdim"))}; }},
-      {"kiln.logsumexp",
+      {id<ir::LogsumexpOp>(),
        [](L x, A a, O) { return TensorList{logsumexp(x[0], a.dims("dims"), a.b("keepdim"))}; }},
-      {"kiln.softmax", [](L x, A a, O) { return TensorList{softmax(x[0], a.i("dim"))}; }},
-      {"kiln.log_softmax", [](L x, A a, O) { return TensorList{log_softmax(x[0], a.i("dim"))}; }},
-      {"kiln.softmax_backward",
+      {id<ir::SoftmaxOp>(), [](L x, A a, O) { return TensorList{softmax(x[0], a.i("dim"))}; }},
+      {id<ir::LogSoftmaxOp>(), [](L x, A a, O) { return TensorList{log_softmax(x[0], a.i("dim"))}; }},
+      {id<ir::SoftmaxBackwardOp>(),
        [](L x, A a, O) {
          return TensorList{x[1] * (x[0] - sum(x[0] * x[1], Dims{a.i("dim")}, true))};
        }},
-      {"kiln.log_softmax_backward",
+      {id<ir::LogSoftmaxBackwardOp>(),
        [](L x, A a, O) {
          return TensorList{x[0] - exp(x[1]) * sum(x[0], Dims{a.i("dim")}, true)};
        }},
-      {"kiln.cumsum", [](L x, A a, O) { return TensorList{cumsum(x[0], a.i("dim"))}; }},
-      {"kiln.view", [](L x, A a, O) { return TensorList{x[0].reshape(a.dims("shape"))}; }},
-      {"kiln.reshape", [](L x, A a, O) { return TensorList{x[0].reshape(a.dims("shape"))}; }},
-      {"kiln.transpose",
+      {id<ir::CumsumOp>(), [](L x, A a, O) { return TensorList{cumsum(x[0], a.i("dim"))}; }},
+      {id<ir::ViewOp>(), [](L x, A a, O) { return TensorList{x[0].reshape(a.dims("shape"))}; }},
+      {id<ir::ReshapeOp>(), [](L x, A a, O) { return TensorList{x[0].reshape(a.dims("shape"))}; }},
+      {id<ir::TransposeOp>(),
        [](L x, A a, O) { return TensorList{x[0].transpose(a.i("dim0"), a.i("dim1"))}; }},
-      {"kiln.permute", [](L x, A a, O) { return TensorList{x[0].permute(a.dims("dims"))}; }},
-      {"kiln.slice",
+      {id<ir::PermuteOp>(), [](L x, A a, O) { return TensorList{x[0].permute(a.dims("dims"))}; }},
+      {id<ir::SliceOp>(),
        [](L x, A a, O) {
          return TensorList{x[0].slice(a.i("dim"), a.i("start"), a.i("end"), a.i("step"))};
        }},
-      {"kiln.select", [](L x, A a, O) { return TensorList{x[0].select(a.i("dim"), a.i("index"))}; }},
-      {"kiln.expand", [](L x, A a, O) { return TensorList{x[0].expand(a.dims("shape"))}; }},
-      {"kiln.as_strided",
+      {id<ir::SelectOp>(), [](L x, A a, O) { return TensorList{x[0].select(a.i("dim"), a.i("index"))}; }},
+      {id<ir::ExpandOp>(), [](L x, A a, O) { return TensorList{x[0].expand(a.dims("shape"))}; }},
+      {id<ir::AsStridedOp>(),
        [](L x, A a, O) {
          Tensor c = x[0].contiguous();
          return TensorList{c.as_strided(a.dims("sizes"), a.dims("strides"),
                                         c.storage_offset() + a.i("offset"))};
        }},
-      {"kiln.matmul", [](L x, A, O) { return TensorList{matmul(x[0], x[1])}; }},
-      {"kiln.linear", [](L x, A, O) { return TensorList{linear(x[0], x[1], x[2])}; }},
-      {"kiln.conv2d",
+      {id<ir::MatmulOp>(), [](L x, A, O) { return TensorList{matmul(x[0], x[1])}; }},
+      {id<ir::LinearOp>(), [](L x, A, O) { return TensorList{linear(x[0], x[1], x[2])}; }},
+      {id<ir::Conv2dOp>(),
        [](L x, A a, O) {
          return TensorList{conv2d(x[0], x[1], x[2], a.pair("stride"), a.pair("padding"),
                                   a.pair("dilation"), a.i("groups"))};
        }},
-      {"kiln.conv1d",
+      {id<ir::Conv1dOp>(),
        [](L x, A a, O) {
          return TensorList{conv1d(x[0], x[1], x[2], a.i("stride"), a.i("padding"),
                                   a.i("dilation"), a.i("groups"))};
        }},
-      {"kiln.conv_transpose2d",
+      {id<ir::ConvTranspose2dOp>(),
        [](L x, A a, O) {
          return TensorList{conv_transpose2d(x[0], x[1], x[2], a.pair("stride"), a.pair("padding"),
                                             a.pair("output_padding"), a.i("groups"),
                                             a.pair("dilation"))};
        }},
-      {"kiln.max_pool2d",
+      {id<ir::MaxPool2dOp>(),
        [](L x, A a, O) {
          auto [v, i] = max_pool2d_with_indices(x[0], a.pair("kernel"), a.pair("stride"),
                                                a.pair("padding"), a.pair("dilation"),
                                                a.b("ceil_mode"));
          return TensorList{v, i};
        }},
-      {"kiln.avg_pool2d",
+      {id<ir::AvgPool2dOp>(),
        [](L x, A a, O) {
          return TensorList{avg_pool2d(x[0], a.pair("kernel"), a.pair("stride"), a.pair("padding"),
                                       a.b("ceil_mode"), a.b("count_include_pad"))};
        }},
-      {"kiln.adaptive_avg_pool2d",
+      {id<ir::AdaptiveAvgPool2dOp>(),
        [](L x, A a, O) { return TensorList{adaptive_avg_pool2d(x[0], a.pair("output_size"))}; }},
-      {"kiln.batch_norm",
+      {id<ir::BatchNormOp>(),
        [](L x, A a, O) {
          // Running statistics are updated on copies: interpreting never mutates its arguments.
          Tensor rm = x[1].defined() ? x[1].clone() : Tensor();
@@ -436,14 +446,14 @@ const std::unordered_map<std::string, Kernel>& kernels() {
          return TensorList{batch_norm(x[0], rm, rv, x[3], x[4], a.b("training"),
                                       a.f("momentum"), a.f("eps"))};
        }},
-      {"kiln.batch_norm_update_stats",
+      {id<ir::BatchNormUpdateStatsOp>(),
        [](L x, A a, O op) {
          Tensor rm = result_like(op, 0), rv = result_like(op, 1);
          kernels::batch_norm_update_stats_out(*x[0].impl(), *x[1].impl(), *x[2].impl(),
                                               a.f("momentum"), *rm.impl(), *rv.impl());
          return TensorList{rm, rv};
        }},
-      {"kiln.batch_norm_backward",
+      {id<ir::BatchNormBackwardOp>(),
        [](L x, A a, O op) {
          auto ptr = [](const Tensor& t) { return t.defined() ? t.impl() : nullptr; };
          Tensor gi = result_like(op, 0), gw = result_like(op, 1), gb = result_like(op, 2);
@@ -452,7 +462,7 @@ const std::unordered_map<std::string, Kernel>& kernels() {
              a.b("training"), a.f("eps"), gi.impl(), gw.impl(), gb.impl());
          return TensorList{gi, gw, gb};
        }},
-      {"kiln.conv2d_backward",
+      {id<ir::Conv2dBackwardOp>(),
        [](L x, A a, O op) {
          kernels::Conv2dParams p;
          const Dims s = a.dims("stride"), pad = a.dims("padding"), d = a.dims("dilation");
@@ -464,14 +474,14 @@ const std::unordered_map<std::string, Kernel>& kernels() {
                                       gb.impl());
          return TensorList{gi, gw, gb};
        }},
-      {"kiln.max_pool2d_backward",
+      {id<ir::MaxPool2dBackwardOp>(),
        [](L x, A, O op) {
          Tensor gi = result_like(op, 0);
          kernels::max_pool2d_backward_out(*x[0].contiguous().impl(), *x[1].contiguous().impl(),
                                           *gi.impl());
          return TensorList{gi};
        }},
-      {"kiln.avg_pool2d_backward",
+      {id<ir::AvgPool2dBackwardOp>(),
        [](L x, A a, O op) {
          kernels::Pool2dParams p;
          const Dims k = a.dims("kernel"), s = a.dims("stride"), pad = a.dims("padding");
@@ -482,7 +492,7 @@ const std::unordered_map<std::string, Kernel>& kernels() {
          kernels::avg_pool2d_backward_out(*x[0].contiguous().impl(), p, *gi.impl());
          return TensorList{gi};
        }},
-      {"kiln.interpolate",
+      {id<ir::InterpolateOp>(),
        [](L x, A a, O op) {
          // The result type's size, or the scale factors it came from (same size, same step).
          const auto shape = mlir::cast<mlir::RankedTensorType>(op->getResult(0).getType()).getShape();
@@ -503,7 +513,7 @@ const std::unordered_map<std::string, Kernel>& kernels() {
                     y.sizes());
          return TensorList{y};
        }},
-      {"kiln.interpolate_backward",
+      {id<ir::InterpolateBackwardOp>(),
        [](L x, A a, O op) {
          kernels::InterpolateParams p;
          p.mode = static_cast<kernels::InterpolateMode>(a.i("mode"));
@@ -513,43 +523,43 @@ const std::unordered_map<std::string, Kernel>& kernels() {
          kernels::interpolate_backward_out(*x[0].contiguous().impl(), p, *gi.impl());
          return TensorList{gi};
        }},
-      {"kiln.adaptive_avg_pool2d_backward",
+      {id<ir::AdaptiveAvgPool2dBackwardOp>(),
        [](L x, A, O op) {
          Tensor gi = result_like(op, 0);
          kernels::adaptive_avg_pool2d_backward_out(*x[0].contiguous().impl(), *gi.impl());
          return TensorList{gi};
        }},
-      {"kiln.layer_norm",
+      {id<ir::LayerNormOp>(),
        [](L x, A a, O) {
          return TensorList{layer_norm(x[0], a.dims("normalized_shape"), x[1], x[2], a.f("eps"))};
        }},
-      {"kiln.group_norm",
+      {id<ir::GroupNormOp>(),
        [](L x, A a, O) {
          return TensorList{group_norm(x[0], a.i("num_groups"), x[1], x[2], a.f("eps"))};
        }},
-      {"kiln.embedding",
+      {id<ir::EmbeddingOp>(),
        [](L x, A a, O) {
          const int64_t p = a.i("padding_idx");
          return TensorList{embedding(x[0], x[1], p < 0 ? std::nullopt : std::optional(p))};
        }},
-      {"kiln.cross_entropy",
+      {id<ir::CrossEntropyOp>(),
        [](L x, A a, O) {
          return TensorList{cross_entropy(x[0], x[1], {}, a.i("ignore_index"), reduction(a),
                                          a.f("label_smoothing"))};
        }},
-      {"kiln.nll_loss",
+      {id<ir::NllLossOp>(),
        [](L x, A a, O) {
          return TensorList{nll_loss(x[0], x[1], {}, a.i("ignore_index"), reduction(a))};
        }},
-      {"kiln.mse_loss", [](L x, A a, O) { return TensorList{mse_loss(x[0], x[1], reduction(a))}; }},
-      {"kiln.mse_loss_backward",
+      {id<ir::MseLossOp>(), [](L x, A a, O) { return TensorList{mse_loss(x[0], x[1], reduction(a))}; }},
+      {id<ir::MseLossBackwardOp>(),
        [](L x, A a, O) {
          // d/dinput of mean((input - target)^2) (or the sum): 2 (input - target) * g [/ numel]
          Tensor d = (x[1] - x[2]) * 2.0;
          if (reduction(a) == Reduction::Mean) d = d / static_cast<double>(x[1].numel());
          return TensorList{d * x[0]};
        }},
-      {"kiln.cross_entropy_backward",
+      {id<ir::CrossEntropyBackwardOp>(),
        [](L x, A a, O) {
          // Replays the eager op's own backward on the recorded operands.
          Tensor logits = x[1].detach().requires_grad_();
@@ -561,84 +571,84 @@ const std::unordered_map<std::string, Kernel>& kernels() {
          }
          return TensorList{autograd::grad({loss}, {logits}, {x[0]})[0]};
        }},
-      {"kiln.smooth_l1_loss",
+      {id<ir::SmoothL1LossOp>(),
        [](L x, A a, O) {
          return TensorList{smooth_l1_loss(x[0], x[1], reduction(a), a.f("beta"))};
        }},
-      {"kiln.binary_cross_entropy_with_logits",
+      {id<ir::BinaryCrossEntropyWithLogitsOp>(),
        [](L x, A a, O) {
          return TensorList{binary_cross_entropy_with_logits(x[0], x[1], {}, {}, reduction(a))};
        }},
-      {"kiln.index_select",
+      {id<ir::IndexSelectOp>(),
        [](L x, A a, O) { return TensorList{index_select(x[0], a.i("dim"), x[1])}; }},
-      {"kiln.index_add",
+      {id<ir::IndexAddOp>(),
        [](L x, A a, O) {
          return TensorList{index_add(x[0], a.i("dim"), x[1], x[2], a.f("alpha", 1.0))};
        }},
-      {"kiln.gather", [](L x, A a, O) { return TensorList{gather(x[0], a.i("dim"), x[1])}; }},
-      {"kiln.scatter",
+      {id<ir::GatherOp>(), [](L x, A a, O) { return TensorList{gather(x[0], a.i("dim"), x[1])}; }},
+      {id<ir::ScatterOp>(),
        [](L x, A a, O) { return TensorList{scatter(x[0], a.i("dim"), x[1], x[2])}; }},
-      {"kiln.scatter_value",
+      {id<ir::ScatterValueOp>(),
        [](L x, A a, O) { return TensorList{scatter(x[0], a.i("dim"), x[1], a.f("value"))}; }},
-      {"kiln.scatter_add",
+      {id<ir::ScatterAddOp>(),
        [](L x, A a, O) { return TensorList{scatter_add(x[0], a.i("dim"), x[1], x[2])}; }},
-      {"kiln.masked_fill",
+      {id<ir::MaskedFillOp>(),
        [](L x, A a, O) { return TensorList{masked_fill(x[0], x[1], a.f("value"))}; }},
-      {"kiln.pad",
+      {id<ir::PadOp>(),
        [](L x, A a, O) {
          return TensorList{pad(x[0], a.dims("pad"), static_cast<PadMode>(a.i("mode")),
                                a.f("value"))};
        }},
-      {"kiln.one_hot", [](L x, A a, O) { return TensorList{one_hot(x[0], a.i("num_classes"))}; }},
-      {"kiln.topk",
+      {id<ir::OneHotOp>(), [](L x, A a, O) { return TensorList{one_hot(x[0], a.i("num_classes"))}; }},
+      {id<ir::TopkOp>(),
        [](L x, A a, O) {
          auto [v, i] = topk(x[0], a.i("k"), a.i("dim"), a.b("largest"), a.b("sorted"));
          return TensorList{v, i};
        }},
-      {"kiln.sort",
+      {id<ir::SortOp>(),
        [](L x, A a, O) {
          auto [v, i] = sort(x[0], a.i("dim"), a.b("descending"));
          return TensorList{v, i};
        }},
-      {"kiln.argsort",
+      {id<ir::ArgsortOp>(),
        [](L x, A a, O) { return TensorList{argsort(x[0], a.i("dim"), a.b("descending"))}; }},
-      {"kiln.dropout",
+      {id<ir::DropoutOp>(),
        [](L x, A a, O) {
          const double p = a.f("p");
          return TensorList{p >= 1.0 ? zeros_like(x[0]) : x[0] * x[1].to(x[0].dtype()) / (1.0 - p)};
        }},
-      {"kiln.uniform",
+      {id<ir::UniformOp>(),
        [](L x, A a, O op) {
          return draw(x[0], op, [&](TensorImpl& t, Generator& g) {
            kernels::uniform_(t, a.f("low"), a.f("high"), &g);
          });
        }},
-      {"kiln.normal",
+      {id<ir::NormalOp>(),
        [](L x, A a, O op) {
          return draw(x[0], op, [&](TensorImpl& t, Generator& g) {
            kernels::normal_(t, a.f("mean"), a.f("std"), &g);
          });
        }},
-      {"kiln.randint",
+      {id<ir::RandintOp>(),
        [](L x, A a, O op) {
          return draw(x[0], op, [&](TensorImpl& t, Generator& g) {
            kernels::randint_(t, a.i("low"), a.i("high"), &g);
          });
        }},
-      {"kiln.dropout_mask",
+      {id<ir::DropoutMaskOp>(),
        [](L x, A a, O op) {
          return draw(x[0], op,
                      [&](TensorImpl& t, Generator& g) { kernels::dropout_mask_out(a.f("p"), t, &g); });
        }},
-      {"kiln.cat", [](L x, A a, O) { return TensorList{cat(x, a.i("dim"))}; }},
-      {"kiln.stack", [](L x, A a, O) { return TensorList{stack(x, a.i("dim"))}; }},
+      {id<ir::CatOp>(), [](L x, A a, O) { return TensorList{cat(x, a.i("dim"))}; }},
+      {id<ir::StackOp>(), [](L x, A a, O) { return TensorList{stack(x, a.i("dim"))}; }},
       // ops made by the optimization passes
-      {"kiln.conv2d_fused", [](L x, A a, O op) { return TensorList{conv2d_fused(x, a, op)}; }},
-      {"kiln.conv2d_avgpool",
+      {id<ir::Conv2dFusedOp>(), [](L x, A a, O op) { return TensorList{conv2d_fused(x, a, op)}; }},
+      {id<ir::Conv2dAvgpoolOp>(),
        [](L x, A a, O op) { return TensorList{conv2d_avgpool(x, a, op)}; }},
-      {"kiln.linear_fused", [](L x, A a, O op) { return TensorList{linear_fused(x, a, op)}; }},
-      {"kiln.mbconv", [](L x, A a, O op) { return TensorList{mbconv(x, a, op)}; }},
-      {"kiln.fused", [](L x, A, O op) { return run_fused(x, op); }},
+      {id<ir::LinearFusedOp>(), [](L x, A a, O op) { return TensorList{linear_fused(x, a, op)}; }},
+      {id<ir::MbconvOp>(), [](L x, A a, O op) { return TensorList{mbconv(x, a, op)}; }},
+      {id<ir::FusedOp>(), [](L x, A, O op) { return run_fused(x, op); }},
   };
   return table;
 }
@@ -658,29 +668,28 @@ TensorList values_of(const Env& env, mlir::ValueRange range) {
 // Runs the ops the upstream dialects contribute (control flow and scalar glue). Returns false when
 // `op` is not one of them.
 bool run_upstream_op(mlir::Operation& op, Env& env) {
-  const llvm::StringRef name = op.getName().getStringRef();
-  if (name == "arith.constant") {
+  if (mlir::isa<mlir::arith::ConstantOp>(op)) {
     auto attr = mlir::dyn_cast<mlir::IntegerAttr>(op.getAttr("value"));
     KILN_CHECK(attr, "interpret", "only integer arith.constant is supported");
     env[op.getResult(0)] =
         scalar_tensor(static_cast<double>(attr.getInt()), TensorOptions(DType::Int64));
     return true;
   }
-  if (name == "arith.index_cast") {
+  if (mlir::isa<mlir::arith::IndexCastOp>(op)) {
     env[op.getResult(0)] = env.lookup(op.getOperand(0));
     return true;
   }
-  if (name == "tensor.from_elements") {
+  if (mlir::isa<mlir::tensor::FromElementsOp>(op)) {
     KILN_CHECK(op.getNumOperands() == 1, "interpret", "tensor.from_elements: only 0-dim results");
     env[op.getResult(0)] = env.lookup(op.getOperand(0)).to(result_like(&op, 0).dtype());
     return true;
   }
-  if (name == "tensor.extract") {
+  if (mlir::isa<mlir::tensor::ExtractOp>(op)) {
     KILN_CHECK(op.getNumOperands() == 1, "interpret", "tensor.extract: only 0-dim operands");
     env[op.getResult(0)] = env.lookup(op.getOperand(0)).reshape(Dims{});
     return true;
   }
-  if (name == "scf.if") {
+  if (mlir::isa<mlir::scf::IfOp>(op)) {
     const bool taken = env.lookup(op.getOperand(0)).item_double() != 0.0;
     mlir::Region& region = op.getRegion(taken ? 0 : 1);
     KILN_CHECK(!region.empty(), "interpret", "scf.if: missing branch");
@@ -688,7 +697,7 @@ bool run_upstream_op(mlir::Operation& op, Env& env) {
     for (unsigned i = 0; i < op.getNumResults(); ++i) env[op.getResult(i)] = results[i];
     return true;
   }
-  if (name == "scf.for") {
+  if (mlir::isa<mlir::scf::ForOp>(op)) {
     const int64_t lb = scalar_int(env, op.getOperand(0)), ub = scalar_int(env, op.getOperand(1)),
                   step = scalar_int(env, op.getOperand(2));
     KILN_CHECK(step > 0, "interpret", "scf.for: step must be positive, got ", step);
@@ -708,20 +717,20 @@ bool run_upstream_op(mlir::Operation& op, Env& env) {
 // Runs `block` and returns the values its terminator (func.return / scf.yield) hands back.
 TensorList run_block(mlir::Block& block, Env& env) {
   for (mlir::Operation& op : block) {
-    const std::string name = op.getName().getStringRef().str();
-    if (name == "func.return" || name == "scf.yield" || name == "kiln.yield") {
+    if (mlir::isa<mlir::func::ReturnOp, mlir::scf::YieldOp, ir::YieldOp>(op)) {
       return values_of(env, op.getOperands());
     }
-    if (name == "kiln.none") {
+    if (mlir::isa<ir::NoneOp>(op)) {
       env[op.getResult(0)] = Tensor();
       continue;
     }
-    if (name == "kiln.constant") {
+    if (mlir::isa<ir::ConstantOp>(op)) {
       env[op.getResult(0)] = constant_value(&op);
       continue;
     }
     if (run_upstream_op(op, env)) continue;
-    auto it = kernels().find(name);
+    const std::string name = op.getName().getStringRef().str();
+    auto it = kernels().find(op.getName().getTypeID());
     KILN_CHECK(it != kernels().end(), "interpret", "no interpreter kernel for op '", name, "'");
     TensorList inputs = values_of(env, op.getOperands());
     TensorList results = it->second(inputs, Attrs{&op}, &op);
@@ -735,14 +744,28 @@ TensorList run_block(mlir::Block& block, Env& env) {
 }  // namespace
 
 bool interpreter_supports(std::string_view op_name) {
-  static constexpr std::string_view kBuiltin[] = {
-      "kiln.none",      "kiln.constant",       "kiln.yield",
-      "func.return",    "scf.yield",           "scf.if",
-      "scf.for",        "arith.constant",      "arith.index_cast",
-      "tensor.extract", "tensor.from_elements"};
-  for (std::string_view b : kBuiltin)
-    if (op_name == b) return true;
-  return kernels().count(std::string(op_name)) != 0;
+  static const std::unique_ptr<mlir::MLIRContext> ctx = [] {
+    auto c = make_context();
+    c->disableMultithreading();
+    return c;
+  }();
+  auto name = mlir::RegisteredOperationName::lookup(op_name, ctx.get());
+  if (!name) return false;
+  const mlir::TypeID id = name->getTypeID();
+  static const mlir::TypeID kStructural[] = {jit::id<ir::NoneOp>(),
+                                             jit::id<ir::ConstantOp>(),
+                                             jit::id<ir::YieldOp>(),
+                                             jit::id<mlir::func::ReturnOp>(),
+                                             jit::id<mlir::scf::YieldOp>(),
+                                             jit::id<mlir::scf::IfOp>(),
+                                             jit::id<mlir::scf::ForOp>(),
+                                             jit::id<mlir::arith::ConstantOp>(),
+                                             jit::id<mlir::arith::IndexCastOp>(),
+                                             jit::id<mlir::tensor::ExtractOp>(),
+                                             jit::id<mlir::tensor::FromElementsOp>()};
+  for (mlir::TypeID s : kStructural)
+    if (s == id) return true;
+  return kernels().count(id) != 0;
 }
 
 TensorList interpret(mlir::ModuleOp module, const TensorList& args) {

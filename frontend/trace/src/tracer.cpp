@@ -174,7 +174,7 @@ class Tracer final : public dispatch::TraceHook {
       aliases_[outputs[0].impl()] = inputs[0];
       return;
     }
-    if (name == "uniform" || name == "normal" || name == "randint" || name == "dropout_mask") {
+    if (const ir::OpSchema* s = ir::find_op_schema(name); s && (s->traits & ir::kTraitRandom)) {
       emit_random(name, outputs[0], attrs);
       return;
     }
