@@ -52,12 +52,18 @@ std::string str(ArrayRef<int64_t> s) {
   }
   return out + "]";
 }
-// a + b * c with dynamic sizes staying dynamic.
-int64_t dyn_or(int64_t v, std::initializer_list<int64_t> inputs) {
+// A size computed from others: dynamic when any input is (checked before any arithmetic, so a
+// dynamic size never enters it), and -2 (matching no size) when the exact value, computed in 128
+// bits, leaves int64 (hostile attributes).
+template <typename Fn>
+int64_t derived(std::initializer_list<int64_t> inputs, Fn fn) {
   for (int64_t i : inputs)
     if (i == kDyn) return kDyn;
-  return v;
+  const __int128 v = fn();
+  if (v > std::numeric_limits<int64_t>::max() || v < std::numeric_limits<int64_t>::min()) return -2;
+  return static_cast<int64_t>(v);
 }
+using I128 = __int128;
 
 // The result must have `want`'s shape (dynamic dims on either side match).
 LogicalResult expect_shape(Operation* op, Value result, ArrayRef<int64_t> want,
@@ -85,9 +91,8 @@ LogicalResult expect_rank(Operation* op, Value v, std::initializer_list<int64_t>
   return diag << ", got " << v.getType();
 }
 
-// Two values per spatial dim (one value: both dims); stride empty means "the kernel size".
+// Two values, one per spatial dim (what the runtime's decoders read).
 std::optional<std::pair<int64_t, int64_t>> pair_of(ArrayRef<int64_t> v) {
-  if (v.size() == 1) return std::make_pair(v[0], v[0]);
   if (v.size() == 2) return std::make_pair(v[0], v[1]);
   return std::nullopt;
 }
@@ -196,10 +201,10 @@ LogicalResult reduce_dims(Operation* op, Value input, ArrayRef<int64_t> reduce, 
   return expect_shape(op, result, want);
 }
 
-LogicalResult reduce_dim(Operation* op, Value input, int64_t dim, bool keepdim, Value values,
-                         Value indices) {
+LogicalResult reduce_dim(Operation* op, Value input, int64_t dim, bool keepdim, bool allow_flat,
+                         Value values, Value indices) {
   Shape want;
-  if (dim == std::numeric_limits<int64_t>::min()) {  // over all elements
+  if (allow_flat && dim == std::numeric_limits<int64_t>::min()) {  // over all elements
     if (keepdim) want.assign(rank(input), 1);
   } else {
     auto n = norm_dim(dim, rank(input));
@@ -282,7 +287,7 @@ LogicalResult slice(Operation* op, Value input, int64_t dim, int64_t start, int6
   if (n != kDyn) {  // PyTorch's clamping of start and end
     auto clamp = [n](int64_t v) { return std::min(std::max(v < 0 ? v + n : v, int64_t{0}), n); };
     const int64_t s = clamp(start), e = std::max(clamp(end), clamp(start));
-    want[*d] = (e - s + step - 1) / step;
+    want[*d] = (e - s) / step + ((e - s) % step != 0);  // no overflow for any step
   }
   return expect_shape(op, result, want);
 }
@@ -324,20 +329,26 @@ LogicalResult as_strided(Operation* op, Value, ArrayRef<int64_t> sizes, ArrayRef
 }
 
 namespace {
-LogicalResult join(Operation* op, ValueRange inputs, int64_t dim, Value result, bool stack) {
-  if (inputs.empty()) return op->emitOpError("expects at least one input");
+LogicalResult join(Operation* op, ValueRange all, int64_t dim, Value result, bool stack) {
+  if (all.empty()) return op->emitOpError("expects at least one input");
+  // cat skips 1-d empty inputs, whatever the others' rank (PyTorch's legacy rule, as the runtime).
+  SmallVector<Value, 4> inputs;
+  for (Value v : all)
+    if (stack || rank(v) != 1 || dims(v)[0] != 0) inputs.push_back(v);
+  if (inputs.empty()) return expect_shape(op, result, {0});
   const int64_t r = rank(inputs[0]);
   auto d = norm_dim(dim, r + (stack ? 1 : 0));
   if (!d || (!stack && r == 0)) return bad_dim(op, dim, r);
   Shape want(dims(inputs[0]).begin(), dims(inputs[0]).end());
   if (stack) want.insert(want.begin() + *d, static_cast<int64_t>(inputs.size()));
-  for (Value v : inputs.drop_front()) {
+  for (Value v : ArrayRef<Value>(inputs).drop_front()) {
     if (rank(v) != r)
       return op->emitOpError("expects inputs of one rank, got ")
              << inputs[0].getType() << " and " << v.getType();
     for (int64_t i = 0; i < r; ++i) {
       if (!stack && i == *d) {
-        want[i] = dyn_or(want[i] + dims(v)[i], {want[i], dims(v)[i]});
+        const int64_t a = want[i], b = dims(v)[i];
+        want[i] = derived({a, b}, [&] { return I128(a) + b; });
       } else if (!same(dims(v)[i], dims(inputs[0])[i])) {
         return op->emitOpError("inputs differ outside the joined dim: ")
                << inputs[0].getType() << " and " << v.getType();
@@ -375,9 +386,23 @@ LogicalResult linear(Operation* op, Value input, Value weight, Value bias, Value
 namespace {
 // Output size of a convolution or pooling window along one dim (floor mode).
 int64_t window_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
-  if (in == kDyn || k == kDyn) return kDyn;
-  const int64_t span = in + 2 * p - d * (k - 1) - 1;
-  return span < 0 ? -1 : span / s + 1;
+  return derived({in, k}, [&]() -> I128 {
+    const I128 span = I128(in) + I128(2) * p - I128(d) * (k - 1) - 1;
+    return span < 0 ? -1 : span / s + 1;
+  });
+}
+}  // namespace
+
+namespace {
+// A convolution's input [N, C_in, ...] against its weight [C_out, C_in / groups, ...] and bias.
+LogicalResult conv_channels(Operation* op, Value input, Value weight, Value bias, int64_t groups) {
+  const int64_t c_in = dims(input)[1], per_group = dims(weight)[1], c_out = dims(weight)[0];
+  if (c_in != kDyn && per_group != kDyn && c_in != per_group * groups)
+    return op->emitOpError("input channels ")
+           << c_in << " differ from weight channels " << per_group << " x groups " << groups;
+  if (!absent(bias) && !same(dims(bias), {c_out}))
+    return op->emitOpError("bias must be [") << c_out << "], got " << bias.getType();
+  return success();
 }
 }  // namespace
 
@@ -392,12 +417,8 @@ LogicalResult conv2d(Operation* op, Value input, Value weight, Value bias, Array
   if (groups < 1 || stride[0] < 1 || stride[1] < 1 || dilation[0] < 1 || dilation[1] < 1 ||
       padding[0] < 0 || padding[1] < 0)
     return op->emitOpError("expects groups, strides and dilations >= 1 and padding >= 0");
+  if (failed(conv_channels(op, input, weight, bias, groups))) return failure();
   ArrayRef<int64_t> x = dims(input), w = dims(weight);
-  if (x[1] != kDyn && w[1] != kDyn && x[1] != w[1] * groups)
-    return op->emitOpError("input channels ")
-           << x[1] << " differ from weight channels " << w[1] << " x groups " << groups;
-  if (!absent(bias) && !same(dims(bias), {w[0]}))
-    return op->emitOpError("bias must be [") << w[0] << "], got " << bias.getType();
   Shape want{x[0], w[0], 0, 0};
   for (int k = 0; k < 2; ++k) {
     want[2 + k] = window_out(x[2 + k], w[2 + k], stride[k], padding[k], dilation[k]);
@@ -424,12 +445,8 @@ LogicalResult conv1d(Operation* op, Value input, Value weight, Value bias, int64
            << input.getType() << " and " << weight.getType();
   if (groups < 1 || stride < 1 || dilation < 1 || padding < 0)
     return op->emitOpError("expects groups, stride and dilation >= 1 and padding >= 0");
+  if (failed(conv_channels(op, input, weight, bias, groups))) return failure();
   ArrayRef<int64_t> x = dims(input), w = dims(weight);
-  if (x[1] != kDyn && w[1] != kDyn && x[1] != w[1] * groups)
-    return op->emitOpError("input channels ")
-           << x[1] << " differ from weight channels " << w[1] << " x groups " << groups;
-  if (!absent(bias) && !same(dims(bias), {w[0]}))
-    return op->emitOpError("bias must be [") << w[0] << "], got " << bias.getType();
   const int64_t l = window_out(x[2], w[2], stride, padding, dilation);
   if (l < 0 && l != kDyn) return op->emitOpError("the dilated kernel is larger than the input");
   return expect_shape(op, result, {x[0], w[0], l});
@@ -452,11 +469,12 @@ LogicalResult conv_transpose2d(Operation* op, Value input, Value weight, Value b
   ArrayRef<int64_t> x = dims(input), w = dims(weight);
   if (!same(x[1], w[0]))
     return op->emitOpError("input channels ") << x[1] << " differ from the weight's " << w[0];
-  const int64_t c_out = dyn_or(w[1] * groups, {w[1]});
+  const int64_t c_out = derived({w[1]}, [&] { return I128(w[1]) * groups; });
   if (!absent(bias) && !same(dims(bias), {c_out}))
     return op->emitOpError("bias must be [") << c_out << "], got " << bias.getType();
   auto extent = [](int64_t in, int64_t s, int64_t p, int64_t d, int64_t k, int64_t op_pad) {
-    return dyn_or((in - 1) * s - 2 * p + d * (k - 1) + op_pad + 1, {in, k});
+    return derived(
+        {in, k}, [&] { return (I128(in) - 1) * s - I128(2) * p + I128(d) * (k - 1) + op_pad + 1; });
   };
   return expect_shape(op, result,
                       {x[0], c_out, extent(x[2], s->first, p->first, d->first, w[2], o->first),
@@ -486,20 +504,21 @@ LogicalResult pool2d(Operation* op, Value input, ArrayRef<int64_t> kernel, Array
                      ArrayRef<int64_t> padding, ArrayRef<int64_t> dilation, bool ceil_mode,
                      Value result) {
   if (failed(expect_rank(op, input, {3, 4}, "input"))) return failure();
-  auto k = pair_of(kernel), s = stride.empty() ? k : pair_of(stride), p = pair_of(padding),
-       d = pair_of(dilation);
+  auto k = pair_of(kernel), s = pair_of(stride), p = pair_of(padding), d = pair_of(dilation);
   if (!k || !s || !p || !d || k->first < 1 || k->second < 1 || s->first < 1 || s->second < 1 ||
       d->first < 1 || d->second < 1 || p->first < 0 || p->second < 0)
     return op->emitOpError(
-        "expects kernel, stride, padding and dilation of 1 or 2 values, kernel, stride and "
+        "expects kernel, stride, padding and dilation of 2 values, kernel, stride and "
         "dilation >= 1 and padding >= 0");
   // The runtime's pool_output_size (kernels/pool.h), PyTorch's rule.
   auto out = [ceil_mode](int64_t in, int64_t k, int64_t s, int64_t pad, int64_t d) -> int64_t {
     if (in == kDyn) return kDyn;
-    const int64_t num = in + 2 * pad - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
-    int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
-    if (ceil_mode && (o - 1) * s >= in + pad) --o;
-    return o;
+    return derived({in}, [&]() -> I128 {
+      const I128 num = I128(in) + I128(2) * pad - I128(d) * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+      I128 o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+      if (ceil_mode && (o - 1) * s >= I128(in) + pad) --o;
+      return o;
+    });
   };
   Shape want(dims(input).begin(), dims(input).end());
   const size_t r = want.size();
@@ -513,7 +532,7 @@ LogicalResult adaptive_pool2d(Operation* op, Value input, ArrayRef<int64_t> outp
   if (failed(expect_rank(op, input, {3, 4}, "input"))) return failure();
   auto o = pair_of(output_size);
   if (!o || o->first < 1 || o->second < 1)
-    return op->emitOpError("output_size must be 1 or 2 values >= 1, got ") << str(output_size);
+    return op->emitOpError("output_size must be 2 values >= 1, got ") << str(output_size);
   Shape want(dims(input).begin(), dims(input).end());
   want[want.size() - 2] = o->first;
   want[want.size() - 1] = o->second;
@@ -567,7 +586,8 @@ LogicalResult pad(Operation* op, Value input, ArrayRef<int64_t> amounts, Value r
   Shape want(dims(input).begin(), dims(input).end());
   for (size_t i = 0; i < amounts.size() / 2; ++i) {
     int64_t& d = want[r - 1 - i];
-    d = dyn_or(d + amounts[2 * i] + amounts[2 * i + 1], {d});
+    const int64_t before = d;
+    d = derived({before}, [&] { return I128(before) + amounts[2 * i] + amounts[2 * i + 1]; });
     if (d < 0 && d != kDyn)
       return op->emitOpError("padding ") << str(amounts) << " leaves a negative size";
   }
@@ -575,8 +595,10 @@ LogicalResult pad(Operation* op, Value input, ArrayRef<int64_t> amounts, Value r
 }
 
 LogicalResult one_hot(Operation* op, Value index, int64_t num_classes, Value result) {
+  if (num_classes < -1)
+    return op->emitOpError("num_classes must be -1 (from the data) or >= 0, got ") << num_classes;
   Shape want(dims(index).begin(), dims(index).end());
-  want.push_back(num_classes < 0 ? kDyn : num_classes);  // -1: from the data
+  want.push_back(num_classes == -1 ? kDyn : num_classes);
   return expect_shape(op, result, want);
 }
 

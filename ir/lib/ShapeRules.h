@@ -29,9 +29,9 @@ LogicalResult same_batch_and_channels(Operation* op, Value a, Value b);
 // --- reductions
 LogicalResult reduce_dims(Operation* op, Value input, ArrayRef<int64_t> dims, bool keepdim,
                           Value result);
-// dim INT64_MIN: over all elements (argmax/argmin without a dim).
-LogicalResult reduce_dim(Operation* op, Value input, int64_t dim, bool keepdim, Value values,
-                         Value indices);
+// allow_flat: dim INT64_MIN reduces over all elements (argmax/argmin without a dim).
+LogicalResult reduce_dim(Operation* op, Value input, int64_t dim, bool keepdim, bool allow_flat,
+                         Value values, Value indices);
 
 // --- views
 LogicalResult reshape(Operation* op, Value input, ArrayRef<int64_t> shape, Value result);

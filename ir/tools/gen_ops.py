@@ -50,7 +50,7 @@ def split_typed(entry):
 def check_default(op, attr, ty, default, schema):
     ok = {"bool": lambda d: d in ("true", "false"),
           "i64": lambda d: re.fullmatch(r"-?[0-9]+", d),
-          "f64": lambda d: re.fullmatch(r"-?([0-9]+(\.[0-9]*)?|inf)", d)}.get(ty)
+          "f64": lambda d: re.fullmatch(r"-?([0-9]+(\.[0-9]*)?(e[+-]?[0-9]+)?|inf)", d)}.get(ty)
     if ty in schema["enum"]:
         ok = lambda d: d in schema["enum"][ty]["values"]
     if not ok or not ok(default):
@@ -96,6 +96,13 @@ class Op:
         self.verify = pick("verify", [])
         if not self.verify:
             raise SchemaError(f"op {name}: no verify rules (every op is verified)")
+        for alone in ("infer", "custom", "ods"):
+            if alone in self.verify and len(self.verify) > 1:
+                raise SchemaError(f"op {name}: verify '{alone}' stands alone (no other rules)")
+        for a, ty, default in self.attrs:
+            if a in self.ir_optional and default and not re.fullmatch(r"-?[0-9.e+-]+|true|false",
+                                                                     default):
+                raise SchemaError(f"op {name}: {a}'s default '{default}' cannot be an IR default")
         self.backward = spec.get("backward", {})
         self.backward_op = spec.get("backward_op")
         self.backends = spec.get("backends", schema["defaults"]["backends"])
@@ -174,7 +181,7 @@ def td(schema, ops):
         else:
             fmt = "operands attr-dict `:` functional-type(operands, results)"
         w(f'  let assemblyFormat = "{fmt}";')
-        if not op.infers():
+        if op.custom() or op.generated_verifier():
             w("  let hasVerifier = 1;")
         if op.folder:
             w("  let hasFolder = 1;")
@@ -316,7 +323,8 @@ def codegen(schema, ops):
 def runtime_calls(ops):
     """The ops code generation lowers to a call of the runtime's kiln_abi_<op>."""
     return [o for o in ops if not ({"elementwise", "view"} & set(o.traits))
-            and o.name not in STRUCTURAL_TD and o.family not in ("binary", "compare", "unary")]
+            and o.name not in STRUCTURAL_TD and o.family not in ("binary", "compare", "unary")
+            and "runtime" in o.backends]
 
 
 def abi(schema, ops):

@@ -202,3 +202,45 @@ func.func @dynamic_ok(%x: tensor<?x3xf32>, %w: tensor<5x3xf32>) -> (tensor<?x5xf
   %1 = kiln.sum %0 {dims = array<i64: 1>, keepdim = false} : (tensor<?x5xf32>) -> tensor<?xf32>
   return %0, %1 : tensor<?x5xf32>, tensor<?xf32>
 }
+
+// -----
+
+// cat skips 1-d empty inputs whatever the others' rank (PyTorch's legacy rule, as the runtime).
+func.func @cat_skips_empty(%e: tensor<0xf32>, %x: tensor<2x3xf32>) -> tensor<4x3xf32> {
+  %0 = kiln.cat %e, %x, %x {dim = 0 : i64} : (tensor<0xf32>, tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+  return %0 : tensor<4x3xf32>
+}
+
+// -----
+
+func.func @pool_one_value(%x: tensor<1x1x4x4xf32>) {
+  // expected-error @+1 {{expects kernel, stride, padding and dilation of 2 values}}
+  %0 = kiln.avg_pool2d %x {kernel = array<i64: 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, ceil_mode = false, count_include_pad = true} : (tensor<1x1x4x4xf32>) -> tensor<1x1x2x2xf32>
+  return
+}
+
+// -----
+
+func.func @one_hot_classes(%i: tensor<3xi64>) {
+  // expected-error @+1 {{'kiln.one_hot' op num_classes must be -1 (from the data) or >= 0, got -2}}
+  %0 = kiln.one_hot %i {num_classes = -2 : i64} : (tensor<3xi64>) -> tensor<3x4xi64>
+  return
+}
+
+// -----
+
+// max has no flat form (argmax does): INT64_MIN is an out-of-range dim.
+func.func @max_flat(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{'kiln.max' op dim -9223372036854775808 is out of range for a tensor of rank 2}}
+  %0:2 = kiln.max %x {dim = -9223372036854775808 : i64, keepdim = false} : (tensor<2x3xf32>) -> (tensor<f32>, tensor<i64>)
+  return
+}
+
+// -----
+
+// Dynamic sizes stay dynamic through derived sizes (no arithmetic on them).
+func.func @conv_transpose_dynamic(%x: tensor<1x4x?x5xf32>, %w: tensor<4x2x3x3xf32>) -> tensor<1x4x?x10xf32> {
+  %n = kiln.none
+  %0 = kiln.conv_transpose2d %x, %w, %n {stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, output_padding = array<i64: 1, 1>, groups = 2 : i64, dilation = array<i64: 1, 1>} : (tensor<1x4x?x5xf32>, tensor<4x2x3x3xf32>, none) -> tensor<1x4x?x10xf32>
+  return %0 : tensor<1x4x?x10xf32>
+}

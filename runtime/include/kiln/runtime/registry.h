@@ -46,7 +46,8 @@ struct AttrValue {
 
 // The attributes of one instruction, with typed accessors that throw kiln::Error naming the op,
 // the attribute, and what was expected. Used only while decoding (at load).
-// An attribute absent from the artifact reads as its spec's fallback (the op schema's default).
+// An optional attribute absent from the artifact reads as its spec's fallback (the op schema's
+// default) through the accessors without a fallback argument; the ones with one return theirs.
 class AttrMap {
  public:
   AttrMap(std::string_view op, std::span<const AttrValue> values,
