@@ -625,6 +625,22 @@ LogicalResult class_loss(Operation* op, Value input, Value target, int64_t reduc
   return expect_shape(op, result, want);
 }
 
+LogicalResult class_weight(Operation* op, Value input, Value weight) {
+  if (absent(weight)) return success();
+  if (rank(input) == 0) return op->emitOpError("expects an input with a class dim, got a 0-d one");
+  const int64_t classes = dims(input)[rank(input) >= 2 ? 1 : 0];
+  if (same(dims(weight), {classes})) return success();
+  return op->emitOpError("class weights must be [")
+         << classes << "] (one per class), got " << weight.getType();
+}
+
+LogicalResult broadcasts_to(Operation* op, Value v, Value to) {
+  if (absent(v)) return success();
+  auto b = broadcast(dims(v), dims(to));
+  if (b && same(*b, dims(to))) return success();
+  return op->emitOpError("operand ") << v.getType() << " does not broadcast to " << to.getType();
+}
+
 LogicalResult elementwise_loss(Operation* op, Value input, int64_t reduction, Value result) {
   if (reduction != 0) return expect_shape(op, result, {});
   return expect_shape(op, result, dims(input));

@@ -83,6 +83,10 @@ LogicalResult pad(Operation* op, Value input, ArrayRef<int64_t> pad, Value resul
 LogicalResult one_hot(Operation* op, Value index, int64_t num_classes, Value result);
 LogicalResult topk(Operation* op, Value input, int64_t k, int64_t dim, Value values, Value indices);
 LogicalResult class_loss(Operation* op, Value input, Value target, int64_t reduction, Value result);
+// Class weights (or none): [C], C the class dim of input ([N, C, ...] or [C]).
+LogicalResult class_weight(Operation* op, Value input, Value weight);
+// `v` (or none) broadcasts to `to`'s shape.
+LogicalResult broadcasts_to(Operation* op, Value v, Value to);
 LogicalResult elementwise_loss(Operation* op, Value input, int64_t reduction, Value result);
 LogicalResult random_state(Operation* op, Value state, Value next_state);
 

@@ -426,6 +426,7 @@ def write(path, text):
         return
     # Rewritten only when it changes, so an unchanged schema rebuilds nothing downstream.
     if not os.path.exists(path) or open(path, encoding="utf-8").read() != text:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(path + ".tmp", path)

@@ -132,16 +132,18 @@ func.func @topk_k(%x: tensor<2x3xf32>) {
 // -----
 
 func.func @loss_reduction(%x: tensor<4x3xf32>, %t: tensor<4xi64>) {
+  %n = kiln.none
   // expected-error @+1 {{'kiln.cross_entropy' op reduction must be one of Reduction's values none (0), mean (1), sum (2); got 3}}
-  %0 = kiln.cross_entropy %x, %t {ignore_index = -100 : i64, reduction = 3 : i64, label_smoothing = 0.0 : f64} : (tensor<4x3xf32>, tensor<4xi64>) -> tensor<f32>
+  %0 = kiln.cross_entropy %x, %t, %n {ignore_index = -100 : i64, reduction = 3 : i64, label_smoothing = 0.0 : f64} : (tensor<4x3xf32>, tensor<4xi64>, none) -> tensor<f32>
   return
 }
 
 // -----
 
 func.func @loss_none(%x: tensor<4x3xf32>, %t: tensor<4xi64>) {
+  %n = kiln.none
   // expected-error @+1 {{'kiln.nll_loss' op result must be [4], got 'tensor<f32>'}}
-  %0 = kiln.nll_loss %x, %t {ignore_index = -100 : i64, reduction = 0 : i64} : (tensor<4x3xf32>, tensor<4xi64>) -> tensor<f32>
+  %0 = kiln.nll_loss %x, %t, %n {ignore_index = -100 : i64, reduction = 0 : i64} : (tensor<4x3xf32>, tensor<4xi64>, none) -> tensor<f32>
   return
 }
 
@@ -243,4 +245,12 @@ func.func @conv_transpose_dynamic(%x: tensor<1x4x?x5xf32>, %w: tensor<4x2x3x3xf3
   %n = kiln.none
   %0 = kiln.conv_transpose2d %x, %w, %n {stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, output_padding = array<i64: 1, 1>, groups = 2 : i64, dilation = array<i64: 1, 1>} : (tensor<1x4x?x5xf32>, tensor<4x2x3x3xf32>, none) -> tensor<1x4x?x10xf32>
   return %0 : tensor<1x4x?x10xf32>
+}
+
+// -----
+
+func.func @class_weights(%x: tensor<4x3xf32>, %t: tensor<4xi64>, %w: tensor<4xf32>) {
+  // expected-error @+1 {{'kiln.cross_entropy' op class weights must be [3] (one per class), got 'tensor<4xf32>'}}
+  %0 = kiln.cross_entropy %x, %t, %w {ignore_index = -100 : i64, reduction = 1 : i64, label_smoothing = 0.0 : f64} : (tensor<4x3xf32>, tensor<4xi64>, tensor<4xf32>) -> tensor<f32>
+  return
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "helpers.h"
+#include "kiln/jit/compile.h"
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
@@ -222,6 +223,55 @@ TEST(Save, IndexingSortingAndConvTransposeRunInTheRuntime) {
     EXPECT_EQ(got[i]->sizes(), want[i].sizes()) << "output " << i;
     EXPECT_EQ(got[i]->dtype(), want[i].dtype()) << "output " << i;
     EXPECT_LE(max_abs_diff(got[i], want[i]), 1e-5) << "output " << i;
+  }
+}
+
+// Losses with their optional tensors (class weights, per-element weights, pos_weight) passed as
+// inputs: the trace records them as operands, never drops them, so the interpreter, the saved
+// artifact and the JIT compute with the weights of the call, not unweighted losses.
+TensorList weighted_losses(const TensorList& in) {
+  const Tensor& logits = in[0];      // [4, 3]
+  const Tensor& target = in[1];      // [4] i64
+  const Tensor& classes = in[2];     // [3] class weights, also pos_weight
+  const Tensor& bce_target = in[3];  // [4, 3] in [0, 1]
+  const Tensor& bce_weight = in[4];  // [4, 3]
+  return {cross_entropy(logits, target, classes),
+          cross_entropy(logits, target, classes, -100, Reduction::None, 0.1),
+          nll_loss(log_softmax(logits, 1), target, classes, -100, Reduction::Sum),
+          binary_cross_entropy_with_logits(logits, bce_target, bce_weight, classes),
+          binary_cross_entropy_with_logits(logits, bce_target, {}, classes, Reduction::None)};
+}
+
+TEST(Save, LossWeightsAreOperandsNotDropped) {
+  manual_seed(12);
+  auto inputs = [](uint32_t seed) {
+    manual_seed(seed);
+    return TensorList{randn({4, 3}), tensor({0.0, 2.0, 1.0, 2.0}, DType::Int64),
+                      rand({3}) * 2.0 + 0.1, rand({4, 3}), rand({4, 3}) + 0.5};
+  };
+  const TensorList a = inputs(1), b = inputs(2);
+  jit::TracedFunction traced = jit::trace(weighted_losses, a);
+  for (const char* op :
+       {"kiln.cross_entropy", "kiln.nll_loss", "kiln.binary_cross_entropy_with_logits"})
+    EXPECT_NE(traced.str().find(op), std::string::npos) << op;
+  const TensorList want = weighted_losses(b);
+  // Unweighted losses differ from the weighted ones: the test sees a dropped weight.
+  EXPECT_GT(std::abs(cross_entropy(b[0], b[1]).item<double>() - want[0].item<double>()), 1e-3);
+
+  const TensorList interpreted = traced(b);
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(traced));
+  rt::Session session(model);
+  std::vector<const TensorImpl*> args;
+  for (const Tensor& t : b) args.push_back(t.impl());
+  auto saved = session.run(std::span<const TensorImpl* const>(args));
+  jit::CompileOptions copts;
+  copts.disk_cache = false;
+  const TensorList compiled = jit::compile(traced, copts)(b);
+  ASSERT_EQ(saved.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_LE(max_abs_diff(interpreted[i].impl_ptr(), want[i]), 1e-6) << "interpreter, loss " << i;
+    EXPECT_LE(max_abs_diff(saved[i], want[i]), 1e-6) << "artifact, loss " << i;
+    EXPECT_LE(max_abs_diff(compiled[i].impl_ptr(), want[i]), 1e-6) << "JIT, loss " << i;
   }
 }
 

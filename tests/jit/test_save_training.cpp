@@ -64,6 +64,32 @@ void expect_saved_steps_match_eager(const std::function<TensorList()>& make,
   }
 }
 
+// A weighted loss's gradient in a saved training step: the class weights are an input, and
+// kiln.cross_entropy_backward takes them as an operand (a dropped weight changes the gradient).
+TEST(SaveTraining, ClassWeightsReachTheGradient) {
+  Tensor w = rnd({3, 5}, 74, 0.5).requires_grad_();
+  auto step = [&w](const TensorList& x) {
+    Tensor loss = cross_entropy(linear(x[0], w), x[1], x[2]);
+    loss.backward();
+    Tensor g = w.grad().clone();
+    w.set_grad(Tensor());
+    return TensorList{loss.detach(), g};
+  };
+  const Tensor y = tensor({0.0, 2.0, 1.0, 2.0}, DType::Int64);
+  jit::TraceOptions options;
+  options.named_captures = {{"w", w}};
+  jit::TracedFunction t = jit::trace(step, {rnd({4, 5}, 75), y, tensor({1.0, 0.5, 2.0})}, options);
+  EXPECT_NE(t.str().find("kiln.cross_entropy_backward"), std::string::npos);
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(t));
+  rt::Session s(model);
+  const Tensor x2 = rnd({4, 5}, 76), weights2 = tensor({3.0, 0.25, 1.0});
+  const TensorList want = step({x2, y, weights2});
+  auto got = s.run({x2.impl(), y.impl(), weights2.impl()});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_NEAR(Tensor(got[0]).item<double>(), want[0].item<double>(), 1e-5);
+  EXPECT_LE(max_abs_diff(Tensor(got[1]), want[1]), 1e-5);
+}
+
 TEST(SaveTraining, SgdStepsUpdateSessionStateLikeEager) {
   auto make = [] {
     return TensorList{rnd({16, 8}, 71, 0.3).requires_grad_(), zeros({16}).requires_grad_(),

@@ -20,9 +20,9 @@
 func.func @forward(%x: tensor<4x3xf32>, %t: tensor<4xi64>, %w: tensor<2x3xf32>, %lr: tensor<f32>) -> (tensor<f32>, tensor<2x3xf32>) attributes {kiln.arg_names = ["input0", "input1", "w", "lr"], kiln.num_outputs = 1 : i64} {
   %none = kiln.none
   %y = kiln.linear %x, %w, %none : (tensor<4x3xf32>, tensor<2x3xf32>, none) -> tensor<4x2xf32>
-  %loss = kiln.cross_entropy %y, %t {ignore_index = -100 : i64, label_smoothing = 0.0 : f64, reduction = 1 : i64} : (tensor<4x2xf32>, tensor<4xi64>) -> tensor<f32>
+  %loss = kiln.cross_entropy %y, %t, %none {ignore_index = -100 : i64, label_smoothing = 0.0 : f64, reduction = 1 : i64} : (tensor<4x2xf32>, tensor<4xi64>, none) -> tensor<f32>
   %one = kiln.constant dense<1.0> : tensor<f32> : tensor<f32>
-  %gy = kiln.cross_entropy_backward %one, %y, %t {ignore_index = -100 : i64, label_smoothing = 0.0 : f64, reduction = 1 : i64} : (tensor<f32>, tensor<4x2xf32>, tensor<4xi64>) -> tensor<4x2xf32>
+  %gy = kiln.cross_entropy_backward %one, %y, %t, %none {ignore_index = -100 : i64, label_smoothing = 0.0 : f64, reduction = 1 : i64} : (tensor<f32>, tensor<4x2xf32>, tensor<4xi64>, none) -> tensor<4x2xf32>
   %gyt = kiln.transpose %gy {dim0 = 0 : i64, dim1 = 1 : i64} : (tensor<4x2xf32>) -> tensor<2x4xf32>
   %gw = kiln.matmul %gyt, %x : tensor<2x4xf32>, tensor<4x3xf32>
   %step = kiln.mul %gw, %lr : tensor<2x3xf32>, tensor<f32>

@@ -450,13 +450,14 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
         Tensor gi = new_like(s[0]);
         kernels::cross_entropy_backward_out(*g[0].contiguous().impl(), *s[0].impl(), *s[1].impl(),
                                             o, *gi.impl());
-        KILN_TRACE("cross_entropy_backward", TensorList({g[0], s[0], s[1]}), {gi},
+        KILN_TRACE("cross_entropy_backward", TensorList({g[0], s[0], s[1], s[2]}), {gi},
                    {"ignore_index", ignore_index}, {"reduction", static_cast<int64_t>(reduction)},
                    {"label_smoothing", label_smoothing});
         return TensorList{gi};
       });
-  KILN_TRACE("cross_entropy", TensorList({input, target}), {out}, {"ignore_index", ignore_index},
-             {"reduction", static_cast<int64_t>(reduction)}, {"label_smoothing", label_smoothing});
+  KILN_TRACE("cross_entropy", TensorList({input, target, weight}), {out},
+             {"ignore_index", ignore_index}, {"reduction", static_cast<int64_t>(reduction)},
+             {"label_smoothing", label_smoothing});
   return out;
 }
 
@@ -476,7 +477,7 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
                                                     *s[1].impl(), o, *gi.impl());
                      return TensorList{gi};
                    });
-  KILN_TRACE("nll_loss", TensorList({input, target}), {out}, {"ignore_index", ignore_index},
+  KILN_TRACE("nll_loss", TensorList({input, target, weight}), {out}, {"ignore_index", ignore_index},
              {"reduction", static_cast<int64_t>(reduction)});
   return out;
 }
@@ -534,8 +535,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
                          opt(s[3]), r, *gi.impl());
                      return TensorList{gi};
                    });
-  KILN_TRACE("binary_cross_entropy_with_logits", TensorList({input, target}), {out},
-             {"reduction", static_cast<int64_t>(reduction)});
+  KILN_TRACE("binary_cross_entropy_with_logits", TensorList({input, target, weight, pos_weight}),
+             {out}, {"reduction", static_cast<int64_t>(reduction)});
   return out;
 }
 

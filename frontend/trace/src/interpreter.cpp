@@ -544,12 +544,12 @@ const KernelTable& kernels() {
        }},
       {id<ir::CrossEntropyOp>(),
        [](L x, A a, O) {
-         return TensorList{cross_entropy(x[0], x[1], {}, a.i("ignore_index"), reduction(a),
+         return TensorList{cross_entropy(x[0], x[1], x[2], a.i("ignore_index"), reduction(a),
                                          a.f("label_smoothing"))};
        }},
       {id<ir::NllLossOp>(),
        [](L x, A a, O) {
-         return TensorList{nll_loss(x[0], x[1], {}, a.i("ignore_index"), reduction(a))};
+         return TensorList{nll_loss(x[0], x[1], x[2], a.i("ignore_index"), reduction(a))};
        }},
       {id<ir::MseLossOp>(), [](L x, A a, O) { return TensorList{mse_loss(x[0], x[1], reduction(a))}; }},
       {id<ir::MseLossBackwardOp>(),
@@ -566,7 +566,7 @@ const KernelTable& kernels() {
          Tensor loss;
          {
            autograd::EnableGradGuard grad;
-           loss = cross_entropy(logits, x[2], {}, a.i("ignore_index"), reduction(a),
+           loss = cross_entropy(logits, x[2], x[3], a.i("ignore_index"), reduction(a),
                                 a.f("label_smoothing"));
          }
          return TensorList{autograd::grad({loss}, {logits}, {x[0]})[0]};
@@ -577,7 +577,8 @@ const KernelTable& kernels() {
        }},
       {id<ir::BinaryCrossEntropyWithLogitsOp>(),
        [](L x, A a, O) {
-         return TensorList{binary_cross_entropy_with_logits(x[0], x[1], {}, {}, reduction(a))};
+         return TensorList{
+             binary_cross_entropy_with_logits(x[0], x[1], x[2], x[3], reduction(a))};
        }},
       {id<ir::IndexSelectOp>(),
        [](L x, A a, O) { return TensorList{index_select(x[0], a.i("dim"), x[1])}; }},

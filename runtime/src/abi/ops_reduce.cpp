@@ -70,17 +70,21 @@ KILN_ABI_OP(softmax_backward, softmax_backward_out(a.t(0), a.t(1), a.i(), a.t(2)
 KILN_ABI_OP(log_softmax_backward, log_softmax_backward_out(a.t(0), a.t(1), a.i(), a.t(2)))
 KILN_ABI_OP(cumsum, cumsum_out(a.t(0), a.i(), a.t(1)))
 
+// Tensors: input, target, weight? (class weights), out.
 KILN_ABI_OP(cross_entropy, {
   CrossEntropyOptions o = ce_options(a, true);
-  cross_entropy_out(a.t(0), a.t(1), o, a.t(2));
+  o.weight = a.opt(2);
+  cross_entropy_out(a.t(0), a.t(1), o, a.t(3));
 })
 KILN_ABI_OP(cross_entropy_backward, {
   CrossEntropyOptions o = ce_options(a, true);
-  cross_entropy_backward_out(a.t(0), a.t(1), a.t(2), o, a.t(3));
+  o.weight = a.opt(3);
+  cross_entropy_backward_out(a.t(0), a.t(1), a.t(2), o, a.t(4));
 })
 KILN_ABI_OP(nll_loss, {
   CrossEntropyOptions o = ce_options(a, false);
-  nll_loss_out(a.t(0), a.t(1), o, a.t(2));
+  o.weight = a.opt(2);
+  nll_loss_out(a.t(0), a.t(1), o, a.t(3));
 })
 KILN_ABI_OP(mse_loss, mse_loss_out(a.t(0), a.t(1), static_cast<LossReduction>(a.i()), a.t(2)))
 KILN_ABI_OP(mse_loss_backward, mse_loss_backward_out(a.t(0), a.t(1), a.t(2),
@@ -89,6 +93,7 @@ KILN_ABI_OP(smooth_l1_loss, {
   const auto r = static_cast<LossReduction>(a.i());
   smooth_l1_loss_out(a.t(0), a.t(1), r, a.f(), a.t(2));
 })
+// Tensors: input, target, weight?, pos_weight?, out.
 KILN_ABI_OP(binary_cross_entropy_with_logits,
-            binary_cross_entropy_with_logits_out(a.t(0), a.t(1), nullptr, nullptr,
-                                                 static_cast<LossReduction>(a.i()), a.t(2)))
+            binary_cross_entropy_with_logits_out(a.t(0), a.t(1), a.opt(2), a.opt(3),
+                                                 static_cast<LossReduction>(a.i()), a.t(4)))

@@ -27,15 +27,20 @@ std::unique_ptr<KernelParams> decode_loss(const AttrMap& a) {
   return p;
 }
 
+// The class weights: the optional input `i` (absent: every class weighs 1).
+kernels::CrossEntropyOptions ce_with_weight(const KernelCall& c, size_t i) {
+  kernels::CrossEntropyOptions o = params<LossParams>(c).ce;
+  o.weight = opt_in(c, i);
+  return o;
+}
 void run_cross_entropy(const KernelCall& c) {
-  kernels::cross_entropy_out(in(c, 0), in(c, 1), params<LossParams>(c).ce, out(c));
+  kernels::cross_entropy_out(in(c, 0), in(c, 1), ce_with_weight(c, 2), out(c));
 }
 void run_cross_entropy_backward(const KernelCall& c) {
-  kernels::cross_entropy_backward_out(in(c, 0), in(c, 1), in(c, 2), params<LossParams>(c).ce,
-                                      out(c));
+  kernels::cross_entropy_backward_out(in(c, 0), in(c, 1), in(c, 2), ce_with_weight(c, 3), out(c));
 }
 void run_nll_loss(const KernelCall& c) {
-  kernels::nll_loss_out(in(c, 0), in(c, 1), params<LossParams>(c).ce, out(c));
+  kernels::nll_loss_out(in(c, 0), in(c, 1), ce_with_weight(c, 2), out(c));
 }
 void run_mse_loss(const KernelCall& c) {
   kernels::mse_loss_out(in(c, 0), in(c, 1), params<LossParams>(c).ce.reduction, out(c));
@@ -49,7 +54,7 @@ void run_smooth_l1_loss(const KernelCall& c) {
   kernels::smooth_l1_loss_out(in(c, 0), in(c, 1), p.ce.reduction, p.beta, out(c));
 }
 void run_bce_with_logits(const KernelCall& c) {
-  kernels::binary_cross_entropy_with_logits_out(in(c, 0), in(c, 1), nullptr, nullptr,
+  kernels::binary_cross_entropy_with_logits_out(in(c, 0), in(c, 1), opt_in(c, 2), opt_in(c, 3),
                                                 params<LossParams>(c).ce.reduction, out(c));
 }
 

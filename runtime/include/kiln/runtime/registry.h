@@ -105,7 +105,7 @@ struct KernelDef {
   int min_inputs = 1;
   int max_inputs = 1;  // -1: variadic
   int num_outputs = 1;
-  std::span<const AttrSpec> attrs;
+  std::span<const AttrSpec> attrs = {};
   // Attributes -> parameters (may throw kiln::Error). nullptr: the kernel takes no attributes.
   std::unique_ptr<KernelParams> (*decode)(const AttrMap&) = nullptr;
   void (*run)(const KernelCall&) = nullptr;
@@ -134,7 +134,7 @@ struct OpSignature {
   int max_inputs;  // -1: variadic
   int num_outputs;
   uint32_t optional_inputs;
-  std::span<const AttrSpec> attrs;
+  std::span<const AttrSpec> attrs = {};
 };
 std::span<const OpSignature> op_signatures();
 const OpSignature* find_op_signature(std::string_view name);
