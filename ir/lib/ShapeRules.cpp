@@ -53,14 +53,16 @@ std::string str(ArrayRef<int64_t> s) {
   return out + "]";
 }
 // A size computed from others: dynamic when any input is (checked before any arithmetic, so a
-// dynamic size never enters it), and -2 (matching no size) when the exact value, computed in 128
-// bits, leaves int64 (hostile attributes).
+// dynamic size never enters it), and kOverflow when the exact value, computed in 128 bits, leaves
+// int64 (hostile attributes).
+constexpr int64_t kOverflow = -2;
 template <typename Fn>
 int64_t derived(std::initializer_list<int64_t> inputs, Fn fn) {
   for (int64_t i : inputs)
     if (i == kDyn) return kDyn;
   const __int128 v = fn();
-  if (v > std::numeric_limits<int64_t>::max() || v < std::numeric_limits<int64_t>::min()) return -2;
+  if (v > std::numeric_limits<int64_t>::max() || v < std::numeric_limits<int64_t>::min())
+    return kOverflow;
   return static_cast<int64_t>(v);
 }
 using I128 = __int128;
@@ -68,6 +70,8 @@ using I128 = __int128;
 // The result must have `want`'s shape (dynamic dims on either side match).
 LogicalResult expect_shape(Operation* op, Value result, ArrayRef<int64_t> want,
                            const char* what = "result") {
+  if (llvm::is_contained(want, kOverflow))
+    return op->emitOpError("its attributes make a ") << what << " size overflow int64";
   if (same(dims(result), want)) return success();
   return op->emitOpError(what) << " must be " << str(want) << ", got " << result.getType();
 }

@@ -254,3 +254,12 @@ func.func @class_weights(%x: tensor<4x3xf32>, %t: tensor<4xi64>, %w: tensor<4xf3
   %0 = kiln.cross_entropy %x, %t, %w {ignore_index = -100 : i64, reduction = 1 : i64, label_smoothing = 0.0 : f64} : (tensor<4x3xf32>, tensor<4xi64>, tensor<4xf32>) -> tensor<f32>
   return
 }
+
+// -----
+
+// Hostile attributes: sizes computed in 128 bits, an overflow named as such.
+func.func @pool_overflow(%x: tensor<1x1x4x4xf32>) {
+  // expected-error @+1 {{'kiln.max_pool2d' op its attributes make a result size overflow int64}}
+  %0:2 = kiln.max_pool2d %x {kernel = array<i64: 9223372036854775807, 2>, stride = array<i64: 1, 1>, padding = array<i64: 9223372036854775807, 0>, dilation = array<i64: 9223372036854775807, 1>, ceil_mode = true} : (tensor<1x1x4x4xf32>) -> (tensor<1x1x2x2xf32>, tensor<1x1x2x2xi64>)
+  return
+}
