@@ -6,6 +6,8 @@
     gen_ops.py codegen OUT       codegen's op tables (elementwise, views, runtime-call attributes)
     gen_ops.py abi OUT           the runtime's C ABI op entry points (declarations, JIT symbols)
     gen_ops.py runtime OUT       the runtime kernels' signatures (counts, attributes, defaults)
+    gen_ops.py unary OUT         the unary ops the runtime's UnaryOp kernel runs (registry table)
+    gen_ops.py interpreter OUT   the reference interpreter's unary entries
     gen_ops.py schema OUT        the schema's backend and trait columns as a C++ table
     gen_ops.py derivatives OUT   the gradient formulas as C++ lambdas (checked against autograd)
     gen_ops.py docs OUT          docs/ops.md: every op, its attributes and its coverage
@@ -110,6 +112,7 @@ class Op:
             if b not in BACKENDS:
                 raise SchemaError(f"op {name}: unknown backend '{b}'")
         self.folder = spec.get("folder", False)
+        self.unary_kernel = pick("unary_kernel", False)
 
     @property
     def cls(self):
@@ -373,6 +376,26 @@ def runtime_signatures(schema, ops):
     return "\n".join(lines) + "\n"
 
 
+def unary_kernels(schema, ops):
+    """The unary ops the runtime runs with kernels::UnaryOp (its registry table): an X-macro
+    KILN_UNARY_KERNEL(name, UnaryOpValue) per op."""
+    lines = [f"// {HEADER}"]
+    lines += [f"KILN_UNARY_KERNEL({o.name}, {camel(o.name)})" for o in ops if o.unary_kernel]
+    return "\n".join(lines) + "\n"
+
+
+def interpreter_unary(schema, ops):
+    """The reference interpreter's entries of the unary family: the eager function of the op's
+    name (clone: the method). Included in its TypeID-keyed table."""
+    lines = [f"// {HEADER}"]
+    for o in ops:
+        if o.family != "unary":
+            continue
+        call = "x[0].clone()" if o.name == "clone" else f"kiln::{o.name}(x[0])"
+        lines.append(f"{{id<ir::{camel(o.name)}Op>(), [](L x, A, O) {{ return TensorList{{{call}}}; }}}},")
+    return "\n".join(lines) + "\n"
+
+
 def schema_table(schema, ops):
     """{name, backends, traits} for each op: what kiln ops prints and the coverage test checks."""
     lines = [f"// {HEADER}", "// {name, backends, traits, operands (-1: variadic), results}"]
@@ -434,6 +457,7 @@ def write(path, text):
 
 def main(argv):
     kinds = {"td": td, "verifiers": verifiers, "codegen": codegen, "abi": abi, "runtime": runtime_signatures,
+             "unary": unary_kernels, "interpreter": interpreter_unary,
              "schema": schema_table,
              "derivatives": derivatives, "docs": docs}
     if len(argv) != 2 or argv[0] not in kinds:

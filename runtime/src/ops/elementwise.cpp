@@ -20,26 +20,11 @@ struct UnaryEntry {
   std::string_view name;
   UnaryOp op;
 };
+// The schema's unary ops with `unary_kernel` (ir/ops.toml), generated.
 constexpr UnaryEntry kUnary[] = {
-    {"neg", UnaryOp::Neg},
-    {"abs", UnaryOp::Abs},
-    {"sign", UnaryOp::Sign},
-    {"relu", UnaryOp::Relu},
-    {"floor", UnaryOp::Floor},
-    {"ceil", UnaryOp::Ceil},
-    {"round", UnaryOp::Round},
-    {"exp", UnaryOp::Exp},
-    {"log", UnaryOp::Log},
-    {"log1p", UnaryOp::Log1p},
-    {"sqrt", UnaryOp::Sqrt},
-    {"rsqrt", UnaryOp::Rsqrt},
-    {"sin", UnaryOp::Sin},
-    {"cos", UnaryOp::Cos},
-    {"tanh", UnaryOp::Tanh},
-    {"sigmoid", UnaryOp::Sigmoid},
-    {"silu", UnaryOp::Silu},
-    {"erf", UnaryOp::Erf},
-    {"reciprocal", UnaryOp::Reciprocal},
+#define KILN_UNARY_KERNEL(name, value) {#name, UnaryOp::value},
+#include "unary_kernels.inc"
+#undef KILN_UNARY_KERNEL
 };
 
 struct BinaryEntry {
