@@ -21,27 +21,7 @@ Type promote_types(Type a, Type b) {
   return wa >= wb ? a : b;
 }
 
-// NumPy broadcasting of two static-or-dynamic shapes.
-LogicalResult broadcast(ArrayRef<int64_t> a, ArrayRef<int64_t> b, SmallVectorImpl<int64_t>& out,
-                        std::optional<Location> loc, StringRef op) {
-  const size_t r = std::max(a.size(), b.size());
-  out.assign(r, 1);
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da == db || db == 1) {
-      out[i] = da;
-    } else if (da == 1) {
-      out[i] = db;
-    } else if (ShapedType::isDynamic(da) || ShapedType::isDynamic(db)) {
-      out[i] = ShapedType::kDynamic;
-    } else {
-      return emitOptionalError(loc, op, ": shapes do not broadcast at dim ", i, " (", da, " vs ",
-                               db, ")");
-    }
-  }
-  return success();
-}
+using shape::broadcast_shapes;
 
 bool is_float(Type t) {
   return isa<FloatType>(t);
@@ -70,7 +50,7 @@ LogicalResult infer_binary(ValueRange operands, std::optional<Location> loc, Str
   auto lhs = cast<RankedTensorType>(operands[0].getType());
   auto rhs = cast<RankedTensorType>(operands[1].getType());
   SmallVector<int64_t> shape;
-  if (failed(broadcast(lhs.getShape(), rhs.getShape(), shape, loc, op))) return failure();
+  if (failed(broadcast_shapes(lhs.getShape(), rhs.getShape(), shape, loc, op))) return failure();
   Type element = result_type(lhs, rhs);
   if (true_div && !is_float(element)) element = Float32Type::get(lhs.getContext());
   inferred.push_back(RankedTensorType::get(shape, element));
@@ -82,7 +62,7 @@ LogicalResult infer_compare(ValueRange operands, std::optional<Location> loc, St
   auto lhs = cast<RankedTensorType>(operands[0].getType());
   auto rhs = cast<RankedTensorType>(operands[1].getType());
   SmallVector<int64_t> shape;
-  if (failed(broadcast(lhs.getShape(), rhs.getShape(), shape, loc, op))) return failure();
+  if (failed(broadcast_shapes(lhs.getShape(), rhs.getShape(), shape, loc, op))) return failure();
   inferred.push_back(RankedTensorType::get(shape, IntegerType::get(lhs.getContext(), 1)));
   return success();
 }
@@ -236,7 +216,7 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext*, std::optional<Location> l
                              k_lhs, ", rhs ", rhs, " has ", k_rhs);
   }
   SmallVector<int64_t> batch;
-  if (failed(broadcast(a.drop_back(2), b.drop_back(2), batch, loc, "kiln.matmul")))
+  if (failed(broadcast_shapes(a.drop_back(2), b.drop_back(2), batch, loc, "kiln.matmul")))
     return failure();
   batch.push_back(a[a.size() - 2]);
   batch.push_back(b.back());

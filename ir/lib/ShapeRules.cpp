@@ -130,22 +130,33 @@ LogicalResult dim_in_range(Operation* op, Value input, int64_t dim) {
   return bad_dim(op, dim, rank(input));
 }
 
-namespace {
-std::optional<Shape> broadcast(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+LogicalResult broadcast_shapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b,
+                               llvm::SmallVectorImpl<int64_t>& out,
+                               std::optional<mlir::Location> loc, llvm::StringRef op) {
   const size_t r = std::max(a.size(), b.size());
-  Shape out(r, 1);
+  out.assign(r, 1);
   for (size_t i = 0; i < r; ++i) {
     const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
     const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da == db || db == 1)
+    if (da == db || db == 1) {
       out[i] = da;
-    else if (da == 1)
+    } else if (da == 1) {
       out[i] = db;
-    else if (da == kDyn || db == kDyn)
+    } else if (da == kDyn || db == kDyn) {
       out[i] = kDyn;
-    else
-      return std::nullopt;
+    } else {
+      return mlir::emitOptionalError(loc, op, ": shapes do not broadcast at dim ", i, " (", da,
+                                     " vs ", db, ")");
+    }
   }
+  return success();
+}
+
+namespace {
+// The same without a diagnostic: the rules below name the operands themselves.
+std::optional<Shape> broadcast(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  Shape out;
+  if (failed(broadcast_shapes(a, b, out, std::nullopt, ""))) return std::nullopt;
   return out;
 }
 }  // namespace

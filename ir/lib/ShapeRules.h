@@ -5,7 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
+#include "llvm/ADT/SmallVector.h"
+#include "mlir/IR/Location.h"
 #include "mlir/IR/Operation.h"
 #include "mlir/IR/Value.h"
 
@@ -18,6 +21,11 @@ using mlir::Value;
 using mlir::ValueRange;
 
 // --- shapes and types
+// NumPy broadcasting of two shapes into `out` (dynamic dims stay dynamic); a mismatch is an
+// error naming `op`, the dim and both sizes, emitted at `loc` when there is one.
+LogicalResult broadcast_shapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b,
+                               llvm::SmallVectorImpl<int64_t>& out,
+                               std::optional<mlir::Location> loc, llvm::StringRef op);
 LogicalResult same_shape(Operation* op, Value a, Value b);
 LogicalResult element_type_is(Operation* op, Value v, int64_t dtype);  // dtype: kiln's DType code
 LogicalResult dim_in_range(Operation* op, Value input, int64_t dim);
