@@ -19,14 +19,9 @@
 namespace kiln::passes {
 namespace {
 
+// The ops code generation emits as loops (the schema's lowering = "loop").
 bool is_elementwise(mlir::Operation* op) {
-  return mlir::isa<ir::AddOp, ir::SubOp, ir::MulOp, ir::DivOp, ir::PowOp, ir::MaximumOp,
-                   ir::MinimumOp, ir::EqOp, ir::NeOp, ir::LtOp, ir::LeOp, ir::GtOp, ir::GeOp,
-                   ir::LogicalAndOp, ir::LogicalOrOp, ir::NegOp, ir::AbsOp, ir::ExpOp, ir::LogOp,
-                   ir::Log1pOp, ir::SqrtOp, ir::RsqrtOp, ir::SinOp, ir::CosOp, ir::TanhOp,
-                   ir::SigmoidOp, ir::ReluOp, ir::SiluOp, ir::ErfOp, ir::FloorOp, ir::CeilOp,
-                   ir::RoundOp, ir::SignOp, ir::ReciprocalOp, ir::LogicalNotOp, ir::GeluOp,
-                   ir::LeakyReluOp, ir::ClampOp, ir::ToOp, ir::WhereOp>(op);
+  return op->hasTrait<ir::traits::ScalarLoop>();
 }
 
 using Group = llvm::SmallVector<mlir::Operation*>;

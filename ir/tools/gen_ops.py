@@ -6,7 +6,9 @@
     gen_ops.py codegen OUT       codegen's op tables (elementwise, views, runtime-call attributes)
     gen_ops.py abi OUT           the runtime's C ABI op entry points (declarations, JIT symbols)
     gen_ops.py runtime OUT       the runtime kernels' signatures (counts, attributes, defaults)
-    gen_ops.py unary OUT         the unary ops the runtime's UnaryOp kernel runs (registry table)
+    gen_ops.py unary OUT         the unary ops the runtime's UnaryOp kernel runs (its enum values,
+                                 scalar formulas, names, registry and C ABI entries)
+    gen_ops.py eager OUT         the eager functions of the unary family, with their gradients
     gen_ops.py interpreter OUT   the reference interpreter's unary entries
     gen_ops.py schema OUT        the schema's backend and trait columns as a C++ table
     gen_ops.py derivatives OUT   the gradient formulas as C++ lambdas (checked against autograd)
@@ -113,6 +115,21 @@ class Op:
                 raise SchemaError(f"op {name}: unknown backend '{b}'")
         self.folder = spec.get("folder", False)
         self.unary_kernel = pick("unary_kernel", False)
+        self.integers = pick("integers", "float")
+        if self.integers not in ("float", "keep"):
+            raise SchemaError(f"op {name}: integers is 'float' or 'keep', not '{self.integers}'")
+        self.eager = pick("eager", "generated" if self.unary_kernel else "handwritten")
+        if self.eager not in ("generated", "handwritten"):
+            raise SchemaError(f"op {name}: eager is 'generated' or 'handwritten'")
+        if self.eager == "generated" and not (self.unary_kernel and "input" in self.backward):
+            raise SchemaError(f"op {name}: a generated eager function needs unary_kernel and a "
+                              "backward formula for input")
+        self.lowering = pick("lowering", "loop" if "elementwise" in self.traits else None)
+        if self.lowering not in (None, "loop", "call"):
+            raise SchemaError(f"op {name}: lowering is 'loop' or 'call', not '{self.lowering}'")
+        if self.lowering == "call" and not self.unary_kernel:
+            raise SchemaError(f"op {name}: lowering 'call' runs the runtime's unary kernel: "
+                              "it needs unary_kernel")
 
     @property
     def cls(self):
@@ -169,6 +186,8 @@ def td(schema, ops):
             args.append(f"{ods}:${name}")
         res = ", ".join(f"{ELEMENT_TYPES[t]}:${n}" for n, t, _, _ in op.results)
         traits = ["Pure"] + (["InferTypeOpAdaptor"] if op.infers() else [])
+        if op.lowering == "loop":
+            traits.append("Kiln_ScalarLoop")
         if op.name in ("mul", "maximum", "minimum"):
             traits.append("Commutative")
         w(f'def {op.cls} : Kiln_Op<"{op.name}", [{", ".join(traits)}]> {{')
@@ -307,7 +326,7 @@ def verifiers(schema, ops):
 def codegen(schema, ops):
     """C++ initializers for codegen's op tables (included by codegen/src/lower)."""
     q = lambda n: f'"kiln.{n}"'
-    elementwise = [o.name for o in ops if "elementwise" in o.traits]
+    elementwise = [o.name for o in ops if o.lowering == "loop"]
     views = [o.name for o in ops if "view" in o.traits]
     calls = {o.name for o in runtime_calls(ops)}
     lines = [f"// {HEADER}", "#ifdef KILN_ELEMENTWISE_OPS",
@@ -325,9 +344,12 @@ def codegen(schema, ops):
 
 def runtime_calls(ops):
     """The ops code generation lowers to a call of the runtime's kiln_abi_<op>."""
-    return [o for o in ops if not ({"elementwise", "view"} & set(o.traits))
-            and o.name not in STRUCTURAL_TD and o.family not in ("binary", "compare", "unary")
-            and "runtime" in o.backends]
+    plain = [o for o in ops if not ({"elementwise", "view"} & set(o.traits))
+             and o.name not in STRUCTURAL_TD and o.family not in ("binary", "compare", "unary")
+             and "runtime" in o.backends]
+    # Every op of the runtime's UnaryOp kernel has an entry point: code generation calls it for
+    # an op whose schema says lowering = "call" (no scalar formula in codegen).
+    return plain + [o for o in ops if o.unary_kernel]
 
 
 def abi(schema, ops):
@@ -377,10 +399,36 @@ def runtime_signatures(schema, ops):
 
 
 def unary_kernels(schema, ops):
-    """The unary ops the runtime runs with kernels::UnaryOp (its registry table): an X-macro
-    KILN_UNARY_KERNEL(name, UnaryOpValue) per op."""
+    """The unary ops the runtime runs with kernels::UnaryOp, as an X-macro
+    KILN_UNARY_OP(name, UnaryOpValue, keeps_integers) per op: the enum's values, the scalar
+    formulas (kernels::scalar::<name>), the names, the registry's and the C ABI's entries."""
     lines = [f"// {HEADER}"]
-    lines += [f"KILN_UNARY_KERNEL({o.name}, {camel(o.name)})" for o in ops if o.unary_kernel]
+    lines += [f"KILN_UNARY_OP({o.name}, {camel(o.name)}, {str(o.integers == 'keep').lower()})"
+              for o in ops if o.unary_kernel]
+    return "\n".join(lines) + "\n"
+
+
+def eager_unary(schema, ops):
+    """The eager functions of the unary family whose schema says eager = "generated": the
+    runtime's UnaryOp kernel forward, the schema's formula as the gradient (saving the input
+    and/or the result, whichever it reads), the trace under the op's name. Included by
+    frontend/src/ops/elementwise.cpp."""
+    lines = [f"// {HEADER}"]
+    for o in ops:
+        if o.eager != "generated":
+            continue
+        formula = o.backward["input"]
+        uses_input = re.search(r"\binput\b", formula) is not None
+        uses_result = re.search(r"\bresult\b", formula) is not None
+        saved = (["const Tensor& input = s[0];"] if uses_input else []) + \
+            ([f"const Tensor& result = s[{1 if uses_input else 0}];"] if uses_result else [])
+        lines += [f"Tensor {o.name}(const Tensor& x) {{",
+                  f'  return unary_op(UnaryOp::{camel(o.name)}, "{o.name}", "{camel(o.name)}Backward", x, '
+                  f"{str(uses_input).lower()}, {str(uses_result).lower()},",
+                  f"                  [](const TensorList& s, const Tensor& grad) {{",
+                  f"                    (void)s; {' '.join(saved)}",
+                  f"                    return {formula};",
+                  "                  });", "}"]
     return "\n".join(lines) + "\n"
 
 
@@ -457,7 +505,7 @@ def write(path, text):
 
 def main(argv):
     kinds = {"td": td, "verifiers": verifiers, "codegen": codegen, "abi": abi, "runtime": runtime_signatures,
-             "unary": unary_kernels, "interpreter": interpreter_unary,
+             "unary": unary_kernels, "eager": eager_unary, "interpreter": interpreter_unary,
              "schema": schema_table,
              "derivatives": derivatives, "docs": docs}
     if len(argv) != 2 or argv[0] not in kinds:

@@ -122,7 +122,7 @@ const llvm::StringSet<>& elementwise_ops() {
 }
 
 bool Lowering::is_elementwise(mlir::Operation* op) {
-  return elementwise_ops().contains(op->getName().getStringRef());
+  return op->hasTrait<ir::traits::ScalarLoop>() || mlir::isa<ir::FusedOp>(op);
 }
 
 bool Lowering::deferred(mlir::Value v) const {

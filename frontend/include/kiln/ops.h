@@ -77,26 +77,13 @@ Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, double b);
 Tensor pow(const Tensor& a, double exponent);
 
-Tensor neg(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor log1p(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor sin(const Tensor& x);
-Tensor cos(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);
+// The unary family of the op schema (ir/ops.toml), one function per op named like it:
+// neg, abs, exp, log, log1p, sqrt, rsqrt, sin, cos, tanh, sigmoid, relu, silu, erf, floor, ceil,
+// round (half to even), sign, reciprocal, ... `Tensor name(const Tensor& x)`, differentiable.
+#define KILN_UNARY_OP(name, value, keeps_integers) Tensor name(const Tensor& x);
+#include "kiln/runtime/unary_ops.inc"
+#undef KILN_UNARY_OP
 Tensor gelu(const Tensor& x, bool tanh_approximation = false);
-Tensor silu(const Tensor& x);
-Tensor erf(const Tensor& x);
-Tensor floor(const Tensor& x);
-Tensor ceil(const Tensor& x);
-Tensor round(const Tensor& x);
-Tensor sign(const Tensor& x);
-Tensor reciprocal(const Tensor& x);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);

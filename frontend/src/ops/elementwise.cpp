@@ -233,42 +233,10 @@ bool first_order(const Tensor& g) {
 }
 }  // namespace
 
-Tensor neg(const Tensor& x) {
-  return unary_op(UnaryOp::Neg, "neg", "NegBackward", x, false, false,
-                  [](const TensorList&, const Tensor& g) { return -g; });
-}
-Tensor abs(const Tensor& x) {
-  return unary_op(UnaryOp::Abs, "abs", "AbsBackward", x, true, false,
-                  [](const TensorList& s, const Tensor& g) { return g * sign(s[0]); });
-}
-Tensor exp(const Tensor& x) {
-  return unary_op(UnaryOp::Exp, "exp", "ExpBackward", x, false, true,
-                  [](const TensorList& s, const Tensor& g) { return g * s[0]; });
-}
-Tensor log(const Tensor& x) {
-  return unary_op(UnaryOp::Log, "log", "LogBackward", x, true, false,
-                  [](const TensorList& s, const Tensor& g) { return g / s[0]; });
-}
-Tensor log1p(const Tensor& x) {
-  return unary_op(UnaryOp::Log1p, "log1p", "Log1pBackward", x, true, false,
-                  [](const TensorList& s, const Tensor& g) { return g / (s[0] + 1.0); });
-}
-Tensor sqrt(const Tensor& x) {
-  return unary_op(UnaryOp::Sqrt, "sqrt", "SqrtBackward", x, false, true,
-                  [](const TensorList& s, const Tensor& g) { return g / (s[0] * 2.0); });
-}
-Tensor rsqrt(const Tensor& x) {
-  return unary_op(UnaryOp::Rsqrt, "rsqrt", "RsqrtBackward", x, false, true,
-                  [](const TensorList& s, const Tensor& g) { return g * pow(s[0], 3.0) * -0.5; });
-}
-Tensor sin(const Tensor& x) {
-  return unary_op(UnaryOp::Sin, "sin", "SinBackward", x, true, false,
-                  [](const TensorList& s, const Tensor& g) { return g * cos(s[0]); });
-}
-Tensor cos(const Tensor& x) {
-  return unary_op(UnaryOp::Cos, "cos", "CosBackward", x, true, false,
-                  [](const TensorList& s, const Tensor& g) { return -g * sin(s[0]); });
-}
+// The unary ops whose schema entries say eager = "generated": the kernel forward, the schema's
+// gradient formula (ir/ops.toml) backward. The rest of the family follows by hand.
+#include "eager_unary.inc"
+
 Tensor tanh(const Tensor& x) {
   return unary_op(UnaryOp::Tanh, "tanh", "TanhBackward", x, false, true,
                   [](const TensorList& s, const Tensor& g) {
@@ -338,34 +306,6 @@ Tensor silu(const Tensor& x) {
                     Tensor sg = sigmoid(s[0]);
                     return g * sg * (1.0 + s[0] * (1.0 - sg));
                   });
-}
-Tensor erf(const Tensor& x) {
-  return unary_op(UnaryOp::Erf, "erf", "ErfBackward", x, true, false,
-                  [](const TensorList& s, const Tensor& g) {
-                    return g * exp(s[0] * s[0] * -1.0) * 1.1283791670955126;  // 2/sqrt(pi)
-                  });
-}
-namespace {
-Tensor zero_grad_unary(UnaryOp op, const char* name, const Tensor& x) {
-  return unary_op(op, name, "ZeroBackward", x, false, false,
-                  [](const TensorList&, const Tensor& g) { return zeros_like(g); });
-}
-}  // namespace
-Tensor floor(const Tensor& x) {
-  return zero_grad_unary(UnaryOp::Floor, "floor", x);
-}
-Tensor ceil(const Tensor& x) {
-  return zero_grad_unary(UnaryOp::Ceil, "ceil", x);
-}
-Tensor round(const Tensor& x) {
-  return zero_grad_unary(UnaryOp::Round, "round", x);
-}
-Tensor sign(const Tensor& x) {
-  return zero_grad_unary(UnaryOp::Sign, "sign", x);
-}
-Tensor reciprocal(const Tensor& x) {
-  return unary_op(UnaryOp::Reciprocal, "reciprocal", "ReciprocalBackward", x, false, true,
-                  [](const TensorList& s, const Tensor& g) { return -g * s[0] * s[0]; });
 }
 Tensor leaky_relu(const Tensor& x, double slope) {
   kernels::UnaryParams p;

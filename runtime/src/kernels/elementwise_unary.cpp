@@ -5,13 +5,23 @@
 
 #include "elementwise_engine.h"
 #include "elementwise_vec.h"
+#include "unary_formulas.h"
 
 namespace kiln::kernels {
 
 namespace {
 
+// Whether integer and bool inputs compute in float32 (the schema's `integers`).
 bool is_float_op(UnaryOp op) {
-  return static_cast<int>(op) >= static_cast<int>(UnaryOp::Exp);
+  switch (op) {
+#define KILN_UNARY_OP(name, value, keeps_integers) \
+  case UnaryOp::value:                             \
+    return !(keeps_integers);
+#include "kiln/runtime/unary_ops.inc"
+#undef KILN_UNARY_OP
+    default:
+      return true;
+  }
 }
 
 double param_a(UnaryOp op, const UnaryParams& p) {
@@ -73,44 +83,16 @@ void run_integral(UnaryOp op, TensorImpl& out, const ew::In& in) {
   }
 }
 
-// Floating ops in plain scalar code (float64, and float32 ops without a vector kernel).
+// Floating ops in plain scalar code (float64, and float32 ops without a vector kernel): the
+// schema's unary family through its formulas (unary_formulas.h), then the attribute variants.
 template <typename T>
 void run_floating(UnaryOp op, TensorImpl& out, const ew::In& in, T pa, T pb) {
-  using L = std::numeric_limits<T>;
   switch (op) {
-    case UnaryOp::Neg:
-      return run_scalar<T>(out, in, [](T x) { return -x; });
-    case UnaryOp::Abs:
-      return run_scalar<T>(out, in, [](T x) { return std::fabs(x); });
-    case UnaryOp::Sign:
-      return run_scalar<T>(out, in,
-                           [](T x) { return x != x ? x : static_cast<T>((x > 0) - (x < 0)); });
-    case UnaryOp::Relu:
-      return run_scalar<T>(out, in, [](T x) { return x < 0 ? T(0) : x; });
-    case UnaryOp::Floor:
-      return run_scalar<T>(out, in, [](T x) { return std::floor(x); });
-    case UnaryOp::Ceil:
-      return run_scalar<T>(out, in, [](T x) { return std::ceil(x); });
-    case UnaryOp::Round:
-      return run_scalar<T>(out, in, [](T x) { return std::nearbyint(x); });
-    case UnaryOp::Exp:
-      return run_scalar<T>(out, in, [](T x) { return std::exp(x); });
-    case UnaryOp::Log:
-      return run_scalar<T>(out, in, [](T x) { return std::log(x); });
-    case UnaryOp::Log1p:
-      return run_scalar<T>(out, in, [](T x) { return std::log1p(x); });
-    case UnaryOp::Sqrt:
-      return run_scalar<T>(out, in, [](T x) { return std::sqrt(x); });
-    case UnaryOp::Rsqrt:
-      return run_scalar<T>(out, in, [](T x) { return T(1) / std::sqrt(x); });
-    case UnaryOp::Sin:
-      return run_scalar<T>(out, in, [](T x) { return std::sin(x); });
-    case UnaryOp::Cos:
-      return run_scalar<T>(out, in, [](T x) { return std::cos(x); });
-    case UnaryOp::Tanh:
-      return run_scalar<T>(out, in, [](T x) { return std::tanh(x); });
-    case UnaryOp::Sigmoid:
-      return run_scalar<T>(out, in, [](T x) { return T(1) / (T(1) + std::exp(-x)); });
+#define KILN_UNARY_OP(name, value, keeps_integers) \
+  case UnaryOp::value:                             \
+    return run_scalar<T>(out, in, [](T x) { return scalar::name(x); });
+#include "kiln/runtime/unary_ops.inc"
+#undef KILN_UNARY_OP
     case UnaryOp::Gelu:
       return run_scalar<T>(
           out, in, [](T x) { return T(0.5) * x * std::erfc(-x * T(0.70710678118654752440)); });
@@ -119,12 +101,6 @@ void run_floating(UnaryOp op, TensorImpl& out, const ew::In& in, T pa, T pb) {
         const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
         return x / (T(1) + std::exp(-2 * u));
       });
-    case UnaryOp::Silu:
-      return run_scalar<T>(out, in, [](T x) { return x / (T(1) + std::exp(-x)); });
-    case UnaryOp::Erf:
-      return run_scalar<T>(out, in, [](T x) { return std::erf(x); });
-    case UnaryOp::Reciprocal:
-      return run_scalar<T>(out, in, [](T x) { return T(1) / x; });
     case UnaryOp::LeakyRelu:
       return run_scalar<T>(out, in, [pa](T x) { return x > 0 ? x : x * pa; });
     case UnaryOp::Hardtanh:
@@ -133,55 +109,20 @@ void run_floating(UnaryOp op, TensorImpl& out, const ew::In& in, T pa, T pb) {
         return r > pb ? pb : r;
       });
   }
-  (void)L::quiet_NaN();
 }
 
 }  // namespace
 
 std::string_view unary_op_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::Neg:
-      return "neg";
-    case UnaryOp::Abs:
-      return "abs";
-    case UnaryOp::Sign:
-      return "sign";
-    case UnaryOp::Relu:
-      return "relu";
-    case UnaryOp::Floor:
-      return "floor";
-    case UnaryOp::Ceil:
-      return "ceil";
-    case UnaryOp::Round:
-      return "round";
-    case UnaryOp::Exp:
-      return "exp";
-    case UnaryOp::Log:
-      return "log";
-    case UnaryOp::Log1p:
-      return "log1p";
-    case UnaryOp::Sqrt:
-      return "sqrt";
-    case UnaryOp::Rsqrt:
-      return "rsqrt";
-    case UnaryOp::Sin:
-      return "sin";
-    case UnaryOp::Cos:
-      return "cos";
-    case UnaryOp::Tanh:
-      return "tanh";
-    case UnaryOp::Sigmoid:
-      return "sigmoid";
+#define KILN_UNARY_OP(name, value, keeps_integers) \
+  case UnaryOp::value:                             \
+    return #name;
+#include "kiln/runtime/unary_ops.inc"
+#undef KILN_UNARY_OP
     case UnaryOp::Gelu:
-      return "gelu";
     case UnaryOp::GeluTanh:
       return "gelu";
-    case UnaryOp::Silu:
-      return "silu";
-    case UnaryOp::Erf:
-      return "erf";
-    case UnaryOp::Reciprocal:
-      return "reciprocal";
     case UnaryOp::LeakyRelu:
       return "leaky_relu";
     case UnaryOp::Hardtanh:

@@ -22,9 +22,9 @@ struct UnaryEntry {
 };
 // The schema's unary ops with `unary_kernel` (ir/ops.toml), generated.
 constexpr UnaryEntry kUnary[] = {
-#define KILN_UNARY_KERNEL(name, value) {#name, UnaryOp::value},
-#include "unary_kernels.inc"
-#undef KILN_UNARY_KERNEL
+#define KILN_UNARY_OP(name, value, keeps_integers) {#name, UnaryOp::value},
+#include "kiln/runtime/unary_ops.inc"
+#undef KILN_UNARY_OP
 };
 
 struct BinaryEntry {

@@ -10,6 +10,12 @@
 
 #include "kiln/ir/KilnDialect.h.inc"
 
+namespace kiln::ir::traits {
+// Kiln_ScalarLoop (KilnDialect.td): codegen has a scalar formula for the op and emits it as loops.
+template <typename ConcreteType>
+class ScalarLoop : public mlir::OpTrait::TraitBase<ConcreteType, ScalarLoop> {};
+}  // namespace kiln::ir::traits
+
 #define GET_OP_CLASSES
 #include "kiln/ir/KilnOps.h.inc"
 

@@ -17,6 +17,12 @@ def Kiln_Dialect : Dialect {
   let hasConstantMaterializer = 0;
 }
 
+// An elementwise op code generation emits as loops from its scalar formula (the schema's
+// lowering = "loop"): --kiln-fuse-elementwise groups these, codegen writes their loop nests.
+def Kiln_ScalarLoop : NativeOpTrait<"ScalarLoop"> {
+  let cppNamespace = "::kiln::ir::traits";
+}
+
 class Kiln_Op<string mnemonic, list<Trait> traits = []> : Op<Kiln_Dialect, mnemonic, traits>;
 
 #endif

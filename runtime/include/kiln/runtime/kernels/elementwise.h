@@ -77,29 +77,16 @@ Dims broadcast_shape(std::span<const int64_t> a, std::span<const int64_t> b,
 
 // ---- unary -----------------------------------------------------------------------------------
 
+// The unary family of the op schema (ir/ops.toml: neg, abs, exp, ..., in its order; generated),
+// then the kernel variants of ops whose schema entries carry attributes. Integer and bool inputs
+// of an op whose schema says `integers = "float"` compute in float32. Sign: NaN -> NaN; round:
+// half to even.
 enum class UnaryOp : uint8_t {
-  Neg,
-  Abs,
-  Sign,  // NaN -> NaN
-  Relu,
-  Floor,
-  Ceil,
-  Round,  // half to even
-  // Float ops: integer/bool inputs compute in float32.
-  Exp,
-  Log,
-  Log1p,
-  Sqrt,
-  Rsqrt,
-  Sin,
-  Cos,
-  Tanh,
-  Sigmoid,
-  Gelu,      // x * Phi(x) (erf form)
-  GeluTanh,  // tanh approximation (PyTorch approximate="tanh")
-  Silu,
-  Erf,
-  Reciprocal,
+#define KILN_UNARY_OP(name, value, keeps_integers) value,
+#include "kiln/runtime/unary_ops.inc"
+#undef KILN_UNARY_OP
+  Gelu,       // x * Phi(x) (erf form)
+  GeluTanh,   // tanh approximation (PyTorch approximate="tanh")
   LeakyRelu,  // param a = negative slope (default 0.01)
   Hardtanh,   // params a = min_val, b = max_val (default -1, 1)
 };
