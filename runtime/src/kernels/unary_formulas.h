@@ -51,6 +51,10 @@ T log1p(T x) {
   return std::log1p(x);
 }
 template <typename T>
+T expm1(T x) {
+  return std::expm1(x);
+}
+template <typename T>
 T sqrt(T x) {
   return std::sqrt(x);
 }
