@@ -104,9 +104,9 @@ bool report(const char* label, nn::Module& model, int64_t size) {
 
   int relu = 0, relu6 = 0, none = 0, residual = 0;
   optimized.module().walk([&](kiln::ir::Conv2dFusedOp op) {
-    relu += op.getActivation() == 1;
-    relu6 += op.getActivation() == 2;
-    none += op.getActivation() == 0;
+    relu += op.getActivation() == ir::Activation::Relu;
+    relu6 += op.getActivation() == ir::Activation::Relu6;
+    none += op.getActivation() == ir::Activation::None;
     residual += !mlir::isa<mlir::NoneType>(op.getResidual().getType());
   });
   int plain_conv_feeding_residual = 0;

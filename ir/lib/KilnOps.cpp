@@ -104,8 +104,12 @@ OpFoldResult ReluOp::fold(FoldAdaptor) {
   return {};
 }
 
+// Every other op's verifier: its enum attributes' ranges and the shape rules ir/ops.toml names.
+#include "kiln/ir/KilnOpVerifiers.inc"
+
 // The block's shapes as the runtime kernel checks them (kernels/mbconv.h), float32 throughout.
 LogicalResult MbconvOp::verify() {
+  if (failed(verify_enum_attrs(*this))) return failure();
   auto shape = [](Value v) -> ArrayRef<int64_t> {
     return cast<RankedTensorType>(v.getType()).getShape();
   };
@@ -224,10 +228,10 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext*, std::optional<Location> l
   return success();
 }
 
-// Every other op's verifier: its enum attributes' ranges and the shape rules ir/ops.toml names.
-#include "kiln/ir/KilnOpVerifiers.inc"
 
 }  // namespace kiln::ir
 
 #define GET_OP_CLASSES
 #include "kiln/ir/KilnOps.cpp.inc"
+
+#include "kiln/ir/KilnEnums.cpp.inc"

@@ -111,18 +111,16 @@ LogicalResult same_shape(Operation* op, Value a, Value b) {
   return op->emitOpError("expects equal shapes, got ") << a.getType() << " and " << b.getType();
 }
 
-LogicalResult element_type_is(Operation* op, Value v, int64_t dtype) {
+LogicalResult element_type_is(Operation* op, Value v, DType dtype) {
   mlir::Builder b(op->getContext());
-  static constexpr const char* kNames[] = {"float32", "float64", "float16", "bfloat16", "int8",
-                                           "uint8",   "int32",   "int64",   "bool"};
   mlir::Type want[] = {b.getF32Type(),       b.getF64Type(),       b.getF16Type(),
                        b.getBF16Type(),      b.getIntegerType(8),  b.getIntegerType(8, false),
                        b.getIntegerType(32), b.getIntegerType(64), b.getI1Type()};
-  if (dtype < 0 || dtype >= static_cast<int64_t>(std::size(want)))
-    return op->emitOpError("dtype must be a kiln DType code in [0, 8], got ") << dtype;
-  if (tensor(v).getElementType() == want[dtype]) return success();
+  static_assert(std::size(want) == getMaxEnumValForDType() + 1, "one type per kiln DType");
+  if (tensor(v).getElementType() == want[static_cast<size_t>(dtype)]) return success();
   return op->emitOpError("result element type must be ")
-         << kNames[dtype] << " (dtype " << dtype << "), got " << v.getType();
+         << stringifyDType(dtype) << " (dtype " << static_cast<int64_t>(dtype) << "), got "
+         << v.getType();
 }
 
 LogicalResult dim_in_range(Operation* op, Value input, int64_t dim) {
@@ -496,15 +494,13 @@ LogicalResult conv_transpose2d(Operation* op, Value input, Value weight, Value b
                        extent(x[3], s->second, p->second, d->second, w[3], o->second)});
 }
 
-LogicalResult activation(Operation* op, int64_t act, double lo, double hi) {
-  if (act < 0 || act > 8)
-    return op->emitOpError("activation must be a kernels::Activation in [0, 8], got ") << act;
-  if (act == 3 && !(lo <= hi))
+LogicalResult activation(Operation* op, Activation act, double lo, double hi) {
+  if (act == Activation::Clamp && !(lo <= hi))
     return op->emitOpError("clamp bounds are not ordered: min ") << lo << " > max " << hi;
   return success();
 }
 
-LogicalResult fused_epilogue(Operation* op, Value residual, int64_t act, double lo, double hi,
+LogicalResult fused_epilogue(Operation* op, Value residual, Activation act, double lo, double hi,
                              Value result) {
   if (failed(activation(op, act, lo, hi))) return failure();
   if (!absent(residual) && residual.getType() != result.getType())
@@ -554,9 +550,9 @@ LogicalResult adaptive_pool2d(Operation* op, Value input, ArrayRef<int64_t> outp
   return expect_shape(op, result, want);
 }
 
-LogicalResult interpolate(Operation* op, Value from, Value to, int64_t mode, bool align_corners,
-                          double scale_h, double scale_w) {
-  if (align_corners && mode != 1)
+LogicalResult interpolate(Operation* op, Value from, Value to, InterpolateMode mode,
+                          bool align_corners, double scale_h, double scale_w) {
+  if (align_corners && mode != InterpolateMode::Bilinear)
     return op->emitOpError("align_corners can only be set with mode 1 (bilinear)");
   if (!std::isfinite(scale_h) || !std::isfinite(scale_w) || scale_h < 0 || scale_w < 0)
     return op->emitOpError("scale factors must be finite and >= 0, got (")
@@ -630,9 +626,9 @@ LogicalResult topk(Operation* op, Value input, int64_t k, int64_t dim, Value val
   return expect_shape(op, indices, want, "indices");
 }
 
-LogicalResult class_loss(Operation* op, Value input, Value target, int64_t reduction,
+LogicalResult class_loss(Operation* op, Value input, Value target, Reduction reduction,
                          Value result) {
-  if (reduction != 0) return expect_shape(op, result, {});
+  if (reduction != Reduction::None) return expect_shape(op, result, {});
   // reduction none: one loss per sample, the class dim (1, or 0 for one sample) removed.
   Shape want(dims(input).begin(), dims(input).end());
   if (!want.empty()) want.erase(want.begin() + (want.size() >= 2 ? 1 : 0));
@@ -656,8 +652,8 @@ LogicalResult broadcasts_to(Operation* op, Value v, Value to) {
   return op->emitOpError("operand ") << v.getType() << " does not broadcast to " << to.getType();
 }
 
-LogicalResult elementwise_loss(Operation* op, Value input, int64_t reduction, Value result) {
-  if (reduction != 0) return expect_shape(op, result, {});
+LogicalResult elementwise_loss(Operation* op, Value input, Reduction reduction, Value result) {
+  if (reduction != Reduction::None) return expect_shape(op, result, {});
   return expect_shape(op, result, dims(input));
 }
 

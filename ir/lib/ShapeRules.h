@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "kiln/ir/KilnDialect.h"
 #include "llvm/ADT/SmallVector.h"
 #include "mlir/IR/Location.h"
 #include "mlir/IR/Operation.h"
@@ -27,7 +28,7 @@ LogicalResult broadcast_shapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b,
                                llvm::SmallVectorImpl<int64_t>& out,
                                std::optional<mlir::Location> loc, llvm::StringRef op);
 LogicalResult same_shape(Operation* op, Value a, Value b);
-LogicalResult element_type_is(Operation* op, Value v, int64_t dtype);  // dtype: kiln's DType code
+LogicalResult element_type_is(Operation* op, Value v, DType dtype);
 LogicalResult dim_in_range(Operation* op, Value input, int64_t dim);
 LogicalResult broadcast3(Operation* op, Value a, Value b, Value c, Value result);
 LogicalResult copy(Operation* op, Value dst, Value src, Value result);
@@ -69,8 +70,8 @@ LogicalResult conv_transpose2d(Operation* op, Value input, Value weight, Value b
                                ArrayRef<int64_t> dilation, Value result);
 // A fused epilogue: a kernels::Activation with ordered clamp bounds, and a residual (or none) of
 // exactly the result's type (added element by element, without broadcasting).
-LogicalResult activation(Operation* op, int64_t activation, double clamp_min, double clamp_max);
-LogicalResult fused_epilogue(Operation* op, Value residual, int64_t activation, double clamp_min,
+LogicalResult activation(Operation* op, Activation activation, double clamp_min, double clamp_max);
+LogicalResult fused_epilogue(Operation* op, Value residual, Activation activation, double clamp_min,
                              double clamp_max, Value result);
 
 // --- pooling and resampling
@@ -81,8 +82,8 @@ LogicalResult adaptive_pool2d(Operation* op, Value input, ArrayRef<int64_t> outp
                               Value result);
 // `from` is the small side and `to` the resampled side (interpolate: input -> result;
 // interpolate_backward: result <- grad).
-LogicalResult interpolate(Operation* op, Value from, Value to, int64_t mode, bool align_corners,
-                          double scale_h, double scale_w);
+LogicalResult interpolate(Operation* op, Value from, Value to, InterpolateMode mode,
+                          bool align_corners, double scale_h, double scale_w);
 
 // --- indexing, embedding, losses, random
 LogicalResult index_select(Operation* op, Value input, Value index, int64_t dim, Value result);
@@ -90,12 +91,13 @@ LogicalResult embedding(Operation* op, Value weight, Value indices, Value result
 LogicalResult pad(Operation* op, Value input, ArrayRef<int64_t> pad, Value result);
 LogicalResult one_hot(Operation* op, Value index, int64_t num_classes, Value result);
 LogicalResult topk(Operation* op, Value input, int64_t k, int64_t dim, Value values, Value indices);
-LogicalResult class_loss(Operation* op, Value input, Value target, int64_t reduction, Value result);
+LogicalResult class_loss(Operation* op, Value input, Value target, Reduction reduction,
+                         Value result);
 // Class weights (or none): [C], C the class dim of input ([N, C, ...] or [C]).
 LogicalResult class_weight(Operation* op, Value input, Value weight);
 // `v` (or none) broadcasts to `to`'s shape.
 LogicalResult broadcasts_to(Operation* op, Value v, Value to);
-LogicalResult elementwise_loss(Operation* op, Value input, int64_t reduction, Value result);
+LogicalResult elementwise_loss(Operation* op, Value input, Reduction reduction, Value result);
 LogicalResult random_state(Operation* op, Value state, Value next_state);
 
 }  // namespace kiln::ir::shape

@@ -162,6 +162,7 @@ def load():
 def td(schema, ops):
     out = [f"// {HEADER}", "#ifndef KILN_OPS_TD\n#define KILN_OPS_TD\n",
            'include "kiln/ir/KilnDialect.td"',
+           'include "mlir/IR/EnumAttr.td"',
            'include "mlir/Interfaces/InferTypeOpInterface.td"',
            'include "mlir/Interfaces/SideEffectInterfaces.td"\n',
            "def Kiln_Tensor : RankedTensorOf<[AnyFloat, AnyInteger]>;",
@@ -171,6 +172,23 @@ def td(schema, ops):
            "def Kiln_BoolTensor : RankedTensorOf<[I1]>;",
            "def Kiln_OptTensor : AnyTypeOf<[Kiln_Tensor, NoneType]>;\n"]
     w = out.append
+    # The schema's enums: I64EnumAttr stored as an i64 IntegerAttr (as the runtime reads it), whose
+    # accessors return the C++ enum class; the verifier checks the value is one of the cases.
+    for name, e in schema["enum"].items():
+        listing = ", ".join(f"{v} ({i})" for i, v in enumerate(e["values"]))
+        cases = ", ".join(f'I64EnumAttrCase<"{camel(v)}", {i}, "{v}">'
+                          for i, v in enumerate(e["values"]))
+        cpp = f"::kiln::ir::{name}"
+        w(f'def Kiln_{name} : I64EnumAttr<"{name}", "one of {name}\'s values {listing}", [{cases}]> {{')
+        w('  let cppNamespace = "::kiln::ir";')
+        # Any i64 parses and builds: the op's verifier names a value outside the cases.
+        w("  let genSpecializedAttr = 0;")
+        w("  let predicate = I64Attr.predicate;")
+        w(f'  let returnType = "{cpp}";')
+        w(f'  let convertFromStorage = "static_cast<{cpp}>($_self.getValue().getSExtValue())";')
+        w('  let constBuilderCall = "$_builder.getI64IntegerAttr(static_cast<int64_t>($0))";')
+        w("}")
+    w("")
     for op in ops:
         if op.name in STRUCTURAL_TD:
             w(STRUCTURAL_TD[op.name])
@@ -180,7 +198,7 @@ def td(schema, ops):
             t = "Kiln_OptTensor" if optional else ELEMENT_TYPES[ty]
             args.append(f"{f'Variadic<{t}>' if variadic else t}:${name}")
         for name, ty, default in op.attrs:
-            ods = ATTR_ODS.get(ty, "I64Attr")
+            ods = ATTR_ODS.get(ty, f"Kiln_{ty}")
             if default is not None and name in op.ir_optional:
                 ods = f'DefaultValuedAttr<{ods}, "{default}">'
             args.append(f"{ods}:${name}")
@@ -274,6 +292,9 @@ def split_args(text):
     return args
 
 
+schema_enums = set()
+
+
 def cpp_arg(op, arg):
     attrs = {a: t for a, t, _ in op.attrs}
     values = {n for n, _, _, _ in op.operands + op.results}
@@ -286,7 +307,9 @@ def cpp_arg(op, arg):
             return f"{getter}.value_or(false)"
         if ty in ("bool", "i64[]"):
             return getter
-        return f"static_cast<int64_t>({getter})"  # i64 and enums
+        if ty in schema_enums:
+            return getter  # the rules take the C++ enum (kiln::ir::<Enum>)
+        return f"static_cast<int64_t>({getter})"
     if arg in values:
         return f"get{camel(arg)}()"
     if arg.startswith("{"):
@@ -300,16 +323,24 @@ def verifiers(schema, ops):
     out = [f"// {HEADER}", "// Included by ir/lib/KilnOps.cpp inside namespace kiln::ir."]
     w = out.append
     for op in ops:
+        enums = [(n, ty) for n, ty, _ in op.attrs if ty in schema["enum"]]
+        if not enums:
+            continue
+        # The op's enum attributes hold one of their cases (also called by hand-written verifiers).
+        w(f"[[maybe_unused]] LogicalResult verify_enum_attrs({camel(op.name)}Op op) {{")
+        for name, ty in enums:
+            values = schema["enum"][ty]["values"]
+            listing = ", ".join(f"{v} ({i})" for i, v in enumerate(values))
+            w(f"  if (const int64_t v = static_cast<int64_t>(op.get{camel(name)}()); "
+              f"v < 0 || v >= {len(values)})")
+            w(f'    return op.emitOpError("{name} must be one of {ty}\'s values {listing}; got ") << v;')
+        w("  return success();\n}")
+    for op in ops:
         if not op.generated_verifier():
             continue
         w(f"LogicalResult {camel(op.name)}Op::verify() {{")
-        for name, ty, _ in op.attrs:
-            values = schema["enum"].get(ty, {}).get("values")
-            if values:
-                listing = ", ".join(f"{v} ({i})" for i, v in enumerate(values))
-                w(f"  if (const int64_t v = static_cast<int64_t>(get{camel(name)}()); "
-                  f"v < 0 || v >= {len(values)})")
-                w(f'    return emitOpError("{name} must be one of {ty}\'s values {listing}; got ") << v;')
+        if any(ty in schema["enum"] for _, ty, _ in op.attrs):
+            w("  if (failed(verify_enum_attrs(*this))) return failure();")
         for rule in op.verify:
             m = CALL.match(rule)
             if not m:
@@ -512,6 +543,7 @@ def main(argv):
         sys.exit("usage: gen_ops.py {" + "|".join(kinds) + "} OUT")
     try:
         schema, ops = load()
+        schema_enums.update(schema["enum"])
         write(argv[1], kinds[argv[0]](schema, ops))
     except (SchemaError, KeyError, tomllib.TOMLDecodeError) as e:
         sys.exit(f"ir/ops.toml: {e}")

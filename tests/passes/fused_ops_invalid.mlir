@@ -85,7 +85,7 @@ func.func @mbconv_result(%x: tensor<1x4x8x8xf32>, %we: tensor<12x4x1x1xf32>, %wd
 
 func.func @mbconv_activation(%x: tensor<1x12x8x8xf32>, %wd: tensor<12x1x3x3xf32>, %wp: tensor<4x12x1x1xf32>) -> tensor<1x4x8x8xf32> {
   %n = kiln.none
-  // expected-error @+1 {{'kiln.mbconv' op activation must be a kernels::Activation in [0, 8], got 11}}
+  // expected-error @+1 {{'kiln.mbconv' op dw_activation must be one of Activation's values none (0), relu (1), relu6 (2), clamp (3), gelu (4), gelu_tanh (5), silu (6), sigmoid (7), tanh (8); got 11}}
   %0 = kiln.mbconv %x, %n, %n, %wd, %n, %wp, %n, %n {dw_activation = 11 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 0 : i64, expand_clamp_max = 0.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, stride = array<i64: 1, 1>} : (tensor<1x12x8x8xf32>, none, none, tensor<12x1x3x3xf32>, none, tensor<4x12x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
   return %0 : tensor<1x4x8x8xf32>
 }

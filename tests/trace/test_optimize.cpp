@@ -204,7 +204,7 @@ TEST(Optimize, SmallResidualConvNetMatchesEager) {
   int residuals = 0;
   t.module().walk([&](kiln::ir::Conv2dFusedOp op) {
     residuals += !mlir::isa<mlir::NoneType>(op.getResidual().getType());
-    EXPECT_EQ(op.getActivation(), 1);
+    EXPECT_EQ(op.getActivation(), ir::Activation::Relu);
   });
   EXPECT_EQ(residuals, 1);
   expect_close(t({x})[0], eager);
@@ -334,7 +334,7 @@ TEST(Optimize, ResNet18EveryConvFoldedAndFused) {
   EXPECT_EQ(count(t.module(), "kiln.conv2d"), 3);
   int with_residual = 0;
   t.module().walk([&](kiln::ir::Conv2dFusedOp op) {
-    EXPECT_EQ(op.getActivation(), 1);
+    EXPECT_EQ(op.getActivation(), ir::Activation::Relu);
     with_residual += !mlir::isa<mlir::NoneType>(op.getResidual().getType());
   });
   EXPECT_EQ(with_residual, 8);
@@ -369,8 +369,10 @@ TEST(Optimize, MobileNetV2EveryConvFoldedAndFused) {
       [&](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm, no_blocks); });
   expect_all_fused(t.module());
   int relu6 = 0;
-  t.module().walk([&](kiln::ir::Conv2dFusedOp op) { relu6 += op.getActivation() == 2; });
-  t.module().walk([&](kiln::ir::Conv2dAvgpoolOp op) { relu6 += op.getActivation() == 2; });
+  t.module().walk(
+      [&](kiln::ir::Conv2dFusedOp op) { relu6 += op.getActivation() == ir::Activation::Relu6; });
+  t.module().walk(
+      [&](kiln::ir::Conv2dAvgpoolOp op) { relu6 += op.getActivation() == ir::Activation::Relu6; });
   // Two ReLU6 convs per expanding block (16 of 17 blocks expand), one in block 0, stem and head
   // (the head with its pool: kiln.conv2d_avgpool).
   EXPECT_EQ(relu6, 35);

@@ -16,6 +16,10 @@ template <typename ConcreteType>
 class ScalarLoop : public mlir::OpTrait::TraitBase<ConcreteType, ScalarLoop> {};
 }  // namespace kiln::ir::traits
 
+// The schema's enums (ir/ops.toml [enum.*]): kiln::ir::Reduction, Activation, InterpolateMode,
+// PadMode, DType, with symbolize<Enum> / stringify<Enum>.
+#include "kiln/ir/KilnEnums.h.inc"
+
 #define GET_OP_CLASSES
 #include "kiln/ir/KilnOps.h.inc"
 
