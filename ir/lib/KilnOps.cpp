@@ -11,38 +11,11 @@ using namespace mlir;
 namespace kiln::ir {
 namespace {
 
-// Promotion of element types, as the runtime's promote_types: floats beat integers, wider wins.
-Type promote_types(Type a, Type b) {
-  if (a == b) return a;
-  const bool fa = isa<FloatType>(a), fb = isa<FloatType>(b);
-  if (fa != fb) return fa ? a : b;
-  const unsigned wa = a.getIntOrFloatBitWidth(), wb = b.getIntOrFloatBitWidth();
-  if (fa && wa == wb) return Float32Type::get(a.getContext());  // f16 with bf16
-  return wa >= wb ? a : b;
-}
-
 using shape::broadcast_shapes;
+using shape::result_type;
 
 bool is_float(Type t) {
   return isa<FloatType>(t);
-}
-bool is_bool(Type t) {
-  return t.isInteger(1);
-}
-
-// PyTorch's result_type for two tensors: a 0-dim operand only raises the category
-// (bool < integer < floating) of a dimensioned one.
-Type result_type(RankedTensorType a, RankedTensorType b) {
-  Type ea = a.getElementType(), eb = b.getElementType();
-  const bool a0 = a.getRank() == 0, b0 = b.getRank() == 0;
-  if (a0 != b0) {
-    Type dim = a0 ? eb : ea, zero = a0 ? ea : eb;
-    auto category = [](Type t) { return is_float(t) ? 2 : is_bool(t) ? 0 : 1; };
-    if (category(zero) <= category(dim)) return dim;
-    if (is_float(zero)) return Float32Type::get(a.getContext());
-    return zero;  // integer 0-dim with a bool tensor
-  }
-  return promote_types(ea, eb);
 }
 
 LogicalResult infer_binary(ValueRange operands, std::optional<Location> loc, StringRef op,
@@ -146,12 +119,13 @@ LogicalResult MbconvOp::verify() {
   if (shape(getResult()) != ArrayRef<int64_t>{x[0], pw[0], Ho, Wo})
     return emitOpError("result must be [")
            << x[0] << ", " << pw[0] << ", " << Ho << ", " << Wo << "]";
-  if (failed(shape::activation(*this, getExpandActivation(), getExpandClampMin().convertToDouble(),
+  if (failed(shape::activation(getOperation(), getExpandActivation(),
+                               getExpandClampMin().convertToDouble(),
                                getExpandClampMax().convertToDouble())) ||
-      failed(shape::activation(*this, getDwActivation(), getDwClampMin().convertToDouble(),
+      failed(shape::activation(getOperation(), getDwActivation(), getDwClampMin().convertToDouble(),
                                getDwClampMax().convertToDouble())))
     return failure();
-  return shape::fused_epilogue(*this, getResidual(), getProjectActivation(),
+  return shape::fused_epilogue(getOperation(), getResidual(), getProjectActivation(),
                                getProjectClampMin().convertToDouble(),
                                getProjectClampMax().convertToDouble(), getResult());
 }
@@ -227,7 +201,6 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext*, std::optional<Location> l
   inferred.push_back(RankedTensorType::get(batch, lhs.getElementType()));
   return success();
 }
-
 
 }  // namespace kiln::ir
 

@@ -17,7 +17,6 @@ using mlir::failure;
 using mlir::RankedTensorType;
 using mlir::ShapedType;
 using mlir::success;
-using Shape = SmallVector<int64_t, 6>;
 
 namespace {
 
@@ -67,13 +66,28 @@ int64_t derived(std::initializer_list<int64_t> inputs, Fn fn) {
 }
 using I128 = __int128;
 
-// The result must have `want`'s shape (dynamic dims on either side match).
-LogicalResult expect_shape(Operation* op, Value result, ArrayRef<int64_t> want,
+// The result must have `want`'s shape (dynamic dims on either side match); inferring, it gets it.
+LogicalResult expect_shape(const Diag& op, const Result& result, ArrayRef<int64_t> want,
                            const char* what = "result") {
   if (llvm::is_contained(want, kOverflow))
-    return op->emitOpError("its attributes make a ") << what << " size overflow int64";
-  if (same(dims(result), want)) return success();
-  return op->emitOpError(what) << " must be " << str(want) << ", got " << result.getType();
+    return op.emitOpError("its attributes make a ") << what << " size overflow int64";
+  if (result.shape) {
+    result.shape->assign(want.begin(), want.end());
+    return success();
+  }
+  if (same(dims(result.value), want)) return success();
+  return op.emitOpError(what) << " must be " << str(want) << ", got " << result.value.getType();
+}
+
+// The result's element type must be `want`; inferring, it gets it.
+LogicalResult expect_type(const Diag& op, const Result& result, mlir::Type want) {
+  if (result.type) {
+    *result.type = want;
+    return success();
+  }
+  if (tensor(result.value).getElementType() == want) return success();
+  return op.emitOpError("result element type must be ")
+         << want << ", got " << result.value.getType();
 }
 
 // A dim in [-rank, rank), normalized; rank 0 accepts -1 and 0 like PyTorch.
@@ -82,15 +96,15 @@ std::optional<int64_t> norm_dim(int64_t d, int64_t r) {
   if (d < -n || d >= n) return std::nullopt;
   return d < 0 ? d + n : d;
 }
-LogicalResult bad_dim(Operation* op, int64_t d, int64_t r) {
-  return op->emitOpError("dim ") << d << " is out of range for a tensor of rank " << r;
+LogicalResult bad_dim(const Diag& op, int64_t d, int64_t r) {
+  return op.emitOpError("dim ") << d << " is out of range for a tensor of rank " << r;
 }
 
-LogicalResult expect_rank(Operation* op, Value v, std::initializer_list<int64_t> ranks,
+LogicalResult expect_rank(const Diag& op, Value v, std::initializer_list<int64_t> ranks,
                           const char* name) {
   for (int64_t r : ranks)
     if (rank(v) == r) return success();
-  auto diag = op->emitOpError(name) << " must have rank";
+  auto diag = op.emitOpError(name) << " must have rank";
   for (int64_t r : ranks) diag << " " << r;
   return diag << ", got " << v.getType();
 }
@@ -105,25 +119,101 @@ std::optional<std::pair<int64_t, int64_t>> pair_of(ArrayRef<int64_t> v) {
 
 // ----------------------------------------------------------------------- shapes and types
 
-LogicalResult same_shape(Operation* op, Value a, Value b) {
-  if (absent(a) || absent(b)) return success();
-  if (same(dims(a), dims(b))) return success();
-  return op->emitOpError("expects equal shapes, got ") << a.getType() << " and " << b.getType();
+mlir::InFlightDiagnostic Diag::emitOpError(const llvm::Twine& message) const {
+  if (op_) return op_->emitOpError(message);
+  if (!loc_) return mlir::InFlightDiagnostic();  // inactive: inference without a location
+  return mlir::emitError(*loc_) << "'" << name_ << "' op " << message;
 }
 
-LogicalResult element_type_is(Operation* op, Value v, DType dtype) {
-  mlir::Builder b(op->getContext());
+bool compatible(mlir::TypeRange inferred, mlir::TypeRange declared) {
+  if (inferred.size() != declared.size()) return false;
+  for (auto [a, b] : llvm::zip_equal(inferred, declared)) {
+    if (a == b) continue;
+    auto ta = llvm::dyn_cast<RankedTensorType>(a), tb = llvm::dyn_cast<RankedTensorType>(b);
+    if (!ta || !tb || ta.getElementType() != tb.getElementType() ||
+        !same(ta.getShape(), tb.getShape()))
+      return false;
+  }
+  return true;
+}
+
+mlir::Type element_type(Value v) {
+  return llvm::cast<mlir::ShapedType>(v.getType()).getElementType();
+}
+
+mlir::Type promote_types(mlir::Type a, mlir::Type b) {
+  if (a == b) return a;
+  const bool fa = llvm::isa<mlir::FloatType>(a), fb = llvm::isa<mlir::FloatType>(b);
+  if (fa != fb) return fa ? a : b;
+  const unsigned wa = a.getIntOrFloatBitWidth(), wb = b.getIntOrFloatBitWidth();
+  if (fa && wa == wb) return mlir::Float32Type::get(a.getContext());  // f16 with bf16
+  return wa >= wb ? a : b;
+}
+
+mlir::Type result_type(RankedTensorType a, RankedTensorType b) {
+  mlir::Type ea = a.getElementType(), eb = b.getElementType();
+  const bool a0 = a.getRank() == 0, b0 = b.getRank() == 0;
+  if (a0 != b0) {
+    mlir::Type dim = a0 ? eb : ea, zero = a0 ? ea : eb;
+    auto category = [](mlir::Type t) {
+      return llvm::isa<mlir::FloatType>(t) ? 2 : t.isInteger(1) ? 0 : 1;
+    };
+    if (category(zero) <= category(dim)) return dim;
+    if (llvm::isa<mlir::FloatType>(zero)) return mlir::Float32Type::get(a.getContext());
+    return zero;  // integer 0-dim with a bool tensor
+  }
+  return promote_types(ea, eb);
+}
+
+LogicalResult same_shape(const Diag& op, Value a, Value b) {
+  if (absent(a) || absent(b)) return success();
+  if (same(dims(a), dims(b))) return success();
+  return op.emitOpError("expects equal shapes, got ") << a.getType() << " and " << b.getType();
+}
+LogicalResult same_shape(const Diag& op, Value a, Result b) {
+  if (b.value) return same_shape(op, a, b.value);
+  return expect_shape(op, b, dims(a));
+}
+LogicalResult same_shape(const Diag& op, Result a, Result b) {
+  if (a.value && b.value) return same_shape(op, a.value, b.value);
+  if (!a.shape || !b.shape)
+    return op.emitOpError("internal: a rule mixes checked and inferred results");
+  *b.shape = *a.shape;
+  return success();
+}
+
+LogicalResult element_type_is(const Diag& op, Result v, DType dtype) {
+  mlir::Builder b(op.context());
   mlir::Type want[] = {b.getF32Type(),       b.getF64Type(),       b.getF16Type(),
                        b.getBF16Type(),      b.getIntegerType(8),  b.getIntegerType(8, false),
                        b.getIntegerType(32), b.getIntegerType(64), b.getI1Type()};
   static_assert(std::size(want) == getMaxEnumValForDType() + 1, "one type per kiln DType");
-  if (tensor(v).getElementType() == want[static_cast<size_t>(dtype)]) return success();
-  return op->emitOpError("result element type must be ")
-         << stringifyDType(dtype) << " (dtype " << static_cast<int64_t>(dtype) << "), got "
-         << v.getType();
+  const auto code = static_cast<uint64_t>(dtype);
+  if (code >= std::size(want))  // the verifier names it (verify_enum_attrs)
+    return op.emitOpError("dtype must be one of DType's values, got ") << code;
+  if (v.type) return expect_type(op, v, want[code]);
+  if (tensor(v.value).getElementType() == want[code]) return success();
+  return op.emitOpError("result element type must be ")
+         << stringifyDType(dtype) << " (dtype " << code << "), got " << v.value.getType();
 }
 
-LogicalResult dim_in_range(Operation* op, Value input, int64_t dim) {
+LogicalResult float_of(const Diag& op, Value input, Result result) {
+  mlir::Type e = tensor(input).getElementType();
+  return expect_type(op, result,
+                     llvm::isa<mlir::FloatType>(e) ? e : mlir::Float32Type::get(op.context()));
+}
+
+LogicalResult sum_type_of(const Diag& op, Value input, Result result) {
+  mlir::Type e = tensor(input).getElementType();
+  return expect_type(op, result,
+                     llvm::isa<mlir::FloatType>(e) ? e : mlir::IntegerType::get(op.context(), 64));
+}
+
+LogicalResult promoted(const Diag& op, Value a, Value b, Result result) {
+  return expect_type(op, result, result_type(tensor(a), tensor(b)));
+}
+
+LogicalResult dim_in_range(const Diag& op, Value input, int64_t dim) {
   if (norm_dim(dim, rank(input))) return success();
   return bad_dim(op, dim, rank(input));
 }
@@ -159,49 +249,49 @@ std::optional<Shape> broadcast(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
 }
 }  // namespace
 
-LogicalResult broadcast3(Operation* op, Value a, Value b, Value c, Value result) {
+LogicalResult broadcast3(const Diag& op, Value a, Value b, Value c, Result result) {
   auto ab = broadcast(dims(a), dims(b));
   auto abc = ab ? broadcast(*ab, dims(c)) : std::nullopt;
   if (!abc)
-    return op->emitOpError("operand shapes do not broadcast: ")
+    return op.emitOpError("operand shapes do not broadcast: ")
            << a.getType() << ", " << b.getType() << ", " << c.getType();
   return expect_shape(op, result, *abc);
 }
 
-LogicalResult copy(Operation* op, Value dst, Value src, Value result) {
+LogicalResult copy(const Diag& op, Value dst, Value src, Result result) {
   auto b = broadcast(dims(src), dims(dst));
   if (!b || !same(*b, dims(dst)))
-    return op->emitOpError("src ")
-           << src.getType() << " does not broadcast to dst " << dst.getType();
-  if (result.getType() != dst.getType())
-    return op->emitOpError("result must have dst's type ")
-           << dst.getType() << ", got " << result.getType();
-  return success();
+    return op.emitOpError("src ") << src.getType() << " does not broadcast to dst "
+                                  << dst.getType();
+  if (result.value && result.value.getType() != dst.getType())
+    return op.emitOpError("result must have dst's type ")
+           << dst.getType() << ", got " << result.value.getType();
+  return expect_shape(op, result, dims(dst));
 }
 
-LogicalResult channels(Operation* op, Value x, int64_t dim, Value result) {
-  if (rank(x) <= dim) return op->emitOpError("expects rank > ") << dim << ", got " << x.getType();
+LogicalResult channels(const Diag& op, Value x, int64_t dim, Result result) {
+  if (rank(x) <= dim) return op.emitOpError("expects rank > ") << dim << ", got " << x.getType();
   return expect_shape(op, result, {dims(x)[dim]});
 }
 
-LogicalResult same_batch_and_channels(Operation* op, Value a, Value b) {
+LogicalResult same_batch_and_channels(const Diag& op, Value a, Value b) {
   if (rank(a) != rank(b) || rank(a) < 3 || !same(dims(a).drop_back(2), dims(b).drop_back(2)))
-    return op->emitOpError("expects the same leading (batch and channel) dims, got ")
+    return op.emitOpError("expects the same leading (batch and channel) dims, got ")
            << a.getType() << " and " << b.getType();
   return success();
 }
 
 // ---------------------------------------------------------------------------- reductions
 
-LogicalResult reduce_dims(Operation* op, Value input, ArrayRef<int64_t> reduce, bool keepdim,
-                          Value result) {
+LogicalResult reduce_dims(const Diag& op, Value input, ArrayRef<int64_t> reduce, bool keepdim,
+                          Result result) {
   const int64_t r = rank(input);
   SmallVector<bool, 6> reduced(std::max<int64_t>(r, 1), reduce.empty());
   for (int64_t d : reduce) {
     auto n = norm_dim(d, r);
     if (!n) return bad_dim(op, d, r);
     if (reduced[*n] && !reduce.empty() && r > 0)
-      return op->emitOpError("dim ") << d << " appears twice in dims";
+      return op.emitOpError("dim ") << d << " appears twice in dims";
     reduced[*n] = true;
   }
   Shape want;
@@ -214,8 +304,8 @@ LogicalResult reduce_dims(Operation* op, Value input, ArrayRef<int64_t> reduce, 
   return expect_shape(op, result, want);
 }
 
-LogicalResult reduce_dim(Operation* op, Value input, int64_t dim, bool keepdim, bool allow_flat,
-                         Value values, Value indices) {
+LogicalResult reduce_dim(const Diag& op, Value input, int64_t dim, bool keepdim, bool allow_flat,
+                         Result values, Result indices) {
   Shape want;
   if (allow_flat && dim == std::numeric_limits<int64_t>::min()) {  // over all elements
     if (keepdim) want.assign(rank(input), 1);
@@ -246,26 +336,26 @@ int64_t numel(ArrayRef<int64_t> s) {
 }
 }  // namespace
 
-LogicalResult reshape(Operation* op, Value input, ArrayRef<int64_t> shape, Value result) {
+LogicalResult reshape(const Diag& op, Value input, ArrayRef<int64_t> shape, Result result) {
   Shape want(shape.begin(), shape.end());
   int64_t known = 1, inferred = -1;
   for (size_t i = 0; i < want.size(); ++i) {
     if (want[i] == -1 && inferred < 0)
       inferred = static_cast<int64_t>(i);
     else if (want[i] < 0)
-      return op->emitOpError("shape ") << str(shape) << " has a negative size";
+      return op.emitOpError("shape ") << str(shape) << " has a negative size";
     else
       known *= want[i];
   }
   const int64_t n = numel(dims(input));
   if (inferred >= 0) want[inferred] = n == kDyn || known == 0 ? kDyn : n / known;
   if (n != kDyn && numel(want) != kDyn && numel(want) != n)
-    return op->emitOpError("shape ")
+    return op.emitOpError("shape ")
            << str(shape) << " does not hold the input's " << n << " elements";
   return expect_shape(op, result, want);
 }
 
-LogicalResult transpose(Operation* op, Value input, int64_t dim0, int64_t dim1, Value result) {
+LogicalResult transpose(const Diag& op, Value input, int64_t dim0, int64_t dim1, Result result) {
   auto a = norm_dim(dim0, rank(input)), b = norm_dim(dim1, rank(input));
   if (!a || !b) return bad_dim(op, a ? dim1 : dim0, rank(input));
   Shape want(dims(input).begin(), dims(input).end());
@@ -273,16 +363,16 @@ LogicalResult transpose(Operation* op, Value input, int64_t dim0, int64_t dim1, 
   return expect_shape(op, result, want);
 }
 
-LogicalResult permute(Operation* op, Value input, ArrayRef<int64_t> order, Value result) {
+LogicalResult permute(const Diag& op, Value input, ArrayRef<int64_t> order, Result result) {
   const int64_t r = rank(input);
   if (static_cast<int64_t>(order.size()) != r)
-    return op->emitOpError("dims ") << str(order) << " must name each of the " << r << " dims once";
+    return op.emitOpError("dims ") << str(order) << " must name each of the " << r << " dims once";
   SmallVector<bool, 6> seen(r, false);
   Shape want;
   for (int64_t d : order) {
     auto n = norm_dim(d, r);
     if (!n || seen[*n])
-      return op->emitOpError("dims ")
+      return op.emitOpError("dims ")
              << str(order) << " must name each of the " << r << " dims once";
     seen[*n] = true;
     want.push_back(dims(input)[*n]);
@@ -290,11 +380,11 @@ LogicalResult permute(Operation* op, Value input, ArrayRef<int64_t> order, Value
   return expect_shape(op, result, want);
 }
 
-LogicalResult slice(Operation* op, Value input, int64_t dim, int64_t start, int64_t end,
-                    int64_t step, Value result) {
+LogicalResult slice(const Diag& op, Value input, int64_t dim, int64_t start, int64_t end,
+                    int64_t step, Result result) {
   auto d = norm_dim(dim, rank(input));
   if (!d || rank(input) == 0) return bad_dim(op, dim, rank(input));
-  if (step < 1) return op->emitOpError("step must be >= 1, got ") << step;
+  if (step < 1) return op.emitOpError("step must be >= 1, got ") << step;
   Shape want(dims(input).begin(), dims(input).end());
   const int64_t n = want[*d];
   if (n != kDyn) {  // PyTorch's clamping of start and end
@@ -305,22 +395,22 @@ LogicalResult slice(Operation* op, Value input, int64_t dim, int64_t start, int6
   return expect_shape(op, result, want);
 }
 
-LogicalResult select(Operation* op, Value input, int64_t dim, int64_t index, Value result) {
+LogicalResult select(const Diag& op, Value input, int64_t dim, int64_t index, Result result) {
   auto d = norm_dim(dim, rank(input));
   if (!d || rank(input) == 0) return bad_dim(op, dim, rank(input));
   const int64_t n = dims(input)[*d];
   if (n != kDyn && (index < -n || index >= n))
-    return op->emitOpError("index ")
+    return op.emitOpError("index ")
            << index << " is out of range for dim " << dim << " of size " << n;
   Shape want(dims(input).begin(), dims(input).end());
   want.erase(want.begin() + *d);
   return expect_shape(op, result, want);
 }
 
-LogicalResult expand(Operation* op, Value input, ArrayRef<int64_t> shape, Value result) {
+LogicalResult expand(const Diag& op, Value input, ArrayRef<int64_t> shape, Result result) {
   const size_t r = rank(input);
   if (shape.size() < r)
-    return op->emitOpError("shape ")
+    return op.emitOpError("shape ")
            << str(shape) << " has fewer dims than the input " << input.getType();
   Shape want(shape.begin(), shape.end());
   for (size_t i = 0; i < r; ++i) {
@@ -328,26 +418,29 @@ LogicalResult expand(Operation* op, Value input, ArrayRef<int64_t> shape, Value 
     int64_t& to = want[shape.size() - r + i];
     if (to == -1) to = from;
     if (!same(from, to) && from != 1)
-      return op->emitOpError("cannot expand ") << input.getType() << " to " << str(shape);
+      return op.emitOpError("cannot expand ") << input.getType() << " to " << str(shape);
   }
   return expect_shape(op, result, want);
 }
 
-LogicalResult as_strided(Operation* op, Value, ArrayRef<int64_t> sizes, ArrayRef<int64_t> strides,
-                         int64_t offset, Value result) {
+LogicalResult as_strided(const Diag& op, Value, ArrayRef<int64_t> sizes, ArrayRef<int64_t> strides,
+                         int64_t offset, Result result) {
   if (sizes.size() != strides.size() || offset < 0)
-    return op->emitOpError("expects as many strides as sizes and offset >= 0, got sizes ")
+    return op.emitOpError("expects as many strides as sizes and offset >= 0, got sizes ")
            << str(sizes) << ", strides " << str(strides) << ", offset " << offset;
   return expect_shape(op, result, sizes);
 }
 
 namespace {
-LogicalResult join(Operation* op, ValueRange all, int64_t dim, Value result, bool stack) {
-  if (all.empty()) return op->emitOpError("expects at least one input");
+LogicalResult join(const Diag& op, ValueRange all, int64_t dim, Result result, bool stack) {
+  if (all.empty()) return op.emitOpError("expects at least one input");
   // cat skips 1-d empty inputs, whatever the others' rank (PyTorch's legacy rule, as the runtime).
   SmallVector<Value, 4> inputs;
   for (Value v : all)
     if (stack || rank(v) != 1 || dims(v)[0] != 0) inputs.push_back(v);
+  mlir::Type element = tensor(all[0]).getElementType();  // promoted over every input, as eager
+  for (Value v : all) element = promote_types(element, tensor(v).getElementType());
+  if (failed(expect_type(op, result, element))) return failure();
   if (inputs.empty()) return expect_shape(op, result, {0});
   const int64_t r = rank(inputs[0]);
   auto d = norm_dim(dim, r + (stack ? 1 : 0));
@@ -356,14 +449,14 @@ LogicalResult join(Operation* op, ValueRange all, int64_t dim, Value result, boo
   if (stack) want.insert(want.begin() + *d, static_cast<int64_t>(inputs.size()));
   for (Value v : ArrayRef<Value>(inputs).drop_front()) {
     if (rank(v) != r)
-      return op->emitOpError("expects inputs of one rank, got ")
+      return op.emitOpError("expects inputs of one rank, got ")
              << inputs[0].getType() << " and " << v.getType();
     for (int64_t i = 0; i < r; ++i) {
       if (!stack && i == *d) {
         const int64_t a = want[i], b = dims(v)[i];
         want[i] = derived({a, b}, [&] { return I128(a) + b; });
       } else if (!same(dims(v)[i], dims(inputs[0])[i])) {
-        return op->emitOpError("inputs differ outside the joined dim: ")
+        return op.emitOpError("inputs differ outside the joined dim: ")
                << inputs[0].getType() << " and " << v.getType();
       }
     }
@@ -372,25 +465,25 @@ LogicalResult join(Operation* op, ValueRange all, int64_t dim, Value result, boo
 }
 }  // namespace
 
-LogicalResult cat(Operation* op, ValueRange inputs, int64_t dim, Value result) {
+LogicalResult cat(const Diag& op, ValueRange inputs, int64_t dim, Result result) {
   return join(op, inputs, dim, result, false);
 }
-LogicalResult stack(Operation* op, ValueRange inputs, int64_t dim, Value result) {
+LogicalResult stack(const Diag& op, ValueRange inputs, int64_t dim, Result result) {
   return join(op, inputs, dim, result, true);
 }
 
 // --------------------------------------------------------- linear algebra and convolution
 
-LogicalResult linear(Operation* op, Value input, Value weight, Value bias, Value result) {
+LogicalResult linear(const Diag& op, Value input, Value weight, Value bias, Result result) {
   if (rank(input) < 1 || rank(weight) != 2)
-    return op->emitOpError("expects input of rank >= 1 and a 2-d weight, got ")
+    return op.emitOpError("expects input of rank >= 1 and a 2-d weight, got ")
            << input.getType() << " and " << weight.getType();
   const int64_t out = dims(weight)[0];
   if (!same(dims(input).back(), dims(weight)[1]))
-    return op->emitOpError("input features ")
+    return op.emitOpError("input features ")
            << dims(input).back() << " differ from the weight's " << dims(weight)[1];
   if (!absent(bias) && !same(dims(bias), {out}))
-    return op->emitOpError("bias must be [") << out << "], got " << bias.getType();
+    return op.emitOpError("bias must be [") << out << "], got " << bias.getType();
   Shape want(dims(input).begin(), dims(input).end());
   want.back() = out;
   return expect_shape(op, result, want);
@@ -408,83 +501,83 @@ int64_t window_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
 
 namespace {
 // A convolution's input [N, C_in, ...] against its weight [C_out, C_in / groups, ...] and bias.
-LogicalResult conv_channels(Operation* op, Value input, Value weight, Value bias, int64_t groups) {
+LogicalResult conv_channels(const Diag& op, Value input, Value weight, Value bias, int64_t groups) {
   const int64_t c_in = dims(input)[1], per_group = dims(weight)[1], c_out = dims(weight)[0];
   if (c_in != kDyn && per_group != kDyn && c_in != per_group * groups)
-    return op->emitOpError("input channels ")
+    return op.emitOpError("input channels ")
            << c_in << " differ from weight channels " << per_group << " x groups " << groups;
   if (!absent(bias) && !same(dims(bias), {c_out}))
-    return op->emitOpError("bias must be [") << c_out << "], got " << bias.getType();
+    return op.emitOpError("bias must be [") << c_out << "], got " << bias.getType();
   return success();
 }
 }  // namespace
 
-LogicalResult conv2d(Operation* op, Value input, Value weight, Value bias, ArrayRef<int64_t> stride,
-                     ArrayRef<int64_t> padding, ArrayRef<int64_t> dilation, int64_t groups,
-                     Value result) {
-  if (rank(input) != 4 || rank(weight) != 4 || rank(result) != 4)
-    return op->emitOpError("expects a 4-d input, weight and result, got ")
-           << input.getType() << ", " << weight.getType() << " -> " << result.getType();
+LogicalResult conv2d(const Diag& op, Value input, Value weight, Value bias,
+                     ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
+                     ArrayRef<int64_t> dilation, int64_t groups, Result result) {
+  if (rank(input) != 4 || rank(weight) != 4)
+    return op.emitOpError("expects a 4-d input and weight, got ")
+           << input.getType() << " and " << weight.getType();
   if (stride.size() != 2 || padding.size() != 2 || dilation.size() != 2)
-    return op->emitOpError("stride, padding and dilation must have 2 values each");
+    return op.emitOpError("stride, padding and dilation must have 2 values each");
   if (groups < 1 || stride[0] < 1 || stride[1] < 1 || dilation[0] < 1 || dilation[1] < 1 ||
       padding[0] < 0 || padding[1] < 0)
-    return op->emitOpError("expects groups, strides and dilations >= 1 and padding >= 0");
+    return op.emitOpError("expects groups, strides and dilations >= 1 and padding >= 0");
   if (failed(conv_channels(op, input, weight, bias, groups))) return failure();
   ArrayRef<int64_t> x = dims(input), w = dims(weight);
   Shape want{x[0], w[0], 0, 0};
   for (int k = 0; k < 2; ++k) {
     want[2 + k] = window_out(x[2 + k], w[2 + k], stride[k], padding[k], dilation[k]);
     if (want[2 + k] < 0 && want[2 + k] != kDyn)
-      return op->emitOpError("the dilated kernel is larger than the padded input in dim ") << 2 + k;
+      return op.emitOpError("the dilated kernel is larger than the padded input in dim ") << 2 + k;
   }
   return expect_shape(op, result, want);
 }
 
-LogicalResult conv2d_avgpool(Operation* op, Value input, Value weight, Value bias, int64_t groups,
-                             Value result) {
+LogicalResult conv2d_avgpool(const Diag& op, Value input, Value weight, Value bias, int64_t groups,
+                             Result result) {
   if (rank(input) != 4 || rank(weight) != 4)
-    return op->emitOpError("expects a 4-d input and weight");
-  if (groups < 1) return op->emitOpError("groups must be >= 1, got ") << groups;
+    return op.emitOpError("expects a 4-d input and weight");
+  if (groups < 1) return op.emitOpError("groups must be >= 1, got ") << groups;
   if (!absent(bias) && !same(dims(bias), {dims(weight)[0]}))
-    return op->emitOpError("bias must be [") << dims(weight)[0] << "], got " << bias.getType();
+    return op.emitOpError("bias must be [") << dims(weight)[0] << "], got " << bias.getType();
   return expect_shape(op, result, {dims(input)[0], dims(weight)[0], 1, 1});
 }
 
-LogicalResult conv1d(Operation* op, Value input, Value weight, Value bias, int64_t stride,
-                     int64_t padding, int64_t dilation, int64_t groups, Value result) {
+LogicalResult conv1d(const Diag& op, Value input, Value weight, Value bias, int64_t stride,
+                     int64_t padding, int64_t dilation, int64_t groups, Result result) {
   if (rank(input) != 3 || rank(weight) != 3)
-    return op->emitOpError("expects a 3-d input [N, C, L] and weight, got ")
+    return op.emitOpError("expects a 3-d input [N, C, L] and weight, got ")
            << input.getType() << " and " << weight.getType();
   if (groups < 1 || stride < 1 || dilation < 1 || padding < 0)
-    return op->emitOpError("expects groups, stride and dilation >= 1 and padding >= 0");
+    return op.emitOpError("expects groups, stride and dilation >= 1 and padding >= 0");
   if (failed(conv_channels(op, input, weight, bias, groups))) return failure();
   ArrayRef<int64_t> x = dims(input), w = dims(weight);
   const int64_t l = window_out(x[2], w[2], stride, padding, dilation);
-  if (l < 0 && l != kDyn) return op->emitOpError("the dilated kernel is larger than the input");
+  if (l < 0 && l != kDyn) return op.emitOpError("the dilated kernel is larger than the input");
   return expect_shape(op, result, {x[0], w[0], l});
 }
 
-LogicalResult conv_transpose2d(Operation* op, Value input, Value weight, Value bias,
+LogicalResult conv_transpose2d(const Diag& op, Value input, Value weight, Value bias,
                                ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
                                ArrayRef<int64_t> output_padding, int64_t groups,
-                               ArrayRef<int64_t> dilation, Value result) {
+                               ArrayRef<int64_t> dilation, Result result) {
   if (rank(input) != 4 || rank(weight) != 4)
-    return op->emitOpError("expects a 4-d input and weight [C_in, C_out / groups, KH, KW], got ")
+    return op.emitOpError("expects a 4-d input and weight [C_in, C_out / groups, KH, KW], got ")
            << input.getType() << " and " << weight.getType();
   auto s = pair_of(stride), p = pair_of(padding), o = pair_of(output_padding),
        d = pair_of(dilation);
   if (!s || !p || !o || !d || groups < 1 || s->first < 1 || s->second < 1 || d->first < 1 ||
       d->second < 1 || p->first < 0 || p->second < 0 || o->first < 0 || o->second < 0)
-    return op->emitOpError(
+    return op.emitOpError(
         "expects 2 values each, groups, strides and dilations >= 1, padding and output_padding "
         ">= 0");
   ArrayRef<int64_t> x = dims(input), w = dims(weight);
   if (!same(x[1], w[0]))
-    return op->emitOpError("input channels ") << x[1] << " differ from the weight's " << w[0];
+    return op.emitOpError("input channels ") << x[1] << " differ from the weight's " << w[0];
   const int64_t c_out = derived({w[1]}, [&] { return I128(w[1]) * groups; });
   if (!absent(bias) && !same(dims(bias), {c_out}))
-    return op->emitOpError("bias must be [") << c_out << "], got " << bias.getType();
+    return op.emitOpError("bias must be [") << c_out << "], got " << bias.getType();
   auto extent = [](int64_t in, int64_t s, int64_t p, int64_t d, int64_t k, int64_t op_pad) {
     return derived(
         {in, k}, [&] { return (I128(in) - 1) * s - I128(2) * p + I128(d) * (k - 1) + op_pad + 1; });
@@ -494,31 +587,31 @@ LogicalResult conv_transpose2d(Operation* op, Value input, Value weight, Value b
                        extent(x[3], s->second, p->second, d->second, w[3], o->second)});
 }
 
-LogicalResult activation(Operation* op, Activation act, double lo, double hi) {
+LogicalResult activation(const Diag& op, Activation act, double lo, double hi) {
   if (act == Activation::Clamp && !(lo <= hi))
-    return op->emitOpError("clamp bounds are not ordered: min ") << lo << " > max " << hi;
+    return op.emitOpError("clamp bounds are not ordered: min ") << lo << " > max " << hi;
   return success();
 }
 
-LogicalResult fused_epilogue(Operation* op, Value residual, Activation act, double lo, double hi,
+LogicalResult fused_epilogue(const Diag& op, Value residual, Activation act, double lo, double hi,
                              Value result) {
   if (failed(activation(op, act, lo, hi))) return failure();
   if (!absent(residual) && residual.getType() != result.getType())
-    return op->emitOpError("residual type ")
+    return op.emitOpError("residual type ")
            << residual.getType() << " differs from the result type " << result.getType();
   return success();
 }
 
 // ---------------------------------------------------------------- pooling and resampling
 
-LogicalResult pool2d(Operation* op, Value input, ArrayRef<int64_t> kernel, ArrayRef<int64_t> stride,
-                     ArrayRef<int64_t> padding, ArrayRef<int64_t> dilation, bool ceil_mode,
-                     Value result) {
+LogicalResult pool2d(const Diag& op, Value input, ArrayRef<int64_t> kernel,
+                     ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
+                     ArrayRef<int64_t> dilation, bool ceil_mode, Result result) {
   if (failed(expect_rank(op, input, {3, 4}, "input"))) return failure();
   auto k = pair_of(kernel), s = pair_of(stride), p = pair_of(padding), d = pair_of(dilation);
   if (!k || !s || !p || !d || k->first < 1 || k->second < 1 || s->first < 1 || s->second < 1 ||
       d->first < 1 || d->second < 1 || p->first < 0 || p->second < 0)
-    return op->emitOpError(
+    return op.emitOpError(
         "expects kernel, stride, padding and dilation of 2 values, kernel, stride and "
         "dilation >= 1 and padding >= 0");
   // The runtime's pool_output_size (kernels/pool.h), PyTorch's rule.
@@ -538,61 +631,61 @@ LogicalResult pool2d(Operation* op, Value input, ArrayRef<int64_t> kernel, Array
   return expect_shape(op, result, want);
 }
 
-LogicalResult adaptive_pool2d(Operation* op, Value input, ArrayRef<int64_t> output_size,
-                              Value result) {
+LogicalResult adaptive_pool2d(const Diag& op, Value input, ArrayRef<int64_t> output_size,
+                              Result result) {
   if (failed(expect_rank(op, input, {3, 4}, "input"))) return failure();
   auto o = pair_of(output_size);
   if (!o || o->first < 1 || o->second < 1)
-    return op->emitOpError("output_size must be 2 values >= 1, got ") << str(output_size);
+    return op.emitOpError("output_size must be 2 values >= 1, got ") << str(output_size);
   Shape want(dims(input).begin(), dims(input).end());
   want[want.size() - 2] = o->first;
   want[want.size() - 1] = o->second;
   return expect_shape(op, result, want);
 }
 
-LogicalResult interpolate(Operation* op, Value from, Value to, InterpolateMode mode,
+LogicalResult interpolate(const Diag& op, Value from, Value to, InterpolateMode mode,
                           bool align_corners, double scale_h, double scale_w) {
   if (align_corners && mode != InterpolateMode::Bilinear)
-    return op->emitOpError("align_corners can only be set with mode 1 (bilinear)");
+    return op.emitOpError("align_corners can only be set with mode 1 (bilinear)");
   if (!std::isfinite(scale_h) || !std::isfinite(scale_w) || scale_h < 0 || scale_w < 0)
-    return op->emitOpError("scale factors must be finite and >= 0, got (")
+    return op.emitOpError("scale factors must be finite and >= 0, got (")
            << scale_h << ", " << scale_w << ")";
   if ((scale_h > 0) != (scale_w > 0))
-    return op->emitOpError("scale factors must be both set or both 0, got (")
+    return op.emitOpError("scale factors must be both set or both 0, got (")
            << scale_h << ", " << scale_w << ")";
   auto a = tensor(from), b = tensor(to);
   if (rank(from) != 4 || rank(to) != 4 || !llvm::isa<mlir::FloatType>(a.getElementType()))
-    return op->emitOpError("expects 4-d float tensors, got ")
+    return op.emitOpError("expects 4-d float tensors, got ")
            << from.getType() << " and " << to.getType();
   if (a.getElementType() != b.getElementType() || !same(dims(from)[0], dims(to)[0]) ||
       !same(dims(from)[1], dims(to)[1]))
-    return op->emitOpError("expects the same element type, N and C on both sides, got ")
+    return op.emitOpError("expects the same element type, N and C on both sides, got ")
            << from.getType() << " and " << to.getType();
   return success();
 }
 
 // ------------------------------------------------------ indexing, embedding, losses, random
 
-LogicalResult index_select(Operation* op, Value input, Value index, int64_t dim, Value result) {
+LogicalResult index_select(const Diag& op, Value input, Value index, int64_t dim, Result result) {
   auto d = norm_dim(dim, rank(input));
   if (!d) return bad_dim(op, dim, rank(input));
-  if (rank(index) > 1) return op->emitOpError("index must be 0-d or 1-d, got ") << index.getType();
+  if (rank(index) > 1) return op.emitOpError("index must be 0-d or 1-d, got ") << index.getType();
   Shape want(dims(input).begin(), dims(input).end());
   if (!want.empty()) want[*d] = rank(index) == 0 ? 1 : dims(index)[0];
   return expect_shape(op, result, want);
 }
 
-LogicalResult embedding(Operation* op, Value weight, Value indices, Value result) {
-  if (rank(weight) != 2) return op->emitOpError("weight must be 2-d, got ") << weight.getType();
+LogicalResult embedding(const Diag& op, Value weight, Value indices, Result result) {
+  if (rank(weight) != 2) return op.emitOpError("weight must be 2-d, got ") << weight.getType();
   Shape want(dims(indices).begin(), dims(indices).end());
   want.push_back(dims(weight)[1]);
   return expect_shape(op, result, want);
 }
 
-LogicalResult pad(Operation* op, Value input, ArrayRef<int64_t> amounts, Value result) {
+LogicalResult pad(const Diag& op, Value input, ArrayRef<int64_t> amounts, Result result) {
   const int64_t r = rank(input);
   if (amounts.size() % 2 != 0 || static_cast<int64_t>(amounts.size()) > 2 * r)
-    return op->emitOpError("pad must hold an even number of values, at most 2 per dim (")
+    return op.emitOpError("pad must hold an even number of values, at most 2 per dim (")
            << 2 * r << "), got " << str(amounts);
   Shape want(dims(input).begin(), dims(input).end());
   for (size_t i = 0; i < amounts.size() / 2; ++i) {
@@ -600,34 +693,34 @@ LogicalResult pad(Operation* op, Value input, ArrayRef<int64_t> amounts, Value r
     const int64_t before = d;
     d = derived({before}, [&] { return I128(before) + amounts[2 * i] + amounts[2 * i + 1]; });
     if (d < 0 && d != kDyn)
-      return op->emitOpError("padding ") << str(amounts) << " leaves a negative size";
+      return op.emitOpError("padding ") << str(amounts) << " leaves a negative size";
   }
   return expect_shape(op, result, want);
 }
 
-LogicalResult one_hot(Operation* op, Value index, int64_t num_classes, Value result) {
+LogicalResult one_hot(const Diag& op, Value index, int64_t num_classes, Result result) {
   if (num_classes < -1)
-    return op->emitOpError("num_classes must be -1 (from the data) or >= 0, got ") << num_classes;
+    return op.emitOpError("num_classes must be -1 (from the data) or >= 0, got ") << num_classes;
   Shape want(dims(index).begin(), dims(index).end());
   want.push_back(num_classes == -1 ? kDyn : num_classes);
   return expect_shape(op, result, want);
 }
 
-LogicalResult topk(Operation* op, Value input, int64_t k, int64_t dim, Value values,
-                   Value indices) {
+LogicalResult topk(const Diag& op, Value input, int64_t k, int64_t dim, Result values,
+                   Result indices) {
   auto d = norm_dim(dim, rank(input));
   if (!d) return bad_dim(op, dim, rank(input));
   Shape want(dims(input).begin(), dims(input).end());
   const int64_t n = want.empty() ? 1 : want[*d];
   if (k < 0 || (n != kDyn && k > n))
-    return op->emitOpError("k must be in [0, ") << n << "], got " << k;
+    return op.emitOpError("k must be in [0, ") << n << "], got " << k;
   if (!want.empty()) want[*d] = k;
   if (failed(expect_shape(op, values, want))) return failure();
   return expect_shape(op, indices, want, "indices");
 }
 
-LogicalResult class_loss(Operation* op, Value input, Value target, Reduction reduction,
-                         Value result) {
+LogicalResult class_loss(const Diag& op, Value input, Value target, Reduction reduction,
+                         Result result) {
   if (reduction != Reduction::None) return expect_shape(op, result, {});
   // reduction none: one loss per sample, the class dim (1, or 0 for one sample) removed.
   Shape want(dims(input).begin(), dims(input).end());
@@ -636,32 +729,38 @@ LogicalResult class_loss(Operation* op, Value input, Value target, Reduction red
   return expect_shape(op, result, want);
 }
 
-LogicalResult class_weight(Operation* op, Value input, Value weight) {
+LogicalResult class_weight(const Diag& op, Value input, Value weight) {
   if (absent(weight)) return success();
-  if (rank(input) == 0) return op->emitOpError("expects an input with a class dim, got a 0-d one");
+  if (rank(input) == 0) return op.emitOpError("expects an input with a class dim, got a 0-d one");
   const int64_t classes = dims(input)[rank(input) >= 2 ? 1 : 0];
   if (same(dims(weight), {classes})) return success();
-  return op->emitOpError("class weights must be [")
+  return op.emitOpError("class weights must be [")
          << classes << "] (one per class), got " << weight.getType();
 }
 
-LogicalResult broadcasts_to(Operation* op, Value v, Value to) {
+LogicalResult broadcasts_to(const Diag& op, Value v, Value to) {
   if (absent(v)) return success();
   auto b = broadcast(dims(v), dims(to));
   if (b && same(*b, dims(to))) return success();
-  return op->emitOpError("operand ") << v.getType() << " does not broadcast to " << to.getType();
+  return op.emitOpError("operand ") << v.getType() << " does not broadcast to " << to.getType();
 }
 
-LogicalResult elementwise_loss(Operation* op, Value input, Reduction reduction, Value result) {
+LogicalResult elementwise_loss(const Diag& op, Value input, Reduction reduction, Result result) {
   if (reduction != Reduction::None) return expect_shape(op, result, {});
   return expect_shape(op, result, dims(input));
 }
 
-LogicalResult random_state(Operation* op, Value state, Value next_state) {
-  if (!same(dims(state), {2}) || !same(dims(next_state), {2}))
-    return op->emitOpError("expects a Philox state tensor<2xi64> (seed, offset) in and out, got ")
-           << state.getType() << " and " << next_state.getType();
-  return success();
+LogicalResult random_state(const Diag& op, Value state, Result next_state) {
+  if (!same(dims(state), {2}))
+    return op.emitOpError("expects a Philox state tensor<2xi64> (seed, offset), got ")
+           << state.getType();
+  return expect_shape(op, next_state, {2}, "the next state");
 }
 
 }  // namespace kiln::ir::shape
+
+namespace kiln::ir {
+bool compatible_result_types(mlir::TypeRange inferred, mlir::TypeRange declared) {
+  return shape::compatible(inferred, declared);
+}
+}  // namespace kiln::ir

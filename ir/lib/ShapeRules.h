@@ -1,6 +1,8 @@
-// The shape rules the ops' verifiers run: each checks what the runtime kernel would check and that
-// the result types are the ones the kernel computes. ir/ops.toml names them per op ("verify") and
-// the generated verifiers (KilnOpVerifiers.inc) call them with the op's typed accessors.
+// The shape rules of the ops: each checks what the runtime kernel would check and computes the
+// result shapes (and, where an operand does not give it, the element type) the kernel computes.
+// ir/ops.toml names them per op ("verify"). The generated verifiers (KilnOpVerifiers.inc) call them
+// on the op, where they check its results; the generated inferReturnTypes call them on the
+// operands and attributes of an op not yet built, where they write its results' types.
 // Dimensions that are dynamic (?) match anything; kiln.none operands are absent.
 #pragma once
 
@@ -20,6 +22,46 @@ using mlir::LogicalResult;
 using mlir::Operation;
 using mlir::Value;
 using mlir::ValueRange;
+using Shape = llvm::SmallVector<int64_t, 6>;
+
+// Where a rule reports: the op it verifies, or, while an op's result types are inferred (the op
+// does not exist yet), its location (none: report nothing) and its name.
+class Diag {
+ public:
+  Diag(Operation* op) : op_(op), ctx_(op->getContext()) {}  // NOLINT: implicit, for the verifiers
+  Diag(mlir::MLIRContext* ctx, std::optional<mlir::Location> loc, llvm::StringRef name)
+      : ctx_(ctx), loc_(loc), name_(name) {}
+  // "'kiln.<op>' op <message>", as Operation::emitOpError.
+  mlir::InFlightDiagnostic emitOpError(const llvm::Twine& message = {}) const;
+  mlir::MLIRContext* context() const { return ctx_; }
+
+ private:
+  Operation* op_ = nullptr;
+  mlir::MLIRContext* ctx_;
+  std::optional<mlir::Location> loc_;
+  llvm::StringRef name_;
+};
+
+// A result a rule determines: verifying, the op's result (checked against what the rule
+// computes); inferring, where the rule writes the result's shape and, for the rules that decide
+// it, its element type.
+struct Result {
+  Result(Value v) : value(v) {}  // NOLINT: implicit, for the verifiers
+  Result(Shape* shape, mlir::Type* type) : shape(shape), type(type) {}
+  Value value;
+  Shape* shape = nullptr;
+  mlir::Type* type = nullptr;
+};
+
+// Result types with equal element types and equal shapes, a dynamic (?) dim matching any size:
+// the compatibility of inferred and declared result types.
+bool compatible(mlir::TypeRange inferred, mlir::TypeRange declared);
+// The element type of a ranked tensor value (the default element type of an inferred result).
+mlir::Type element_type(Value v);
+// PyTorch's promotion of two element types (floats beat integers, the wider wins; f16 with bf16
+// gives f32), and its result_type for two tensors (a 0-d operand only raises the category).
+mlir::Type promote_types(mlir::Type a, mlir::Type b);
+mlir::Type result_type(mlir::RankedTensorType a, mlir::RankedTensorType b);
 
 // --- shapes and types
 // NumPy broadcasting of two shapes into `out` (dynamic dims stay dynamic); a mismatch is an
@@ -27,77 +69,87 @@ using mlir::ValueRange;
 LogicalResult broadcast_shapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b,
                                llvm::SmallVectorImpl<int64_t>& out,
                                std::optional<mlir::Location> loc, llvm::StringRef op);
-LogicalResult same_shape(Operation* op, Value a, Value b);
-LogicalResult element_type_is(Operation* op, Value v, DType dtype);
-LogicalResult dim_in_range(Operation* op, Value input, int64_t dim);
-LogicalResult broadcast3(Operation* op, Value a, Value b, Value c, Value result);
-LogicalResult copy(Operation* op, Value dst, Value src, Value result);
-LogicalResult channels(Operation* op, Value x, int64_t dim, Value result);  // result is [x[dim]]
-LogicalResult same_batch_and_channels(Operation* op, Value a, Value b);
+// Equal shapes: checked between two values; a result (inferred) takes the other's shape.
+LogicalResult same_shape(const Diag& op, Value a, Value b);
+LogicalResult same_shape(const Diag& op, Value a, Result b);
+LogicalResult same_shape(const Diag& op, Result a, Result b);
+// Element types: the result's is dtype; float_of: the input's if floating, else float32 (a float
+// op on integers); sum_type_of: the input's if floating, else int64 (sum, prod, cumsum);
+// promoted: result_type(a, b).
+LogicalResult element_type_is(const Diag& op, Result v, DType dtype);
+LogicalResult float_of(const Diag& op, Value input, Result result);
+LogicalResult sum_type_of(const Diag& op, Value input, Result result);
+LogicalResult promoted(const Diag& op, Value a, Value b, Result result);
+LogicalResult dim_in_range(const Diag& op, Value input, int64_t dim);
+LogicalResult broadcast3(const Diag& op, Value a, Value b, Value c, Result result);
+LogicalResult copy(const Diag& op, Value dst, Value src, Result result);
+LogicalResult channels(const Diag& op, Value x, int64_t dim, Result result);  // result is [x[dim]]
+LogicalResult same_batch_and_channels(const Diag& op, Value a, Value b);
 
 // --- reductions
-LogicalResult reduce_dims(Operation* op, Value input, ArrayRef<int64_t> dims, bool keepdim,
-                          Value result);
+LogicalResult reduce_dims(const Diag& op, Value input, ArrayRef<int64_t> dims, bool keepdim,
+                          Result result);
 // allow_flat: dim INT64_MIN reduces over all elements (argmax/argmin without a dim).
-LogicalResult reduce_dim(Operation* op, Value input, int64_t dim, bool keepdim, bool allow_flat,
-                         Value values, Value indices);
+LogicalResult reduce_dim(const Diag& op, Value input, int64_t dim, bool keepdim, bool allow_flat,
+                         Result values, Result indices);
 
 // --- views
-LogicalResult reshape(Operation* op, Value input, ArrayRef<int64_t> shape, Value result);
-LogicalResult transpose(Operation* op, Value input, int64_t dim0, int64_t dim1, Value result);
-LogicalResult permute(Operation* op, Value input, ArrayRef<int64_t> dims, Value result);
-LogicalResult slice(Operation* op, Value input, int64_t dim, int64_t start, int64_t end,
-                    int64_t step, Value result);
-LogicalResult select(Operation* op, Value input, int64_t dim, int64_t index, Value result);
-LogicalResult expand(Operation* op, Value input, ArrayRef<int64_t> shape, Value result);
-LogicalResult as_strided(Operation* op, Value input, ArrayRef<int64_t> sizes,
-                         ArrayRef<int64_t> strides, int64_t offset, Value result);
-LogicalResult cat(Operation* op, ValueRange inputs, int64_t dim, Value result);
-LogicalResult stack(Operation* op, ValueRange inputs, int64_t dim, Value result);
+LogicalResult reshape(const Diag& op, Value input, ArrayRef<int64_t> shape, Result result);
+LogicalResult transpose(const Diag& op, Value input, int64_t dim0, int64_t dim1, Result result);
+LogicalResult permute(const Diag& op, Value input, ArrayRef<int64_t> dims, Result result);
+LogicalResult slice(const Diag& op, Value input, int64_t dim, int64_t start, int64_t end,
+                    int64_t step, Result result);
+LogicalResult select(const Diag& op, Value input, int64_t dim, int64_t index, Result result);
+LogicalResult expand(const Diag& op, Value input, ArrayRef<int64_t> shape, Result result);
+LogicalResult as_strided(const Diag& op, Value input, ArrayRef<int64_t> sizes,
+                         ArrayRef<int64_t> strides, int64_t offset, Result result);
+LogicalResult cat(const Diag& op, ValueRange inputs, int64_t dim, Result result);
+LogicalResult stack(const Diag& op, ValueRange inputs, int64_t dim, Result result);
 
 // --- linear algebra and convolution
-LogicalResult linear(Operation* op, Value input, Value weight, Value bias, Value result);
-LogicalResult conv2d(Operation* op, Value input, Value weight, Value bias, ArrayRef<int64_t> stride,
-                     ArrayRef<int64_t> padding, ArrayRef<int64_t> dilation, int64_t groups,
-                     Value result);
-LogicalResult conv2d_avgpool(Operation* op, Value input, Value weight, Value bias, int64_t groups,
-                             Value result);
-LogicalResult conv1d(Operation* op, Value input, Value weight, Value bias, int64_t stride,
-                     int64_t padding, int64_t dilation, int64_t groups, Value result);
-LogicalResult conv_transpose2d(Operation* op, Value input, Value weight, Value bias,
+LogicalResult linear(const Diag& op, Value input, Value weight, Value bias, Result result);
+LogicalResult conv2d(const Diag& op, Value input, Value weight, Value bias,
+                     ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
+                     ArrayRef<int64_t> dilation, int64_t groups, Result result);
+LogicalResult conv2d_avgpool(const Diag& op, Value input, Value weight, Value bias, int64_t groups,
+                             Result result);
+LogicalResult conv1d(const Diag& op, Value input, Value weight, Value bias, int64_t stride,
+                     int64_t padding, int64_t dilation, int64_t groups, Result result);
+LogicalResult conv_transpose2d(const Diag& op, Value input, Value weight, Value bias,
                                ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
                                ArrayRef<int64_t> output_padding, int64_t groups,
-                               ArrayRef<int64_t> dilation, Value result);
+                               ArrayRef<int64_t> dilation, Result result);
 // A fused epilogue: a kernels::Activation with ordered clamp bounds, and a residual (or none) of
 // exactly the result's type (added element by element, without broadcasting).
-LogicalResult activation(Operation* op, Activation activation, double clamp_min, double clamp_max);
-LogicalResult fused_epilogue(Operation* op, Value residual, Activation activation, double clamp_min,
-                             double clamp_max, Value result);
+LogicalResult activation(const Diag& op, Activation activation, double clamp_min, double clamp_max);
+LogicalResult fused_epilogue(const Diag& op, Value residual, Activation activation,
+                             double clamp_min, double clamp_max, Value result);
 
 // --- pooling and resampling
-LogicalResult pool2d(Operation* op, Value input, ArrayRef<int64_t> kernel, ArrayRef<int64_t> stride,
-                     ArrayRef<int64_t> padding, ArrayRef<int64_t> dilation, bool ceil_mode,
-                     Value result);
-LogicalResult adaptive_pool2d(Operation* op, Value input, ArrayRef<int64_t> output_size,
-                              Value result);
+LogicalResult pool2d(const Diag& op, Value input, ArrayRef<int64_t> kernel,
+                     ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
+                     ArrayRef<int64_t> dilation, bool ceil_mode, Result result);
+LogicalResult adaptive_pool2d(const Diag& op, Value input, ArrayRef<int64_t> output_size,
+                              Result result);
 // `from` is the small side and `to` the resampled side (interpolate: input -> result;
 // interpolate_backward: result <- grad).
-LogicalResult interpolate(Operation* op, Value from, Value to, InterpolateMode mode,
+LogicalResult interpolate(const Diag& op, Value from, Value to, InterpolateMode mode,
                           bool align_corners, double scale_h, double scale_w);
 
 // --- indexing, embedding, losses, random
-LogicalResult index_select(Operation* op, Value input, Value index, int64_t dim, Value result);
-LogicalResult embedding(Operation* op, Value weight, Value indices, Value result);
-LogicalResult pad(Operation* op, Value input, ArrayRef<int64_t> pad, Value result);
-LogicalResult one_hot(Operation* op, Value index, int64_t num_classes, Value result);
-LogicalResult topk(Operation* op, Value input, int64_t k, int64_t dim, Value values, Value indices);
-LogicalResult class_loss(Operation* op, Value input, Value target, Reduction reduction,
-                         Value result);
+LogicalResult index_select(const Diag& op, Value input, Value index, int64_t dim, Result result);
+LogicalResult embedding(const Diag& op, Value weight, Value indices, Result result);
+LogicalResult pad(const Diag& op, Value input, ArrayRef<int64_t> pad, Result result);
+LogicalResult one_hot(const Diag& op, Value index, int64_t num_classes, Result result);
+LogicalResult topk(const Diag& op, Value input, int64_t k, int64_t dim, Result values,
+                   Result indices);
+LogicalResult class_loss(const Diag& op, Value input, Value target, Reduction reduction,
+                         Result result);
 // Class weights (or none): [C], C the class dim of input ([N, C, ...] or [C]).
-LogicalResult class_weight(Operation* op, Value input, Value weight);
+LogicalResult class_weight(const Diag& op, Value input, Value weight);
 // `v` (or none) broadcasts to `to`'s shape.
-LogicalResult broadcasts_to(Operation* op, Value v, Value to);
-LogicalResult elementwise_loss(Operation* op, Value input, Reduction reduction, Value result);
-LogicalResult random_state(Operation* op, Value state, Value next_state);
+LogicalResult broadcasts_to(const Diag& op, Value v, Value to);
+LogicalResult elementwise_loss(const Diag& op, Value input, Reduction reduction, Result result);
+LogicalResult random_state(const Diag& op, Value state, Result next_state);
 
 }  // namespace kiln::ir::shape

@@ -2,7 +2,8 @@
 """Writes what the build derives from the op schema, ir/ops.toml (nothing it writes is committed):
 
     gen_ops.py td OUT            the ODS of the kiln dialect (KilnOps.td)
-    gen_ops.py verifiers OUT     every op's verify(): enum checks and the schema's shape rules
+    gen_ops.py verifiers OUT     every op's verify() (enum checks and the schema's shape rules) and
+                                 the inferReturnTypes of the ops those rules fully determine
     gen_ops.py codegen OUT       codegen's op tables (elementwise, views, runtime-call attributes)
     gen_ops.py abi OUT           the runtime's C ABI op entry points (declarations, JIT symbols)
     gen_ops.py runtime OUT       the runtime kernels' signatures (counts, attributes, defaults)
@@ -124,6 +125,8 @@ class Op:
         if self.eager == "generated" and not (self.unary_kernel and "input" in self.backward):
             raise SchemaError(f"op {name}: a generated eager function needs unary_kernel and a "
                               "backward formula for input")
+        if self.unary_kernel and self.integers == "float":
+            self.verify = self.verify + ["float_of(input, result)"]  # integers compute in float32
         self.lowering = pick("lowering", "loop" if "elementwise" in self.traits else None)
         if self.lowering not in (None, "loop", "call"):
             raise SchemaError(f"op {name}: lowering is 'loop' or 'call', not '{self.lowering}'")
@@ -203,7 +206,7 @@ def td(schema, ops):
                 ods = f'DefaultValuedAttr<{ods}, "{default}">'
             args.append(f"{ods}:${name}")
         res = ", ".join(f"{ELEMENT_TYPES[t]}:${n}" for n, t, _, _ in op.results)
-        traits = ["Pure"] + (["InferTypeOpAdaptor"] if op.infers() else [])
+        traits = ["Pure"] + (["InferTypeOpAdaptor"] if op.infers() or inference(op) else [])
         if op.lowering == "loop":
             traits.append("Kiln_ScalarLoop")
         if op.name in ("mul", "maximum", "minimum"):
@@ -225,6 +228,13 @@ def td(schema, ops):
             w("  let hasVerifier = 1;")
         if op.folder:
             w("  let hasFolder = 1;")
+        if inference(op):
+            w("  let extraClassDeclaration = [{")
+            w("    // Dynamic (?) dims of either side match (ir/lib/ShapeRules.cpp).")
+            w("    static bool isCompatibleReturnTypes(::mlir::TypeRange l, ::mlir::TypeRange r) {")
+            w("      return ::kiln::ir::compatible_result_types(l, r);")
+            w("    }")
+            w("  }];")
         w("}")
     w("#endif")
     return "\n".join(out) + "\n"
@@ -295,12 +305,14 @@ def split_args(text):
 schema_enums = set()
 
 
-def cpp_arg(op, arg):
+def cpp_arg(op, arg, on="", results=None):
+    """A rule argument in C++: an accessor of the op (verifying) or of `on`, its adaptor
+    (inferring, where `results` maps each result to the shape::Result the rule writes)."""
     attrs = {a: t for a, t, _ in op.attrs}
     values = {n for n, _, _, _ in op.operands + op.results}
     if arg in attrs:
         ty = attrs[arg]
-        getter = f"get{camel(arg)}()"
+        getter = f"{on}get{camel(arg)}()"
         if ty == "f64":
             return f"{getter}.convertToDouble()"
         if ty == "bool?":
@@ -310,13 +322,79 @@ def cpp_arg(op, arg):
         if ty in schema_enums:
             return getter  # the rules take the C++ enum (kiln::ir::<Enum>)
         return f"static_cast<int64_t>({getter})"
+    if results is not None and arg in results:
+        return results[arg]
     if arg in values:
-        return f"get{camel(arg)}()"
+        return f"{on}get{camel(arg)}()"
     if arg.startswith("{"):
         return f"llvm::ArrayRef<int64_t>({arg})"
     if re.fullmatch(r"-?[0-9]+", arg) or arg in ("true", "false"):
         return arg
     raise SchemaError(f"op {op.name}: verify argument '{arg}' is no operand, result or attribute")
+
+
+# The rules that compute a result (ir/lib/ShapeRules.h): the argument positions whose result's
+# shape, and whose result's element type, they write when inferring. A rule that names a result
+# elsewhere only checks it and is left to the verifier.
+SHAPE_RULES = {
+    "same_shape": ([1], []), "element_type_is": ([], [0]), "float_of": ([], [1]),
+    "sum_type_of": ([], [1]), "promoted": ([], [2]), "broadcast3": ([3], []), "copy": ([2], []),
+    "channels": ([2], []), "reduce_dims": ([3], []), "reduce_dim": ([4, 5], []),
+    "reshape": ([2], []), "transpose": ([3], []), "permute": ([2], []), "slice": ([5], []),
+    "select": ([3], []), "expand": ([2], []), "as_strided": ([4], []), "cat": ([2], [2]),
+    "stack": ([2], [2]), "linear": ([3], []), "conv2d": ([7], []), "conv2d_avgpool": ([4], []),
+    "conv1d": ([7], []), "conv_transpose2d": ([8], []), "pool2d": ([6], []),
+    "adaptive_pool2d": ([2], []), "index_select": ([3], []), "embedding": ([2], []),
+    "pad": ([2], []), "one_hot": ([2], []), "topk": ([3, 4], []), "class_loss": ([3], []),
+    "elementwise_loss": ([2], []), "random_state": ([1], []),
+}
+FIXED_ELEMENT = {"bool": "mlir::IntegerType::get(ctx, 1)", "i64": "mlir::IntegerType::get(ctx, 64)"}
+
+
+def rule_calls(op):
+    """(name, [args]) of each rule the op's verifier runs."""
+    calls = []
+    for rule in op.verify:
+        m = CALL.match(rule)
+        if not m:
+            raise SchemaError(f"op {op.name}: verify rule '{rule}' is not a call")
+        calls.append((m.group(1), split_args(m.group(2))))
+    return calls
+
+
+def inference(op):
+    """How the op's result types are inferred: (the rules to run, each result's element type
+    source), or None when its rules leave a result's shape or element type open (its result
+    type is then a parameter of the op: random ops, interpolate, the pooling backward ops)."""
+    if not op.generated_verifier():
+        return None
+    results = [n for n, _, _, _ in op.results]
+    shaped, typed, run = set(), set(), []
+    for name, args in rule_calls(op):
+        shape_at, type_at = SHAPE_RULES.get(name, ([], []))
+        named = [i for i, a in enumerate(args) if a in results]
+        if any(i not in shape_at and i not in type_at for i in named):
+            if not (name == "same_shape" and named == [0, 1]):  # result0 -> result1
+                continue  # checks a result: the verifier's
+        shaped.update(args[i] for i in shape_at if args[i] in results)
+        typed.update(args[i] for i in type_at if args[i] in results)
+        run.append((name, args))
+    if set(results) - shaped:
+        return None
+    source = [n for n, ty, optional, _ in op.operands if ty == "" and not optional]
+    elements = {}
+    for n, ty, _, _ in op.results:
+        if n in typed:
+            elements[n] = None
+        elif ty in FIXED_ELEMENT:
+            elements[n] = FIXED_ELEMENT[ty]
+        elif source:
+            variadic = any(v for m, _, _, v in op.operands if m == source[0])
+            get = f"adaptor.get{camel(source[0])}()"
+            elements[n] = f"shape::element_type({get}{'.front()' if variadic else ''})"
+        else:
+            return None
+    return run, elements
 
 
 def verifiers(schema, ops):
@@ -341,12 +419,30 @@ def verifiers(schema, ops):
         w(f"LogicalResult {camel(op.name)}Op::verify() {{")
         if any(ty in schema["enum"] for _, ty, _ in op.attrs):
             w("  if (failed(verify_enum_attrs(*this))) return failure();")
-        for rule in op.verify:
-            m = CALL.match(rule)
-            if not m:
-                raise SchemaError(f"op {op.name}: verify rule '{rule}' is not a call")
-            args = ", ".join(["*this"] + [cpp_arg(op, a) for a in split_args(m.group(2))])
-            w(f"  if (failed(shape::{m.group(1)}({args}))) return failure();")
+        for name, args in rule_calls(op):
+            cpp = ", ".join(["getOperation()"] + [cpp_arg(op, a) for a in args])
+            w(f"  if (failed(shape::{name}({cpp}))) return failure();")
+        w("  return success();\n}")
+        infer = inference(op)
+        if not infer:
+            continue
+        run, elements = infer
+        cls = f"{camel(op.name)}Op"
+        w(f"LogicalResult {cls}::inferReturnTypes(MLIRContext* ctx, std::optional<Location> loc,")
+        w(f"    {cls}::Adaptor adaptor, SmallVectorImpl<Type>& inferred) {{")
+        w(f'  const shape::Diag diag(ctx, loc, "kiln.{op.name}");')
+        names = {}
+        for n in elements:
+            w(f"  shape::Shape shape_{n};")
+            w(f"  Type type_{n};")
+            names[n] = f"shape::Result(&shape_{n}, &type_{n})"
+        for name, args in run:
+            cpp = ", ".join(["diag"] + [cpp_arg(op, a, "adaptor.", names) for a in args])
+            w(f"  if (failed(shape::{name}({cpp}))) return failure();")
+        for n, source in elements.items():
+            if source:
+                w(f"  if (!type_{n}) type_{n} = {source};")
+            w(f"  inferred.push_back(RankedTensorType::get(shape_{n}, type_{n}));")
         w("  return success();\n}")
     return "\n".join(out) + "\n"
 
@@ -508,14 +604,16 @@ def docs(schema, ops):
            f"{len(ops)} ops, from `ir/ops.toml`. `kiln ops` prints the same matrix read from the "
            "backends themselves; `OpCoverage.SchemaBackendsMatchImplementations` keeps the two "
            "equal.", "",
-           "| op | operands | attributes | traits | " + " | ".join(BACKENDS) + " |",
-           "|---|---|---|---|" + "---|" * len(BACKENDS)]
+           "| op | operands | attributes | traits | infers | " + " | ".join(BACKENDS) + " |",
+           "|---|---|---|---|---|" + "---|" * len(BACKENDS)]
     for op in ops:
         operands = ", ".join(n + ("?" if o else "") + ("..." if v else "")
                              for n, _, o, v in op.operands)
         attrs = ", ".join(f"{a}: {t}" + (f" = {d}" if d else "") for a, t, d in op.attrs)
         marks = " | ".join("yes" if b in op.backends else "" for b in BACKENDS)
-        out.append(f"| `{op.name}` | {operands} | {attrs} | {', '.join(op.traits)} | {marks} |")
+        infers = "yes" if op.infers() or inference(op) or op.name == "none" else ""  # none: ODS
+        out.append(f"| `{op.name}` | {operands} | {attrs} | {', '.join(op.traits)} | {infers} | "
+                   f"{marks} |")
     out += ["", "## Enums", ""]
     for name, e in schema["enum"].items():
         out.append(f"- `{name}`: " + ", ".join(f"{v} = {i}" for i, v in enumerate(e["values"])))

@@ -150,7 +150,7 @@ func.func @loss_none(%x: tensor<4x3xf32>, %t: tensor<4xi64>) {
 // -----
 
 func.func @random_state(%s: tensor<3xi64>) {
-  // expected-error @+1 {{'kiln.uniform' op expects a Philox state tensor<2xi64> (seed, offset) in and out}}
+  // expected-error @+1 {{'kiln.uniform' op expects a Philox state tensor<2xi64> (seed, offset), got 'tensor<3xi64>'}}
   %0:2 = kiln.uniform %s {low = 0.0 : f64, high = 1.0 : f64} : (tensor<3xi64>) -> (tensor<4xf32>, tensor<3xi64>)
   return
 }
@@ -262,4 +262,23 @@ func.func @pool_overflow(%x: tensor<1x1x4x4xf32>) {
   // expected-error @+1 {{'kiln.max_pool2d' op its attributes make a result size overflow int64}}
   %0:2 = kiln.max_pool2d %x {kernel = array<i64: 9223372036854775807, 2>, stride = array<i64: 1, 1>, padding = array<i64: 9223372036854775807, 0>, dilation = array<i64: 9223372036854775807, 1>, ceil_mode = true} : (tensor<1x1x4x4xf32>) -> (tensor<1x1x2x2xf32>, tensor<1x1x2x2xi64>)
   return
+}
+
+// -----
+
+// Element types are inferred too: relu keeps its input's.
+func.func @inferred_element_type(%x: tensor<4xf32>) -> tensor<4xf64> {
+  // expected-error @+2 {{'kiln.relu' op inferred type(s) 'tensor<4xf32>' are incompatible with return type(s) of operation 'tensor<4xf64>'}}
+  // expected-error @+1 {{'kiln.relu' op failed to infer returned types}}
+  %0 = kiln.relu %x : tensor<4xf32> -> tensor<4xf64>
+  return %0 : tensor<4xf64>
+}
+
+// -----
+
+// The sum of integers is int64 (PyTorch's rule, the runtime's sum_result_dtype).
+func.func @sum_of_integers(%x: tensor<4x3xi32>) -> tensor<4xi32> {
+  // expected-error @+1 {{'kiln.sum' op result element type must be 'i64', got 'tensor<4xi32>'}}
+  %0 = kiln.sum %x {dims = array<i64: 1>, keepdim = false} : (tensor<4x3xi32>) -> tensor<4xi32>
+  return %0 : tensor<4xi32>
 }

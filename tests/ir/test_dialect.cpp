@@ -1,6 +1,9 @@
 // Building kiln ops from C++: inferred result types and verifier failures.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -64,4 +67,101 @@ TEST_F(IrTest, MatmulInfersBatchAndRejectsMismatch) {
   EXPECT_TRUE(failed(kiln::ir::MatmulOp::inferReturnTypes(&ctx, loc, adaptor, types)));
   EXPECT_NE(diag.find("contraction sizes differ"), std::string::npos) << diag;
   module->destroy();
+}
+
+// Ops built without result types (the builders of InferTypeOpInterface): each type below is
+// computed by hand from the op's definition (PyTorch's shape and dtype rules).
+TEST_F(IrTest, OpsBuiltWithoutResultTypesInferThem) {
+  OpBuilder b(&ctx);
+  auto loc = b.getUnknownLoc();
+  auto module = ModuleOp::create(loc);
+  b.setInsertionPointToEnd(module.getBody());
+  auto t = [&](ArrayRef<int64_t> shape, Type e) { return RankedTensorType::get(shape, e); };
+  Type f32 = b.getF32Type(), f64 = b.getF64Type(), i32 = b.getI32Type(), i64 = b.getI64Type(),
+       i1 = b.getI1Type();
+  SmallVector<Type> args = {t({1, 3, 9, 9}, f32), t({8, 3, 3, 3}, f32), t({2, 5}, i32),
+                            t({2, 1}, f32),       t({3}, f64),          t({2, 3}, i1),
+                            t({4, 3}, f64),       t({5, 7}, f32),       t({4}, i64)};
+  auto fn = b.create<func::FuncOp>(loc, "f", b.getFunctionType(args, {}));
+  b.setInsertionPointToStart(fn.addEntryBlock());
+  auto arg = [&](int i) { return fn.getArgument(i); };
+  auto attr = [&](const char* name, Attribute a) { return b.getNamedAttr(name, a); };
+  Value none = b.create<kiln::ir::NoneOp>(loc);
+  // The op's result types as its InferTypeOpInterface computes them from operands and
+  // attributes (through a result-less op that holds them, erased after).
+  auto build = [&](StringRef name, ValueRange operands, ArrayRef<NamedAttribute> attrs) {
+    SmallVector<Type> types;
+    Operation* op = b.create(loc, b.getStringAttr(name), operands, TypeRange{}, attrs);
+    auto iface = op->getName().getInterface<InferTypeOpInterface>();
+    if (!iface) {
+      ADD_FAILURE() << name.str() << " does not infer its result types";
+      op->erase();
+      return types;
+    }
+    EXPECT_TRUE(
+        succeeded(iface->inferReturnTypes(&ctx, loc, op->getOperands(), op->getRawDictionaryAttrs(),
+                                          op->getPropertiesStorage(), op->getRegions(), types)))
+        << name.str();
+    op->erase();
+    return types;
+  };
+  // conv2d: 9 + 2*1 - 3 = 8, / 2 + 1 = 5.
+  EXPECT_EQ(build("kiln.conv2d", {arg(0), arg(1), none},
+                  {attr("stride", b.getDenseI64ArrayAttr({2, 2})),
+                   attr("padding", b.getDenseI64ArrayAttr({1, 1})),
+                   attr("dilation", b.getDenseI64ArrayAttr({1, 1})),
+                   attr("groups", b.getI64IntegerAttr(1))}),
+            SmallVector<Type>{t({1, 8, 5, 5}, f32)});
+  // sum of int32 over dim 1 is int64; exp of int32 is float32.
+  EXPECT_EQ(
+      build("kiln.sum", {arg(2)},
+            {attr("dims", b.getDenseI64ArrayAttr({1})), attr("keepdim", b.getBoolAttr(false))}),
+      SmallVector<Type>{t({2}, i64)});
+  EXPECT_EQ(build("kiln.exp", {arg(2)}, {}), SmallVector<Type>{t({2, 5}, f32)});
+  EXPECT_EQ(build("kiln.neg", {arg(2)}, {}), SmallVector<Type>{t({2, 5}, i32)});
+  // where broadcasts [2, 3], [2, 1], [3] and promotes f32 with f64.
+  EXPECT_EQ(build("kiln.where", {arg(5), arg(3), arg(4)}, {}), SmallVector<Type>{t({2, 3}, f64)});
+  // cat along 0 of [2, 1] f32 would not match [4, 3]: cat [4, 3] f64 with itself.
+  EXPECT_EQ(build("kiln.cat", {arg(6), arg(6)}, {attr("dim", b.getI64IntegerAttr(0))}),
+            SmallVector<Type>{t({8, 3}, f64)});
+  // topk: values and int64 indices; one_hot with classes from the data: a dynamic dim.
+  EXPECT_EQ(build("kiln.topk", {arg(7)},
+                  {attr("k", b.getI64IntegerAttr(2)), attr("dim", b.getI64IntegerAttr(1)),
+                   attr("largest", b.getBoolAttr(true)), attr("sorted", b.getBoolAttr(true))}),
+            (SmallVector<Type>{t({5, 2}, f32), t({5, 2}, i64)}));
+  EXPECT_EQ(build("kiln.one_hot", {arg(8)}, {attr("num_classes", b.getI64IntegerAttr(-1))}),
+            SmallVector<Type>{t({4, ShapedType::kDynamic}, i64)});
+  EXPECT_EQ(build("kiln.to", {arg(7)}, {attr("dtype", b.getI64IntegerAttr(1))}),
+            SmallVector<Type>{t({5, 7}, f64)});
+}
+
+// Every op infers its result types except those whose result type is itself a parameter of the
+// op (the sampled shape and dtype of the random ops; interpolate's output size; the input size of
+// the pooling and interpolation gradients) and the structural ops with regions or constants
+// (kiln.none's fixed type is inferred by the ODS).
+TEST_F(IrTest, EveryOpInfersItsResultTypesUnlessTheTypeIsAParameter) {
+  const std::set<std::string> parameter = {"kiln.interpolate",
+                                           "kiln.interpolate_backward",
+                                           "kiln.max_pool2d_backward",
+                                           "kiln.avg_pool2d_backward",
+                                           "kiln.adaptive_avg_pool2d_backward",
+                                           "kiln.uniform",
+                                           "kiln.normal",
+                                           "kiln.randint",
+                                           "kiln.dropout_mask",
+                                           "kiln.mbconv",
+                                           "kiln.constant",
+                                           "kiln.fused",
+                                           "kiln.yield"};
+  std::set<std::string> without;
+  int with = 0;
+  for (RegisteredOperationName name : ctx.getRegisteredOperations()) {
+    if (name.getDialectNamespace() != "kiln") continue;
+    if (name.hasInterface<InferTypeOpInterface>())
+      ++with;
+    else
+      without.insert(name.getStringRef().str());
+  }
+  EXPECT_EQ(without, parameter);
+  EXPECT_GE(with, 100);
 }

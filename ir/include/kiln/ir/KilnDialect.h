@@ -20,6 +20,13 @@ class ScalarLoop : public mlir::OpTrait::TraitBase<ConcreteType, ScalarLoop> {};
 // PadMode, DType, with symbolize<Enum> / stringify<Enum>.
 #include "kiln/ir/KilnEnums.h.inc"
 
+namespace kiln::ir {
+// Whether inferred result types match declared ones: equal element types, equal shapes where a
+// dynamic (?) dim on either side matches any size. The ops that infer their result types
+// (InferTypeOpInterface) compare with it.
+bool compatible_result_types(mlir::TypeRange inferred, mlir::TypeRange declared);
+}  // namespace kiln::ir
+
 #define GET_OP_CLASSES
 #include "kiln/ir/KilnOps.h.inc"
 
