@@ -10,7 +10,10 @@ install(TARGETS kiln_runtime kiln_flags EXPORT kilnTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/runtime/include/kiln/runtime
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
-install(FILES ${PROJECT_BINARY_DIR}/runtime/include/kiln/runtime/abi_ops.inc DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/runtime)
+# Generated from the op schema: abi.h and kernels/elementwise.h include them.
+install(FILES ${PROJECT_BINARY_DIR}/runtime/include/kiln/runtime/abi_ops.inc
+              ${PROJECT_BINARY_DIR}/runtime/include/kiln/runtime/unary_ops.inc
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/runtime/schema/kiln.fbs
         DESTINATION ${CMAKE_INSTALL_DATADIR}/kiln)
 install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)

@@ -94,6 +94,7 @@ class Op:
             if default:
                 check_default(name, a, ty, default, schema)
             self.attrs.append((a, ty, default or None))
+        self.enum_types = set(schema["enum"])  # attribute types that are enums
         self.traits = spec.get("traits", [])
         for t in self.traits:
             if t not in TRAITS:
@@ -302,9 +303,6 @@ def split_args(text):
     return args
 
 
-schema_enums = set()
-
-
 def cpp_arg(op, arg, on="", results=None):
     """A rule argument in C++: an accessor of the op (verifying) or of `on`, its adaptor
     (inferring, where `results` maps each result to the shape::Result the rule writes)."""
@@ -319,7 +317,7 @@ def cpp_arg(op, arg, on="", results=None):
             return f"{getter}.value_or(false)"
         if ty in ("bool", "i64[]"):
             return getter
-        if ty in schema_enums:
+        if ty in op.enum_types:
             return getter  # the rules take the C++ enum (kiln::ir::<Enum>)
         return f"static_cast<int64_t>({getter})"
     if results is not None and arg in results:
@@ -641,7 +639,6 @@ def main(argv):
         sys.exit("usage: gen_ops.py {" + "|".join(kinds) + "} OUT")
     try:
         schema, ops = load()
-        schema_enums.update(schema["enum"])
         write(argv[1], kinds[argv[0]](schema, ops))
     except (SchemaError, KeyError, tomllib.TOMLDecodeError) as e:
         sys.exit(f"ir/ops.toml: {e}")

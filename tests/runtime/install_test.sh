@@ -10,6 +10,11 @@ trap 'rm -rf "$dir"' EXIT
 cmake --install "$build" --prefix "$dir/prefix" >/dev/null
 test -f "$dir/prefix/include/kiln/runtime/c_api.h"
 test -f "$dir/prefix/lib/cmake/kiln/kilnConfig.cmake"
+# Every installed header compiles on its own (a generated file it includes must be installed too).
+for h in $(cd "$dir/prefix/include" && find kiln -name '*.h'); do
+  echo "#include \"$h\"" | c++ -std=c++20 -fsyntax-only -I"$dir/prefix/include" -x c++ - ||
+    { echo "installed header $h does not compile alone" >&2; exit 1; }
+done
 cmake -S "$src/examples/embed" -B "$dir/embed" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$dir/prefix" >/dev/null
 cmake --build "$dir/embed" >/dev/null
