@@ -80,56 +80,6 @@ OpFoldResult ReluOp::fold(FoldAdaptor) {
 // Every other op's verifier: its enum attributes' ranges and the shape rules ir/ops.toml names.
 #include "kiln/ir/KilnOpVerifiers.inc"
 
-// The block's shapes as the runtime kernel checks them (kernels/mbconv.h), float32 throughout.
-LogicalResult MbconvOp::verify() {
-  if (failed(verify_enum_attrs(*this))) return failure();
-  auto shape = [](Value v) -> ArrayRef<int64_t> {
-    return cast<RankedTensorType>(v.getType()).getShape();
-  };
-  auto absent = [](Value v) { return isa<NoneType>(v.getType()); };
-  for (Value v : getOperation()->getOperands()) {
-    if (!absent(v) && !cast<RankedTensorType>(v.getType()).getElementType().isF32())
-      return emitOpError("expects float32 operands, got ") << v.getType();
-  }
-  ArrayRef<int64_t> x = shape(getInput()), dw = shape(getDwWeight()),
-                    pw = shape(getProjectWeight());
-  if (x.size() != 4 || dw.size() != 4 || pw.size() != 4)
-    return emitOpError("expects 4-d input, dw_weight and project_weight");
-  const int64_t E = dw[0];
-  if (!absent(getExpandWeight())) {
-    ArrayRef<int64_t> ew = shape(getExpandWeight());
-    if (ew != ArrayRef<int64_t>{E, x[1], 1, 1})
-      return emitOpError("expand_weight must be [") << E << ", " << x[1] << ", 1, 1]";
-  } else if (x[1] != E) {
-    return emitOpError("without expand_weight the input has dw_weight's ")
-           << E << " channels, got " << x[1];
-  }
-  if (dw[1] != 1) return emitOpError("dw_weight must be [E, 1, KH, KW] (depthwise)");
-  if (pw[1] != E || pw[2] != 1 || pw[3] != 1)
-    return emitOpError("project_weight must be [P, ") << E << ", 1, 1]";
-  auto bias_ok = [&](Value b, int64_t n) { return absent(b) || shape(b) == ArrayRef<int64_t>{n}; };
-  if (!bias_ok(getExpandBias(), E) || !bias_ok(getDwBias(), E) || !bias_ok(getProjectBias(), pw[0]))
-    return emitOpError("biases must be [E], [E] and [P]");
-  ArrayRef<int64_t> s = getStride(), p = getPadding();
-  if (s.size() != 2 || p.size() != 2 || s[0] < 1 || s[1] < 1 || p[0] < 0 || p[1] < 0 ||
-      p[0] >= dw[2] || p[1] >= dw[3])
-    return emitOpError("stride must be >= 1 and padding in [0, kernel) (2 values each)");
-  const int64_t Ho = (x[2] + 2 * p[0] - dw[2]) / s[0] + 1,
-                Wo = (x[3] + 2 * p[1] - dw[3]) / s[1] + 1;
-  if (shape(getResult()) != ArrayRef<int64_t>{x[0], pw[0], Ho, Wo})
-    return emitOpError("result must be [")
-           << x[0] << ", " << pw[0] << ", " << Ho << ", " << Wo << "]";
-  if (failed(shape::activation(getOperation(), getExpandActivation(),
-                               getExpandClampMin().convertToDouble(),
-                               getExpandClampMax().convertToDouble())) ||
-      failed(shape::activation(getOperation(), getDwActivation(), getDwClampMin().convertToDouble(),
-                               getDwClampMax().convertToDouble())))
-    return failure();
-  return shape::fused_epilogue(getOperation(), getResidual(), getProjectActivation(),
-                               getProjectClampMin().convertToDouble(),
-                               getProjectClampMax().convertToDouble(), getResult());
-}
-
 // Constant-like ops fold to their value: the greedy rewrite driver identifies (and dedups)
 // constants by that attribute, so without it every constant would look alike.
 OpFoldResult ConstantOp::fold(FoldAdaptor) {

@@ -76,6 +76,9 @@ LogicalResult expect_shape(const Diag& op, const Result& result, ArrayRef<int64_
     return success();
   }
   if (same(dims(result.value), want)) return success();
+  // A rule run the other way round checks an operand (the pooled gradient of a pooling's input).
+  if (op.op() && result.value.getDefiningOp() != op.op() && llvm::StringRef(what) == "result")
+    what = "operand";
   return op.emitOpError(what) << " must be " << str(want) << ", got " << result.value.getType();
 }
 
@@ -274,11 +277,20 @@ LogicalResult channels(const Diag& op, Value x, int64_t dim, Result result) {
   return expect_shape(op, result, {dims(x)[dim]});
 }
 
-LogicalResult same_batch_and_channels(const Diag& op, Value a, Value b) {
-  if (rank(a) != rank(b) || rank(a) < 3 || !same(dims(a).drop_back(2), dims(b).drop_back(2)))
-    return op.emitOpError("expects the same leading (batch and channel) dims, got ")
-           << a.getType() << " and " << b.getType();
-  return success();
+LogicalResult shape_is(const Diag& op, Result result, ArrayRef<int64_t> size) {
+  if (llvm::any_of(size, [](int64_t d) { return d < 0; }))
+    return op.emitOpError("size must hold sizes >= 0, got ") << str(size);
+  return expect_shape(op, result, size);
+}
+
+LogicalResult spatial_size(const Diag& op, Value input, ArrayRef<int64_t> size, Result result) {
+  if (rank(input) < 3)
+    return op.emitOpError("expects a (N,) C, H, W input, got ") << input.getType();
+  if (size.size() != 2 || size[0] < 0 || size[1] < 0)
+    return op.emitOpError("expects a spatial size of 2 dims >= 0, got ") << str(size);
+  Shape want(dims(input).drop_back(2));
+  want.append(size.begin(), size.end());
+  return expect_shape(op, result, want);
 }
 
 // ---------------------------------------------------------------------------- reductions
@@ -585,6 +597,41 @@ LogicalResult conv_transpose2d(const Diag& op, Value input, Value weight, Value 
   return expect_shape(op, result,
                       {x[0], c_out, extent(x[2], s->first, p->first, d->first, w[2], o->first),
                        extent(x[3], s->second, p->second, d->second, w[3], o->second)});
+}
+
+LogicalResult mbconv(const Diag& op, Value input, Value expand_weight, Value expand_bias,
+                     Value dw_weight, Value dw_bias, Value project_weight, Value project_bias,
+                     ArrayRef<int64_t> stride, ArrayRef<int64_t> padding, Result result) {
+  // The fused kernel is float32 only (the residual has the result's type: fused_epilogue).
+  for (Value v :
+       {input, expand_weight, expand_bias, dw_weight, dw_bias, project_weight, project_bias}) {
+    if (!absent(v) && !tensor(v).getElementType().isF32())
+      return op.emitOpError("expects float32 operands, got ") << v.getType();
+  }
+  if (rank(input) != 4 || rank(dw_weight) != 4 || rank(project_weight) != 4)
+    return op.emitOpError("expects 4-d input, dw_weight and project_weight");
+  ArrayRef<int64_t> x = dims(input), dw = dims(dw_weight), pw = dims(project_weight);
+  const int64_t E = dw[0];
+  if (!absent(expand_weight)) {
+    if (!same(dims(expand_weight), {E, x[1], 1, 1}))
+      return op.emitOpError("expand_weight must be [") << E << ", " << x[1] << ", 1, 1]";
+  } else if (!same(x[1], E)) {
+    return op.emitOpError("without expand_weight the input has dw_weight's ")
+           << E << " channels, got " << x[1];
+  }
+  if (dw[1] != 1) return op.emitOpError("dw_weight must be [E, 1, KH, KW] (depthwise)");
+  if (!same(pw[1], E) || pw[2] != 1 || pw[3] != 1)
+    return op.emitOpError("project_weight must be [P, ") << E << ", 1, 1]";
+  auto bias_ok = [&](Value b, int64_t n) { return absent(b) || same(dims(b), {n}); };
+  if (!bias_ok(expand_bias, E) || !bias_ok(dw_bias, E) || !bias_ok(project_bias, pw[0]))
+    return op.emitOpError("biases must be [E], [E] and [P]");
+  auto s = pair_of(stride), p = pair_of(padding);
+  if (!s || !p || s->first < 1 || s->second < 1 || p->first < 0 || p->second < 0 ||
+      p->first >= dw[2] || p->second >= dw[3])
+    return op.emitOpError("stride must be >= 1 and padding in [0, kernel) (2 values each)");
+  return expect_shape(op, result,
+                      {x[0], pw[0], window_out(x[2], dw[2], s->first, p->first, 1),
+                       window_out(x[3], dw[3], s->second, p->second, 1)});
 }
 
 LogicalResult activation(const Diag& op, Activation act, double lo, double hi) {

@@ -34,6 +34,7 @@ class Diag {
   // "'kiln.<op>' op <message>", as Operation::emitOpError.
   mlir::InFlightDiagnostic emitOpError(const llvm::Twine& message = {}) const;
   mlir::MLIRContext* context() const { return ctx_; }
+  Operation* op() const { return op_; }  // null while inferring
 
  private:
   Operation* op_ = nullptr;
@@ -84,7 +85,11 @@ LogicalResult dim_in_range(const Diag& op, Value input, int64_t dim);
 LogicalResult broadcast3(const Diag& op, Value a, Value b, Value c, Result result);
 LogicalResult copy(const Diag& op, Value dst, Value src, Result result);
 LogicalResult channels(const Diag& op, Value x, int64_t dim, Result result);  // result is [x[dim]]
-LogicalResult same_batch_and_channels(const Diag& op, Value a, Value b);
+// The result's shape is `size`, each dim >= 0 (a random factory's: the size it was called with).
+LogicalResult shape_is(const Diag& op, Result result, ArrayRef<int64_t> size);
+// The result is input's leading (batch and channel) dims followed by `size`, the spatial dims
+// (interpolate's output_size; the pooling and resampling gradients' input_size).
+LogicalResult spatial_size(const Diag& op, Value input, ArrayRef<int64_t> size, Result result);
 
 // --- reductions
 LogicalResult reduce_dims(const Diag& op, Value input, ArrayRef<int64_t> dims, bool keepdim,
@@ -119,6 +124,10 @@ LogicalResult conv_transpose2d(const Diag& op, Value input, Value weight, Value 
                                ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
                                ArrayRef<int64_t> output_padding, int64_t groups,
                                ArrayRef<int64_t> dilation, Result result);
+// kiln.mbconv: expand 1x1 (or none) -> depthwise KHxKW -> project 1x1, float32 throughout.
+LogicalResult mbconv(const Diag& op, Value input, Value expand_weight, Value expand_bias,
+                     Value dw_weight, Value dw_bias, Value project_weight, Value project_bias,
+                     ArrayRef<int64_t> stride, ArrayRef<int64_t> padding, Result result);
 // A fused epilogue: a kernels::Activation with ordered clamp bounds, and a residual (or none) of
 // exactly the result's type (added element by element, without broadcasting).
 LogicalResult activation(const Diag& op, Activation activation, double clamp_min, double clamp_max);

@@ -55,6 +55,7 @@ def split_typed(entry):
 def check_default(op, attr, ty, default, schema):
     ok = {"bool": lambda d: d in ("true", "false"),
           "i64": lambda d: re.fullmatch(r"-?[0-9]+", d),
+          "i64[]": lambda d: d == "[]",
           "f64": lambda d: re.fullmatch(r"-?([0-9]+(\.[0-9]*)?(e[+-]?[0-9]+)?|inf)", d)}.get(ty)
     if ty in schema["enum"]:
         ok = lambda d: d in schema["enum"][ty]["values"]
@@ -70,6 +71,8 @@ def default_number(ty, default, schema):
         return "1" if default == "true" else "0"
     if default.endswith("inf"):
         return "-INFINITY" if default.startswith("-") else "INFINITY"
+    if default == "[]":
+        return "0"  # an absent list reads as empty
     return default
 
 
@@ -344,7 +347,8 @@ SHAPE_RULES = {
     "conv1d": ([7], []), "conv_transpose2d": ([8], []), "pool2d": ([6], []),
     "adaptive_pool2d": ([2], []), "index_select": ([3], []), "embedding": ([2], []),
     "pad": ([2], []), "one_hot": ([2], []), "topk": ([3, 4], []), "class_loss": ([3], []),
-    "elementwise_loss": ([2], []), "random_state": ([1], []),
+    "elementwise_loss": ([2], []), "random_state": ([1], []), "shape_is": ([0], []),
+    "spatial_size": ([2], []), "mbconv": ([9], []),
 }
 FIXED_ELEMENT = {"bool": "mlir::IntegerType::get(ctx, 1)", "i64": "mlir::IntegerType::get(ctx, 64)"}
 
@@ -362,8 +366,8 @@ def rule_calls(op):
 
 def inference(op):
     """How the op's result types are inferred: (the rules to run, each result's element type
-    source), or None when its rules leave a result's shape or element type open (its result
-    type is then a parameter of the op: random ops, interpolate, the pooling backward ops)."""
+    source), or None when its rules leave a result's shape or element type open (a result type
+    that is a parameter of the op needs an attribute recording it: the random ops' size)."""
     if not op.generated_verifier():
         return None
     results = [n for n, _, _, _ in op.results]

@@ -27,7 +27,7 @@ func.func @rank(%a: tensor<3xf32>, %b: tensor<3x5xf32>) {
 
 func.func @interpolate_changes_channels(%x: tensor<1x3x4x4xf32>) {
   // expected-error @+1 {{'kiln.interpolate' op expects the same element type, N and C on both sides}}
-  %0 = kiln.interpolate %x {mode = 1 : i64, align_corners = false, scale_h = 0.0 : f64, scale_w = 0.0 : f64} : (tensor<1x3x4x4xf32>) -> tensor<1x4x8x8xf32>
+  %0 = kiln.interpolate %x {mode = 1 : i64, align_corners = false, scale_h = 0.0 : f64, scale_w = 0.0 : f64, output_size = array<i64: 8, 8>} : (tensor<1x3x4x4xf32>) -> tensor<1x4x8x8xf32>
   return
 }
 
@@ -35,7 +35,7 @@ func.func @interpolate_changes_channels(%x: tensor<1x3x4x4xf32>) {
 
 func.func @interpolate_nearest_align_corners(%x: tensor<1x3x4x4xf32>) {
   // expected-error @+1 {{'kiln.interpolate' op align_corners can only be set with mode 1 (bilinear)}}
-  %0 = kiln.interpolate %x {mode = 0 : i64, align_corners = true, scale_h = 0.0 : f64, scale_w = 0.0 : f64} : (tensor<1x3x4x4xf32>) -> tensor<1x3x8x8xf32>
+  %0 = kiln.interpolate %x {mode = 0 : i64, align_corners = true, scale_h = 0.0 : f64, scale_w = 0.0 : f64, output_size = array<i64: 8, 8>} : (tensor<1x3x4x4xf32>) -> tensor<1x3x8x8xf32>
   return
 }
 
@@ -43,7 +43,7 @@ func.func @interpolate_nearest_align_corners(%x: tensor<1x3x4x4xf32>) {
 
 func.func @interpolate_backward_one_scale(%g: tensor<1x3x8x8xf32>) {
   // expected-error @+1 {{'kiln.interpolate_backward' op scale factors must be both set or both 0, got (2.000000e+00, 0.000000e+00)}}
-  %0 = kiln.interpolate_backward %g {mode = 1 : i64, align_corners = false, scale_h = 2.0 : f64, scale_w = 0.0 : f64} : (tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32>
+  %0 = kiln.interpolate_backward %g {mode = 1 : i64, align_corners = false, scale_h = 2.0 : f64, scale_w = 0.0 : f64, input_size = array<i64: 4, 4>} : (tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32>
   return
 }
 

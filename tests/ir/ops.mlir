@@ -21,9 +21,9 @@ func.func @matmul(%a: tensor<8x2x3xf32>, %b: tensor<3x5xf32>) -> tensor<8x2x5xf3
 
 // CHECK-LABEL: func.func @interpolate
 func.func @interpolate(%x: tensor<2x3x5x4xf32>) -> tensor<2x3x5x4xf32> {
-  // CHECK: %[[U:.*]] = kiln.interpolate %{{.*}} {align_corners = false, mode = 1 : i64, scale_h = 1.700000e+00 : f64, scale_w = 1.700000e+00 : f64} : (tensor<2x3x5x4xf32>) -> tensor<2x3x8x6xf32>
-  %0 = kiln.interpolate %x {mode = 1 : i64, align_corners = false, scale_h = 1.7 : f64, scale_w = 1.7 : f64} : (tensor<2x3x5x4xf32>) -> tensor<2x3x8x6xf32>
-  // CHECK: kiln.interpolate_backward %[[U]] {{.*}}mode = 1 : i64{{.*}} -> tensor<2x3x5x4xf32>
-  %1 = kiln.interpolate_backward %0 {mode = 1 : i64, align_corners = false, scale_h = 1.7 : f64, scale_w = 1.7 : f64} : (tensor<2x3x8x6xf32>) -> tensor<2x3x5x4xf32>
+  // CHECK: %[[U:.*]] = kiln.interpolate %{{.*}} {align_corners = false, mode = 1 : i64, output_size = array<i64: 8, 6>, scale_h = 1.700000e+00 : f64, scale_w = 1.700000e+00 : f64} : (tensor<2x3x5x4xf32>) -> tensor<2x3x8x6xf32>
+  %0 = kiln.interpolate %x {mode = 1 : i64, align_corners = false, scale_h = 1.7 : f64, scale_w = 1.7 : f64, output_size = array<i64: 8, 6>} : (tensor<2x3x5x4xf32>) -> tensor<2x3x8x6xf32>
+  // CHECK: kiln.interpolate_backward %[[U]] {{.*}}input_size = array<i64: 5, 4>, mode = 1 : i64{{.*}} -> tensor<2x3x5x4xf32>
+  %1 = kiln.interpolate_backward %0 {mode = 1 : i64, align_corners = false, scale_h = 1.7 : f64, scale_w = 1.7 : f64, input_size = array<i64: 5, 4>} : (tensor<2x3x8x6xf32>) -> tensor<2x3x5x4xf32>
   return %1 : tensor<2x3x5x4xf32>
 }

@@ -151,7 +151,55 @@ func.func @loss_none(%x: tensor<4x3xf32>, %t: tensor<4xi64>) {
 
 func.func @random_state(%s: tensor<3xi64>) {
   // expected-error @+1 {{'kiln.uniform' op expects a Philox state tensor<2xi64> (seed, offset), got 'tensor<3xi64>'}}
-  %0:2 = kiln.uniform %s {low = 0.0 : f64, high = 1.0 : f64} : (tensor<3xi64>) -> (tensor<4xf32>, tensor<3xi64>)
+  %0:2 = kiln.uniform %s {low = 0.0 : f64, high = 1.0 : f64, size = array<i64: 4>, dtype = 0 : i64} : (tensor<3xi64>) -> (tensor<4xf32>, tensor<3xi64>)
+  return
+}
+
+// -----
+
+func.func @random_size(%s: tensor<2xi64>) {
+  // expected-error @+1 {{'kiln.normal' op result must be [4, 3], got 'tensor<4x2xf32>'}}
+  %0:2 = kiln.normal %s {mean = 0.0 : f64, std = 1.0 : f64, size = array<i64: 4, 3>, dtype = 0 : i64} : (tensor<2xi64>) -> (tensor<4x2xf32>, tensor<2xi64>)
+  return
+}
+
+// -----
+
+func.func @random_dtype(%s: tensor<2xi64>) {
+  // expected-error @+1 {{'kiln.randint' op result element type must be int32 (dtype 6), got 'tensor<4xi64>'}}
+  %0:2 = kiln.randint %s {low = 0 : i64, high = 9 : i64, size = array<i64: 4>, dtype = 6 : i64} : (tensor<2xi64>) -> (tensor<4xi64>, tensor<2xi64>)
+  return
+}
+
+// -----
+
+func.func @dropout_mask_negative_size(%s: tensor<2xi64>) {
+  // expected-error @+1 {{'kiln.dropout_mask' op size must hold sizes >= 0, got [-1]}}
+  %0:2 = kiln.dropout_mask %s {p = 0.5 : f64, size = array<i64: -1>} : (tensor<2xi64>) -> (tensor<?xi1>, tensor<2xi64>)
+  return
+}
+
+// -----
+
+func.func @interpolate_output_size(%x: tensor<1x3x4x4xf32>) {
+  // expected-error @+1 {{'kiln.interpolate' op result must be [1, 3, 8, 6], got 'tensor<1x3x8x8xf32>'}}
+  %0 = kiln.interpolate %x {mode = 1 : i64, align_corners = false, scale_h = 0.0 : f64, scale_w = 0.0 : f64, output_size = array<i64: 8, 6>} : (tensor<1x3x4x4xf32>) -> tensor<1x3x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @max_pool2d_backward_input_size(%g: tensor<1x3x2x2xf32>, %i: tensor<1x3x2x2xi64>) {
+  // expected-error @+1 {{'kiln.max_pool2d_backward' op expects a spatial size of 2 dims >= 0, got [4]}}
+  %0 = kiln.max_pool2d_backward %g, %i {input_size = array<i64: 4>} : (tensor<1x3x2x2xf32>, tensor<1x3x2x2xi64>) -> tensor<1x3x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @avg_pool2d_backward_grad_of_another_pooling(%g: tensor<1x3x3x3xf32>) {
+  // expected-error @+1 {{'kiln.avg_pool2d_backward' op operand must be [1, 3, 2, 2], got 'tensor<1x3x3x3xf32>'}}
+  %0 = kiln.avg_pool2d_backward %g {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, ceil_mode = false, count_include_pad = true, input_size = array<i64: 4, 4>} : (tensor<1x3x3x3xf32>) -> tensor<1x3x4x4xf32>
   return
 }
 

@@ -43,6 +43,11 @@ Tensor new_tensor(std::span<const int64_t> sizes, DType dtype) {
 Tensor new_like(const Tensor& t) {
   return Tensor(kiln::empty(t.sizes(), t.dtype()));
 }
+// The spatial (H, W) dims of an N, C, H, W or C, H, W shape: what a gradient op records as the
+// input size it scatters back to.
+Dims spatial(const Dims& sizes) {
+  return Dims(std::span<const int64_t>(sizes.end() - 2, 2));
+}
 // Normalization statistics keep float64 inputs' precision; everything else accumulates in f32.
 DType stat_dtype(const Tensor& t) {
   return t.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
@@ -186,7 +191,8 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, Pair2 ker
                      Tensor gi = new_tensor(in, dt);
                      kernels::max_pool2d_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
                                                       *gi.impl());
-                     KILN_TRACE("max_pool2d_backward", TensorList({g[0], s[0]}), {gi});
+                     KILN_TRACE("max_pool2d_backward", TensorList({g[0], s[0]}), {gi},
+                                {"input_size", spatial(in)});
                      return TensorList{gi};
                    });
   KILN_TRACE("max_pool2d", {input}, TensorList({out, indices}),
@@ -217,7 +223,8 @@ Tensor avg_pool2d(const Tensor& input, Pair2 kernel, std::optional<Pair2> stride
         kernels::avg_pool2d_backward_out(*g[0].contiguous().impl(), p, *gi.impl());
         KILN_TRACE("avg_pool2d_backward", {g[0]}, {gi}, {"kernel", Dims{p.kernel_h, p.kernel_w}},
                    {"stride", Dims{p.stride_h, p.stride_w}}, {"padding", Dims{p.pad_h, p.pad_w}},
-                   {"ceil_mode", p.ceil_mode}, {"count_include_pad", p.count_include_pad});
+                   {"ceil_mode", p.ceil_mode}, {"count_include_pad", p.count_include_pad},
+                   {"input_size", spatial(in)});
         return TensorList{gi};
       });
   KILN_TRACE("avg_pool2d", {input}, {out}, {"kernel", Dims{kernel.h, kernel.w}},
@@ -233,15 +240,15 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Pair2 output_size) {
   kernels::adaptive_avg_pool2d_out(*input.impl(), *out.impl());
   Dims in = input.sizes();
   DType dt = input.dtype();
-  autograd::record("AdaptiveAvgPool2dBackward", {input}, {out}, {}, {},
-                   [in, dt](const TensorList&, const TensorList& g) {
-                     first_order_only("adaptive_avg_pool2d", g, /*traced=*/true);
-                     Tensor gi = new_tensor(in, dt);
-                     kernels::adaptive_avg_pool2d_backward_out(*g[0].contiguous().impl(),
-                                                               *gi.impl());
-                     KILN_TRACE("adaptive_avg_pool2d_backward", {g[0]}, {gi});
-                     return TensorList{gi};
-                   });
+  autograd::record(
+      "AdaptiveAvgPool2dBackward", {input}, {out}, {}, {},
+      [in, dt](const TensorList&, const TensorList& g) {
+        first_order_only("adaptive_avg_pool2d", g, /*traced=*/true);
+        Tensor gi = new_tensor(in, dt);
+        kernels::adaptive_avg_pool2d_backward_out(*g[0].contiguous().impl(), *gi.impl());
+        KILN_TRACE("adaptive_avg_pool2d_backward", {g[0]}, {gi}, {"input_size", spatial(in)});
+        return TensorList{gi};
+      });
   KILN_TRACE("adaptive_avg_pool2d", {input}, {out},
              {"output_size", Dims{output_size.h, output_size.w}});
   return out;
@@ -394,11 +401,12 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& o) {
                      KILN_TRACE("interpolate_backward", {g[0]}, {gi},
                                 {"mode", static_cast<int64_t>(p.mode)},
                                 {"align_corners", p.align_corners}, {"scale_h", p.scale_h},
-                                {"scale_w", p.scale_w});
+                                {"scale_w", p.scale_w}, {"input_size", spatial(in)});
                      return TensorList{gi};
                    });
   KILN_TRACE("interpolate", {input}, {out}, {"mode", static_cast<int64_t>(p.mode)},
-             {"align_corners", p.align_corners}, {"scale_h", p.scale_h}, {"scale_w", p.scale_w});
+             {"align_corners", p.align_corners}, {"scale_h", p.scale_h}, {"scale_w", p.scale_w},
+             {"output_size", Dims{Ho, Wo}});
   return out;
 }
 

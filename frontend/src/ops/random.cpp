@@ -17,10 +17,12 @@ void check_inplace(const Tensor& t, const char* op);
 namespace {
 // Under tracing, a random op becomes an IR op that draws from an explicit (seed, offset) state
 // operand instead of a baked-in tensor: the tracer needs the stream position before the draw.
+// The op records the size it draws (its result type is inferred from it).
 struct RandomTrace {
   uint64_t seed = default_generator().seed(), offset = default_generator().offset();
   void operator()(const char* op, const Tensor& out, dispatch::Attrs attrs) const {
     if (!dispatch::tracer()) return;
+    attrs.emplace_back("size", Dims(out.sizes()));
     attrs.emplace_back("seed", static_cast<int64_t>(seed));
     attrs.emplace_back("offset", static_cast<int64_t>(offset));
     dispatch::trace(op, {}, {out}, attrs);
@@ -38,7 +40,7 @@ Tensor rand(std::span<const int64_t> sizes, TensorOptions o) {
   Tensor t(kiln::empty(sizes, o.dtype_));
   RandomTrace trace;
   kernels::uniform_(*t.impl(), 0.0, 1.0);
-  trace("uniform", t, {{"low", 0.0}, {"high", 1.0}});
+  trace("uniform", t, {{"low", 0.0}, {"high", 1.0}, {"dtype", static_cast<int64_t>(o.dtype_)}});
   return finish(std::move(t), o);
 }
 
@@ -47,7 +49,7 @@ Tensor randn(std::span<const int64_t> sizes, TensorOptions o) {
   Tensor t(kiln::empty(sizes, o.dtype_));
   RandomTrace trace;
   kernels::normal_(*t.impl(), 0.0, 1.0);
-  trace("normal", t, {{"mean", 0.0}, {"std", 1.0}});
+  trace("normal", t, {{"mean", 0.0}, {"std", 1.0}, {"dtype", static_cast<int64_t>(o.dtype_)}});
   return finish(std::move(t), o);
 }
 
@@ -56,7 +58,7 @@ Tensor randint(int64_t low, int64_t high, std::span<const int64_t> sizes, Tensor
   Tensor t(kiln::empty(sizes, o.dtype_));
   RandomTrace trace;
   kernels::randint_(*t.impl(), low, high);
-  trace("randint", t, {{"low", low}, {"high", high}});
+  trace("randint", t, {{"low", low}, {"high", high}, {"dtype", static_cast<int64_t>(o.dtype_)}});
   return t;
 }
 
