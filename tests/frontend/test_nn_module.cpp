@@ -245,7 +245,8 @@ TEST(Module, LoadStateDictErrors) {
   partial.insert("other", kiln::zeros({1}));
   auto res = net->load_state_dict(partial, /*strict=*/false);
   EXPECT_EQ(res.unexpected_keys, std::vector<std::string>{"other"});
-  EXPECT_EQ(res.missing_keys.size(), sd.size() - 1);
+  // Every other entry is missing but num_batches_tracked, which checkpoints may omit.
+  EXPECT_EQ(res.missing_keys.size(), sd.size() - 2);
   EXPECT_DOUBLE_EQ(amin(net->fc2->weight).item<double>(), 3.0);
   // A float64 checkpoint loads into float32 parameters (converted).
   nn::StateDict f64;
@@ -253,6 +254,35 @@ TEST(Module, LoadStateDictErrors) {
   net->load_state_dict(f64, false);
   EXPECT_EQ(net->fc2->weight.dtype(), DType::Float32);
   EXPECT_DOUBLE_EQ(amax(net->fc2->weight).item<double>(), 0.25);
+}
+
+// PyTorch's compatibility rule: a checkpoint without a BatchNorm's num_batches_tracked (written
+// before the buffer existed, or by a converter that drops it) loads, even strictly, and the
+// buffer keeps its value; any other missing key is still an error.
+TEST(Module, LoadStateDictWithoutNumBatchesTracked) {
+  auto a = std::make_shared<Net>(), b = std::make_shared<Net>();
+  a->train();
+  (*a)(kiln::linspace(0, 1, 6).reshape({2, 3}));  // num_batches_tracked becomes 1
+  nn::StateDict sd = a->state_dict();
+  sd.erase("block.bn.num_batches_tracked");
+  ASSERT_EQ(b->block->bn->num_batches_tracked.item<int64_t>(), 0);
+  auto res = b->load_state_dict(sd);
+  EXPECT_TRUE(res.missing_keys.empty()) << res.missing_keys.size();
+  EXPECT_EQ(b->block->bn->num_batches_tracked.item<int64_t>(), 0);  // kept
+  EXPECT_EQ(max_abs_diff(b->block->bn->running_mean, a->block->bn->running_mean), 0.0);
+  // Not strict: not reported missing either.
+  EXPECT_TRUE(b->load_state_dict(sd, /*strict=*/false).missing_keys.empty());
+  // The running statistics themselves are not optional.
+  sd.erase("block.bn.running_var");
+  try {
+    b->load_state_dict(sd);
+    FAIL();
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("Missing key(s) in state_dict: \"block.bn.running_var\"."),
+              std::string::npos)
+        << msg;
+  }
 }
 
 TEST(Module, ForwardHooks) {

@@ -391,13 +391,16 @@ StateDict Module::state_dict() const {
 LoadStateDictResult Module::load_state_dict(const StateDict& dict, bool strict) {
   // Slots to write, by qualified name (shared modules reached twice write the same slot twice).
   std::vector<std::pair<std::string, Tensor*>> targets;
+  std::unordered_set<std::string> omittable;  // may be missing from the checkpoint
   std::function<void(Module&, const std::string&)> collect = [&](Module& m,
                                                                  const std::string& prefix) {
     for (auto& s : m.params_)
       if (s.tensor->defined()) targets.emplace_back(join(prefix, s.name), s.tensor.get());
-    for (auto& s : m.buffers_)
-      if (s.tensor->defined() && s.persistent)
-        targets.emplace_back(join(prefix, s.name), s.tensor.get());
+    for (auto& s : m.buffers_) {
+      if (!s.tensor->defined() || !s.persistent) continue;
+      targets.emplace_back(join(prefix, s.name), s.tensor.get());
+      if (m.omittable_state(s.name)) omittable.insert(targets.back().first);
+    }
     for (auto& [n, c] : m.children_)
       if (c) collect(*c, join(prefix, n));
   };
@@ -410,7 +413,7 @@ LoadStateDictResult Module::load_state_dict(const StateDict& dict, bool strict) 
     own.insert(name);
     const Tensor* src = dict.find(name);
     if (!src) {
-      result.missing_keys.push_back(name);
+      if (!omittable.count(name)) result.missing_keys.push_back(name);
       continue;
     }
     if (!src->defined() || src->sizes() != slot->sizes()) {

@@ -118,6 +118,9 @@ class Module : public std::enable_shared_from_this<Module> {
   StateDict state_dict() const;
   // Copies values in place (keeping parameter identity). Shape mismatches are always an error;
   // with strict, missing and unexpected keys are too. Nothing is copied when an error is raised.
+  // An entry a module says checkpoints may omit (omittable_state) keeps its value when missing
+  // and is not reported (PyTorch's rules: BatchNorm's num_batches_tracked, absent from
+  // checkpoints written before it existed).
   LoadStateDictResult load_state_dict(const StateDict& dict, bool strict = true);
 
   // --- hooks (the handle removes the hook via remove_hook)
@@ -134,6 +137,9 @@ class Module : public std::enable_shared_from_this<Module> {
   void register_module_impl(const std::string& name, ModulePtr module);
   // Containers override it to keep their own lists in step.
   virtual void replace_module_impl(const std::string& name, ModulePtr module);
+  // Whether load_state_dict accepts a checkpoint without this module's entry `name` (its own
+  // parameter or buffer name, unqualified).
+  virtual bool omittable_state(const std::string& name) const { return false; }
 
  private:
   struct TensorSlot {

@@ -31,6 +31,11 @@ class BatchNormBase : public Module {
 
  protected:
   virtual void check_input_dim(const Tensor& input) const = 0;
+  // num_batches_tracked: checkpoints from before PyTorch 0.4.1 (and converters that drop it) lack
+  // it; PyTorch's BatchNorm keeps its current value then.
+  bool omittable_state(const std::string& name) const override {
+    return name == "num_batches_tracked";
+  }
 };
 
 // (N, C) or (N, C, L).
