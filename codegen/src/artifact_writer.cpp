@@ -12,6 +12,7 @@
 #include "mlir/Bytecode/BytecodeWriter.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 
@@ -289,8 +290,10 @@ class Writer {
     }
     if (mlir::isa<ir::ConstantOp>(op)) {
       std::vector<uint8_t> bytes = constant_bytes(&op);
-      const uint32_t blob =
-          add_blob("constant" + std::to_string(constants_++), bytes.data(), bytes.size());
+      const std::string blob_name = "constant" + std::to_string(constants_++);
+      const uint32_t blob = add_blob(blob_name, bytes.data(), bytes.size());
+      if (mlir::isa<mlir::DenseResourceElementsAttr>(op.getAttr("value")))
+        resource_blobs_[op.getAttr("value").getAsOpaquePointer()] = blob_name;
       slots_[op.getResult(0)] = weight_slot(op.getResult(0), blob);
       return;
     }
@@ -403,13 +406,7 @@ class Writer {
     for (const auto& [k, v] : o_.metadata)
       meta.push_back(fb::CreateKeyValueDirect(fbb_, k.c_str(), v.c_str()));
     std::vector<uint8_t> bytecode;
-    if (o_.embed_mlir_bytecode) {
-      std::string s;
-      llvm::raw_string_ostream os(s);
-      if (mlir::failed(mlir::writeBytecodeToFile(module_, os))) fail("cannot write MLIR bytecode");
-      os.flush();
-      bytecode.assign(s.begin(), s.end());
-    }
+    if (o_.embed_mlir_bytecode) bytecode = module_bytecode();
     auto root = fb::CreateModelDirect(
         fbb_, 1, o_.name.c_str(), o_.producer.c_str(), o_.target_triple.c_str(), &feats, &inputs_,
         &outputs_, &slot_list_, &instrs_, align64(arena_),
@@ -420,6 +417,32 @@ class Writer {
     file.resize(align64(file.size()), 0);
     file.insert(file.end(), segment_.begin(), segment_.end());
     return file;
+  }
+
+  // The module as MLIR bytecode whose weight constants refer to the artifact's blobs (a resource
+  // named kArtifactBlobResourcePrefix + blob name, without data) instead of repeating them.
+  std::vector<uint8_t> module_bytecode() {
+    mlir::OwningOpRef<mlir::ModuleOp> copy(mlir::cast<mlir::ModuleOp>(module_->clone()));
+    auto& manager = mlir::DenseResourceElementsHandle::getManagerInterface(module_.getContext());
+    copy->walk([&](ir::ConstantOp c) {
+      auto it = resource_blobs_.find(c.getValue().getAsOpaquePointer());
+      if (it == resource_blobs_.end()) return;
+      const std::string key = kArtifactBlobResourcePrefix + it->second;
+      // The same key again (an earlier save in this context) is the same dataless reference.
+      auto* entry = manager.getBlobManager().lookup(key);
+      auto handle = entry && !entry->getBlob()
+                        ? mlir::DenseResourceElementsHandle(
+                              entry, mlir::cast<mlir::BuiltinDialect>(manager.getDialect()))
+                        : manager.insert(key);
+      if (handle.getKey() != key) fail("resource key '" + key + "' is taken");
+      c.setValueAttr(mlir::cast<mlir::ElementsAttr>(
+          mlir::DenseResourceElementsAttr::get(mlir::cast<mlir::ShapedType>(c.getType()), handle)));
+    });
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    if (mlir::failed(mlir::writeBytecodeToFile(*copy, os))) fail("cannot write MLIR bytecode");
+    os.flush();
+    return std::vector<uint8_t>(s.begin(), s.end());
   }
 
   mlir::ModuleOp module_;
@@ -437,6 +460,7 @@ class Writer {
   uint64_t arena_ = 0, planned_arena_ = 0, naive_ = 0, naive_extra_ = 0;
   int32_t none_ = -1;
   int constants_ = 0;
+  std::map<const void*, std::string> resource_blobs_;  // resource attribute -> its blob's name
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
-// `kiln compile MODEL.mlir --emit exe|so|obj [--target T] [--weights W.safetensors] -o OUT`:
-// ahead-of-time native code for a traced model (DESIGN.md §7). See `kiln compile --help`.
+// `kiln compile MODEL.kiln|MODEL.mlir --emit exe|so|obj [--target T] [--weights W] -o OUT`:
+// ahead-of-time native code for an exported artifact or a traced model (DESIGN.md §7). See
+// `kiln compile --help`.
 
 #include "compile.h"
 
@@ -13,13 +14,19 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/codegen/artifact.h"
+#include "kiln/ir/KilnDialect.h"
 #include "kiln/jit/aot.h"
 #include "kiln/kiln.h"
+#include "kiln/runtime/model.h"
 #include "kiln/trace/module.h"
 #include "kiln/trace/trace.h"
+#include "llvm/Support/raw_ostream.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinDialect.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/MLIRContext.h"
 
 namespace kiln::cli {
@@ -28,8 +35,9 @@ namespace {
 int usage(FILE* out) {
   std::fprintf(
       out,
-      "usage: kiln compile MODEL.mlir --emit exe|so|obj -o OUT [options]\n\n"
-      "Compiles a traced model (kiln dialect, func.func @forward) ahead of time:\n"
+      "usage: kiln compile MODEL.kiln|MODEL.mlir --emit exe|so|obj -o OUT [options]\n\n"
+      "Compiles ahead of time an artifact (`kiln export`, jit::save: it carries its module and\n"
+      "weights) or a traced model (kiln dialect, func.func @forward; weights from --weights):\n"
       "  exe  a standalone executable: OUT IN.npy... [-o OUT.npy]... [--repeat N] [--info]\n"
       "  so   a shared object and OUT's stem + .h: int NAME_run(inputs, outputs), NAME_info()\n"
       "  obj  a relocatable object defining NAME_run and NAME_info\n\n"
@@ -37,8 +45,9 @@ int usage(FILE* out) {
       "  --target T        host (default), aarch64-linux-gnu, x86_64-linux-gnu\n"
       "  --cpu C           CPU to tune for (default: the host's; generic for other targets)\n"
       "  --features F      LLVM feature string, e.g. +avx2,+fma\n"
-      "  --weights W       .safetensors whose tensors are frozen into the code: the @forward\n"
-      "                    arguments named like them (kiln.arg_names); the others are inputs\n"
+      "  --weights W       (.mlir) .safetensors whose tensors are frozen into the code: the\n"
+      "                    @forward arguments named like them (kiln.arg_names); the others are\n"
+      "                    inputs\n"
       "  --name NAME       symbol prefix for so/obj (default: model)\n"
       "  --runtime-dir D   folder with libkiln_runtime.a + libkiln_aot_main.a for the target\n"
       "  -O N              LLVM optimization level 0-3 (default 3)\n"
@@ -69,7 +78,23 @@ std::vector<std::string> arg_names(mlir::ModuleOp module) {
   return names;
 }
 
+using Clock = std::chrono::steady_clock;
+
+std::string mlir_type_str(mlir::Type t) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  t.print(os);
+  return os.str();
+}
+
 int run_compile(int argc, char** argv);
+void attach_weight_constants(mlir::ModuleOp module, const rt::Model& model,
+                             const std::string& input);
+int compile_artifact(mlir::ModuleOp module, const rt::Model& model, const std::string& input,
+                     const jit::AotOptions& o, bool quiet, Clock::time_point t0);
+int finish(mlir::ModuleOp module, const std::vector<std::string>& inputs,
+           const std::vector<jit::FrozenArg>& frozen, const jit::AotOptions& o, bool quiet,
+           Clock::time_point t0, const std::string& input);
 
 }  // namespace
 
@@ -133,13 +158,23 @@ int run_compile(int argc, char** argv) {
   if (input.empty()) return usage(stderr);
   KILN_CHECK(!o.emit.empty(), "", "--emit exe|so|obj is required");
   KILN_CHECK(!o.output.empty(), "", "-o OUT is required");
-  const std::string ext = std::filesystem::path(input).extension().string();
-  KILN_CHECK(ext != ".kiln", "", "'", input,
-             "': .kiln artifacts cannot be compiled yet; give the traced module (.mlir, e.g. "
-             "TracedFunction::str()) and its weights (--weights)");
+  const bool artifact = std::filesystem::path(input).extension() == ".kiln";
+  KILN_CHECK(!artifact || weights.empty(), "", "'", input,
+             "' carries its weights: --weights is for .mlir modules");
 
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   std::unique_ptr<mlir::MLIRContext> ctx = jit::make_context();
+  if (artifact) {
+    const auto model = rt::Model::load(input);  // verified like any artifact
+    const std::span<const uint8_t> bytecode = model->mlir_bytecode();
+    KILN_CHECK(!bytecode.empty(), "", "'", input,
+               "' holds no module to compile: it was written without one (kiln export "
+               "--no-embed-ir, or jit::save without SaveOptions::embed_mlir_bytecode)");
+    mlir::ModuleOp module = jit::parse_module(
+        *ctx, std::string(reinterpret_cast<const char*>(bytecode.data()), bytecode.size()));
+    attach_weight_constants(module, *model, input);
+    return compile_artifact(module, *model, input, o, quiet, t0);
+  }
   mlir::ModuleOp module = jit::parse_module(*ctx, read_text(input));
   const std::vector<std::string> names = arg_names(module);
 
@@ -160,8 +195,72 @@ int run_compile(int argc, char** argv) {
     const Tensor& t = by_name.at(names[i]);
     frozen.push_back({names[i], t.data(), static_cast<size_t>(t.numel()) * t.element_size()});
   }
-  const double parse_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return finish(module, inputs, frozen, o, quiet, t0, input);
+}
+
+// The embedded module's weight constants refer to the artifact's blobs by name (see
+// codegen::kArtifactBlobResourcePrefix): give them the blobs' bytes, where the model maps them.
+void attach_weight_constants(mlir::ModuleOp module, const rt::Model& model,
+                             const std::string& input) {
+  const llvm::StringRef prefix = codegen::kArtifactBlobResourcePrefix;
+  module.walk([&](ir::ConstantOp c) {
+    auto res = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(c.getValue());
+    if (!res || res.getRawHandle().getBlob()) return;
+    llvm::StringRef key = res.getRawHandle().getKey();
+    KILN_CHECK(key.starts_with(prefix), "", "'", input, "': constant '", key.str(),
+               "' of its module has no data");
+    const std::string name = key.drop_front(prefix.size()).str();
+    const std::optional<std::span<const uint8_t>> bytes = model.blob(name);
+    KILN_CHECK(bytes, "", "'", input, "': its module refers to blob '", name,
+               "', which it does not hold");
+    auto type = mlir::cast<mlir::ShapedType>(c.getType());
+    const size_t want =
+        static_cast<size_t>(type.getNumElements()) * ((type.getElementTypeBitWidth() + 7) / 8);
+    KILN_CHECK(bytes->size() == want, "", "'", input, "': blob '", name, "' holds ", bytes->size(),
+               " bytes, its constant ", mlir_type_str(type), " needs ", want);
+    res.getRawHandle().getResource()->setBlob(mlir::UnmanagedAsmResourceBlob::allocateInferAlign(
+        llvm::ArrayRef<char>(reinterpret_cast<const char*>(bytes->data()), bytes->size())));
+  });
+}
+
+// The module embedded in an artifact: its first arguments are the artifact's inputs (named as
+// the artifact names them), the others weights the artifact stores under their names.
+int compile_artifact(mlir::ModuleOp module, const rt::Model& model, const std::string& input,
+                     const jit::AotOptions& o, bool quiet, Clock::time_point t0) {
+  const std::vector<std::string> names = arg_names(module);
+  auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  const size_t num_inputs = model.inputs().size();
+  KILN_CHECK(names.size() >= num_inputs, "", "'", input, "': its module takes ", names.size(),
+             " arguments, fewer than its ", num_inputs, " inputs");
+  std::vector<std::string> inputs;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    const rt::TensorSpec& spec = model.inputs()[i];
+    auto type = mlir::cast<mlir::RankedTensorType>(forward.getArgument(i).getType());
+    KILN_CHECK(type.getShape() == llvm::ArrayRef<int64_t>(spec.shape.data(), spec.shape.size()), "",
+               "'", input, "': input '", spec.name, "' has ", spec.shape.size(),
+               " dims, its module's argument ", i, " is ", mlir_type_str(type),
+               ": not a module kiln wrote");
+    inputs.push_back(spec.name);
+  }
+  std::vector<jit::FrozenArg> frozen;
+  for (size_t i = num_inputs; i < names.size(); ++i) {
+    const std::optional<std::span<const uint8_t>> bytes = model.blob(names[i]);
+    KILN_CHECK(bytes, "", "'", input, "': its module's argument '", names[i],
+               "' is neither an input nor a weight of the artifact");
+    auto type = mlir::cast<mlir::RankedTensorType>(forward.getArgument(i).getType());
+    const size_t want =
+        static_cast<size_t>(type.getNumElements()) * ((type.getElementTypeBitWidth() + 7) / 8);
+    KILN_CHECK(bytes->size() == want, "", "'", input, "': weight '", names[i], "' holds ",
+               bytes->size(), " bytes, its type ", mlir_type_str(type), " needs ", want);
+    frozen.push_back({names[i], bytes->data(), bytes->size()});
+  }
+  return finish(module, inputs, frozen, o, quiet, t0, input);
+}
+
+int finish(mlir::ModuleOp module, const std::vector<std::string>& inputs,
+           const std::vector<jit::FrozenArg>& frozen, const jit::AotOptions& o, bool quiet,
+           Clock::time_point t0, const std::string& input) {
+  const double parse_s = std::chrono::duration<double>(Clock::now() - t0).count();
   const jit::AotResult r = jit::compile_aot(module, inputs, frozen, o);
   module->erase();
   if (!quiet) {

@@ -23,7 +23,8 @@ const char* kHelp =
     "  --weights FILE    .safetensors state dict (default: random init, with a warning)\n"
     "  --num-classes N   classifier outputs (default: 1000 for resnet/mobilenet, else 10)\n"
     "  --name NAME       model name stored in the artifact (default: MODEL)\n"
-    "  --embed-ir        also store the module as MLIR bytecode (for `kiln compile`)\n"
+    "  --no-embed-ir     leave out the module's MLIR bytecode (stored by default, so that\n"
+    "                    `kiln compile OUT.kiln` can compile the artifact to native code)\n"
     "  --no-optimize     write the trace as is (no pass pipeline, no memory planning)\n"
     "  --mbconv-min-bytes N  fuse inverted-residual blocks (MobileNetV2) whose expanded tensor\n"
     "                    has at least N bytes into one cache-resident kernel (default 1048576;\n"
@@ -69,7 +70,7 @@ std::vector<int64_t> parse_shape(const std::string& s) {
 int export_model(int argc, char** argv) {
   std::string model_name, weights, output, shape, name;
   int64_t classes = -1, mbconv_min_bytes = -1;
-  bool embed_ir = false, optimize = true;
+  bool embed_ir = true, optimize = true;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -89,8 +90,10 @@ int export_model(int argc, char** argv) {
       classes = std::stoll(value());
     } else if (a == "--name") {
       name = value();
-    } else if (a == "--embed-ir") {
+    } else if (a == "--embed-ir") {  // the default; accepted for older scripts
       embed_ir = true;
+    } else if (a == "--no-embed-ir") {
+      embed_ir = false;
     } else if (a == "--no-optimize") {
       optimize = false;
     } else if (a == "--mbconv-min-bytes") {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #include "kiln/codegen/aot.h"
@@ -20,12 +21,20 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Where libkiln_runtime.a and libkiln_aot_main.a for the target are: the environment's choice,
+// else this build's tree while it exists, else the installed library folder (an installed kiln
+// links from there; a relocated one passes AotOptions::runtime_dir, which its CMake package
+// provides as kiln_RUNTIME_DIR).
 std::string default_runtime_dir(const codegen::Target& target) {
   const bool arm = codegen::is_aarch64(target) && !codegen::is_aarch64(codegen::host_target());
   if (const char* env = std::getenv(arm ? "KILN_AARCH64_RUNTIME_DIR" : "KILN_RUNTIME_DIR");
       env && *env)
     return env;
-  return arm ? KILN_AARCH64_RUNTIME_DIR_DEFAULT : KILN_HOST_RUNTIME_DIR_DEFAULT;
+  if (arm) return KILN_AARCH64_RUNTIME_DIR_DEFAULT;
+  const std::filesystem::path build = KILN_HOST_RUNTIME_DIR_DEFAULT;
+  std::error_code ec;
+  if (std::filesystem::exists(build / "libkiln_runtime.a", ec)) return build.string();
+  return KILN_INSTALLED_RUNTIME_DIR;
 }
 
 codegen::TensorSpec spec_of(const std::string& name, const codegen::BufferSpec& b) {

@@ -115,6 +115,11 @@ uint64_t Model::arena_bytes() const {
 std::span<const uint8_t> Model::mlir_bytecode() const {
   return impl_->mlir_bytecode;
 }
+std::optional<std::span<const uint8_t>> Model::blob(std::string_view name) const {
+  for (const BlobInfo& b : impl_->blobs)
+    if (b.name == name) return std::span<const uint8_t>(b.data, b.size);
+  return std::nullopt;
+}
 const ModelStats& Model::stats() const {
   return impl_->stats;
 }

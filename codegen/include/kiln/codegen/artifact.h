@@ -28,6 +28,10 @@ struct CodeBlob {
   std::vector<std::string> symbols;
 };
 
+// The dialect-resource key under which an embedded module refers to the artifact blob NAME:
+// kArtifactBlobResourcePrefix + NAME (the resource itself carries no data).
+inline constexpr char kArtifactBlobResourcePrefix[] = "kiln_artifact_blob.";
+
 struct ArtifactOptions {
   std::string name = "model";
   std::string producer = "kiln";
@@ -43,6 +47,8 @@ struct ArtifactOptions {
   std::string target_triple;  // empty: portable (runtime kernels only)
   std::vector<std::string> cpu_features;
   std::vector<CodeBlob> code;
+  // Store the module as MLIR bytecode (for `kiln compile`); its weight constants refer to the
+  // artifact's blobs by name (kArtifactBlobResourcePrefix) rather than holding their bytes.
   bool embed_mlir_bytecode = false;
   std::vector<std::pair<std::string, std::string>> metadata;
 };

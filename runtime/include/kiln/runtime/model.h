@@ -15,8 +15,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -93,6 +95,9 @@ class Model {
   const std::vector<std::pair<std::string, std::string>>& metadata() const;
   // The module's MLIR bytecode when the writer embedded it (for re-compilation), else empty.
   std::span<const uint8_t> mlir_bytecode() const;
+  // The bytes of the blob stored under `name` (a weight is stored under its argument's name), or
+  // nullopt: with mlir_bytecode, what `kiln compile` needs to compile the artifact again.
+  std::optional<std::span<const uint8_t>> blob(std::string_view name) const;
   uint64_t arena_bytes() const;
   const ModelStats& stats() const;
   PreparedStats prepared_stats() const;

@@ -32,7 +32,9 @@ struct AotOptions {
   std::string features;
   std::string name = "model";  // symbol prefix for so/obj: NAME_run, NAME_info
   // Folder with libkiln_runtime.a and libkiln_aot_main.a for the target. Default: $KILN_RUNTIME_DIR
-  // (host) / $KILN_AARCH64_RUNTIME_DIR (arm64), else this build's runtime / build/aarch64-runtime.
+  // (host) / $KILN_AARCH64_RUNTIME_DIR (arm64), else this build's runtime while its tree exists,
+  // then the installed library folder / build/aarch64-runtime. A relocated install passes its
+  // CMake package's kiln_RUNTIME_DIR here.
   std::string runtime_dir;
   // More linker arguments. Default for the host: the flags this build links its own programs with
   // (CMAKE_EXE_LINKER_FLAGS, e.g. -fsanitize=... in the asan preset), which its runtime needs.

@@ -22,7 +22,9 @@ struct SaveOptions {
   // Inverted-residual blocks (MobileNetV2) whose expanded tensor has at least this many bytes run
   // as one fused kernel (--kiln-fuse-mbconv); -1: the pipeline's default (1 MB), 0: every one.
   int64_t mbconv_min_bytes = -1;
-  bool embed_mlir_bytecode = false;
+  // Store the module too (MLIR bytecode whose weight constants refer to the artifact's own
+  // weights, so it adds little): what `kiln compile M.kiln` compiles to native code.
+  bool embed_mlir_bytecode = true;
   std::vector<std::pair<std::string, std::string>> metadata;
   // The kernels of the runtime that will run the artifact (a program may register only what its
   // models need); null: every builtin kernel. Saving fails, before anything is written, with one
