@@ -9,6 +9,8 @@ packages=(
   dataset-fashion-mnist
   # arm64 cross builds of the runtime and running them (kiln compile --target aarch64-linux-gnu)
   g++-aarch64-linux-gnu qemu-user
+  # the Python module (python/) and its tests: pybind11, Debian's python3 with NumPy
+  pybind11-dev python3-dev python3-numpy
   # the loader fuzzer (scripts/sanitize.sh fuzz): libFuzzer comes with clang's runtime
   clang libclang-rt-14-dev
 )
