@@ -11,6 +11,8 @@ packages=(
   g++-aarch64-linux-gnu qemu-user
   # the Python module (python/) and its tests: pybind11, Debian's python3 with NumPy
   pybind11-dev python3-dev python3-numpy
+  # ONNX import (frontend/onnx): protobuf and onnx.proto; its tests export models with PyTorch
+  libprotobuf-dev protobuf-compiler libonnx-dev python3-onnx python3-torch
   # the loader fuzzer (scripts/sanitize.sh fuzz): libFuzzer comes with clang's runtime
   clang libclang-rt-14-dev
 )

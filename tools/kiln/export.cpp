@@ -8,12 +8,16 @@
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
+#if KILN_HAVE_ONNX
+#include "import.h"
+#endif
 
 namespace kiln::cli {
 namespace {
 
 const char* kHelp =
-    "usage: kiln export MODEL --input-shape N,C,H,W [--weights W.safetensors] -o OUT.kiln\n\n"
+    "usage: kiln export MODEL --input-shape N,C,H,W [--weights W.safetensors] -o OUT.kiln\n"
+    "       kiln export MODEL.onnx [--input-shape S] -o OUT.kiln   (as `kiln import`)\n\n"
     "Builds a zoo model, loads its weights, traces its eval-mode forward, runs the inference\n"
     "pipeline and writes a .kiln artifact that `kiln run` and kiln_runtime load.\n\n"
     "models: mlp (784-256-10), lenet, resnet18, resnet34, resnet50, mobilenet_v2,\n"
@@ -68,6 +72,17 @@ std::vector<int64_t> parse_shape(const std::string& s) {
 }  // namespace
 
 int export_model(int argc, char** argv) {
+  // An .onnx model is imported (the options `kiln import` takes).
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.size() > 5 && a.compare(a.size() - 5, 5, ".onnx") == 0) {
+#if KILN_HAVE_ONNX
+      return import_onnx(argc, argv);
+#else
+      fail("export", "'", a, "': this kiln was built without ONNX import (libonnx-dev, protobuf)");
+#endif
+    }
+  }
   std::string model_name, weights, output, shape, name;
   int64_t classes = -1, mbconv_min_bytes = -1;
   bool embed_ir = true, optimize = true;

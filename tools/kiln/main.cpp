@@ -11,6 +11,9 @@
 #include "compile.h"
 #include "ops.h"
 #endif
+#if KILN_HAVE_ONNX
+#include "import.h"
+#endif
 #include "kiln/kiln.h"
 
 namespace {
@@ -20,7 +23,8 @@ int usage(FILE* out) {
                "usage: kiln <command> [options]\n\n"
                "commands:\n"
                "  demo       train, trace, compile and run a small model (the README's main job)\n"
-               "  export     trace a zoo model and write a .kiln artifact\n"
+               "  export     trace a zoo model (or an .onnx file) and write a .kiln artifact\n"
+               "  import     import an ONNX model and write a .kiln artifact%s\n"
                "  run        run a .kiln artifact on .npy inputs\n"
                "  inspect    show an artifact's inputs, outputs, plan, memory and weights\n"
                "  bench      time loading, the first run and steady-state runs of an artifact\n"
@@ -29,7 +33,8 @@ int usage(FILE* out) {
                "  version    print the version and build configuration\n\n"
                "options:\n"
                "  --version  same as `kiln version`\n"
-               "  --help     this text\n");
+               "  --help     this text\n",
+               KILN_HAVE_ONNX ? "" : " (not in this build: needs libonnx-dev, protobuf)");
   return out == stdout ? 0 : 2;
 }
 
@@ -58,6 +63,9 @@ int main(int argc, char** argv) {
     if (cmd == "export") return kiln::cli::export_model(argc - 2, argv + 2);
     if (cmd == "compile") return kiln::cli::compile(argc - 2, argv + 2);
     if (cmd == "ops") return kiln::cli::ops(argc - 2, argv + 2);
+#endif
+#if KILN_HAVE_ONNX
+    if (cmd == "import") return kiln::cli::import_onnx(argc - 2, argv + 2);
 #endif
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln %s: %s\n", cmd.c_str(), e.what());

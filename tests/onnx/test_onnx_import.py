@@ -1,0 +1,175 @@
+"""`kiln import` against PyTorch: models exported with torch.onnx.export (tests/onnx/models.py)
+import, run on kiln's runtime and match PyTorch's outputs; malformed models are refused with one
+clear error each. Needs Debian's python3-torch and python3-onnx (skips without them).
+
+usage: /usr/bin/python3 tests/onnx/test_onnx_import.py KILN_CLI"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+KILN = sys.argv[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    import onnx
+    import onnx.helper as oh
+    import torch  # noqa: F401
+    import models
+except ImportError as e:  # CTest reports the test as skipped (SKIP_RETURN_CODE)
+    print(f"SKIP: {e} (apt-get install python3-torch python3-onnx)")
+    sys.exit(77)
+
+
+def kiln(*args, ok=True):
+    r = subprocess.run([KILN, *args], capture_output=True, text=True)
+    if ok and r.returncode != 0:
+        raise AssertionError(f"kiln {' '.join(args)} failed:\n{r.stderr}")
+    return r
+
+
+def rel_error(a, b):
+    return float(np.max(np.abs(a.astype(np.float64) - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
+class ImportMatchesPyTorch(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp()
+
+    def check(self, name, command="import", shape_args=()):
+        path = models.export(name, self.dir)
+        out = os.path.join(self.dir, name + ".kiln")
+        t0 = time.perf_counter()
+        kiln(command, path, *shape_args, "-o", out)
+        seconds = time.perf_counter() - t0
+        y_path = os.path.join(self.dir, name + "_kiln.npy")
+        kiln("run", out, "--input", os.path.join(self.dir, name + "_x.npy"), "--output", y_path)
+        got, want = np.load(y_path), np.load(os.path.join(self.dir, name + "_y.npy"))
+        self.assertEqual(got.shape, want.shape)
+        err = rel_error(got, want)
+        print(f"{name}: import {seconds:.2f} s, max relative error {err:.2e}")
+        self.assertLessEqual(err, 1e-4, name)
+        return out
+
+    def test_resnet18(self):
+        self.check("resnet18")
+
+    def test_mobilenet_v2(self):
+        self.check("mobilenet_v2")
+
+    def test_lenet_through_kiln_export(self):
+        self.check("lenet", command="export")
+
+    def test_mlp(self):
+        self.check("mlp")
+
+    def test_transformer_block(self):
+        self.check("transformer")
+
+    def test_pads_slices_concat_transposed_conv(self):
+        self.check("pad_slice_concat")
+
+    def test_open_batch_dim_takes_input_shape(self):
+        m, _, _ = models.build("lenet")
+        path = os.path.join(self.dir, "lenet_dyn.onnx")
+        torch.onnx.export(m, torch.randn(1, 1, 28, 28), path, opset_version=13,
+                          input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}})
+        r = kiln("import", path, "-o", os.path.join(self.dir, "dyn.kiln"), ok=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("input 'x' has open dims", r.stderr)
+        out = os.path.join(self.dir, "dyn.kiln")
+        kiln("import", path, "--input-shape", "x=3,1,28,28", "-o", out)
+        x = np.random.default_rng(0).standard_normal((3, 1, 28, 28)).astype(np.float32)
+        np.save(os.path.join(self.dir, "dyn_x.npy"), x)
+        kiln("run", out, "--input", os.path.join(self.dir, "dyn_x.npy"), "--output",
+             os.path.join(self.dir, "dyn_y.npy"))
+        with torch.no_grad():
+            want = m(torch.from_numpy(x)).numpy()
+        self.assertLessEqual(rel_error(np.load(os.path.join(self.dir, "dyn_y.npy")), want), 1e-4)
+
+    def test_external_data_beside_the_model(self):
+        path = models.export("lenet", self.dir)
+        sub = os.path.join(self.dir, "ext")
+        os.makedirs(sub, exist_ok=True)
+        model = onnx.load(path)
+        onnx.save_model(model, os.path.join(sub, "lenet.onnx"), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+        out = os.path.join(self.dir, "ext.kiln")
+        kiln("import", os.path.join(sub, "lenet.onnx"), "-o", out)
+        kiln("run", out, "--input", os.path.join(self.dir, "lenet_x.npy"), "--output",
+             os.path.join(self.dir, "ext_y.npy"))
+        self.assertLessEqual(rel_error(np.load(os.path.join(self.dir, "ext_y.npy")),
+                                       np.load(os.path.join(self.dir, "lenet_y.npy"))), 1e-4)
+
+
+def raw_tensor(name, dims, data):
+    """A float TensorProto holding `data` as raw bytes, whatever its shape says."""
+    t = onnx.TensorProto()
+    t.name, t.data_type = name, onnx.TensorProto.FLOAT
+    t.dims.extend(dims)
+    t.raw_data = data
+    return t
+
+
+def tiny_model(nodes, inits=(), opset=13, inputs=None):
+    inputs = inputs or [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])]
+    graph = oh.make_graph(nodes, "g", inputs,
+                          [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])],
+                          initializer=list(inits))
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+
+
+class BadModelsAreRefused(unittest.TestCase):
+    def refused(self, model_bytes, message, name="bad.onnx", directory=None):
+        directory = directory or tempfile.mkdtemp()
+        path = os.path.join(directory, name)
+        with open(path, "wb") as f:
+            f.write(model_bytes)
+        r = kiln("import", path, "-o", os.path.join(directory, "bad.kiln"), ok=False)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(message, r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+
+    def test_truncated(self):
+        d = tempfile.mkdtemp()
+        data = open(models.export("lenet", d), "rb").read()
+        self.refused(data[: len(data) // 2], "not a valid ONNX model")
+
+    def test_opset_above_17(self):
+        m = tiny_model([oh.make_node("Relu", ["x"], ["y"])], opset=18)
+        self.refused(m.SerializeToString(), "opset 18 of the default domain is not supported")
+
+    def test_every_unknown_op_at_once(self):
+        m = tiny_model([oh.make_node("FooBar", ["x"], ["a"]), oh.make_node("Relu", ["a"], ["b"]),
+                        oh.make_node("NonMaxSuppression", ["b"], ["y"])])
+        self.refused(m.SerializeToString(),
+                     "2 op(s) kiln cannot import: FooBar (opset 13), NonMaxSuppression (opset 13)")
+
+    def test_external_data_outside_the_folder(self):
+        w = raw_tensor("w", [2, 3], b"")
+        w.ClearField("raw_data")
+        w.data_location = onnx.TensorProto.EXTERNAL
+        entry = w.external_data.add()
+        entry.key, entry.value = "location", "../secret.bin"
+        m = tiny_model([oh.make_node("Add", ["x", "w"], ["y"])], inits=[w])
+        self.refused(m.SerializeToString(), "leaves the model's folder")
+        entry.value = "/etc/passwd"
+        m = tiny_model([oh.make_node("Add", ["x", "w"], ["y"])], inits=[w])
+        self.refused(m.SerializeToString(), "is absolute")
+
+    def test_initializer_bytes_contradict_its_shape(self):
+        w = raw_tensor("w", [2, 3], np.zeros(5, np.float32).tobytes())
+        m = tiny_model([oh.make_node("Add", ["x", "w"], ["y"])], inits=[w])
+        self.refused(m.SerializeToString(), "raw_data holds 20 bytes, its shape [2, 3] of float32 needs 24")
+
+    def test_unsorted_graph(self):
+        m = tiny_model([oh.make_node("Relu", ["a"], ["y"]), oh.make_node("Relu", ["x"], ["a"])])
+        self.refused(m.SerializeToString(), "reads 'a' before anything defines it")
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])

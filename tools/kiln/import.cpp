@@ -1,0 +1,157 @@
+// `kiln import MODEL.onnx [--input-shape [NAME=]S]... [--name N] [--no-optimize] -o M.kiln`:
+// reads an ONNX model (kiln::onnx), evaluates its graph under the tracer on inputs of the given
+// shapes (the model's own where it fixes them), so the graph is recorded in the kiln dialect with
+// its float initializers as named weights, then runs the inference pipeline and writes the
+// artifact (with its module, so `kiln compile M.kiln` works). `kiln export MODEL.onnx` is the same.
+
+#include "import.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/jit/save.h"
+#include "kiln/kiln.h"
+#include "kiln/onnx/onnx.h"
+#include "kiln/trace/trace.h"
+
+namespace kiln::cli {
+namespace {
+
+const char* kHelp =
+    "usage: kiln import MODEL.onnx [--input-shape [NAME=]N,C,H,W]... -o OUT.kiln\n\n"
+    "Imports an ONNX model (opset <= 17, IR version <= 8; initializers inline or as external\n"
+    "data beside the model), traces it into the kiln dialect, runs the inference pipeline and\n"
+    "writes a .kiln artifact that `kiln run`, kiln_runtime and `kiln compile` take.\n\n"
+    "options:\n"
+    "  --input-shape S   the shape of an input whose dims the model leaves open (NAME=S, or S\n"
+    "                    alone for the first such input); repeat per input\n"
+    "  --name NAME       model name stored in the artifact (default: the file's stem)\n"
+    "  --no-optimize     write the trace as is (no pass pipeline)\n"
+    "  -o, --output FILE where to write the artifact (required)\n";
+
+std::vector<int64_t> parse_shape(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t next = s.find(',', pos);
+    const std::string v = s.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    try {
+      size_t used = 0;
+      out.push_back(std::stoll(v, &used));
+      KILN_CHECK(used == v.size() && out.back() >= 0, "import", "bad --input-shape '", s, "'");
+    } catch (const std::logic_error&) {
+      fail("import", "bad --input-shape '", s, "'");
+    }
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int import_onnx(int argc, char** argv) {
+  std::string input, output, name;
+  std::vector<std::string> shapes;
+  bool optimize = true;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      KILN_CHECK(i + 1 < argc, "import", "option ", a, " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kHelp, stdout);
+      return 0;
+    } else if (a == "--input-shape") {
+      shapes.push_back(value());
+    } else if (a == "-o" || a == "--output") {
+      output = value();
+    } else if (a == "--name") {
+      name = value();
+    } else if (a == "--no-optimize") {
+      optimize = false;
+    } else if (!a.empty() && a[0] == '-') {
+      std::fprintf(stderr, "kiln import: unknown option '%s'\n\n%s", a.c_str(), kHelp);
+      return 2;
+    } else if (input.empty()) {
+      input = a;
+    } else {
+      std::fprintf(stderr, "kiln import: unexpected argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  if (input.empty() || output.empty()) {
+    std::fprintf(stderr, "kiln import: MODEL.onnx and -o are required\n\n%s", kHelp);
+    return 2;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  onnx::Model model = onnx::Model::load(input);
+
+  // Each input's shape: the model's, its open dims from --input-shape.
+  std::map<std::string, std::vector<int64_t>> given;
+  std::vector<std::vector<int64_t>> unnamed;
+  for (const auto& s : shapes) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos)
+      unnamed.push_back(parse_shape(s));
+    else
+      given[s.substr(0, eq)] = parse_shape(s.substr(eq + 1));
+  }
+  TensorList examples;
+  std::vector<std::string> input_names, output_names;
+  for (const auto& v : model.inputs()) {
+    std::vector<int64_t> shape = v.shape;
+    const bool open = std::count(shape.begin(), shape.end(), -1) > 0;
+    if (auto it = given.find(v.name); it != given.end()) {
+      shape = it->second;
+      given.erase(it);
+    } else if (open || !unnamed.empty()) {
+      KILN_CHECK(!unnamed.empty(), "import", "input '", v.name, "' has open dims ", Dims(v.shape),
+                 ": give its shape with --input-shape ", v.name, "=...");
+      shape = unnamed.front();
+      unnamed.erase(unnamed.begin());
+    }
+    KILN_CHECK(shape.size() == v.shape.size(), "import", "input '", v.name, "' has rank ",
+               v.shape.size(), ", --input-shape gave ", shape.size(), " dims");
+    for (size_t d = 0; d < shape.size(); ++d)
+      KILN_CHECK(v.shape[d] < 0 || v.shape[d] == shape[d], "import", "input '", v.name,
+                 "' fixes dim ", d, " to ", v.shape[d], ", --input-shape gave ", shape[d]);
+    examples.push_back(is_floating(v.dtype) ? randn(shape, TensorOptions(v.dtype))
+                                            : zeros(shape, TensorOptions(v.dtype)));
+    input_names.push_back(v.name);
+  }
+  KILN_CHECK(given.empty(), "import", "--input-shape names '", given.begin()->first,
+             "', which is not an input of the model");
+  KILN_CHECK(unnamed.empty(), "import", "more --input-shape values than inputs with open dims");
+  for (const auto& v : model.outputs()) output_names.push_back(v.name);
+
+  autograd::NoGradGuard no_grad;
+  jit::TraceOptions options;
+  options.warn_on_read_back = false;  // shape arithmetic reads values at import, by design
+  for (const auto& [k, t] : model.initializers())
+    if (is_floating(t.dtype())) options.named_captures.push_back({k, t});
+  jit::TracedFunction traced =
+      jit::trace([&](const TensorList& in) { return model.run(in); }, examples, options);
+  jit::SaveOptions so;
+  so.name = name.empty() ? std::filesystem::path(input).stem().string() : name;
+  so.producer = "kiln import";
+  so.optimize = optimize;
+  so.input_names = input_names;
+  so.output_names = output_names;
+  so.metadata = {{"onnx", std::filesystem::path(input).filename().string()},
+                 {"onnx_producer", model.producer()},
+                 {"onnx_opset", std::to_string(model.opset())}};
+  jit::save(traced, output, so);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("wrote %s (%lld ONNX nodes, opset %lld, %.2f s)\n", output.c_str(),
+              static_cast<long long>(model.num_nodes()), static_cast<long long>(model.opset()), s);
+  return 0;
+}
+
+}  // namespace kiln::cli
