@@ -149,6 +149,32 @@ class PadSliceConcat(nn.Module):
         return torch.clamp(z, -0.5, 0.5) + x.mean(dim=(1, 2, 3), keepdim=True)
 
 
+class LSTMClassifier(nn.Module):
+    """The zoo's LSTM shape: tokens -> embedding -> LSTM (batch first) -> last step -> classes."""
+
+    def __init__(self, vocab=1000, d=32, hidden=64, classes=10):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.lstm = nn.LSTM(d, hidden, batch_first=True)
+        self.fc = nn.Linear(hidden, classes)
+
+    def forward(self, tokens):
+        y, _ = self.lstm(self.embed(tokens))
+        return self.fc(y[:, -1])
+
+
+class BiGRU(nn.Module):
+    """Two bidirectional GRU layers over [seq, batch, features] (ONNX GRU, linear_before_reset)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(16, 24, num_layers=2, bidirectional=True)
+
+    def forward(self, x):
+        y, h = self.gru(x)
+        return y.mean(dim=0) + h.sum(dim=0).repeat(1, 2)
+
+
 MODELS = {
     "resnet18": (ResNet18, (1, 3, 224, 224), 13),
     "mobilenet_v2": (MobileNetV2, (1, 3, 224, 224), 13),
@@ -156,6 +182,8 @@ MODELS = {
     "mlp": (MLP, (4, 1, 28, 28), 13),
     "transformer": (TransformerBlock, (2, 16), 17),
     "pad_slice_concat": (PadSliceConcat, (1, 4, 12, 10), 13),
+    "lstm": (LSTMClassifier, (2, 12), 13),
+    "bigru": (BiGRU, (7, 3, 16), 13),
 }
 
 
@@ -176,7 +204,7 @@ def build(name):
 def export(name, directory, opset=None):
     m, shape, default_opset = build(name)
     torch.manual_seed(1)
-    if name == "transformer":
+    if name in ("transformer", "lstm"):
         x = torch.randint(0, 1000, shape)
     else:
         x = torch.randn(shape)

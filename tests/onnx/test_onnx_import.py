@@ -70,6 +70,12 @@ class ImportMatchesPyTorch(unittest.TestCase):
     def test_transformer_block(self):
         self.check("transformer")
 
+    def test_lstm(self):
+        self.check("lstm")
+
+    def test_bidirectional_two_layer_gru(self):
+        self.check("bigru")
+
     def test_pads_slices_concat_transposed_conv(self):
         self.check("pad_slice_concat")
 
