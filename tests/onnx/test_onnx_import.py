@@ -112,6 +112,38 @@ class ImportMatchesPyTorch(unittest.TestCase):
                                        np.load(os.path.join(self.dir, "lenet_y.npy"))), 1e-4)
 
 
+class QuantizedModelsImportAsFloat(unittest.TestCase):
+    def test_qdq_pairs_round_and_saturate_like_int8(self):
+        """x -> Q/DQ (uint8, per tensor) -> MatMul with a DQ'd int8 weight (per axis): as
+        ONNX Runtime's QDQ tools write them; the reference is the same arithmetic in NumPy."""
+        d = tempfile.mkdtemp()
+        rng = np.random.default_rng(0)
+        w_q = rng.integers(-128, 128, (3, 4)).astype(np.int8)
+        w_scale = np.array([0.01, 0.02, 0.03, 0.04], np.float32)
+        inits = [oh.make_tensor("s", onnx.TensorProto.FLOAT, [], [0.1]),
+                 oh.make_tensor("zp", onnx.TensorProto.UINT8, [], [3]),
+                 oh.make_tensor("wq", onnx.TensorProto.INT8, [3, 4], w_q.flatten().tolist()),
+                 oh.make_tensor("ws", onnx.TensorProto.FLOAT, [4], w_scale.tolist()),
+                 oh.make_tensor("wzp", onnx.TensorProto.INT8, [4], [0, 0, 0, 0])]
+        nodes = [oh.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"]),
+                 oh.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"]),
+                 oh.make_node("DequantizeLinear", ["wq", "ws", "wzp"], ["wd"], axis=1),
+                 oh.make_node("MatMul", ["xd", "wd"], ["y"])]
+        graph = oh.make_graph(nodes, "qdq", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+                              [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 4])], initializer=inits)
+        path = os.path.join(d, "qdq.onnx")
+        onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)]), path)
+        # Values that round half to even (0.25 / 0.1 = 2.5 -> 2), saturate (30 -> 255) and clip at 0.
+        x = np.array([[0.25, 30.0, -1.0], [0.35, 0.049, 12.0]], np.float32)
+        np.save(os.path.join(d, "x.npy"), x)
+        kiln("import", path, "-o", os.path.join(d, "qdq.kiln"))
+        kiln("run", os.path.join(d, "qdq.kiln"), "--input", os.path.join(d, "x.npy"), "--output",
+             os.path.join(d, "y.npy"))
+        xq = np.clip(np.rint(x / np.float32(0.1)) + 3, 0, 255)
+        want = ((xq - 3) * np.float32(0.1)) @ (w_q.astype(np.float32) * w_scale)
+        np.testing.assert_allclose(np.load(os.path.join(d, "y.npy")), want, rtol=1e-5, atol=1e-6)
+
+
 def raw_tensor(name, dims, data):
     """A float TensorProto holding `data` as raw bytes, whatever its shape says."""
     t = onnx.TensorProto()

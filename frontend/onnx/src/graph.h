@@ -74,6 +74,7 @@ std::vector<OpDef> math_ops();
 std::vector<OpDef> nn_ops();
 std::vector<OpDef> shape_ops();
 std::vector<OpDef> rnn_ops();
+std::vector<OpDef> quant_ops();
 // The legalization of op_type at `opset`, or null.
 const OpDef* find_op(const std::string& domain, const std::string& op_type, int64_t opset);
 

@@ -345,7 +345,8 @@ TensorList Model::run(const TensorList& inputs) const {
 
 std::vector<std::string> supported_ops() {
   std::vector<std::string> out;
-  for (auto table : {detail::math_ops, detail::nn_ops, detail::shape_ops, detail::rnn_ops})
+  for (auto table : {detail::math_ops, detail::nn_ops, detail::shape_ops, detail::rnn_ops,
+                      detail::quant_ops})
     for (const auto& d : table()) out.push_back(d.op_type);
   std::sort(out.begin(), out.end());
   return out;
@@ -356,7 +357,7 @@ namespace detail {
 const OpDef* find_op(const std::string& domain, const std::string& op_type, int64_t opset) {
   static const std::vector<OpDef> all = [] {
     std::vector<OpDef> v;
-    for (auto table : {math_ops, nn_ops, shape_ops, rnn_ops})
+    for (auto table : {math_ops, nn_ops, shape_ops, rnn_ops, quant_ops})
       for (const auto& d : table()) v.push_back(d);
     return v;
   }();
