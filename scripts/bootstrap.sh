@@ -15,6 +15,8 @@ packages=(
   libprotobuf-dev protobuf-compiler libonnx-dev python3-onnx python3-torch
   # the loader fuzzer (scripts/sanitize.sh fuzz): libFuzzer comes with clang's runtime
   clang libclang-rt-14-dev
+  # the ONNX importer fuzzer (scripts/sanitize.sh fuzz-onnx): kiln's eager headers need clang 15+
+  clang-19 libclang-rt-19-dev
 )
 
 missing=()

@@ -8,9 +8,11 @@
 #   scripts/sanitize.sh tsan         ThreadSanitizer: the thread pool, concurrent sessions, the C
 #                                    API from several threads, eager autograd from several threads
 #   scripts/sanitize.sh ci           what .ci/run adds to the test command: asan on the runtime,
-#                                    loader and C API tests, and a 60-second loader fuzzer smoke run
+#                                    loader and C API tests, a 60-second loader fuzzer smoke run
+#                                    and (with clang-19) one of the ONNX importer
 #   scripts/sanitize.sh full         asan-full: every suite, MLIR-heavy ones included (hours)
 #   scripts/sanitize.sh fuzz [SECS]  only the loader fuzzer (needs clang and a release build)
+#   scripts/sanitize.sh fuzz-onnx [SECS]  only the ONNX importer fuzzer (clang-19, release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -66,6 +68,22 @@ run_fuzz() {  # seconds
   rm -rf "$work"
 }
 
+run_fuzz_onnx() {  # seconds: the ONNX importer (clang 15+ for kiln's eager headers)
+  local secs=${1:-60}
+  command -v clang++-19 >/dev/null ||
+    { echo "sanitize.sh: the ONNX fuzzer needs clang++-19 (apt-get install clang-19 libclang-rt-19-dev)" >&2; exit 1; }
+  [ -f build/release/frontend/libkiln.a ] || bash scripts/build.sh release --target kiln kiln_runtime
+  [ -f build/fuzz-onnx/build.ninja ] ||
+    CXX=clang++-19 cmake -S fuzz -B build/fuzz-onnx -G Ninja -DCMAKE_CXX_COMPILER_LAUNCHER="$(command -v ccache || true)" >/dev/null
+  cmake --build build/fuzz-onnx -j "$jobs" --target fuzz_onnx
+  local work
+  work=$(mktemp -d)
+  cp fuzz/onnx_corpus/* "$work"/
+  build/fuzz-onnx/fuzz_onnx -max_total_time="$secs" -rss_limit_mb=4096 -timeout=20 \
+    -print_final_stats=1 "$work" 2>&1 | tail -n 15
+  rm -rf "$work"
+}
+
 run_ci() {
   configure asan
   cmake --build --preset asan -j "$jobs" --target kiln_runtime_tests kiln_c_api_test \
@@ -73,6 +91,9 @@ run_ci() {
   ctest --preset asan -j "$jobs" -R '^(runtime/|fuzz/|[A-Za-z]+\.)' -E "$not_here" \
     --no-tests=error
   run_fuzz 60
+  if command -v clang++-19 >/dev/null && [ -f /usr/include/onnx/onnx.proto ]; then
+    run_fuzz_onnx 60
+  fi
 }
 
 run_full() {
@@ -88,5 +109,6 @@ case "${1:-all}" in
   ci) run_ci ;;
   full) run_full ;;
   fuzz) run_fuzz "${2:-60}" ;;
+  fuzz-onnx) run_fuzz_onnx "${2:-60}" ;;
   *) echo "usage: scripts/sanitize.sh [all|asan|tsan|ci|full|fuzz [SECONDS]]" >&2; exit 2 ;;
 esac

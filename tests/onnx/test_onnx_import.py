@@ -112,6 +112,27 @@ class ImportMatchesPyTorch(unittest.TestCase):
                                        np.load(os.path.join(self.dir, "lenet_y.npy"))), 1e-4)
 
 
+class OddPadding(unittest.TestCase):
+    def test_same_upper_average_pool_counts_only_real_elements(self):
+        """auto_pad SAME_UPPER pads 2x2 windows at the bottom/right only; count_include_pad = 0
+        averages over the elements inside the image (NumPy reference)."""
+        d = tempfile.mkdtemp()
+        node = oh.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], auto_pad="SAME_UPPER")
+        graph = oh.make_graph([node], "pool", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1, 4, 5])],
+                              [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 1, 4, 5])])
+        onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)]), os.path.join(d, "p.onnx"))
+        x = np.random.default_rng(1).standard_normal((1, 1, 4, 5)).astype(np.float32)
+        np.save(os.path.join(d, "x.npy"), x)
+        kiln("import", os.path.join(d, "p.onnx"), "-o", os.path.join(d, "p.kiln"))
+        kiln("run", os.path.join(d, "p.kiln"), "--input", os.path.join(d, "x.npy"), "--output",
+             os.path.join(d, "y.npy"))
+        want = np.zeros_like(x)
+        for i in range(4):
+            for j in range(5):
+                want[0, 0, i, j] = x[0, 0, i:i + 2, j:j + 2].mean()
+        np.testing.assert_allclose(np.load(os.path.join(d, "y.npy")), want, rtol=1e-6, atol=1e-6)
+
+
 class QuantizedModelsImportAsFloat(unittest.TestCase):
     def test_qdq_pairs_round_and_saturate_like_int8(self):
         """x -> Q/DQ (uint8, per tensor) -> MatMul with a DQ'd int8 weight (per axis): as

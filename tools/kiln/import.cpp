@@ -43,9 +43,9 @@ std::vector<int64_t> parse_shape(const std::string& s) {
     try {
       size_t used = 0;
       out.push_back(std::stoll(v, &used));
-      KILN_CHECK(used == v.size() && out.back() >= 0, "import", "bad --input-shape '", s, "'");
+      KILN_CHECK(used == v.size() && out.back() >= 0, "", "bad --input-shape '", s, "'");
     } catch (const std::logic_error&) {
-      fail("import", "bad --input-shape '", s, "'");
+      fail("", "bad --input-shape '", s, "'");
     }
     if (next == std::string::npos) break;
     pos = next + 1;
@@ -62,7 +62,7 @@ int import_onnx(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
-      KILN_CHECK(i + 1 < argc, "import", "option ", a, " needs a value");
+      KILN_CHECK(i + 1 < argc, "", "option ", a, " needs a value");
       return argv[++i];
     };
     if (a == "--help" || a == "-h") {
@@ -111,24 +111,24 @@ int import_onnx(int argc, char** argv) {
     if (auto it = given.find(v.name); it != given.end()) {
       shape = it->second;
       given.erase(it);
-    } else if (open || !unnamed.empty()) {
-      KILN_CHECK(!unnamed.empty(), "import", "input '", v.name, "' has open dims ", Dims(v.shape),
+    } else if (open) {
+      KILN_CHECK(!unnamed.empty(), "", "input '", v.name, "' has open dims ", Dims(v.shape),
                  ": give its shape with --input-shape ", v.name, "=...");
       shape = unnamed.front();
       unnamed.erase(unnamed.begin());
     }
-    KILN_CHECK(shape.size() == v.shape.size(), "import", "input '", v.name, "' has rank ",
-               v.shape.size(), ", --input-shape gave ", shape.size(), " dims");
+    KILN_CHECK(shape.size() == v.shape.size(), "", "input '", v.name, "' has rank ", v.shape.size(),
+               ", --input-shape gave ", shape.size(), " dims");
     for (size_t d = 0; d < shape.size(); ++d)
-      KILN_CHECK(v.shape[d] < 0 || v.shape[d] == shape[d], "import", "input '", v.name,
-                 "' fixes dim ", d, " to ", v.shape[d], ", --input-shape gave ", shape[d]);
+      KILN_CHECK(v.shape[d] < 0 || v.shape[d] == shape[d], "", "input '", v.name, "' fixes dim ", d,
+                 " to ", v.shape[d], ", --input-shape gave ", shape[d]);
     examples.push_back(is_floating(v.dtype) ? randn(shape, TensorOptions(v.dtype))
                                             : zeros(shape, TensorOptions(v.dtype)));
     input_names.push_back(v.name);
   }
-  KILN_CHECK(given.empty(), "import", "--input-shape names '", given.begin()->first,
+  KILN_CHECK(given.empty(), "", "--input-shape names '", given.begin()->first,
              "', which is not an input of the model");
-  KILN_CHECK(unnamed.empty(), "import", "more --input-shape values than inputs with open dims");
+  KILN_CHECK(unnamed.empty(), "", "more --input-shape values than inputs with open dims");
   for (const auto& v : model.outputs()) output_names.push_back(v.name);
 
   autograd::NoGradGuard no_grad;

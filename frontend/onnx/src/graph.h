@@ -23,6 +23,7 @@ struct Attribute {
 
 struct Node {
   std::string op_type, domain, name;
+  int64_t index = 0;  // in the graph (named in errors when the node has no name)
   std::vector<std::string> inputs, outputs;  // "" = an omitted optional input
   std::map<std::string, Attribute> attrs;
 };

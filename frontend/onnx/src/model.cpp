@@ -240,7 +240,10 @@ std::unique_ptr<Model::Impl> parse(std::string_view bytes, const std::string& di
   for (const auto& v : m->inputs) defined.insert(v.name);
   std::vector<std::string> unsupported;
   for (const auto& n : g.node()) {
-    Node node{n.op_type(), n.domain() == "ai.onnx" ? "" : n.domain(), n.name(), {}, {}, {}};
+    Node node{n.op_type(), n.domain() == "ai.onnx" ? "" : n.domain(),
+              n.name(),    static_cast<int64_t>(m->nodes.size()),
+              {},          {},
+              {}};
     for (const auto& a : n.attribute()) node.attrs[a.name()] = attribute(a, dir);
     node.inputs.assign(n.input().begin(), n.input().end());
     node.outputs.assign(n.output().begin(), n.output().end());
@@ -345,8 +348,8 @@ TensorList Model::run(const TensorList& inputs) const {
 
 std::vector<std::string> supported_ops() {
   std::vector<std::string> out;
-  for (auto table : {detail::math_ops, detail::nn_ops, detail::shape_ops, detail::rnn_ops,
-                      detail::quant_ops})
+  for (auto table :
+       {detail::math_ops, detail::nn_ops, detail::shape_ops, detail::rnn_ops, detail::quant_ops})
     for (const auto& d : table()) out.push_back(d.op_type);
   std::sort(out.begin(), out.end());
   return out;
@@ -414,6 +417,8 @@ const Tensor& NodeContext::tensor(const std::string& name) const {
   return attr(name, Attribute::Kind::Tensor).t;
 }
 void NodeContext::fail(const std::string& message) const {
+  if (node_.name.empty())
+    kiln::fail(kOp, "node ", node_.index, " (", node_.op_type, "): ", message);
   kiln::fail(kOp, "node '", node_.name, "' (", node_.op_type, "): ", message);
 }
 

@@ -108,8 +108,15 @@ TensorList pool(C c, bool is_max) {
   if (s.dilations != std::vector<int64_t>{1, 1}) c.fail("dilated average pooling is not supported");
   const bool include_pad = c.i("count_include_pad", 0) != 0;
   const bool symmetric = s.pads[0] == s.pads[2] && s.pads[1] == s.pads[3];
-  if (!symmetric && !include_pad) c.fail("asymmetric pads need count_include_pad = 1");
   auto [xp, p] = apply_pads(x, s, 0.0);
+  if (!symmetric && !include_pad) {  // the padding is explicit: divide by the real counts
+    auto [ones_p, unused] = apply_pads(ones_like(x), s, 0.0);
+    auto window = [&](const Tensor& t) {
+      return avg_pool2d(t, {kernel[0], kernel[1]}, Pair2{s.strides[0], s.strides[1]}, 0, ceil,
+                        true);
+    };
+    return {div(window(xp), window(ones_p))};
+  }
   return {avg_pool2d(xp, {kernel[0], kernel[1]}, Pair2{s.strides[0], s.strides[1]}, {p[0], p[1]},
                      ceil, include_pad)};
 }
