@@ -15,6 +15,12 @@ if(KILN_WITH_MLIR)
        kiln_jit)
   list(APPEND KILN_TOOLS kiln-opt)
 endif()
+# ONNX import (kiln::jit::import_onnx) when it was built: kiln::jit links it and protobuf.
+set(KILN_CONFIG_WITH_ONNX OFF)
+if(KILN_WITH_MLIR AND TARGET kiln_onnx)
+  list(APPEND KILN_EXPORTED kiln_onnx)
+  set(KILN_CONFIG_WITH_ONNX ON)
+endif()
 install(TARGETS ${KILN_EXPORTED} EXPORT kilnTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -26,6 +32,9 @@ set(KILN_HEADER_DIRS runtime/include/kiln frontend/include/kiln)
 if(KILN_WITH_MLIR)
   list(APPEND KILN_HEADER_DIRS ir/include/kiln passes/include/kiln codegen/include/kiln
        frontend/trace/include/kiln frontend/jit/include/kiln)
+endif()
+if(KILN_CONFIG_WITH_ONNX)
+  list(APPEND KILN_HEADER_DIRS frontend/onnx/include/kiln)
 endif()
 foreach(dir ${KILN_HEADER_DIRS})
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
@@ -57,6 +66,9 @@ find_dependency(ZLIB)
 set(kiln_WITH_MLIR @KILN_CONFIG_WITH_MLIR@)
 if(kiln_WITH_MLIR)
   find_dependency(MLIR CONFIG HINTS "@MLIR_DIR@")
+endif()
+if(@KILN_CONFIG_WITH_ONNX@)
+  find_dependency(Protobuf)
 endif()
 include("${CMAKE_CURRENT_LIST_DIR}/kilnTargets.cmake")
 set_and_check(kiln_RUNTIME_DIR "@PACKAGE_CMAKE_INSTALL_LIBDIR@")
@@ -102,6 +114,11 @@ set(KILN_PC_FILES kiln-runtime kiln)
 if(KILN_WITH_MLIR)
   # LLVM's definitions and include folder: kiln/jit's headers take an mlir::ModuleOp.
   list(JOIN KILN_LLVM_DEFINITIONS " " KILN_PC_LLVM_CFLAGS)
+  set(KILN_PC_ONNX_LIBS "")
+  if(KILN_CONFIG_WITH_ONNX)  # kiln_onnx after kiln_jit (it uses it); protobuf after both
+    string(APPEND KILN_PC_LLVM_CFLAGS " -DKILN_JIT_HAVE_ONNX=1")
+    set(KILN_PC_ONNX_LIBS " -lkiln_onnx -lprotobuf")
+  endif()
   set(KILN_PC_LLVM_INCLUDES "")
   foreach(dir ${LLVM_INCLUDE_DIRS} ${MLIR_INCLUDE_DIRS})
     string(APPEND KILN_PC_LLVM_INCLUDES " -I${dir}")
@@ -112,7 +129,7 @@ Description: kiln tracer and compiler: trace, optimize, JIT/AOT compile and save
 Version: @PROJECT_VERSION@
 Requires: kiln = @PROJECT_VERSION@
 Cflags: -I${includedir}@KILN_PC_LLVM_INCLUDES@ @KILN_PC_LLVM_CFLAGS@
-Libs: -L${libdir} -lkiln_jit -lkiln_trace -lkiln_codegen -lkiln_passes -lkiln_ir -L@LLVM_LIBRARY_DIR@ -Wl,-rpath,@LLVM_LIBRARY_DIR@ -lMLIR -lLLVM
+Libs: -L${libdir} -lkiln_jit -lkiln_trace -lkiln_codegen -lkiln_passes -lkiln_ir@KILN_PC_ONNX_LIBS@ -L@LLVM_LIBRARY_DIR@ -Wl,-rpath,@LLVM_LIBRARY_DIR@ -lMLIR -lLLVM
 ]=])
   list(APPEND KILN_PC_FILES kiln-jit)
 endif()

@@ -170,4 +170,19 @@ PYBIND11_MODULE(kiln, m) {
   m.def(
       "load", [](const std::string& path) { return Model{kiln::rt::Model::load(path)}; },
       py::arg("path"), "Maps and verifies a .kiln artifact.");
+  // The compiler's functions, when the build has them (python/src/compiler.cpp), loaded on first
+  // use: `import kiln` alone never loads LLVM.
+  if (!py::module_::import("importlib.util").attr("find_spec")("_kiln_compiler").is_none()) {
+    auto forward = [](const char* name) {
+      return [name](py::args args, py::kwargs kwargs) {
+        return py::module_::import("_kiln_compiler").attr(name)(*args, **kwargs);
+      };
+    };
+    m.def("import_onnx", forward("import_onnx"),
+          "import_onnx(onnx_path, kiln_path, input_shapes=None, name='') -> kiln_path: imports an "
+          "ONNX model and writes a .kiln artifact (as `kiln import`).");
+    m.def("compile", forward("compile"),
+          "compile(kiln_path, output, emit='exe', target='host', cpu='', name='model') -> files: "
+          "an artifact compiled ahead of time (as `kiln compile M.kiln`).");
+  }
 }

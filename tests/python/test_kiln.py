@@ -112,6 +112,43 @@ class ModelTest(unittest.TestCase):
                 kiln.load(f.name)
 
 
+@unittest.skipUnless(hasattr(kiln, "import_onnx"), "built without the compiler or ONNX import")
+class CompilerTest(unittest.TestCase):
+    """kiln.import_onnx and kiln.compile on a committed seed model (fuzz/onnx_corpus): y =
+    where(cond, clip(sigmoid(x + b) * x, 0, 6), x) with b = [1, 2, 3]."""
+
+    SEED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fuzz",
+                        "onnx_corpus", "elementwise.onnx")
+
+    def test_import_run_and_compile(self):
+        rng = np.random.default_rng(5)
+        x = rng.uniform(-4, 4, (2, 3)).astype(np.float32)
+        cond = rng.uniform(size=(2, 3)) > 0.5
+        s = x + np.array([1, 2, 3], np.float32)
+        want = np.where(cond, np.clip(x / (1 + np.exp(-s)), 0, 6), x)
+        with tempfile.TemporaryDirectory() as d:
+            path = kiln.import_onnx(self.SEED, os.path.join(d, "m.kiln"))
+            m = kiln.load(path)
+            self.assertEqual(m.input_names, ["x", "cond"])
+            got = m.session().run({"x": x, "cond": cond})["y"]
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+            files = kiln.compile(path, os.path.join(d, "m_exe"))
+            np.save(os.path.join(d, "x.npy"), x)
+            np.save(os.path.join(d, "cond.npy"), cond)
+            subprocess.run([files[0], os.path.join(d, "x.npy"), os.path.join(d, "cond.npy"),
+                            "-o", os.path.join(d, "y.npy")], check=True, capture_output=True)
+            np.testing.assert_allclose(np.load(os.path.join(d, "y.npy")), want, rtol=1e-6, atol=1e-6)
+
+    def test_errors_name_the_problem(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaises(RuntimeError) as e:
+                kiln.import_onnx(os.path.join(d, "missing.onnx"), os.path.join(d, "m.kiln"))
+            self.assertIn("cannot open", str(e.exception))
+            with self.assertRaises(RuntimeError) as e:
+                kiln.compile(ARTIFACT, os.path.join(d, "x"), emit="dll")
+            self.assertIn("dll", str(e.exception))
+
+
 class TensorTest(unittest.TestCase):
     def test_numpy_round_trip_shares_memory(self):
         a = np.arange(12, dtype=np.int64).reshape(3, 4)

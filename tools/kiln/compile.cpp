@@ -14,19 +14,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kiln/codegen/artifact.h"
-#include "kiln/ir/KilnDialect.h"
 #include "kiln/jit/aot.h"
 #include "kiln/kiln.h"
-#include "kiln/runtime/model.h"
 #include "kiln/trace/module.h"
 #include "kiln/trace/trace.h"
-#include "llvm/Support/raw_ostream.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
-#include "mlir/IR/BuiltinDialect.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/MLIRContext.h"
 
 namespace kiln::cli {
@@ -80,21 +74,12 @@ std::vector<std::string> arg_names(mlir::ModuleOp module) {
 
 using Clock = std::chrono::steady_clock;
 
-std::string mlir_type_str(mlir::Type t) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  t.print(os);
-  return os.str();
-}
-
 int run_compile(int argc, char** argv);
-void attach_weight_constants(mlir::ModuleOp module, const rt::Model& model,
-                             const std::string& input);
-int compile_artifact(mlir::ModuleOp module, const rt::Model& model, const std::string& input,
-                     const jit::AotOptions& o, bool quiet, Clock::time_point t0);
 int finish(mlir::ModuleOp module, const std::vector<std::string>& inputs,
            const std::vector<jit::FrozenArg>& frozen, const jit::AotOptions& o, bool quiet,
            Clock::time_point t0, const std::string& input);
+void report(const std::string& input, const jit::AotOptions& o, const jit::AotResult& r,
+            double parse_s, int64_t inputs, size_t frozen);
 
 }  // namespace
 
@@ -163,18 +148,12 @@ int run_compile(int argc, char** argv) {
              "' carries its weights: --weights is for .mlir modules");
 
   const auto t0 = Clock::now();
-  std::unique_ptr<mlir::MLIRContext> ctx = jit::make_context();
   if (artifact) {
-    const auto model = rt::Model::load(input);  // verified like any artifact
-    const std::span<const uint8_t> bytecode = model->mlir_bytecode();
-    KILN_CHECK(!bytecode.empty(), "", "'", input,
-               "' holds no module to compile: it was written without one (kiln export "
-               "--no-embed-ir, or jit::save without SaveOptions::embed_mlir_bytecode)");
-    mlir::ModuleOp module = jit::parse_module(
-        *ctx, std::string(reinterpret_cast<const char*>(bytecode.data()), bytecode.size()));
-    attach_weight_constants(module, *model, input);
-    return compile_artifact(module, *model, input, o, quiet, t0);
+    const jit::AotResult r = jit::compile_artifact(input, o);
+    if (!quiet) report(input, o, r, 0.0, -1, 0);
+    return 0;
   }
+  std::unique_ptr<mlir::MLIRContext> ctx = jit::make_context();
   mlir::ModuleOp module = jit::parse_module(*ctx, read_text(input));
   const std::vector<std::string> names = arg_names(module);
 
@@ -198,83 +177,28 @@ int run_compile(int argc, char** argv) {
   return finish(module, inputs, frozen, o, quiet, t0, input);
 }
 
-// The embedded module's weight constants refer to the artifact's blobs by name (see
-// codegen::kArtifactBlobResourcePrefix): give them the blobs' bytes, where the model maps them.
-void attach_weight_constants(mlir::ModuleOp module, const rt::Model& model,
-                             const std::string& input) {
-  const llvm::StringRef prefix = codegen::kArtifactBlobResourcePrefix;
-  module.walk([&](ir::ConstantOp c) {
-    auto res = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(c.getValue());
-    if (!res || res.getRawHandle().getBlob()) return;
-    llvm::StringRef key = res.getRawHandle().getKey();
-    KILN_CHECK(key.starts_with(prefix), "", "'", input, "': constant '", key.str(),
-               "' of its module has no data");
-    const std::string name = key.drop_front(prefix.size()).str();
-    const std::optional<std::span<const uint8_t>> bytes = model.blob(name);
-    KILN_CHECK(bytes, "", "'", input, "': its module refers to blob '", name,
-               "', which it does not hold");
-    auto type = mlir::cast<mlir::ShapedType>(c.getType());
-    const size_t want =
-        static_cast<size_t>(type.getNumElements()) * ((type.getElementTypeBitWidth() + 7) / 8);
-    KILN_CHECK(bytes->size() == want, "", "'", input, "': blob '", name, "' holds ", bytes->size(),
-               " bytes, its constant ", mlir_type_str(type), " needs ", want);
-    res.getRawHandle().getResource()->setBlob(mlir::UnmanagedAsmResourceBlob::allocateInferAlign(
-        llvm::ArrayRef<char>(reinterpret_cast<const char*>(bytes->data()), bytes->size())));
-  });
-}
-
-// The module embedded in an artifact: its first arguments are the artifact's inputs (named as
-// the artifact names them), the others weights the artifact stores under their names.
-int compile_artifact(mlir::ModuleOp module, const rt::Model& model, const std::string& input,
-                     const jit::AotOptions& o, bool quiet, Clock::time_point t0) {
-  const std::vector<std::string> names = arg_names(module);
-  auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
-  const size_t num_inputs = model.inputs().size();
-  KILN_CHECK(names.size() >= num_inputs, "", "'", input, "': its module takes ", names.size(),
-             " arguments, fewer than its ", num_inputs, " inputs");
-  std::vector<std::string> inputs;
-  for (size_t i = 0; i < num_inputs; ++i) {
-    const rt::TensorSpec& spec = model.inputs()[i];
-    auto type = mlir::cast<mlir::RankedTensorType>(forward.getArgument(i).getType());
-    KILN_CHECK(type.getShape() == llvm::ArrayRef<int64_t>(spec.shape.data(), spec.shape.size()), "",
-               "'", input, "': input '", spec.name, "' has ", spec.shape.size(),
-               " dims, its module's argument ", i, " is ", mlir_type_str(type),
-               ": not a module kiln wrote");
-    inputs.push_back(spec.name);
-  }
-  std::vector<jit::FrozenArg> frozen;
-  for (size_t i = num_inputs; i < names.size(); ++i) {
-    const std::optional<std::span<const uint8_t>> bytes = model.blob(names[i]);
-    KILN_CHECK(bytes, "", "'", input, "': its module's argument '", names[i],
-               "' is neither an input nor a weight of the artifact");
-    auto type = mlir::cast<mlir::RankedTensorType>(forward.getArgument(i).getType());
-    const size_t want =
-        static_cast<size_t>(type.getNumElements()) * ((type.getElementTypeBitWidth() + 7) / 8);
-    KILN_CHECK(bytes->size() == want, "", "'", input, "': weight '", names[i], "' holds ",
-               bytes->size(), " bytes, its type ", mlir_type_str(type), " needs ", want);
-    frozen.push_back({names[i], bytes->data(), bytes->size()});
-  }
-  return finish(module, inputs, frozen, o, quiet, t0, input);
-}
-
 int finish(mlir::ModuleOp module, const std::vector<std::string>& inputs,
            const std::vector<jit::FrozenArg>& frozen, const jit::AotOptions& o, bool quiet,
            Clock::time_point t0, const std::string& input) {
   const double parse_s = std::chrono::duration<double>(Clock::now() - t0).count();
   const jit::AotResult r = jit::compile_aot(module, inputs, frozen, o);
   module->erase();
-  if (!quiet) {
-    std::printf("kiln compile: %s -> %s (%s, %zu input(s), %zu frozen weight(s))\n", input.c_str(),
-                o.output.c_str(), o.target.c_str(), inputs.size(), frozen.size());
-    for (size_t i = 1; i < r.files.size(); ++i)
-      std::printf("  also wrote %s\n", r.files[i].c_str());
-    std::printf(
-        "  parse %.2f s, lower+codegen %.2f s, weights+interface %.2f s, link %.2f s, "
-        "total %.2f s; %ju bytes\n",
-        parse_s, r.lower_and_codegen_s, r.package_s, r.link_s, parse_s + r.total_s,
-        static_cast<uintmax_t>(std::filesystem::file_size(o.output)));
-  }
+  if (!quiet) report(input, o, r, parse_s, static_cast<int64_t>(inputs.size()), frozen.size());
   return 0;
+}
+
+// inputs < 0: not counted (an artifact's).
+void report(const std::string& input, const jit::AotOptions& o, const jit::AotResult& r,
+            double parse_s, int64_t inputs, size_t frozen) {
+  std::printf("kiln compile: %s -> %s (%s", input.c_str(), o.output.c_str(), o.target.c_str());
+  if (inputs >= 0) std::printf(", %lld input(s)", static_cast<long long>(inputs));
+  if (frozen) std::printf(", %zu frozen weight(s)", frozen);
+  std::printf(")\n");
+  for (size_t i = 1; i < r.files.size(); ++i) std::printf("  also wrote %s\n", r.files[i].c_str());
+  std::printf(
+      "  lower+codegen %.2f s, weights+interface %.2f s, link %.2f s, total %.2f s; %ju bytes\n",
+      r.lower_and_codegen_s, r.package_s, r.link_s, parse_s + r.total_s,
+      static_cast<uintmax_t>(std::filesystem::file_size(o.output)));
 }
 
 }  // namespace

@@ -6,18 +6,15 @@
 
 #include "import.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 #include <string>
 #include <vector>
 
+#include "kiln/jit/import_onnx.h"
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
-#include "kiln/onnx/onnx.h"
-#include "kiln/trace/trace.h"
 
 namespace kiln::cli {
 namespace {
@@ -91,66 +88,24 @@ int import_onnx(int argc, char** argv) {
     return 2;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  onnx::Model model = onnx::Model::load(input);
-
-  // Each input's shape: the model's, its open dims from --input-shape.
-  std::map<std::string, std::vector<int64_t>> given;
-  std::vector<std::vector<int64_t>> unnamed;
+  jit::OnnxImportOptions options;
   for (const auto& s : shapes) {
     const size_t eq = s.find('=');
     if (eq == std::string::npos)
-      unnamed.push_back(parse_shape(s));
+      options.shapes.push_back(parse_shape(s));
     else
-      given[s.substr(0, eq)] = parse_shape(s.substr(eq + 1));
+      options.input_shapes[s.substr(0, eq)] = parse_shape(s.substr(eq + 1));
   }
-  TensorList examples;
-  std::vector<std::string> input_names, output_names;
-  for (const auto& v : model.inputs()) {
-    std::vector<int64_t> shape = v.shape;
-    const bool open = std::count(shape.begin(), shape.end(), -1) > 0;
-    if (auto it = given.find(v.name); it != given.end()) {
-      shape = it->second;
-      given.erase(it);
-    } else if (open) {
-      KILN_CHECK(!unnamed.empty(), "", "input '", v.name, "' has open dims ", Dims(v.shape),
-                 ": give its shape with --input-shape ", v.name, "=...");
-      shape = unnamed.front();
-      unnamed.erase(unnamed.begin());
-    }
-    KILN_CHECK(shape.size() == v.shape.size(), "", "input '", v.name, "' has rank ", v.shape.size(),
-               ", --input-shape gave ", shape.size(), " dims");
-    for (size_t d = 0; d < shape.size(); ++d)
-      KILN_CHECK(v.shape[d] < 0 || v.shape[d] == shape[d], "", "input '", v.name, "' fixes dim ", d,
-                 " to ", v.shape[d], ", --input-shape gave ", shape[d]);
-    examples.push_back(is_floating(v.dtype) ? randn(shape, TensorOptions(v.dtype))
-                                            : zeros(shape, TensorOptions(v.dtype)));
-    input_names.push_back(v.name);
-  }
-  KILN_CHECK(given.empty(), "", "--input-shape names '", given.begin()->first,
-             "', which is not an input of the model");
-  KILN_CHECK(unnamed.empty(), "", "more --input-shape values than inputs with open dims");
-  for (const auto& v : model.outputs()) output_names.push_back(v.name);
-
-  autograd::NoGradGuard no_grad;
-  jit::TraceOptions options;
-  options.warn_on_read_back = false;  // shape arithmetic reads values at import, by design
-  for (const auto& [k, t] : model.initializers())
-    if (is_floating(t.dtype())) options.named_captures.push_back({k, t});
-  jit::TracedFunction traced =
-      jit::trace([&](const TensorList& in) { return model.run(in); }, examples, options);
-  jit::SaveOptions so;
-  so.name = name.empty() ? std::filesystem::path(input).stem().string() : name;
-  so.producer = "kiln import";
+  const jit::OnnxImport imported = jit::import_onnx(input, options);
+  jit::SaveOptions so =
+      imported.save_options(name.empty() ? std::filesystem::path(input).stem().string() : name);
   so.optimize = optimize;
-  so.input_names = input_names;
-  so.output_names = output_names;
-  so.metadata = {{"onnx", std::filesystem::path(input).filename().string()},
-                 {"onnx_producer", model.producer()},
-                 {"onnx_opset", std::to_string(model.opset())}};
-  jit::save(traced, output, so);
+  so.metadata.emplace_back("onnx", std::filesystem::path(input).filename().string());
+  jit::save(imported.traced, output, so);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("wrote %s (%lld ONNX nodes, opset %lld, %.2f s)\n", output.c_str(),
-              static_cast<long long>(model.num_nodes()), static_cast<long long>(model.opset()), s);
+              static_cast<long long>(imported.num_nodes), static_cast<long long>(imported.opset),
+              s);
   return 0;
 }
 

@@ -61,6 +61,11 @@ struct FrozenArg {
   size_t nbytes = 0;
 };
 
+// A .kiln artifact compiled from what it carries (its module, embedded by kiln export and
+// jit::save, and its weights): `kiln compile M.kiln`. Refused, by name, for an artifact written
+// without its module. total_s includes loading and parsing the artifact.
+AotResult compile_artifact(const std::string& path, const AotOptions& options);
+
 // `module`'s @forward arguments are its first `input_names.size()` model inputs, then `frozen`
 // (in order). The module is lowered in place (it ends in the LLVM dialect).
 AotResult compile_aot(mlir::ModuleOp module, const std::vector<std::string>& input_names,
