@@ -8,6 +8,7 @@
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
+#include "shape_arg.h"
 #if KILN_HAVE_ONNX
 #include "import.h"
 #endif
@@ -49,24 +50,6 @@ std::shared_ptr<nn::Module> build(const std::string& name, int64_t classes, bool
   if (name == "lstm") return models::lstm_classifier(1000, classes < 0 ? 10 : classes);
   fail("export", "unknown model '", name,
        "' (mlp, lenet, resnet18, resnet34, resnet50, mobilenet_v2, transformer, lstm)");
-}
-
-std::vector<int64_t> parse_shape(const std::string& s) {
-  std::vector<int64_t> out;
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    const size_t next = s.find(',', pos);
-    const std::string part =
-        s.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
-    char* end = nullptr;
-    const long long v = std::strtoll(part.c_str(), &end, 10);
-    KILN_CHECK(!part.empty() && end && *end == 0 && v > 0, "export",
-               "--input-shape: expected positive integers separated by commas, got '", s, "'");
-    out.push_back(v);
-    if (next == std::string::npos) break;
-    pos = next + 1;
-  }
-  return out;
 }
 
 }  // namespace
@@ -139,7 +122,7 @@ int export_model(int argc, char** argv) {
     module->load_state_dict(dict);
   }
   module->eval();
-  const std::vector<int64_t> dims = parse_shape(shape);
+  const std::vector<int64_t> dims = parse_shape_arg(shape);
   Tensor x = tokens ? randint(0, 1000, dims) : randn(dims);
 
   autograd::NoGradGuard no_grad;

@@ -15,6 +15,7 @@
 #include "kiln/jit/import_onnx.h"
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
+#include "shape_arg.h"
 
 namespace kiln::cli {
 namespace {
@@ -30,25 +31,6 @@ const char* kHelp =
     "  --name NAME       model name stored in the artifact (default: the file's stem)\n"
     "  --no-optimize     write the trace as is (no pass pipeline)\n"
     "  -o, --output FILE where to write the artifact (required)\n";
-
-std::vector<int64_t> parse_shape(const std::string& s) {
-  std::vector<int64_t> out;
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    const size_t next = s.find(',', pos);
-    const std::string v = s.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
-    try {
-      size_t used = 0;
-      out.push_back(std::stoll(v, &used));
-      KILN_CHECK(used == v.size() && out.back() >= 0, "", "bad --input-shape '", s, "'");
-    } catch (const std::logic_error&) {
-      fail("", "bad --input-shape '", s, "'");
-    }
-    if (next == std::string::npos) break;
-    pos = next + 1;
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -92,9 +74,9 @@ int import_onnx(int argc, char** argv) {
   for (const auto& s : shapes) {
     const size_t eq = s.find('=');
     if (eq == std::string::npos)
-      options.shapes.push_back(parse_shape(s));
+      options.shapes.push_back(parse_shape_arg(s));
     else
-      options.input_shapes[s.substr(0, eq)] = parse_shape(s.substr(eq + 1));
+      options.input_shapes[s.substr(0, eq)] = parse_shape_arg(s.substr(eq + 1));
   }
   const jit::OnnxImport imported = jit::import_onnx(input, options);
   jit::SaveOptions so =

@@ -79,7 +79,8 @@ std::vector<OpDef> quant_ops();
 // The legalization of op_type at `opset`, or null.
 const OpDef* find_op(const std::string& domain, const std::string& op_type, int64_t opset);
 
-// Helpers shared by the tables.
+// Helpers shared by the tables. The kiln dtype of an ONNX TensorProto data type, if any.
+std::optional<DType> dtype_of_onnx(int64_t onnx_type);
 int64_t norm_axis(const NodeContext& c, int64_t axis, int64_t rank);
 
 }  // namespace kiln::onnx::detail

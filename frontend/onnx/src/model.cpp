@@ -29,7 +29,7 @@ namespace {
 
 constexpr const char* kOp = "onnx";
 
-std::optional<DType> dtype_of(int32_t t) {
+std::optional<DType> dtype_of(int64_t t) {
   using P = ::onnx::TensorProto;
   switch (t) {
     case P::FLOAT:
@@ -420,6 +420,10 @@ void NodeContext::fail(const std::string& message) const {
   if (node_.name.empty())
     kiln::fail(kOp, "node ", node_.index, " (", node_.op_type, "): ", message);
   kiln::fail(kOp, "node '", node_.name, "' (", node_.op_type, "): ", message);
+}
+
+std::optional<DType> dtype_of_onnx(int64_t onnx_type) {
+  return dtype_of(onnx_type);
 }
 
 int64_t norm_axis(const NodeContext& c, int64_t axis, int64_t rank) {

@@ -47,33 +47,8 @@ TensorList div_op(C c) {
   return {div(a.to(DType::Float64), b.to(DType::Float64)).to(promote_types(a.dtype(), b.dtype()))};
 }
 
-std::optional<DType> kiln_dtype(int64_t onnx_type) {
-  switch (onnx_type) {
-    case 1:
-      return DType::Float32;
-    case 2:
-      return DType::UInt8;
-    case 3:
-      return DType::Int8;
-    case 6:
-      return DType::Int32;
-    case 7:
-      return DType::Int64;
-    case 9:
-      return DType::Bool;
-    case 10:
-      return DType::Float16;
-    case 11:
-      return DType::Float64;
-    case 16:
-      return DType::BFloat16;
-    default:
-      return std::nullopt;
-  }
-}
-
 TensorList cast(C c) {
-  const auto to = kiln_dtype(c.i("to"));
+  const auto to = dtype_of_onnx(c.i("to"));
   if (!to) c.fail("cast to ONNX type " + std::to_string(c.i("to")) + " is not supported");
   return {c.in(0).to(*to)};
 }
