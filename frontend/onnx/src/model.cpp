@@ -311,7 +311,7 @@ std::string Model::producer() const {
   return impl_->producer;
 }
 
-TensorList Model::run(const TensorList& inputs) const {
+TensorList Model::run(const TensorList& inputs, int64_t max_elements) const {
   const Impl& m = *impl_;
   KILN_CHECK(inputs.size() == m.inputs.size(), kOp, "expected ", m.inputs.size(), " inputs, got ",
              inputs.size());
@@ -338,6 +338,9 @@ TensorList Model::run(const TensorList& inputs) const {
       if (n.outputs[k].empty()) continue;
       KILN_CHECK(k < outs.size() && outs[k].defined(), kOp, "node '", n.name, "' (", n.op_type,
                  "): output ", k, " ('", n.outputs[k], "') is not produced by kiln's import");
+      KILN_CHECK(max_elements <= 0 || outs[k].numel() <= max_elements, kOp, "node ", n.index, " (",
+                 n.op_type, "): output '", n.outputs[k], "' of ", outs[k].numel(),
+                 " elements exceeds the limit of ", max_elements);
       env[n.outputs[k]] = outs[k];
     }
   }

@@ -50,7 +50,9 @@ class Model {
   std::string producer() const;
 
   // Evaluates the graph on `inputs` (one per input, in order; their shapes fill the open dims).
-  TensorList run(const TensorList& inputs) const;
+  // max_elements > 0: refuse (kiln::Error naming the node) a value larger than that, as a
+  // service evaluating untrusted models (or the fuzzer) bounds their work.
+  TensorList run(const TensorList& inputs, int64_t max_elements = 0) const;
 
   struct Impl;
 
