@@ -149,6 +149,74 @@ class PadSliceConcat(nn.Module):
         return torch.clamp(z, -0.5, 0.5) + x.mean(dim=(1, 2, 3), keepdim=True)
 
 
+class VGGish(nn.Module):
+    """VGG's pattern: 3x3 conv + ReLU stacks, max pooling, a dropout MLP head."""
+
+    def __init__(self):
+        super().__init__()
+        cfg, layers, cin = [16, 16, "M", 32, 32, "M", 64, "M"], [], 3
+        for v in cfg:
+            if v == "M":
+                layers.append(nn.MaxPool2d(2))
+            else:
+                layers += [nn.Conv2d(cin, v, 3, padding=1), nn.ReLU(inplace=True)]
+                cin = v
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(64 * 4 * 4, 128), nn.ReLU(),
+                                  nn.Dropout(), nn.Linear(128, 10))
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+class SqueezeNetFire(nn.Module):
+    """SqueezeNet: ceil-mode max pooling and fire modules (squeeze 1x1, expand 1x1 | 3x3, concat),
+    a conv classifier with global average pooling."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 3, stride=2)
+        self.fires = nn.ModuleList([self._fire(32, 8, 32), self._fire(64, 8, 32)])
+        self.classifier = nn.Conv2d(64, 10, 1)
+
+    @staticmethod
+    def _fire(cin, squeeze, expand):
+        return nn.ModuleDict({"s": nn.Conv2d(cin, squeeze, 1), "e1": nn.Conv2d(squeeze, expand, 1),
+                              "e3": nn.Conv2d(squeeze, expand, 3, padding=1)})
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.stem(x)), 3, 2, ceil_mode=True)
+        for f in self.fires:
+            s = F.relu(f["s"](x))
+            x = torch.cat([F.relu(f["e1"](s)), F.relu(f["e3"](s))], 1)
+        return torch.flatten(F.adaptive_avg_pool2d(F.relu(self.classifier(x)), 1), 1)
+
+
+class DenseNetBlock(nn.Module):
+    """DenseNet: pre-activation BN-ReLU-conv layers whose outputs concatenate, a transition with
+    average pooling (BatchNormalization stays a separate op: it precedes its conv)."""
+
+    def __init__(self, cin=16, growth=8, layers=3):
+        super().__init__()
+        self.stem = nn.Conv2d(3, cin, 3, padding=1, bias=False)
+        self.layers = nn.ModuleList()
+        for i in range(layers):
+            c = cin + i * growth
+            self.layers.append(nn.Sequential(nn.BatchNorm2d(c), nn.ReLU(),
+                                             nn.Conv2d(c, growth, 3, padding=1, bias=False)))
+        c = cin + layers * growth
+        self.transition = nn.Sequential(nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, c // 2, 1, bias=False),
+                                        nn.AvgPool2d(2))
+        self.fc = nn.Linear(c // 2, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for layer in self.layers:
+            x = torch.cat([x, layer(x)], 1)
+        x = self.transition(x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 class LSTMClassifier(nn.Module):
     """The zoo's LSTM shape: tokens -> embedding -> LSTM (batch first) -> last step -> classes."""
 
@@ -182,6 +250,9 @@ MODELS = {
     "mlp": (MLP, (4, 1, 28, 28), 13),
     "transformer": (TransformerBlock, (2, 16), 17),
     "pad_slice_concat": (PadSliceConcat, (1, 4, 12, 10), 13),
+    "vgg": (VGGish, (2, 3, 32, 32), 13),
+    "squeezenet": (SqueezeNetFire, (1, 3, 33, 33), 13),
+    "densenet": (DenseNetBlock, (2, 3, 16, 16), 13),
     "lstm": (LSTMClassifier, (2, 12), 13),
     "bigru": (BiGRU, (7, 3, 16), 13),
 }

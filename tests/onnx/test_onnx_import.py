@@ -70,6 +70,15 @@ class ImportMatchesPyTorch(unittest.TestCase):
     def test_transformer_block(self):
         self.check("transformer")
 
+    def test_vgg(self):
+        self.check("vgg")
+
+    def test_squeezenet_fire_modules(self):
+        self.check("squeezenet")
+
+    def test_densenet_block(self):
+        self.check("densenet")
+
     def test_lstm(self):
         self.check("lstm")
 
