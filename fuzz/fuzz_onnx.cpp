@@ -1,6 +1,6 @@
 // libFuzzer target over the ONNX importer (frontend/onnx): any byte string must either be
 // rejected with kiln::Error or load and evaluate (on zero inputs, open dims set to 1, at most 64 K
-// input and 1 M elements per value: the work of an iteration stays bounded) without a
+// input elements and 8 MB per tensor: the work of an iteration stays bounded) without a
 // crash, another exception or a sanitizer report. Built by fuzz/CMakeLists.txt when protobuf and
 // libonnx-dev are installed; the importer's sources are instrumented, kiln's eager library and
 // kernels come from the normal build.
@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       inputs.push_back(kiln::zeros(shape, kiln::TensorOptions(v.dtype)));
     }
     if (model.num_nodes() > 64) return 0;
-    model.run(inputs, /*max_elements=*/1 << 20);  // no value above 1 M elements
+    model.run(inputs, /*max_value_bytes=*/8 << 20);  // no tensor above 8 MB
   } catch (const kiln::Error&) {
   }
   return 0;

@@ -41,6 +41,33 @@ TEST(Allocator, HugeRequestsThrowBadAlloc) {
   EXPECT_EQ(a.stats().allocations, before.allocations);
 }
 
+// A StorageLimit refuses larger storages on its thread only, with an error naming both sizes;
+// limits nest and end with their scope; borrowed memory is not counted.
+TEST(Allocator, StorageLimitRefusesLargerTensorsOnItsThread) {
+  {
+    StorageLimit limit(4096);
+    EXPECT_NO_THROW(empty(Dims{1024}, DType::Float32));  // exactly 4096 bytes
+    try {
+      empty(Dims{1025}, DType::Float32);
+      FAIL() << "a 4100-byte tensor was allocated under a 4096-byte limit";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("4100 bytes exceeds this thread's limit of 4096"),
+                std::string::npos)
+          << e.what();
+    }
+    {
+      StorageLimit inner(64);
+      EXPECT_THROW(empty(Dims{17}, DType::Float32), Error);
+    }
+    EXPECT_NO_THROW(empty(Dims{17}, DType::Float32));  // the outer limit again
+    std::thread other([] { EXPECT_NO_THROW(empty(Dims{4096}, DType::Float32)); });
+    other.join();
+    std::vector<float> buffer(8192);
+    EXPECT_NO_THROW(from_blob(buffer.data(), Dims{8192}, DType::Float32));
+  }
+  EXPECT_NO_THROW(empty(Dims{1 << 20}, DType::Float32));
+}
+
 TEST(Allocator, ReusesCachedBlocksAndReleasesThem) {
   auto& a = cpu_allocator();
   void* p = a.allocate(4096);

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -103,7 +104,8 @@ std::string external_bytes(const ::onnx::TensorProto& t, const std::string& dir,
   return bytes;
 }
 
-// A TensorProto as a kiln tensor; every size checked against the shape.
+// A TensorProto as a kiln tensor; every size checked against the shape before anything is
+// allocated (a shape alone must not make the importer allocate what the file does not hold).
 Tensor tensor_of(const ::onnx::TensorProto& t, const std::string& dir) {
   const auto dtype = dtype_of(t.data_type());
   KILN_CHECK(dtype, kOp, "tensor '", t.name(), "': element type ", type_name(t.data_type()),
@@ -111,17 +113,27 @@ Tensor tensor_of(const ::onnx::TensorProto& t, const std::string& dir) {
   std::vector<int64_t> shape(t.dims().begin(), t.dims().end());
   for (int64_t d : shape) KILN_CHECK(d >= 0, kOp, "tensor '", t.name(), "': negative dim ", d);
   const int64_t n = checked_numel(shape, "onnx");
-  Tensor out = kiln::empty(shape, TensorOptions(*dtype));
-  const size_t nbytes = static_cast<size_t>(n) * out.element_size();
+  const int64_t esize = static_cast<int64_t>(dtype_size(*dtype));
+  KILN_CHECK(n <= INT64_MAX / esize, kOp, "tensor '", t.name(), "': shape ", Dims(shape),
+             " overflows the address space");
+  const size_t nbytes = static_cast<size_t>(n * esize);
+  Tensor out;
+  char* p = nullptr;
+  auto allocate = [&] {
+    out = kiln::empty(shape, TensorOptions(*dtype));
+    p = static_cast<char*>(out.data());
+  };
   auto copy_bytes = [&](const std::string& bytes, const char* where) {
     KILN_CHECK(bytes.size() == nbytes, kOp, "tensor '", t.name(), "': ", where, " holds ",
                bytes.size(), " bytes, its shape ", Dims(shape), " of ", dtype_name(*dtype),
                " needs ", nbytes);
-    if (nbytes) std::memcpy(out.data(), bytes.data(), nbytes);
+    allocate();
+    if (nbytes) std::memcpy(p, bytes.data(), nbytes);
   };
   auto fill = [&](const auto& values, const char* field, auto convert) {
     KILN_CHECK(values.size() == n, kOp, "tensor '", t.name(), "': ", field, " holds ",
                values.size(), " values, its shape ", Dims(shape), " needs ", n);
+    allocate();
     for (int64_t k = 0; k < n; ++k) convert(k, values[static_cast<int>(k)]);
   };
   if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
@@ -129,7 +141,6 @@ Tensor tensor_of(const ::onnx::TensorProto& t, const std::string& dir) {
   } else if (t.has_raw_data()) {
     copy_bytes(t.raw_data(), "raw_data");
   } else {
-    char* p = static_cast<char*>(out.data());
     switch (*dtype) {
       case DType::Float32:
         fill(t.float_data(), "float_data",
@@ -284,7 +295,7 @@ Model Model::load(const std::string& path) {
   try {
     return Model(parse(ss.str(), dir));
   } catch (const Error& e) {
-    fail(kOp, "'", path, "': ", e.what());
+    fail(kOp, "'", path, "': ", e.op() == kOp ? e.message() : e.what());
   }
 }
 
@@ -311,10 +322,12 @@ std::string Model::producer() const {
   return impl_->producer;
 }
 
-TensorList Model::run(const TensorList& inputs, int64_t max_elements) const {
+TensorList Model::run(const TensorList& inputs, size_t max_value_bytes) const {
   const Impl& m = *impl_;
   KILN_CHECK(inputs.size() == m.inputs.size(), kOp, "expected ", m.inputs.size(), " inputs, got ",
              inputs.size());
+  std::optional<StorageLimit> limit;  // every allocation of the evaluation, this thread's
+  if (max_value_bytes) limit.emplace(max_value_bytes);
   std::unordered_map<std::string, Tensor> env;
   for (const auto& [name, t] : m.initializers) env[name] = t;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -338,9 +351,10 @@ TensorList Model::run(const TensorList& inputs, int64_t max_elements) const {
       if (n.outputs[k].empty()) continue;
       KILN_CHECK(k < outs.size() && outs[k].defined(), kOp, "node '", n.name, "' (", n.op_type,
                  "): output ", k, " ('", n.outputs[k], "') is not produced by kiln's import");
-      KILN_CHECK(max_elements <= 0 || outs[k].numel() <= max_elements, kOp, "node ", n.index, " (",
-                 n.op_type, "): output '", n.outputs[k], "' of ", outs[k].numel(),
-                 " elements exceeds the limit of ", max_elements);
+      const size_t bytes = static_cast<size_t>(outs[k].numel()) * outs[k].element_size();
+      KILN_CHECK(max_value_bytes == 0 || bytes <= max_value_bytes, kOp, "node ", n.index, " (",
+                 n.op_type, "): output '", n.outputs[k], "' of ", bytes,
+                 " bytes exceeds the limit of ", max_value_bytes);
       env[n.outputs[k]] = outs[k];
     }
   }

@@ -56,6 +56,9 @@ TensorList conv(C c) {
   const Tensor& w = c.in(1);
   const Tensor bias = c.has(2) ? c.in(2) : Tensor();
   const int64_t groups = c.i("group", 1);
+  if (w.dim() != x.dim() || x.dim() < 3)
+    c.fail("input and weight must have the same rank, 3 or 4, got " + std::to_string(x.dim()) +
+           " and " + std::to_string(w.dim()));
   std::vector<int64_t> kernel = c.ints("kernel_shape", std::vector<int64_t>{});
   if (kernel.empty()) kernel.assign(w.sizes().begin() + 2, w.sizes().end());
   if (x.dim() == 4 && kernel.size() == 2) {

@@ -37,4 +37,18 @@ class Storage : public RefCounted {
 
 using StoragePtr = IntrusivePtr<Storage>;
 
+// While alive, a Storage this thread allocates that is larger than `max_bytes` is refused with a
+// kiln::Error instead of allocated: a service evaluating models it does not trust (the ONNX
+// importer under its fuzzer) bounds what one value may take. Nests (the innermost applies).
+class StorageLimit {
+ public:
+  explicit StorageLimit(size_t max_bytes);
+  ~StorageLimit();
+  StorageLimit(const StorageLimit&) = delete;
+  StorageLimit& operator=(const StorageLimit&) = delete;
+
+ private:
+  size_t previous_;
+};
+
 }  // namespace kiln

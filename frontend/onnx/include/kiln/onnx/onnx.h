@@ -50,9 +50,10 @@ class Model {
   std::string producer() const;
 
   // Evaluates the graph on `inputs` (one per input, in order; their shapes fill the open dims).
-  // max_elements > 0: refuse (kiln::Error naming the node) a value larger than that, as a
-  // service evaluating untrusted models (or the fuzzer) bounds their work.
-  TensorList run(const TensorList& inputs, int64_t max_elements = 0) const;
+  // max_value_bytes > 0: no tensor larger than that is allocated (kiln::StorageLimit) and no
+  // value larger is kept (kiln::Error naming the node), as a service evaluating models it does
+  // not trust (or the fuzzer) bounds their memory and work.
+  TensorList run(const TensorList& inputs, size_t max_value_bytes = 0) const;
 
   struct Impl;
 
