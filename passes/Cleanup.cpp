@@ -5,9 +5,9 @@
 //
 // CSE and DCE are safe on every kiln op because the dialect is functional: each op in the ODS
 // table is Pure (random numbers enter a trace as captured tensors, e.g. dropout's mask operand,
-// never as an op), and kiln.fused is pure exactly when its body is (RecursiveMemoryEffects). An
-// op added later with side effects must drop Pure in the schema (ir/ops.toml) and both passes
-// respect that.
+// never as an op), and kiln.fused is pure exactly when its body is (RecursiveMemoryEffects). The
+// ops with the schema's `effect` trait (kiln.guard, a run-time check without results) are not
+// Pure, and both passes keep them.
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Dominance.h"

@@ -31,6 +31,34 @@ void erase_dead_ops(mlir::Block& block) {
   }
 }
 
+// A kiln.guard protects what the trace recorded after it (a value read back can only have shaped
+// later ops). Guards after the last op the kept results need protect only dropped work (a
+// training step logging loss.item()): they go, so they keep neither the loss nor its targets.
+void erase_guards_after_kept_work(mlir::Block& block) {
+  llvm::DenseSet<mlir::Operation*> needed;
+  llvm::SmallVector<mlir::Operation*> work;
+  auto need = [&](mlir::Value v) {
+    mlir::Operation* def = v.getDefiningOp();
+    if (!def) return;
+    mlir::Operation* top = block.findAncestorOpInBlock(*def);
+    if (top && needed.insert(top).second) work.push_back(top);
+  };
+  for (mlir::Value v : block.getTerminator()->getOperands()) need(v);
+  while (!work.empty()) {
+    mlir::Operation* op = work.pop_back_val();
+    op->walk([&](mlir::Operation* nested) {
+      for (mlir::Value v : nested->getOperands()) need(v);
+    });
+  }
+  mlir::Operation* last = nullptr;
+  for (mlir::Operation& op : block)
+    if (needed.count(&op)) last = &op;
+  for (mlir::Operation& op : llvm::make_early_inc_range(llvm::reverse(block))) {
+    if (&op == last) break;
+    if (mlir::isa<ir::GuardOp>(op)) op.erase();
+  }
+}
+
 struct EliminateGradientsPass
     : mlir::PassWrapper<EliminateGradientsPass, mlir::OperationPass<mlir::ModuleOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(EliminateGradientsPass)
@@ -95,6 +123,7 @@ struct EliminateGradientsPass
         op->erase();
       });
     }
+    erase_guards_after_kept_work(block);
     erase_dead_ops(block);
     // Arguments nothing reads any more (loss targets, optimizer state) leave the signature.
     auto names = fn->getAttrOfType<mlir::ArrayAttr>("kiln.arg_names");

@@ -16,7 +16,10 @@ namespace kiln {
 
 namespace dispatch::detail {
 thread_local TraceHook* active_hook = nullptr;
+void note_raw_access(const Tensor& t, const std::source_location& where) {
+  if (auto* hook = active_hook) hook->on_raw_access(t, where);
 }
+}  // namespace dispatch::detail
 
 using autograd::AutogradMeta;
 
@@ -227,6 +230,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (t.numel() == 0) {
     os << "[]";
   } else {
+    dispatch::TraceGuard pause(nullptr);  // printing is not part of a traced computation
     Printer(t).print(os, 0, 0, 7);
   }
   os << ", shape=" << t.sizes() << ", dtype=" << t.dtype();

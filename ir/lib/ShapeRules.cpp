@@ -277,6 +277,14 @@ LogicalResult channels(const Diag& op, Value x, int64_t dim, Result result) {
   return expect_shape(op, result, {dims(x)[dim]});
 }
 
+LogicalResult one_element(const Diag& op, Value input) {
+  int64_t n = 1;
+  for (int64_t d : dims(input)) n = d == mlir::ShapedType::kDynamic || n < 0 ? -1 : n * d;
+  if (n >= 0 && n != 1)
+    return op.emitOpError("expects a tensor of one element, got ") << input.getType();
+  return mlir::success();
+}
+
 LogicalResult shape_is(const Diag& op, Result result, ArrayRef<int64_t> size) {
   if (llvm::any_of(size, [](int64_t d) { return d < 0; }))
     return op.emitOpError("size must hold sizes >= 0, got ") << str(size);

@@ -26,11 +26,11 @@ import tomllib
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMA = os.path.join(HERE, "..", "ops.toml")
 BACKENDS = ["eager", "interpreter", "runtime", "llvm", "aarch64", "cuda"]
-TRAITS = ["elementwise", "reduction", "view", "alias", "inplace", "random", "fused"]
+TRAITS = ["elementwise", "reduction", "view", "alias", "inplace", "random", "fused", "effect"]
 ELEMENT_TYPES = {"": "Kiln_Tensor", "i64": "Kiln_I64Tensor", "int": "Kiln_IntTensor",
                  "bool": "Kiln_BoolTensor", "float": "Kiln_FloatTensor"}
 ATTR_ODS = {"i64": "I64Attr", "f64": "F64Attr", "bool": "BoolAttr", "i64[]": "DenseI64ArrayAttr",
-            "bool?": "OptionalAttr<BoolAttr>"}
+            "bool?": "OptionalAttr<BoolAttr>", "str": "StrAttr"}
 HEADER = "GENERATED at build time by ir/tools/gen_ops.py from ir/ops.toml: edit the schema."
 
 
@@ -210,7 +210,9 @@ def td(schema, ops):
                 ods = f'DefaultValuedAttr<{ods}, "{default}">'
             args.append(f"{ods}:${name}")
         res = ", ".join(f"{ELEMENT_TYPES[t]}:${n}" for n, t, _, _ in op.results)
-        traits = ["Pure"] + (["InferTypeOpAdaptor"] if op.infers() or inference(op) else [])
+        # An op with an effect (a run-time check) is never removed as dead or merged with another.
+        pure = ["MemoryEffects<[MemWrite]>"] if "effect" in op.traits else ["Pure"]
+        traits = pure + (["InferTypeOpAdaptor"] if op.infers() or inference(op) else [])
         if op.lowering == "loop":
             traits.append("Kiln_ScalarLoop")
         if op.name in ("mul", "maximum", "minimum"):
@@ -489,7 +491,7 @@ def abi(schema, ops):
     for op in runtime_calls(ops):
         tensors = [n + ("?" if o else "") + ("..." if v else "") for n, _, o, v in op.operands]
         tensors += [n for n, _, _, _ in op.results]
-        attrs = [a + ("[]" if t == "i64[]" else "") for a, t, _ in op.attrs]
+        attrs = [a + {"i64[]": "[]", "str": "$"}.get(t, "") for a, t, _ in op.attrs]
         lines.append(f"// {', '.join(tensors)}" + (f"; {', '.join(attrs)}" if attrs else ""))
         lines.append(f"KILN_ABI_OP_ENTRY({op.name})")
     return "\n".join(lines) + "\n"
@@ -499,7 +501,8 @@ def runtime_signatures(schema, ops):
     """Each runtime kernel's signature (kiln::rt::OpSignature): input and output counts, which
     inputs may be absent, and its attributes with their types and the defaults an artifact may
     rely on. Included by runtime/src/ops/signatures.cpp."""
-    kinds = {"i64": "Int", "f64": "Float", "bool": "Bool", "bool?": "Bool", "i64[]": "Ints"}
+    kinds = {"i64": "Int", "f64": "Float", "bool": "Bool", "bool?": "Bool", "i64[]": "Ints",
+             "str": "String"}
     lines = [f"// {HEADER}"]
     table = []
     for op in ops:

@@ -81,6 +81,10 @@ std::span<const int64_t> AttrMap::ints(std::string_view name) const {
   if (!find(name) && optional_spec(name)) return {};
   return get(name, AttrType::Ints).ints;
 }
+std::string_view AttrMap::s(std::string_view name) const {
+  if (!find(name) && optional_spec(name)) return {};
+  return get(name, AttrType::String).s;
+}
 std::span<const int64_t> AttrMap::ints(std::string_view name, size_t n) const {
   std::span<const int64_t> v = ints(name);
   KILN_CHECK(v.size() == n, op_, "attribute '", name, "': expected ", n, " values, got ", v.size());

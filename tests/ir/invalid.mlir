@@ -64,3 +64,11 @@ func.func @conv2d_channels(%x: tensor<1x3x8x8xf32>, %w: tensor<4x2x3x3xf32>) {
   %0 = kiln.conv2d %x, %w, %none {stride = array<i64: 1, 1>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>, groups = 1 : i64} : (tensor<1x3x8x8xf32>, tensor<4x2x3x3xf32>, none) -> tensor<1x4x8x8xf32>
   return
 }
+
+// -----
+
+func.func @guard_of_many_elements(%x: tensor<2xf32>) {
+  // expected-error @+1 {{'kiln.guard' op expects a tensor of one element, got 'tensor<2xf32>'}}
+  kiln.guard %x {value = 1.0 : f64, where = "a.cpp:1"} : (tensor<2xf32>) -> ()
+  return
+}

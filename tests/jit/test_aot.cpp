@@ -278,3 +278,28 @@ TEST(JitAot, ObjectsOfTwoModelsLinkIntoOneProgram) {
   EXPECT_LE(max_rel_error(tensor(std::vector<float>(got.begin() + 6, got.end()), shape), yb), 1e-5);
   EXPECT_GT(max_rel_error(ya, yb), 1e-3);  // the two models really differ
 }
+
+// A value read back while tracing is checked by the executable too: an input giving another value
+// fails with the guard's message (naming this file) instead of replaying the traced branch.
+TEST(JitAot, ExecutableChecksGuards) {
+  auto branchy = [](const TensorList& x) {
+    if (sum(x[0]).item<float>() > 0) return TensorList{x[0] * 2.0};
+    return TensorList{x[0] * -1.0};
+  };
+  jit::TraceOptions quiet;
+  quiet.warn_on_read_back = false;
+  jit::TracedFunction traced = jit::trace(branchy, {ones({3})}, quiet);
+  Scratch dir;
+  jit::AotOptions o;
+  o.output = dir / "branchy";
+  jit::compile_aot(traced, o);
+  std::string out;
+  write_npy(dir / "same.npy", tensor({0.0, 1.0, 2.0}));
+  ASSERT_EQ(run(o.output + " " + dir / "same.npy -o " + dir / "y.npy", &out), 0) << out;
+  EXPECT_FLOAT_EQ(read_npy(dir / "y.npy").index({2}).item<float>(), 4.0f);
+  write_npy(dir / "other.npy", full({3}, -1.0));
+  out.clear();
+  EXPECT_NE(run(o.output + " " + dir / "other.npy -o " + dir / "y.npy", &out), 0);
+  EXPECT_NE(out.find("test_aot.cpp"), std::string::npos) << out;
+  EXPECT_NE(out.find("this input gives -3"), std::string::npos) << out;
+}

@@ -107,7 +107,7 @@ TEST(Trace, GuardsRejectOtherShapes) {
   }
 }
 
-TEST(Trace, ReadBackWarnsWithSourceLocation) {
+TEST(Trace, ReadBackIsRecordedAndGuarded) {
   auto branchy = [](const TensorList& x) {
     if (sum(x[0]).item<float>() > 0) return TensorList{x[0] * 2.0};  // data-dependent branch
     return TensorList{x[0] * -1.0};
@@ -119,9 +119,11 @@ TEST(Trace, ReadBackWarnsWithSourceLocation) {
   EXPECT_NE(t.read_backs()[0].file.find("test_trace.cpp"), std::string::npos);
   EXPECT_GT(t.read_backs()[0].line, 0u);
   EXPECT_DOUBLE_EQ(t.read_backs()[0].value, 3.0);
-  // The frozen branch is what the trace replays, even for inputs that would take the other one.
-  Tensor out = t({full({3}, -1.0)})[0];
-  EXPECT_FLOAT_EQ(out.index({0}).item<float>(), -2.0f);
+  // The trace is specialized to the value it read: an input with the same sum runs it, one that
+  // would take the other branch is refused (GuardError), never answered with the frozen branch.
+  Tensor out = t({tensor({0.0, 1.0, 2.0})})[0];
+  EXPECT_FLOAT_EQ(out.index({2}).item<float>(), 4.0f);
+  EXPECT_THROW(t({full({3}, -1.0)}), GuardError);
 }
 
 TEST(Trace, BytecodeRoundTrip) {

@@ -2,7 +2,9 @@
 // operands' base pointers go in a stack array, their geometry and the op's attributes in a
 // constant descriptor (laid out exactly as abi.h documents).
 
+#include <algorithm>
 #include <bit>
+#include <cstring>
 
 #include "kiln/ir/KilnDialect.h"
 #include "llvm/ADT/StringMap.h"
@@ -77,6 +79,15 @@ bool Lowering::emit_abi_call(mlir::Operation* op) {
     } else if (auto arr = mlir::dyn_cast_or_null<mlir::DenseI64ArrayAttr>(attr)) {
       attrs.push_back(static_cast<int64_t>(arr.size()));
       for (int64_t v : arr.asArrayRef()) attrs.push_back(v);
+    } else if (auto str = mlir::dyn_cast_or_null<mlir::StringAttr>(attr)) {
+      // Its byte count, then the bytes packed 8 to a word (abi.h).
+      const llvm::StringRef bytes = str.getValue();
+      attrs.push_back(static_cast<int64_t>(bytes.size()));
+      for (size_t k = 0; k < bytes.size(); k += 8) {
+        int64_t word = 0;
+        std::memcpy(&word, bytes.data() + k, std::min<size_t>(8, bytes.size() - k));
+        attrs.push_back(word);
+      }
     } else {
       error(op, "missing or unsupported attribute '" + a.str() + "'");
       return true;

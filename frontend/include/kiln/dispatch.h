@@ -26,6 +26,23 @@ class TraceHook {
   virtual void on_op(const char* op, const TensorList& inputs, const TensorList& outputs,
                      const Attrs& attrs) = 0;
   virtual void on_read_back(const Tensor& t, double value, const std::source_location& where) = 0;
+  // Tensor::data_ptr()/data() handed out `t`'s memory: whatever is written through it is
+  // invisible to the hook.
+  virtual void on_raw_access(const Tensor& t, const std::source_location& where) = 0;
+  // A custom autograd::Function (custom_function.h) named `name` returned `outputs`.
+  virtual void on_custom_function(const std::string& name, const TensorList& outputs) = 0;
+  // jit::mark_constant: `t`'s current value is a constant of the trace.
+  virtual void on_mark_constant(const Tensor& t) = 0;
+  // A host number the computation uses as a value (an optimizer's learning rate): the hook returns
+  // a 0-dim float64 tensor holding read() that the recorded computation takes as an argument
+  // named `name`, refreshed from read() before every later call. The same (owner, name) gives
+  // the same tensor.
+  virtual Tensor on_host_scalar(const void* owner, const std::string& name,
+                                std::function<double()> read) = 0;
+  // A host number the recorded structure depends on (momentum != 0 chose an update): every later
+  // call checks that read() still gives today's value.
+  virtual void on_host_guard(const void* owner, const std::string& name,
+                             std::function<double()> read) = 0;
   // Explicit control flow (control_flow.h): the hook records region ops and returns the values
   // eager execution produces.
   virtual TensorList on_cond(const Tensor& pred, const std::function<TensorList()>& then_fn,

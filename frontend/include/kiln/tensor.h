@@ -25,6 +25,16 @@ class Node;
 struct AutogradMeta;
 }  // namespace autograd
 
+class Tensor;
+namespace dispatch {
+class TraceHook;
+namespace detail {
+extern thread_local TraceHook* active_hook;
+// Tells the active tracer that `t`'s memory was handed out raw (see Tensor::data_ptr).
+void note_raw_access(const Tensor& t, const std::source_location& where);
+}  // namespace detail
+}  // namespace dispatch
+
 struct TensorOptions {
   DType dtype_ = DType::Float32;
   bool requires_grad_ = false;
@@ -83,13 +93,23 @@ class Tensor {
   bool is_floating_point() const { return is_floating(dtype()); }
   size_t element_size() const { return checked().itemsize(); }
   int64_t storage_offset() const { return checked().storage_offset(); }
+  // Raw access to the elements. Under tracing the tracer cannot see what is done through the
+  // pointer: it remembers the bytes, and a tensor whose bytes changed that way and then reaches
+  // the trace is an error naming this call's location (jit::mark_constant accepts it as a
+  // constant).
   template <typename T>
-  T* data_ptr() const {
+  T* data_ptr(std::source_location where = std::source_location::current()) const {
     KILN_CHECK(dtype_of<T> == dtype(), "data_ptr", "expected dtype ", dtype_of<T>, ", tensor has ",
                dtype());
+    if (dispatch::detail::active_hook) [[unlikely]]
+      dispatch::detail::note_raw_access(*this, where);
     return checked().data_ptr<T>();
   }
-  void* data() const { return checked().data(); }
+  void* data(std::source_location where = std::source_location::current()) const {
+    if (dispatch::detail::active_hook) [[unlikely]]
+      dispatch::detail::note_raw_access(*this, where);
+    return checked().data();
+  }
   // The single value of a one-element tensor, converted to T. Under tracing this is a read-back:
   // the tracer records a guard and warns with the caller's location.
   template <typename T>

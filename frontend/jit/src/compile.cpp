@@ -106,6 +106,7 @@ struct CompiledFunction::Impl {
   TensorList captures;
   std::vector<Guard> guards;
   std::vector<size_t> mutated;
+  std::vector<HostValue> host_values;  // refreshed and checked before each call
   // The capture holding the random-number state ("rng_state") of a trace that draws numbers.
   std::optional<size_t> rng_capture;
   size_t num_inputs = 0;
@@ -216,6 +217,7 @@ CompiledFunction compile(const TracedFunction& traced, const CompileOptions& opt
   impl->captures = traced.captures();
   impl->guards = traced.guards();
   impl->mutated = traced.mutated_captures();
+  impl->host_values = traced.host_values();
   impl->num_inputs = traced.num_inputs();
   for (size_t i = 0; i < impl->captures.size(); ++i) {
     if (traced.arg_names()[impl->num_inputs + i] == "rng_state") impl->rng_capture = i;
@@ -277,6 +279,7 @@ TensorList CompiledFunction::operator()(const TensorList& inputs) const {
                inputs[i].defined() ? inputs[i].sizes() : Dims{}, " ",
                inputs[i].defined() ? dtype_short_name(inputs[i].dtype()) : "undefined");
   }
+  refresh_host_values(m.host_values, m.captures);
   // Random ops continue the process's default stream, as eager calls (and the interpreter) do.
   if (m.rng_capture) {
     int64_t* rng = m.captures[*m.rng_capture].data_ptr<int64_t>();
@@ -308,6 +311,9 @@ TensorList CompiledFunction::operator()(const TensorList& inputs) const {
   if (char* error = kiln_abi_take_error()) {
     std::string message = error;
     kiln_abi_free_error(error);
+    // A failed kiln.guard keeps its type: callers re-trace on it (jit::Specializing).
+    constexpr std::string_view kGuard = "guard: ";
+    if (message.starts_with(kGuard)) throw GuardError("guard", message.substr(kGuard.size()));
     fail("compiled function", message);
   }
   // In-out captures (a training step's parameters) take their new values.

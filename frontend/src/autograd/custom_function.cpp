@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "kiln/dispatch.h"
+
 namespace kiln::autograd {
 
 std::string demangle(const char* mangled) {
@@ -48,6 +50,9 @@ namespace detail {
 
 void wrap_outputs(const std::shared_ptr<CppNodeBase>& node, const TensorList& inputs,
                   TensorList& outputs, bool needs_grad) {
+  // A tracer checks that forward computed its outputs with ops it recorded.
+  if (auto* hook = dispatch::tracer()) [[unlikely]]
+    hook->on_custom_function(node->node_name, outputs);
   for (const Tensor& d : node->ctx.dirty_) bump_version(d);
   // The context keeps none of these after apply: a dirty input is also an output, whose grad_fn
   // is this node, so holding it would be a reference cycle (node -> tensor -> node) that leaks

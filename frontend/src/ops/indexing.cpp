@@ -228,7 +228,8 @@ namespace {
 Tensor pad_source_index(int64_t n, int64_t left, int64_t right, PadMode mode) {
   const int64_t m = n + left + right;
   Tensor idx(kiln::empty(Dims{m}, DType::Int64));
-  int64_t* p = idx.data_ptr<int64_t>();
+  // Through the impl: the index depends only on sizes, so it is a constant of any trace.
+  int64_t* p = idx.impl()->data_ptr<int64_t>();
   for (int64_t j = 0; j < m; ++j) {
     int64_t i = j - left;
     if (mode == PadMode::Reflect) {

@@ -18,6 +18,7 @@
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/guard.h"
 #include "kiln/runtime/kernels/interpolate.h"
 #include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/kernels/norm.h"
@@ -49,6 +50,10 @@ struct Attrs {
     auto a = op->getAttrOfType<mlir::DenseI64ArrayAttr>(name);
     KILN_CHECK(a, op_name(), "missing array attribute '", name, "'");
     return Dims(std::vector<int64_t>(a.asArrayRef().begin(), a.asArrayRef().end()));
+  }
+  std::string s(const char* name) const {
+    auto a = op->getAttrOfType<mlir::StringAttr>(name);
+    return a ? a.getValue().str() : std::string();
   }
   Pair2 pair(const char* name) const {
     Dims d = dims(name);
@@ -303,7 +308,7 @@ const KernelTable& kernels() {
       {id<ir::GeOp>(), [](L x, A, O) { return TensorList{ge(x[0], x[1])}; }},
       {id<ir::LogicalAndOp>(), [](L x, A, O) { return TensorList{logical_and(x[0], x[1])}; }},
       {id<ir::LogicalOrOp>(), [](L x, A, O) { return TensorList{logical_or(x[0], x[1])}; }},
-      // The unary family: the eager function of each op's name (generated from ir/ops.toml).
+  // The unary family: the eager function of each op's name (generated from ir/ops.toml).
 #include "kiln/ir/KilnInterpreterUnary.inc"
       {id<ir::GeluOp>(), [](L x, A a, O) { return TensorList{gelu(x[0], a.b("approximate"))}; }},
       {id<ir::LeakyReluOp>(),
@@ -368,6 +373,11 @@ const KernelTable& kernels() {
       {id<ir::LogSoftmaxBackwardOp>(),
        [](L x, A a, O) {
          return TensorList{x[0] - exp(x[1]) * sum(x[0], Dims{a.i("dim")}, true)};
+       }},
+      {id<ir::GuardOp>(),
+       [](L x, A a, O) {
+         kernels::guard(*x[0].impl(), a.f("value"), a.s("where"));
+         return TensorList{};
        }},
       {id<ir::CumsumOp>(), [](L x, A a, O) { return TensorList{cumsum(x[0], a.i("dim"))}; }},
       {id<ir::ViewOp>(), [](L x, A a, O) { return TensorList{x[0].reshape(a.dims("shape"))}; }},

@@ -1,8 +1,11 @@
 // The tracer: a dispatch::TraceHook that turns every op the eager frontend runs into a kiln
 // dialect op, keyed by the identity of the tensors flowing between them.
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -74,6 +77,7 @@ TensorList TracedFunction::operator()(const TensorList& inputs) const {
                "input \"", g.name, "\": expected ", g.sizes, " ", dtype_short_name(g.dtype),
                ", got ", inputs[i].sizes(), " ", dtype_short_name(inputs[i].dtype()));
   }
+  refresh_host_values(host_values_, captures_);
   // Random ops continue the process's default stream, as eager calls would.
   if (rng_capture_) {
     int64_t* rng = captures_[*rng_capture_].data_ptr<int64_t>();
@@ -94,6 +98,22 @@ TensorList TracedFunction::operator()(const TensorList& inputs) const {
   }
   results.resize(num_outputs_);
   return results;
+}
+
+void refresh_host_values(const std::vector<HostValue>& values, const TensorList& captures) {
+  for (const HostValue& v : values) {
+    const double now = v.read();
+    if (v.capture) {
+      const Tensor& c = captures.at(*v.capture);
+      *c.impl()->data_ptr<double>() = now;
+      autograd::bump_version(c);
+    } else if (now != v.traced && !(std::isnan(now) && std::isnan(v.traced))) {
+      throw GuardError("guard", detail::concat("the trace was recorded with ", v.name, " = ",
+                                               v.traced, "; it is now ", now,
+                                               ", which changes what the trace must compute. "
+                                               "Trace again"));
+    }
+  }
 }
 
 class Tracer final : public dispatch::TraceHook {
@@ -120,6 +140,8 @@ class Tracer final : public dispatch::TraceHook {
   }
 
   mlir::ModuleOp finish(const TensorList& outputs) {
+    // Captures are read at every call: one written raw during tracing changed behind the trace.
+    for (const Tensor& c : out_->captures_) check_raw(c);
     promote_written_constants();
     llvm::SmallVector<mlir::Value> results;
     llvm::SmallVector<mlir::Type> types;
@@ -143,6 +165,18 @@ class Tracer final : public dispatch::TraceHook {
     for (size_t i = 0; i < out_->captures_.size(); ++i) {
       if (rng_.defined() && out_->captures_[i].impl() == rng_.impl()) out_->rng_capture_ = i;
     }
+    // Host scalars the computation used are arguments refreshed before each call; unused ones
+    // need nothing.
+    std::erase_if(out_->host_values_, [&](HostValue& v) {
+      for (size_t k = 0; k < host_scalar_tensors_.size(); ++k) {
+        if (capture_names_[host_scalar_tensors_[k].impl()] != v.name) continue;
+        for (size_t i = 0; i < out_->captures_.size(); ++i) {
+          if (out_->captures_[i].impl() == host_scalar_tensors_[k].impl()) v.capture = i;
+        }
+        return !v.capture;
+      }
+      return false;  // a guard
+    });
     builder_.create<mlir::func::ReturnOp>(builder_.getUnknownLoc(), results);
     fn_.setFunctionType(builder_.getFunctionType(block_->getArgumentTypes(), types));
     llvm::SmallVector<mlir::Attribute> names;
@@ -161,6 +195,7 @@ class Tracer final : public dispatch::TraceHook {
     // new value (the aliasing the in-place op implies).
     if (name.size() > 1 && name.back() == '_') {
       name.pop_back();
+      refresh_raw(outputs[0]);  // the trace sees this write
       // Inside a cond/loop region only tensors the region created may be written in place.
       KILN_CHECK(region_created_.empty() || region_created_.back().count(outputs[0].impl()),
                  "cond/loop", "a branch or loop body wrote a tensor defined outside it in place (",
@@ -195,14 +230,79 @@ class Tracer final : public dispatch::TraceHook {
     emit(name, inputs, outputs, attrs);
   }
 
+  // The value is baked into what follows (a branch taken, a scalar used): a kiln.guard checks at
+  // run time that the input gives the same value, else the call fails with a GuardError.
   void on_read_back(const Tensor& t, double value, const std::source_location& where) override {
+    dispatch::TraceGuard pause(nullptr);
     out_->read_backs_.push_back({value, where.file_name(), where.line(), where.function_name()});
     if (options_.warn_on_read_back) {
       std::fprintf(stderr,
                    "kiln trace warning: %s:%u (%s): a value was read back from a tensor "
-                   "(value %g); control flow that depends on it is frozen into the trace\n",
+                   "(value %g); the trace is specialized to it and checks it at run time\n",
                    where.file_name(), where.line(), where.function_name(), value);
     }
+    const std::string site = std::string(where.file_name()) + ":" + std::to_string(where.line()) +
+                             " (" + where.function_name() + ")";
+    mlir::OperationState state(location(where), "kiln.guard");
+    state.addOperands(lookup(t));
+    state.addAttribute("value", builder_.getF64FloatAttr(value));
+    state.addAttribute("where", builder_.getStringAttr(site));
+    builder_.create(state);
+  }
+
+  // Remembers the bytes of memory handed out raw; check_raw compares when the trace uses it.
+  void on_raw_access(const Tensor& t, const std::source_location& where) override {
+    const StoragePtr& storage = t.impl()->storage();
+    auto [it, fresh] = raw_.try_emplace(storage.get());
+    if (!fresh) return;
+    it->second.where = where;
+    it->second.storage = storage;
+    const auto* p = static_cast<const uint8_t*>(storage->data());
+    it->second.bytes.assign(p, p + storage->nbytes());
+  }
+
+  void on_custom_function(const std::string& name, const TensorList& outputs) override {
+    dispatch::TraceGuard pause(nullptr);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const Tensor& t = outputs[i];
+      if (!t.defined() || values_.count(t.impl()) || aliases_.count(t.impl())) continue;
+      fail("trace", "custom autograd::Function '", name, "' returned output ", i, " (shape ",
+           t.sizes(),
+           ") that no kiln op produced: its forward computes outside the "
+           "tracer's view (raw loops, a foreign library), so a trace would return this call's "
+           "values for every input. Write its forward with kiln ops, or, if the output does not "
+           "depend on the inputs, call kiln::jit::mark_constant on it before returning it");
+    }
+  }
+
+  Tensor on_host_scalar(const void* owner, const std::string& name,
+                        std::function<double()> read) override {
+    auto [it, fresh] = host_scalars_.try_emplace({owner, name});
+    if (!fresh) return it->second;
+    dispatch::TraceGuard pause(nullptr);
+    const double value = read();
+    Tensor t = scalar_tensor(value, TensorOptions(DType::Float64));
+    keep_alive_.push_back(t.impl_ptr());
+    capture_names_[t.impl()] = unique_host_name(name);
+    out_->host_values_.push_back({capture_names_[t.impl()], value, std::move(read), std::nullopt});
+    host_scalar_tensors_.push_back(t);
+    it->second = t;
+    return t;
+  }
+
+  void on_host_guard(const void* owner, const std::string& name,
+                     std::function<double()> read) override {
+    if (!host_guards_.insert({owner, name}).second) return;
+    const double value = read();
+    out_->host_values_.push_back({unique_host_name(name), value, std::move(read), std::nullopt});
+  }
+
+  void on_mark_constant(const Tensor& t) override {
+    dispatch::TraceGuard pause(nullptr);
+    raw_.erase(t.impl()->storage().get());
+    values_.erase(t.impl());
+    aliases_.erase(t.impl());
+    lookup(t);  // bound now, as a constant or a captured argument holding its current value
   }
 
   // scf.if with both branches recorded; eager execution continues with the taken branch's values.
@@ -377,6 +477,8 @@ class Tracer final : public dispatch::TraceHook {
 
   // The value of a tensor: produced earlier in the trace, or captured from outside.
   mlir::Value lookup(const Tensor& t) {
+    if (!raw_.empty()) [[unlikely]]
+      check_raw(t);
     auto it = values_.find(t.impl());
     if (it != values_.end()) return it->second;
     dispatch::TraceGuard pause(nullptr);  // inspecting a capture is not part of the trace
@@ -406,6 +508,35 @@ class Tracer final : public dispatch::TraceHook {
     }
     bind(t, v);
     return v;
+  }
+
+  // A tensor whose memory was handed out raw (data_ptr) reaches the trace: its bytes must be
+  // the ones the tracer last saw, else something the trace cannot record wrote them.
+  void check_raw(const Tensor& t) {
+    auto it = raw_.find(t.impl()->storage().get());
+    if (it == raw_.end()) return;
+    const RawAccess& r = it->second;
+    if (std::memcmp(r.storage->data(), r.bytes.data(), r.bytes.size()) == 0) return;
+    fail("trace", "a tensor of shape ", t.sizes(), " was written through data_ptr()/data() at ",
+         r.where.file_name(), ":", r.where.line(), " (", r.where.function_name(),
+         ") and then used by the trace, which cannot see such writes and would replay this "
+         "call's values for every input. Compute it with kiln ops, or, if its contents do not "
+         "depend on the inputs, call kiln::jit::mark_constant on it after writing it");
+  }
+
+  // An op the trace records wrote `t` in place: its new bytes are the ones the trace knows.
+  void refresh_raw(const Tensor& t) {
+    if (raw_.empty()) return;
+    auto it = raw_.find(t.impl()->storage().get());
+    if (it == raw_.end()) return;
+    const auto* p = static_cast<const uint8_t*>(it->second.storage->data());
+    it->second.bytes.assign(p, p + it->second.bytes.size());
+  }
+
+  // Argument names are unique: a second optimizer's "SGD.group0.lr" becomes "SGD.group0.lr#2".
+  std::string unique_host_name(const std::string& name) {
+    const int n = ++host_name_uses_[name];
+    return n == 1 ? name : name + "#" + std::to_string(n);
   }
 
   // Every element bit-identical to the first (compared as raw bytes: no conversion or copy of a
@@ -465,6 +596,10 @@ class Tracer final : public dispatch::TraceHook {
     state.addAttribute("value", attr);
     state.addTypes(type);
     return builder_.create(state)->getResult(0);
+  }
+
+  mlir::Location location(const std::source_location& where) {
+    return mlir::FileLineColLoc::get(ctx_, where.file_name(), where.line(), where.column());
   }
 
   mlir::Value none() {
@@ -591,13 +726,30 @@ class Tracer final : public dispatch::TraceHook {
   std::vector<TensorImplPtr> keep_alive_;
   std::vector<std::pair<Tensor, mlir::Value>> inlined_;  // captures inlined as constants
   Tensor rng_;  // the generator state the trace's random ops draw from (see emit_random)
+  // Storage handed out raw while tracing (Tensor::data_ptr), with its bytes as last seen.
+  struct RawAccess {
+    std::source_location where;
+    StoragePtr storage;
+    std::vector<uint8_t> bytes;
+  };
+  std::unordered_map<const Storage*, RawAccess> raw_;
+  // Host values (on_host_scalar / on_host_guard), keyed by (owner, name).
+  std::map<std::pair<const void*, std::string>, Tensor> host_scalars_;
+  std::set<std::pair<const void*, std::string>> host_guards_;
+  TensorList host_scalar_tensors_;
+  std::unordered_map<std::string, int> host_name_uses_;
   // One set per cond/loop region being recorded: the tensors created inside it.
   std::vector<std::unordered_set<const TensorImpl*>>
       region_created_;  // tensor identities stay unique while tracing
 };
 
+void mark_constant(const Tensor& t) {
+  if (auto* hook = dispatch::tracer(); hook && t.defined()) hook->on_mark_constant(t);
+}
+
 TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
-                     const TensorList& example_inputs, const TraceOptions& options) {
+                     const TensorList& example_inputs, const TraceOptions& options,
+                     TensorList* eager_results) {
   TracedFunction out;
   out.state_->ctx = make_context();
   Tracer tracer(out.state_->ctx.get(), options);
@@ -611,6 +763,7 @@ TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
   if (mlir::failed(mlir::verify(*out.state_->module))) {
     fail("trace", "the traced module does not verify:\n", out.str());
   }
+  if (eager_results) *eager_results = std::move(results);
   return out;
 }
 

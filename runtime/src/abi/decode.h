@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "kiln/runtime/abi.h"
@@ -29,6 +30,13 @@ class Args {
     const int64_t n = *attr_++;
     std::span<const int64_t> s(attr_, static_cast<size_t>(n));
     attr_ += n;
+    return s;
+  }
+  // A string: its byte count, then the bytes packed 8 to a word.
+  std::string_view str() {
+    const int64_t n = *attr_++;
+    std::string_view s(reinterpret_cast<const char*>(attr_), static_cast<size_t>(n));
+    attr_ += (n + 7) / 8;
     return s;
   }
 

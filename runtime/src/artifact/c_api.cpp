@@ -29,6 +29,7 @@ kiln_status set_error(kiln_status s, const std::string& message) {
 }
 
 kiln_status from_exception(const std::exception& e, kiln_status fallback) {
+  if (dynamic_cast<const kiln::GuardError*>(&e)) return set_error(KILN_ERROR_GUARD, e.what());
   if (auto* k = dynamic_cast<const kiln::Error*>(&e)) {
     if (k->op() == "kiln load") return set_error(KILN_ERROR_IO, k->what());
     if (k->op() == "kiln artifact") return set_error(KILN_ERROR_INVALID_ARTIFACT, k->what());

@@ -279,6 +279,9 @@ void Session::execute(std::span<const TensorImpl* const> inputs) {
       }
     } catch (const std::bad_alloc&) {
       fail("kiln run", "instruction ", k, " (", in.name, "): out of memory");
+    } catch (const GuardError& e) {  // keeps its type: a caller may re-trace on it
+      throw GuardError("kiln run",
+                       detail::concat("instruction ", k, " (", in.name, "): ", e.what()));
     } catch (const std::exception& e) {  // kiln::Error, or a std:: one from a kernel
       fail("kiln run", "instruction ", k, " (", in.name, "): ", e.what());
     }

@@ -14,6 +14,7 @@ void register_builtin_kernels(Registry& r) {
   ops::register_backward(r);
   ops::register_indexing(r);
   ops::register_random(r);
+  ops::register_checks(r);
 }
 
 const Registry& builtin_registry() {

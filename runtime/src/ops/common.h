@@ -66,5 +66,6 @@ void register_loss(Registry& r);
 void register_backward(Registry& r);
 void register_indexing(Registry& r);
 void register_random(Registry& r);
+void register_checks(Registry& r);
 
 }  // namespace kiln::rt::ops

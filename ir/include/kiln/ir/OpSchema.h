@@ -27,6 +27,7 @@ enum OpTrait : uint32_t {
   kTraitInplace = 1u << 4,  // the kernel may write its result over a same-shaped input
   kTraitRandom = 1u << 5,
   kTraitFused = 1u << 6,
+  kTraitEffect = 1u << 7,  // a run-time check: kept even when nothing uses it
 };
 
 struct OpSchema {

@@ -13,7 +13,8 @@
 //         dtype (kiln::DType's value, -1 = absent), rank r, sizes[r], strides[r] (elements),
 //         offset (elements from its data pointer);
 //     then the op's attributes in the order its wrapper documents: integers as is, booleans as
-//     0/1, doubles as their IEEE-754 bit pattern, integer arrays as (n, v0 .. v(n-1)).
+//     0/1, doubles as their IEEE-754 bit pattern, integer arrays as (n, v0 .. v(n-1)), strings
+//     as their byte count n and then the bytes packed 8 to a word ((n + 7) / 8 words).
 // Outputs are written in place (any strides). A kernel's error (a kiln::Error) cannot unwind
 // through generated frames: the wrapper records the first one per thread and returns; the caller
 // of the generated entry point collects it with kiln_abi_take_error() and throws.

@@ -26,7 +26,8 @@ typedef enum kiln_status {
   KILN_ERROR_INVALID_ARGUMENT = 1, /* null pointers, index out of range, wrong buffer size */
   KILN_ERROR_IO = 2,               /* the file cannot be opened or mapped */
   KILN_ERROR_INVALID_ARTIFACT = 3, /* the file failed verification */
-  KILN_ERROR_GUARD = 4,            /* an input's shape or dtype differs from the artifact's */
+  KILN_ERROR_GUARD = 4,            /* an input's shape or dtype differs from the artifact's, or
+                                      a value the trace read back differs (kiln.guard) */
   KILN_ERROR_RUNTIME = 5           /* a kernel failed while running */
 } kiln_status;
 

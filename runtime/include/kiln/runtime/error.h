@@ -23,6 +23,13 @@ class Error : public std::runtime_error {
   std::string message_;
 };
 
+// A value the trace read back (item()) differs at run time: the input takes a path the trace did
+// not record (kiln.guard). The message names where the value was read, and both values.
+class GuardError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Args>
 std::string concat(const Args&... args) {
@@ -40,9 +47,9 @@ template <typename... Args>
 
 }  // namespace kiln
 
-#define KILN_CHECK(cond, op, ...)         \
-  do {                                    \
-    if (!(cond)) [[unlikely]] {           \
-      ::kiln::fail((op), __VA_ARGS__);    \
-    }                                     \
+#define KILN_CHECK(cond, op, ...)      \
+  do {                                 \
+    if (!(cond)) [[unlikely]] {        \
+      ::kiln::fail((op), __VA_ARGS__); \
+    }                                  \
   } while (0)

@@ -64,6 +64,7 @@ class AttrMap {
   bool b(std::string_view name) const;
   bool b(std::string_view name, bool fallback) const;
   std::span<const int64_t> ints(std::string_view name) const;
+  std::string_view s(std::string_view name) const;
   // An Ints attribute of exactly n values (stride, padding, ...).
   std::span<const int64_t> ints(std::string_view name, size_t n) const;
   std::string_view op() const { return op_; }

@@ -21,6 +21,7 @@
 // Compiled code is cached by (IR, target triple, CPU features, options): in memory for the
 // process, and as object files under $XDG_CACHE_HOME/kiln (else ~/.cache/kiln).
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -62,6 +63,47 @@ class CompiledFunction {
 };
 
 CompiledFunction compile(const TracedFunction& traced, const CompileOptions& options = {});
+
+// A function compiled per specialization, as torch.compile does. The first call traces `fn` on
+// its inputs and compiles the trace. A later call runs the first specialization whose input shapes
+// and dtypes match and whose guards hold (each value the trace read back with item() is the same
+// for this input); when none does, `fn` is traced again on this call's inputs and compiled, up to
+// max_specializations, after which calls run `fn` eagerly (with one warning). A call that traces
+// returns the results of that eager run: fn's side effects (a training step's update) happen
+// exactly once per call either way. Calls must not overlap.
+struct SpecializeOptions {
+  TraceOptions trace = quiet_trace();
+  CompileOptions compile;
+  size_t max_specializations = 8;
+  static TraceOptions quiet_trace() {
+    TraceOptions o;
+    o.warn_on_read_back = false;  // read-backs are guarded, and re-traced when they fail
+    return o;
+  }
+};
+
+class SpecializedFunction {
+ public:
+  TensorList operator()(const TensorList& inputs);
+  size_t num_specializations() const { return specializations_.size(); }
+  // Calls that ran fn eagerly because max_specializations was reached.
+  size_t num_eager_calls() const { return eager_calls_; }
+
+ private:
+  friend SpecializedFunction compile(std::function<TensorList(const TensorList&)>,
+                                     SpecializeOptions);
+  struct Specialization {
+    std::vector<Guard> inputs;
+    CompiledFunction code;
+  };
+  std::function<TensorList(const TensorList&)> fn_;
+  SpecializeOptions options_;
+  std::vector<Specialization> specializations_;
+  size_t eager_calls_ = 0;
+};
+
+SpecializedFunction compile(std::function<TensorList(const TensorList&)> fn,
+                            SpecializeOptions options = {});
 
 // Compiles a kiln module given as text or bytecode (e.g. kiln-opt's output after the pass
 // pipelines): every argument of @forward is an input, in order.

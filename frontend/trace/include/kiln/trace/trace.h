@@ -27,7 +27,8 @@ class ModuleOp;
 
 namespace kiln::jit {
 
-// A value read back from a tensor while tracing (item(), a bool conversion): the trace baked it in.
+// A value read back from a tensor while tracing (item()): the trace is specialized to it and
+// checks it at run time with a kiln.guard (a GuardError when the input gives another value).
 struct ReadBack {
   double value = 0;
   std::string file;
@@ -41,6 +42,20 @@ struct Guard {
   Dims sizes;
   DType dtype;
 };
+
+// A host number the trace depends on (an optimizer's hyper-parameter, dispatch::TraceHook::
+// on_host_scalar / on_host_guard), read again before every call of the trace.
+struct HostValue {
+  std::string name;
+  double traced = 0;  // its value while tracing
+  std::function<double()> read;
+  // The argument read() refreshes (a captured 0-dim float64); none: a guard, read() must still
+  // equal `traced` (else GuardError).
+  std::optional<size_t> capture;
+};
+// What every call of a trace does first (interpreted or compiled): writes each host scalar's
+// current value into its capture and checks the host guards.
+void refresh_host_values(const std::vector<HostValue>& values, const TensorList& captures);
 
 struct TraceOptions {
   // Names for tensors the function reads that are not inputs (parameters, buffers): they become
@@ -71,6 +86,7 @@ class TracedFunction {
   const TensorList& captures() const { return captures_; }
   const std::vector<Guard>& guards() const { return guards_; }
   const std::vector<ReadBack>& read_backs() const { return read_backs_; }
+  const std::vector<HostValue>& host_values() const { return host_values_; }
   size_t num_inputs() const { return num_inputs_; }
   // Captures the function wrote in place; @forward returns their new values after its outputs.
   const std::vector<size_t>& mutated_captures() const { return mutated_captures_; }
@@ -84,13 +100,14 @@ class TracedFunction {
   friend void freeze(TracedFunction&);
   friend void eliminate_gradients(TracedFunction&, bool);
   friend TracedFunction trace(const std::function<TensorList(const TensorList&)>&,
-                              const TensorList&, const TraceOptions&);
+                              const TensorList&, const TraceOptions&, TensorList*);
   struct State;
   std::unique_ptr<State> state_;
   std::vector<std::string> arg_names_;
   TensorList captures_;
   std::vector<Guard> guards_;
   std::vector<ReadBack> read_backs_;
+  std::vector<HostValue> host_values_;
   size_t num_inputs_ = 0;
   size_t num_outputs_ = 0;
   std::vector<size_t> mutated_captures_;
@@ -99,14 +116,35 @@ class TracedFunction {
   TensorList frozen_;  // storage the frozen module's constants point into (see freeze.h)
 };
 
+// Runs fn(example_inputs) eagerly while recording it; `eager_results`, when given, receives what
+// that run returned (its side effects, such as a training step's update, happened once).
 TracedFunction trace(const std::function<TensorList(const TensorList&)>& fn,
-                     const TensorList& example_inputs, const TraceOptions& options = {});
+                     const TensorList& example_inputs, const TraceOptions& options = {},
+                     TensorList* eager_results = nullptr);
 
 // Traces module.forward(inputs[0]) with its parameters and buffers as named arguments
 // ("conv1.weight", "bn1.running_mean", ... in named_parameters() then named_buffers() order of
 // first use).
 TracedFunction trace(nn::Module& module, const TensorList& example_inputs,
                      TraceOptions options = {});
+
+// While tracing, accepts `t`'s current value as a constant of the trace (a captured argument
+// when large): for a tensor filled through data_ptr() whose contents do not depend on the
+// function's inputs (a lookup table), which the tracer otherwise refuses. Outside tracing: nothing.
+void mark_constant(const Tensor& t);
+
+// PyTorch's check_trace: traces fn on input_sets[0], then runs fn eagerly and the trace (the
+// reference interpreter) on every other input set and compares. The report names each input set
+// on which they differ: an output beyond rtol/atol (its index and largest difference), a different
+// shape, or the trace refusing the input (a GuardError: a value it read back differs). fn runs
+// twice per input set, so it should have no side effects.
+struct TraceCheck {
+  bool ok = true;
+  std::string report;  // one line per divergence; empty when ok
+};
+TraceCheck check_trace(const std::function<TensorList(const TensorList&)>& fn,
+                       const std::vector<TensorList>& input_sets, double rtol = 1e-5,
+                       double atol = 1e-6, const TraceOptions& options = {});
 
 // Parses kiln IR text or bytecode into a module owned by `ctx`; throws kiln::Error on failure.
 // The returned module must be destroyed (module->erase()) or kept for the context's lifetime.
