@@ -18,6 +18,7 @@
 #include "kiln/ir/KilnDialect.h"
 #include "kiln/passes/Passes.h"
 #include "kiln/runtime/registry.h"
+#include "llvm/ADT/BitVector.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -79,6 +80,25 @@ void check_runtime_coverage(mlir::ModuleOp module, const rt::Registry& registry)
              count == 1 ? " op" : " ops", " of this function:", missing);
 }
 
+// Reorders @forward's arguments: new argument i is old argument order[i] (kiln.arg_names too).
+void permute_arguments(mlir::func::FuncOp fn, const std::vector<unsigned>& order) {
+  const unsigned n = fn.getNumArguments();
+  auto names = fn->getAttrOfType<mlir::ArrayAttr>("kiln.arg_names");
+  llvm::SmallVector<mlir::Attribute> new_names;
+  for (unsigned old : order) {
+    mlir::BlockArgument from = fn.getArgument(old);
+    mlir::BlockArgument to = fn.front().addArgument(from.getType(), from.getLoc());
+    from.replaceAllUsesWith(to);
+    if (names) new_names.push_back(names[old]);
+  }
+  llvm::BitVector first(fn.front().getNumArguments());
+  first.set(0, n);
+  fn.front().eraseArguments(first);
+  llvm::SmallVector<mlir::Type> types(fn.front().getArgumentTypes());
+  fn.setFunctionType(mlir::FunctionType::get(fn.getContext(), types, fn.getResultTypes()));
+  if (names) fn->setAttr("kiln.arg_names", mlir::ArrayAttr::get(fn.getContext(), new_names));
+}
+
 }  // namespace
 
 std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& options) {
@@ -90,7 +110,27 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
   const size_t num_results = forward.getFunctionType().getNumResults();
   const bool training = !fn.mutated_captures().empty();
   const size_t num_outputs = num_results - fn.mutated_captures().size();
-  forward->setAttr("kiln.num_inputs", b.getI64IntegerAttr(static_cast<int64_t>(fn.num_inputs())));
+  // Host scalars (an optimizer's learning rate, betas, ...) become inputs after the trace's own:
+  // the caller passes them at every run, as the traced function read them before every call, so
+  // a scheduler drives a saved step too.
+  const size_t num_args = fn.num_inputs() + fn.captures().size();
+  std::vector<unsigned> order;  // new argument position -> the traced argument
+  for (size_t i = 0; i < fn.num_inputs(); ++i) order.push_back(static_cast<unsigned>(i));
+  std::vector<bool> host(fn.captures().size(), false);
+  for (const HostValue& v : fn.host_values()) {
+    if (!v.capture) continue;
+    host[*v.capture] = true;
+    order.push_back(static_cast<unsigned>(fn.num_inputs() + *v.capture));
+  }
+  const size_t num_inputs = order.size();
+  for (size_t k = 0; k < host.size(); ++k)
+    if (!host[k]) order.push_back(static_cast<unsigned>(fn.num_inputs() + k));
+  KILN_CHECK(order.size() == num_args, "kiln::jit::save", "@forward has ", num_args,
+             " arguments, the trace describes ", order.size());
+  std::vector<int64_t> position(num_args);  // traced argument -> its new position
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int64_t>(i);
+  if (num_inputs != fn.num_inputs()) permute_arguments(forward, order);
+  forward->setAttr("kiln.num_inputs", b.getI64IntegerAttr(static_cast<int64_t>(num_inputs)));
 
   // Parameter bytes: the captured tensors, made contiguous (kept alive until written; frozen
   // constants point at them without a copy).
@@ -98,6 +138,7 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
   std::map<std::string, std::span<const uint8_t>> weights;
   passes::WeightMap frozen;
   for (size_t k = 0; k < fn.captures().size(); ++k) {
+    if (host[k]) continue;  // an input now
     Tensor t = fn.captures()[k].detach().contiguous();
     keep.push_back(t);
     const auto* p = static_cast<const uint8_t*>(t.impl()->data());
@@ -131,16 +172,14 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
   codegen::ArtifactOptions o;
   o.name = options.name;
   o.producer = options.producer;
-  o.num_inputs = static_cast<int64_t>(fn.num_inputs());
+  o.num_inputs = static_cast<int64_t>(num_inputs);
   o.input_names = options.input_names;
   o.output_names = options.output_names;
   o.embed_mlir_bytecode = options.embed_mlir_bytecode;
   o.metadata = options.metadata;
   o.weights = weights;  // arguments still present (training, or optimize = false) read these
   o.num_outputs = static_cast<int64_t>(num_outputs);
-  for (size_t k : fn.mutated_captures()) {
-    o.state_args.push_back(static_cast<int64_t>(fn.num_inputs() + k));
-  }
+  for (size_t k : fn.mutated_captures()) o.state_args.push_back(position[fn.num_inputs() + k]);
   try {
     return codegen::write_artifact(*module, o);
   } catch (const std::runtime_error& e) {

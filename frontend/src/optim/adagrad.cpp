@@ -1,5 +1,6 @@
 #include "kiln/optim/adagrad.h"
 
+#include "hyper.h"
 #include "kiln/autograd.h"
 #include "kiln/ops.h"
 
@@ -43,8 +44,6 @@ void Adagrad::init_state() {
   autograd::NoGradGuard no_grad;
   for (auto& group : param_groups_) {
     const auto& o = group.options_as<AdagradOptions>();
-    refuse_trace_if(o.lr_decay() != 0, "Adagrad::step",
-                    "lr_decay uses a host-side step count the trace would freeze");
     for (auto& p : group.params()) {
       ParamState& st = state_of(p);
       if (!st.empty()) continue;
@@ -55,25 +54,45 @@ void Adagrad::init_state() {
 }
 
 Tensor Adagrad::step(LossClosure closure) {
+  using namespace detail;
   Tensor loss = evaluate_closure(closure);
   autograd::NoGradGuard no_grad;
   init_state();  // groups added after construction
-  for (auto& group : param_groups_) {
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    auto& group = param_groups_[g];
     const auto& o = group.options_as<AdagradOptions>();
+    const std::string name = "Adagrad.group" + std::to_string(g) + ".";
+    auto option = [&](double (*field)(const AdagradOptions&)) {
+      return option_reader<AdagradOptions>(this, g, field);
+    };
+    // The form of the update: a trace checks these at every call.
+    guard_host(this, name + "maximize",
+               option([](const AdagradOptions& x) { return 1.0 * x.maximize(); }));
+    guard_host(this, name + "weight_decay != 0",
+               option([](const AdagradOptions& x) { return 1.0 * (x.weight_decay() != 0); }));
+    const Hyper lr =
+        hyper(this, name + "lr", option([](const AdagradOptions& x) { return x.lr(); }));
+    const Hyper lr_decay = hyper(this, name + "lr_decay",
+                                 option([](const AdagradOptions& x) { return x.lr_decay(); }));
+    const Hyper eps =
+        hyper(this, name + "eps", option([](const AdagradOptions& x) { return x.eps(); }));
+    Hyper weight_decay;
+    if (o.weight_decay() != 0)
+      weight_decay = hyper(this, name + "weight_decay",
+                           option([](const AdagradOptions& x) { return x.weight_decay(); }));
     for (auto& p : group.params()) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       ParamState& st = state_of(p);
-      const int64_t step = std::get<int64_t>(st["step"]) + 1;
-      st["step"] = step;
+      const Hyper step = advance_step(st, "step");
       if (o.maximize()) grad = neg(grad);
-      if (o.weight_decay() != 0) grad = add(grad, p, o.weight_decay());
-      const double clr = o.lr() / (1.0 + static_cast<double>(step - 1) * o.lr_decay());
+      if (o.weight_decay() != 0) grad = plus_scaled(grad, p, weight_decay);
+      const Hyper clr = lr / (constant(1.0) + (step - constant(1.0)) * lr_decay);
       Tensor sum = std::get<Tensor>(st["sum"]);
       add_(sum, mul(grad, grad));
       Tensor std_ = sqrt(sum);
-      add_(std_, o.eps());
-      add_(p, div(grad, std_), -clr);
+      shift_(std_, eps);
+      axpy_(p, div(grad, std_), -clr);
     }
   }
   return loss;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "hyper.h"
 #include "kiln/autograd.h"
 #include "kiln/ops.h"
 
@@ -45,14 +46,35 @@ Tensor AdamW::step(LossClosure closure) {
 }
 
 Tensor Adam::adam_step(const LossClosure& closure, bool decoupled) {
-  refuse_trace_if(true, decoupled ? "AdamW::step" : "Adam::step",
-                  "the bias correction uses a host-side step count the trace would freeze; "
-                  "trace SGD or RMSprop steps");
+  using namespace detail;
   Tensor loss = evaluate_closure(closure);
   autograd::NoGradGuard no_grad;
-  for (auto& group : param_groups_) {
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    auto& group = param_groups_[g];
     const auto& o = group.options_as<AdamOptions>();
-    const double lr = o.lr(), beta1 = o.betas().first, beta2 = o.betas().second;
+    const std::string name = (decoupled ? "AdamW.group" : "Adam.group") + std::to_string(g) + ".";
+    auto option = [&](double (*field)(const AdamOptions&)) {
+      return option_reader<AdamOptions>(this, g, field);
+    };
+    // The form of the update: a trace checks these at every call.
+    guard_host(this, name + "maximize",
+               option([](const AdamOptions& x) { return 1.0 * x.maximize(); }));
+    guard_host(this, name + "amsgrad",
+               option([](const AdamOptions& x) { return 1.0 * x.amsgrad(); }));
+    if (!decoupled)
+      guard_host(this, name + "weight_decay != 0",
+                 option([](const AdamOptions& x) { return 1.0 * (x.weight_decay() != 0); }));
+    const Hyper lr = hyper(this, name + "lr", option([](const AdamOptions& x) { return x.lr(); }));
+    const Hyper beta1 =
+        hyper(this, name + "beta1", option([](const AdamOptions& x) { return x.betas().first; }));
+    const Hyper beta2 =
+        hyper(this, name + "beta2", option([](const AdamOptions& x) { return x.betas().second; }));
+    const Hyper eps =
+        hyper(this, name + "eps", option([](const AdamOptions& x) { return x.eps(); }));
+    Hyper weight_decay;
+    if (decoupled || o.weight_decay() != 0)
+      weight_decay = hyper(this, name + "weight_decay",
+                           option([](const AdamOptions& x) { return x.weight_decay(); }));
     for (auto& p : group.params()) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
@@ -64,24 +86,21 @@ Tensor Adam::adam_step(const LossClosure& closure, bool decoupled) {
         st["exp_avg_sq"] = zeros_like(p);
         if (o.amsgrad()) st["max_exp_avg_sq"] = zeros_like(p);
       }
-      const int64_t step = std::get<int64_t>(st["step"]) + 1;
-      st["step"] = step;
+      const Hyper step = advance_step(st, "step");
       if (decoupled) {
-        mul_(p, 1.0 - lr * o.weight_decay());
+        scale_(p, one_minus(lr * weight_decay));
       } else if (o.weight_decay() != 0) {
-        grad = add(grad, p, o.weight_decay());
+        grad = plus_scaled(grad, p, weight_decay);
       }
       Tensor exp_avg = std::get<Tensor>(st["exp_avg"]);
       Tensor exp_avg_sq = std::get<Tensor>(st["exp_avg_sq"]);
-      mul_(exp_avg, beta1);
-      add_(exp_avg, grad, 1.0 - beta1);
-      mul_(exp_avg_sq, beta2);
-      add_(exp_avg_sq, mul(grad, grad), 1.0 - beta2);
+      scale_(exp_avg, beta1);
+      axpy_(exp_avg, grad, one_minus(beta1));
+      scale_(exp_avg_sq, beta2);
+      axpy_(exp_avg_sq, mul(grad, grad), one_minus(beta2));
 
-      const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
-      const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
-      const double step_size = lr / bias_correction1;
-      const double bias_correction2_sqrt = std::sqrt(bias_correction2);
+      const Hyper step_size = lr / one_minus(pow(beta1, step));
+      const Hyper bias_correction2_sqrt = sqrt(one_minus(pow(beta2, step)));
       Tensor second = exp_avg_sq;
       if (o.amsgrad()) {
         auto it = st.find("max_exp_avg_sq");
@@ -90,9 +109,9 @@ Tensor Adam::adam_step(const LossClosure& closure, bool decoupled) {
         copy_(max_sq, maximum(max_sq, exp_avg_sq));
         second = max_sq;
       }
-      Tensor denom = div(sqrt(second), bias_correction2_sqrt);
-      add_(denom, o.eps());
-      add_(p, div(exp_avg, denom), -step_size);
+      Tensor denom = divided(sqrt(second), bias_correction2_sqrt);
+      shift_(denom, eps);
+      axpy_(p, div(exp_avg, denom), -step_size);
     }
   }
   return loss;

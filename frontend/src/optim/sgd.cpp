@@ -1,5 +1,6 @@
 #include "kiln/optim/sgd.h"
 
+#include "hyper.h"
 #include "kiln/autograd.h"
 #include "kiln/ops.h"
 
@@ -34,33 +35,66 @@ void SGDOptions::validate() const {
 }
 
 Tensor SGD::step(LossClosure closure) {
+  using namespace detail;
   Tensor loss = evaluate_closure(closure);
   autograd::NoGradGuard no_grad;
-  for (auto& group : param_groups_) {
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    auto& group = param_groups_[g];
     const auto& o = group.options_as<SGDOptions>();
+    const std::string name = "SGD.group" + std::to_string(g) + ".";
+    auto option = [&](double (*field)(const SGDOptions&)) {
+      return option_reader<SGDOptions>(this, g, field);
+    };
+    // The form of the update: a trace checks these at every call.
+    guard_host(this, name + "maximize",
+               option([](const SGDOptions& x) { return 1.0 * x.maximize(); }));
+    guard_host(this, name + "nesterov",
+               option([](const SGDOptions& x) { return 1.0 * x.nesterov(); }));
+    guard_host(this, name + "momentum != 0",
+               option([](const SGDOptions& x) { return 1.0 * (x.momentum() != 0); }));
+    guard_host(this, name + "weight_decay != 0",
+               option([](const SGDOptions& x) { return 1.0 * (x.weight_decay() != 0); }));
+    const Hyper lr = hyper(this, name + "lr", option([](const SGDOptions& x) { return x.lr(); }));
+    Hyper momentum, dampening, weight_decay;
+    if (o.momentum() != 0) {
+      momentum =
+          hyper(this, name + "momentum", option([](const SGDOptions& x) { return x.momentum(); }));
+      dampening = hyper(this, name + "dampening",
+                        option([](const SGDOptions& x) { return x.dampening(); }));
+    }
+    if (o.weight_decay() != 0)
+      weight_decay = hyper(this, name + "weight_decay",
+                           option([](const SGDOptions& x) { return x.weight_decay(); }));
     for (auto& p : group.params()) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       Tensor d_p = o.maximize() ? neg(grad) : grad;
-      if (o.weight_decay() != 0) d_p = add(d_p, p, o.weight_decay());
+      if (o.weight_decay() != 0) d_p = plus_scaled(d_p, p, weight_decay);
       if (o.momentum() != 0) {
         ParamState& st = state_of(p);
         auto it = st.find("momentum_buffer");
         Tensor buf;
-        if (it == st.end()) {
-          refuse_trace_if(
-              true, "SGD::step",
-              "optimizer state is created on the first step; run one eager step before tracing");
+        if (it != st.end()) {
+          buf = std::get<Tensor>(it->second);
+          scale_(buf, momentum);
+          axpy_(buf, d_p, one_minus(dampening));
+        } else if (tracing()) {
+          // The first step's buffer is d_p. A trace starts from a zero buffer (in-out state from
+          // then on) and applies the general update, which gives exactly d_p when dampening is 0.
+          refuse_trace_if(o.dampening() != 0, "SGD::step",
+                          "with dampening the first momentum step differs from later ones; run "
+                          "one eager step before tracing");
+          buf = zeros_like(p);
+          st.emplace("momentum_buffer", buf);
+          scale_(buf, momentum);
+          axpy_(buf, d_p, one_minus(dampening));
+        } else {
           buf = d_p.detach().clone();
           st.emplace("momentum_buffer", buf);
-        } else {
-          buf = std::get<Tensor>(it->second);
-          mul_(buf, o.momentum());
-          add_(buf, d_p, 1.0 - o.dampening());
         }
-        d_p = o.nesterov() ? add(d_p, buf, o.momentum()) : buf;
+        d_p = o.nesterov() ? plus_scaled(d_p, buf, momentum) : buf;
       }
-      add_(p, d_p, -o.lr());
+      axpy_(p, d_p, -lr);
     }
   }
   return loss;

@@ -177,8 +177,9 @@ class Optimizer {
   ParamState& state_of(const Tensor& p) { return state_[p.impl()]; }
   // Called by the subclasses' step() when a closure is given: runs it with grad mode on.
   static Tensor evaluate_closure(const LossClosure& closure);
-  // Under tracing, refuses a step whose update the trace could not replay (state created on the
-  // first step, host-side counters): `why` says what and what to do instead.
+  // Under tracing, refuses a step whose update the trace could not replay (LBFGS's line search,
+  // SGD's first step with dampening): `why` says what and what to do instead. Hyper-parameters
+  // reach a trace as host scalars and guards (src/optim/hyper.h).
   static void refuse_trace_if(bool refuse, const char* op, const char* why);
   // Whether every tensor in a parameter's state has that parameter's shape (checked on load).
   // LBFGS keeps flat vectors over all parameters instead.

@@ -1,7 +1,10 @@
 #pragma once
 // kiln::jit::save — a traced function -> a `.kiln` artifact the runtime (kiln_runtime alone) can
 // load and run: runs the inference pipeline (cleanup, memory planning), takes the parameter
-// values from the trace's captures, and writes the file (kiln/codegen/artifact.h).
+// values from the trace's captures, and writes the file (kiln/codegen/artifact.h). A training
+// step's host scalars (an optimizer's "SGD.group0.lr", betas, ...: TracedFunction::host_values)
+// are inputs of the artifact after the trace's own, so the caller passes them at every run (a
+// scheduler works); its parameters and optimizer state are state the session updates in place.
 
 #include <cstdint>
 #include <string>

@@ -1,0 +1,229 @@
+// Optimizer steps traced from the very first step, their hyper-parameters arguments of the trace
+// (issue #28): compiled and saved steps follow eager step for step over 10 steps, a scheduler's
+// learning-rate change reaches them, and a change of the update's form (momentum switched off)
+// is a GuardError, on which jit::compile(fn) re-traces.
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+
+#include "helpers.h"
+#include "kiln/jit/compile.h"
+#include "kiln/jit/save.h"
+#include "kiln/kiln.h"
+#include "kiln/models.h"
+#include "kiln/optim.h"
+#include "kiln/runtime/model.h"
+
+namespace kiln {
+namespace {
+
+using test::max_rel_error;
+using test::rnd;
+using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
+
+std::shared_ptr<nn::Module> make_model() {
+  auto m = models::mlp({12, 24, 4});
+  autograd::NoGradGuard g;
+  uint32_t seed = 90;
+  for (auto& p : m->parameters()) copy_(p, rnd(p.sizes(), seed++, 0.3));
+  return m;
+}
+
+struct Trainer {
+  std::shared_ptr<nn::Module> model = make_model();
+  std::unique_ptr<optim::Optimizer> opt;
+  explicit Trainer(const MakeOptimizer& make) : opt(make(model->parameters())) {}
+  std::function<TensorList(const TensorList&)> step() {
+    return [this](const TensorList& in) {
+      opt->zero_grad();
+      Tensor loss = cross_entropy(model->forward(in[0]), in[1]);
+      loss.backward();
+      opt->step();
+      return TensorList{loss.detach()};
+    };
+  }
+};
+
+const Tensor& batch_x() {
+  static const Tensor x = rnd({6, 12}, 91);
+  return x;
+}
+const Tensor& batch_y() {
+  static const Tensor y = tensor({0.0, 1.0, 2.0, 3.0, 1.0, 0.0}, DType::Int64);
+  return y;
+}
+
+void expect_same_parameters(nn::Module& got, nn::Module& want, const std::string& when) {
+  auto pg = got.parameters(), pw = want.parameters();
+  ASSERT_EQ(pg.size(), pw.size());
+  for (size_t i = 0; i < pw.size(); ++i)
+    EXPECT_LE(max_rel_error(pg[i], pw[i]), 1e-4) << "parameter " << i << " " << when;
+}
+
+// Traces the first step (no eager step before it), compiles it and takes 9 more steps, calling
+// between(optimizer, step) on both sides first (a scheduler); parameters follow eager.
+void expect_compiled_steps_match_eager(const MakeOptimizer& make,
+                                       const std::function<void(optim::Optimizer&)>& between = {}) {
+  Trainer eager(make), compiled(make);
+  jit::TraceOptions quiet;
+  quiet.warn_on_read_back = false;
+  jit::TracedFunction traced = jit::trace(compiled.step(), {batch_x(), batch_y()}, quiet);
+  eager.step()({batch_x(), batch_y()});
+  expect_same_parameters(*compiled.model, *eager.model, "after the traced step");
+  EXPECT_FALSE(traced.host_values().empty());
+  jit::CompileOptions o;
+  o.disk_cache = false;
+  jit::CompiledFunction f = jit::compile(traced, o);
+  for (int s = 2; s <= 10; ++s) {
+    if (between) {
+      between(*eager.opt);
+      between(*compiled.opt);
+    }
+    Tensor le = eager.step()({batch_x(), batch_y()})[0];
+    Tensor lc = f({batch_x(), batch_y()})[0];
+    EXPECT_LE(max_rel_error(lc, le), 1e-4) << "loss of step " << s;
+  }
+  expect_same_parameters(*compiled.model, *eager.model, "after 10 steps");
+}
+
+TEST(TracedOptimizers, SgdMomentumFromTheFirstStep) {
+  expect_compiled_steps_match_eager([](std::vector<Tensor> p) {
+    return std::make_unique<optim::SGD>(p,
+                                        optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+  });
+  expect_compiled_steps_match_eager([](std::vector<Tensor> p) {
+    return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.05).momentum(0.9).nesterov(true));
+  });
+}
+
+TEST(TracedOptimizers, Adam) {
+  expect_compiled_steps_match_eager([](std::vector<Tensor> p) {
+    return std::make_unique<optim::Adam>(p, optim::AdamOptions(0.01).weight_decay(1e-2));
+  });
+  expect_compiled_steps_match_eager([](std::vector<Tensor> p) {
+    return std::make_unique<optim::Adam>(p, optim::AdamOptions(0.01).amsgrad(true));
+  });
+}
+
+TEST(TracedOptimizers, AdamW) {
+  expect_compiled_steps_match_eager([](std::vector<Tensor> p) {
+    return std::make_unique<optim::AdamW>(p, optim::AdamWOptions(0.01));
+  });
+}
+
+TEST(TracedOptimizers, RMSpropAndAdagrad) {
+  expect_compiled_steps_match_eager([](std::vector<Tensor> p) {
+    return std::make_unique<optim::RMSprop>(
+        p, optim::RMSpropOptions(0.01).momentum(0.5).centered(true).weight_decay(1e-3));
+  });
+  expect_compiled_steps_match_eager([](std::vector<Tensor> p) {
+    return std::make_unique<optim::Adagrad>(p, optim::AdagradOptions(0.05).lr_decay(0.1));
+  });
+}
+
+// The bias corrections follow the step count from call to call: Adam's count is an in-out value.
+TEST(TracedOptimizers, AdamStepCountAdvancesInTheCompiledStep) {
+  Trainer t([](std::vector<Tensor> p) {
+    return std::make_unique<optim::Adam>(p, optim::AdamOptions(0.01));
+  });
+  jit::TracedFunction traced = jit::trace(t.step(), {batch_x(), batch_y()});
+  jit::CompiledFunction f = jit::compile(traced);
+  for (int s = 0; s < 4; ++s) f({batch_x(), batch_y()});
+  const Tensor w = t.model->parameters()[0];
+  const auto& st = t.opt->state().at(w.impl());
+  EXPECT_DOUBLE_EQ(std::get<Tensor>(st.at("step")).item<double>(), 5.0);
+}
+
+// A scheduler changes the learning rate between compiled steps: the step reads it at every call.
+TEST(TracedOptimizers, SchedulerReachesTheCompiledStep) {
+  std::vector<std::unique_ptr<optim::StepLR>> schedulers;
+  expect_compiled_steps_match_eager(
+      [](std::vector<Tensor> p) {
+        return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1).momentum(0.5));
+      },
+      [&](optim::Optimizer& opt) {
+        // One scheduler per optimizer, halving the rate every 2 steps.
+        for (auto& s : schedulers)
+          if (&s->optimizer() == &opt) return s->step();
+        schedulers.push_back(std::make_unique<optim::StepLR>(opt, 2, 0.5));
+        schedulers.back()->step();
+      });
+  EXPECT_EQ(schedulers.size(), 2u);
+}
+
+// Switching momentum off changes the update's form: the compiled step refuses, leaving the
+// parameters as they were; jit::compile(fn) traces the new form and follows eager.
+TEST(TracedOptimizers, ChangedFormIsAGuardErrorOrARetrace) {
+  MakeOptimizer make = [](std::vector<Tensor> p) {
+    return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.05).momentum(0.9));
+  };
+  Trainer eager(make), once(make), retraced(make);
+  jit::TraceOptions quiet;
+  quiet.warn_on_read_back = false;
+  jit::CompiledFunction f = jit::compile(jit::trace(once.step(), {batch_x(), batch_y()}, quiet));
+  jit::SpecializedFunction g = jit::compile(retraced.step());
+  g({batch_x(), batch_y()});
+  eager.step()({batch_x(), batch_y()});
+  for (auto* opt : {eager.opt.get(), once.opt.get(), retraced.opt.get()})
+    opt->param_groups()[0].options_as<optim::SGDOptions>().momentum(0);
+  const Tensor before = once.model->parameters()[0].clone();
+  try {
+    f({batch_x(), batch_y()});
+    ADD_FAILURE() << "a step traced with momentum ran without";
+  } catch (const GuardError& e) {
+    EXPECT_NE(std::string(e.what()).find("SGD.group0.momentum != 0 = 1; it is now 0"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(test::max_abs_diff(once.model->parameters()[0], before), 0.0);
+  for (int s = 0; s < 3; ++s) {
+    eager.step()({batch_x(), batch_y()});
+    g({batch_x(), batch_y()});
+  }
+  EXPECT_EQ(g.num_specializations(), 2u);
+  expect_same_parameters(*retraced.model, *eager.model, "after the re-traced steps");
+}
+
+// A saved step takes the hyper-parameters as inputs after the batch: the caller drives the
+// learning rate, as a scheduler would, and the session's state follows eager.
+TEST(TracedOptimizers, SavedStepTakesTheLearningRateAsAnInput) {
+  MakeOptimizer make = [](std::vector<Tensor> p) {
+    return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1).momentum(0.9));
+  };
+  Trainer eager(make), saved(make);
+  jit::TraceOptions options;
+  options.warn_on_read_back = false;
+  for (const auto& [name, t] : saved.model->named_parameters())
+    options.named_captures.push_back({name, t});
+  jit::TracedFunction traced = jit::trace(saved.step(), {batch_x(), batch_y()}, options);
+  eager.step()({batch_x(), batch_y()});
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(traced));
+  ASSERT_EQ(model->inputs().size(), 5u);
+  EXPECT_EQ(model->inputs()[2].name, "SGD.group0.lr");
+  EXPECT_EQ(model->inputs()[3].name, "SGD.group0.momentum");
+  EXPECT_EQ(model->inputs()[4].name, "SGD.group0.dampening");
+  EXPECT_EQ(model->inputs()[2].dtype, DType::Float64);
+  rt::Session session(model);
+  double lr = 0.1;
+  for (int s = 2; s <= 6; ++s) {
+    lr *= 0.7;
+    eager.opt->param_groups()[0].options().set_lr(lr);
+    Tensor le = eager.step()({batch_x(), batch_y()})[0];
+    Tensor lr_in = scalar_tensor(lr, TensorOptions(DType::Float64));
+    Tensor momentum_in = scalar_tensor(0.9, TensorOptions(DType::Float64));
+    Tensor dampening_in = scalar_tensor(0.0, TensorOptions(DType::Float64));
+    auto out = session.run({batch_x().impl(), batch_y().impl(), lr_in.impl(), momentum_in.impl(),
+                            dampening_in.impl()});
+    EXPECT_LE(max_rel_error(Tensor(out[0]), le), 1e-4) << "loss of step " << s;
+  }
+  for (const auto& [name, w] : eager.model->named_parameters()) {
+    const TensorImpl* got = session.state(name);
+    ASSERT_NE(got, nullptr) << name;
+    EXPECT_LE(max_rel_error(Tensor(TensorImplPtr(const_cast<TensorImpl*>(got))), w), 1e-4) << name;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
