@@ -1,6 +1,7 @@
 // Canonicalization patterns of --kiln-cleanup: ops that provably return their input unchanged are
-// replaced by it, and chains of shape ops collapse into one. Every rewrite requires the forwarded
-// value to have exactly the op's result type, so no implicit broadcast or dtype change is lost.
+// replaced by it, chains of shape ops collapse into one, and guards of constants that hold go.
+// Every rewrite requires the forwarded value to have exactly the op's result type, so no implicit
+// broadcast or dtype change is lost.
 
 #include <cmath>
 
@@ -160,9 +161,26 @@ struct ReshapeOfReshape : mlir::RewritePattern {
 
 }  // namespace
 
+// A guard of a value that folded to a constant holds or fails at compile time: one that holds
+// checks nothing at run time (the value came from the model's constants, as the shape arithmetic
+// an imported ONNX model reads back). One that fails stays, to fail at run time as traced.
+struct GuardOfConstant : mlir::OpRewritePattern<ir::GuardOp> {
+  using OpRewritePattern::OpRewritePattern;
+  mlir::LogicalResult matchAndRewrite(ir::GuardOp op,
+                                      mlir::PatternRewriter& rewriter) const override {
+    const std::optional<std::vector<double>> v = constant_values(op.getInput());
+    const double want = op.getValue().convertToDouble();
+    if (!v || v->size() != 1 || !((*v)[0] == want || (std::isnan((*v)[0]) && std::isnan(want))))
+      return mlir::failure();
+    rewriter.eraseOp(op);
+    return mlir::success();
+  }
+};
+
 void populate_cleanup_patterns(mlir::RewritePatternSet& patterns) {
   mlir::MLIRContext* ctx = patterns.getContext();
-  patterns.add<RemoveNoOp, DoubleTranspose, PermuteOfPermute, ReshapeOfReshape>(ctx);
+  patterns.add<RemoveNoOp, DoubleTranspose, PermuteOfPermute, ReshapeOfReshape, GuardOfConstant>(
+      ctx);
 }
 
 }  // namespace kiln::passes

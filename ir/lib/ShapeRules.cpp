@@ -277,6 +277,14 @@ LogicalResult channels(const Diag& op, Value x, int64_t dim, Result result) {
   return expect_shape(op, result, {dims(x)[dim]});
 }
 
+LogicalResult transposed_channels(const Diag& op, Value weight, int64_t groups, Result result) {
+  if (rank(weight) < 2)
+    return op.emitOpError("expects a weight of rank >= 2, got ") << weight.getType();
+  if (groups < 1) return op.emitOpError("groups must be >= 1, got ") << groups;
+  const int64_t c = dims(weight)[1];
+  return expect_shape(op, result, {c == mlir::ShapedType::kDynamic ? c : c * groups});
+}
+
 LogicalResult one_element(const Diag& op, Value input) {
   int64_t n = 1;
   for (int64_t d : dims(input)) n = d == mlir::ShapedType::kDynamic || n < 0 ? -1 : n * d;

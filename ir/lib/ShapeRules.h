@@ -87,6 +87,8 @@ LogicalResult copy(const Diag& op, Value dst, Value src, Result result);
 LogicalResult channels(const Diag& op, Value x, int64_t dim, Result result);  // result is [x[dim]]
 // The result's shape is `size`, each dim >= 0 (a random factory's: the size it was called with).
 LogicalResult shape_is(const Diag& op, Result result, ArrayRef<int64_t> size);
+// conv_transpose2d's bias: [weight.size(1) * groups].
+LogicalResult transposed_channels(const Diag& op, Value weight, int64_t groups, Result result);
 // A tensor of exactly one element (any rank): what a read-back reads.
 LogicalResult one_element(const Diag& op, Value input);
 // The result is input's leading (batch and channel) dims followed by `size`, the spatial dims

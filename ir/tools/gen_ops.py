@@ -342,7 +342,7 @@ def cpp_arg(op, arg, on="", results=None):
 SHAPE_RULES = {
     "same_shape": ([1], []), "element_type_is": ([], [0]), "float_of": ([], [1]),
     "sum_type_of": ([], [1]), "promoted": ([], [2]), "broadcast3": ([3], []), "copy": ([2], []),
-    "channels": ([2], []), "reduce_dims": ([3], []), "reduce_dim": ([4, 5], []),
+    "channels": ([2], []), "transposed_channels": ([2], []), "reduce_dims": ([3], []), "reduce_dim": ([4, 5], []),
     "reshape": ([2], []), "transpose": ([3], []), "permute": ([2], []), "slice": ([5], []),
     "select": ([3], []), "expand": ([2], []), "as_strided": ([4], []), "cat": ([2], [2]),
     "stack": ([2], [2]), "linear": ([3], []), "conv2d": ([7], []), "conv2d_avgpool": ([4], []),

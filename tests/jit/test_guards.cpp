@@ -123,6 +123,22 @@ TEST(Guards, NaNEqualsNaN) {
   EXPECT_THROW(t({tensor({1.0f, 2.0f})}), GuardError);
 }
 
+// A read-back of a one-element tensor of rank 1 ([1], not []): every backend reads it.
+TEST(Guards, OneElementOfAnyRank) {
+  auto fn = [](const TensorList& x) {
+    const double v = x[0].item<double>();
+    return TensorList{x[0] * v};
+  };
+  jit::TracedFunction t = jit::trace(fn, {tensor({3.0})}, quiet());
+  EXPECT_FLOAT_EQ(t({tensor({3.0})})[0].item<float>(), 9.0f);
+  EXPECT_THROW(t({tensor({2.0})}), GuardError);
+  EXPECT_THROW(jit::compile(t)({tensor({2.0})}), GuardError);
+  rt::Session s(rt::Model::from_bytes(jit::save_to_bytes(t)));
+  Tensor ok = tensor({3.0}), bad = tensor({2.0});
+  EXPECT_FLOAT_EQ(Tensor(s.run({ok.impl()})[0]).item<float>(), 9.0f);
+  EXPECT_THROW(s.run({bad.impl()}), GuardError);
+}
+
 // jit::compile(fn): a failed guard re-traces and keeps both specializations.
 TEST(Guards, CompileRetracesOnAFailedGuard) {
   int traced_calls = 0;

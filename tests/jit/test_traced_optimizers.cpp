@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
 
@@ -223,6 +227,76 @@ TEST(TracedOptimizers, SavedStepTakesTheLearningRateAsAnInput) {
     ASSERT_NE(got, nullptr) << name;
     EXPECT_LE(max_rel_error(Tensor(TensorImplPtr(const_cast<TensorImpl*>(got))), w), 1e-4) << name;
   }
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+int run_command(const std::string& cmd, std::string* output) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// `kiln train` runs a saved step over .npy batches with --set hyper-parameters and writes the
+// trained parameters: the same numbers as eager steps over the same batches.
+TEST(TracedOptimizers, KilnTrainRunsASavedStepAndWritesTheWeights) {
+  MakeOptimizer make = [](std::vector<Tensor> p) {
+    return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1).momentum(0.9));
+  };
+  Trainer eager(make), saved(make);
+  jit::TraceOptions options;
+  options.warn_on_read_back = false;
+  for (const auto& [name, t] : saved.model->named_parameters())
+    options.named_captures.push_back({name, t});
+  jit::TracedFunction traced = jit::trace(saved.step(), {batch_x(), batch_y()}, options);
+  const std::string dir = ::testing::TempDir() + "/kiln_train_cli";
+  std::filesystem::create_directories(dir);
+  jit::save(traced, dir + "/step.kiln");
+  const Tensor x2 = rnd({6, 12}, 92);
+  const Tensor y2 = tensor({3.0, 2.0, 1.0, 0.0, 0.0, 2.0}, DType::Int64);
+  write_npy(dir + "/x.npy", cat({batch_x(), x2}, 0));
+  write_npy(dir + "/y.npy", cat({batch_y(), y2}, 0));
+  eager.step()({batch_x(), batch_y()});  // the step the trace took
+  for (int s = 0; s < 4; ++s) {
+    if (s % 2 == 0)
+      eager.step()({batch_x(), batch_y()});
+    else
+      eager.step()({x2, y2});
+  }
+  std::string out;
+  const int rc = run_command(std::string(KILN_CLI_PATH) + " train " + dir + "/step.kiln --data " +
+                                 dir + "/x.npy --data " + dir + "/y.npy --steps 4 --log-every 2" +
+                                 " --set SGD.group0.lr=0.1 --set SGD.group0.momentum=0.9" +
+                                 " --set SGD.group0.dampening=0 --save " + dir + "/w.safetensors",
+                             &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("step 4: "), std::string::npos) << out;
+  const NamedTensors trained = read_safetensors(dir + "/w.safetensors");
+  size_t matched = 0;
+  for (const auto& [name, w] : eager.model->named_parameters()) {
+    for (const auto& [n, t] : trained) {
+      if (n != name) continue;
+      EXPECT_LE(max_rel_error(t, w), 1e-4) << name;
+      ++matched;
+    }
+  }
+  EXPECT_EQ(matched, eager.model->named_parameters().size()) << out;
+  // A missing hyper-parameter is named.
+  out.clear();
+  EXPECT_NE(run_command(std::string(KILN_CLI_PATH) + " train " + dir + "/step.kiln --data " + dir +
+                            "/x.npy --data " + dir + "/y.npy --steps 1",
+                        &out),
+            0);
+  EXPECT_NE(out.find("--set SGD.group0.lr=VALUE"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

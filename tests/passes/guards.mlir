@@ -24,3 +24,15 @@ func.func @forward(%x: tensor<3xf32>, %target: tensor<3xf32>) -> (tensor<3xf32>,
   kiln.guard %loss {value = 1.5 : f64, where = "step.cpp:20 (log)"} : (tensor<f32>) -> ()
   return %y, %loss : tensor<3xf32>, tensor<f32>
 }
+
+// A guard of a constant that holds goes; one that fails stays (it fails at run time, as traced).
+// CLEAN-LABEL: func.func @constants
+// CLEAN-NOT: a.cpp:1
+// CLEAN: kiln.guard %{{.*}} {value = 5.000000e+00 : f64, where = "b.cpp:2"}
+// CLEAN-NEXT: return
+func.func @constants() {
+  %c = kiln.constant dense<2.0> : tensor<f32> : tensor<f32>
+  kiln.guard %c {value = 2.0 : f64, where = "a.cpp:1"} : (tensor<f32>) -> ()
+  kiln.guard %c {value = 5.0 : f64, where = "b.cpp:2"} : (tensor<f32>) -> ()
+  return
+}

@@ -7,4 +7,5 @@ int export_model(int argc, char** argv);  // needs MLIR (kiln_jit)
 int run_artifact(int argc, char** argv);
 int inspect_artifact(int argc, char** argv);
 int bench_artifact(int argc, char** argv);
+int train_artifact(int argc, char** argv);  // train.cpp
 }  // namespace kiln::cli

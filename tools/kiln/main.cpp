@@ -28,6 +28,7 @@ int usage(FILE* out) {
                "  run        run a .kiln artifact on .npy inputs\n"
                "  inspect    show an artifact's inputs, outputs, plan, memory and weights\n"
                "  bench      time loading, the first run and steady-state runs of an artifact\n"
+               "  train      run a saved training step over .npy batches, save the weights\n"
                "  compile    ahead-of-time native code: executable, shared object or object\n"
                "  ops        which backend (interpreter, runtime, LLVM, CUDA) runs each IR op\n"
                "  version    print the version and build configuration\n\n"
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
     if (cmd == "run") return kiln::cli::run_artifact(argc - 2, argv + 2);
     if (cmd == "inspect") return kiln::cli::inspect_artifact(argc - 2, argv + 2);
     if (cmd == "bench") return kiln::cli::bench_artifact(argc - 2, argv + 2);
+    if (cmd == "train") return kiln::cli::train_artifact(argc - 2, argv + 2);
 #if KILN_HAVE_MLIR
     if (cmd == "export") return kiln::cli::export_model(argc - 2, argv + 2);
     if (cmd == "compile") return kiln::cli::compile(argc - 2, argv + 2);

@@ -121,7 +121,9 @@ Tensor tensor_of(const ::onnx::TensorProto& t, const std::string& dir) {
   char* p = nullptr;
   auto allocate = [&] {
     out = kiln::empty(shape, TensorOptions(*dtype));
-    p = static_cast<char*>(out.data());
+    // A constant of the model (initializer or Constant node): filled through the impl, which the
+    // tracer does not watch.
+    p = static_cast<char*>(out.impl()->data());
   };
   auto copy_bytes = [&](const std::string& bytes, const char* where) {
     KILN_CHECK(bytes.size() == nbytes, kOp, "tensor '", t.name(), "': ", where, " holds ",

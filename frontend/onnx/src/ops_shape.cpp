@@ -9,9 +9,11 @@ namespace {
 
 using C = const NodeContext&;
 
+// Shape arithmetic folded at import: values from shapes and attributes, constants of the trace
+// (written through the impl, which the tracer does not watch; Tensor::data_ptr it would refuse).
 Tensor int64s(const std::vector<int64_t>& v) {
   Tensor t = kiln::empty(Dims{static_cast<int64_t>(v.size())}, TensorOptions(DType::Int64));
-  std::copy(v.begin(), v.end(), t.data_ptr<int64_t>());
+  std::copy(v.begin(), v.end(), t.impl()->data_ptr<int64_t>());
   return t;
 }
 
@@ -133,7 +135,7 @@ TensorList shape_op(C c) {
 
 TensorList size_op(C c) {
   Tensor t = kiln::empty(Dims{}, TensorOptions(DType::Int64));
-  *t.data_ptr<int64_t>() = c.in(0).numel();
+  *t.impl()->data_ptr<int64_t>() = c.in(0).numel();
   return {t};
 }
 
@@ -179,7 +181,7 @@ TensorList constant(C c) {
   if (c.has_attr("value_float")) return {scalar_tensor(c.f("value_float"))};
   if (c.has_attr("value_int")) {
     Tensor t = kiln::empty(Dims{}, TensorOptions(DType::Int64));
-    *t.data_ptr<int64_t>() = c.i("value_int");
+    *t.impl()->data_ptr<int64_t>() = c.i("value_int");
     return {t};
   }
   if (c.has_attr("value_ints")) return {int64s(c.ints("value_ints"))};

@@ -24,12 +24,9 @@ TensorImpl* opt_mut(const Tensor& t) {
   return t.defined() ? t.impl() : nullptr;
 }
 
-// `traced`: the backward reports itself to the tracer. The others run fused kernels the tracer
-// cannot see, so tracing through them would silently freeze their gradients: refuse instead.
-void first_order_only(const char* op, const TensorList& grads, bool traced = false) {
-  KILN_CHECK(traced || !dispatch::tracer(), op,
-             "the backward of this op cannot be traced yet (trace forward passes, or training "
-             "steps built from linear/matmul, elementwise ops and cross_entropy/mse_loss)");
+// Every backward here runs a fused kernel and reports itself to the tracer as a kiln.*_backward
+// op (so training steps trace); none is differentiable again.
+void first_order_only(const char* op, const TensorList& grads) {
   if (!autograd::grad_enabled()) return;
   for (const Tensor& g : grads) {
     KILN_CHECK(!(g.defined() && g.requires_grad()), op,
@@ -82,7 +79,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Pai
   autograd::record(
       "Conv2dBackward", {input, weight, bias}, {out}, {input, weight}, {},
       [p, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
-        first_order_only("conv2d", g, /*traced=*/true);
+        first_order_only("conv2d", g);
         const Tensor &x = s[0], &w = s[1];
         // A trace records all three gradients (one op); autograd gets those it needs.
         const bool all = dispatch::tracer() != nullptr;
@@ -110,17 +107,24 @@ Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int
   Tensor out =
       new_tensor(kernels::conv1d_output_shape(input.sizes(), weight.sizes(), p), input.dtype());
   kernels::conv1d_out(*input.impl(), *weight.impl(), opt(bias), p, *out.impl());
-  autograd::record("Conv1dBackward", {input, weight, bias}, {out}, {input, weight}, {},
-                   [p, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
-                     first_order_only("conv1d", g);
-                     const Tensor &x = s[0], &w = s[1];
-                     Tensor gi = x.requires_grad() ? new_like(x) : Tensor();
-                     Tensor gw = w.requires_grad() ? new_like(w) : Tensor();
-                     Tensor gb = has_bias ? new_tensor(Dims{w.size(0)}, w.dtype()) : Tensor();
-                     kernels::conv1d_backward_out(*g[0].contiguous().impl(), *x.impl(), *w.impl(),
-                                                  p, opt_mut(gi), opt_mut(gw), opt_mut(gb));
-                     return TensorList{gi, gw, gb};
-                   });
+  autograd::record(
+      "Conv1dBackward", {input, weight, bias}, {out}, {input, weight}, {},
+      [p, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
+        first_order_only("conv1d", g);
+        const Tensor &x = s[0], &w = s[1];
+        // A trace records all three gradients (one op); autograd gets those it needs.
+        const bool all = dispatch::tracer() != nullptr;
+        Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
+        Tensor gw = all || w.requires_grad() ? new_like(w) : Tensor();
+        Tensor gb = all || has_bias ? new_tensor(Dims{w.size(0)}, w.dtype()) : Tensor();
+        kernels::conv1d_backward_out(*g[0].contiguous().impl(), *x.impl(), *w.impl(), p,
+                                     opt_mut(gi), opt_mut(gw), opt_mut(gb));
+        KILN_TRACE("conv1d_backward", TensorList({g[0], x, w}), TensorList({gi, gw, gb}),
+                   {"stride", p.stride}, {"padding", p.padding}, {"dilation", p.dilation},
+                   {"groups", p.groups});
+        return TensorList{x.requires_grad() ? gi : Tensor(), w.requires_grad() ? gw : Tensor(),
+                          has_bias ? gb : Tensor()};
+      });
   KILN_TRACE(
       "conv1d", bias.defined() ? TensorList({input, weight, bias}) : TensorList({input, weight}),
       {out}, {"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups});
@@ -143,12 +147,18 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
       [p, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
         first_order_only("conv_transpose2d", g);
         const Tensor &x = s[0], &w = s[1];
-        Tensor gi = x.requires_grad() ? new_like(x) : Tensor();
-        Tensor gw = w.requires_grad() ? new_like(w) : Tensor();
-        Tensor gb = has_bias ? new_tensor(Dims{w.size(1) * p.groups}, w.dtype()) : Tensor();
+        const bool all = dispatch::tracer() != nullptr;  // a trace records all three gradients
+        Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
+        Tensor gw = all || w.requires_grad() ? new_like(w) : Tensor();
+        Tensor gb = all || has_bias ? new_tensor(Dims{w.size(1) * p.groups}, w.dtype()) : Tensor();
         kernels::conv_transpose2d_backward_out(*g[0].contiguous().impl(), *x.impl(), *w.impl(), p,
                                                opt_mut(gi), opt_mut(gw), opt_mut(gb));
-        return TensorList{gi, gw, gb};
+        KILN_TRACE("conv_transpose2d_backward", TensorList({g[0], x, w}), TensorList({gi, gw, gb}),
+                   {"stride", Dims{p.stride_h, p.stride_w}}, {"padding", Dims{p.pad_h, p.pad_w}},
+                   {"output_padding", Dims{p.output_pad_h, p.output_pad_w}}, {"groups", p.groups},
+                   {"dilation", Dims{p.dilation_h, p.dilation_w}});
+        return TensorList{x.requires_grad() ? gi : Tensor(), w.requires_grad() ? gw : Tensor(),
+                          has_bias ? gb : Tensor()};
       });
   KILN_TRACE("conv_transpose2d",
              bias.defined() ? TensorList({input, weight, bias}) : TensorList({input, weight}),
@@ -187,7 +197,7 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, Pair2 ker
   DType dt = input.dtype();
   autograd::record("MaxPool2dBackward", {input}, {out}, {indices}, {},
                    [in, dt](const TensorList& s, const TensorList& g) {
-                     first_order_only("max_pool2d", g, /*traced=*/true);
+                     first_order_only("max_pool2d", g);
                      Tensor gi = new_tensor(in, dt);
                      kernels::max_pool2d_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
                                                       *gi.impl());
@@ -218,7 +228,7 @@ Tensor avg_pool2d(const Tensor& input, Pair2 kernel, std::optional<Pair2> stride
   autograd::record(
       "AvgPool2dBackward", {input}, {out}, {}, {},
       [in, dt, p](const TensorList&, const TensorList& g) {
-        first_order_only("avg_pool2d", g, /*traced=*/true);
+        first_order_only("avg_pool2d", g);
         Tensor gi = new_tensor(in, dt);
         kernels::avg_pool2d_backward_out(*g[0].contiguous().impl(), p, *gi.impl());
         KILN_TRACE("avg_pool2d_backward", {g[0]}, {gi}, {"kernel", Dims{p.kernel_h, p.kernel_w}},
@@ -243,7 +253,7 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Pair2 output_size) {
   autograd::record(
       "AdaptiveAvgPool2dBackward", {input}, {out}, {}, {},
       [in, dt](const TensorList&, const TensorList& g) {
-        first_order_only("adaptive_avg_pool2d", g, /*traced=*/true);
+        first_order_only("adaptive_avg_pool2d", g);
         Tensor gi = new_tensor(in, dt);
         kernels::adaptive_avg_pool2d_backward_out(*g[0].contiguous().impl(), *gi.impl());
         KILN_TRACE("adaptive_avg_pool2d_backward", {g[0]}, {gi}, {"input_size", spatial(in)});
@@ -279,7 +289,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
       {input, weight, save_mean, save_invstd, training ? Tensor() : running_mean,
        training ? Tensor() : running_var},
       {}, [training, eps](const TensorList& s, const TensorList& g) {
-        first_order_only("batch_norm", g, /*traced=*/true);
+        first_order_only("batch_norm", g);
         const Tensor &x = s[0], &w = s[1];
         const bool all = dispatch::tracer() != nullptr;
         Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
@@ -317,16 +327,23 @@ Tensor layer_norm(const Tensor& input, std::span<const int64_t> normalized_shape
   kernels::layer_norm_out(*input.impl(), ns, opt(weight), opt(bias), eps, *out.impl(), mean.impl(),
                           rstd.impl());
   autograd::record("LayerNormBackward", {input, weight, bias}, {out}, {input, weight, mean, rstd},
-                   {}, [ns, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
+                   {},
+                   [ns, eps, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
                      first_order_only("layer_norm", g);
                      const Tensor &x = s[0], &w = s[1];
-                     Tensor gi = x.requires_grad() ? new_like(x) : Tensor();
-                     Tensor gw = w.defined() && w.requires_grad() ? new_like(w) : Tensor();
-                     Tensor gb = has_bias ? new_tensor(ns, x.dtype()) : Tensor();
+                     const bool all = dispatch::tracer() != nullptr;  // all three, traced
+                     const bool want_w = w.defined() && w.requires_grad();
+                     Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
+                     Tensor gw = all || want_w ? new_tensor(ns, x.dtype()) : Tensor();
+                     Tensor gb = all || has_bias ? new_tensor(ns, x.dtype()) : Tensor();
                      kernels::layer_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), ns,
                                                       *s[2].impl(), *s[3].impl(), opt(w),
                                                       opt_mut(gi), opt_mut(gw), opt_mut(gb));
-                     return TensorList{gi, gw, gb};
+                     // The traced op recomputes mean and rstd from input (as batch_norm's does).
+                     KILN_TRACE("layer_norm_backward", TensorList({g[0], x, w}),
+                                TensorList({gi, gw, gb}), {"normalized_shape", ns}, {"eps", eps});
+                     return TensorList{x.requires_grad() ? gi : Tensor(), want_w ? gw : Tensor(),
+                                       has_bias ? gb : Tensor()};
                    });
   KILN_TRACE("layer_norm", TensorList({input, weight, bias}), {out}, {"normalized_shape", ns},
              {"eps", eps});
@@ -344,16 +361,22 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
                           mean.impl(), rstd.impl());
   autograd::record(
       "GroupNormBackward", {input, weight, bias}, {out}, {input, weight, mean, rstd}, {},
-      [num_groups, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
+      [num_groups, eps, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
         first_order_only("group_norm", g);
         const Tensor &x = s[0], &w = s[1];
-        Tensor gi = x.requires_grad() ? new_like(x) : Tensor();
-        Tensor gw = w.defined() && w.requires_grad() ? new_like(w) : Tensor();
-        Tensor gb = has_bias ? new_tensor(Dims{x.size(1)}, x.dtype()) : Tensor();
+        const bool all = dispatch::tracer() != nullptr;  // all three, traced
+        const bool want_w = w.defined() && w.requires_grad();
+        Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
+        Tensor gw = all || want_w ? new_tensor(Dims{x.size(1)}, x.dtype()) : Tensor();
+        Tensor gb = all || has_bias ? new_tensor(Dims{x.size(1)}, x.dtype()) : Tensor();
         kernels::group_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), num_groups,
                                          *s[2].impl(), *s[3].impl(), opt(w), opt_mut(gi),
                                          opt_mut(gw), opt_mut(gb));
-        return TensorList{gi, gw, gb};
+        // The traced op recomputes mean and rstd from input (as batch_norm's does).
+        KILN_TRACE("group_norm_backward", TensorList({g[0], x, w}), TensorList({gi, gw, gb}),
+                   {"num_groups", num_groups}, {"eps", eps});
+        return TensorList{x.requires_grad() ? gi : Tensor(), want_w ? gw : Tensor(),
+                          has_bias ? gb : Tensor()};
       });
   KILN_TRACE("group_norm", TensorList({input, weight, bias}), {out}, {"num_groups", num_groups},
              {"eps", eps});
@@ -395,7 +418,7 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& o) {
   DType dt = input.dtype();
   autograd::record("InterpolateBackward", {input}, {out}, {}, {},
                    [in, dt, p](const TensorList&, const TensorList& g) {
-                     first_order_only("interpolate", g, /*traced=*/true);
+                     first_order_only("interpolate", g);
                      Tensor gi = new_tensor(in, dt);
                      kernels::interpolate_backward_out(*g[0].contiguous().impl(), p, *gi.impl());
                      KILN_TRACE("interpolate_backward", {g[0]}, {gi},
@@ -422,6 +445,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
                      Tensor gw = new_tensor(ws, dt);
                      kernels::embedding_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
                                                      padding_idx, false, *gw.impl());
+                     KILN_TRACE("embedding_backward", TensorList({g[0], s[0]}), {gw},
+                                {"weight_size", ws}, {"padding_idx", padding_idx.value_or(-1)});
                      return TensorList{gw};
                    });
   KILN_TRACE("embedding", TensorList({weight, indices}), {out},
@@ -453,7 +478,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
   autograd::record(
       "CrossEntropyBackward", {input}, {out}, {input, target, weight}, {},
       [ignore_index, reduction, label_smoothing](const TensorList& s, const TensorList& g) {
-        first_order_only("cross_entropy", g, /*traced=*/true);
+        first_order_only("cross_entropy", g);
         auto o = ce_options(s[2], ignore_index, reduction, label_smoothing);
         Tensor gi = new_like(s[0]);
         kernels::cross_entropy_backward_out(*g[0].contiguous().impl(), *s[0].impl(), *s[1].impl(),
@@ -483,6 +508,9 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
                      Tensor gi = new_like(s[0]);
                      kernels::nll_loss_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
                                                     *s[1].impl(), o, *gi.impl());
+                     KILN_TRACE("nll_loss_backward", TensorList({g[0], s[0], s[1], s[2]}), {gi},
+                                {"ignore_index", ignore_index},
+                                {"reduction", static_cast<int64_t>(reduction)});
                      return TensorList{gi};
                    });
   KILN_TRACE("nll_loss", TensorList({input, target, weight}), {out}, {"ignore_index", ignore_index},
@@ -496,7 +524,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   kernels::mse_loss_out(*input.impl(), *target.impl(), r, *out.impl());
   autograd::record("MseLossBackward", {input, target}, {out}, {input, target}, {},
                    [r](const TensorList& s, const TensorList& g) {
-                     first_order_only("mse_loss", g, /*traced=*/true);
+                     first_order_only("mse_loss", g);
                      Tensor gi = new_like(s[0]);
                      kernels::mse_loss_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
                                                     *s[1].impl(), r, *gi.impl());
@@ -519,6 +547,8 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
                      Tensor gi = new_like(s[0]);
                      kernels::smooth_l1_loss_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
                                                           *s[1].impl(), r, beta, *gi.impl());
+                     KILN_TRACE("smooth_l1_loss_backward", TensorList({g[0], s[0], s[1]}), {gi},
+                                {"reduction", static_cast<int64_t>(r)}, {"beta", beta});
                      return TensorList{gi, s[1].requires_grad() ? -gi : Tensor()};
                    });
   KILN_TRACE("smooth_l1_loss", TensorList({input, target}), {out},
@@ -541,6 +571,9 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
                      kernels::binary_cross_entropy_with_logits_backward_out(
                          *g[0].contiguous().impl(), *s[0].impl(), *s[1].impl(), opt(s[2]),
                          opt(s[3]), r, *gi.impl());
+                     KILN_TRACE("binary_cross_entropy_with_logits_backward",
+                                TensorList({g[0], s[0], s[1], s[2], s[3]}), {gi},
+                                {"reduction", static_cast<int64_t>(r)});
                      return TensorList{gi};
                    });
   KILN_TRACE("binary_cross_entropy_with_logits", TensorList({input, target, weight, pos_weight}),

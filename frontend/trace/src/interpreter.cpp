@@ -13,13 +13,16 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 
+#include "interpreter_kernels.h"
 #include "kiln/autograd.h"
 #include "kiln/ir/KilnDialect.h"
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/embedding.h"
 #include "kiln/runtime/kernels/guard.h"
 #include "kiln/runtime/kernels/interpolate.h"
+#include "kiln/runtime/kernels/loss.h"
 #include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/kernels/norm.h"
 #include "kiln/runtime/kernels/pool.h"
@@ -29,47 +32,8 @@
 #include "types.h"
 
 namespace kiln::jit {
+using namespace interp;
 namespace {
-
-struct Attrs {
-  mlir::Operation* op;
-  int64_t i(const char* name) const {
-    auto a = op->getAttrOfType<mlir::IntegerAttr>(name);
-    KILN_CHECK(a, op_name(), "missing integer attribute '", name, "'");
-    return a.getInt();
-  }
-  double f(const char* name, double fallback = 0.0) const {
-    auto a = op->getAttrOfType<mlir::FloatAttr>(name);
-    return a ? a.getValueAsDouble() : fallback;
-  }
-  bool b(const char* name) const {
-    auto a = op->getAttrOfType<mlir::BoolAttr>(name);
-    return a && a.getValue();
-  }
-  Dims dims(const char* name) const {
-    auto a = op->getAttrOfType<mlir::DenseI64ArrayAttr>(name);
-    KILN_CHECK(a, op_name(), "missing array attribute '", name, "'");
-    return Dims(std::vector<int64_t>(a.asArrayRef().begin(), a.asArrayRef().end()));
-  }
-  std::string s(const char* name) const {
-    auto a = op->getAttrOfType<mlir::StringAttr>(name);
-    return a ? a.getValue().str() : std::string();
-  }
-  Pair2 pair(const char* name) const {
-    Dims d = dims(name);
-    return Pair2(d[0], d[1]);
-  }
-  std::string op_name() const { return op->getName().getStringRef().str(); }
-};
-
-using Kernel = std::function<TensorList(const TensorList&, const Attrs&, mlir::Operation*)>;
-
-Tensor result_like(mlir::Operation* op, unsigned i) {
-  auto type = mlir::cast<mlir::RankedTensorType>(op->getResult(i).getType());
-  return Tensor(
-      kiln::empty(Dims(std::vector<int64_t>(type.getShape().begin(), type.getShape().end())),
-                  dtype_of_element(type.getElementType())));
-}
 
 // A frozen weight (dense resource blob): read in place, no copy. The blob's owner (the caller of
 // freeze, or the module for folded weights) keeps the bytes alive while the module runs.
@@ -265,13 +229,7 @@ Tensor linear_fused(const TensorList& x, const Attrs& a, mlir::Operation* op) {
   return out;
 }
 
-// Keyed by the op's class (its TypeID): dispatch on op identity, never on its name.
-using KernelTable = llvm::DenseMap<mlir::TypeID, Kernel>;
 const KernelTable& kernels();
-template <class Op>
-mlir::TypeID id() {
-  return mlir::TypeID::get<Op>();
-}
 
 // kiln.fused: the body runs op by op on the region's arguments, exactly as if inlined.
 using Env = llvm::DenseMap<mlir::Value, Tensor>;
@@ -284,15 +242,12 @@ TensorList run_fused(const TensorList& x, mlir::Operation* op) {
   return run_block(body, env);
 }
 
-Reduction reduction(const Attrs& a) {
-  return static_cast<Reduction>(a.i("reduction"));
-}
-
 const KernelTable& kernels() {
   using L = const TensorList&;
   using A = const Attrs&;
   using O = mlir::Operation*;
-  static const KernelTable table = {
+  static const KernelTable table = [] {
+    KernelTable t = {
       {id<ir::AddOp>(), [](L x, A a, O) { return TensorList{add(x[0], x[1], a.f("alpha", 1.0))}; }},
       {id<ir::SubOp>(), [](L x, A a, O) { return TensorList{sub(x[0], x[1], a.f("alpha", 1.0))}; }},
       {id<ir::MulOp>(), [](L x, A, O) { return TensorList{mul(x[0], x[1])}; }},
@@ -308,7 +263,7 @@ const KernelTable& kernels() {
       {id<ir::GeOp>(), [](L x, A, O) { return TensorList{ge(x[0], x[1])}; }},
       {id<ir::LogicalAndOp>(), [](L x, A, O) { return TensorList{logical_and(x[0], x[1])}; }},
       {id<ir::LogicalOrOp>(), [](L x, A, O) { return TensorList{logical_or(x[0], x[1])}; }},
-  // The unary family: the eager function of each op's name (generated from ir/ops.toml).
+    // The unary family: the eager function of each op's name (generated from ir/ops.toml).
 #include "kiln/ir/KilnInterpreterUnary.inc"
       {id<ir::GeluOp>(), [](L x, A a, O) { return TensorList{gelu(x[0], a.b("approximate"))}; }},
       {id<ir::LeakyReluOp>(),
@@ -366,14 +321,6 @@ const KernelTable& kernels() {
        [](L x, A a, O) { return TensorList{logsumexp(x[0], a.dims("dims"), a.b("keepdim"))}; }},
       {id<ir::SoftmaxOp>(), [](L x, A a, O) { return TensorList{softmax(x[0], a.i("dim"))}; }},
       {id<ir::LogSoftmaxOp>(), [](L x, A a, O) { return TensorList{log_softmax(x[0], a.i("dim"))}; }},
-      {id<ir::SoftmaxBackwardOp>(),
-       [](L x, A a, O) {
-         return TensorList{x[1] * (x[0] - sum(x[0] * x[1], Dims{a.i("dim")}, true))};
-       }},
-      {id<ir::LogSoftmaxBackwardOp>(),
-       [](L x, A a, O) {
-         return TensorList{x[0] - exp(x[1]) * sum(x[0], Dims{a.i("dim")}, true)};
-       }},
       {id<ir::GuardOp>(),
        [](L x, A a, O) {
          kernels::guard(*x[0].impl(), a.f("value"), a.s("where"));
@@ -444,45 +391,6 @@ const KernelTable& kernels() {
                                               a.f("momentum"), *rm.impl(), *rv.impl());
          return TensorList{rm, rv};
        }},
-      {id<ir::BatchNormBackwardOp>(),
-       [](L x, A a, O op) {
-         auto ptr = [](const Tensor& t) { return t.defined() ? t.impl() : nullptr; };
-         Tensor gi = result_like(op, 0), gw = result_like(op, 1), gb = result_like(op, 2);
-         kernels::batch_norm_backward_recompute_out(
-             *x[0].contiguous().impl(), *x[1].contiguous().impl(), ptr(x[2]), ptr(x[3]), ptr(x[4]),
-             a.b("training"), a.f("eps"), gi.impl(), gw.impl(), gb.impl());
-         return TensorList{gi, gw, gb};
-       }},
-      {id<ir::Conv2dBackwardOp>(),
-       [](L x, A a, O op) {
-         kernels::Conv2dParams p;
-         const Dims s = a.dims("stride"), pad = a.dims("padding"), d = a.dims("dilation");
-         p.stride_h = s[0], p.stride_w = s[1], p.pad_h = pad[0], p.pad_w = pad[1];
-         p.dilation_h = d[0], p.dilation_w = d[1], p.groups = a.i("groups");
-         Tensor gi = result_like(op, 0), gw = result_like(op, 1), gb = result_like(op, 2);
-         kernels::conv2d_backward_out(*x[0].contiguous().impl(), *x[1].contiguous().impl(),
-                                      *x[2].contiguous().impl(), p, gi.impl(), gw.impl(),
-                                      gb.impl());
-         return TensorList{gi, gw, gb};
-       }},
-      {id<ir::MaxPool2dBackwardOp>(),
-       [](L x, A, O op) {
-         Tensor gi = result_like(op, 0);
-         kernels::max_pool2d_backward_out(*x[0].contiguous().impl(), *x[1].contiguous().impl(),
-                                          *gi.impl());
-         return TensorList{gi};
-       }},
-      {id<ir::AvgPool2dBackwardOp>(),
-       [](L x, A a, O op) {
-         kernels::Pool2dParams p;
-         const Dims k = a.dims("kernel"), s = a.dims("stride"), pad = a.dims("padding");
-         p.kernel_h = k[0], p.kernel_w = k[1], p.stride_h = s[0], p.stride_w = s[1];
-         p.pad_h = pad[0], p.pad_w = pad[1];
-         p.ceil_mode = a.b("ceil_mode"), p.count_include_pad = a.b("count_include_pad");
-         Tensor gi = result_like(op, 0);
-         kernels::avg_pool2d_backward_out(*x[0].contiguous().impl(), p, *gi.impl());
-         return TensorList{gi};
-       }},
       {id<ir::InterpolateOp>(),
        [](L x, A a, O op) {
          // The result type's size, or the scale factors it came from (same size, same step).
@@ -503,22 +411,6 @@ const KernelTable& kernels() {
                     "kiln.interpolate", "the result type's shape differs from the computed ",
                     y.sizes());
          return TensorList{y};
-       }},
-      {id<ir::InterpolateBackwardOp>(),
-       [](L x, A a, O op) {
-         kernels::InterpolateParams p;
-         p.mode = static_cast<kernels::InterpolateMode>(a.i("mode"));
-         p.align_corners = a.b("align_corners");
-         p.scale_h = a.f("scale_h"), p.scale_w = a.f("scale_w");
-         Tensor gi = result_like(op, 0);
-         kernels::interpolate_backward_out(*x[0].contiguous().impl(), p, *gi.impl());
-         return TensorList{gi};
-       }},
-      {id<ir::AdaptiveAvgPool2dBackwardOp>(),
-       [](L x, A, O op) {
-         Tensor gi = result_like(op, 0);
-         kernels::adaptive_avg_pool2d_backward_out(*x[0].contiguous().impl(), *gi.impl());
-         return TensorList{gi};
        }},
       {id<ir::LayerNormOp>(),
        [](L x, A a, O) {
@@ -543,25 +435,6 @@ const KernelTable& kernels() {
          return TensorList{nll_loss(x[0], x[1], x[2], a.i("ignore_index"), reduction(a))};
        }},
       {id<ir::MseLossOp>(), [](L x, A a, O) { return TensorList{mse_loss(x[0], x[1], reduction(a))}; }},
-      {id<ir::MseLossBackwardOp>(),
-       [](L x, A a, O) {
-         // d/dinput of mean((input - target)^2) (or the sum): 2 (input - target) * g [/ numel]
-         Tensor d = (x[1] - x[2]) * 2.0;
-         if (reduction(a) == Reduction::Mean) d = d / static_cast<double>(x[1].numel());
-         return TensorList{d * x[0]};
-       }},
-      {id<ir::CrossEntropyBackwardOp>(),
-       [](L x, A a, O) {
-         // Replays the eager op's own backward on the recorded operands.
-         Tensor logits = x[1].detach().requires_grad_();
-         Tensor loss;
-         {
-           autograd::EnableGradGuard grad;
-           loss = cross_entropy(logits, x[2], x[3], a.i("ignore_index"), reduction(a),
-                                a.f("label_smoothing"));
-         }
-         return TensorList{autograd::grad({loss}, {logits}, {x[0]})[0]};
-       }},
       {id<ir::SmoothL1LossOp>(),
        [](L x, A a, O) {
          return TensorList{smooth_l1_loss(x[0], x[1], reduction(a), a.f("beta"))};
@@ -641,7 +514,10 @@ const KernelTable& kernels() {
       {id<ir::LinearFusedOp>(), [](L x, A a, O op) { return TensorList{linear_fused(x, a, op)}; }},
       {id<ir::MbconvOp>(), [](L x, A a, O op) { return TensorList{mbconv(x, a, op)}; }},
       {id<ir::FusedOp>(), [](L x, A, O op) { return run_fused(x, op); }},
-  };
+    };
+    add_gradient_kernels(t);
+    return t;
+  }();
   return table;
 }
 

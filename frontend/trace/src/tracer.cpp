@@ -241,10 +241,13 @@ class Tracer final : public dispatch::TraceHook {
                    "(value %g); the trace is specialized to it and checks it at run time\n",
                    where.file_name(), where.line(), where.function_name(), value);
     }
+    const mlir::Value read = lookup(t);
+    // A constant of the trace (model data, shape arithmetic) holds the value at every call.
+    if (mlir::isa_and_nonnull<ir::ConstantOp>(read.getDefiningOp())) return;
     const std::string site = std::string(where.file_name()) + ":" + std::to_string(where.line()) +
                              " (" + where.function_name() + ")";
     mlir::OperationState state(location(where), "kiln.guard");
-    state.addOperands(lookup(t));
+    state.addOperands(read);
     state.addAttribute("value", builder_.getF64FloatAttr(value));
     state.addAttribute("where", builder_.getStringAttr(site));
     builder_.create(state);

@@ -216,7 +216,15 @@ KILN_ABI_OP(conv1d, {
   conv1d_out(a.t(0), a.t(1), a.opt(2), p, a.t(3));
 })
 
-KILN_ABI_OP(conv_transpose2d, {
+// Tensors: grad, input, weight, grad_input, grad_weight, grad_bias.
+KILN_ABI_OP(conv1d_backward, {
+  Conv1dParams p;
+  p.stride = a.i(), p.padding = a.i(), p.dilation = a.i(), p.groups = a.i();
+  conv1d_backward_out(a.t(0), a.t(1), a.t(2), p, a.opt(3), a.opt(4), a.opt(5));
+})
+
+namespace {
+ConvTranspose2dParams conv_transpose2d_params(abi::Args& a) {
   ConvTranspose2dParams p;
   auto s = a.arr();
   auto pad = a.arr();
@@ -226,6 +234,17 @@ KILN_ABI_OP(conv_transpose2d, {
   p.groups = a.i();
   auto d = a.arr();
   p.dilation_h = d[0], p.dilation_w = d[1];
+  return p;
+}
+}  // namespace
+
+KILN_ABI_OP(conv_transpose2d_backward, {
+  const ConvTranspose2dParams p = conv_transpose2d_params(a);
+  conv_transpose2d_backward_out(a.t(0), a.t(1), a.t(2), p, a.opt(3), a.opt(4), a.opt(5));
+})
+
+KILN_ABI_OP(conv_transpose2d, {
+  const ConvTranspose2dParams p = conv_transpose2d_params(a);
   conv_transpose2d_out(a.t(0), a.t(1), a.opt(2), p, a.t(3));
 })
 
@@ -261,6 +280,26 @@ KILN_ABI_OP(group_norm, {
   group_norm_out(a.t(0), groups, a.opt(1), a.opt(2), eps, a.t(3), nullptr, nullptr);
 })
 KILN_ABI_OP(embedding, embedding_out(a.t(0), a.t(1), a.t(2)))
+// Tensors: grad, input, weight?, grad_input, grad_weight, grad_bias.
+KILN_ABI_OP(layer_norm_backward, {
+  auto shape = a.arr();
+  const double eps = a.f();
+  layer_norm_backward_recompute_out(a.t(0), a.t(1), shape, a.opt(2), eps, a.opt(3), a.opt(4),
+                                    a.opt(5));
+})
+KILN_ABI_OP(group_norm_backward, {
+  const int64_t groups = a.i();
+  const double eps = a.f();
+  group_norm_backward_recompute_out(a.t(0), a.t(1), groups, a.opt(2), eps, a.opt(3), a.opt(4),
+                                    a.opt(5));
+})
+// Tensors: grad, indices, grad_weight; attributes weight_size (the output's shape), padding_idx.
+KILN_ABI_OP(embedding_backward, {
+  a.arr();
+  const int64_t pad = a.i();
+  embedding_backward_out(a.t(0), a.t(1), pad < 0 ? std::nullopt : std::optional<int64_t>(pad),
+                         false, a.t(2));
+})
 namespace {
 kiln::kernels::InterpolateParams interpolate_params(kiln::abi::Args& a) {
   kiln::kernels::InterpolateParams p;

@@ -86,6 +86,22 @@ KILN_ABI_OP(nll_loss, {
   o.weight = a.opt(2);
   nll_loss_out(a.t(0), a.t(1), o, a.t(3));
 })
+// Tensors: grad, input, target, weight?, grad_input.
+KILN_ABI_OP(nll_loss_backward, {
+  CrossEntropyOptions o = ce_options(a, false);
+  o.weight = a.opt(3);
+  nll_loss_backward_out(a.t(0), a.t(1), a.t(2), o, a.t(4));
+})
+KILN_ABI_OP(smooth_l1_loss_backward, {
+  const auto r = static_cast<LossReduction>(a.i());
+  smooth_l1_loss_backward_out(a.t(0), a.t(1), a.t(2), r, a.f(), a.t(3));
+})
+// Tensors: grad, input, target, weight?, pos_weight?, grad_input.
+KILN_ABI_OP(binary_cross_entropy_with_logits_backward,
+            binary_cross_entropy_with_logits_backward_out(a.t(0), a.t(1), a.t(2), a.opt(3),
+                                                          a.opt(4),
+                                                          static_cast<LossReduction>(a.i()),
+                                                          a.t(5)))
 KILN_ABI_OP(mse_loss, mse_loss_out(a.t(0), a.t(1), static_cast<LossReduction>(a.i()), a.t(2)))
 KILN_ABI_OP(mse_loss_backward, mse_loss_backward_out(a.t(0), a.t(1), a.t(2),
                                                      static_cast<LossReduction>(a.i()), a.t(3)))

@@ -103,6 +103,12 @@ const std::vector<std::string>& Model::cpu_features() const {
 const std::vector<TensorSpec>& Model::inputs() const {
   return impl_->inputs;
 }
+std::vector<std::string> Model::state_names() const {
+  std::vector<std::string> names;
+  for (const auto& [slot, blob] : impl_->state_updates) names.push_back(impl_->blobs[blob].name);
+  return names;
+}
+
 const std::vector<TensorSpec>& Model::outputs() const {
   return impl_->outputs;
 }

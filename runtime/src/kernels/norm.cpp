@@ -616,4 +616,32 @@ void batch_norm_update_stats_out(const TensorImpl& input, const TensorImpl& runn
                  nullptr, nullptr);
 }
 
+void layer_norm_backward_recompute_out(const TensorImpl& grad_output, const TensorImpl& input,
+                                       std::span<const int64_t> normalized_shape,
+                                       const TensorImpl* weight, double eps, TensorImpl* grad_input,
+                                       TensorImpl* grad_weight, TensorImpl* grad_bias) {
+  const Dims stats = layer_norm_stats_shape(input.sizes(), normalized_shape);
+  TensorImplPtr mean = empty(stats, compute_dtype(input.dtype()));
+  TensorImplPtr rstd = empty(stats, compute_dtype(input.dtype()));
+  TensorImplPtr scratch = empty(input.sizes(), input.dtype());
+  layer_norm_out(input, normalized_shape, nullptr, nullptr, eps, *scratch, mean.get(), rstd.get());
+  layer_norm_backward_out(grad_output, input, normalized_shape, *mean, *rstd, weight, grad_input,
+                          grad_weight, grad_bias);
+}
+
+void group_norm_backward_recompute_out(const TensorImpl& grad_output, const TensorImpl& input,
+                                       int64_t num_groups, const TensorImpl* weight, double eps,
+                                       TensorImpl* grad_input, TensorImpl* grad_weight,
+                                       TensorImpl* grad_bias) {
+  KILN_CHECK(input.dim() >= 2, "group_norm_backward", "expected input of rank >= 2, got ",
+             dims_str(input.sizes()));
+  const Dims stats{input.size(0), num_groups};
+  TensorImplPtr mean = empty(stats, compute_dtype(input.dtype()));
+  TensorImplPtr rstd = empty(stats, compute_dtype(input.dtype()));
+  TensorImplPtr scratch = empty(input.sizes(), input.dtype());
+  group_norm_out(input, num_groups, nullptr, nullptr, eps, *scratch, mean.get(), rstd.get());
+  group_norm_backward_out(grad_output, input, num_groups, *mean, *rstd, weight, grad_input,
+                          grad_weight, grad_bias);
+}
+
 }  // namespace kiln::kernels

@@ -58,6 +58,21 @@ void run_bce_with_logits(const KernelCall& c) {
                                                 params<LossParams>(c).ce.reduction, out(c));
 }
 
+void run_nll_loss_backward(const KernelCall& c) {
+  kernels::nll_loss_backward_out(in(c, 0), in(c, 1), in(c, 2), ce_with_weight(c, 3), out(c));
+}
+void run_smooth_l1_loss_backward(const KernelCall& c) {
+  const auto& p = params<LossParams>(c);
+  kernels::smooth_l1_loss_backward_out(in(c, 0), in(c, 1), in(c, 2), p.ce.reduction, p.beta,
+                                       out(c));
+}
+// (grad, input, target, weight?, pos_weight?) -> grad_input.
+void run_bce_with_logits_backward(const KernelCall& c) {
+  kernels::binary_cross_entropy_with_logits_backward_out(
+      in(c, 0), in(c, 1), in(c, 2), opt_in(c, 3), opt_in(c, 4), params<LossParams>(c).ce.reduction,
+      out(c));
+}
+
 std::unique_ptr<KernelParams> decode_dim(const AttrMap& a) {
   auto p = std::make_unique<IntParams>();
   p->v[0] = a.i("dim");
@@ -79,6 +94,14 @@ void register_loss(Registry& r) {
                         .decode = decode_loss,
                         .run = run_cross_entropy_backward}));
   r.add(with_signature({.name = "nll_loss", .decode = decode_loss, .run = run_nll_loss}));
+  r.add(with_signature(
+      {.name = "nll_loss_backward", .decode = decode_loss, .run = run_nll_loss_backward}));
+  r.add(with_signature({.name = "smooth_l1_loss_backward",
+                        .decode = decode_loss,
+                        .run = run_smooth_l1_loss_backward}));
+  r.add(with_signature({.name = "binary_cross_entropy_with_logits_backward",
+                        .decode = decode_loss,
+                        .run = run_bce_with_logits_backward}));
   r.add(with_signature({.name = "mse_loss", .decode = decode_loss, .run = run_mse_loss}));
   r.add(with_signature(
       {.name = "mse_loss_backward", .decode = decode_loss, .run = run_mse_loss_backward}));

@@ -130,6 +130,12 @@ std::unique_ptr<KernelParams> decode_conv1d(const AttrMap& a) {
   p->v[3] = a.i("groups");
   return p;
 }
+// Operands (grad, input, weight) -> (grad_input, grad_weight, grad_bias).
+void run_conv1d_backward(const KernelCall& c) {
+  const auto& p = params<IntParams>(c);
+  kernels::conv1d_backward_out(in(c, 0), in(c, 1), in(c, 2), {p.v[0], p.v[1], p.v[2], p.v[3]},
+                               c.outputs[0], c.outputs[1], c.outputs[2]);
+}
 void run_conv1d(const KernelCall& c) {
   const auto& p = params<IntParams>(c);
   kernels::conv1d_out(in(c, 0), in(c, 1), opt_in(c, 2), {p.v[0], p.v[1], p.v[2], p.v[3]}, out(c));
@@ -274,6 +280,12 @@ std::unique_ptr<KernelParams> decode_layer_norm(const AttrMap& a) {
   p->f = a.f("eps");
   return p;
 }
+// (grad, input, weight?) -> (grad_input, grad_weight, grad_bias); statistics recomputed.
+void run_layer_norm_backward(const KernelCall& c) {
+  const auto& p = params<DimsParams>(c);
+  kernels::layer_norm_backward_recompute_out(in(c, 0), in(c, 1), p.dims, opt_in(c, 2), p.f,
+                                             c.outputs[0], c.outputs[1], c.outputs[2]);
+}
 void run_layer_norm(const KernelCall& c) {
   const auto& p = params<DimsParams>(c);
   kernels::layer_norm_out(in(c, 0), p.dims, opt_in(c, 1), opt_in(c, 2), p.f, out(c), nullptr,
@@ -285,6 +297,11 @@ std::unique_ptr<KernelParams> decode_group_norm(const AttrMap& a) {
   p->k = a.i("num_groups");
   p->v[0] = a.f("eps");
   return p;
+}
+void run_group_norm_backward(const KernelCall& c) {
+  const auto& p = params<FloatParams>(c);
+  kernels::group_norm_backward_recompute_out(in(c, 0), in(c, 1), p.k, opt_in(c, 2), p.v[0],
+                                             c.outputs[0], c.outputs[1], c.outputs[2]);
 }
 void run_group_norm(const KernelCall& c) {
   const auto& p = params<FloatParams>(c);
@@ -301,6 +318,11 @@ std::unique_ptr<KernelParams> decode_conv_transpose2d(const AttrMap& a) {
   auto d = a.ints("dilation", 2);
   p->p = {s[0], s[1], pad[0], pad[1], op[0], op[1], d[0], d[1], a.i("groups")};
   return p;
+}
+void run_conv_transpose2d_backward(const KernelCall& c) {
+  kernels::conv_transpose2d_backward_out(in(c, 0), in(c, 1), in(c, 2),
+                                         params<ConvTransposeParams>(c).p, c.outputs[0],
+                                         c.outputs[1], c.outputs[2]);
 }
 void run_conv_transpose2d(const KernelCall& c) {
   kernels::conv_transpose2d_out(in(c, 0), in(c, 1), opt_in(c, 2), params<ConvTransposeParams>(c).p,
@@ -325,6 +347,17 @@ void run_interpolate_backward(const KernelCall& c) {
   kernels::interpolate_backward_out(in(c, 0), params<InterpolateParams>(c).p, out(c));
 }
 
+std::unique_ptr<KernelParams> decode_embedding_backward(const AttrMap& a) {
+  auto p = std::make_unique<IntParams>();
+  p->v[0] = a.i("padding_idx");
+  return p;
+}
+// (grad, indices) -> grad_weight; padding_idx -1: none.
+void run_embedding_backward(const KernelCall& c) {
+  const int64_t pad = params<IntParams>(c).v[0];
+  kernels::embedding_backward_out(
+      in(c, 0), in(c, 1), pad < 0 ? std::nullopt : std::optional<int64_t>(pad), false, out(c));
+}
 void run_embedding(const KernelCall& c) {
   kernels::embedding_out(in(c, 0), in(c, 1), out(c));
 }
@@ -392,6 +425,20 @@ void register_nn(Registry& r) {
   r.add(with_signature(
       {.name = "mbconv", .decode = decode_mbconv, .run = run_mbconv, .prepare = prepare_mbconv}));
   r.add(with_signature({.name = "conv1d", .decode = decode_conv1d, .run = run_conv1d}));
+  r.add(with_signature(
+      {.name = "conv1d_backward", .decode = decode_conv1d, .run = run_conv1d_backward}));
+  r.add(with_signature({.name = "conv_transpose2d_backward",
+                        .decode = decode_conv_transpose2d,
+                        .run = run_conv_transpose2d_backward}));
+  r.add(with_signature({.name = "layer_norm_backward",
+                        .decode = decode_layer_norm,
+                        .run = run_layer_norm_backward}));
+  r.add(with_signature({.name = "group_norm_backward",
+                        .decode = decode_group_norm,
+                        .run = run_group_norm_backward}));
+  r.add(with_signature({.name = "embedding_backward",
+                        .decode = decode_embedding_backward,
+                        .run = run_embedding_backward}));
   r.add(with_signature({.name = "conv_transpose2d",
                         .decode = decode_conv_transpose2d,
                         .run = run_conv_transpose2d}));

@@ -92,6 +92,9 @@ class Model {
   const std::vector<std::string>& cpu_features() const;
   const std::vector<TensorSpec>& inputs() const;
   const std::vector<TensorSpec>& outputs() const;
+  // A training step's state (parameters and optimizer state it updates in place), by weight name;
+  // empty for an inference model. Session::state reads their current values.
+  std::vector<std::string> state_names() const;
   const std::vector<std::pair<std::string, std::string>>& metadata() const;
   // The module's MLIR bytecode when the writer embedded it (for re-compilation), else empty.
   std::span<const uint8_t> mlir_bytecode() const;

@@ -66,6 +66,13 @@ void layer_norm_backward_out(const TensorImpl& grad_output, const TensorImpl& in
                              TensorImpl* grad_input, TensorImpl* grad_weight,
                              TensorImpl* grad_bias);
 
+// The ops a traced step records (kiln.layer_norm_backward): mean and rstd recomputed from input
+// with the forward kernel (per-call temporaries), then layer_norm_backward_out.
+void layer_norm_backward_recompute_out(const TensorImpl& grad_output, const TensorImpl& input,
+                                       std::span<const int64_t> normalized_shape,
+                                       const TensorImpl* weight, double eps, TensorImpl* grad_input,
+                                       TensorImpl* grad_weight, TensorImpl* grad_bias);
+
 // ---- group_norm: input [N, C, *], C divisible by num_groups; weight / bias [C] or null ----------
 // mean / rstd (optional outputs) have N * num_groups elements ([N, G]).
 void group_norm_out(const TensorImpl& input, int64_t num_groups, const TensorImpl* weight,
@@ -75,5 +82,10 @@ void group_norm_backward_out(const TensorImpl& grad_output, const TensorImpl& in
                              int64_t num_groups, const TensorImpl& mean, const TensorImpl& rstd,
                              const TensorImpl* weight, TensorImpl* grad_input,
                              TensorImpl* grad_weight, TensorImpl* grad_bias);
+// kiln.group_norm_backward: as layer_norm_backward_recompute_out, for group_norm.
+void group_norm_backward_recompute_out(const TensorImpl& grad_output, const TensorImpl& input,
+                                       int64_t num_groups, const TensorImpl* weight, double eps,
+                                       TensorImpl* grad_input, TensorImpl* grad_weight,
+                                       TensorImpl* grad_bias);
 
 }  // namespace kiln::kernels
