@@ -1,6 +1,10 @@
 #pragma once
 // Shared helpers of the JIT tests: seeded random tensors and error measures in float64.
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <random>
+#include <string>
 
 #include "kiln/kiln.h"
 
@@ -12,6 +16,17 @@ inline Tensor rnd(Dims sizes, uint32_t seed, double scale = 1.0) {
   Tensor t = kiln::empty(sizes);
   for (int64_t i = 0; i < t.numel(); ++i) t.data_ptr<float>()[i] = dist(gen);
   return t;
+}
+
+// Runs a shell command; its exit status, stdout and stderr appended to *output.
+inline int run_command(const std::string& cmd, std::string* output) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 inline double max_abs_diff(const Tensor& a, const Tensor& b) {

@@ -38,13 +38,7 @@ struct Scratch {
 };
 
 int run(const std::string& cmd, std::string* output) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output->append(buf, n);
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return kiln::test::run_command(cmd, output);
 }
 
 jit::TracedFunction trace_eval(nn::Module& model, const Tensor& example) {

@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -64,6 +62,16 @@ void expect_same_parameters(nn::Module& got, nn::Module& want, const std::string
   ASSERT_EQ(pg.size(), pw.size());
   for (size_t i = 0; i < pw.size(); ++i)
     EXPECT_LE(max_rel_error(pg[i], pw[i]), 1e-4) << "parameter " << i << " " << when;
+}
+
+// The first step of t traced with its parameters named as the model names them (the names a
+// saved step's state carries).
+jit::TracedFunction trace_named(Trainer& t) {
+  jit::TraceOptions options;
+  options.warn_on_read_back = false;
+  for (const auto& [name, p] : t.model->named_parameters())
+    options.named_captures.push_back({name, p});
+  return jit::trace(t.step(), {batch_x(), batch_y()}, options);
 }
 
 // Traces the first step (no eager step before it), compiles it and takes 9 more steps, calling
@@ -197,11 +205,7 @@ TEST(TracedOptimizers, SavedStepTakesTheLearningRateAsAnInput) {
     return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1).momentum(0.9));
   };
   Trainer eager(make), saved(make);
-  jit::TraceOptions options;
-  options.warn_on_read_back = false;
-  for (const auto& [name, t] : saved.model->named_parameters())
-    options.named_captures.push_back({name, t});
-  jit::TracedFunction traced = jit::trace(saved.step(), {batch_x(), batch_y()}, options);
+  jit::TracedFunction traced = trace_named(saved);
   eager.step()({batch_x(), batch_y()});
   auto model = rt::Model::from_bytes(jit::save_to_bytes(traced));
   ASSERT_EQ(model->inputs().size(), 5u);
@@ -229,22 +233,6 @@ TEST(TracedOptimizers, SavedStepTakesTheLearningRateAsAnInput) {
   }
 }
 
-}  // namespace
-}  // namespace kiln
-
-namespace kiln {
-namespace {
-
-int run_command(const std::string& cmd, std::string* output) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output->append(buf, n);
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 // `kiln train` runs a saved step over .npy batches with --set hyper-parameters and writes the
 // trained parameters: the same numbers as eager steps over the same batches.
 TEST(TracedOptimizers, KilnTrainRunsASavedStepAndWritesTheWeights) {
@@ -252,11 +240,7 @@ TEST(TracedOptimizers, KilnTrainRunsASavedStepAndWritesTheWeights) {
     return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1).momentum(0.9));
   };
   Trainer eager(make), saved(make);
-  jit::TraceOptions options;
-  options.warn_on_read_back = false;
-  for (const auto& [name, t] : saved.model->named_parameters())
-    options.named_captures.push_back({name, t});
-  jit::TracedFunction traced = jit::trace(saved.step(), {batch_x(), batch_y()}, options);
+  jit::TracedFunction traced = trace_named(saved);
   const std::string dir = ::testing::TempDir() + "/kiln_train_cli";
   std::filesystem::create_directories(dir);
   jit::save(traced, dir + "/step.kiln");
@@ -272,11 +256,12 @@ TEST(TracedOptimizers, KilnTrainRunsASavedStepAndWritesTheWeights) {
       eager.step()({x2, y2});
   }
   std::string out;
-  const int rc = run_command(std::string(KILN_CLI_PATH) + " train " + dir + "/step.kiln --data " +
-                                 dir + "/x.npy --data " + dir + "/y.npy --steps 4 --log-every 2" +
-                                 " --set SGD.group0.lr=0.1 --set SGD.group0.momentum=0.9" +
-                                 " --set SGD.group0.dampening=0 --save " + dir + "/w.safetensors",
-                             &out);
+  const int rc =
+      test::run_command(std::string(KILN_CLI_PATH) + " train " + dir + "/step.kiln --data " + dir +
+                            "/x.npy --data " + dir + "/y.npy --steps 4 --log-every 2" +
+                            " --set SGD.group0.lr=0.1 --set SGD.group0.momentum=0.9" +
+                            " --set SGD.group0.dampening=0 --save " + dir + "/w.safetensors",
+                        &out);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("step 4: "), std::string::npos) << out;
   const NamedTensors trained = read_safetensors(dir + "/w.safetensors");
@@ -291,9 +276,9 @@ TEST(TracedOptimizers, KilnTrainRunsASavedStepAndWritesTheWeights) {
   EXPECT_EQ(matched, eager.model->named_parameters().size()) << out;
   // A missing hyper-parameter is named.
   out.clear();
-  EXPECT_NE(run_command(std::string(KILN_CLI_PATH) + " train " + dir + "/step.kiln --data " + dir +
-                            "/x.npy --data " + dir + "/y.npy --steps 1",
-                        &out),
+  EXPECT_NE(test::run_command(std::string(KILN_CLI_PATH) + " train " + dir + "/step.kiln --data " +
+                                  dir + "/x.npy --data " + dir + "/y.npy --steps 1",
+                              &out),
             0);
   EXPECT_NE(out.find("--set SGD.group0.lr=VALUE"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
