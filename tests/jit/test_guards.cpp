@@ -9,6 +9,7 @@
 #include <string>
 
 #include "helpers.h"
+#include "kiln/control_flow.h"
 #include "kiln/custom_function.h"
 #include "kiln/jit/compile.h"
 #include "kiln/jit/save.h"
@@ -139,6 +140,40 @@ TEST(Guards, OneElementOfAnyRank) {
   EXPECT_THROW(s.run({bad.impl()}), GuardError);
 }
 
+// A small counter is inlined as a constant at first sight, then written in place (an in-out
+// argument): the value read before the write is still guarded.
+TEST(Guards, CounterReadBeforeItsWriteIsGuarded) {
+  Tensor counter = scalar_tensor(0, TensorOptions(DType::Int64));
+  auto fn = [&](const TensorList& x) {
+    Tensor y = counter.item<int64_t>() % 2 == 0 ? x[0] * 2.0 : x[0] * 3.0;
+    add_(counter, 1.0);
+    return TensorList{y};
+  };
+  jit::TracedFunction t = jit::trace(fn, {ones({2})}, quiet());
+  ASSERT_EQ(t.mutated_captures().size(), 1u);
+  // The counter is 1 now: the traced even branch does not apply.
+  EXPECT_THROW(t({ones({2})}), GuardError);
+  EXPECT_EQ(counter.item<int64_t>(), 1);  // and the failed call wrote nothing back
+}
+
+TEST(Guards, ReadBackInsideALoopBodyIsRefused) {
+  auto fn = [](const TensorList& x) {
+    return loop(3,
+                [](const Tensor&, const TensorList& c) {
+                  const double v = sum(c[0]).item<double>();
+                  return TensorList{c[0] * (v > 0 ? 2.0 : 1.0)};
+                },
+                {x[0]});
+  };
+  try {
+    jit::trace(fn, {ones({2})}, quiet());
+    FAIL() << "a read-back inside a loop body was traced";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("inside a kiln::loop body"), std::string::npos)
+        << e.what();
+  }
+}
+
 // jit::compile(fn): a failed guard re-traces and keeps both specializations.
 TEST(Guards, CompileRetracesOnAFailedGuard) {
   int traced_calls = 0;
@@ -250,6 +285,24 @@ TEST(RawAccess, OpaqueCustomFunctionIsRefusedWithItsName) {
   // Eager use is untouched.
   Tensor x = tensor({2.0f});
   EXPECT_FLOAT_EQ(RawCube::apply(x).item<float>(), 8.0f);
+}
+
+// A custom Function returning a tensor no op produced but nothing wrote raw (a factory's
+// constant) traces: it is a constant of the trace, as anywhere else.
+struct ConstantBias : autograd::Function<ConstantBias> {
+  static Tensor forward(autograd::AutogradContext*, const Tensor& x) {
+    return full(x.sizes(), 0.5);
+  }
+  static TensorList backward(autograd::AutogradContext*, TensorList grads) {
+    return {zeros_like(grads[0])};
+  }
+};
+
+TEST(RawAccess, CustomFunctionReturningAConstantTraces) {
+  auto fn = [](const TensorList& x) { return TensorList{x[0] + ConstantBias::apply(x[0])}; };
+  jit::TracedFunction t = jit::trace(fn, {rnd({4}, 1)}, quiet());
+  Tensor x = rnd({4}, 2);
+  EXPECT_LE(test::max_abs_diff(t({x})[0], x + 0.5), 1e-7);
 }
 
 TEST(RawAccess, CustomFunctionMadeOfOpsTraces) {

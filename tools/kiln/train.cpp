@@ -123,6 +123,16 @@ int train_artifact(int argc, char** argv) {
   }
   KILN_CHECK(next_data == a.data.size(), "kiln train", "the step takes ", next_data,
              " batched inputs, got ", a.data.size(), " --data files");
+  int64_t num_batches = -1;  // the same for every --data file: batch i pairs the i-th of each
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (dataset_of[i] < 0) continue;
+    KILN_CHECK(specs[i].shape[0] > 0, "kiln train", "input \"", specs[i].name,
+               "\" has batch size 0");
+    const int64_t n = datasets[dataset_of[i]].size(0) / specs[i].shape[0];
+    KILN_CHECK(num_batches < 0 || n == num_batches, "kiln train", "--data ", a.data[dataset_of[i]],
+               " holds ", n, " batches, the files before it ", num_batches);
+    num_batches = n;
+  }
   for (const auto& [name, v] : a.scalars) {
     bool known = false;
     for (const rt::TensorSpec& s : specs) known |= s.name == name;
@@ -135,7 +145,7 @@ int train_artifact(int argc, char** argv) {
     for (size_t i = 0; i < specs.size(); ++i) {
       if (dataset_of[i] < 0) continue;
       const Tensor& d = datasets[dataset_of[i]];
-      const int64_t b = specs[i].shape[0], start = (step % (d.size(0) / b)) * b;
+      const int64_t b = specs[i].shape[0], start = (step % num_batches) * b;
       batches[dataset_of[i]] = d.slice(0, start, start + b).contiguous();
       in[i] = batches[dataset_of[i]].impl();
     }

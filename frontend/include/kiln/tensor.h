@@ -106,9 +106,10 @@ class Tensor {
     return checked().data_ptr<T>();
   }
   void* data(std::source_location where = std::source_location::current()) const {
+    const TensorImpl& t = checked();
     if (dispatch::detail::active_hook) [[unlikely]]
       dispatch::detail::note_raw_access(*this, where);
-    return checked().data();
+    return t.data();
   }
   // The single value of a one-element tensor, converted to T. Under tracing this is a read-back:
   // the tracer records a guard and warns with the caller's location.

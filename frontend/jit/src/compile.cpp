@@ -311,7 +311,7 @@ TensorList CompiledFunction::operator()(const TensorList& inputs) const {
   if (char* error = kiln_abi_take_error()) {
     std::string message = error;
     kiln_abi_free_error(error);
-    // A failed kiln.guard keeps its type: callers re-trace on it (jit::Specializing).
+    // A failed kiln.guard keeps its type: callers re-trace on it (SpecializedFunction).
     constexpr std::string_view kGuard = "guard: ";
     if (message.starts_with(kGuard)) throw GuardError("guard", message.substr(kGuard.size()));
     fail("compiled function", message);

@@ -334,7 +334,7 @@ Tensor layer_norm(const Tensor& input, std::span<const int64_t> normalized_shape
                      const bool all = dispatch::tracer() != nullptr;  // all three, traced
                      const bool want_w = w.defined() && w.requires_grad();
                      Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
-                     Tensor gw = all || want_w ? new_tensor(ns, x.dtype()) : Tensor();
+                     Tensor gw = want_w ? new_like(w) : all ? new_tensor(ns, x.dtype()) : Tensor();
                      Tensor gb = all || has_bias ? new_tensor(ns, x.dtype()) : Tensor();
                      kernels::layer_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), ns,
                                                       *s[2].impl(), *s[3].impl(), opt(w),
@@ -367,7 +367,7 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
         const bool all = dispatch::tracer() != nullptr;  // all three, traced
         const bool want_w = w.defined() && w.requires_grad();
         Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
-        Tensor gw = all || want_w ? new_tensor(Dims{x.size(1)}, x.dtype()) : Tensor();
+        Tensor gw = want_w ? new_like(w) : all ? new_tensor(Dims{x.size(1)}, x.dtype()) : Tensor();
         Tensor gb = all || has_bias ? new_tensor(Dims{x.size(1)}, x.dtype()) : Tensor();
         kernels::group_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), num_groups,
                                          *s[2].impl(), *s[3].impl(), opt(w), opt_mut(gi),

@@ -27,8 +27,8 @@ std::string compare(const Tensor& eager, const Tensor& traced, double rtol, doub
   double worst = 0;
   int64_t at = -1;
   for (int64_t i = 0; i < e.numel(); ++i) {
-    const bool both_nan = std::isnan(pe[i]) && std::isnan(pt[i]);
-    const double diff = both_nan ? 0 : std::abs(pe[i] - pt[i]);
+    const bool same = pe[i] == pt[i] || (std::isnan(pe[i]) && std::isnan(pt[i]));  // inf too
+    const double diff = same ? 0 : std::abs(pe[i] - pt[i]);
     const bool within = diff <= atol + rtol * std::abs(pe[i]);  // NaN diff: not within
     if (!within && (at < 0 || !(diff <= worst))) {
       worst = diff;

@@ -48,6 +48,20 @@ void eliminate_gradients(TracedFunction& fn, bool drop_loss_head) {
              " of them match the traced inputs and captures by name");
   fn.num_inputs_ = guards.size();
   fn.guards_ = std::move(guards);
+  // Host scalars still read are remapped to their new capture; the rest, and the host guards (the
+  // optimizer's update they protect is gone), are dropped.
+  std::vector<HostValue> host;
+  for (HostValue& v : fn.host_values_) {
+    if (!v.capture) continue;
+    for (size_t k = 0; k < captures.size(); ++k) {
+      if (captures[k].impl() == fn.captures_[*v.capture].impl()) {
+        v.capture = k;
+        host.push_back(std::move(v));
+        break;
+      }
+    }
+  }
+  fn.host_values_ = std::move(host);
   fn.captures_ = std::move(captures);
   fn.arg_names_ = std::move(kept);
   fn.mutated_captures_.clear();

@@ -32,6 +32,7 @@ void freeze(TracedFunction& fn) {
   KILN_CHECK(passes::freeze(fn.module(), weights), "freeze", diagnostics);
   fn.frozen_.insert(fn.frozen_.end(), keep.begin(), keep.end());
   fn.captures_.clear();
+  fn.host_values_.clear();  // host scalars are constants now, with the values they had
   fn.arg_names_.resize(fn.num_inputs_);
 }
 

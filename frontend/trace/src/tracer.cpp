@@ -190,12 +190,14 @@ class Tracer final : public dispatch::TraceHook {
   void on_op(const char* op, const TensorList& inputs, const TensorList& outputs,
              const dispatch::Attrs& attrs) override {
     dispatch::TraceGuard pause(nullptr);  // the tracer's own tensor work is not part of the trace
+    // What a recorded op writes (in place, or running statistics) is seen by the trace.
+    for (const Tensor& t : outputs)
+      if (t.defined()) refresh_raw(t);
     std::string name = op;
     // In-place ops are recorded as their functional form; the written tensor is rebound to the
     // new value (the aliasing the in-place op implies).
     if (name.size() > 1 && name.back() == '_') {
       name.pop_back();
-      refresh_raw(outputs[0]);  // the trace sees this write
       // Inside a cond/loop region only tensors the region created may be written in place.
       KILN_CHECK(region_created_.empty() || region_created_.back().count(outputs[0].impl()),
                  "cond/loop", "a branch or loop body wrote a tensor defined outside it in place (",
@@ -234,6 +236,12 @@ class Tracer final : public dispatch::TraceHook {
   // run time that the input gives the same value, else the call fails with a GuardError.
   void on_read_back(const Tensor& t, double value, const std::source_location& where) override {
     dispatch::TraceGuard pause(nullptr);
+    KILN_CHECK(loop_depth_ == 0, "trace",
+               "a value was read back from a tensor inside a kiln::loop "
+               "body at ",
+               where.file_name(), ":", where.line(), " (", where.function_name(),
+               "): the body is recorded once, so a guard could only check the first "
+               "iteration's value; compute with tensors (kiln::cond) instead");
     out_->read_backs_.push_back({value, where.file_name(), where.line(), where.function_name()});
     if (options_.warn_on_read_back) {
       std::fprintf(stderr,
@@ -241,9 +249,10 @@ class Tracer final : public dispatch::TraceHook {
                    "(value %g); the trace is specialized to it and checks it at run time\n",
                    where.file_name(), where.line(), where.function_name(), value);
     }
+    // Even a value that is a constant here gets its guard: a small capture inlined as a constant
+    // may be written later in the trace and become an in-out argument (a step counter);
+    // --kiln-cleanup drops guards of values that stay constant.
     const mlir::Value read = lookup(t);
-    // A constant of the trace (model data, shape arithmetic) holds the value at every call.
-    if (mlir::isa_and_nonnull<ir::ConstantOp>(read.getDefiningOp())) return;
     const std::string site = std::string(where.file_name()) + ":" + std::to_string(where.line()) +
                              " (" + where.function_name() + ")";
     mlir::OperationState state(location(where), "kiln.guard");
@@ -269,6 +278,12 @@ class Tracer final : public dispatch::TraceHook {
     for (size_t i = 0; i < outputs.size(); ++i) {
       const Tensor& t = outputs[i];
       if (!t.defined() || values_.count(t.impl()) || aliases_.count(t.impl())) continue;
+      // Unrecorded but not written raw: a constant (a factory) or an outside tensor passed
+      // through, which become constants or captures as anywhere else.
+      auto raw = raw_.find(t.impl()->storage().get());
+      if (raw == raw_.end() || std::memcmp(raw->second.storage->data(), raw->second.bytes.data(),
+                                           raw->second.bytes.size()) == 0)
+        continue;
       fail("trace", "custom autograd::Function '", name, "' returned output ", i, " (shape ",
            t.sizes(),
            ") that no kiln op produced: its forward computes outside the "
@@ -366,6 +381,11 @@ class Tracer final : public dispatch::TraceHook {
       for (const Tensor& c : carry) carry_in.push_back(c.detach());
     }
     std::vector<std::pair<Tensor, mlir::Value>> block_args;
+    ++loop_depth_;
+    struct LeaveLoop {
+      int& depth;
+      ~LeaveLoop() { --depth; }
+    } leave{loop_depth_};
     TensorList first = record_region(
         block,
         [&] {
@@ -736,6 +756,7 @@ class Tracer final : public dispatch::TraceHook {
     std::vector<uint8_t> bytes;
   };
   std::unordered_map<const Storage*, RawAccess> raw_;
+  int loop_depth_ = 0;  // kiln::loop bodies being recorded
   // Host values (on_host_scalar / on_host_guard), keyed by (owner, name).
   std::map<std::pair<const void*, std::string>, Tensor> host_scalars_;
   std::set<std::pair<const void*, std::string>> host_guards_;

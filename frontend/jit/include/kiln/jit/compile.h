@@ -6,8 +6,9 @@
 //   TensorList y = compiled({x2});          // same shapes/dtypes as traced (guards checked)
 //
 // Compile once, run many; calls are thread-safe (each call has its own intermediate buffers),
-// except that calls of a function with in-out captures (a training step) or random ops share
-// that state, as the eager code they replace would: do not overlap those.
+// except that calls of a function with in-out captures (a training step), host values (an
+// optimizer's learning rate, refreshed before each call) or random ops share that state, as the
+// eager code they replace would: do not overlap those.
 // Captured tensors (parameters) are read at each call, and those the traced function wrote in
 // place (a training step's parameters and optimizer state) are updated in place after each call,
 // exactly like TracedFunction::operator(). Ops that cannot be compiled are reported by compile()

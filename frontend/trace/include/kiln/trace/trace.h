@@ -137,7 +137,7 @@ void mark_constant(const Tensor& t);
 // reference interpreter) on every other input set and compares. The report names each input set
 // on which they differ: an output beyond rtol/atol (its index and largest difference), a different
 // shape, or the trace refusing the input (a GuardError: a value it read back differs). fn runs
-// twice per input set, so it should have no side effects.
+// once for the first set and twice for each other, so it should have no side effects.
 struct TraceCheck {
   bool ok = true;
   std::string report;  // one line per divergence; empty when ok
