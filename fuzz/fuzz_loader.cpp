@@ -13,6 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // As a service loading files it does not trust would: no dlopen of (fuzzed) native code.
     kiln::rt::LoadOptions options;
     options.allow_native_code = false;
+    options.max_instruction_runs = 1024;  // a flipped loop bound must not hang an iteration
     auto model = kiln::rt::Model::from_bytes({data, size}, kiln::rt::builtin_registry(), options);
     // Running is part of the target, within bounds that keep an iteration fast.
     if (model->arena_bytes() > (64u << 20)) return 0;

@@ -202,6 +202,7 @@ int main(int argc, char** argv) {
   write(seeds + "/conv_net.kiln", conv_net().build());
   write(seeds + "/mixed_ops.kiln", mixed_ops().build());
   write(seeds + "/conv_blocks.kiln", conv_blocks().build());
+  write(seeds + "/control_flow.kiln", kiln::testing::control_flow_spec().build());
 
   const std::vector<uint8_t> good = linear_relu().build();
   auto variant = [&](const std::string& name, const std::function<void(ArtifactSpec&)>& f) {
@@ -242,6 +243,16 @@ int main(int argc, char** argv) {
   variant("foreign_target", [](ArtifactSpec& a) { a.target_triple = "aarch64-linux-gnu"; });
   variant("negative_dim", [](ArtifactSpec& a) { a.slots[0].shape = {2, -3}; });
   variant("no_outputs", [](ArtifactSpec& a) { a.outputs.clear(); });
+  auto control = [&](const std::string& name, const std::function<void(ArtifactSpec&)>& f) {
+    ArtifactSpec a = kiln::testing::control_flow_spec();
+    f(a);
+    write(broken + "/" + name + ".kiln", a.build());
+  };
+  control("region_past_end", [](ArtifactSpec& a) { a.instrs[3].body_size = 1u << 30; });
+  control("branch_value_after_if", [](ArtifactSpec& a) { a.instrs[3].inputs = {3}; });
+  control("loop_counter_float", [](ArtifactSpec& a) { a.slots[8].dtype = fb::DType::Float32; });
+  control("loop_step_zero", [](ArtifactSpec& a) { a.instrs[3].step = 0; });
+  control("control_in_version_1", [](ArtifactSpec& a) { a.version = 1; });
   variant("missing_symbol", [](ArtifactSpec& a) {
     a.instrs[1].kernel.clear();
     a.instrs[1].symbol = "kiln_fn_0";

@@ -1,16 +1,21 @@
-// module -> .kiln bytes (see kiln/codegen/artifact.h and runtime/schema/kiln.fbs).
+// module -> .kiln bytes (see kiln/codegen/artifact.h and runtime/schema/kiln.fbs); the bytes of
+// values and constants are artifact_values.cpp's.
 
 #include <cstring>
 #include <fstream>
 #include <set>
 #include <stdexcept>
 
+#include "artifact_values.h"
 #include "kiln/codegen/artifact.h"
 #include "kiln/ir/KilnDialect.h"
 #include "kiln_generated.h"
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/Bytecode/BytecodeWriter.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinDialect.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -19,49 +24,12 @@
 namespace kiln::codegen {
 namespace {
 
-[[noreturn]] void fail(const std::string& msg) {
-  throw std::runtime_error("kiln save: " + msg);
-}
-
-std::string op_name(mlir::Operation* op) {
-  return op->getName().getStringRef().str();
-}
-
-fb::DType dtype_of(mlir::Type t, const std::string& where) {
-  if (t.isF32()) return fb::DType::Float32;
-  if (t.isF64()) return fb::DType::Float64;
-  if (t.isF16()) return fb::DType::Float16;
-  if (t.isBF16()) return fb::DType::BFloat16;
-  if (t.isInteger(1)) return fb::DType::Bool;
-  if (t.isUnsignedInteger(8)) return fb::DType::UInt8;
-  if (t.isInteger(8)) return fb::DType::Int8;
-  if (t.isInteger(32)) return fb::DType::Int32;
-  if (t.isInteger(64)) return fb::DType::Int64;
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << t;
-  fail(where + ": element type " + s + " has no runtime dtype");
-}
-
-size_t dtype_bytes(fb::DType d) {
-  switch (d) {
-    case fb::DType::Float64:
-    case fb::DType::Int64:
-      return 8;
-    case fb::DType::Float32:
-    case fb::DType::Int32:
-      return 4;
-    case fb::DType::Float16:
-    case fb::DType::BFloat16:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
-uint64_t align64(uint64_t x) {
-  return (x + 63) & ~uint64_t{63};
-}
+using artifact_values::align64;
+using artifact_values::constant_bytes;
+using artifact_values::dtype_bytes;
+using artifact_values::dtype_of;
+using artifact_values::fail;
+using artifact_values::op_name;
 
 class Writer {
  public:
@@ -180,44 +148,6 @@ class Writer {
     return static_cast<uint32_t>(blobs_.size() - 1);
   }
 
-  // Bytes of a constant: dense resource blobs (frozen weights) or dense literals.
-  std::vector<uint8_t> constant_bytes(mlir::Operation* op) {
-    mlir::Attribute attr = op->getAttr("value");
-    auto type = mlir::cast<mlir::RankedTensorType>(op->getResult(0).getType());
-    const fb::DType dt = dtype_of(type.getElementType(), op_name(op));
-    const size_t n = static_cast<size_t>(type.getNumElements()), eb = dtype_bytes(dt);
-    std::vector<uint8_t> out(n * eb);
-    if (auto res = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(attr)) {
-      mlir::AsmResourceBlob* blob = res.getRawHandle().getBlob();
-      if (!blob)
-        fail("kiln.constant: dense resource '" + res.getRawHandle().getKey().str() +
-             "' has no data");
-      llvm::ArrayRef<char> data = blob->getData();
-      if (data.size() != out.size()) {
-        fail("kiln.constant: resource of " + std::to_string(data.size()) + " bytes for a " +
-             std::to_string(out.size()) + "-byte tensor");
-      }
-      std::memcpy(out.data(), data.data(), data.size());
-      return out;
-    }
-    auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(attr);
-    if (!dense) fail("kiln.constant: unsupported value attribute");
-    if (dt == fb::DType::Bool) {  // i1 is bit-packed in the attribute's raw data
-      size_t i = 0;
-      for (bool b : dense.getValues<bool>()) out[i++] = b ? 1 : 0;
-      if (dense.isSplat()) std::fill(out.begin(), out.end(), out.empty() ? 0 : out[0]);
-      return out;
-    }
-    llvm::ArrayRef<char> raw = dense.getRawData();
-    if (dense.isSplat()) {
-      for (size_t i = 0; i < n; ++i) std::memcpy(out.data() + i * eb, raw.data(), eb);
-    } else {
-      if (raw.size() != out.size()) fail("kiln.constant: unexpected raw data size");
-      std::memcpy(out.data(), raw.data(), raw.size());
-    }
-    return out;
-  }
-
   int32_t operand_slot(mlir::Value v, mlir::Operation* user) {
     auto it = slots_.find(v);
     if (it == slots_.end()) fail(op_name(user) + ": operand defined outside the plan");
@@ -273,12 +203,180 @@ class Writer {
         finish_outputs(results);
         continue;
       }
-      if (mlir::isa<ir::FusedOp>(op) && !op.hasAttr("kiln.symbol")) {
-        inline_fused(op);
-        continue;
-      }
-      emit_one(op);
+      emit_nested(op);
     }
+  }
+
+  // The ops of a region's block; returns the slots its scf.yield hands back.
+  std::vector<int32_t> emit_region(mlir::Block& block) {
+    for (mlir::Operation& op : block) {
+      if (mlir::isa<mlir::scf::YieldOp>(op)) {
+        std::vector<int32_t> yields;
+        for (mlir::Value v : op.getOperands()) yields.push_back(operand_slot(v, &op));
+        return yields;
+      }
+      emit_nested(op);
+    }
+    fail("a control-flow region does not end in scf.yield");
+  }
+
+  void emit_nested(mlir::Operation& op) {
+    if (mlir::isa<ir::FusedOp>(op) && !op.hasAttr("kiln.symbol")) {
+      inline_fused(op);
+      return;
+    }
+    emit_one(op);
+  }
+
+  // Result slots of a top-level op on its planned offsets (or space of their own).
+  std::vector<int32_t> result_slots(mlir::Operation& op) {
+    llvm::ArrayRef<int64_t> offsets;
+    if (auto a = op.getAttrOfType<mlir::DenseI64ArrayAttr>("kiln.arena_offsets")) {
+      offsets = a.asArrayRef();
+    }
+    std::vector<int32_t> outs;
+    for (unsigned i = 0; i < op.getNumResults(); ++i) {
+      int64_t off = i < offsets.size() ? offsets[i] : -1;
+      auto planned = planned_.find(op.getResult(i));
+      if (planned != planned_.end()) off = planned->second;
+      outs.push_back(
+          arena_slot(op.getResult(i), off, op_name(&op) + " result " + std::to_string(i)));
+    }
+    return outs;
+  }
+
+  // Values a branch makes and yields take the offsets of the scf.if's results (one branch runs,
+  // and nothing live across the scf.if shares those bytes), saving the copy.
+  void plan_yields_onto(mlir::Block& block, mlir::Operation& op) {
+    auto offsets = op.getAttrOfType<mlir::DenseI64ArrayAttr>("kiln.arena_offsets");
+    mlir::Operation* yield = block.getTerminator();
+    if (!offsets || !yield) return;
+    for (unsigned i = 0; i < yield->getNumOperands() && i < offsets.size(); ++i) {
+      mlir::Value v = yield->getOperand(i);
+      if (v.getParentBlock() != &block || mlir::isa<mlir::BlockArgument>(v) || offsets[i] < 0)
+        continue;
+      if (v.getType() != op.getResult(i).getType() || planned_.count(v)) continue;
+      planned_[v] = offsets[i];
+    }
+  }
+
+  // scf.if: an If instruction followed by the then- and else-branch's instructions.
+  void emit_if(mlir::scf::IfOp op) {
+    const int32_t pred = operand_slot(op.getCondition(), op);
+    const std::vector<int32_t> outs = result_slots(*op);
+    const size_t k = instrs_.size();
+    instrs_.emplace_back();  // the If itself, written once its regions' sizes are known
+    plan_yields_onto(*op.thenBlock(), *op);
+    const std::vector<int32_t> then_yields = emit_region(*op.thenBlock());
+    const size_t then_size = instrs_.size() - k - 1;
+    std::vector<int32_t> else_yields;
+    if (op.elseBlock()) {
+      plan_yields_onto(*op.elseBlock(), *op);
+      else_yields = emit_region(*op.elseBlock());
+    }
+    if (op.getNumResults() > 0 && !op.elseBlock()) fail("scf.if with results has no else-branch");
+    const size_t else_size = instrs_.size() - k - 1 - then_size;
+    const std::vector<int32_t> ins{pred};
+    auto ins_v = fbb_.CreateVector(ins), outs_v = fbb_.CreateVector(outs),
+         then_v = fbb_.CreateVector(then_yields), else_v = fbb_.CreateVector(else_yields);
+    fb::InstructionBuilder b(fbb_);
+    b.add_control(fb::Control::If);
+    b.add_inputs(ins_v);
+    b.add_outputs(outs_v);
+    b.add_yields(then_v);
+    b.add_else_yields(else_v);
+    b.add_body_size(static_cast<uint32_t>(then_size));
+    b.add_else_size(static_cast<uint32_t>(else_size));
+    instrs_[k] = b.Finish();
+    control_flow_ = true;
+  }
+
+  int64_t index_constant(mlir::Value v, const char* what) {
+    auto it = index_constants_.find(v);
+    if (it == index_constants_.end())
+      fail(std::string("scf.for: the ") + what +
+           " is not a constant; the runtime runs loops of "
+           "a fixed range");
+    return it->second;
+  }
+
+  // scf.for: a For instruction followed by the body's instructions. The carried values (the
+  // body's iteration arguments) get slots of their own; the induction variable, where the body
+  // reads it as a tensor, a 0-dim int64 slot the executor writes.
+  void emit_for(mlir::scf::ForOp op) {
+    const int64_t begin = index_constant(op.getLowerBound(), "lower bound");
+    const int64_t end = index_constant(op.getUpperBound(), "upper bound");
+    const int64_t step = index_constant(op.getStep(), "step");
+    if (step <= 0) fail("scf.for: the step must be positive, got " + std::to_string(step));
+    std::vector<int32_t> ins, carried;
+    for (mlir::Value v : op.getInitArgs()) ins.push_back(operand_slot(v, op));
+    const std::vector<int32_t> outs = result_slots(*op);
+    for (mlir::BlockArgument a : op.getRegionIterArgs())
+      carried.push_back(arena_slot(a, -1, "scf.for carried value"));
+    induction_[op.getInductionVar()] = -1;
+    const size_t k = instrs_.size();
+    instrs_.emplace_back();
+    const std::vector<int32_t> yields = emit_region(*op.getBody());
+    const size_t body_size = instrs_.size() - k - 1;
+    const int32_t counter = induction_[op.getInductionVar()];
+    auto ins_v = fbb_.CreateVector(ins), outs_v = fbb_.CreateVector(outs),
+         yields_v = fbb_.CreateVector(yields), carried_v = fbb_.CreateVector(carried);
+    fb::InstructionBuilder b(fbb_);
+    b.add_control(fb::Control::For);
+    b.add_inputs(ins_v);
+    b.add_outputs(outs_v);
+    b.add_yields(yields_v);
+    b.add_carried(carried_v);
+    b.add_body_size(static_cast<uint32_t>(body_size));
+    b.add_counter(counter);
+    b.add_begin(begin);
+    b.add_end(end);
+    b.add_step(step);
+    instrs_[k] = b.Finish();
+    control_flow_ = true;
+  }
+
+  // The scalar glue around control flow: bounds (arith.constant), the predicate
+  // (tensor.extract of a 0-dim tensor reads that tensor's slot) and the induction variable as
+  // a tensor (arith.index_cast + tensor.from_elements: the loop's counter slot). Returns false
+  // for any other op.
+  bool emit_scalar_glue(mlir::Operation& op) {
+    if (auto c = mlir::dyn_cast<mlir::arith::ConstantOp>(op)) {
+      auto i = mlir::dyn_cast<mlir::IntegerAttr>(c.getValue());
+      if (!i) fail("arith.constant: only integer constants (loop bounds) are supported");
+      index_constants_[c.getResult()] = i.getInt();
+      return true;
+    }
+    if (auto e = mlir::dyn_cast<mlir::tensor::ExtractOp>(op)) {
+      auto t = mlir::cast<mlir::RankedTensorType>(e.getTensor().getType());
+      if (t.getNumElements() != 1) fail("tensor.extract: only from one-element tensors");
+      slots_[e.getResult()] = operand_slot(e.getTensor(), &op);
+      return true;
+    }
+    if (auto cast = mlir::dyn_cast<mlir::arith::IndexCastOp>(op)) {
+      mlir::Value in = cast.getIn();
+      if (induction_.count(in)) {
+        induction_alias_[cast.getResult()] = in;
+      } else if (index_constants_.count(in)) {
+        index_constants_[cast.getResult()] = index_constants_[in];
+      } else {
+        fail("arith.index_cast: only of a loop's induction variable or a constant");
+      }
+      return true;
+    }
+    if (auto from = mlir::dyn_cast<mlir::tensor::FromElementsOp>(op)) {
+      auto it = from->getNumOperands() == 1 ? induction_alias_.find(from->getOperand(0))
+                                            : induction_alias_.end();
+      auto type = mlir::cast<mlir::RankedTensorType>(from.getType());
+      if (it == induction_alias_.end() || type.getRank() != 0 ||
+          !type.getElementType().isInteger(64))
+        fail("tensor.from_elements: only a loop's induction variable as a 0-dim i64 tensor");
+      int32_t& counter = induction_[it->second];
+      if (counter < 0) counter = arena_slot(from.getResult(), -1, "scf.for counter");
+      slots_[from.getResult()] = counter;
+      return true;
+    }
+    return false;
   }
 
   // One op of a block (or of an inlined fused body).
@@ -288,6 +386,9 @@ class Writer {
       slots_[op.getResult(0)] = none_slot();
       return;
     }
+    if (auto i = mlir::dyn_cast<mlir::scf::IfOp>(op)) return emit_if(i);
+    if (auto f = mlir::dyn_cast<mlir::scf::ForOp>(op)) return emit_for(f);
+    if (emit_scalar_glue(op)) return;
     if (mlir::isa<ir::ConstantOp>(op)) {
       std::vector<uint8_t> bytes = constant_bytes(&op);
       const std::string blob_name = "constant" + std::to_string(constants_++);
@@ -335,18 +436,9 @@ class Writer {
 
   void emit_op(mlir::Operation& op, const std::string& kernel) {
     const std::string where = op_name(&op);
-    std::vector<int32_t> ins, outs;
+    std::vector<int32_t> ins;
     for (mlir::Value v : op.getOperands()) ins.push_back(operand_slot(v, &op));
-    llvm::ArrayRef<int64_t> offsets;
-    if (auto a = op.getAttrOfType<mlir::DenseI64ArrayAttr>("kiln.arena_offsets")) {
-      offsets = a.asArrayRef();
-    }
-    for (unsigned i = 0; i < op.getNumResults(); ++i) {
-      int64_t off = i < offsets.size() ? offsets[i] : -1;
-      auto planned = planned_.find(op.getResult(i));
-      if (planned != planned_.end()) off = planned->second;
-      outs.push_back(arena_slot(op.getResult(i), off, where + " result " + std::to_string(i)));
-    }
+    const std::vector<int32_t> outs = result_slots(op);
     std::vector<flatbuffers::Offset<fb::Attr>> attrs;
     std::string symbol;
     for (mlir::NamedAttribute na : op.getAttrs()) {
@@ -408,8 +500,8 @@ class Writer {
     std::vector<uint8_t> bytecode;
     if (o_.embed_mlir_bytecode) bytecode = module_bytecode();
     auto root = fb::CreateModelDirect(
-        fbb_, 1, o_.name.c_str(), o_.producer.c_str(), o_.target_triple.c_str(), &feats, &inputs_,
-        &outputs_, &slot_list_, &instrs_, align64(arena_),
+        fbb_, control_flow_ ? 2 : 1, o_.name.c_str(), o_.producer.c_str(), o_.target_triple.c_str(),
+        &feats, &inputs_, &outputs_, &slot_list_, &instrs_, align64(arena_),
         naive_ ? naive_ + naive_extra_ : naive_extra_, &blobs_, &state_, &code,
         o_.embed_mlir_bytecode ? &bytecode : nullptr, &meta);
     fbb_.FinishSizePrefixed(root, fb::ModelIdentifier());
@@ -460,6 +552,10 @@ class Writer {
   uint64_t arena_ = 0, planned_arena_ = 0, naive_ = 0, naive_extra_ = 0;
   int32_t none_ = -1;
   int constants_ = 0;
+  bool control_flow_ = false;  // an If or For was written: format version 2
+  llvm::DenseMap<mlir::Value, int64_t> index_constants_;      // loop bounds
+  llvm::DenseMap<mlir::Value, int32_t> induction_;            // induction variable -> counter slot
+  llvm::DenseMap<mlir::Value, mlir::Value> induction_alias_;  // its index_cast -> itself
   std::map<const void*, std::string> resource_blobs_;  // resource attribute -> its blob's name
 };
 

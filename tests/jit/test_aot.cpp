@@ -13,6 +13,7 @@
 #include <string>
 
 #include "helpers.h"
+#include "kiln/control_flow.h"
 #include "kiln/jit/aot.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
@@ -296,4 +297,33 @@ TEST(JitAot, ExecutableChecksGuards) {
   EXPECT_NE(run(o.output + " " + dir / "other.npy -o " + dir / "y.npy", &out), 0);
   EXPECT_NE(out.find("test_aot.cpp"), std::string::npos) << out;
   EXPECT_NE(out.find("this input gives -3"), std::string::npos) << out;
+}
+
+// kiln::cond and kiln::loop compile into the executable: another input takes the other branch.
+TEST(JitAot, ExecutableRunsBranchesAndLoops) {
+  auto fn = [](const TensorList& in) {
+    const Tensor& x = in[0];
+    return cond(
+        gt(x.sum(), zeros({})),
+        [&] {
+          return loop(4,
+                      [](const Tensor& i, const TensorList& c) {
+                        return TensorList{c[0] * 0.5 + i.to(DType::Float32)};
+                      },
+                      {x});
+        },
+        [&] { return TensorList{x - 1.0}; });
+  };
+  const Tensor x = abs(rnd({3}, 1));
+  jit::TracedFunction traced = jit::trace(fn, {x});
+  Scratch dir;
+  jit::AotOptions o;
+  o.output = dir / "branchy";
+  jit::compile_aot(traced, o);
+  for (const Tensor& in : {x, -x}) {
+    std::string out;
+    write_npy(dir / "x.npy", in);
+    ASSERT_EQ(run(o.output + " " + dir / "x.npy -o " + dir / "y.npy", &out), 0) << out;
+    EXPECT_LE(max_rel_error(read_npy(dir / "y.npy"), fn({in})[0]), 1e-6);
+  }
 }

@@ -29,6 +29,12 @@ struct InstrSpec {
   std::vector<int32_t> inputs, outputs;
   std::vector<AttrSpecT> attrs;
   std::string symbol;
+  // Control instructions (kernel and symbol empty).
+  fb::Control control = fb::Control::None;
+  uint32_t body_size = 0, else_size = 0;
+  std::vector<int32_t> yields, else_yields, carried;
+  int32_t counter = -1;
+  int64_t begin = 0, end = 0, step = 1;
 };
 
 struct CodeSpec {
@@ -57,6 +63,7 @@ struct ArtifactSpec {
       slots.push_back(fb::CreateSlotDirect(b, s.kind, s.dtype, &s.shape, s.offset, s.weight));
     }
     std::vector<flatbuffers::Offset<fb::Instruction>> instrs;
+    auto list = [](const std::vector<int32_t>& v) { return v.empty() ? nullptr : &v; };
     for (const InstrSpec& in : this->instrs) {
       std::vector<flatbuffers::Offset<fb::Attr>> attrs;
       for (const AttrSpecT& a : in.attrs) {
@@ -65,7 +72,9 @@ struct ArtifactSpec {
       }
       instrs.push_back(fb::CreateInstructionDirect(
           b, in.kernel.empty() ? nullptr : in.kernel.c_str(),
-          in.symbol.empty() ? nullptr : in.symbol.c_str(), &attrs, &in.inputs, &in.outputs));
+          in.symbol.empty() ? nullptr : in.symbol.c_str(), &attrs, &in.inputs, &in.outputs,
+          in.control, in.body_size, in.else_size, list(in.yields), list(in.else_yields),
+          list(in.carried), in.counter, in.begin, in.end, in.step));
     }
     auto io = [&](const std::vector<std::pair<std::string, uint32_t>>& v) {
       std::vector<flatbuffers::Offset<fb::Io>> out;
@@ -124,6 +133,47 @@ inline ArtifactSpec linear_relu_spec(const std::vector<float>& w, const std::vec
   a.inputs = {{"x", 0}};
   a.outputs = {{"y", 4}};
   a.arena_bytes = 128;
+  return a;
+}
+
+// Control flow: y = (p ? relu(x) : -x), then z = y * 2^3 by a loop of three z = z + z.
+//   x [4] and p (bool, 0-dim) inputs; y and z outputs.
+inline ArtifactSpec control_flow_spec() {
+  ArtifactSpec a;
+  a.version = 2;
+  a.slots = {
+      {fb::SlotKind::Arena, fb::DType::Float32, {4}, 0, 0},    // 0: x
+      {fb::SlotKind::Arena, fb::DType::Bool, {}, 64, 0},       // 1: p
+      {fb::SlotKind::Arena, fb::DType::Float32, {4}, 128, 0},  // 2: y
+      {fb::SlotKind::Arena, fb::DType::Float32, {4}, 192, 0},  // 3: relu(x)
+      {fb::SlotKind::Arena, fb::DType::Float32, {4}, 256, 0},  // 4: -x
+      {fb::SlotKind::Arena, fb::DType::Float32, {4}, 320, 0},  // 5: carried z
+      {fb::SlotKind::Arena, fb::DType::Float32, {4}, 384, 0},  // 6: z + z
+      {fb::SlotKind::Arena, fb::DType::Float32, {4}, 448, 0},  // 7: the loop's result
+      {fb::SlotKind::Arena, fb::DType::Int64, {}, 512, 0},     // 8: counter
+  };
+  InstrSpec branch;
+  branch.control = fb::Control::If;
+  branch.inputs = {1};
+  branch.outputs = {2};
+  branch.body_size = 1;
+  branch.else_size = 1;
+  branch.yields = {3};
+  branch.else_yields = {4};
+  InstrSpec loop;
+  loop.control = fb::Control::For;
+  loop.inputs = {2};
+  loop.outputs = {7};
+  loop.carried = {5};
+  loop.yields = {6};
+  loop.counter = 8;
+  loop.body_size = 1;
+  loop.end = 3;
+  a.instrs = {
+      branch, {"relu", {0}, {3}, {}}, {"neg", {0}, {4}, {}}, loop, {"add", {5, 5}, {6}, {}}};
+  a.inputs = {{"x", 0}, {"p", 1}};
+  a.outputs = {{"y", 2}, {"z", 7}};
+  a.arena_bytes = 520;
   return a;
 }
 

@@ -413,6 +413,100 @@ TEST(Artifact, SemanticChecksNameWhatIsWrong) {
   }
 }
 
+TEST(Artifact, ControlFlowRunsTheTakenBranchAndTheLoop) {
+  const std::vector<uint8_t> file = testing::control_flow_spec().build();
+  rt::LoadOptions bounded;
+  bounded.max_instruction_runs = 2;  // the loop's body runs 3 times
+  try {
+    rt::Model::from_bytes(file, rt::builtin_registry(), bounded);
+    ADD_FAILURE() << "a loop beyond max_instruction_runs loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("runs 3 times"), std::string::npos) << e.what();
+  }
+  bounded.max_instruction_runs = 3;
+  EXPECT_NO_THROW(rt::Model::from_bytes(file, rt::builtin_registry(), bounded));
+  auto model = rt::Model::from_bytes(file);
+  rt::Session session(model);
+  std::vector<float> x = {1.5f, -2.0f, 0.25f, -0.5f};
+  TensorImplPtr xt = kiln::from_blob(x.data(), std::vector<int64_t>{4}, DType::Float32);
+  for (const bool p : {true, false, true}) {
+    bool flag = p;
+    TensorImplPtr pt = kiln::from_blob(&flag, std::vector<int64_t>{}, DType::Bool);
+    auto out = session.run({xt.get(), pt.get()});
+    for (int i = 0; i < 4; ++i) {
+      const double y = p ? std::max(double(x[i]), 0.0) : -double(x[i]);
+      EXPECT_EQ(out[0]->data_ptr<float>()[i], y) << p << " " << i;
+      EXPECT_EQ(out[1]->data_ptr<float>()[i], 8 * y) << p << " " << i;
+    }
+  }
+}
+
+TEST(Artifact, ControlFlowChecksNameWhatIsWrong) {
+  struct Case {
+    const char* what;
+    std::function<void(ArtifactSpec&)> mutate;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"version 1", [](ArtifactSpec& a) { a.version = 1; }, "control flow needs format version 2"},
+      {"region past the end", [](ArtifactSpec& a) { a.instrs[3].body_size = 7; },
+       "extend past the end of the enclosing program"},
+      {"nested region past its parent",
+       [](ArtifactSpec& a) {
+         a.instrs[0].body_size = 0;  // the then-branch is empty, the else-branch holds 1 + ...
+         a.instrs[0].else_size = 1;
+         a.instrs[0].yields = {0};
+         InstrSpec loop = a.instrs[3];  // a loop (over x) whose body lies outside the branch
+         loop.inputs = {0};
+         a.instrs.insert(a.instrs.begin() + 1, loop);
+       },
+       "extend past the end of the enclosing region"},
+      {"branch value read after the if", [](ArtifactSpec& a) { a.instrs[3].inputs = {3}; },
+       "reads slot 3 before"},
+      {"yield from the other branch", [](ArtifactSpec& a) { a.instrs[0].else_yields = {3}; },
+       "else-branch yield 0 (slot 3) holds no value"},
+      {"yield count",
+       [](ArtifactSpec& a) {
+         a.instrs[0].yields = {3, 4};
+       },
+       "2 then-branch yield for 1 values"},
+      {"yield shape", [](ArtifactSpec& a) { a.slots[6].shape = {2}; }, "loop-body yield 0 is"},
+      {"predicate size", [](ArtifactSpec& a) { a.slots[1].shape = {2}; }, "one-element predicate"},
+      {"counter dtype", [](ArtifactSpec& a) { a.slots[8].dtype = fb::DType::Float32; },
+       "not a 0-dim int64 arena slot"},
+      {"step", [](ArtifactSpec& a) { a.instrs[3].step = 0; }, "step must be positive"},
+      {"loop else-region", [](ArtifactSpec& a) { a.instrs[3].else_size = 1; },
+       "a loop has no else-region"},
+      {"carried count", [](ArtifactSpec& a) { a.instrs[3].carried = {}; }, "carried slots"},
+      {"kernel on a control instruction", [](ArtifactSpec& a) { a.instrs[0].kernel = "relu"; },
+       "names no kernel or symbol"},
+      {"unknown control",
+       [](ArtifactSpec& a) { a.instrs[0].control = static_cast<fb::Control>(9); },
+       "unknown control kind 9"},
+      {"nesting depth",
+       [](ArtifactSpec& a) {
+         // 70 Ifs, each the then-branch of the one before, around the If of the spec.
+         a.instrs.erase(a.instrs.begin() + 3, a.instrs.end());
+         a.outputs = {{"y", 2}};
+         std::vector<InstrSpec> chain;
+         for (uint32_t d = 0; d < 70; ++d) {
+           InstrSpec in = a.instrs[0];
+           in.body_size = 72 - d;
+           in.else_size = 0;
+           chain.push_back(in);
+         }
+         a.instrs.insert(a.instrs.begin(), chain.begin(), chain.end());
+       },
+       "nested deeper than 64"},
+  };
+  for (const Case& c : cases) {
+    ArtifactSpec a = testing::control_flow_spec();
+    c.mutate(a);
+    const std::string e = error_of(a.build());
+    EXPECT_NE(e.find(c.expect), std::string::npos) << c.what << ": got \"" << e << "\"";
+  }
+}
+
 // Every prefix of a valid file, and every single-byte corruption of it, either loads or is
 // rejected with kiln::Error; one that loads runs or fails with kiln::Error (never a crash).
 TEST(Artifact, TruncationsAndByteFlipsFailCleanly) {

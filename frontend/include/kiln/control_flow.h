@@ -2,7 +2,8 @@
 // Explicit control flow that survives tracing: the C++ answer to TorchScript's script mode.
 // In eager mode these are plain `if` and `for`. Under kiln::jit::trace they record region ops
 // (scf.if / scf.for) holding both branches or the loop body, instead of baking in the path the
-// example inputs took.
+// example inputs took; the JIT, AOT code and saved artifacts (the runtime's If/For
+// instructions) all keep them.
 //
 // Under tracing the regions record forward computation only: gradients do not flow through a
 // traced cond/loop (they run with grad mode off), and a branch or body may not write a tensor

@@ -44,6 +44,7 @@ struct Checker {
   uint64_t segment_size = 0;
   const uint8_t* segment = nullptr;
   bool allow_native_code = true;  // LoadOptions::allow_native_code
+  uint64_t max_runs = 0;          // LoadOptions::max_instruction_runs
 
   void blobs() {
     if (!m.weights()) return;
@@ -235,8 +236,9 @@ struct Checker {
   void discard_unread_outputs() {
     std::vector<char> read(out.slots.size(), 0);
     for (const InstrInfo& in : out.instrs)
-      for (int32_t s : in.inputs)
-        if (s >= 0) read[s] = 1;
+      for (const auto* list : {&in.inputs, &in.yields, &in.else_yields})
+        for (int32_t s : *list)
+          if (s >= 0) read[s] = 1;
     for (uint32_t s : out.output_slots) read[s] = 1;
     for (const auto& [v, blob] : out.state_updates) read[v] = 1;
     for (InstrInfo& in : out.instrs) {
@@ -278,95 +280,252 @@ struct Checker {
     }
   }
 
-  void instructions() {
-    const std::map<std::string, CompiledFn> symbols = code();
-    std::vector<uint8_t> defined(out.slots.size(), 0);
-    for (size_t s = 0; s < out.slots.size(); ++s)
-      defined[s] = out.slots[s].kind == SlotKind::Weight;
-    for (uint32_t s : out.input_slots) defined[s] = 1;
-    std::set<std::string> missing;
-    std::map<std::string, size_t> counts;
-    const uint32_t n = m.instructions() ? m.instructions()->size() : 0;
-    for (uint32_t k = 0; k < n; ++k) {
-      const fb::Instruction& ins = *m.instructions()->Get(k);
-      InstrInfo info;
-      const std::string kernel = str(ins.kernel()), symbol = str(ins.symbol());
-      KILN_CHECK(kernel.empty() != symbol.empty(), kOp, "instruction ", k,
-                 ": expected exactly one of a kernel name or a compiled symbol");
-      info.name = kernel.empty() ? symbol : kernel;
-      ++counts[info.name];
-      auto operands = [&](const flatbuffers::Vector<int32_t>* v, std::vector<int32_t>& dst) {
-        if (!v) return;
-        for (int32_t s : *v) {
-          KILN_CHECK(s >= -1 && s < static_cast<int64_t>(out.slots.size()), kOp, "instruction ", k,
-                     " (", info.name, "): operand slot ", s, " out of range (", out.slots.size(),
-                     " slots)");
-          dst.push_back(s);
-        }
-      };
-      operands(ins.inputs(), info.inputs);
-      operands(ins.outputs(), info.outputs);
-      const std::string where = "instruction " + std::to_string(k) + " (" + info.name + ")";
-      if (!kernel.empty()) {
-        info.def = registry.find(kernel);
-        if (!info.def) {
-          missing.insert(kernel);
-          out.instrs.push_back(std::move(info));
-          continue;
-        }
-        const KernelDef& d = *info.def;
-        const int64_t ni = info.inputs.size(), no = info.outputs.size();
-        KILN_CHECK(ni >= d.min_inputs && (d.max_inputs < 0 || ni <= d.max_inputs), kOp, where,
-                   ": expected ", d.min_inputs, d.max_inputs < 0 ? " or more" : "",
-                   d.max_inputs > d.min_inputs ? " to " + std::to_string(d.max_inputs) : "",
-                   " inputs, got ", ni);
-        KILN_CHECK(no == d.num_outputs, kOp, where, ": expected ", d.num_outputs, " outputs, got ",
-                   no);
-        for (int64_t i = 0; i < ni; ++i) {
-          const bool optional = i < 32 && (d.optional_inputs >> i) & 1u;
-          KILN_CHECK(
-              optional || (info.inputs[i] >= 0 && out.slots[info.inputs[i]].kind != SlotKind::None),
-              kOp, where, ": input ", i, " is required");
-        }
-        std::vector<AttrValue> values;
-        attrs(ins, values);
-        const AttrMap attr_map(kernel, values, d.attrs);
-        for (const AttrSpec& spec : d.attrs) {
-          KILN_CHECK(!spec.required || attr_map.find(spec.name), kOp, where,
-                     ": missing attribute '", spec.name, "' (", attr_type_name(spec.type), ")");
-        }
-        if (d.decode) {
-          try {
-            info.params = d.decode(attr_map);
-          } catch (const Error& e) {
-            fail(kOp, where, ": ", e.what());
-          }
-        }
-      } else {
-        auto it = symbols.find(symbol);
-        KILN_CHECK(it != symbols.end(), kOp, where,
-                   ": no code object for this host defines the symbol");
-        info.fn = it->second;
+  // Decodes instruction k (kernel lookup, attributes, operand ranges); an unknown kernel is
+  // collected in `missing` and checked no further.
+  InstrInfo decode_instruction(uint32_t k, const std::map<std::string, CompiledFn>& symbols,
+                               std::set<std::string>& missing) {
+    const fb::Instruction& ins = *m.instructions()->Get(k);
+    InstrInfo info;
+    const std::string kernel = str(ins.kernel()), symbol = str(ins.symbol());
+    const int control = static_cast<int>(ins.control());
+    KILN_CHECK(control >= 0 && control <= 2, kOp, "instruction ", k, ": unknown control kind ",
+               control);
+    info.control = static_cast<Control>(control);
+    auto slot_list = [&](const flatbuffers::Vector<int32_t>* v, std::vector<int32_t>& dst) {
+      if (!v) return;
+      for (int32_t s : *v) {
+        KILN_CHECK(s >= -1 && s < static_cast<int64_t>(out.slots.size()), kOp, "instruction ", k,
+                   " (", kernel.empty() ? symbol : kernel, "): operand slot ", s, " out of range (",
+                   out.slots.size(), " slots)");
+        dst.push_back(s);
       }
+    };
+    slot_list(ins.inputs(), info.inputs);
+    slot_list(ins.outputs(), info.outputs);
+    if (info.control != Control::None) {
+      info.name = info.control == Control::If ? "if" : "for";
+      KILN_CHECK(kernel.empty() && symbol.empty(), kOp, "instruction ", k, " (", info.name,
+                 "): a control instruction names no kernel or symbol");
+      slot_list(ins.yields(), info.yields);
+      slot_list(ins.else_yields(), info.else_yields);
+      slot_list(ins.carried(), info.carried);
+      info.body_size = ins.body_size();
+      info.else_size = ins.else_size();
+      info.counter = ins.counter();
+      info.begin = ins.begin();
+      info.end = ins.end();
+      info.step = ins.step();
+      return info;
+    }
+    KILN_CHECK(kernel.empty() != symbol.empty(), kOp, "instruction ", k,
+               ": expected exactly one of a kernel name or a compiled symbol");
+    info.name = kernel.empty() ? symbol : kernel;
+    const std::string where = "instruction " + std::to_string(k) + " (" + info.name + ")";
+    if (!symbol.empty()) {
+      auto it = symbols.find(symbol);
+      KILN_CHECK(it != symbols.end(), kOp, where,
+                 ": no code object for this host defines the symbol");
+      info.fn = it->second;
+      return info;
+    }
+    info.def = registry.find(kernel);
+    if (!info.def) {
+      missing.insert(kernel);
+      return info;
+    }
+    const KernelDef& d = *info.def;
+    const int64_t ni = info.inputs.size(), no = info.outputs.size();
+    KILN_CHECK(ni >= d.min_inputs && (d.max_inputs < 0 || ni <= d.max_inputs), kOp, where,
+               ": expected ", d.min_inputs, d.max_inputs < 0 ? " or more" : "",
+               d.max_inputs > d.min_inputs ? " to " + std::to_string(d.max_inputs) : "",
+               " inputs, got ", ni);
+    KILN_CHECK(no == d.num_outputs, kOp, where, ": expected ", d.num_outputs, " outputs, got ", no);
+    for (int64_t i = 0; i < ni; ++i) {
+      const bool optional = i < 32 && (d.optional_inputs >> i) & 1u;
+      KILN_CHECK(
+          optional || (info.inputs[i] >= 0 && out.slots[info.inputs[i]].kind != SlotKind::None),
+          kOp, where, ": input ", i, " is required");
+    }
+    std::vector<AttrValue> values;
+    attrs(ins, values);
+    const AttrMap attr_map(kernel, values, d.attrs);
+    for (const AttrSpec& spec : d.attrs) {
+      KILN_CHECK(!spec.required || attr_map.find(spec.name), kOp, where, ": missing attribute '",
+                 spec.name, "' (", attr_type_name(spec.type), ")");
+    }
+    if (d.decode) {
+      try {
+        info.params = d.decode(attr_map);
+      } catch (const Error& e) {
+        fail(kOp, where, ": ", e.what());
+      }
+    }
+    return info;
+  }
+
+  // Which slots hold a value at the current point of the check; values defined inside a region
+  // are forgotten when it ends (only the control instruction's outputs survive it), undone from
+  // a log so that nested regions cost time in proportion to their instructions.
+  struct Defined {
+    std::vector<uint8_t> at;
+    std::vector<int32_t> log;
+    void set(int32_t s) {
+      if (!at[s]) at[s] = 1, log.push_back(s);
+    }
+    size_t mark() const { return log.size(); }
+    void undo(size_t mark) {
+      for (; log.size() > mark; log.pop_back()) at[log.back()] = 0;
+    }
+  };
+
+  static constexpr int kMaxNesting = 64;
+
+  bool same_spec(int32_t a, int32_t b) const {
+    return out.slots[a].dtype == out.slots[b].dtype && out.slots[a].shape == out.slots[b].shape;
+  }
+
+  // Checks `slots` (yields of a region) against `targets`: defined, and of the target's dtype and
+  // shape.
+  void check_copies(const std::string& where, const char* what, const std::vector<int32_t>& slots,
+                    const std::vector<int32_t>& targets, const Defined& defined) {
+    KILN_CHECK(slots.size() == targets.size(), kOp, where, ": ", slots.size(), " ", what, " for ",
+               targets.size(), " values");
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const int32_t s = slots[i];
+      KILN_CHECK(s >= 0 && out.slots[s].kind != SlotKind::None && defined.at[s], kOp, where, ": ",
+                 what, " ", i, " (slot ", s, ") holds no value at the region's end");
+      KILN_CHECK(same_spec(s, targets[i]), kOp, where, ": ", what, " ", i, " is ",
+                 describe_spec(out.slots[s].shape, out.slots[s].dtype), ", its target is ",
+                 describe_spec(out.slots[targets[i]].shape, out.slots[targets[i]].dtype));
+    }
+  }
+
+  // Verifies instructions [begin, end): every read after a write in the same or an enclosing
+  // region, outputs in the arena, regions nested inside their parents.
+  // `runs`: how many times each instruction of the region runs per call (loops around it).
+  void check_region(uint32_t begin, uint32_t end, Defined& defined, int depth, uint64_t runs) {
+    for (uint32_t k = begin; k < end;) {
+      InstrInfo& info = out.instrs[k];
+      const std::string where = "instruction " + std::to_string(k) + " (" + info.name + ")";
       for (int32_t s : info.inputs) {
-        KILN_CHECK(s < 0 || out.slots[s].kind == SlotKind::None || defined[s], kOp, where,
+        KILN_CHECK(s < 0 || out.slots[s].kind == SlotKind::None || defined.at[s], kOp, where,
                    ": reads slot ", s, " before any instruction writes it");
       }
       for (int32_t s : info.outputs) {
         KILN_CHECK(s >= 0 && out.slots[s].kind == SlotKind::Arena, kOp, where, ": output slot ", s,
                    " is not an arena slot (weights are read-only)");
       }
-      check_overlaps(info, where);
-      for (int32_t s : info.outputs) defined[s] = 1;
-      out.instrs.push_back(std::move(info));
+      if (info.control == Control::None) {
+        check_overlaps(info, where);
+        for (int32_t s : info.outputs) defined.set(s);
+        ++k;
+        continue;
+      }
+      KILN_CHECK(depth < kMaxNesting, kOp, where, ": control flow nested deeper than ",
+                 kMaxNesting);
+      KILN_CHECK(info.control == Control::If || info.else_size == 0, kOp, where,
+                 ": a loop has no else-region");
+      const uint64_t body_end = uint64_t{k} + 1 + info.body_size;
+      const uint64_t else_end = body_end + info.else_size;
+      KILN_CHECK(else_end <= end, kOp, where, ": its regions (", info.body_size, " + ",
+                 info.else_size, " instructions) extend past the end of the enclosing ",
+                 depth ? "region" : "program", " at instruction ", end);
+      for (size_t a = 0; a < info.outputs.size(); ++a)
+        for (size_t b = a + 1; b < info.outputs.size(); ++b) {
+          const SlotInfo &x = out.slots[info.outputs[a]], &y = out.slots[info.outputs[b]];
+          KILN_CHECK(x.nbytes == 0 || y.nbytes == 0 || x.offset + x.nbytes <= y.offset ||
+                         y.offset + y.nbytes <= x.offset,
+                     kOp, where, ": outputs ", a, " and ", b, " overlap in the arena");
+        }
+      if (info.control == Control::If) {
+        KILN_CHECK(
+            info.inputs.size() == 1 && info.inputs[0] >= 0 &&
+                out.slots[info.inputs[0]].kind != SlotKind::None &&
+                out.slots[info.inputs[0]].nbytes == dtype_size(out.slots[info.inputs[0]].dtype),
+            kOp, where, ": expected one input, a one-element predicate");
+        const size_t mark = defined.mark();
+        check_region(k + 1, static_cast<uint32_t>(body_end), defined, depth + 1, runs);
+        check_copies(where, "then-branch yield", info.yields, info.outputs, defined);
+        defined.undo(mark);
+        check_region(static_cast<uint32_t>(body_end), static_cast<uint32_t>(else_end), defined,
+                     depth + 1, runs);
+        check_copies(where, "else-branch yield", info.else_yields, info.outputs, defined);
+        defined.undo(mark);
+      } else {
+        KILN_CHECK(info.step > 0, kOp, where, ": the step must be positive, got ", info.step);
+        KILN_CHECK(
+            info.carried.size() == info.inputs.size() && info.outputs.size() == info.inputs.size(),
+            kOp, where, ": ", info.inputs.size(), " initial values, ", info.carried.size(),
+            " carried slots and ", info.outputs.size(), " outputs (expected equal counts)");
+        for (size_t i = 0; i < info.inputs.size(); ++i) {
+          const int32_t c = info.carried[i];
+          KILN_CHECK(info.inputs[i] >= 0 && out.slots[info.inputs[i]].kind != SlotKind::None, kOp,
+                     where, ": initial value ", i, " is absent");
+          KILN_CHECK(c >= 0 && out.slots[c].kind == SlotKind::Arena, kOp, where, ": carried slot ",
+                     i, " is not an arena slot");
+          KILN_CHECK(same_spec(c, info.inputs[i]) && same_spec(c, info.outputs[i]), kOp, where,
+                     ": carried value ", i,
+                     " changes dtype or shape between its initial value, "
+                     "carried slot and output");
+        }
+        const int32_t ctr = info.counter;
+        KILN_CHECK(
+            ctr == -1 || (ctr >= 0 && ctr < static_cast<int64_t>(out.slots.size()) &&
+                          out.slots[ctr].kind == SlotKind::Arena &&
+                          out.slots[ctr].dtype == DType::Int64 && out.slots[ctr].shape.empty()),
+            kOp, where, ": the counter slot ", ctr, " is not a 0-dim int64 arena slot");
+        // Trip count ceil((end - begin) / step), in unsigned arithmetic that cannot overflow.
+        const uint64_t span = info.end > info.begin ? static_cast<uint64_t>(info.end) -
+                                                          static_cast<uint64_t>(info.begin)
+                                                    : 0;
+        const uint64_t step = static_cast<uint64_t>(info.step);
+        const uint64_t trips = span / step + (span % step != 0);
+        uint64_t body_runs = 0;
+        const bool fits = mul_ok(runs, trips, body_runs);
+        KILN_CHECK(max_runs == 0 || (fits && body_runs <= max_runs), kOp, where, ": its body runs ",
+                   trips, " times per run of the loop (", runs,
+                   " runs), beyond LoadOptions::max_instruction_runs = ", max_runs);
+        const size_t mark = defined.mark();
+        for (int32_t c : info.carried) defined.set(c);
+        if (ctr >= 0) defined.set(ctr);
+        check_region(k + 1, static_cast<uint32_t>(body_end), defined, depth + 1,
+                     fits ? body_runs : ~uint64_t{0});
+        check_copies(where, "loop-body yield", info.yields, info.carried, defined);
+        defined.undo(mark);
+        for (size_t i = 0; i < info.yields.size(); ++i)
+          for (size_t j = 0; j < info.carried.size(); ++j)
+            info.staged |= i != j && info.yields[i] == info.carried[j];
+      }
+      for (int32_t s : info.outputs) defined.set(s);
+      k = static_cast<uint32_t>(else_end);
+    }
+  }
+
+  void instructions() {
+    const std::map<std::string, CompiledFn> symbols = code();
+    std::set<std::string> missing;
+    std::map<std::string, size_t> counts;
+    const uint32_t n = m.instructions() ? m.instructions()->size() : 0;
+    for (uint32_t k = 0; k < n; ++k) {
+      out.instrs.push_back(decode_instruction(k, symbols, missing));
+      KILN_CHECK(out.instrs.back().control == Control::None || m.format_version() >= 2, kOp,
+                 "instruction ", k, ": control flow needs format version 2, the file says ",
+                 m.format_version());
+      ++counts[out.instrs.back().name];
     }
     if (!missing.empty()) {
       std::string names;
       for (const std::string& s : missing) names += (names.empty() ? "" : ", ") + s;
       fail(kOp, "unknown kernels (not in this runtime's registry): ", names);
     }
+    Defined defined;
+    defined.at.assign(out.slots.size(), 0);
+    for (size_t s = 0; s < out.slots.size(); ++s)
+      defined.at[s] = out.slots[s].kind == SlotKind::Weight;
+    for (uint32_t s : out.input_slots) defined.at[s] = 1;
+    check_region(0, n, defined, 0, 1);
     for (size_t i = 0; i < out.output_slots.size(); ++i) {
-      KILN_CHECK(defined[out.output_slots[i]], kOp, "output \"", out.outputs[i].name,
+      KILN_CHECK(defined.at[out.output_slots[i]], kOp, "output \"", out.outputs[i].name,
                  "\" is never written");
     }
     discard_unread_outputs();
@@ -396,8 +555,9 @@ std::unique_ptr<Model::Impl> verify_and_decode(std::unique_ptr<Mapping> file,
   KILN_CHECK(fb::VerifySizePrefixedModelBuffer(verifier), kOp,
              "the FlatBuffers table is malformed (verifier rejected it)");
   const fb::Model& m = *fb::GetModel(data + 4);
-  KILN_CHECK(m.format_version() == kFormatVersion, kOp, "format version ", m.format_version(),
-             ", this runtime reads version ", kFormatVersion);
+  KILN_CHECK(m.format_version() >= 1 && m.format_version() <= kFormatVersion, kOp,
+             "format version ", m.format_version(), ", this runtime reads versions 1 to ",
+             kFormatVersion);
 
   auto impl = std::make_unique<Model::Impl>();
   impl->name = str(m.name());
@@ -409,6 +569,7 @@ std::unique_ptr<Model::Impl> verify_and_decode(std::unique_ptr<Mapping> file,
   }
   Checker c{m, *impl, registry};
   c.allow_native_code = options.allow_native_code;
+  c.max_runs = options.max_instruction_runs;
   const uint64_t seg = align64(uint64_t{fb_size} + 4);
   c.segment_size = seg <= size ? size - seg : 0;
   c.segment = data + std::min<uint64_t>(seg, size);

@@ -25,14 +25,25 @@ struct SlotInfo {
 
 using CompiledFn = void (*)(void* const* operands);
 
+enum class Control : uint8_t { None = 0, If = 1, For = 2 };
+
 struct InstrInfo {
-  const KernelDef* def = nullptr;  // runtime kernel, or
-  CompiledFn fn = nullptr;         // compiled function
-  std::string name;                // kernel name or symbol
+  const KernelDef* def = nullptr;   // runtime kernel, or
+  CompiledFn fn = nullptr;          // compiled function, or
+  Control control = Control::None;  // a control instruction (kiln.fbs: Instruction)
+  std::string name;                 // kernel name or symbol
   std::unique_ptr<KernelParams> params;
   std::vector<int32_t> inputs, outputs;  // slot indices, -1 = absent
   // Bit i: output i is not computed (KernelDef::optional_outputs and nothing reads its slot).
   uint32_t discarded_outputs = 0;
+  // Control instructions: region sizes (instructions after this one), the slots copied at region
+  // ends, the loop's range and counter slot. `staged`: a yield is another position's carried
+  // slot, so the copies go through `outputs` (a parallel copy).
+  uint32_t body_size = 0, else_size = 0;
+  std::vector<int32_t> yields, else_yields, carried;
+  int32_t counter = -1;
+  int64_t begin = 0, end = 0, step = 1;
+  bool staged = false;
 };
 
 struct BlobInfo {

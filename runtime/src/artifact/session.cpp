@@ -36,6 +36,59 @@ void copy_same(TensorImpl& dst, const TensorImpl& src) {
   }
 }
 
+// The truth of a one-element predicate (loader-checked): nonzero, as C reads it (-0.0 is false,
+// NaN true).
+bool nonzero(const TensorImpl& t) {
+  const void* p = t.data();
+  switch (t.dtype()) {
+    case DType::Float32:
+      return *static_cast<const float*>(p) != 0.0f;
+    case DType::Float64:
+      return *static_cast<const double*>(p) != 0.0;
+    case DType::Float16:
+    case DType::BFloat16:
+      return (*static_cast<const uint16_t*>(p) & 0x7fff) != 0;
+    default: {
+      const auto* b = static_cast<const uint8_t*>(p);
+      for (size_t i = 0; i < t.itemsize(); ++i)
+        if (b[i]) return true;
+      return false;
+    }
+  }
+}
+
+// Per instruction, the positions over which what it touches must stay intact: [k, k] for a
+// kernel, through the end of its regions for a control instruction, and the whole body of the
+// outermost loop around it (a later iteration reads the values again).
+std::vector<std::pair<int64_t, int64_t>> live_extents(const Model::Impl& m) {
+  const int64_t n = static_cast<int64_t>(m.instrs.size());
+  std::vector<std::pair<int64_t, int64_t>> extent(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) {
+    const InstrInfo& in = m.instrs[k];
+    const int64_t region_end = k + in.body_size + in.else_size;
+    extent[k] = {k, region_end};
+  }
+  for (int64_t k = 0; k < n; ++k) {  // outer loops first: they come first
+    const InstrInfo& in = m.instrs[k];
+    if (in.control != Control::For) continue;
+    const auto outer = extent[k];
+    for (int64_t j = k + 1; j <= k + static_cast<int64_t>(in.body_size); ++j) {
+      extent[j].first = std::min(extent[j].first, outer.first);
+      extent[j].second = std::max(extent[j].second, outer.second);
+    }
+  }
+  return extent;
+}
+
+// Every slot an instruction reads or writes, its own and its regions' copies included.
+template <typename F>
+void for_each_slot(const InstrInfo& in, F f) {
+  for (const auto* list : {&in.inputs, &in.outputs, &in.yields, &in.else_yields, &in.carried})
+    for (int32_t s : *list)
+      if (s >= 0) f(s);
+  if (in.counter >= 0) f(in.counter);
+}
+
 }  // namespace
 
 struct Session::State {
@@ -125,11 +178,12 @@ void Session::scratch_gaps() {
   const Model::Impl& m = model_->impl();
   const int64_t n = static_cast<int64_t>(m.instrs.size());
   std::vector<int64_t> first(m.slots.size(), n), last(m.slots.size(), -1);
+  const auto extent = live_extents(m);
   for (int64_t k = 0; k < n; ++k) {
-    for (int32_t s : m.instrs[k].inputs)
-      if (s >= 0) first[s] = std::min(first[s], k), last[s] = std::max(last[s], k);
-    for (int32_t s : m.instrs[k].outputs)
-      if (s >= 0) first[s] = std::min(first[s], k), last[s] = std::max(last[s], k);
+    for_each_slot(m.instrs[k], [&](int32_t s) {
+      first[s] = std::min(first[s], extent[k].first);
+      last[s] = std::max(last[s], extent[k].second);
+    });
   }
   for (uint32_t s : m.input_slots) first[s] = 0;
   for (uint32_t s : m.output_slots) last[s] = n;
@@ -161,11 +215,13 @@ void Session::scratch_gaps() {
 
 // An input slot can be bypassed (its readers pointed at the caller's contiguous tensor) when no
 // instruction writes bytes overlapping it while it is still read (in-place results, views
-// aliasing it) and it is not itself a model output; the arena bytes reused after its last read
-// are unaffected. Saves copying the input each run.
+// aliasing it), it is not itself a model output and no control instruction copies it (those
+// copies read the slot); the arena bytes reused after its last read are unaffected. Saves
+// copying the input each run.
 void Session::direct_inputs() {
   const Model::Impl& m = model_->impl();
   s_->direct_uses.assign(m.input_slots.size(), {});
+  const auto extent = live_extents(m);
   for (size_t i = 0; i < m.input_slots.size(); ++i) {
     const uint32_t slot = m.input_slots[i];
     const SlotInfo& in = m.slots[slot];
@@ -175,10 +231,16 @@ void Session::direct_inputs() {
     size_t last_read = 0;
     std::vector<uint32_t> uses;
     for (size_t k = 0; k < m.instrs.size(); ++k) {
+      const InstrInfo& instr = m.instrs[k];
+      if (instr.control != Control::None) {
+        for_each_slot(instr, [&](int32_t s) { safe &= s != static_cast<int32_t>(slot); });
+        continue;
+      }
       const State::Step& st = s_->steps[k];
       for (uint32_t j = 0; j < st.n_in; ++j)
-        if (m.instrs[k].inputs[j] == static_cast<int32_t>(slot))
-          uses.push_back(st.in_begin + j), last_read = k;
+        if (instr.inputs[j] == static_cast<int32_t>(slot))
+          uses.push_back(st.in_begin + j),
+              last_read = std::max(last_read, static_cast<size_t>(extent[k].second));
     }
     for (size_t k = 0; k <= last_read && k < m.instrs.size() && safe; ++k) {
       for (int32_t o : m.instrs[k].outputs) {
@@ -258,44 +320,96 @@ void Session::execute(std::span<const TensorImpl* const> inputs) {
     }
     if (!direct) copy_same(*slot, *x);
   }
-  TensorImpl* const* ops = s_->operands.data();
-  const bool profiling = s_->profiling;
-  std::chrono::steady_clock::time_point t0;
-  for (size_t k = 0; k < m.instrs.size(); ++k) {
-    const InstrInfo& in = m.instrs[k];
-    const State::Step& st = s_->steps[k];
-    if (profiling) [[unlikely]]
-      t0 = std::chrono::steady_clock::now();
-    const State::Gap& gap = s_->gaps[k];
-    ScratchLease lease(gap.size ? static_cast<char*>(s_->arena) + gap.offset : nullptr, gap.size);
-    try {
-      if (in.def) {
-        in.def->run(KernelCall{in.params.get(),
-                               {ops + st.in_begin, st.n_in},
-                               {ops + st.out_begin, st.n_out},
-                               m.prepared[k].data.get()});
-      } else {
-        in.fn(s_->pointers.data() + st.in_begin);
-      }
-    } catch (const std::bad_alloc&) {
-      fail("kiln run", "instruction ", k, " (", in.name, "): out of memory");
-    } catch (const GuardError& e) {  // keeps its type: a caller may re-trace on it
-      throw GuardError("kiln run",
-                       detail::concat("instruction ", k, " (", in.name, "): ", e.what()));
-    } catch (const std::exception& e) {  // kiln::Error, or a std:: one from a kernel
-      fail("kiln run", "instruction ", k, " (", in.name, "): ", e.what());
-    }
-    if (profiling) [[unlikely]]
-      s_->instr_ns[k] += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                   std::chrono::steady_clock::now() - t0)
-                                                   .count());
-  }
-  if (profiling) ++s_->profiled_runs;
+  run_range(0, m.instrs.size());
+  if (s_->profiling) ++s_->profiled_runs;
   for (const auto& [slot, blob] : m.state_updates) {
     for (const auto& [b, p] : s_->state) {
       if (b == blob) std::memcpy(p, s_->slots[slot]->data(), m.blobs[blob].size);
     }
   }
+}
+
+// Runs instructions [begin, end): kernels and compiled functions, and control instructions with
+// their regions (loader-checked to nest inside [begin, end)).
+void Session::run_range(size_t begin, size_t end) {
+  const Model::Impl& m = model_->impl();
+  auto slot = [&](int32_t s) -> TensorImpl& { return *s_->slots[s]; };
+  auto copy = [&](const std::vector<int32_t>& from, const std::vector<int32_t>& to) {
+    for (size_t i = 0; i < from.size(); ++i)
+      if (from[i] != to[i])
+        std::memmove(slot(to[i]).data(), slot(from[i]).data(), slot(to[i]).nbytes());
+  };
+  for (size_t k = begin; k < end;) {
+    const InstrInfo& in = m.instrs[k];
+    const size_t body_end = k + 1 + in.body_size, else_end = body_end + in.else_size;
+    switch (in.control) {
+      case Control::None:
+        run_instruction(k);
+        ++k;
+        continue;
+      case Control::If:
+        if (nonzero(slot(in.inputs[0]))) {
+          run_range(k + 1, body_end);
+          copy(in.yields, in.outputs);
+        } else {
+          run_range(body_end, else_end);
+          copy(in.else_yields, in.outputs);
+        }
+        break;
+      case Control::For:
+        copy(in.inputs, in.carried);
+        for (int64_t i = in.begin; i < in.end; i += in.step) {
+          if (in.counter >= 0) *static_cast<int64_t*>(slot(in.counter).data()) = i;
+          run_range(k + 1, body_end);
+          if (in.staged) {  // a parallel copy: through the outputs
+            copy(in.yields, in.outputs);
+            copy(in.outputs, in.carried);
+          } else {
+            copy(in.yields, in.carried);
+          }
+          // i + step reaches the end (computed without overflowing: i < end).
+          if (static_cast<uint64_t>(in.end) - static_cast<uint64_t>(i) <=
+              static_cast<uint64_t>(in.step))
+            break;
+        }
+        copy(in.carried, in.outputs);
+        break;
+    }
+    k = else_end;
+  }
+}
+
+void Session::run_instruction(size_t k) {
+  const Model::Impl& m = model_->impl();
+  const InstrInfo& in = m.instrs[k];
+  const State::Step& st = s_->steps[k];
+  TensorImpl* const* ops = s_->operands.data();
+  const bool profiling = s_->profiling;
+  std::chrono::steady_clock::time_point t0;
+  if (profiling) [[unlikely]]
+    t0 = std::chrono::steady_clock::now();
+  const State::Gap& gap = s_->gaps[k];
+  ScratchLease lease(gap.size ? static_cast<char*>(s_->arena) + gap.offset : nullptr, gap.size);
+  try {
+    if (in.def) {
+      in.def->run(KernelCall{in.params.get(),
+                             {ops + st.in_begin, st.n_in},
+                             {ops + st.out_begin, st.n_out},
+                             m.prepared[k].data.get()});
+    } else {
+      in.fn(s_->pointers.data() + st.in_begin);
+    }
+  } catch (const std::bad_alloc&) {
+    fail("kiln run", "instruction ", k, " (", in.name, "): out of memory");
+  } catch (const GuardError& e) {  // keeps its type: a caller may re-trace on it
+    throw GuardError("kiln run", detail::concat("instruction ", k, " (", in.name, "): ", e.what()));
+  } catch (const std::exception& e) {  // kiln::Error, or a std:: one from a kernel
+    fail("kiln run", "instruction ", k, " (", in.name, "): ", e.what());
+  }
+  if (profiling) [[unlikely]]
+    s_->instr_ns[k] += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
 }
 
 void Session::enable_profiling(bool on) {

@@ -27,7 +27,9 @@
 
 namespace kiln::rt {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// The newest artifact format this runtime reads; it reads every older one too. 2 added
+// control-flow instructions (If/For), which only version-2 files hold.
+inline constexpr uint32_t kFormatVersion = 2;
 
 // A named input or output and its guard (dtype + shape), checked on every call.
 struct TensorSpec {
@@ -50,6 +52,10 @@ struct LoadOptions {
   // code). false: such a file is refused at load, for services that load files they do not
   // trust (the verifier bounds what the interpreted plan can do, not what native code does).
   bool allow_native_code = true;
+  // The most times one instruction may run in a call: the product of the trip counts of the loops
+  // around it (0: no bound). A file beyond it is refused at load, so a service that loads files
+  // it does not trust bounds each call's work (the fuzzer uses it).
+  uint64_t max_instruction_runs = 0;
 };
 
 // What `kiln inspect` shows; filled from the verified file.
@@ -153,6 +159,8 @@ class Session {
 
  private:
   void execute(std::span<const TensorImpl* const> inputs);
+  void run_range(size_t begin, size_t end);
+  void run_instruction(size_t k);
   void prepare_model();
   void direct_inputs();
   void scratch_gaps();
