@@ -27,7 +27,5 @@ struct Json {
 
 // Throws kiln::Error(op, "<source>: bad JSON header: <problem> at byte N").
 Json parse_json(std::string_view text, const char* op, const std::string& source);
-// A JSON string literal (with quotes) for `s`.
-std::string json_quote(std::string_view s);
 
 }  // namespace kiln::serialize_detail

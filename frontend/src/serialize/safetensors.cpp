@@ -7,6 +7,7 @@
 #include "io.h"
 #include "json.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/safetensors.h"
 #include "kiln/serialize.h"
 
 namespace kiln {
@@ -18,22 +19,6 @@ namespace {
 constexpr const char* kRead = "read_safetensors";
 constexpr const char* kWrite = "write_safetensors";
 constexpr uint64_t kMaxHeader = 100'000'000;  // as the reference implementation
-
-struct DTypeName {
-  const char* name;
-  DType dtype;
-};
-constexpr DTypeName kDTypes[] = {
-    {"F32", DType::Float32},   {"F64", DType::Float64}, {"F16", DType::Float16},
-    {"BF16", DType::BFloat16}, {"I8", DType::Int8},     {"U8", DType::UInt8},
-    {"I32", DType::Int32},     {"I64", DType::Int64},   {"BOOL", DType::Bool},
-};
-
-const char* st_name(DType t) {
-  for (const auto& d : kDTypes)
-    if (d.dtype == t) return d.name;
-  return "?";
-}
 
 struct Entry {
   std::string name;
@@ -93,13 +78,11 @@ SafetensorsFile read_safetensors_file(const std::string& path) {
     if (dt->kind != Json::Kind::String) bad("tensor '", name, "': dtype is ", dt->kind_name());
     Entry e;
     e.name = name;
-    const DTypeName* found = nullptr;
-    for (const auto& d : kDTypes)
-      if (dt->text == d.name) found = &d;
+    const std::optional<DType> found = safetensors::dtype_from_format_name(dt->text);
     if (!found)
       bad("tensor '", name, "': unsupported dtype '", dt->text,
           "' (kiln reads F32 F64 F16 BF16 I8 U8 I32 I64 BOOL)");
-    e.dtype = found->dtype;
+    e.dtype = *found;
     if (shape->kind != Json::Kind::Array) bad("tensor '", name, "': shape is ", shape->kind_name());
     if (shape->array.size() > 64) bad("tensor '", name, "': more than 64 dims");
     uint64_t numel = 1;
@@ -169,42 +152,16 @@ NamedTensors read_safetensors(const std::string& path) {
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::vector<std::pair<std::string, std::string>>& metadata) {
-  std::unordered_set<std::string> names;
-  std::vector<Tensor> data;
-  std::string h = "{";
-  if (!metadata.empty()) {
-    h += "\"__metadata__\":{";
-    std::unordered_set<std::string> keys;
-    for (size_t i = 0; i < metadata.size(); ++i) {
-      KILN_CHECK(keys.insert(metadata[i].first).second, kWrite, "duplicate metadata key '",
-                 metadata[i].first, "'");
-      h += (i ? "," : "") + json_quote(metadata[i].first) + ":" + json_quote(metadata[i].second);
-    }
-    h += "}";
-  }
-  uint64_t at = 0;
+  std::vector<Tensor> keep;
+  std::vector<safetensors::Entry> entries;
   for (const auto& [name, t] : tensors) {
-    KILN_CHECK(name != "__metadata__", kWrite, "'__metadata__' is reserved, not a tensor name");
-    KILN_CHECK(names.insert(name).second, kWrite, "duplicate tensor name '", name, "'");
     KILN_CHECK(t.defined(), kWrite, "tensor '", name, "' is undefined");
-    Tensor c = t.detach().contiguous();
-    const uint64_t nbytes = static_cast<uint64_t>(c.numel()) * c.element_size();
-    h += (h.size() > 1 ? "," : "") + json_quote(name) + ":{\"dtype\":\"" + st_name(c.dtype()) +
-         "\",\"shape\":[";
-    for (int64_t d = 0; d < c.dim(); ++d) h += (d ? "," : "") + std::to_string(c.size(d));
-    h += "],\"data_offsets\":[" + std::to_string(at) + "," + std::to_string(at + nbytes) + "]}";
-    at += nbytes;
-    data.push_back(std::move(c));
+    keep.push_back(t.detach().contiguous());
+    const Tensor& c = keep.back();
+    entries.push_back({name, c.dtype(), std::vector<int64_t>(c.sizes().begin(), c.sizes().end()),
+                       c.impl()->data()});
   }
-  h += "}";
-  h.append((8 - h.size() % 8) % 8, ' ');  // keep the data buffer 8-byte aligned
-  std::vector<uint8_t> len;
-  put_le<uint64_t>(len, h.size());
-  FileSink out(path, kWrite);
-  out.write(len.data(), 8);
-  out.write(h.data(), h.size());
-  for (const Tensor& c : data) out.write(c.data(), c.numel() * c.element_size());
-  out.close();
+  safetensors::write(path, entries, metadata, kWrite);
 }
 
 }  // namespace kiln
