@@ -75,14 +75,22 @@ std::string generate_c_header(const ModelSignature& signature, const std::string
   for (int d = 0; d < 9; ++d) h << "  " << dtype_enum(d) << " = " << d << ",\n";
   h << "};\n#endif\n\n";
   h << "#define " << P << "_NUM_INPUTS " << signature.inputs.size() << "\n";
-  h << "#define " << P << "_NUM_OUTPUTS " << signature.outputs.size() << "\n\n";
+  h << "#define " << P << "_NUM_OUTPUTS " << signature.outputs.size() << "\n";
+  h << "#define " << P << "_NUM_STATE " << signature.state.size() << "\n\n";
   for (size_t i = 0; i < signature.inputs.size(); ++i)
     tensor_constants(h, P, "INPUT", i, signature.inputs[i]);
   for (size_t i = 0; i < signature.outputs.size(); ++i)
     tensor_constants(h, P, "OUTPUT", i, signature.outputs[i]);
+  for (size_t i = 0; i < signature.state.size(); ++i)
+    tensor_constants(h, P, "STATE", i, signature.state[i]);
   h << "\n/* inputs[i] points at INPUTi_BYTES bytes, outputs[i] at OUTPUTi_BYTES writable bytes. "
        "*/\n"
     << "int " << prefix << "_run(const void* const* inputs, void* const* outputs);\n"
+    << (signature.state.empty() ? ""
+                                : "/* A training step: each successful run updates the STATE "
+                                  "tensors, which live in the "
+                                  "model (one\n * instance per process; calls must not overlap); " +
+                                      prefix + "_info()->state_data[i] points at state i. */\n")
     << "/* The same signature at run time (a const kiln_model_info*, aot_model.h). */\n"
     << "const struct kiln_model_info* " << prefix << "_info(void);\n\n";
   h << "#ifdef __cplusplus\n}  /* extern \"C\" */\n#endif\n\n#endif\n";

@@ -7,6 +7,11 @@
 //
 // Outputs without an -o go to output<i>.npy in the working directory. --repeat N runs the model N
 // times and prints the mean and best latency (the outputs are those of the last run).
+//
+// A training step (model_info()->num_state > 0) runs the on-device training loop instead, as
+// `kiln train` does for a saved step (kiln/runtime/train_loop.h):
+//
+//   MODEL --data X.npy [--data Y.npy]... --steps N [--set NAME=VALUE]... [--save W.safetensors]
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +27,7 @@
 #include "kiln/runtime/dtype.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/npy.h"
+#include "kiln/runtime/train_loop.h"
 
 extern "C" int model_run(const void* const* inputs, void* const* outputs);
 extern "C" const kiln_model_info* model_info(void);
@@ -63,12 +69,88 @@ void print_info(const kiln_model_info& m, FILE* out) {
     std::fprintf(out, "  input %d  %s: %s\n", i, m.inputs[i].name, describe(m.inputs[i]).c_str());
   for (int32_t i = 0; i < m.num_outputs; ++i)
     std::fprintf(out, "  output %d %s: %s\n", i, m.outputs[i].name, describe(m.outputs[i]).c_str());
+  for (int32_t i = 0; i < m.num_state; ++i)
+    std::fprintf(out, "  state %d  %s: %s\n", i, m.state[i].name, describe(m.state[i]).c_str());
+}
+
+std::vector<int64_t> shape_of(const kiln_tensor_info& t) {
+  return std::vector<int64_t>(t.shape, t.shape + t.rank);
+}
+
+// Outputs in 64-byte aligned buffers, like every tensor the runtime allocates; returned on every
+// path out, errors included.
+struct OutputBuffers {
+  std::vector<void*> ptrs;
+  std::vector<size_t> bytes;
+  explicit OutputBuffers(const kiln_model_info& m) {
+    for (int32_t i = 0; i < m.num_outputs; ++i) {
+      const kiln_tensor_info& o = m.outputs[i];
+      const size_t n =
+          std::max<size_t>(size_t(numel(o)) * kiln::dtype_size(kiln::DType(o.dtype)), 1);
+      bytes.push_back(n);  // first: the destructor frees ptrs[i] with bytes[i]
+      ptrs.push_back(kiln::cpu_allocator().allocate(n));
+    }
+  }
+  ~OutputBuffers() {
+    for (size_t i = 0; i < ptrs.size(); ++i) kiln::cpu_allocator().deallocate(ptrs[i], bytes[i]);
+  }
+};
+
+void run_model(const void* const* inputs, void* const* outputs) {
+  const int rc = model_run(inputs, outputs);
+  if (rc == 0) return;
+  // model_run leaves the runtime's error message recorded (kiln/runtime/abi.h).
+  char* message = kiln_abi_take_error();
+  const std::string text = message ? message : "no message recorded";
+  kiln_abi_free_error(message);
+  kiln::fail("model", "model_run failed (code ", rc, "): ", text);
+}
+
+int train(const kiln_model_info& m, int argc, char** argv) {
+  static const std::string help = std::string("usage: ") + argv[0] + " " +
+                                  kiln::rt::kTrainLoopOptionsHelp +
+                                  "\nRuns this compiled training step N times.\n";
+  const kiln::rt::TrainLoopArgs a = kiln::rt::parse_train_loop_args(argc - 1, argv + 1);
+  if (a.help) {
+    std::fputs(help.c_str(), stdout);
+    print_info(m, stdout);
+    return 0;
+  }
+  std::string bad = a.bad;
+  if (bad.empty() && !a.positional.empty())
+    bad = "unexpected argument '" + a.positional[0] + "' (a training step reads --data files)";
+  if (!bad.empty()) {
+    std::fprintf(stderr, "%s: %s\n\n%s", argv[0], bad.c_str(), help.c_str());
+    return 2;
+  }
+  kiln::rt::TrainStep step;
+  for (int32_t i = 0; i < m.num_inputs; ++i)
+    step.inputs.push_back(
+        {m.inputs[i].name, kiln::DType(m.inputs[i].dtype), shape_of(m.inputs[i])});
+  step.loss_name = m.num_outputs > 0 ? m.outputs[0].name : "";
+  OutputBuffers out(m);
+  step.run = [&](const std::vector<const void*>& in) {
+    run_model(in.data(), out.ptrs.data());
+    return m.num_outputs == 0 ? 0.0
+                              : kiln::rt::mean_as_double(kiln::DType(m.outputs[0].dtype),
+                                                         out.ptrs[0], numel(m.outputs[0]));
+  };
+  step.state = [&] {
+    std::vector<kiln::safetensors::Entry> trained;
+    for (int32_t i = 0; i < m.num_state; ++i)
+      trained.push_back(
+          {m.state[i].name, kiln::DType(m.state[i].dtype), shape_of(m.state[i]), m.state_data[i]});
+    return trained;
+  };
+  kiln::rt::run_train_loop("model", a, step);
+  return 0;
 }
 
 int run(int argc, char** argv) {
   const kiln_model_info& m = *model_info();
   KILN_CHECK(m.abi_version == KILN_AOT_ABI_VERSION, "model", "compiled for AOT ABI version ",
              m.abi_version, ", this main speaks version ", KILN_AOT_ABI_VERSION);
+  if (m.num_state > 0) return train(m, argc, argv);
   std::vector<std::string> in_paths, out_paths;
   int repeat = 1;
   for (int i = 1; i < argc; ++i) {
@@ -110,37 +192,14 @@ int run(int argc, char** argv) {
                ", got ", describe(a), " from ", in_paths[i]);
     in_ptrs.push_back(a.data.data());
   }
-  // Outputs in 64-byte aligned buffers, like every tensor the runtime allocates; returned on
-  // every path out, errors included.
-  struct OutputBuffers {
-    std::vector<void*> ptrs;
-    std::vector<size_t> bytes;
-    ~OutputBuffers() {
-      for (size_t i = 0; i < ptrs.size(); ++i) kiln::cpu_allocator().deallocate(ptrs[i], bytes[i]);
-    }
-  } out;
+  OutputBuffers out(m);
   std::vector<void*>& out_ptrs = out.ptrs;
-  for (int32_t i = 0; i < m.num_outputs; ++i) {
-    const kiln_tensor_info& o = m.outputs[i];
-    const size_t bytes =
-        std::max<size_t>(size_t(numel(o)) * kiln::dtype_size(kiln::DType(o.dtype)), 1);
-    out.bytes.push_back(bytes);  // first: the destructor frees ptrs[i] with bytes[i]
-    out.ptrs.push_back(kiln::cpu_allocator().allocate(bytes));
-  }
-
   double total_ms = 0, best_ms = 1e300;
   for (int r = 0; r < repeat; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    const int rc = model_run(in_ptrs.data(), out_ptrs.data());
+    run_model(in_ptrs.data(), out_ptrs.data());
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (rc != 0) {
-      // model_run leaves the runtime's error message recorded (kiln/runtime/abi.h).
-      char* message = kiln_abi_take_error();
-      const std::string text = message ? message : "no message recorded";
-      kiln_abi_free_error(message);
-      kiln::fail("model", "model_run failed (code ", rc, "): ", text);
-    }
     total_ms += ms;
     best_ms = std::min(best_ms, ms);
   }

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include "kiln/jit/aot.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
+#include "kiln/runtime/aot_model.h"
 #include "kiln/trace/trace.h"
 
 using namespace kiln;
@@ -129,11 +132,30 @@ TEST(JitAot, SharedObjectWithHeaderAndEmbeddedWeights) {
   ASSERT_EQ(run("grep -c 'MLP_OUTPUT0_SHAPE {2, 3}' " + dir / "libmlp.h", &out), 0) << out;
 }
 
-TEST(JitAot, TrainingStepsAndBadOptionsAreRefused) {
+TEST(JitAot, BadOptionsAreRefused) {
   Tensor w = rnd({3, 4}, 10);
   Tensor x = rnd({3, 4}, 11);
-  // A function that updates a captured tensor in place (as an optimizer step does): nothing to
-  // freeze.
+  jit::TraceOptions topts;
+  topts.named_captures = {{"w", w}};
+  Scratch dir;
+  jit::AotOptions o;
+  o.output = dir / "step";
+  autograd::NoGradGuard no_grad;
+  jit::TracedFunction fwd =
+      jit::trace([&](const TensorList& in) { return TensorList{relu(in[0] * w)}; }, {x}, topts);
+  o.target = "riscv64-linux-gnu";
+  EXPECT_THROW(jit::compile_aot(fwd, o), Error);
+  o.target = "host";
+  o.emit = "dll";
+  EXPECT_THROW(jit::compile_aot(fwd, o), Error);
+}
+
+// A function that updates a captured tensor in place (an optimizer step's shape) keeps it as
+// state: the shared object's info reaches it and each run updates it.
+TEST(JitAot, SharedObjectOfAStepKeepsItsState) {
+  Tensor w = rnd({3, 4}, 10);
+  const Tensor w0 = w.clone();
+  Tensor x = rnd({3, 4}, 11);
   auto step = [&](const TensorList& in) {
     autograd::NoGradGuard no_grad;
     sub_(w, in[0], 0.1);
@@ -145,21 +167,34 @@ TEST(JitAot, TrainingStepsAndBadOptionsAreRefused) {
   ASSERT_EQ(traced.mutated_captures().size(), 1u);
   Scratch dir;
   jit::AotOptions o;
-  o.output = dir / "step";
-  try {
-    jit::compile_aot(traced, o);
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("training step"), std::string::npos) << e.what();
-  }
-  autograd::NoGradGuard no_grad;
-  jit::TracedFunction fwd =
-      jit::trace([&](const TensorList& in) { return TensorList{relu(in[0] * w)}; }, {x}, topts);
-  o.target = "riscv64-linux-gnu";
-  EXPECT_THROW(jit::compile_aot(fwd, o), Error);
-  o.target = "host";
-  o.emit = "dll";
-  EXPECT_THROW(jit::compile_aot(fwd, o), Error);
+  o.output = dir / "libstep.so";
+  o.emit = "so";
+  jit::compile_aot(traced, o);
+  void* lib = dlopen(o.output.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  using RunFn = int (*)(const void* const*, void* const*);
+  using InfoFn = const kiln_model_info* (*)();
+  auto run_fn = reinterpret_cast<RunFn>(dlsym(lib, "model_run"));
+  auto info_fn = reinterpret_cast<InfoFn>(dlsym(lib, "model_info"));
+  ASSERT_TRUE(run_fn && info_fn);
+  const kiln_model_info& info = *info_fn();
+  ASSERT_EQ(info.num_state, 1);
+  EXPECT_STREQ(info.state[0].name, "w");
+  const std::vector<int64_t> dims = {3, 4};
+  auto state = [&] {
+    return Tensor(kiln::from_blob(info.state_data[0], dims, DType::Float32)).clone();
+  };
+  // The trace took one step: the state starts after it.
+  EXPECT_LE(max_rel_error(state(), w0 - x * 0.1), 1e-6);
+  const Tensor x2 = rnd({3, 4}, 12);
+  float loss = 0;
+  const void* in[] = {x2.data()};
+  void* out[] = {&loss};
+  ASSERT_EQ(run_fn(in, out), 0);
+  const Tensor want = w0 - x * 0.1 - x2 * 0.1;
+  EXPECT_LE(max_rel_error(state(), want), 1e-6);
+  EXPECT_NEAR(loss, sum(want).item<float>(), 1e-4);
+  dlclose(lib);
 }
 
 // arm64 under qemu: a small CNN compiled for aarch64-linux-gnu equals eager on the host. Run by

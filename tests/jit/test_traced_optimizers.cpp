@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "helpers.h"
+#include "kiln/jit/aot.h"
 #include "kiln/jit/compile.h"
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
@@ -274,6 +275,31 @@ TEST(TracedOptimizers, KilnTrainRunsASavedStepAndWritesTheWeights) {
     }
   }
   EXPECT_EQ(matched, eager.model->named_parameters().size()) << out;
+  // `kiln compile` makes the saved step an executable that trains the same way.
+  out.clear();
+  const std::string exe = dir + "/step_exe";
+  ASSERT_EQ(
+      test::run_command(
+          std::string(KILN_CLI_PATH) + " compile " + dir + "/step.kiln --emit exe -o " + exe, &out),
+      0)
+      << out;
+  ASSERT_EQ(test::run_command(exe + " --data " + dir + "/x.npy --data " + dir +
+                                  "/y.npy --steps 4 --set SGD.group0.lr=0.1" +
+                                  " --set SGD.group0.momentum=0.9 --set SGD.group0.dampening=0" +
+                                  " --save " + dir + "/w_exe.safetensors",
+                              &out),
+            0)
+      << out;
+  const NamedTensors compiled = read_safetensors(dir + "/w_exe.safetensors");
+  matched = 0;
+  for (const auto& [name, w] : eager.model->named_parameters()) {
+    for (const auto& [n, t] : compiled) {
+      if (n != name) continue;
+      EXPECT_LE(max_rel_error(t, w), 1e-4) << "compiled " << name;
+      ++matched;
+    }
+  }
+  EXPECT_EQ(matched, eager.model->named_parameters().size()) << out;
   // A missing hyper-parameter is named.
   out.clear();
   EXPECT_NE(test::run_command(std::string(KILN_CLI_PATH) + " train " + dir + "/step.kiln --data " +
@@ -282,6 +308,73 @@ TEST(TracedOptimizers, KilnTrainRunsASavedStepAndWritesTheWeights) {
             0);
   EXPECT_NE(out.find("--set SGD.group0.lr=VALUE"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
+}
+
+// compile_aot of a training step: an executable holding the parameters and optimizer state that
+// runs the training loop (as `kiln train`) and writes the trained weights; the same numbers as
+// eager steps over the same batches. A batch of the wrong shape is named and changes nothing.
+void expect_aot_training_matches_eager(const MakeOptimizer& make, const std::string& tag) {
+  Trainer eager(make), compiled(make);
+  jit::TracedFunction traced = trace_named(compiled);
+  const std::string dir = ::testing::TempDir() + "/kiln_aot_train_" + tag;
+  std::filesystem::create_directories(dir);
+  jit::AotOptions o;
+  o.output = dir + "/step";
+  jit::compile_aot(traced, o);
+  const Tensor x2 = rnd({6, 12}, 93);
+  const Tensor y2 = tensor({3.0, 2.0, 1.0, 0.0, 0.0, 2.0}, DType::Int64);
+  write_npy(dir + "/x.npy", cat({batch_x(), x2}, 0));
+  write_npy(dir + "/y.npy", cat({batch_y(), y2}, 0));
+  eager.step()({batch_x(), batch_y()});  // the step the trace took
+  for (int s = 0; s < 9; ++s)
+    eager.step()(s % 2 == 0 ? TensorList{batch_x(), batch_y()} : TensorList{x2, y2});
+  std::string set;
+  for (const jit::HostValue& v : traced.host_values())
+    if (v.capture) {
+      char value[40];
+      std::snprintf(value, sizeof value, "%.17g", v.traced);  // Adam's eps = 1e-8 intact
+      set += " --set " + v.name + "=" + value;
+    }
+  std::string out;
+  const std::string data = " --data " + dir + "/x.npy --data " + dir + "/y.npy";
+  ASSERT_EQ(test::run_command(o.output + data + " --steps 9 --log-every 3" + set + " --save " +
+                                  dir + "/w.safetensors",
+                              &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("step 9: "), std::string::npos) << out;
+  const NamedTensors trained = read_safetensors(dir + "/w.safetensors");
+  size_t matched = 0;
+  for (const auto& [name, w] : eager.model->named_parameters()) {
+    for (const auto& [n, t] : trained) {
+      if (n != name) continue;
+      EXPECT_LE(max_rel_error(t, w), 1e-4) << tag << " " << name;
+      ++matched;
+    }
+  }
+  EXPECT_EQ(matched, eager.model->named_parameters().size()) << out;
+  // Batches of the wrong shape: named, before any step.
+  write_npy(dir + "/bad.npy", rnd({6, 11}, 94));
+  out.clear();
+  EXPECT_NE(
+      test::run_command(
+          o.output + " --data " + dir + "/bad.npy --data " + dir + "/y.npy --steps 1" + set, &out),
+      0);
+  EXPECT_NE(out.find("bad.npy: expected batches of [6,12] f32"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TracedOptimizers, AotExecutableTrainsLikeEager) {
+  expect_aot_training_matches_eager(
+      [](std::vector<Tensor> p) {
+        return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1).momentum(0.9));
+      },
+      "sgd");
+  expect_aot_training_matches_eager(
+      [](std::vector<Tensor> p) {
+        return std::make_unique<optim::Adam>(p, optim::AdamOptions(0.01));
+      },
+      "adam");
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include "kiln/jit/aot.h"
 
+#include "arguments.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include "kiln/codegen/aot.h"
 #include "kiln/runtime/error.h"
 #include "kiln/trace/module.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 
@@ -84,16 +87,31 @@ AotResult compile_aot(mlir::ModuleOp module, const std::vector<std::string>& inp
   KILN_CHECK(sig.args.size() == n_in + frozen.size(), "compile_aot", "@forward takes ",
              sig.args.size(), " arguments, but ", n_in, " inputs and ", frozen.size(),
              " frozen weights were given");
+  size_t n_state = 0;
+  for (const FrozenArg& f : frozen) n_state += f.state >= 0;
+  KILN_CHECK(n_state <= sig.results.size(), "compile_aot", n_state,
+             " state weights, but @forward returns only ", sig.results.size(), " values");
+  const size_t n_out = sig.results.size() - n_state;
   codegen::ModelSignature model;
+  model.state.resize(n_state);
   for (size_t i = 0; i < n_in; ++i) model.inputs.push_back(spec_of(input_names[i], sig.args[i]));
   for (size_t i = 0; i < frozen.size(); ++i) {
     const codegen::BufferSpec& want = sig.args[n_in + i];
     KILN_CHECK(static_cast<int64_t>(frozen[i].nbytes) == want.nbytes, "compile_aot", "weight '",
                frozen[i].name, "' holds ", frozen[i].nbytes, " bytes, @forward argument ", n_in + i,
                " needs ", want.nbytes);
-    o.constants.push_back({frozen[i].name, frozen[i].data, frozen[i].nbytes});
+    if (const int32_t k = frozen[i].state; k >= 0) {
+      KILN_CHECK(static_cast<size_t>(k) < n_state && model.state[k].name.empty(), "compile_aot",
+                 "weight '", frozen[i].name, "': state index ", k, " is out of range or taken");
+      const codegen::BufferSpec& result = sig.results[n_out + k];
+      KILN_CHECK(result.nbytes == want.nbytes && result.dtype == want.dtype, "compile_aot",
+                 "state '", frozen[i].name, "': @forward result ", n_out + k,
+                 " is not of its dtype and size");
+      model.state[k] = spec_of(frozen[i].name, want);
+    }
+    o.constants.push_back({frozen[i].name, frozen[i].data, frozen[i].nbytes, frozen[i].state});
   }
-  for (size_t i = 0; i < sig.results.size(); ++i)
+  for (size_t i = 0; i < n_out; ++i)
     model.outputs.push_back(spec_of("output" + std::to_string(i), sig.results[i]));
 
   codegen::AotTimings timings;
@@ -109,24 +127,34 @@ AotResult compile_aot(mlir::ModuleOp module, const std::vector<std::string>& inp
 }
 
 AotResult compile_aot(const TracedFunction& traced, const AotOptions& options) {
-  KILN_CHECK(traced.mutated_captures().empty(), "compile_aot", "the traced function writes ",
-             traced.mutated_captures().size(),
-             " captured tensor(s) in place (a training step); AOT compiles inference functions, "
-             "whose weights are frozen into the code");
-  std::vector<std::string> input_names(traced.arg_names().begin(),
-                                       traced.arg_names().begin() + traced.num_inputs());
+  // A training step's captures written in place are its state: writable in the code, updated by
+  // each run. Host scalars (an optimizer's learning rate, ...) are inputs, as in saved steps.
+  const ArgumentOrder args = host_scalars_as_inputs(traced);
+  std::vector<std::string> input_names;
+  for (size_t i = 0; i < args.num_inputs; ++i)
+    input_names.push_back(traced.arg_names()[args.order[i]]);
+  std::vector<int32_t> state_of(traced.captures().size(), -1);
+  for (size_t k = 0; k < traced.mutated_captures().size(); ++k)
+    state_of[traced.mutated_captures()[k]] = static_cast<int32_t>(k);
   std::vector<Tensor> keep;  // contiguous copies where needed, alive until the object is emitted
   std::vector<FrozenArg> frozen;
   const TensorList& captures = traced.captures();
   for (size_t i = 0; i < captures.size(); ++i) {
-    keep.push_back(captures[i].contiguous());
+    if (args.host[i]) continue;
+    keep.push_back(captures[i].detach().contiguous());
     const std::string& name = traced.arg_names()[traced.num_inputs() + i];
-    frozen.push_back({name, keep.back().data(), keep.back().numel() * keep.back().element_size()});
+    frozen.push_back(
+        {name, keep.back().data(), keep.back().numel() * keep.back().element_size(), state_of[i]});
   }
   // A private context: the trace's own module stays untouched.
   std::unique_ptr<mlir::MLIRContext> ctx = make_context();
   mlir::ModuleOp module = parse_module(*ctx, traced.bytecode());
   try {
+    if (args.num_inputs != traced.num_inputs()) {
+      auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+      KILN_CHECK(forward, "compile_aot", "the traced module has no @forward");
+      permute_arguments(forward, args.order);
+    }
     AotResult r = compile_aot(module, input_names, frozen, options);
     module->erase();
     return r;

@@ -1,7 +1,8 @@
 // kiln::jit::compile_artifact: a .kiln artifact compiled ahead of time from what it carries, the
 // module (MLIR bytecode) and the weights it stores: the module's weight constants refer to the
 // artifact's blobs by name (codegen::kArtifactBlobResourcePrefix) and its trailing @forward
-// arguments are weights stored under their argument names.
+// arguments are weights stored under their argument names. A saved training step compiles to
+// a training step (its state writable, as compile_aot of the trace makes it).
 
 #include <chrono>
 #include <optional>
@@ -98,7 +99,9 @@ AotResult compile_artifact(const std::string& path, const AotOptions& options) {
                ": not a module kiln wrote");
     inputs.push_back(spec.name);
   }
-  // The others: weights stored under their argument names.
+  // The others: weights stored under their argument names; a training step's state (updated
+  // by each run: @forward returns state k's new value after the outputs) stays state.
+  const std::vector<std::string> state = model->state_names();
   std::vector<FrozenArg> frozen;
   for (size_t i = num_inputs; i < names.size(); ++i) {
     const std::optional<std::span<const uint8_t>> bytes = model->blob(names[i]);
@@ -107,7 +110,10 @@ AotResult compile_artifact(const std::string& path, const AotOptions& options) {
     auto type = mlir::cast<mlir::RankedTensorType>(forward.getArgument(i).getType());
     KILN_CHECK(bytes->size() == nbytes(type), kOp, "'", path, "': weight '", names[i], "' holds ",
                bytes->size(), " bytes, its type ", type_str(type), " needs ", nbytes(type));
-    frozen.push_back({names[i], bytes->data(), bytes->size()});
+    int32_t k = -1;
+    for (size_t j = 0; j < state.size(); ++j)
+      if (state[j] == names[i]) k = static_cast<int32_t>(j);
+    frozen.push_back({names[i], bytes->data(), bytes->size(), k});
   }
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

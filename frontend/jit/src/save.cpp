@@ -9,6 +9,8 @@
 
 #include "kiln/jit/save.h"
 
+#include "arguments.h"
+
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -18,7 +20,6 @@
 #include "kiln/ir/KilnDialect.h"
 #include "kiln/passes/Passes.h"
 #include "kiln/runtime/registry.h"
-#include "llvm/ADT/BitVector.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -80,25 +81,6 @@ void check_runtime_coverage(mlir::ModuleOp module, const rt::Registry& registry)
              count == 1 ? " op" : " ops", " of this function:", missing);
 }
 
-// Reorders @forward's arguments: new argument i is old argument order[i] (kiln.arg_names too).
-void permute_arguments(mlir::func::FuncOp fn, const std::vector<unsigned>& order) {
-  const unsigned n = fn.getNumArguments();
-  auto names = fn->getAttrOfType<mlir::ArrayAttr>("kiln.arg_names");
-  llvm::SmallVector<mlir::Attribute> new_names;
-  for (unsigned old : order) {
-    mlir::BlockArgument from = fn.getArgument(old);
-    mlir::BlockArgument to = fn.front().addArgument(from.getType(), from.getLoc());
-    from.replaceAllUsesWith(to);
-    if (names) new_names.push_back(names[old]);
-  }
-  llvm::BitVector first(fn.front().getNumArguments());
-  first.set(0, n);
-  fn.front().eraseArguments(first);
-  llvm::SmallVector<mlir::Type> types(fn.front().getArgumentTypes());
-  fn.setFunctionType(mlir::FunctionType::get(fn.getContext(), types, fn.getResultTypes()));
-  if (names) fn->setAttr("kiln.arg_names", mlir::ArrayAttr::get(fn.getContext(), new_names));
-}
-
 }  // namespace
 
 std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& options) {
@@ -110,26 +92,12 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
   const size_t num_results = forward.getFunctionType().getNumResults();
   const bool training = !fn.mutated_captures().empty();
   const size_t num_outputs = num_results - fn.mutated_captures().size();
-  // Host scalars (an optimizer's learning rate, betas, ...) become inputs after the trace's own:
-  // the caller passes them at every run, as the traced function read them before every call, so
-  // a scheduler drives a saved step too.
-  const size_t num_args = fn.num_inputs() + fn.captures().size();
-  std::vector<unsigned> order;  // new argument position -> the traced argument
-  for (size_t i = 0; i < fn.num_inputs(); ++i) order.push_back(static_cast<unsigned>(i));
-  std::vector<bool> host(fn.captures().size(), false);
-  for (const HostValue& v : fn.host_values()) {
-    if (!v.capture) continue;
-    host[*v.capture] = true;
-    order.push_back(static_cast<unsigned>(fn.num_inputs() + *v.capture));
-  }
-  const size_t num_inputs = order.size();
-  for (size_t k = 0; k < host.size(); ++k)
-    if (!host[k]) order.push_back(static_cast<unsigned>(fn.num_inputs() + k));
-  KILN_CHECK(order.size() == num_args, "kiln::jit::save", "@forward has ", num_args,
-             " arguments, the trace describes ", order.size());
-  std::vector<int64_t> position(num_args);  // traced argument -> its new position
-  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int64_t>(i);
-  if (num_inputs != fn.num_inputs()) permute_arguments(forward, order);
+  // Host scalars (an optimizer's learning rate, betas, ...) become inputs after the trace's own.
+  const ArgumentOrder args = host_scalars_as_inputs(fn);
+  const size_t num_inputs = args.num_inputs;
+  const std::vector<bool>& host = args.host;
+  const std::vector<int64_t>& position = args.position;
+  if (num_inputs != fn.num_inputs()) permute_arguments(forward, args.order);
   forward->setAttr("kiln.num_inputs", b.getI64IntegerAttr(static_cast<int64_t>(num_inputs)));
 
   // Parameter bytes: the captured tensors, made contiguous (kept alive until written; frozen

@@ -44,6 +44,9 @@ struct TensorSpec {
 struct ModelSignature {
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
+  // A training step's state (parameters, optimizer state): the entry point returns state k's new
+  // value after the outputs; the interface keeps it (see ConstantBuffer::state).
+  std::vector<TensorSpec> state;
 };
 
 // A buffer the entry point reads that is not a model input: a frozen weight. Its bytes are
@@ -54,6 +57,9 @@ struct ConstantBuffer {
   std::string name;
   const void* data = nullptr;
   size_t nbytes = 0;
+  // >= 0: state k of the signature, not a constant: writable data initialized with `data`, which
+  // each successful PREFIX_run replaces with the entry's result for it (a failed run leaves it).
+  int32_t state = -1;
 };
 
 enum class EmitKind { Object, SharedLibrary, Executable };

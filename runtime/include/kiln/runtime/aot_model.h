@@ -6,7 +6,8 @@
 //       inputs[i] / outputs[i]: contiguous, C-order buffers of the shapes and dtypes below,
 //       caller-allocated. Returns 0 on success.
 //   const kiln_model_info* PREFIX_info(void);
-//       the signature: names, dtypes (kiln_dtype codes), static shapes.
+//       the signature: names, dtypes (kiln_dtype codes), static shapes; for a training step,
+//       its state (parameters, optimizer state) and where it lives.
 //
 // The generated header of `--emit so` repeats the signature as C constants; the executable's
 // main (runtime/aot/main.cpp) reads it through PREFIX_info to check its .npy inputs.
@@ -19,7 +20,7 @@ extern "C" {
 #endif
 
 // Bumped when the layout of kiln_model_info or the meaning of PREFIX_run changes.
-#define KILN_AOT_ABI_VERSION 1
+#define KILN_AOT_ABI_VERSION 2
 
 // Element type codes; equal to kiln::DType's values (checked in runtime/aot/main.cpp). Generated
 // model headers repeat the enum under the same guard.
@@ -52,6 +53,12 @@ typedef struct kiln_model_info {
   const kiln_tensor_info* inputs;
   const kiln_tensor_info* outputs;
   const char* target;  // the triple it was compiled for
+  // A training step (`kiln compile` of a saved step): its parameters and optimizer state, kept in
+  // the model and updated by every successful PREFIX_run (a failed one leaves them); one instance
+  // per process, calls must not overlap. num_state is 0 for an inference model.
+  int32_t num_state;
+  const kiln_tensor_info* state;
+  void* const* state_data;  // state_data[i]: state i's bytes (read them, or write new ones)
 } kiln_model_info;
 
 #ifdef __cplusplus

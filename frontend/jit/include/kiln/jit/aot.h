@@ -9,9 +9,13 @@
 //   kiln::jit::compile_aot(traced, o);     // ./resnet18 x.npy -o y.npy
 //
 // The trace's captured tensors (parameters, buffers) are frozen into the code as constant data;
-// the model's inputs are the trace's inputs. Functions that write captures in place (training
-// steps) are refused. The code calls the runtime's kernels through its C ABI and links a static
-// kiln_runtime built for the target (see kiln/codegen/aot.h).
+// the model's inputs are the trace's inputs, then its host scalars (an optimizer's learning rate:
+// SGD.group0.lr, ...). A training step (a function that writes captures in place) keeps what it
+// writes as state in the code: every run updates it, `PREFIX_info()->state_data` reaches it, and
+// the executable runs the on-device training loop (`./step --data x.npy --data y.npy --steps N
+// --set SGD.group0.lr=0.01 --save w.safetensors`, as `kiln train`). The code calls the runtime's
+// kernels through its C ABI and links a static kiln_runtime built for the target (see
+// kiln/codegen/aot.h).
 
 #include <string>
 #include <vector>
@@ -59,6 +63,9 @@ struct FrozenArg {
   std::string name;
   const void* data = nullptr;
   size_t nbytes = 0;
+  // >= 0: a training step's state k (its new value is @forward's result after the outputs);
+  // writable in the code (codegen::ConstantBuffer::state).
+  int32_t state = -1;
 };
 
 // A .kiln artifact compiled from what it carries (its module, embedded by kiln export and
