@@ -125,16 +125,26 @@ struct EliminateGradientsPass
     }
     erase_guards_after_kept_work(block);
     erase_dead_ops(block);
-    // Arguments nothing reads any more (loss targets, optimizer state) leave the signature.
+    // Arguments nothing reads any more (loss targets, optimizer state) leave the signature. The
+    // model's inputs (`kiln.num_inputs`, as jit::save marks them) stay unless the loss head
+    // goes: a caller passes what it traced with, read or not.
     auto names = fn->getAttrOfType<mlir::ArrayAttr>("kiln.arg_names");
+    unsigned keep_inputs = 0;
+    if (auto a = fn->getAttrOfType<mlir::IntegerAttr>("kiln.num_inputs"); a && !drop_loss_head)
+      keep_inputs = static_cast<unsigned>(a.getInt());
     llvm::BitVector unused(fn.getNumArguments());
     llvm::SmallVector<mlir::Attribute> kept_names;
     for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
-      if (fn.getArgument(i).use_empty()) {
+      if (i >= keep_inputs && fn.getArgument(i).use_empty()) {
         unused.set(i);
       } else if (names && i < names.size()) {
         kept_names.push_back(names[i]);
       }
+    }
+    if (auto a = fn->getAttrOfType<mlir::IntegerAttr>("kiln.num_inputs")) {
+      int64_t inputs = a.getInt();  // the inputs that remain
+      for (unsigned i = 0; i < fn.getNumArguments() && i < a.getInt(); ++i) inputs -= unused[i];
+      fn->setAttr("kiln.num_inputs", mlir::Builder(fn.getContext()).getI64IntegerAttr(inputs));
     }
     fn.eraseArguments(unused);
     llvm::SmallVector<mlir::Type> types;

@@ -91,6 +91,10 @@ std::string generate_c_header(const ModelSignature& signature, const std::string
                                   "tensors, which live in the "
                                   "model (one\n * instance per process; calls must not overlap); " +
                                       prefix + "_info()->state_data[i] points at state i. */\n")
+    << "/* After a failed run: its message (NULL when none); free it with " << prefix
+    << "_free_error. */\n"
+    << "char* " << prefix << "_take_error(void);\nvoid " << prefix
+    << "_free_error(char* message);\n"
     << "/* The same signature at run time (a const kiln_model_info*, aot_model.h). */\n"
     << "const struct kiln_model_info* " << prefix << "_info(void);\n\n";
   h << "#ifdef __cplusplus\n}  /* extern \"C\" */\n#endif\n\n#endif\n";

@@ -10,6 +10,8 @@
 //     copy each new state value over the state
 //     return 0
 //   ptr PREFIX_info()  →  a constant kiln_model_info
+//   ptr PREFIX_take_error() / PREFIX_free_error(ptr): the message of the last failed run on this
+//     thread, from the runtime linked into the model (a shared object holds its own copy)
 
 #include <string>
 
@@ -183,17 +185,17 @@ std::unique_ptr<llvm::Module> build_interface_module(
       ib.CreateMemCpy(state[k], llvm::MaybeAlign(64), next[k], llvm::MaybeAlign(64),
                       state_bytes[k]);
   };
+  auto* void_ty = llvm::Type::getVoidTy(ctx);
+  llvm::FunctionCallee take =
+      m->getOrInsertFunction("kiln_abi_take_error", llvm::FunctionType::get(ptr, false));
+  llvm::FunctionCallee free_error =
+      m->getOrInsertFunction("kiln_abi_free_error", llvm::FunctionType::get(void_ty, {ptr}, false));
   if (!uses_runtime_errors) {
     commit_state();
     ib.CreateRet(llvm::ConstantInt::get(i32, 0));
   } else {
-    auto* void_ty = llvm::Type::getVoidTy(ctx);
-    llvm::FunctionCallee take =
-        m->getOrInsertFunction("kiln_abi_take_error", llvm::FunctionType::get(ptr, false));
     llvm::FunctionCallee set = m->getOrInsertFunction(
         "kiln_abi_set_error", llvm::FunctionType::get(void_ty, {ptr}, false));
-    llvm::FunctionCallee free_error = m->getOrInsertFunction(
-        "kiln_abi_free_error", llvm::FunctionType::get(void_ty, {ptr}, false));
     llvm::Value* error = ib.CreateCall(take, {}, "error");
     auto* ok = llvm::BasicBlock::Create(ctx, "ok", run);
     auto* failed = llvm::BasicBlock::Create(ctx, "failed", run);
@@ -207,6 +209,19 @@ std::unique_ptr<llvm::Module> build_interface_module(
     ib.CreateCall(free_error, {error});
     ib.CreateRet(llvm::ConstantInt::get(i32, 1));
   }
+
+  // PREFIX_take_error / PREFIX_free_error: forwarders into the model's own runtime.
+  auto* take_fn =
+      llvm::Function::Create(llvm::FunctionType::get(ptr, false),
+                             llvm::GlobalValue::ExternalLinkage, prefix + "_take_error", *m);
+  ib.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", take_fn));
+  ib.CreateRet(ib.CreateCall(take, {}));
+  auto* free_fn =
+      llvm::Function::Create(llvm::FunctionType::get(void_ty, {ptr}, false),
+                             llvm::GlobalValue::ExternalLinkage, prefix + "_free_error", *m);
+  ib.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", free_fn));
+  ib.CreateCall(free_error, {free_fn->getArg(0)});
+  ib.CreateRetVoid();
   return m;
 }
 

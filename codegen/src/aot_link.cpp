@@ -115,7 +115,8 @@ void link(const LinkOptions& o) {
     // Export the model's interface only: the runtime inside stays private, so two models (or a
     // model and the host program's own kiln) never interpose each other's symbols.
     version_script.emplace("kiln-exports", "map");
-    version_script->write("{ global: " + o.prefix + "_run; " + o.prefix + "_info; local: *; };\n");
+    version_script->write("{ global: " + o.prefix + "_run; " + o.prefix + "_info; " + o.prefix +
+                          "_take_error; " + o.prefix + "_free_error; local: *; };\n");
     args.push_back("-Wl,--version-script=" + version_script->path);
   }
   args.push_back("-o");

@@ -195,9 +195,19 @@ class Tracer final : public dispatch::TraceHook {
       if (t.defined()) refresh_raw(t);
     std::string name = op;
     // In-place ops are recorded as their functional form; the written tensor is rebound to the
-    // new value (the aliasing the in-place op implies).
+    // new value (the aliasing the in-place op implies), and so are tensors sharing its memory
+    // (see propagate_write).
+    struct AfterWrite {
+      Tracer* tracer = nullptr;
+      const Tensor* written = nullptr;
+      const char* op = nullptr;
+      ~AfterWrite() {
+        if (tracer) tracer->propagate_write(*written, op);
+      }
+    } after_write;
     if (name.size() > 1 && name.back() == '_') {
       name.pop_back();
+      if (!outputs.empty() && outputs[0].defined()) after_write = {this, &outputs[0], op};
       // Inside a cond/loop region only tensors the region created may be written in place.
       KILN_CHECK(region_created_.empty() || region_created_.back().count(outputs[0].impl()),
                  "cond/loop", "a branch or loop body wrote a tensor defined outside it in place (",
@@ -492,6 +502,32 @@ class Tracer final : public dispatch::TraceHook {
     values_[t.impl()] = v;
   }
 
+  // After an in-place op rebound `written` to its new value: every other tensor the trace holds
+  // that shares its memory sees the write in eager. One of the same geometry (a detach alias)
+  // takes the new value; a view of another shape, or the base of a view, would need the write
+  // scattered into it, which the trace does not record: it becomes stale, and reading it later
+  // is an error naming the op (never a stale value in the trace).
+  void propagate_write(const Tensor& written, const char* op) {
+    const TensorImpl* w = written.impl();
+    auto now = values_.find(w);
+    if (now == values_.end()) return;
+    const mlir::Value v = now->second;
+    std::vector<const TensorImpl*> stale;
+    for (auto& [impl, value] : values_) {
+      if (impl == w || impl->storage() != w->storage()) continue;
+      if (impl->sizes() == w->sizes() && impl->strides() == w->strides() &&
+          impl->storage_offset() == w->storage_offset() && impl->dtype() == w->dtype()) {
+        value = v;
+      } else {
+        stale.push_back(impl);
+      }
+    }
+    for (const TensorImpl* impl : stale) {
+      values_.erase(impl);
+      stale_[impl] = op;
+    }
+  }
+
   // Binds a tensor an op produced (as opposed to one looked up from outside).
   void bind_created(const Tensor& t, mlir::Value v) {
     bind(t, v);
@@ -504,6 +540,12 @@ class Tracer final : public dispatch::TraceHook {
       check_raw(t);
     auto it = values_.find(t.impl());
     if (it != values_.end()) return it->second;
+    if (auto s = stale_.find(t.impl()); s != stale_.end()) [[unlikely]] {
+      fail("trace", "a tensor of shape ", t.sizes(), " is read after '", s->second,
+           "' wrote in place through another view of its memory (a view, or the base of a "
+           "view): the trace records values, not memory, and cannot carry that write over; "
+           "clone the view before writing it, or use the out-of-place op");
+    }
     dispatch::TraceGuard pause(nullptr);  // inspecting a capture is not part of the trace
     auto alias = aliases_.find(t.impl());
     if (alias != aliases_.end()) {
@@ -743,6 +785,8 @@ class Tracer final : public dispatch::TraceHook {
   mlir::func::FuncOp fn_;
   mlir::Block* block_ = nullptr;
   std::unordered_map<const TensorImpl*, mlir::Value> values_;
+  // Tensors an in-place write through another view of their memory made stale -> that op.
+  std::unordered_map<const TensorImpl*, std::string> stale_;
   std::unordered_map<const TensorImpl*, std::string> capture_names_;
   std::unordered_map<const TensorImpl*, mlir::Value> capture_args_;
   std::unordered_map<const TensorImpl*, Tensor> aliases_;

@@ -5,6 +5,9 @@
 //   int PREFIX_run(const void* const* inputs, void* const* outputs);
 //       inputs[i] / outputs[i]: contiguous, C-order buffers of the shapes and dtypes below,
 //       caller-allocated. Returns 0 on success.
+//   char* PREFIX_take_error(void);  void PREFIX_free_error(char*);
+//       after a failed PREFIX_run: its message (NULL when none), which the caller frees with
+//       PREFIX_free_error (a shared object carries its own runtime and its own error slot).
 //   const kiln_model_info* PREFIX_info(void);
 //       the signature: names, dtypes (kiln_dtype codes), static shapes; for a training step,
 //       its state (parameters, optimizer state) and where it lives.
