@@ -48,11 +48,23 @@ enum class Op {
   ReadBack,
   Cond,
   Loop,
-  Rand
+  Rand,
+  Linear,
+  Cat,
+  Normalize,
+  IndexSelect,
+  Expand,
+  Permute,
+  Dropout,
+  MaskedFill,
 };
 
-const char* const kUnary[] = {"relu", "tanh", "sigmoid", "neg", "abs", "sin", "exp_tanh", "square"};
-const char* const kBinary[] = {"add", "sub", "mul", "maximum", "div_abs1"};
+const char* const kUnary[] = {"relu",     "tanh",       "sigmoid",   "neg",     "abs",  "sin",
+                              "exp_tanh", "square",     "log1p_abs", "gelu",    "silu", "erf",
+                              "cos",      "leaky_relu", "clamp",     "sqrt_abs"};
+const char* const kBinary[] = {"add",      "sub",     "mul",     "maximum",
+                               "div_abs1", "minimum", "pow_abs", "where_gt"};
+const char* const kNormalize[] = {"layer_norm", "log_softmax", "cumsum", "logsumexp"};
 const char* const kReduce[] = {"sum", "mean", "amax"};
 const char* const kView[] = {"transpose", "unsqueeze", "flatten", "narrow"};
 
@@ -69,6 +81,7 @@ struct Program {
   std::vector<Dims> inputs;
   std::vector<Step> steps;
   std::vector<int> outputs;
+  TensorList weights;  // Linear's, captured by the trace
   bool random = false, reads_back = false;
 
   std::string str() const {
@@ -120,6 +133,31 @@ struct Program {
         case Op::Rand:
           s << "v" << st.a << " + rand_like(v" << st.a << ")";
           break;
+        case Op::Linear:
+          s << "linear(v" << st.a << ", w" << st.b << " " << weights[st.b].sizes() << ")";
+          break;
+        case Op::Cat:
+          s << "cat(v" << st.a << ", tanh(v" << st.a << "), dim " << st.d0 << ")";
+          break;
+        case Op::Normalize:
+          s << kNormalize[st.kind] << "(v" << st.a << ", dim " << st.d0
+            << (st.keep ? ", keepdim)" : ")");
+          break;
+        case Op::IndexSelect:
+          s << "index_select(v" << st.a << ", " << st.d0 << ", [last, 0])";
+          break;
+        case Op::Expand:
+          s << "v" << st.a << ".unsqueeze(0).expand(2, ...)";
+          break;
+        case Op::Permute:
+          s << "v" << st.a << ".permute(reversed)";
+          break;
+        case Op::Dropout:
+          s << "dropout(v" << st.a << ", 0.3)";
+          break;
+        case Op::MaskedFill:
+          s << "t = clone(v" << st.a << "); masked_fill_(t, t > 0, 0.5); t";
+          break;
       }
       s << "\n";
     }
@@ -161,8 +199,24 @@ Tensor unary(int kind, const Tensor& x) {
       return sin(x);
     case 6:
       return exp(tanh(x));
-    default:
+    case 7:
       return x * x;
+    case 8:
+      return log1p(abs(x));
+    case 9:
+      return gelu(x);
+    case 10:
+      return silu(x);
+    case 11:
+      return erf(x);
+    case 12:
+      return cos(x);
+    case 13:
+      return leaky_relu(x, 0.1);
+    case 14:
+      return clamp(x, -0.5, 0.5);
+    default:
+      return sqrt(abs(x));
   }
 }
 
@@ -177,15 +231,60 @@ Tensor binary(int kind, const Tensor& a, const Tensor& b0) {
       return a * b;
     case 3:
       return maximum(a, b);
-    default:
+    case 4:
       return a / (abs(b) + 1.0);
+    case 5:
+      return minimum(a, b);
+    case 6:
+      return pow(abs(a) + 0.5, clamp(b, -2.0, 2.0));
+    default:
+      return where(gt(a, b), a, b);
   }
 }
 
 // One step on the values so far (the program's semantics; eager, and recorded under tracing).
-Tensor apply_step(const Step& st, const TensorList& v) {
+Tensor apply_step(const Step& st, const TensorList& v, const TensorList& weights) {
   const Tensor& a = v[st.a];
   switch (st.op) {
+    case Op::Linear:
+      return linear(a, weights[st.b]);
+    case Op::Cat:
+      return cat({a, tanh(a)}, st.d0);
+    case Op::Normalize:
+      switch (st.kind) {
+        case 0: {
+          const int64_t last[] = {a.size(-1)};
+          return layer_norm(a, last);
+        }
+        case 1:
+          return log_softmax(a, st.d0);
+        case 2:
+          return cumsum(a, st.d0);
+        default: {
+          const int64_t d[] = {st.d0};
+          return logsumexp(a, d, st.keep);
+        }
+      }
+    case Op::IndexSelect:
+      return index_select(a, st.d0,
+                          tensor({static_cast<double>(a.size(st.d0) - 1), 0.0}, DType::Int64));
+    case Op::Expand: {
+      Dims sizes{2};
+      for (int64_t d : a.sizes()) sizes.push_back(d);
+      return a.unsqueeze(0).expand(sizes);
+    }
+    case Op::Permute: {
+      Dims order;
+      for (int64_t d = a.dim() - 1; d >= 0; --d) order.push_back(d);
+      return a.permute(order);
+    }
+    case Op::Dropout:
+      return dropout(a, 0.3, true);
+    case Op::MaskedFill: {
+      Tensor t = a.clone();
+      masked_fill_(t, gt(t, zeros({})), 0.5);
+      return t;
+    }
     case Op::Unary:
       return unary(st.kind, a);
     case Op::Binary:
@@ -249,7 +348,7 @@ Tensor apply_step(const Step& st, const TensorList& v) {
 
 TensorList run(const Program& p, const TensorList& inputs) {
   TensorList v = inputs;
-  for (const Step& st : p.steps) v.push_back(apply_step(st, v));
+  for (const Step& st : p.steps) v.push_back(apply_step(st, v, p.weights));
   TensorList out;
   for (int o : p.outputs) out.push_back(v[o]);
   return out;
@@ -290,8 +389,33 @@ Program generate(uint64_t seed) {
     st.b = static_cast<int>(pick(static_cast<int64_t>(v.size())));
     const Tensor& a = v[st.a];
     const int64_t rank = a.dim();
-    const int64_t roll = pick(100);
-    if (roll < 20) {
+    if (pick(10) < 4 && rank >= 1) {  // the second family of ops
+      const int64_t kind = pick(8);
+      if (kind == 0) {
+        st.op = Op::Linear;
+        std::normal_distribution<float> d(0.0f, 0.5f);
+        Tensor w = empty({1 + pick(4), a.size(-1)});
+        for (int64_t i = 0; i < w.numel(); ++i) w.data_ptr<float>()[i] = d(g);
+        st.b = static_cast<int>(p.weights.size());
+        p.weights.push_back(w);
+      } else if (kind == 1) {
+        st.op = Op::Cat, st.d0 = pick(rank);
+      } else if (kind == 2) {
+        st.op = Op::Normalize, st.kind = static_cast<int>(pick(4)), st.d0 = pick(rank);
+        st.keep = pick(2);
+      } else if (kind == 3) {
+        st.op = Op::IndexSelect, st.d0 = pick(rank);
+      } else if (kind == 4) {
+        st.op = rank < 5 ? Op::Expand : Op::Permute;
+      } else if (kind == 5) {
+        st.op = Op::Permute;
+      } else if (kind == 6) {
+        st.op = Op::Dropout;
+        p.random = true;
+      } else {
+        st.op = Op::MaskedFill;
+      }
+    } else if (const int64_t roll = pick(100); roll < 20) {
       st.op = Op::Unary, st.kind = static_cast<int>(pick(std::size(kUnary)));
     } else if (roll < 40) {
       st.op = Op::Binary, st.kind = static_cast<int>(pick(std::size(kBinary)));
@@ -333,7 +457,7 @@ Program generate(uint64_t seed) {
       st.op = Op::Unary, st.kind = 1;
     }
     try {
-      v.push_back(apply_step(st, v));
+      v.push_back(apply_step(st, v, p.weights));
     } catch (const Error& e) {  // a combination the generator should not draw: a bug here
       std::fprintf(stderr, "generator (seed %llu): step %lld: %s\n", (unsigned long long)seed,
                    (long long)k, e.what());

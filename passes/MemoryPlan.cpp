@@ -16,10 +16,12 @@
 // after `kiln.num_inputs`, when present) and constants are weights, never in the arena.
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 
 #include "llvm/ADT/DenseMap.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Pass/Pass.h"
@@ -96,9 +98,13 @@ struct PlanMemoryPass : mlir::PassWrapper<PlanMemoryPass, mlir::OperationPass<ml
     int64_t n = 0;
     for (mlir::Operation& op : block) position[&op] = n++;
     const int64_t end_pos = n;
-    auto last_use = [&](mlir::Value v) {
+    // The runtime reads a scalar extracted from a one-element tensor (a branch predicate) from
+    // that tensor's buffer, so the scalar's uses keep the tensor alive too.
+    std::function<int64_t(mlir::Value)> last_use = [&](mlir::Value v) {
       int64_t last = -1;
       for (mlir::OpOperand& use : v.getUses()) {
+        if (mlir::isa<mlir::tensor::ExtractOp>(use.getOwner()))
+          last = std::max(last, last_use(use.getOwner()->getResult(0)));
         mlir::Operation* user = block.findAncestorOpInBlock(*use.getOwner());
         if (!user) continue;
         last = std::max(last,

@@ -41,9 +41,10 @@ void expect_saved_matches_eager(const std::function<TensorList(const TensorList&
     auto got = session.run(args);
     TensorList want = fn(inputs[k]);
     ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i)
+    for (size_t i = 0; i < want.size(); ++i) {
       EXPECT_LE(max_abs_diff(from_rt(got[i]), want[i]), tol)
           << "input set " << k << " output " << i;
+    }
   }
 }
 
@@ -167,4 +168,26 @@ TEST(JitControlFlow, SavedArtifactRunsLoopInsideCondWithCapturedWeight) {
   jit::TraceOptions options;
   options.named_captures = {{"w", w}};
   expect_saved_matches_eager(fn, jit::trace(fn, {x}, options), {{x}, {-x}}, 1e-5);
+}
+
+// Found by the trace fuzzer: a cond whose branches read another cond's result, with a read-back
+// in between (seed 271 of the first generator).
+TEST(JitControlFlow, SavedArtifactChainsConds) {
+  auto step = [](const Tensor& v, const Tensor& x) {
+    return cond(
+        gt(x.sum(), zeros({})), [&] { return TensorList{v * 2.0 + x.mean()}; },
+        [&] { return TensorList{v - 1.0}; })[0];
+  };
+  auto fn = [&](const TensorList& in) {
+    Tensor v1 = in[0].reshape({-1});
+    Tensor v2 = step(v1, v1), v3 = step(v1, v1), v4 = step(v3, v1);
+    const double r = v3.sum().item<double>();
+    Tensor v5 = r > 0 ? relu(v2) : v2 * r;
+    return TensorList{exp(tanh(v1)), v4};
+  };
+  jit::TraceOptions quiet;
+  quiet.warn_on_read_back = false;
+  for (const Tensor& x : {abs(rnd({5, 4, 3}, 21)), -abs(rnd({5, 4, 3}, 22)), rnd({5, 4, 3}, 23)}) {
+    expect_saved_matches_eager(fn, jit::trace(fn, {x}, quiet), {{x}}, 1e-5);
+  }
 }

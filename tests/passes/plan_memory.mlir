@@ -48,3 +48,32 @@ func.func @reuse_after_death(%a: tensor<256xf32>) -> tensor<512xf32>
   %c = kiln.softmax %b {dim = 0 : i64} : (tensor<512xf32>) -> tensor<512xf32>
   return %c : tensor<512xf32>
 }
+
+// A predicate extracted once and read by two scf.ifs: the runtime reads it from the tensor's
+// buffer at each If, so %p stays live through the second one. x takes 0, z 256; the first If's
+// result takes z's bytes (z dies at gt) and %p may not sit inside it (320 if its life ended at
+// the extract); the second If's result takes x's.
+// CHECK-LABEL: func.func @predicate_read_by_two_ifs
+// CHECK: kiln.gt {{.*}}kiln.arena_offsets = array<i64: 512>
+// CHECK: scf.if
+// CHECK: kiln.arena_offsets = array<i64: 256>
+// CHECK: scf.if
+// CHECK: kiln.arena_offsets = array<i64: 0>
+func.func @predicate_read_by_two_ifs(%x: tensor<64xf32>, %z: tensor<f32>) -> (tensor<64xf32>, tensor<64xf32>)
+    attributes {kiln.num_inputs = 2 : i64} {
+  %p = kiln.gt %z, %z : tensor<f32>, tensor<f32>
+  %b = tensor.extract %p[] : tensor<i1>
+  %0 = scf.if %b -> (tensor<64xf32>) {
+    %e = kiln.exp %x : tensor<64xf32> -> tensor<64xf32>
+    scf.yield %e : tensor<64xf32>
+  } else {
+    scf.yield %x : tensor<64xf32>
+  }
+  %1 = scf.if %b -> (tensor<64xf32>) {
+    %n = kiln.neg %0 : tensor<64xf32> -> tensor<64xf32>
+    scf.yield %n : tensor<64xf32>
+  } else {
+    scf.yield %0 : tensor<64xf32>
+  }
+  return %0, %1 : tensor<64xf32>, tensor<64xf32>
+}
