@@ -472,6 +472,7 @@ TEST(Optim, StateDictRoundTripThenContinuedStepsEqualUninterrupted) {
     OptimizerStateDict later = opt_a->state_dict();
     ASSERT_FALSE(dict.state.empty());
     for (const auto& [k, v] : dict.state.begin()->second) {
+      if (k == "valid") continue;  // LBFGS's history mask: all ones once full, then unchanged
       if (auto* t = std::get_if<Tensor>(&v); t && t->defined() && t->numel() > 1) {
         const auto& t2 = std::get<Tensor>(later.state.begin()->second.at(k));
         EXPECT_NE(values(*t), values(t2)) << k;

@@ -310,6 +310,58 @@ TEST(TracedOptimizers, KilnTrainRunsASavedStepAndWritesTheWeights) {
   std::filesystem::remove_all(dir);
 }
 
+// LBFGS (max_iter = 1, no line search: one closure evaluation per step) compiled with
+// jit::compile(fn) from its very first step: the first step's form is a host guard, so the second
+// call re-traces once, and the ten steps follow eager (history growing past its size, lr an
+// input). Line search and max_iter > 1 are refused by name.
+TEST(TracedOptimizers, LbfgsStepsFollowEager) {
+  auto make = [](std::vector<Tensor> p) {
+    return std::make_unique<optim::LBFGS>(p, optim::LBFGSOptions(0.3).max_iter(1).history_size(3));
+  };
+  struct Side {
+    std::shared_ptr<nn::Module> model = make_model();
+    std::unique_ptr<optim::Optimizer> opt;
+  };
+  Side eager{make_model(), nullptr}, compiled{make_model(), nullptr};
+  eager.opt = make(eager.model->parameters());
+  compiled.opt = make(compiled.model->parameters());
+  auto stepper = [](Side& side) {
+    return [&side](const TensorList& in) {
+      auto closure = [&] {
+        side.opt->zero_grad();
+        Tensor loss = cross_entropy(side.model->forward(in[0]), in[1]);
+        loss.backward();
+        return loss;
+      };
+      return TensorList{side.opt->step(closure).detach()};
+    };
+  };
+  jit::SpecializedFunction f = jit::compile(stepper(compiled));
+  for (int s = 1; s <= 10; ++s) {
+    const TensorList batch =
+        s % 2 ? TensorList{batch_x(), batch_y()} : TensorList{rnd({6, 12}, 95), batch_y()};
+    Tensor le = stepper(eager)(batch)[0];
+    Tensor lc = f(batch)[0];
+    EXPECT_LE(max_rel_error(lc, le), 1e-4) << "loss of step " << s;
+  }
+  EXPECT_EQ(f.num_specializations(), 2u);
+  EXPECT_EQ(f.num_eager_calls(), 0u);
+  expect_same_parameters(*compiled.model, *eager.model, "after 10 LBFGS steps");
+
+  auto refused = [&](const optim::LBFGSOptions& o, const char* why) {
+    Side side{make_model(), nullptr};
+    side.opt = std::make_unique<optim::LBFGS>(side.model->parameters(), o);
+    try {
+      jit::trace(stepper(side), {batch_x(), batch_y()}, jit::SpecializeOptions::quiet_trace());
+      ADD_FAILURE() << "traced: " << why;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused(optim::LBFGSOptions(0.3), "max_iter = 1");
+  refused(optim::LBFGSOptions(0.3).max_iter(1).line_search_fn("strong_wolfe"), "line search");
+}
+
 // compile_aot of a training step: an executable holding the parameters and optimizer state that
 // runs the training loop (as `kiln train`) and writes the trained weights; the same numbers as
 // eager steps over the same batches. A batch of the wrong shape is named and changes nothing.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hyper.h"
 #include "kiln/autograd.h"
 #include "kiln/ops.h"
 
@@ -299,24 +300,81 @@ std::pair<double, Tensor> LBFGS::directional_evaluate(const LossClosure& closure
   return {loss, flat_grad};
 }
 
+namespace {
+
+// The curvature pairs (y, s) and their 1 / (y·s), newest last, in fixed-size tensors: rows
+// [H - count, H) hold pairs (`valid` 1 there, 0 before), so one trace serves every history
+// length and an update that may not happen is a select, not a branch.
+struct History {
+  Tensor dirs, stps;  // [H, n]
+  Tensor ro, valid;   // [H]
+};
+
+// a·b for flat vectors, from traceable ops (kiln.matmul, which dot records, takes rank >= 2).
+Tensor inner(const Tensor& a, const Tensor& b) {
+  return sum(mul(a, b));
+}
+
+// Appends (y, s, 1 / ys) where `when` holds, dropping the oldest row (invalid until full).
+History push_if(const History& h, const Tensor& when, const Tensor& y, const Tensor& s,
+                const Tensor& ys) {
+  const int64_t H = h.ro.size(0);
+  auto shifted = [&](const Tensor& rows, const Tensor& row) {
+    return where(when, cat({rows.narrow(0, 1, H - 1), row.unsqueeze(0)}, 0), rows);
+  };
+  return {shifted(h.dirs, y), shifted(h.stps, s), shifted(h.ro, reciprocal(ys)),
+          shifted(h.valid, ones_like(ys))};
+}
+
+// The L-BFGS two-loop recursion: the approximate inverse Hessian times -g. Invalid rows add
+// exactly zero, so the result equals the recursion over the valid rows alone.
+Tensor two_loop(const History& h, const Tensor& flat_grad, const Tensor& H_diag) {
+  const int64_t H = h.ro.size(0);
+  std::vector<Tensor> al(static_cast<size_t>(H));
+  Tensor q = neg(flat_grad);
+  for (int64_t k = H; k-- > 0;) {
+    al[k] = inner(h.stps.select(0, k), q) * h.ro.select(0, k) * h.valid.select(0, k);
+    q = q - h.dirs.select(0, k) * al[k];
+  }
+  Tensor r = q * H_diag;
+  for (int64_t k = 0; k < H; ++k) {
+    const Tensor be = inner(h.dirs.select(0, k), r) * h.ro.select(0, k);
+    r = r + h.stps.select(0, k) * ((al[k] - be) * h.valid.select(0, k));
+  }
+  return r;
+}
+
+}  // namespace
+
 Tensor LBFGS::step(LossClosure closure) {
-  refuse_trace_if(true, "LBFGS::step", "its line search and history depend on values read back");
   KILN_CHECK(static_cast<bool>(closure), "LBFGS::step",
              "expected a closure that reevaluates the model and returns the loss");
   KILN_CHECK(param_groups_.size() == 1, "LBFGS::step", "expected one parameter group, got ",
              param_groups_.size());
   autograd::NoGradGuard no_grad;
   const auto& group = param_groups_[0].options_as<LBFGSOptions>();
-  const double lr = group.lr();
   const int64_t max_iter = group.max_iter();
   const int64_t max_eval = group.effective_max_eval();
   const double tolerance_grad = group.tolerance_grad();
   const double tolerance_change = group.tolerance_change();
   const auto& line_search_fn = group.line_search_fn();
-  const size_t history_size = static_cast<size_t>(group.history_size());
+  const int64_t history_size = group.history_size();
+  // Under tracing the step is one straight line: a single iteration (the closure evaluated once,
+  // as each of eager's iterations does) whose data-dependent choices are selects.
+  const bool traced = detail::tracing();
+  refuse_trace_if(line_search_fn.has_value(), "LBFGS::step",
+                  "the strong-Wolfe line search evaluates the closure a data-dependent number of "
+                  "times; trace LBFGS without line_search_fn");
+  refuse_trace_if(max_iter != 1, "LBFGS::step",
+                  "with max_iter > 1 it re-evaluates the closure until a data-dependent stop; "
+                  "trace a step of max_iter = 1 and call it max_iter times");
+  const detail::Hyper lr = detail::hyper(
+      this, "LBFGS.lr",
+      detail::option_reader<LBFGSOptions>(this, 0, [](const auto& o) { return o.lr(); }));
 
   // LBFGS has only global state, registered as the first parameter's.
-  ParamState& state = state_of(param_groups_[0].params()[0]);
+  const Tensor& first_param = param_groups_[0].params()[0];
+  ParamState& state = state_of(first_param);
   auto get_int_or = [&](const char* k) {
     auto it = state.find(k);
     return it == state.end() ? int64_t{0} : get_int(state, k, "LBFGS::step");
@@ -330,39 +388,48 @@ Tensor LBFGS::step(LossClosure closure) {
 
   // evaluate initial f(x) and df/dx
   Tensor orig_loss = evaluate_closure(closure);
-  double loss = scalar(orig_loss);
+  double loss = traced ? 0.0 : scalar(orig_loss);  // a number only where eager branches on it
   int64_t current_evals = 1;
   func_evals += 1;
 
   Tensor flat_grad = gather_flat_grad();
-  bool opt_cond = abs_max(flat_grad) <= tolerance_grad;
-  // optimal condition
-  if (opt_cond) {
+  const TensorOptions like(first_param.dtype());
+  // optimal condition: nothing moves (under tracing, every update below is masked by it)
+  const Tensor active = gt(kiln::max(kiln::abs(flat_grad)), full(Dims{}, tolerance_grad, like));
+  if (!traced && !active.item<bool>()) {
     save_counters();
     return orig_loss;
   }
 
-  // tensors cached in state
-  auto get_tensor_or = [&](const char* k) {
-    auto it = state.find(k);
-    return it == state.end() ? Tensor() : std::get<Tensor>(it->second);
+  // State tensors, created on the first step and then updated in place (a traced step's in-out
+  // values).
+  const int64_t n = numel();
+  auto tensor_state = [&](const char* key, Dims sizes, double fill) -> Tensor {
+    auto it = state.find(key);
+    if (it != state.end()) {
+      if (const Tensor* t = std::get_if<Tensor>(&it->second); t && t->sizes() == sizes) return *t;
+    }
+    Tensor t = full(sizes, fill, like);
+    state[key] = t;
+    return t;
   };
-  auto get_double_or = [&](const char* k, double v) {
-    return state.count(k) ? get_double(state, k, "LBFGS::step") : v;
-  };
-  Tensor d = get_tensor_or("d");
-  double t = get_double_or("t", 0.0);
-  TensorList old_dirs, old_stps;
-  std::vector<double> ro;
-  if (auto it = state.find("old_dirs"); it != state.end())
-    old_dirs = std::get<TensorList>(it->second);
-  if (auto it = state.find("old_stps"); it != state.end())
-    old_stps = std::get<TensorList>(it->second);
-  if (auto it = state.find("ro"); it != state.end()) ro = std::get<std::vector<double>>(it->second);
-  double H_diag = get_double_or("H_diag", 1.0);
-  Tensor prev_flat_grad = get_tensor_or("prev_flat_grad");
-  double prev_loss = get_double_or("prev_loss", 0.0);
-  std::vector<double> al(history_size, 0.0);
+  Tensor d_state = tensor_state("d", {n}, 0), t_state = tensor_state("t", {}, 0),
+         H_diag_state = tensor_state("H_diag", {}, 1),
+         prev_flat_grad_state = tensor_state("prev_flat_grad", {n}, 0);
+  History saved{tensor_state("old_dirs", {history_size, n}, 0),
+                tensor_state("old_stps", {history_size, n}, 0),
+                tensor_state("ro", {history_size}, 0), tensor_state("valid", {history_size}, 0)};
+  Tensor d = d_state, t = t_state, H_diag = H_diag_state, prev_flat_grad = prev_flat_grad_state;
+  History h = saved;
+  double prev_loss = state.count("prev_loss") ? get_double(state, "prev_loss", "LBFGS::step") : 0.0;
+
+  // The first iteration's form differs: a host guard (a traced later step re-traces once).
+  const void* self = this;
+  detail::guard_host(self, "LBFGS.first_step", [this] {
+    const ParamState& s = state_of(param_groups_[0].params()[0]);
+    auto it = s.find("n_iter");
+    return it == s.end() || std::get<int64_t>(it->second) == 0 ? 1.0 : 0.0;
+  });
 
   int64_t n_iter = 0;
   // optimize for a max of max_iter iterations
@@ -374,67 +441,33 @@ Tensor LBFGS::step(LossClosure closure) {
     // compute gradient descent direction
     if (state_n_iter == 1) {
       d = neg(flat_grad);
-      old_dirs.clear();
-      old_stps.clear();
-      ro.clear();
-      H_diag = 1;
+      h = {zeros_like(h.dirs), zeros_like(h.stps), zeros_like(h.ro), zeros_like(h.valid)};
+      H_diag = ones(Dims{}, like);
     } else {
-      // do lbfgs update (update memory)
+      // do lbfgs update (update memory): only where y·s > 1e-10
       Tensor y = sub(flat_grad, prev_flat_grad);
       Tensor s = mul(d, t);
-      const double ys = dotd(y, s);  // y*s
-      if (ys > 1e-10) {
-        // updating memory
-        if (old_dirs.size() == history_size) {
-          // shift history by one (limited-memory)
-          old_dirs.erase(old_dirs.begin());
-          old_stps.erase(old_stps.begin());
-          ro.erase(ro.begin());
-        }
-        // store new direction/step
-        old_dirs.push_back(y);
-        old_stps.push_back(s);
-        ro.push_back(1. / ys);
-        // update scale of initial Hessian approximation
-        H_diag = ys / dotd(y, y);  // (y*y)
-      }
-
-      // compute the approximate (L-BFGS) inverse Hessian multiplied by the gradient
-      const size_t num_old = old_dirs.size();
-      if (al.size() < num_old) al.resize(num_old);
-      // iteration in L-BFGS loop collapsed to use just one buffer
-      Tensor q = neg(flat_grad);
-      for (size_t k = num_old; k-- > 0;) {
-        al[k] = dotd(old_stps[k], q) * ro[k];
-        add_(q, old_dirs[k], -al[k]);
-      }
-      // multiply by initial Hessian; r/d is the final direction
-      Tensor r = mul(q, H_diag);
-      d = r;
-      for (size_t k = 0; k < num_old; ++k) {
-        const double be_i = dotd(old_dirs[k], r) * ro[k];
-        add_(r, old_stps[k], al[k] - be_i);
-      }
+      Tensor ys = inner(y, s);
+      Tensor update = gt(ys, full(Dims{}, 1e-10, like));
+      h = push_if(h, update, y, s, ys);
+      // update scale of initial Hessian approximation
+      H_diag = where(update, ys / inner(y, y), H_diag);
+      // the approximate (L-BFGS) inverse Hessian multiplied by the gradient
+      d = two_loop(h, flat_grad, H_diag);
     }
-
-    if (!prev_flat_grad.defined()) {
-      prev_flat_grad = flat_grad.clone();
-    } else {
-      copy_(prev_flat_grad, flat_grad);
-    }
+    prev_flat_grad = flat_grad.clone();
     prev_loss = loss;
 
     // compute step length: reset initial guess for step size
-    if (state_n_iter == 1) {
-      t = std::min(1., 1. / scalar(sum(kiln::abs(flat_grad)))) * lr;
-    } else {
-      t = lr;
-    }
+    t = state_n_iter == 1 ? minimum(reciprocal(sum(kiln::abs(flat_grad))), ones(Dims{}, like))
+                          : ones(Dims{}, like);
+    // times lr (under tracing the float64 input, converted: t keeps the parameters' dtype)
+    t = lr.traced.defined() ? mul(t, lr.traced.to(t.dtype())) : mul(t, lr.value);
 
-    // directional derivative
-    const double gtd = dotd(flat_grad, d);  // g * d
-    // directional derivative is below tolerance
-    if (gtd > -tolerance_change) break;
+    // directional derivative; below tolerance, no step
+    const Tensor gtd = inner(flat_grad, d);  // g * d
+    const Tensor moves = le(gtd, full(Dims{}, -tolerance_change, like));
+    if (!traced && !moves.item<bool>()) break;
 
     // optional line search: user function
     int64_t ls_func_evals = 0;
@@ -443,22 +476,20 @@ Tensor LBFGS::step(LossClosure closure) {
       ObjFunc obj_func = [&](double step) {
         return directional_evaluate(closure, x_init, step, d);
       };
-      WolfeResult r = strong_wolfe(obj_func, t, d, loss, flat_grad, gtd);
+      WolfeResult r = strong_wolfe(obj_func, scalar(t), d, loss, flat_grad, scalar(gtd));
       loss = r.f;
       flat_grad = r.g;
-      t = r.t;
+      t = full(Dims{}, r.t, like);
       ls_func_evals = r.func_evals;
-      add_grad(t, d);
-      opt_cond = abs_max(flat_grad) <= tolerance_grad;
+      add_grad(r.t, d);
     } else {
-      // no line search, simply move with fixed-step
-      add_grad(t, d);
+      // no line search, simply move with fixed-step (masked under tracing)
+      add_grad(traced ? t * logical_and(active, moves).to(t.dtype()) : t, d);
       if (n_iter != max_iter) {
         // re-evaluate function only if not in last iteration (in a stochastic setting there is
         // no use in re-evaluating it here)
         loss = scalar(evaluate_closure(closure));
         flat_grad = gather_flat_grad();
-        opt_cond = abs_max(flat_grad) <= tolerance_grad;
         ls_func_evals = 1;
       }
     }
@@ -466,26 +497,39 @@ Tensor LBFGS::step(LossClosure closure) {
     current_evals += ls_func_evals;
     func_evals += ls_func_evals;
 
-    // check conditions
+    // check conditions (eager only: a traced step is one iteration)
     if (n_iter == max_iter) break;
     if (current_evals >= max_eval) break;
     // optimal condition
-    if (opt_cond) break;
+    if (abs_max(flat_grad) <= tolerance_grad) break;
     // lack of progress
     if (abs_max(mul(d, t)) <= tolerance_change) break;
     if (std::abs(loss - prev_loss) < tolerance_change) break;
   }
 
   save_counters();
-  state["d"] = d;
-  state["t"] = t;
-  state["old_dirs"] = old_dirs;
-  state["old_stps"] = old_stps;
-  state["ro"] = ro;
-  state["H_diag"] = H_diag;
-  state["prev_flat_grad"] = prev_flat_grad;
-  state["prev_loss"] = prev_loss;
+  // The new state, in place; under tracing nothing changes where the gradient was already
+  // optimal (eager returned above).
+  auto keep = [&](Tensor& dst, const Tensor& v) { copy_(dst, traced ? where(active, v, dst) : v); };
+  keep(d_state, d);
+  keep(t_state, t);
+  keep(H_diag_state, H_diag);
+  keep(prev_flat_grad_state, prev_flat_grad);
+  keep(saved.dirs, h.dirs);
+  keep(saved.stps, h.stps);
+  keep(saved.ro, h.ro);
+  keep(saved.valid, h.valid);
+  if (!traced) state["prev_loss"] = prev_loss;
   return orig_loss;
+}
+
+void LBFGS::add_grad(const Tensor& step_size, const Tensor& update) {
+  int64_t offset = 0;
+  for (auto& p : param_groups_[0].params()) {
+    const int64_t numel = p.numel();
+    add_(p, mul(update.narrow(0, offset, numel).reshape(p.sizes()), step_size));
+    offset += numel;
+  }
 }
 
 }  // namespace kiln::optim

@@ -38,8 +38,14 @@ class LBFGSOptions : public OptimizerOptions {
 };
 
 // State (kept on the first parameter, as in PyTorch): "func_evals", "n_iter" (ints), "d",
-// "prev_flat_grad" (flat tensors over all parameters), "t", "H_diag", "prev_loss" (numbers),
-// "old_dirs", "old_stps" (tensor lists), "ro" (list of numbers).
+// "prev_flat_grad" (flat tensors over all parameters), "t", "H_diag" (0-dim tensors),
+// "prev_loss" (a number), "old_dirs", "old_stps" ([history_size, n] tensors, newest row last),
+// "ro" and "valid" ([history_size]: 1 / y·s of each row, and whether the row holds a pair).
+//
+// A step traces (jit::trace, compile, save) with max_iter = 1 and no line search: one iteration,
+// its data-dependent choices (history update, no step below tolerance) as selects, lr a run-time
+// input. The first step's form differs (a host guard: jit::compile(fn) re-traces once).
+// "n_iter" and "func_evals" count eager steps only.
 class LBFGS : public Optimizer {
  public:
   LBFGS(std::vector<Tensor> params, const LBFGSOptions& defaults = LBFGSOptions())
@@ -55,6 +61,7 @@ class LBFGS : public Optimizer {
   int64_t numel() const;
   Tensor gather_flat_grad() const;
   void add_grad(double step_size, const Tensor& update);
+  void add_grad(const Tensor& step_size, const Tensor& update);  // a 0-dim step
   std::vector<Tensor> clone_params() const;
   void set_params(const std::vector<Tensor>& values);
   // Loss and flat gradient at x + t * d; parameters are restored to x afterwards.
