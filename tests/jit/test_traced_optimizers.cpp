@@ -65,6 +65,12 @@ void expect_same_parameters(nn::Module& got, nn::Module& want, const std::string
     EXPECT_LE(max_rel_error(pg[i], pw[i]), 1e-4) << "parameter " << i << " " << when;
 }
 
+jit::SpecializeOptions no_disk_cache() {
+  jit::SpecializeOptions o;
+  o.compile.disk_cache = false;
+  return o;
+}
+
 // The first step of t traced with its parameters named as the model names them (the names a
 // saved step's state carries).
 jit::TracedFunction trace_named(Trainer& t) {
@@ -310,6 +316,23 @@ TEST(TracedOptimizers, KilnTrainRunsASavedStepAndWritesTheWeights) {
   std::filesystem::remove_all(dir);
 }
 
+// SGD with dampening from its very first step, through jit::compile(fn): the first step adds the
+// gradient undamped (a host guard), so the second call re-traces once; ten steps follow eager.
+TEST(TracedOptimizers, SgdDampeningFromTheFirstStep) {
+  MakeOptimizer make = [](std::vector<Tensor> p) {
+    return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.05).momentum(0.9).dampening(0.3));
+  };
+  Trainer eager(make), compiled(make);
+  jit::SpecializedFunction f = jit::compile(compiled.step(), no_disk_cache());
+  for (int s = 1; s <= 10; ++s) {
+    Tensor le = eager.step()({batch_x(), batch_y()})[0];
+    Tensor lc = f({batch_x(), batch_y()})[0];
+    EXPECT_LE(max_rel_error(lc, le), 1e-4) << "loss of step " << s;
+  }
+  EXPECT_EQ(f.num_specializations(), 2u);
+  expect_same_parameters(*compiled.model, *eager.model, "after 10 steps");
+}
+
 // LBFGS (max_iter = 1, no line search: one closure evaluation per step) compiled with
 // jit::compile(fn) from its very first step: the first step's form is a host guard, so the second
 // call re-traces once, and the ten steps follow eager (history growing past its size, lr an
@@ -336,7 +359,7 @@ TEST(TracedOptimizers, LbfgsStepsFollowEager) {
       return TensorList{side.opt->step(closure).detach()};
     };
   };
-  jit::SpecializedFunction f = jit::compile(stepper(compiled));
+  jit::SpecializedFunction f = jit::compile(stepper(compiled), no_disk_cache());
   for (int s = 1; s <= 10; ++s) {
     const TensorList batch =
         s % 2 ? TensorList{batch_x(), batch_y()} : TensorList{rnd({6, 12}, 95), batch_y()};

@@ -81,13 +81,23 @@ Tensor SGD::step(LossClosure closure) {
         } else if (tracing()) {
           // The first step's buffer is d_p. A trace starts from a zero buffer (in-out state from
           // then on) and applies the general update, which gives exactly d_p when dampening is 0.
-          refuse_trace_if(o.dampening() != 0, "SGD::step",
-                          "with dampening the first momentum step differs from later ones; run "
-                          "one eager step before tracing");
+          // With dampening the first step differs from later ones: it adds d_p undamped, and a
+          // host guard confines the trace to first steps (jit::compile(fn) re-traces after it).
+          if (o.dampening() != 0) {
+            const TensorImpl* key = p.impl();
+            guard_host(this, name + "first momentum step", [this, key] {
+              auto s = state().find(key);
+              return s == state().end() || !s->second.count("momentum_buffer") ? 1.0 : 0.0;
+            });
+          }
           buf = zeros_like(p);
           st.emplace("momentum_buffer", buf);
-          scale_(buf, momentum);
-          axpy_(buf, d_p, one_minus(dampening));
+          if (o.dampening() != 0) {
+            axpy_(buf, d_p, constant(1.0));
+          } else {
+            scale_(buf, momentum);
+            axpy_(buf, d_p, one_minus(dampening));
+          }
         } else {
           buf = d_p.detach().clone();
           st.emplace("momentum_buffer", buf);
