@@ -307,8 +307,8 @@ Tensor apply_step(const Step& st, const TensorList& v, const TensorList& weights
         default:
           return a.narrow(st.d0, st.d1, st.n);
       }
-    case Op::Matmul:
-      return matmul(a, a.transpose(-1, -2));
+    case Op::Matmul:  // a 1-D operand is a dot product
+      return a.dim() == 1 ? matmul(a, a) : matmul(a, a.transpose(-1, -2));
     case Op::Softmax:
       return softmax(a, st.d0);
     case Op::Inplace: {
@@ -435,7 +435,7 @@ Program generate(uint64_t seed) {
         st.d1 = pick(size);
         st.n = 1 + pick(size - st.d1);
       }
-    } else if (roll < 64 && rank >= 2) {
+    } else if (roll < 64 && rank >= 1) {
       st.op = Op::Matmul;
     } else if (roll < 68 && rank >= 1) {
       st.op = Op::Softmax, st.d0 = pick(rank);

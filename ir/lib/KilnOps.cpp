@@ -128,8 +128,8 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext*, std::optional<Location> l
                                          SmallVectorImpl<Type>& inferred) {
   auto lhs = cast<RankedTensorType>(adaptor.getLhs().getType());
   auto rhs = cast<RankedTensorType>(adaptor.getRhs().getType());
-  if (lhs.getRank() < 2 || rhs.getRank() < 2) {
-    return emitOptionalError(loc, "kiln.matmul: expected operands of rank >= 2, got rank ",
+  if (lhs.getRank() < 1 || rhs.getRank() < 1) {
+    return emitOptionalError(loc, "kiln.matmul: expected operands of rank >= 1, got rank ",
                              lhs.getRank(), " and ", rhs.getRank());
   }
   if (lhs.getElementType() != rhs.getElementType()) {  // the tracer inserts kiln.to first
@@ -137,17 +137,21 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext*, std::optional<Location> l
                              "kiln.matmul: operand element types differ: ", lhs.getElementType(),
                              " vs ", rhs.getElementType());
   }
+  // torch.matmul: a 1-D lhs is a row [1, k] and a 1-D rhs a column [k, 1], their unit dim dropped
+  // from the result (1-D x 1-D is the dot product, a 0-dim result).
   ArrayRef<int64_t> a = lhs.getShape(), b = rhs.getShape();
-  const int64_t k_lhs = a.back(), k_rhs = b[b.size() - 2];
+  const int64_t k_lhs = a.back(), k_rhs = b.size() == 1 ? b[0] : b[b.size() - 2];
   if (!ShapedType::isDynamic(k_lhs) && !ShapedType::isDynamic(k_rhs) && k_lhs != k_rhs) {
     return emitOptionalError(loc, "kiln.matmul: contraction sizes differ: lhs ", lhs, " has ",
                              k_lhs, ", rhs ", rhs, " has ", k_rhs);
   }
   SmallVector<int64_t> batch;
-  if (failed(broadcast_shapes(a.drop_back(2), b.drop_back(2), batch, loc, "kiln.matmul")))
+  if (failed(broadcast_shapes(a.size() >= 2 ? a.drop_back(2) : ArrayRef<int64_t>{},
+                              b.size() >= 2 ? b.drop_back(2) : ArrayRef<int64_t>{}, batch, loc,
+                              "kiln.matmul")))
     return failure();
-  batch.push_back(a[a.size() - 2]);
-  batch.push_back(b.back());
+  if (a.size() >= 2) batch.push_back(a[a.size() - 2]);
+  if (b.size() >= 2) batch.push_back(b.back());
   inferred.push_back(RankedTensorType::get(batch, lhs.getElementType()));
   return success();
 }

@@ -17,9 +17,17 @@ func.func @contraction(%a: tensor<2x3xf32>, %b: tensor<4x5xf32>) {
 
 // -----
 
-func.func @rank(%a: tensor<3xf32>, %b: tensor<3x5xf32>) {
-  // expected-error @+1 {{kiln.matmul: expected operands of rank >= 2}}
-  %0 = kiln.matmul %a, %b : tensor<3xf32>, tensor<3x5xf32>
+func.func @rank(%a: tensor<f32>, %b: tensor<3x5xf32>) {
+  // expected-error @+1 {{kiln.matmul: expected operands of rank >= 1}}
+  %0 = kiln.matmul %a, %b : tensor<f32>, tensor<3x5xf32>
+  return
+}
+
+// -----
+
+func.func @vector_contraction(%a: tensor<4xf32>, %b: tensor<3x5xf32>) {
+  // expected-error @+1 {{kiln.matmul: contraction sizes differ}}
+  %0 = kiln.matmul %a, %b : tensor<4xf32>, tensor<3x5xf32>
   return
 }
 

@@ -19,6 +19,18 @@ func.func @matmul(%a: tensor<8x2x3xf32>, %b: tensor<3x5xf32>) -> tensor<8x2x5xf3
   return %0 : tensor<8x2x5xf32>
 }
 
+// 1-D operands as torch.matmul takes them: dot (0-dim), row vector times matrices (the row dim
+// dropped), matrix times vector.
+// CHECK-LABEL: func.func @matmul_vectors
+func.func @matmul_vectors(%v: tensor<3xf32>, %m: tensor<4x3x5xf32>, %w: tensor<2x3xf32>)
+    -> (tensor<f32>, tensor<4x5xf32>, tensor<2xf32>) {
+  // CHECK: kiln.matmul %{{.*}}, %{{.*}} : tensor<3xf32>, tensor<3xf32>
+  %0 = kiln.matmul %v, %v : tensor<3xf32>, tensor<3xf32>
+  %1 = kiln.matmul %v, %m : tensor<3xf32>, tensor<4x3x5xf32>
+  %2 = kiln.matmul %w, %v : tensor<2x3xf32>, tensor<3xf32>
+  return %0, %1, %2 : tensor<f32>, tensor<4x5xf32>, tensor<2xf32>
+}
+
 // CHECK-LABEL: func.func @interpolate
 func.func @interpolate(%x: tensor<2x3x5x4xf32>) -> tensor<2x3x5x4xf32> {
   // CHECK: %[[U:.*]] = kiln.interpolate %{{.*}} {align_corners = false, mode = 1 : i64, output_size = array<i64: 8, 6>, scale_h = 1.700000e+00 : f64, scale_w = 1.700000e+00 : f64} : (tensor<2x3x5x4xf32>) -> tensor<2x3x8x6xf32>

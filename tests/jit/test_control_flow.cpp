@@ -191,3 +191,26 @@ TEST(JitControlFlow, SavedArtifactChainsConds) {
     expect_saved_matches_eager(fn, jit::trace(fn, {x}, quiet), {{x}}, 1e-5);
   }
 }
+
+// torch.matmul's 1-D operands (dot, vector x matrix, matrix x vector) trace, compile and save.
+TEST(JitVectorMatmul, DotAndMatrixVectorProductsCompileAndSave) {
+  const Tensor w = rnd({4, 3}, 31), m = rnd({2, 3, 5}, 32);
+  auto fn = [&](const TensorList& in) {
+    const Tensor& v = in[0];
+    return TensorList{dot(v, v) + 1.0, matmul(w, v), matmul(v, m)};
+  };
+  const Tensor v = rnd({3}, 33);
+  jit::TracedFunction traced = jit::trace(fn, {v});
+  const Tensor v2 = rnd({3}, 34);
+  const TensorList want = fn({v2}), interpreted = traced({v2});
+  jit::CompiledFunction f = jit::compile(traced, no_disk());
+  const TensorList compiled = f({v2});
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(traced));
+  rt::Session session(model);
+  const auto saved = session.run({v2.impl()});
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_LE(max_abs_diff(interpreted[i], want[i]), 1e-5) << i;
+    EXPECT_LE(max_abs_diff(compiled[i], want[i]), 1e-5) << i;
+    EXPECT_LE(max_abs_diff(from_rt(saved[i]), want[i]), 1e-5) << i;
+  }
+}

@@ -310,11 +310,6 @@ struct History {
   Tensor ro, valid;   // [H]
 };
 
-// a·b for flat vectors, from traceable ops (kiln.matmul, which dot records, takes rank >= 2).
-Tensor inner(const Tensor& a, const Tensor& b) {
-  return sum(mul(a, b));
-}
-
 // Appends (y, s, 1 / ys) where `when` holds, dropping the oldest row (invalid until full).
 History push_if(const History& h, const Tensor& when, const Tensor& y, const Tensor& s,
                 const Tensor& ys) {
@@ -333,12 +328,12 @@ Tensor two_loop(const History& h, const Tensor& flat_grad, const Tensor& H_diag)
   std::vector<Tensor> al(static_cast<size_t>(H));
   Tensor q = neg(flat_grad);
   for (int64_t k = H; k-- > 0;) {
-    al[k] = inner(h.stps.select(0, k), q) * h.ro.select(0, k) * h.valid.select(0, k);
+    al[k] = dot(h.stps.select(0, k), q) * h.ro.select(0, k) * h.valid.select(0, k);
     q = q - h.dirs.select(0, k) * al[k];
   }
   Tensor r = q * H_diag;
   for (int64_t k = 0; k < H; ++k) {
-    const Tensor be = inner(h.dirs.select(0, k), r) * h.ro.select(0, k);
+    const Tensor be = dot(h.dirs.select(0, k), r) * h.ro.select(0, k);
     r = r + h.stps.select(0, k) * ((al[k] - be) * h.valid.select(0, k));
   }
   return r;
@@ -447,11 +442,11 @@ Tensor LBFGS::step(LossClosure closure) {
       // do lbfgs update (update memory): only where y·s > 1e-10
       Tensor y = sub(flat_grad, prev_flat_grad);
       Tensor s = mul(d, t);
-      Tensor ys = inner(y, s);
+      Tensor ys = dot(y, s);
       Tensor update = gt(ys, full(Dims{}, 1e-10, like));
       h = push_if(h, update, y, s, ys);
       // update scale of initial Hessian approximation
-      H_diag = where(update, ys / inner(y, y), H_diag);
+      H_diag = where(update, ys / dot(y, y), H_diag);
       // the approximate (L-BFGS) inverse Hessian multiplied by the gradient
       d = two_loop(h, flat_grad, H_diag);
     }
@@ -465,7 +460,7 @@ Tensor LBFGS::step(LossClosure closure) {
     t = lr.traced.defined() ? mul(t, lr.traced.to(t.dtype())) : mul(t, lr.value);
 
     // directional derivative; below tolerance, no step
-    const Tensor gtd = inner(flat_grad, d);  // g * d
+    const Tensor gtd = dot(flat_grad, d);  // g * d
     const Tensor moves = le(gtd, full(Dims{}, -tolerance_change, like));
     if (!traced && !moves.item<bool>()) break;
 
