@@ -129,9 +129,10 @@ TEST(JitControlFlow, SavedArtifactSwapsCarriedValuesAndNestsLoops) {
   expect_saved_matches_eager(fn, jit::trace(fn, {a, b}), {{a, b}, {rnd({2, 3}, 9), a}}, 1e-4);
 }
 
-TEST(JitControlFlow, LoopInsideCondWithCapturedWeight) {
-  Tensor w = rnd({4, 4}, 9, 0.3);
-  auto fn = [&](const TensorList& in) {
+namespace {
+// A loop in one branch of a cond, reading the captured weight w.
+std::function<TensorList(const TensorList&)> loop_inside_cond(const Tensor& w) {
+  return [w](const TensorList& in) {
     return cond(
         gt(in[0].mean(), zeros({})),
         [&] {
@@ -142,6 +143,12 @@ TEST(JitControlFlow, LoopInsideCondWithCapturedWeight) {
         },
         [&] { return TensorList{matmul(in[0], w) + 1.0}; });
   };
+}
+}  // namespace
+
+TEST(JitControlFlow, LoopInsideCondWithCapturedWeight) {
+  Tensor w = rnd({4, 4}, 9, 0.3);
+  auto fn = loop_inside_cond(w);
   Tensor x = abs(rnd({2, 4}, 5));
   jit::TraceOptions options;
   options.named_captures = {{"w", w}};
@@ -153,17 +160,7 @@ TEST(JitControlFlow, LoopInsideCondWithCapturedWeight) {
 
 TEST(JitControlFlow, SavedArtifactRunsLoopInsideCondWithCapturedWeight) {
   Tensor w = rnd({4, 4}, 9, 0.3);
-  auto fn = [&](const TensorList& in) {
-    return cond(
-        gt(in[0].mean(), zeros({})),
-        [&] {
-          return loop(
-              3,
-              [&](const Tensor&, const TensorList& c) { return TensorList{tanh(matmul(c[0], w))}; },
-              {in[0]});
-        },
-        [&] { return TensorList{matmul(in[0], w) + 1.0}; });
-  };
+  auto fn = loop_inside_cond(w);
   Tensor x = abs(rnd({2, 4}, 5));
   jit::TraceOptions options;
   options.named_captures = {{"w", w}};

@@ -319,7 +319,7 @@ TEST(RawAccess, CustomFunctionMadeOfOpsTraces) {
 TEST(RawAccess, TensorWrittenThroughDataPtrIsRefused) {
   auto fn = [](const TensorList& x) {
     Tensor scale = kiln::empty({32});
-    const float first = x[0].data_ptr<float>()[0];  // depends on the input: must not be baked
+    const float first = x[0].index({0}).item<float>();  // guarded; the table is not
     for (int i = 0; i < 32; ++i) scale.data_ptr<float>()[i] = first * static_cast<float>(i);
     return TensorList{x[0] * scale};
   };
@@ -348,16 +348,42 @@ TEST(RawAccess, MarkConstantAcceptsATable) {
     EXPECT_FLOAT_EQ(y.index({i}).item<float>(), x.index({i}).item<float>() + i * i);
 }
 
-// Reading an input raw (without writing) changes nothing the trace relies on.
-TEST(RawAccess, ReadingRawIsAccepted) {
+// Values read raw may decide what follows, as item()'s do: a small input-dependent tensor read
+// through data_ptr() gets a guard per element (the same input runs, another one is a
+// GuardError naming the read, never a result scaled by the traced value); a large one is
+// refused; reading a constant's memory needs nothing.
+TEST(RawAccess, ReadingRawIsGuarded) {
   auto fn = [](const TensorList& x) {
-    volatile float first = x[0].data_ptr<float>()[0];
-    (void)first;
-    return TensorList{x[0] * 2.0};
+    const float first = x[0].data_ptr<float>()[0];
+    return TensorList{x[0] * static_cast<double>(first)};
   };
-  jit::TracedFunction t = jit::trace(fn, {rnd({8}, 5)}, quiet());
-  Tensor x = rnd({8}, 6);
-  EXPECT_EQ(test::max_abs_diff(t({x})[0], x * 2.0), 0.0);
+  const Tensor x = rnd({8}, 5);
+  jit::TracedFunction t = jit::trace(fn, {x}, quiet());
+  EXPECT_EQ(test::max_abs_diff(t({x})[0], fn({x})[0]), 0.0);
+  try {
+    t({rnd({8}, 6)});
+    FAIL() << "a raw read was baked into the trace";
+  } catch (const GuardError& e) {
+    EXPECT_NE(std::string(e.what()).find("data_ptr"), std::string::npos) << e.what();
+  }
+  auto large = [](const TensorList& x) {
+    const float first = x[0].data_ptr<float>()[0];
+    return TensorList{x[0] * static_cast<double>(first)};
+  };
+  try {
+    jit::trace(large, {rnd({64}, 7)}, quiet());
+    FAIL() << "a large raw read was traced";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data_ptr() at"), std::string::npos) << e.what();
+  }
+  auto constant = [](const TensorList& x) {
+    Tensor c = full({64}, 2.0);
+    const float two = c.data_ptr<float>()[0];
+    return TensorList{x[0] * static_cast<double>(two)};
+  };
+  jit::TracedFunction tc = jit::trace(constant, {rnd({64}, 8)}, quiet());
+  const Tensor x2 = rnd({64}, 9);
+  EXPECT_EQ(test::max_abs_diff(tc({x2})[0], x2 * 2.0), 0.0);
 }
 
 // A traced value written raw after the trace recorded it, then used again: refused.
@@ -379,8 +405,9 @@ TEST(RawAccess, TracedWritesAfterRawReadsAreFine) {
     mul_(y, 3.0);
     return TensorList{y + 1.0};
   };
-  jit::TracedFunction t = jit::trace(fn, {rnd({8}, 8)}, quiet());
-  Tensor x = rnd({8}, 9);
+  // (The peek guards y's values, so the trace runs its own input.)
+  const Tensor x = rnd({8}, 8);
+  jit::TracedFunction t = jit::trace(fn, {x}, quiet());
   EXPECT_LE(test::max_abs_diff(t({x})[0], x * 6.0 + 1.0), 1e-6);
 }
 

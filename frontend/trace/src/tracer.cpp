@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/Bytecode/BytecodeWriter.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -273,7 +274,10 @@ class Tracer final : public dispatch::TraceHook {
   }
 
   // Remembers the bytes of memory handed out raw; check_raw compares when the trace uses it.
+  // The values handed out may decide what the function does next, as item()'s do: a small
+  // traced value that depends on the inputs gets a guard per element, a larger one is refused.
   void on_raw_access(const Tensor& t, const std::source_location& where) override {
+    guard_raw_read(t, where);
     const StoragePtr& storage = t.impl()->storage();
     auto [it, fresh] = raw_.try_emplace(storage.get());
     if (!fresh) return;
@@ -281,6 +285,70 @@ class Tracer final : public dispatch::TraceHook {
     it->second.storage = storage;
     const auto* p = static_cast<const uint8_t*>(storage->data());
     it->second.bytes.assign(p, p + storage->nbytes());
+  }
+
+  static constexpr int64_t kMaxGuardedRawRead = 16;
+
+  void guard_raw_read(const Tensor& t, const std::source_location& where) {
+    auto it = values_.find(t.impl());
+    if (it == values_.end() || !depends_on_arguments(it->second)) return;
+    const int64_t n = t.numel();
+    KILN_CHECK(n <= kMaxGuardedRawRead, "trace", "data_ptr() at ", where.file_name(), ":",
+               where.line(), " (", where.function_name(),
+               ") hands out the memory of a traced "
+               "tensor of shape ",
+               t.sizes(),
+               " whose values depend on the function's inputs: "
+               "the trace cannot check what the code does with them; read the values that "
+               "decide with item() (each becomes a run-time guard), or compute with tensor ops");
+    Tensor flat;
+    {
+      dispatch::TraceGuard pause(nullptr);
+      flat = t.reshape({-1}).contiguous();
+    }
+    // Each element, sliced out of the flattened value, guarded like an item() of it.
+    auto loc = location(where);
+    mlir::OperationState view(loc, "kiln.view");
+    view.addOperands(it->second);
+    view.addAttribute("shape", builder_.getDenseI64ArrayAttr({n}));
+    view.addTypes(tensor_type(ctx_, Dims{n}, t.dtype()));
+    const mlir::Value flat_value = builder_.create(view)->getResult(0);
+    const std::string site = std::string(where.file_name()) + ":" + std::to_string(where.line()) +
+                             " (" + where.function_name() + ", data_ptr)";
+    for (int64_t i = 0; i < n; ++i) {
+      double value;
+      {
+        dispatch::TraceGuard pause(nullptr);
+        value = flat.index({i}).item_double();
+      }
+      mlir::OperationState slice(loc, "kiln.slice");
+      slice.addOperands(flat_value);
+      slice.addAttribute("dim", builder_.getI64IntegerAttr(0));
+      slice.addAttribute("start", builder_.getI64IntegerAttr(i));
+      slice.addAttribute("end", builder_.getI64IntegerAttr(i + 1));
+      slice.addAttribute("step", builder_.getI64IntegerAttr(1));
+      slice.addTypes(tensor_type(ctx_, Dims{1}, t.dtype()));
+      mlir::OperationState guard(loc, "kiln.guard");
+      guard.addOperands(builder_.create(slice)->getResult(0));
+      guard.addAttribute("value", builder_.getF64FloatAttr(value));
+      guard.addAttribute("where", builder_.getStringAttr(site));
+      builder_.create(guard);
+    }
+  }
+
+  // Whether `v` is computed from an argument of @forward or of a region (inputs, captures,
+  // carried values): constants and factories alone give the same bytes every call.
+  static bool depends_on_arguments(mlir::Value v) {
+    llvm::SmallVector<mlir::Value> stack{v};
+    llvm::SmallPtrSet<mlir::Operation*, 32> seen;
+    while (!stack.empty()) {
+      mlir::Value x = stack.pop_back_val();
+      if (mlir::isa<mlir::BlockArgument>(x)) return true;
+      mlir::Operation* op = x.getDefiningOp();
+      if (!op || !seen.insert(op).second) continue;
+      for (mlir::Value operand : op->getOperands()) stack.push_back(operand);
+    }
+    return false;
   }
 
   void on_custom_function(const std::string& name, const TensorList& outputs) override {
