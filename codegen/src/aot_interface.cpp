@@ -210,7 +210,9 @@ std::unique_ptr<llvm::Module> build_interface_module(
     ib.CreateRet(llvm::ConstantInt::get(i32, 1));
   }
 
-  // PREFIX_take_error / PREFIX_free_error: forwarders into the model's own runtime.
+  // PREFIX_take_error / PREFIX_free_error: forwarders into the model's own runtime (only where
+  // the model records errors there; aot_link exports them likewise).
+  if (!uses_runtime_errors) return m;
   auto* take_fn =
       llvm::Function::Create(llvm::FunctionType::get(ptr, false),
                              llvm::GlobalValue::ExternalLinkage, prefix + "_take_error", *m);

@@ -115,8 +115,10 @@ void link(const LinkOptions& o) {
     // Export the model's interface only: the runtime inside stays private, so two models (or a
     // model and the host program's own kiln) never interpose each other's symbols.
     version_script.emplace("kiln-exports", "map");
-    version_script->write("{ global: " + o.prefix + "_run; " + o.prefix + "_info; " + o.prefix +
-                          "_take_error; " + o.prefix + "_free_error; local: *; };\n");
+    const std::string errors =
+        o.uses_runtime_errors ? o.prefix + "_take_error; " + o.prefix + "_free_error; " : "";
+    version_script->write("{ global: " + o.prefix + "_run; " + o.prefix + "_info; " + errors +
+                          "local: *; };\n");
     args.push_back("-Wl,--version-script=" + version_script->path);
   }
   args.push_back("-o");
@@ -156,6 +158,7 @@ std::vector<std::string> package_object(const std::string& model_object,
   LinkOptions lo;
   lo.target = o.target;
   lo.kind = o.kind;
+  lo.uses_runtime_errors = o.uses_runtime_errors;
   lo.objects = {model_file.path, interface_file.path};
   lo.output = o.output;
   lo.runtime_dir = o.runtime_dir;

@@ -103,6 +103,7 @@ void write(const std::string& path, const std::vector<Entry>& entries,
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   KILN_CHECK(f, op, "cannot open \"", path, "\" for writing");
   f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  f.close();  // the last bytes reach the file here: a full disk fails now, not in a destructor
   KILN_CHECK(f, op, "cannot write \"", path, "\"");
 }
 

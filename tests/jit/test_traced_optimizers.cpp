@@ -331,6 +331,25 @@ TEST(TracedOptimizers, SgdDampeningFromTheFirstStep) {
   }
   EXPECT_EQ(f.num_specializations(), 2u);
   expect_same_parameters(*compiled.model, *eager.model, "after 10 steps");
+  // Saved or compiled-ahead code cannot check the guard: a trace of a first step is refused.
+  Trainer fresh(make);
+  jit::TraceOptions quiet;
+  quiet.warn_on_read_back = false;
+  jit::TracedFunction first = jit::trace(fresh.step(), {batch_x(), batch_y()}, quiet);
+  for (int aot = 0; aot < 2; ++aot) {
+    try {
+      if (aot) {
+        jit::AotOptions o;
+        o.output = ::testing::TempDir() + "/kiln_first_step";
+        jit::compile_aot(first, o);
+      } else {
+        jit::save_to_bytes(first);
+      }
+      ADD_FAILURE() << "a first step's trace was " << (aot ? "compiled ahead" : "saved");
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("first momentum step"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // LBFGS (max_iter = 1, no line search: one closure evaluation per step) compiled with

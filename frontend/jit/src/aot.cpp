@@ -129,6 +129,7 @@ AotResult compile_aot(mlir::ModuleOp module, const std::vector<std::string>& inp
 AotResult compile_aot(const TracedFunction& traced, const AotOptions& options) {
   // A training step's captures written in place are its state: writable in the code, updated by
   // each run. Host scalars (an optimizer's learning rate, ...) are inputs, as in saved steps.
+  check_host_guards_hold(traced, "compile_aot");
   const ArgumentOrder args = host_scalars_as_inputs(traced);
   std::vector<std::string> input_names;
   for (size_t i = 0; i < args.num_inputs; ++i)

@@ -2,6 +2,8 @@
 
 #include "arguments.h"
 
+#include <cmath>
+
 #include "kiln/runtime/error.h"
 #include "llvm/ADT/BitVector.h"
 
@@ -25,6 +27,19 @@ ArgumentOrder host_scalars_as_inputs(const TracedFunction& fn) {
   a.position.assign(num_args, 0);
   for (size_t i = 0; i < a.order.size(); ++i) a.position[a.order[i]] = static_cast<int64_t>(i);
   return a;
+}
+
+void check_host_guards_hold(const TracedFunction& fn, const char* op) {
+  for (const HostValue& v : fn.host_values()) {
+    if (v.capture) continue;
+    const double now = v.read();
+    KILN_CHECK(now == v.traced || (std::isnan(now) && std::isnan(v.traced)), op,
+               "the trace depends on the host condition '", v.name, "', which was ", v.traced,
+               " while tracing and is ", now,
+               " now; saved and compiled-ahead code cannot check "
+               "it, so it would run the traced form regardless (trace a later step, after the "
+               "optimizer's first)");
+  }
 }
 
 void permute_arguments(mlir::func::FuncOp fn, const std::vector<unsigned>& order) {

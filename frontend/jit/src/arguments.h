@@ -22,6 +22,11 @@ struct ArgumentOrder {
 
 ArgumentOrder host_scalars_as_inputs(const TracedFunction& fn);
 
+// Saved and AOT code cannot check the trace's host guards (an optimizer's form: momentum != 0,
+// first step): each must hold now, or `op` fails naming it. A trace of a first step (before the
+// optimizer's state existed) fails here, as its form is already stale.
+void check_host_guards_hold(const TracedFunction& fn, const char* op);
+
 // Reorders @forward's arguments: new argument i is old argument order[i] (kiln.arg_names too).
 void permute_arguments(mlir::func::FuncOp fn, const std::vector<unsigned>& order);
 

@@ -93,6 +93,7 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
   const bool training = !fn.mutated_captures().empty();
   const size_t num_outputs = num_results - fn.mutated_captures().size();
   // Host scalars (an optimizer's learning rate, betas, ...) become inputs after the trace's own.
+  check_host_guards_hold(fn, "kiln::jit::save");
   const ArgumentOrder args = host_scalars_as_inputs(fn);
   const size_t num_inputs = args.num_inputs;
   const std::vector<bool>& host = args.host;

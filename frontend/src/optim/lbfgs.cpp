@@ -6,6 +6,7 @@
 
 #include "hyper.h"
 #include "kiln/autograd.h"
+#include "kiln/dispatch.h"
 #include "kiln/ops.h"
 
 namespace kiln::optim {
@@ -389,9 +390,16 @@ Tensor LBFGS::step(LossClosure closure) {
 
   Tensor flat_grad = gather_flat_grad();
   const TensorOptions like(first_param.dtype());
-  // optimal condition: nothing moves (under tracing, every update below is masked by it)
-  const Tensor active = gt(kiln::max(kiln::abs(flat_grad)), full(Dims{}, tolerance_grad, like));
-  if (!traced && !active.item<bool>()) {
+  // optimal condition: nothing moves (under tracing, every update below is masked by it). As
+  // PyTorch's `max <= tolerance` test, a NaN gradient is not optimal.
+  const Tensor active =
+      logical_not(le(kiln::max(kiln::abs(flat_grad)), full(Dims{}, tolerance_grad, like)));
+  // The host counters follow eager even under tracing (read without recording).
+  const bool active_now = [&] {
+    dispatch::TraceGuard pause(nullptr);
+    return active.item<bool>();
+  }();
+  if (!active_now && !traced) {
     save_counters();
     return orig_loss;
   }
@@ -431,10 +439,11 @@ Tensor LBFGS::step(LossClosure closure) {
   while (n_iter < max_iter) {
     // keep track of nb of iterations
     n_iter += 1;
-    state_n_iter += 1;
+    const bool first = state_n_iter == 0;
+    if (active_now) state_n_iter += 1;
 
     // compute gradient descent direction
-    if (state_n_iter == 1) {
+    if (first) {
       d = neg(flat_grad);
       h = {zeros_like(h.dirs), zeros_like(h.stps), zeros_like(h.ro), zeros_like(h.valid)};
       H_diag = ones(Dims{}, like);
@@ -454,14 +463,15 @@ Tensor LBFGS::step(LossClosure closure) {
     prev_loss = loss;
 
     // compute step length: reset initial guess for step size
-    t = state_n_iter == 1 ? minimum(reciprocal(sum(kiln::abs(flat_grad))), ones(Dims{}, like))
-                          : ones(Dims{}, like);
+    t = first ? minimum(reciprocal(sum(kiln::abs(flat_grad))), ones(Dims{}, like))
+              : ones(Dims{}, like);
     // times lr (under tracing the float64 input, converted: t keeps the parameters' dtype)
     t = lr.traced.defined() ? mul(t, lr.traced.to(t.dtype())) : mul(t, lr.value);
 
     // directional derivative; below tolerance, no step
     const Tensor gtd = dot(flat_grad, d);  // g * d
-    const Tensor moves = le(gtd, full(Dims{}, -tolerance_change, like));
+    // (PyTorch breaks on `gtd > -tolerance`: a NaN moves on)
+    const Tensor moves = logical_not(gt(gtd, full(Dims{}, -tolerance_change, like)));
     if (!traced && !moves.item<bool>()) break;
 
     // optional line search: user function
@@ -471,7 +481,11 @@ Tensor LBFGS::step(LossClosure closure) {
       ObjFunc obj_func = [&](double step) {
         return directional_evaluate(closure, x_init, step, d);
       };
-      WolfeResult r = strong_wolfe(obj_func, scalar(t), d, loss, flat_grad, scalar(gtd));
+      // The initial step in double, as PyTorch's (lr a Python float): t holds it rounded to the
+      // parameters' dtype.
+      const double t0 =
+          first ? std::min(1., 1. / scalar(sum(kiln::abs(flat_grad)))) * lr.value : lr.value;
+      WolfeResult r = strong_wolfe(obj_func, t0, d, loss, flat_grad, scalar(gtd));
       loss = r.f;
       flat_grad = r.g;
       t = full(Dims{}, r.t, like);

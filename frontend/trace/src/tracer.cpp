@@ -143,6 +143,10 @@ class Tracer final : public dispatch::TraceHook {
   mlir::ModuleOp finish(const TensorList& outputs) {
     // Captures are read at every call: one written raw during tracing changed behind the trace.
     for (const Tensor& c : out_->captures_) check_raw(c);
+    // A capture (or a small one inlined as a constant) written through another view of its
+    // memory has a new value the trace cannot give it: it would be written back stale.
+    for (const Tensor& c : out_->captures_) check_not_stale(c, "captured tensor");
+    for (const auto& [t, c] : inlined_) check_not_stale(t, "captured tensor");
     promote_written_constants();
     llvm::SmallVector<mlir::Value> results;
     llvm::SmallVector<mlir::Type> types;
@@ -285,6 +289,14 @@ class Tracer final : public dispatch::TraceHook {
     it->second.storage = storage;
     const auto* p = static_cast<const uint8_t*>(storage->data());
     it->second.bytes.assign(p, p + storage->nbytes());
+  }
+
+  void check_not_stale(const Tensor& t, const char* what) {
+    auto s = stale_.find(t.impl());
+    if (s == stale_.end()) return;
+    fail("trace", "a ", what, " of shape ", t.sizes(), " was written in place by '", s->second,
+         "' through another view of its memory: the trace records values, not memory, and cannot "
+         "carry that write into it; write the whole tensor (an out-of-place op, then copy_)");
   }
 
   static constexpr int64_t kMaxGuardedRawRead = 16;
@@ -570,6 +582,18 @@ class Tracer final : public dispatch::TraceHook {
     values_[t.impl()] = v;
   }
 
+  // [first, last + 1) byte range of a view's elements in its storage (empty for no elements).
+  static std::pair<int64_t, int64_t> byte_extent(const TensorImpl& t) {
+    const int64_t item = static_cast<int64_t>(t.itemsize());
+    int64_t lo = t.storage_offset(), hi = t.storage_offset();
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      if (t.sizes()[d] == 0) return {0, 0};
+      const int64_t span = (t.sizes()[d] - 1) * t.strides()[d];
+      (span < 0 ? lo : hi) += span;
+    }
+    return {lo * item, (hi + 1) * item};
+  }
+
   // After an in-place op rebound `written` to its new value: every other tensor the trace holds
   // that shares its memory sees the write in eager. One of the same geometry (a detach alias)
   // takes the new value; a view of another shape, or the base of a view, would need the write
@@ -581,8 +605,12 @@ class Tracer final : public dispatch::TraceHook {
     if (now == values_.end()) return;
     const mlir::Value v = now->second;
     std::vector<const TensorImpl*> stale;
+    const auto written_bytes = byte_extent(*w);
     for (auto& [impl, value] : values_) {
       if (impl == w || impl->storage() != w->storage()) continue;
+      const auto bytes = byte_extent(*impl);
+      if (bytes.first >= written_bytes.second || written_bytes.first >= bytes.second)
+        continue;  // disjoint parts of one storage (x[0] and x[1]): untouched
       if (impl->sizes() == w->sizes() && impl->strides() == w->strides() &&
           impl->storage_offset() == w->storage_offset() && impl->dtype() == w->dtype()) {
         value = v;

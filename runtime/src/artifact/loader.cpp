@@ -312,6 +312,18 @@ struct Checker {
       info.body_size = ins.body_size();
       info.else_size = ins.else_size();
       info.counter = ins.counter();
+      KILN_CHECK(info.counter >= -1 && info.counter < static_cast<int64_t>(out.slots.size()), kOp,
+                 "instruction ", k, " (", info.name, "): counter slot ", info.counter,
+                 " out of range (", out.slots.size(), " slots)");
+      // Fields of the other kind of control instruction must be absent: the session reads every
+      // slot an instruction names.
+      if (info.control == Control::If) {
+        KILN_CHECK(info.counter == -1 && info.carried.empty(), kOp, "instruction ", k,
+                   " (if): a loop's counter or carried slots on a branch");
+      } else {
+        KILN_CHECK(info.else_yields.empty(), kOp, "instruction ", k,
+                   " (for): else-branch yields on a loop");
+      }
       info.begin = ins.begin();
       info.end = ins.end();
       info.step = ins.step();

@@ -109,8 +109,10 @@ struct LinkOptions {
   std::string runtime_dir;
   // The compiler driver used to link; empty = c++ for the host, aarch64-linux-gnu-g++ for arm64.
   std::string driver;
-  // A shared object exports PREFIX_run and PREFIX_info only.
+  // A shared object exports PREFIX_run and PREFIX_info only, and with uses_runtime_errors
+  // PREFIX_take_error / PREFIX_free_error (see build_interface_module).
   std::string prefix = "model";
+  bool uses_runtime_errors = true;
   // More linker driver arguments, e.g. the -fsanitize flags the runtime library was built with.
   std::vector<std::string> extra_args;
 };
