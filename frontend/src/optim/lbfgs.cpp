@@ -311,7 +311,24 @@ struct History {
   Tensor ro, valid;   // [H]
 };
 
-// Appends (y, s, 1 / ys) where `when` holds, dropping the oldest row (invalid until full).
+// Eagerly: appends (y, s, 1 / ys), dropping the oldest row, moving the rows of the state in
+// place (no [H, n] temporaries).
+void push(History& h, const Tensor& y, const Tensor& s, const Tensor& ys) {
+  const int64_t H = h.ro.size(0);
+  for (Tensor* rows : {&h.dirs, &h.stps}) {
+    for (int64_t k = 0; k + 1 < H; ++k) {
+      Tensor row = rows->select(0, k);
+      copy_(row, rows->select(0, k + 1));
+    }
+  }
+  Tensor newest_dir = h.dirs.select(0, H - 1), newest_stp = h.stps.select(0, H - 1);
+  copy_(newest_dir, y);
+  copy_(newest_stp, s);
+  h.ro = cat({h.ro.narrow(0, 1, H - 1), reciprocal(ys).unsqueeze(0)}, 0);
+  h.valid = cat({h.valid.narrow(0, 1, H - 1), ones_like(ys).unsqueeze(0)}, 0);
+}
+
+// Under tracing: the same where `when` holds, as a select of the shifted rows.
 History push_if(const History& h, const Tensor& when, const Tensor& y, const Tensor& s,
                 const Tensor& ys) {
   const int64_t H = h.ro.size(0);
@@ -322,18 +339,19 @@ History push_if(const History& h, const Tensor& when, const Tensor& y, const Ten
           shifted(h.valid, ones_like(ys))};
 }
 
-// The L-BFGS two-loop recursion: the approximate inverse Hessian times -g. Invalid rows add
-// exactly zero, so the result equals the recursion over the valid rows alone.
-Tensor two_loop(const History& h, const Tensor& flat_grad, const Tensor& H_diag) {
+// The L-BFGS two-loop recursion over rows [first, H): the approximate inverse Hessian times -g.
+// Invalid rows add exactly zero, so the result equals the recursion over the valid rows alone
+// (eager starts at the first valid row; a trace, not knowing it, at 0).
+Tensor two_loop(const History& h, const Tensor& flat_grad, const Tensor& H_diag, int64_t first) {
   const int64_t H = h.ro.size(0);
   std::vector<Tensor> al(static_cast<size_t>(H));
   Tensor q = neg(flat_grad);
-  for (int64_t k = H; k-- > 0;) {
+  for (int64_t k = H; k-- > first;) {
     al[k] = dot(h.stps.select(0, k), q) * h.ro.select(0, k) * h.valid.select(0, k);
     q = q - h.dirs.select(0, k) * al[k];
   }
   Tensor r = q * H_diag;
-  for (int64_t k = 0; k < H; ++k) {
+  for (int64_t k = first; k < H; ++k) {
     const Tensor be = dot(h.dirs.select(0, k), r) * h.ro.select(0, k);
     r = r + h.stps.select(0, k) * ((al[k] - be) * h.valid.select(0, k));
   }
@@ -453,11 +471,17 @@ Tensor LBFGS::step(LossClosure closure) {
       Tensor s = mul(d, t);
       Tensor ys = dot(y, s);
       Tensor update = gt(ys, full(Dims{}, 1e-10, like));
-      h = push_if(h, update, y, s, ys);
+      if (traced) {
+        h = push_if(h, update, y, s, ys);
+      } else if (update.item<bool>()) {
+        push(h, y, s, ys);
+      }
       // update scale of initial Hessian approximation
       H_diag = where(update, ys / dot(y, y), H_diag);
       // the approximate (L-BFGS) inverse Hessian multiplied by the gradient
-      d = two_loop(h, flat_grad, H_diag);
+      const int64_t first_row =
+          traced ? 0 : history_size - static_cast<int64_t>(sum(h.valid).item<double>());
+      d = two_loop(h, flat_grad, H_diag, first_row);
     }
     prev_flat_grad = flat_grad.clone();
     prev_loss = loss;
@@ -519,7 +543,9 @@ Tensor LBFGS::step(LossClosure closure) {
   save_counters();
   // The new state, in place; under tracing nothing changes where the gradient was already
   // optimal (eager returned above).
-  auto keep = [&](Tensor& dst, const Tensor& v) { copy_(dst, traced ? where(active, v, dst) : v); };
+  auto keep = [&](Tensor& dst, const Tensor& v) {
+    if (!v.is_same(dst)) copy_(dst, traced ? where(active, v, dst) : v);
+  };
   keep(d_state, d);
   keep(t_state, t);
   keep(H_diag_state, H_diag);
