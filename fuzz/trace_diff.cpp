@@ -704,8 +704,14 @@ int main(int argc, char** argv) {
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  for (int64_t k = 0; minutes > 0 ? elapsed() < minutes * 60 : k < count; ++k)
+  for (int64_t k = 0; minutes > 0 ? elapsed() < minutes * 60 : k < count; ++k) {
     runner.check(seed + k);
+    if (minutes > 0 && (k + 1) % 500 == 0) {  // the long mode reports as it goes
+      std::printf("... %lld programs, %lld mismatches, %.0f s\n", (long long)(k + 1),
+                  (long long)runner.stats().failures, elapsed());
+      std::fflush(stdout);
+    }
+  }
   const kiln::fuzz::Stats& s = runner.stats();
   std::printf(
       "%lld programs (seeds %llu..), %lld comparisons, %lld AOT-compiled, %lld guard "

@@ -112,6 +112,9 @@ void link(const LinkOptions& o) {
   std::optional<TempFile> version_script;
   if (o.kind == EmitKind::SharedLibrary) {
     args.push_back("-shared");
+    // The runtime inside starts worker threads that live to the process's end: dlclose must not
+    // unmap the code they run (found by the trace fuzzer, which loads and closes many models).
+    args.push_back("-Wl,-z,nodelete");
     // Export the model's interface only: the runtime inside stays private, so two models (or a
     // model and the host program's own kiln) never interpose each other's symbols.
     version_script.emplace("kiln-exports", "map");

@@ -13,7 +13,8 @@
 //       its state (parameters, optimizer state) and where it lives.
 //
 // The generated header of `--emit so` repeats the signature as C constants; the executable's
-// main (runtime/aot/main.cpp) reads it through PREFIX_info to check its .npy inputs.
+// main (runtime/aot/main.cpp) reads it through PREFIX_info to check its .npy inputs. A shared
+// object stays mapped after dlclose (-z nodelete): the runtime inside it owns worker threads.
 // Plain C so that C programs can embed a model.
 
 #include <stdint.h>
