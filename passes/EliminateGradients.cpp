@@ -31,9 +31,10 @@ void erase_dead_ops(mlir::Block& block) {
   }
 }
 
-// A kiln.guard protects what the trace recorded after it (a value read back can only have shaped
-// later ops). Guards after the last op the kept results need protect only dropped work (a
-// training step logging loss.item()): they go, so they keep neither the loss nor its targets.
+// A kiln.guard protects what the trace recorded after it. When results were dropped (a training
+// step's inference function), guards after the last op the kept results need are taken to protect
+// only dropped work (the step logging loss.item()): they go, so they keep neither the loss nor
+// its targets.
 void erase_guards_after_kept_work(mlir::Block& block) {
   llvm::DenseSet<mlir::Operation*> needed;
   llvm::SmallVector<mlir::Operation*> work;
@@ -92,6 +93,7 @@ struct EliminateGradientsPass
     mlir::Block& block = fn.getBody().front();
     auto ret = mlir::cast<mlir::func::ReturnOp>(block.getTerminator());
     unsigned keep = ret.getNumOperands();
+    const unsigned total = keep;
     int64_t wanted = num_outputs;
     if (wanted < 0) {
       auto n = fn->getAttrOfType<mlir::IntegerAttr>("kiln.num_outputs");
@@ -123,7 +125,10 @@ struct EliminateGradientsPass
         op->erase();
       });
     }
-    erase_guards_after_kept_work(block);
+    // Only where work was dropped: a function that keeps all its results (a plain inference
+    // trace) keeps every guard, since the host code may have chosen which values to return by
+    // what it read (`r > 0 ? relu(x) : x * r` returns a value made before the read).
+    if (keep < total || drop_loss_head) erase_guards_after_kept_work(block);
     erase_dead_ops(block);
     // Arguments nothing reads any more (loss targets, optimizer state) leave the signature. The
     // model's inputs (`kiln.num_inputs`, as jit::save marks them) stay unless the loss head

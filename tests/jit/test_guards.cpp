@@ -242,6 +242,22 @@ TEST(Guards, EliminateGradientsDropsGuardsOnDroppedWork) {
   EXPECT_EQ(ir.find("cross_entropy"), std::string::npos) << ir;
 }
 
+// Found by the trace fuzzer: the host chose which value to return by what it read, and the value
+// was computed before the read. The saved artifact (whose pipeline drops guards only where it
+// drops results) must check it.
+TEST(Guards, ArtifactChecksAChoiceOfAnEarlierValue) {
+  auto fn = [](const TensorList& in) {
+    Tensor early = relu(in[0]);
+    const double r = (in[0] * 2.0).sum().item<double>();
+    return TensorList{r > 0 ? early : in[0] * r};
+  };
+  jit::TracedFunction t = jit::trace(fn, {abs(rnd({6}, 40))}, quiet());
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(t));
+  rt::Session session(model);
+  const Tensor negative = -abs(rnd({6}, 41));
+  EXPECT_THROW(session.run({negative.impl()}), GuardError);
+}
+
 // --- raw memory and opaque functions
 
 struct RawCube : autograd::Function<RawCube> {
