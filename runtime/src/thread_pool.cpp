@@ -4,12 +4,15 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "kiln/runtime/target.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -41,13 +44,29 @@ std::chrono::microseconds spin_time() {
   return t;
 }
 
+// KILN_NUM_THREADS within [1, the CPUs this process may use]; outside it (0, negative, more
+// threads than CPUs, not a number) is clamped with a warning: oversubscribed workers spin
+// against each other and every parallel kernel waits for the slowest.
 int default_threads() {
-  if (const char* env = std::getenv("KILN_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n >= 1) return n;
+  const int cpus = rt::host_target().cpus;
+  const char* env = std::getenv("KILN_NUM_THREADS");
+  if (env == nullptr || *env == '\0') return cpus;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (*end != '\0' || n < 1) {
+    std::fprintf(stderr,
+                 "kiln: KILN_NUM_THREADS=%s: expected a thread count from 1 to %d; using %d\n",
+                 env, cpus, cpus);
+    return cpus;
   }
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  if (n > cpus) {
+    std::fprintf(stderr,
+                 "kiln: KILN_NUM_THREADS=%s is more than the %d CPUs this process may use; "
+                 "using %d\n",
+                 env, cpus, cpus);
+    return cpus;
+  }
+  return static_cast<int>(n);
 }
 
 // One job at a time: callers serialize on `submit_mu`. Chunks are claimed with an atomic counter

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "artifact_commands.h"
 #include "demo.h"
@@ -15,6 +17,7 @@
 #include "import.h"
 #endif
 #include "kiln/kiln.h"
+#include "kiln/runtime/target.h"
 
 namespace {
 
@@ -31,7 +34,9 @@ int usage(FILE* out) {
                "  train      run a saved training step over .npy batches, save the weights\n"
                "  compile    ahead-of-time native code: executable, shared object or object\n"
                "  ops        which backend (interpreter, runtime, LLVM, CUDA) runs each IR op\n"
-               "  version    print the version and build configuration\n\n"
+               "  version    print the version and build configuration; --cpu [SPEC] adds the\n"
+               "             CPU description the kernels use (or SPEC's: a name such as znver4 or\n"
+               "             sapphirerapids, then ,l1d=/l2=/l3=/isa=/cpus= overrides)\n\n"
                "options:\n"
                "  --version  same as `kiln version`\n"
                "  --help     this text\n",
@@ -39,12 +44,30 @@ int usage(FILE* out) {
   return out == stdout ? 0 : 2;
 }
 
-int print_version() {
+// `kiln version [--cpu [SPEC]]`: with --cpu, the target description the kernels use (the host's,
+// or KILN_CPU's) and its derived parameters; with a SPEC, that description instead, and what
+// this CPU lacks to run it.
+int print_version(int argc, char** argv) {
   // The backends this binary has and that work; there is no CUDA backend yet.
   std::printf("kiln %s (%s build, backends: %s, %d threads)\n", kiln::version(), KILN_BUILD_TYPE,
               KILN_HAVE_MLIR ? "CPU eager, CPU runtime, LLVM JIT and AOT (x86-64, aarch64)"
                              : "CPU eager, CPU runtime (built without MLIR: no compiler)",
               kiln::num_threads());
+  if (argc == 0) return 0;
+  KILN_CHECK(std::string_view(argv[0]) == "--cpu" && argc <= 2, "version",
+             "expected no arguments or --cpu [SPEC], got '", argv[0], "'");
+  if (argc == 1) {
+    std::printf("%s", kiln::rt::describe(kiln::rt::active_target()).c_str());
+    return 0;
+  }
+  const kiln::rt::TargetDescription t = kiln::rt::parse_target(argv[1]);
+  std::printf("%s", kiln::rt::describe(t).c_str());
+  const std::vector<std::string> missing = kiln::rt::missing_features(t, kiln::rt::host_target());
+  if (!missing.empty()) {
+    std::printf("this CPU lacks:");
+    for (const auto& m : missing) std::printf(" %s", m.c_str());
+    std::printf(" (kernels for it cannot run here; code can still be compiled for it)\n");
+  }
   return 0;
 }
 
@@ -55,7 +78,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   try {
     if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
-    if (cmd == "--version" || cmd == "version") return print_version();
+    if (cmd == "--version" || cmd == "version") return print_version(argc - 2, argv + 2);
     if (cmd == "demo") return kiln::cli::demo(argc - 2, argv + 2);
     if (cmd == "run") return kiln::cli::run_artifact(argc - 2, argv + 2);
     if (cmd == "inspect") return kiln::cli::inspect_artifact(argc - 2, argv + 2);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "conv_internal.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/thread_pool.h"
@@ -365,11 +366,12 @@ void plane_epilogue(float* y, const float* res, int64_t n, const ConvEpilogue& e
   for (; i < n; ++i) y[i] = apply_activation(y[i] + (res ? res[i] : 0.0f), e);
 }
 
-// Output rows per band: B's band (rows x Wb x 8 floats) near 64 KiB, so that B and O stay in
-// L2 for wide planes (112 x 112: 15 of 112 rows); narrow planes are one band.
+// Output rows per band: B's band (rows x Wb x 8 floats) near the target's depthwise_band_bytes,
+// so that B and O stay in L2 for wide planes (112 x 112: 15 of 112 rows); narrow planes are one
+// band.
 int64_t narrow_band_rows(const ConvGeom& g, const NarrowGeom& ng) {
   const int64_t eff_h = (g.KH - 1) * g.dh + 1;
-  const int64_t fit = (int64_t(16) << 10) / (ng.Wb * kV);  // B rows in 64 KiB
+  const int64_t fit = rt::kernel_params().depthwise_band_bytes / 4 / (ng.Wb * kV);
   return std::clamp<int64_t>(fit > eff_h ? (fit - eff_h) / g.sh + 1 : 1, 1, g.Ho);
 }
 

@@ -35,6 +35,7 @@
 
 #include "conv_internal.h"
 #include "gemm_internal.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/mbconv.h"
@@ -151,11 +152,12 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
              "expected non-empty channels and input planes, got input ",
              dims_str(ops.input->sizes()), " with ", g.E, " expanded and ", g.P,
              " output channels");
-  // Band buffers: output rows per band so that they stay near 384 KB, each at most 2^30 floats.
+  // Band buffers: output rows per band so that they stay near the target's mbconv_band_bytes,
+  // each at most 2^30 floats.
   constexpr int64_t kLimit = int64_t(1) << 30;
   const int64_t in_cols = checked_mul(g.sh, g.W, kLimit, "a band's input columns per row");
   const int64_t per_row = checked_mul(g.E, in_cols + g.Wo, kLimit, "a band row");
-  g.R = std::clamp<int64_t>((96 << 10) / per_row, 1, g.Ho);
+  g.R = std::clamp<int64_t>(rt::kernel_params().mbconv_band_bytes / 4 / per_row, 1, g.Ho);
   g.eb_floats = checked_mul(checked_mul(g.E, (g.R - 1) * g.sh + g.KH, kLimit, "expanded rows"), g.W,
                             kLimit, "the expanded band");
   // Room for the band's pixels rounded up to whole GEMM panels (at most kMaxPanel wide).

@@ -23,6 +23,7 @@
 
 #include "conv_internal.h"
 #include "gemm_internal.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/thread_pool.h"
 
@@ -134,9 +135,11 @@ Plan make_plan(const ConvGeom& g, const gemm_detail::KernelSet& ks) {
   Plan p;
   p.tiles_h = ceil_div(g.Ho, 4);
   p.tiles_w = ceil_div(g.Wo, 4);
-  // V (36 * C * tb floats, shared) around 3 MB; the per-thread M buffer (36 * MR * tb) <= 512 KB.
-  const int64_t by_v = (3 << 20) / (kXi * 4 * std::max<int64_t>(g.C, 1));
-  const int64_t by_m = (512 << 10) / (kXi * 4 * ks.mr);
+  // V (36 * C * tb floats, shared) and the per-thread M buffer (36 * MR * tb) sized by the
+  // target description.
+  const rt::KernelParams& params = rt::kernel_params();
+  const int64_t by_v = params.winograd_v_bytes / (kXi * 4 * std::max<int64_t>(g.C, 1));
+  const int64_t by_m = params.winograd_m_bytes / (kXi * 4 * ks.mr);
   const int64_t target = std::max<int64_t>(std::min(by_v, by_m), p.tiles_w);
   p.rows_per_block = std::max<int64_t>(1, target / p.tiles_w);
   p.rows_per_block = std::min(p.rows_per_block, g.N * p.tiles_h);

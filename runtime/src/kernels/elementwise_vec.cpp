@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kiln/runtime/target.h"
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
@@ -84,13 +86,16 @@ const VecTable* vec_table_avx512() {
 #endif
 }
 
+// The active target description's ISA decides (a description without AVX-512 on an AVX-512 CPU
+// gets the baseline table).
 const VecTable& vec_table() {
-  static const VecTable* t = [] {
-    const char* off = std::getenv("KILN_DISABLE_AVX512");
-    const VecTable* wide = (off && *off && *off != '0') ? nullptr : vec_table_avx512();
-    return wide ? wide : &vec_table_baseline();
+  static const bool off = [] {
+    const char* e = std::getenv("KILN_DISABLE_AVX512");
+    return e && *e && *e != '0';
   }();
-  return *t;
+  const VecTable* wide =
+      off || rt::active_target().isa != rt::VectorIsa::Avx512 ? nullptr : vec_table_avx512();
+  return wide ? *wide : vec_table_baseline();
 }
 
 }  // namespace kiln::kernels::ew

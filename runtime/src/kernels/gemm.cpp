@@ -30,6 +30,7 @@
 
 #include "gemm_internal.h"
 #include "kiln/runtime/error.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 
 #if defined(__aarch64__)
@@ -128,9 +129,9 @@ void portable_pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t
   pack_b_generic<kPNR>(trans, B, ldb, k, n, dst);
 }
 
-const KernelSet kPortable{
-    "scalar",         kPMR,   kPNR, 256, 1024, 512, &portable_micro, &portable_pack_a,
-    &portable_pack_b, nullptr};
+// Blocking (kc, mc, nc) 0 here: active_kernels() fills it from the target description.
+const KernelSet kPortable{"scalar",        kPMR, kPNR, 0, 0, 0, &portable_micro, &portable_pack_a,
+                          &portable_pack_b, nullptr};
 
 #if defined(__aarch64__)
 // ---- NEON kernel: 8 x 12 tile, 24 q-register accumulators -------------------------------------
@@ -189,8 +190,8 @@ void neon_pack_a(bool trans, const float* A, int64_t lda, int64_t m, int64_t k, 
 void neon_pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float* dst) {
   pack_b_generic<kNNR>(trans, B, ldb, k, n, dst);
 }
-const KernelSet kNeon{"neon", kNMR,        kNNR,         256,          1024,
-                      384,    &neon_micro, &neon_pack_a, &neon_pack_b, nullptr};
+const KernelSet kNeon{"neon",      kNMR,         kNNR,         0,      0, 0,
+                      &neon_micro, &neon_pack_a, &neon_pack_b, nullptr};
 #endif
 
 }  // namespace
@@ -231,6 +232,22 @@ bool cpu_has_avx2() {
 #endif
 }
 
+GemmIsa isa_for(rt::VectorIsa isa) {
+  switch (isa) {
+    case rt::VectorIsa::Avx512:
+      return GemmIsa::Avx512;
+    case rt::VectorIsa::Avx2:
+      return GemmIsa::Avx2;
+    case rt::VectorIsa::Neon:
+      return GemmIsa::Neon;
+    case rt::VectorIsa::Scalar:
+      break;
+  }
+  return GemmIsa::Scalar;
+}
+
+// The family the active target description names (Auto), or the one asked for, where this CPU
+// has it.
 const KernelSet* kernels_for(GemmIsa isa) {
   switch (isa) {
     case GemmIsa::Avx512:
@@ -244,9 +261,7 @@ const KernelSet* kernels_for(GemmIsa isa) {
     case GemmIsa::Auto:
       break;
   }
-  for (GemmIsa i : {GemmIsa::Avx512, GemmIsa::Avx2, GemmIsa::Neon}) {
-    if (const KernelSet* k = kernels_for(i)) return k;
-  }
+  if (const KernelSet* k = kernels_for(isa_for(rt::active_target().isa))) return k;
   return gemm_detail::portable_kernels();
 }
 
@@ -257,39 +272,70 @@ GemmIsa isa_of(const KernelSet* k) {
   return GemmIsa::Scalar;
 }
 
-const KernelSet* initial_kernels() {
+// KILN_GEMM_ISA at start-up: a family other than the target description's (tests, benchmarks).
+const KernelSet* forced_by_environment() {
+  const char* env = std::getenv("KILN_GEMM_ISA");
+  if (env == nullptr) return nullptr;
+  const std::string_view v(env);
   GemmIsa want = GemmIsa::Auto;
-  if (const char* env = std::getenv("KILN_GEMM_ISA")) {
-    const std::string_view v(env);
-    if (v == "avx512")
-      want = GemmIsa::Avx512;
-    else if (v == "avx2")
-      want = GemmIsa::Avx2;
-    else if (v == "neon")
-      want = GemmIsa::Neon;
-    else if (v == "scalar" || v == "portable")
-      want = GemmIsa::Scalar;
-    else if (!v.empty() && v != "auto")
-      std::fprintf(stderr, "kiln: unknown KILN_GEMM_ISA=%s (avx512|avx2|neon|scalar); using auto\n",
-                   env);
-    if (want != GemmIsa::Auto && kernels_for(want) == nullptr) {
-      std::fprintf(stderr, "kiln: KILN_GEMM_ISA=%s is not available on this CPU; using auto\n",
-                   env);
-      want = GemmIsa::Auto;
-    }
+  if (v == "avx512")
+    want = GemmIsa::Avx512;
+  else if (v == "avx2")
+    want = GemmIsa::Avx2;
+  else if (v == "neon")
+    want = GemmIsa::Neon;
+  else if (v == "scalar" || v == "portable")
+    want = GemmIsa::Scalar;
+  else if (!v.empty() && v != "auto")
+    std::fprintf(stderr, "kiln: unknown KILN_GEMM_ISA=%s (avx512|avx2|neon|scalar); using auto\n",
+                 env);
+  if (want == GemmIsa::Auto) return nullptr;
+  if (kernels_for(want) == nullptr) {
+    std::fprintf(stderr, "kiln: KILN_GEMM_ISA=%s is not available on this CPU; using auto\n", env);
+    return nullptr;
   }
   return kernels_for(want);
 }
 
-std::atomic<const KernelSet*> g_kernels{nullptr};
+// The family forced by set_sgemm_isa or KILN_GEMM_ISA; null: the target description's.
+std::atomic<const KernelSet*> g_forced{forced_by_environment()};
+
+const KernelSet* base_kernels() {
+  if (const KernelSet* k = g_forced.load(std::memory_order_acquire)) return k;
+  return kernels_for(GemmIsa::Auto);
+}
+
+// A family with the blocking the active target description derives for its register tile.
+// Rebuilt when the description changes; never freed (packed operands point at theirs).
+struct Blocked {
+  const rt::KernelParams* params;
+  KernelSet ks;
+};
+std::atomic<const Blocked*> g_blocked[4] = {};
 
 const KernelSet& active_kernels() {
-  const KernelSet* k = g_kernels.load(std::memory_order_acquire);
-  if (k == nullptr) [[unlikely]] {
-    k = initial_kernels();
-    g_kernels.store(k, std::memory_order_release);
-  }
-  return *k;
+  const KernelSet* base = base_kernels();
+  const GemmIsa isa = isa_of(base);
+  const int slot = static_cast<int>(isa) - 1;
+  const rt::KernelParams& params = rt::kernel_params();
+  const Blocked* b = g_blocked[slot].load(std::memory_order_acquire);
+  if (b != nullptr && b->params == &params && b->ks.kernel == base->kernel) [[likely]]
+    return b->ks;
+  const rt::GemmBlocking& g = isa == GemmIsa::Avx512 ? params.gemm_avx512
+                              : isa == GemmIsa::Avx2 ? params.gemm_avx2
+                              : isa == GemmIsa::Neon ? params.gemm_neon
+                                                     : params.gemm_portable;
+  const rt::MicroTile tile = rt::gemm_micro_tile(isa == GemmIsa::Avx512 ? rt::VectorIsa::Avx512
+                                                 : isa == GemmIsa::Avx2 ? rt::VectorIsa::Avx2
+                                                 : isa == GemmIsa::Neon ? rt::VectorIsa::Neon
+                                                                        : rt::VectorIsa::Scalar);
+  KILN_CHECK(tile.mr == base->mr && tile.nr == base->nr, "sgemm", "expected the ", base->name,
+             " microkernel's tile to be ", tile.mr, "x", tile.nr, " (target_params.cpp), got ",
+             base->mr, "x", base->nr);
+  auto* fresh = new Blocked{&params, *base};
+  fresh->ks.kc = g.kc, fresh->ks.mc = g.mc, fresh->ks.nc = g.nc, fresh->ks.kc_b = g.kc_packed_b;
+  g_blocked[slot].store(fresh, std::memory_order_release);
+  return fresh->ks;
 }
 
 // ---- Scratch: per-thread, 64-byte aligned, grows and is kept
@@ -764,10 +810,11 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
   };
   // A few A slivers with row-major B: the kernel reads B in place (packing would only add a
   // second pass over B); only a ragged last panel is packed. Beyond one sliver each panel is read
-  // once per sliver, so it must stay in L1 (K x NR floats <= 32 KiB): MobileNetV2's projections
-  // to 16-32 channels run 12-19% faster than with B packed.
-  const bool direct_b =
-      !packed_b && !tb && (M <= MR || (M <= 3 * MR && K * NR <= (int64_t(32) << 10) / 4));
+  // once per sliver, so it must stay in L1 (K x NR floats): MobileNetV2's projections to 16-32
+  // channels run 12-19% faster than with B packed.
+  const rt::KernelParams& params = rt::kernel_params();
+  const bool direct_b = !packed_b && !tb &&
+                        (M <= MR || (M <= 3 * MR && K * NR * 4 <= params.l1_panel_bytes));
   // One B block: its packed copy is shared by all threads, which split the A slivers instead.
   const bool shared_b = !packed_b && !direct_b && nblocks == 1 && nth > 1;
 
@@ -792,12 +839,14 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
       });
     // One thread and a B larger than L2: sliver by sliver, each would stream all of B from
     // memory again (ResNet-18's 512 -> 512 3x3 at 7x7: 9.4 MB per sliver). Column blocks of
-    // 2048 / kc panels (8 for a K block of 256: 128 KB) instead: each K block's B block is read
-    // once, by every sliver from L2.
-    const bool by_cols =
-        nblocks > 1 || (nth == 1 && slivers > 1 && Np * K * int64_t(sizeof(float)) > (256 << 10));
-    if (by_cols && nblocks == 1)
-      nblocks = std::max<int64_t>(1, panels_n / std::max<int64_t>(1, 2048 / kc));
+    // half the L2 block instead: each K block's B block is read once, by every sliver from L2.
+    const bool by_cols = nblocks > 1 || (nth == 1 && slivers > 1 &&
+                                         Np * K * int64_t(sizeof(float)) > params.l2_block_bytes);
+    if (by_cols && nblocks == 1) {
+      const int64_t panel_bytes = kc * NR * int64_t(sizeof(float));
+      nblocks = std::max<int64_t>(
+          1, panels_n / std::max<int64_t>(1, params.l2_block_bytes / 2 / panel_bytes));
+    }
     const int64_t units = by_cols ? nblocks : slivers;  // column blocks, else slivers
     pfor(0, units, 1, [&](int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {
@@ -919,11 +968,11 @@ void set_sgemm_isa(GemmIsa isa) {
   const KernelSet* k = kernels_for(isa);
   KILN_CHECK(k != nullptr, "sgemm", "expected an ISA available on this CPU, got ",
              gemm_isa_name(isa), " (not available)");
-  g_kernels.store(k, std::memory_order_release);
+  g_forced.store(isa == GemmIsa::Auto ? nullptr : k, std::memory_order_release);
 }
 
 GemmIsa sgemm_isa() {
-  return isa_of(&active_kernels());
+  return isa_of(base_kernels());
 }
 
 const char* gemm_isa_name(GemmIsa isa) {

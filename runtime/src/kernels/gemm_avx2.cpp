@@ -268,9 +268,9 @@ void pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float
                         dst + whole * k);
 }
 
-const KernelSet kSet{"avx2",       kMR,     kNR,     /*kc=*/256, /*mc=*/1536, /*nc=*/512,
-                     &micro,       &pack_a, &pack_b, nullptr,    &micro_row,  &micro_row_rows,
-                     /*kc_b=*/1024};
+// Blocking 0: the GEMM driver fills it from the target description (target_params.cpp).
+const KernelSet kSet{"avx2",  kMR,     kNR,     /*kc=*/0, /*mc=*/0,  /*nc=*/0,
+                     &micro,  &pack_a, &pack_b, nullptr,  &micro_row, &micro_row_rows};
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/loop.h"
 #include "kiln/runtime/kernels/reduce.h"
@@ -109,10 +110,11 @@ C row_sum(const C* x, int64_t n) {
   return pairwise_sum(x, n, Ident{});
 }
 
-// CPUID once; KILN_DISABLE_AVX512=1 (read per call, so tests can cover both paths) opts out.
+// The active target description's ISA (checked against the CPU when it was set);
+// KILN_DISABLE_AVX512=1 (read per call, so tests can cover both paths) opts out.
 [[maybe_unused]] bool use_avx512() {
 #if defined(__x86_64__)
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  const bool ok = rt::active_target().isa == rt::VectorIsa::Avx512;
   const char* off = std::getenv("KILN_DISABLE_AVX512");
   return ok && !(off && *off && *off != '0');
 #else
