@@ -6,9 +6,11 @@
 
 #include "kiln/codegen/aot.h"
 #include "kiln/codegen/lower.h"
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/CodeGen.h"
 #include "llvm/Support/TargetSelect.h"
@@ -81,6 +83,20 @@ Target resolve_target(const std::string& spec, const std::string& cpu,
   if (!llvm::TargetRegistry::lookupTarget(t.triple, err))
     throw AotError("--target: LLVM cannot generate code for '" + t.triple + "': " + err);
   return t;
+}
+
+std::string checked_cpu_features(const llvm::TargetMachine& tm) {
+  // The features kiln::rt::has_feature knows, as LLVM spells them.
+  static const char* const kX86[] = {"sse4.2",     "avx",      "fma",      "f16c",     "avx2",
+                                     "avx512f",    "avx512dq", "avx512bw", "avx512vl", "avx512vnni",
+                                     "avx512bf16", "avxvnni",  "amx-tile", "amx-int8", "amx-bf16"};
+  static const char* const kArm[] = {"neon", "dotprod", "i8mm"};
+  const llvm::MCSubtargetInfo* sti = tm.getMCSubtargetInfo();
+  const bool arm = tm.getTargetTriple().isAArch64();
+  std::string out;
+  for (const char* f : arm ? llvm::ArrayRef<const char*>(kArm) : llvm::ArrayRef<const char*>(kX86))
+    if (sti->checkFeatures(std::string("+") + f)) out += (out.empty() ? "" : ",") + std::string(f);
+  return out;
 }
 
 std::unique_ptr<llvm::TargetMachine> create_target_machine(const Target& target, int opt_level) {

@@ -26,14 +26,14 @@
 namespace kiln::codegen {
 namespace {
 
-constexpr int kAbiVersion = 2;  // KILN_AOT_ABI_VERSION in kiln/runtime/aot_model.h
+constexpr int kAbiVersion = 3;  // KILN_AOT_ABI_VERSION in kiln/runtime/aot_model.h
 
 struct InfoBuilder {
   llvm::Module& m;
   llvm::LLVMContext& ctx;
   llvm::StructType* tensor_info;  // { ptr name, i32 dtype, i32 rank, ptr shape }
   // { i32 abi, i32 n_in, i32 n_out, ptr in, ptr out, ptr target, i32 n_state, ptr state,
-  //   ptr state_data }
+  //   ptr state_data, ptr cpu, ptr cpu_features }
   llvm::StructType* model_info;
   std::string prefix;
 
@@ -96,18 +96,22 @@ struct InfoBuilder {
 
 }  // namespace
 
-std::unique_ptr<llvm::Module> build_interface_module(
-    llvm::LLVMContext& ctx, const ModelSignature& signature,
-    const std::vector<ConstantBuffer>& constants, const std::string& prefix,
-    const std::string& entry, const std::string& triple, bool uses_runtime_errors) {
+std::unique_ptr<llvm::Module> build_interface_module(llvm::LLVMContext& ctx,
+                                                     const ModelSignature& signature,
+                                                     const std::vector<ConstantBuffer>& constants,
+                                                     const std::string& prefix,
+                                                     const std::string& entry, const Target& target,
+                                                     const std::string& cpu_features,
+                                                     bool uses_runtime_errors) {
   auto m = std::make_unique<llvm::Module>(prefix + "_interface", ctx);
   auto* ptr = llvm::PointerType::get(ctx, 0);
   auto* i32 = llvm::Type::getInt32Ty(ctx);
 
-  InfoBuilder b{*m, ctx, llvm::StructType::create(ctx, {ptr, i32, i32, ptr}, "kiln_tensor_info"),
-                llvm::StructType::create(ctx, {i32, i32, i32, ptr, ptr, ptr, i32, ptr, ptr},
-                                         "kiln_model_info"),
-                prefix};
+  InfoBuilder b{
+      *m, ctx, llvm::StructType::create(ctx, {ptr, i32, i32, ptr}, "kiln_tensor_info"),
+      llvm::StructType::create(ctx, {i32, i32, i32, ptr, ptr, ptr, i32, ptr, ptr, ptr, ptr},
+                               "kiln_model_info"),
+      prefix};
 
   // Weights; a training step's state k (writable) and the buffer its new value goes to.
   const size_t n_state = signature.state.size();
@@ -136,13 +140,14 @@ std::unique_ptr<llvm::Module> build_interface_module(
                              "state_data");
   llvm::Constant* info = b.private_global(
       llvm::ConstantStruct::get(
-          b.model_info,
-          {llvm::ConstantInt::get(i32, kAbiVersion),
-           llvm::ConstantInt::get(i32, signature.inputs.size()),
-           llvm::ConstantInt::get(i32, signature.outputs.size()),
-           b.tensors(signature.inputs, "input"), b.tensors(signature.outputs, "output"),
-           b.string(triple, "target"), llvm::ConstantInt::get(i32, n_state),
-           b.tensors(signature.state, "state"), state_data}),
+          b.model_info, {llvm::ConstantInt::get(i32, kAbiVersion),
+                         llvm::ConstantInt::get(i32, signature.inputs.size()),
+                         llvm::ConstantInt::get(i32, signature.outputs.size()),
+                         b.tensors(signature.inputs, "input"),
+                         b.tensors(signature.outputs, "output"), b.string(target.triple, "target"),
+                         llvm::ConstantInt::get(i32, n_state), b.tensors(signature.state, "state"),
+                         state_data, b.string(target.cpu.empty() ? "generic" : target.cpu, "cpu"),
+                         b.string(cpu_features, "cpu_features")}),
       "info");
   auto* info_fn = llvm::Function::Create(llvm::FunctionType::get(ptr, false),
                                          llvm::GlobalValue::ExternalLinkage, prefix + "_info", *m);

@@ -149,8 +149,8 @@ std::vector<std::string> package_object(const std::string& model_object,
   {
     llvm::LLVMContext ctx;
     auto tm = create_target_machine(o.target, 2);
-    auto m = build_interface_module(ctx, signature, o.constants, prefix, o.entry, o.target.triple,
-                                    o.uses_runtime_errors);
+    auto m = build_interface_module(ctx, signature, o.constants, prefix, o.entry, o.target,
+                                    checked_cpu_features(*tm), o.uses_runtime_errors);
     interface_object = emit_object(*m, *tm, 2);
   }
   TempFile model_file("kiln-model", "o"), interface_file("kiln-interface", "o");

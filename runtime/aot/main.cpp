@@ -27,6 +27,7 @@
 #include "kiln/runtime/dtype.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/npy.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/train_loop.h"
 
 extern "C" int model_run(const void* const* inputs, void* const* outputs);
@@ -64,7 +65,8 @@ int64_t numel(const kiln_tensor_info& t) {
 }
 
 void print_info(const kiln_model_info& m, FILE* out) {
-  std::fprintf(out, "model compiled for %s\n", m.target ? m.target : "?");
+  std::fprintf(out, "model compiled for %s (cpu %s; uses %s)\n", m.target ? m.target : "?",
+               m.cpu ? m.cpu : "?", m.cpu_features && *m.cpu_features ? m.cpu_features : "-");
   for (int32_t i = 0; i < m.num_inputs; ++i)
     std::fprintf(out, "  input %d  %s: %s\n", i, m.inputs[i].name, describe(m.inputs[i]).c_str());
   for (int32_t i = 0; i < m.num_outputs; ++i)
@@ -150,6 +152,16 @@ int run(int argc, char** argv) {
   const kiln_model_info& m = *model_info();
   KILN_CHECK(m.abi_version == KILN_AOT_ABI_VERSION, "model", "compiled for AOT ABI version ",
              m.abi_version, ", this main speaks version ", KILN_AOT_ABI_VERSION);
+  // Before any generated code runs: code for extensions this CPU lacks would die with SIGILL.
+  const std::vector<std::string> missing = kiln::rt::missing_host_features(m.cpu_features);
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& f : missing) list += (list.empty() ? "" : ", ") + f;
+    const std::string& here = kiln::rt::host_target().model;
+    kiln::fail("model", "compiled for CPU '", m.cpu, "', expected a CPU with ", list, ", got ",
+               here.empty() ? "one without them" : here + ", which lacks them",
+               " (compile with --cpu naming this CPU, or host on it)");
+  }
   if (m.num_state > 0) return train(m, argc, argv);
   std::vector<std::string> in_paths, out_paths;
   int repeat = 1;

@@ -105,7 +105,8 @@ bool bit(unsigned v, int i) {
 void detect_x86(TargetDescription& t) {
   const Regs r0 = cpuid(0);
   char vendor[13] = {};
-  std::memcpy(vendor, &r0.b, 4), std::memcpy(vendor + 4, &r0.d, 4), std::memcpy(vendor + 8, &r0.c, 4);
+  std::memcpy(vendor, &r0.b, 4), std::memcpy(vendor + 4, &r0.d, 4),
+      std::memcpy(vendor + 8, &r0.c, 4);
   const std::string v(vendor);
   t.vendor = v == "GenuineIntel" ? "Intel" : v == "AuthenticAMD" ? "AMD" : v;
   if (cpuid(0x80000000).a >= 0x80000004) {
@@ -127,12 +128,14 @@ void detect_x86(TargetDescription& t) {
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     xcr0 = (uint64_t(hi) << 32) | lo;
   }
-  const bool ymm = (xcr0 & 0x6) == 0x6;     // SSE + AVX state
-  const bool zmm = (xcr0 & 0xe6) == 0xe6;   // + opmask, ZMM_Hi256, Hi16_ZMM
+  const bool ymm = (xcr0 & 0x6) == 0x6;            // SSE + AVX state
+  const bool zmm = (xcr0 & 0xe6) == 0xe6;          // + opmask, ZMM_Hi256, Hi16_ZMM
   const bool tiles = (xcr0 & 0x60000) == 0x60000;  // XTILECFG + XTILEDATA
   const Regs r7 = r0.a >= 7 ? cpuid(7, 0) : Regs{};
   const Regs r71 = r0.a >= 7 ? cpuid(7, 1) : Regs{};
   CpuFeatures& f = t.features;
+  f.sse4_2 = bit(r1.c, 20);
+  f.avx = ymm && bit(r1.c, 28);
   f.fma = ymm && bit(r1.c, 12);
   f.f16c = ymm && bit(r1.c, 29);
   f.avx2 = ymm && bit(r7.b, 5);
@@ -191,7 +194,7 @@ struct Preset {
 
 CpuFeatures avx2_features() {
   CpuFeatures f;
-  f.fma = f.f16c = f.avx2 = true;
+  f.sse4_2 = f.avx = f.fma = f.f16c = f.avx2 = true;
   return f;
 }
 CpuFeatures avx512_features() {
@@ -299,8 +302,10 @@ int64_t parse_size(std::string_view key, std::string_view v) {
     KILN_CHECK(n <= (int64_t(1) << 40), kOp, key, ": expected a size up to 1T, got '", v, "'");
   }
   int64_t scale = 1;
-  if (i + 1 == v.size() && (v[i] == 'K' || v[i] == 'k')) scale = K, ++i;
-  else if (i + 1 == v.size() && (v[i] == 'M' || v[i] == 'm')) scale = M, ++i;
+  if (i + 1 == v.size() && (v[i] == 'K' || v[i] == 'k'))
+    scale = K, ++i;
+  else if (i + 1 == v.size() && (v[i] == 'M' || v[i] == 'm'))
+    scale = M, ++i;
   KILN_CHECK(i == v.size() && i > 0 && n > 0, kOp, key,
              ": expected a positive size in bytes (suffix K or M allowed), got '", v, "'");
   const int64_t bytes = n * scale;
@@ -375,9 +380,12 @@ TargetDescription parse_target(std::string_view spec) {
       t.cpus = n;
     } else if (key == "isa") {
       VectorIsa isa = VectorIsa::Scalar;
-      if (value == "avx512") isa = VectorIsa::Avx512;
-      else if (value == "avx2") isa = VectorIsa::Avx2;
-      else if (value == "neon") isa = VectorIsa::Neon;
+      if (value == "avx512")
+        isa = VectorIsa::Avx512;
+      else if (value == "avx2")
+        isa = VectorIsa::Avx2;
+      else if (value == "neon")
+        isa = VectorIsa::Neon;
       else
         KILN_CHECK(value == "scalar", kOp, "isa: expected avx512, avx2, neon or scalar, got '",
                    value, "'");
@@ -390,11 +398,53 @@ TargetDescription parse_target(std::string_view spec) {
       t.vector_bits = vector_bits_of(isa);
       t.vector_registers = vector_registers_of(isa);
     } else {
-      fail(kOp, "expected one of the keys isa, l1d, l2, l3, cpus, got '", key, "' in '", spec,
-           "'");
+      fail(kOp, "expected one of the keys isa, l1d, l2, l3, cpus, got '", key, "' in '", spec, "'");
     }
   }
   return t;
+}
+
+namespace {
+const std::pair<const char*, bool CpuFeatures::*> kFeatureNames[] = {
+    {"sse4.2", &CpuFeatures::sse4_2},
+    {"avx", &CpuFeatures::avx},
+    {"fma", &CpuFeatures::fma},
+    {"f16c", &CpuFeatures::f16c},
+    {"avx2", &CpuFeatures::avx2},
+    {"avx512f", &CpuFeatures::avx512f},
+    {"avx512dq", &CpuFeatures::avx512dq},
+    {"avx512bw", &CpuFeatures::avx512bw},
+    {"avx512vl", &CpuFeatures::avx512vl},
+    {"avx512vnni", &CpuFeatures::avx512_vnni},
+    {"avx512bf16", &CpuFeatures::avx512_bf16},
+    {"avxvnni", &CpuFeatures::avx_vnni},
+    {"amx-tile", &CpuFeatures::amx_tile},
+    {"amx-int8", &CpuFeatures::amx_int8},
+    {"amx-bf16", &CpuFeatures::amx_bf16},
+    {"neon", &CpuFeatures::neon},
+    {"dotprod", &CpuFeatures::dotprod},
+    {"i8mm", &CpuFeatures::i8mm},
+};
+}  // namespace
+
+bool has_feature(const TargetDescription& t, std::string_view llvm_name) {
+  for (const auto& [name, member] : kFeatureNames)
+    if (llvm_name == name) return t.features.*member;
+  std::string known;
+  for (const auto& [name, member] : kFeatureNames)
+    known += (known.empty() ? "" : ", ") + std::string(name);
+  fail("CPU feature", "unknown CPU feature \"", llvm_name, "\" (expected one of ", known, ")");
+}
+
+std::vector<std::string> missing_host_features(std::string_view list) {
+  std::vector<std::string> missing;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    const std::string_view f = list.substr(0, comma);
+    list = comma == std::string_view::npos ? "" : list.substr(comma + 1);
+    if (!f.empty() && !has_feature(host_target(), f)) missing.emplace_back(f);
+  }
+  return missing;
 }
 
 std::vector<std::string> missing_features(const TargetDescription& t,
@@ -402,7 +452,8 @@ std::vector<std::string> missing_features(const TargetDescription& t,
   // An arm64 host has NEON (detection sets it); an x86 one never does.
   const bool host_arm = host.features.neon;
   if (t.isa == VectorIsa::Neon && !host_arm) return {"neon (an arm64 CPU)"};
-  if (isa_is_x86(t.isa) && host_arm) return {std::string(vector_isa_name(t.isa)) + " (an x86-64 CPU)"};
+  if (isa_is_x86(t.isa) && host_arm)
+    return {std::string(vector_isa_name(t.isa)) + " (an x86-64 CPU)"};
   std::vector<std::string> missing;
   for (const auto& [feature, member] : required_features(t.isa))
     if (!(host.features.*member)) missing.emplace_back(feature);
@@ -415,7 +466,7 @@ namespace {
 
 struct Active {
   TargetDescription target;
-  KernelParams params;
+  TargetParams params;
 };
 
 std::atomic<const Active*> g_active{nullptr};
@@ -423,7 +474,7 @@ std::mutex g_active_mu;
 
 const Active* make_active(const TargetDescription& t) {
   // Never freed: kernels hold references (packed weights keep their blocking) across a switch.
-  return new Active{t, derive_kernel_params(t)};
+  return new Active{t, derive_target_params(t)};
 }
 
 const Active* initial_active() {
@@ -464,7 +515,7 @@ const TargetDescription& active_target() {
   return active().target;
 }
 
-const KernelParams& kernel_params() {
+const TargetParams& target_params() {
   return active().params;
 }
 
@@ -487,24 +538,19 @@ void set_active_target(const TargetDescription& t) {
 std::string describe(const TargetDescription& t) {
   std::ostringstream os;
   os << "cpu: " << t.name;
-  if (!t.model.empty() || !t.vendor.empty()) os << " (" << (t.model.empty() ? t.vendor : t.model) << ")";
+  if (!t.model.empty() || !t.vendor.empty())
+    os << " (" << (t.model.empty() ? t.vendor : t.model) << ")";
   os << "\nisa: " << vector_isa_name(t.isa) << ", " << t.vector_bits << "-bit vectors, "
      << t.vector_registers << " registers\nextensions:";
   const CpuFeatures& f = t.features;
-  const std::pair<const char*, bool> flags[] = {
-      {"fma", f.fma},           {"f16c", f.f16c},         {"avx2", f.avx2},
-      {"avx512f", f.avx512f},   {"avx512dq", f.avx512dq}, {"avx512bw", f.avx512bw},
-      {"avx512vl", f.avx512vl}, {"avx512vnni", f.avx512_vnni}, {"avx512bf16", f.avx512_bf16},
-      {"avxvnni", f.avx_vnni},  {"amx-tile", f.amx_tile}, {"amx-int8", f.amx_int8},
-      {"amx-bf16", f.amx_bf16}, {"neon", f.neon},         {"dotprod", f.dotprod},
-      {"i8mm", f.i8mm}};
   bool any = false;
-  for (const auto& [name, on] : flags)
-    if (on) os << ' ' << name, any = true;
+  for (const auto& [name, member] : kFeatureNames)
+    if (f.*member && std::string_view(name) != "sse4.2" && std::string_view(name) != "avx")
+      os << ' ' << name, any = true;
   if (!any) os << " none";
   os << "\ncaches: L1d " << size_str(t.l1d_bytes) << ", L2 " << size_str(t.l2_bytes) << ", L3 "
      << size_str(t.l3_bytes) << "\ncpus: " << t.cpus << "\n";
-  const KernelParams p = derive_kernel_params(t);
+  const TargetParams p = derive_target_params(t);
   auto gemm = [&](const char* name, const GemmBlocking& g) {
     os << "gemm " << name << ": kc " << g.kc << ", mc " << g.mc << ", nc " << g.nc;
     if (g.kc_packed_b) os << ", kc (packed B) " << g.kc_packed_b;

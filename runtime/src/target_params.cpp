@@ -31,24 +31,24 @@ GemmBlocking derive_gemm_blocking(const TargetDescription& t, MicroTile tile, bo
   // panel being consumed is evicted by the other. At least 256: each K block reloads and stores
   // the C tile, and shorter blocks lost 6-19% on square products (AVX2, 32 KiB L1; a sliver-only
   // rule that gave 672 was measured slower, its B block narrower).
-  g.kc = std::clamp<int64_t>(
-      floor_to(t.l1d_bytes * 3 / 4 / ((tile.mr + tile.nr) * kFloat), 64), 256, 1024);
+  g.kc = std::clamp<int64_t>(floor_to(t.l1d_bytes * 3 / 4 / ((tile.mr + tile.nr) * kFloat), 64),
+                             256, 1024);
   // One thread's packed B block (kc x nc) is re-read once per A sliver: it fills its core's L2.
   g.nc = std::clamp<int64_t>(floor_to(t.l2_bytes / (g.kc * kFloat), tile.nr), 4 * tile.nr, 8192);
   // The packed A block (mc x kc) is shared by all threads and read by each once per B block: it
   // stays in L3, three L2s of it (a small fraction of any L3 slice, so neighbours' blocks fit).
-  g.mc = std::clamp<int64_t>(floor_to(3 * t.l2_bytes / (g.kc * kFloat), tile.mr), 8 * tile.mr,
-                             16384);
+  g.mc =
+      std::clamp<int64_t>(floor_to(3 * t.l2_bytes / (g.kc * kFloat), tile.mr), 8 * tile.mr, 16384);
   // Against a B packed once (weights) with few rows of A, the row of tiles restarts per K block
   // and re-reads C: longer blocks while the sliver still fits 3/4 of L1.
   if (long_packed_k)
-    g.kc_packed_b = std::clamp<int64_t>(floor_to(t.l1d_bytes * 3 / 4 / (tile.mr * kFloat), 16),
-                                        g.kc, 4096);
+    g.kc_packed_b =
+        std::clamp<int64_t>(floor_to(t.l1d_bytes * 3 / 4 / (tile.mr * kFloat), 16), g.kc, 4096);
   return g;
 }
 
-KernelParams derive_kernel_params(const TargetDescription& t) {
-  KernelParams p;
+TargetParams derive_target_params(const TargetDescription& t) {
+  TargetParams p;
   p.gemm_avx512 = derive_gemm_blocking(t, kAvx512Tile, false);
   p.gemm_avx2 = derive_gemm_blocking(t, kAvx2Tile, true);
   p.gemm_neon = derive_gemm_blocking(t, kNeonTile, false);

@@ -55,8 +55,8 @@ int default_threads() {
   const long n = std::strtol(env, &end, 10);
   if (*end != '\0' || n < 1) {
     std::fprintf(stderr,
-                 "kiln: KILN_NUM_THREADS=%s: expected a thread count from 1 to %d; using %d\n",
-                 env, cpus, cpus);
+                 "kiln: KILN_NUM_THREADS=%s: expected a thread count from 1 to %d; using %d\n", env,
+                 cpus, cpus);
     return cpus;
   }
   if (n > cpus) {

@@ -12,6 +12,7 @@
 #include "aot_test_util.h"
 #include "kiln/codegen/aot.h"
 #include "kiln/runtime/npy.h"
+#include "kiln/runtime/target.h"
 #include "llvm/AsmParser/Parser.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
@@ -144,6 +145,41 @@ TEST(Aot, ExecutableReadsNpyAndMatchesFloat64Reference) {
   EXPECT_EQ(info.rc, 0);
   EXPECT_NE(info.output.find("x: float32 [4, 37]"), std::string::npos) << info.output;
   EXPECT_NE(info.output.find("y: float32 [4, 9]"), std::string::npos) << info.output;
+}
+
+// Code generated for extensions this CPU lacks is refused by the executable's main before any
+// of it runs (a message naming the CPU and the extensions, not SIGILL); code for the host runs.
+TEST(Aot, ExecutableRefusesACpuWithoutItsExtensions) {
+  const kiln::rt::TargetDescription& host = kiln::rt::host_target();
+  if (host.features.neon) GTEST_SKIP() << "x86 CPU names only";
+  std::string cpu, feature;
+  if (!host.features.avx512f)
+    cpu = "skylake-avx512", feature = "avx512f";
+  else if (!host.features.amx_int8)
+    cpu = "sapphirerapids", feature = "amx-int8";
+  else
+    GTEST_SKIP() << "this CPU has every extension kiln checks";
+  ScratchDir dir;
+  LinearReluModel model(3, /*n=*/4, /*k=*/37, /*j=*/9);
+  llvm::LLVMContext ctx;
+  auto m = parse(ctx, model.llvm_ir());
+  cg::AotOptions o = options(cg::EmitKind::Executable, dir / "model");
+  o.target.cpu = cpu;
+  o.target.features.clear();
+  cg::compile_module(*m, signature_of(model), o);
+  const std::vector<float> x = random_input(model, 7);
+  kiln::npy::write(dir / "x.npy", kiln::DType::Float32, {model.N, model.K}, x.data());
+  const CommandResult r = run_command(dir / "model" + " " + dir / "x.npy" + " -o " + dir / "y.npy");
+  EXPECT_EQ(r.rc, 1) << r.output;  // kiln's error exit, not a signal
+  EXPECT_NE(r.output.find("compiled for CPU '" + cpu + "'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(feature), std::string::npos) << r.output;
+
+  // The host's code records what it uses and runs.
+  auto m2 = parse(ctx, model.llvm_ir());
+  cg::compile_module(*m2, signature_of(model), options(cg::EmitKind::Executable, dir / "host"));
+  const CommandResult info = run_command(dir / "host" + " --info");
+  EXPECT_EQ(info.rc, 0) << info.output;
+  EXPECT_NE(info.output.find("avx2"), std::string::npos) << info.output;
 }
 
 TEST(Aot, ExecutableContainsNoLlvmOrMlir) {

@@ -358,7 +358,8 @@ TEST(Conv, Conv2dPreparedChannelsAcrossLanes) {
   const int saved = num_threads();
   const GemmIsa saved_isa = sgemm_isa();
   const rt::TargetDescription saved_target = rt::active_target();
-  rt::set_active_target(rt::parse_target(rt::host_target().features.neon ? "neoverse-n1" : "znver3"));
+  rt::set_active_target(
+      rt::parse_target(rt::host_target().features.neon ? "neoverse-n1" : "znver3"));
   const std::vector<Case> cases = {
       {2, 24, 7, 7, 96, 3, 3, P(1, 1, 1, 1)},            // too few tiles for Winograd
       {1, 40, 7, 7, 96, 1, 1, P(1, 1, 0, 0)},            // 1x1: the input block is the operand

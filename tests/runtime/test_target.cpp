@@ -79,8 +79,7 @@ TEST(Target, PresetsAndOverrides) {
   EXPECT_EQ(lowered.isa, VectorIsa::Avx2);
   EXPECT_EQ(lowered.vector_bits, 256);
   EXPECT_EQ(lowered.vector_registers, 16);
-  for (const std::string& name : preset_target_names())
-    EXPECT_EQ(preset_target(name).name, name);
+  for (const std::string& name : preset_target_names()) EXPECT_EQ(preset_target(name).name, name);
 }
 
 TEST(Target, BadSpecsAreNamed) {
@@ -93,8 +92,7 @@ TEST(Target, BadSpecsAreNamed) {
   EXPECT_NE(error_of([] { parse_target("znver3,l2=-1"); }).find("l2: expected a positive size"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_target("znver3,l2=12Q"); }).find("got '12Q'"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_target("znver3,l2=1K"); }).find("at least 4K"),
-            std::string::npos);
+  EXPECT_NE(error_of([] { parse_target("znver3,l2=1K"); }).find("at least 4K"), std::string::npos);
   EXPECT_NE(error_of([] { parse_target("znver3,l2=99999999999999"); }).find("l2"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_target("znver3,cpus=0"); }).find("cpus: expected 1..4096"),
@@ -110,7 +108,7 @@ TEST(Target, BadSpecsAreNamed) {
 // sapphirerapids (48 KiB L1d, 2 MiB L2), AVX-512's 12x32 tile:
 //   kc = 49152 * 3/4 / 176 = 209 -> 256;  nc = 2097152 / 1024 = 2048;  mc = 6144
 TEST(Target, DerivedParametersFollowTheRules) {
-  const KernelParams z3 = derive_kernel_params(parse_target("znver3"));
+  const TargetParams z3 = derive_target_params(parse_target("znver3"));
   EXPECT_EQ(z3.gemm_avx2.kc, 256);
   EXPECT_EQ(z3.gemm_avx2.nc, 512);
   EXPECT_EQ(z3.gemm_avx2.mc, 1536);
@@ -119,7 +117,7 @@ TEST(Target, DerivedParametersFollowTheRules) {
   EXPECT_EQ(z3.l2_block_bytes, 256 << 10);
   EXPECT_EQ(z3.conv_tile_bytes, 1536 << 10);
 
-  const KernelParams spr = derive_kernel_params(parse_target("sapphirerapids"));
+  const TargetParams spr = derive_target_params(parse_target("sapphirerapids"));
   EXPECT_EQ(spr.gemm_avx512.kc, 256);
   EXPECT_EQ(spr.gemm_avx512.nc, 2048);
   EXPECT_EQ(spr.gemm_avx512.mc, 6144);
@@ -133,7 +131,8 @@ TEST(Target, DerivedParametersFollowTheRules) {
     int64_t prev_nc = 0;
     for (int64_t l2 : {int64_t(128) << 10, int64_t(512) << 10, int64_t(2) << 20}) {
       t.l2_bytes = l2;
-      for (VectorIsa isa : {VectorIsa::Avx512, VectorIsa::Avx2, VectorIsa::Neon, VectorIsa::Scalar}) {
+      for (VectorIsa isa :
+           {VectorIsa::Avx512, VectorIsa::Avx2, VectorIsa::Neon, VectorIsa::Scalar}) {
         const MicroTile tile = gemm_micro_tile(isa);
         const GemmBlocking g = derive_gemm_blocking(t, tile, true);
         EXPECT_EQ(g.kc % 64, 0);
@@ -205,8 +204,8 @@ TEST(Target, GemmResultsDoNotDependOnTheTarget) {
     for (int nt : {1, 2}) {
       set_num_threads(nt);
       for (const Shape& s : shapes) {
-        SCOPED_TRACE(testing::Message() << s.M << "x" << s.N << "x" << s.K << " ta" << s.ta
-                                        << " tb" << s.tb << " threads " << nt);
+        SCOPED_TRACE(testing::Message() << s.M << "x" << s.N << "x" << s.K << " ta" << s.ta << " tb"
+                                        << s.tb << " threads " << nt);
         std::vector<float> A(s.M * s.K), B(s.K * s.N), C(s.M * s.N, 0.5f);
         for (float& v : A) v = dist(rng);
         for (float& v : B) v = dist(rng);

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kiln/runtime/target.h"
 #include "model_impl.h"
 
 namespace kiln::rt {
@@ -24,20 +25,7 @@ std::string_view host_arch() {
 }
 
 bool host_has_feature(std::string_view f) {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (f == "sse4.2") return __builtin_cpu_supports("sse4.2");
-  if (f == "avx") return __builtin_cpu_supports("avx");
-  if (f == "avx2") return __builtin_cpu_supports("avx2");
-  if (f == "fma") return __builtin_cpu_supports("fma");
-  if (f == "avx512f") return __builtin_cpu_supports("avx512f");
-  if (f == "avx512bw") return __builtin_cpu_supports("avx512bw");
-  if (f == "avx512dq") return __builtin_cpu_supports("avx512dq");
-  if (f == "avx512vl") return __builtin_cpu_supports("avx512vl");
-#elif defined(__aarch64__)
-  if (f == "neon") return true;
-#endif
-  fail("kiln artifact", "unknown CPU feature \"", f, "\"");
+  return has_feature(host_target(), f);
 }
 
 CodeHandle::~CodeHandle() {

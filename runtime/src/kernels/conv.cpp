@@ -25,12 +25,12 @@
 
 #include "conv_internal.h"
 #include "gemm_internal.h"
-#include "kiln/runtime/target.h"
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/pool.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 #include "kiln/runtime/views.h"
 
@@ -409,7 +409,7 @@ void col2im_channels(const ConvGeom& g, const T* col, int64_t c0, int64_t c1, T*
 constexpr int64_t kMinTileCols = 96;
 
 int64_t tile_bytes() {
-  return rt::kernel_params().conv_tile_bytes;
+  return rt::target_params().conv_tile_bytes;
 }
 
 template <typename T>

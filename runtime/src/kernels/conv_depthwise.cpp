@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "conv_internal.h"
-#include "kiln/runtime/target.h"
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/checked_math.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 
 namespace kiln::kernels::conv_detail {
@@ -371,7 +371,7 @@ void plane_epilogue(float* y, const float* res, int64_t n, const ConvEpilogue& e
 // band.
 int64_t narrow_band_rows(const ConvGeom& g, const NarrowGeom& ng) {
   const int64_t eff_h = (g.KH - 1) * g.dh + 1;
-  const int64_t fit = rt::kernel_params().depthwise_band_bytes / 4 / (ng.Wb * kV);
+  const int64_t fit = rt::target_params().depthwise_band_bytes / 4 / (ng.Wb * kV);
   return std::clamp<int64_t>(fit > eff_h ? (fit - eff_h) / g.sh + 1 : 1, 1, g.Ho);
 }
 

@@ -35,10 +35,10 @@
 
 #include "conv_internal.h"
 #include "gemm_internal.h"
-#include "kiln/runtime/target.h"
 #include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/mbconv.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 #include "kiln/runtime/views.h"
 #include "nn_common.h"
@@ -157,7 +157,7 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
   constexpr int64_t kLimit = int64_t(1) << 30;
   const int64_t in_cols = checked_mul(g.sh, g.W, kLimit, "a band's input columns per row");
   const int64_t per_row = checked_mul(g.E, in_cols + g.Wo, kLimit, "a band row");
-  g.R = std::clamp<int64_t>(rt::kernel_params().mbconv_band_bytes / 4 / per_row, 1, g.Ho);
+  g.R = std::clamp<int64_t>(rt::target_params().mbconv_band_bytes / 4 / per_row, 1, g.Ho);
   g.eb_floats = checked_mul(checked_mul(g.E, (g.R - 1) * g.sh + g.KH, kLimit, "expanded rows"), g.W,
                             kLimit, "the expanded band");
   // Room for the band's pixels rounded up to whole GEMM panels (at most kMaxPanel wide).

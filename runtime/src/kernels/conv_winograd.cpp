@@ -23,8 +23,8 @@
 
 #include "conv_internal.h"
 #include "gemm_internal.h"
-#include "kiln/runtime/target.h"
 #include "kiln/runtime/error.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 
 namespace kiln::kernels::conv_detail {
@@ -137,7 +137,7 @@ Plan make_plan(const ConvGeom& g, const gemm_detail::KernelSet& ks) {
   p.tiles_w = ceil_div(g.Wo, 4);
   // V (36 * C * tb floats, shared) and the per-thread M buffer (36 * MR * tb) sized by the
   // target description.
-  const rt::KernelParams& params = rt::kernel_params();
+  const rt::TargetParams& params = rt::target_params();
   const int64_t by_v = params.winograd_v_bytes / (kXi * 4 * std::max<int64_t>(g.C, 1));
   const int64_t by_m = params.winograd_m_bytes / (kXi * 4 * ks.mr);
   const int64_t target = std::max<int64_t>(std::min(by_v, by_m), p.tiles_w);

@@ -130,8 +130,8 @@ void portable_pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t
 }
 
 // Blocking (kc, mc, nc) 0 here: active_kernels() fills it from the target description.
-const KernelSet kPortable{"scalar",        kPMR, kPNR, 0, 0, 0, &portable_micro, &portable_pack_a,
-                          &portable_pack_b, nullptr};
+const KernelSet kPortable{
+    "scalar", kPMR, kPNR, 0, 0, 0, &portable_micro, &portable_pack_a, &portable_pack_b, nullptr};
 
 #if defined(__aarch64__)
 // ---- NEON kernel: 8 x 12 tile, 24 q-register accumulators -------------------------------------
@@ -308,7 +308,7 @@ const KernelSet* base_kernels() {
 // A family with the blocking the active target description derives for its register tile.
 // Rebuilt when the description changes; never freed (packed operands point at theirs).
 struct Blocked {
-  const rt::KernelParams* params;
+  const rt::TargetParams* params;
   KernelSet ks;
 };
 std::atomic<const Blocked*> g_blocked[4] = {};
@@ -317,7 +317,7 @@ const KernelSet& active_kernels() {
   const KernelSet* base = base_kernels();
   const GemmIsa isa = isa_of(base);
   const int slot = static_cast<int>(isa) - 1;
-  const rt::KernelParams& params = rt::kernel_params();
+  const rt::TargetParams& params = rt::target_params();
   const Blocked* b = g_blocked[slot].load(std::memory_order_acquire);
   if (b != nullptr && b->params == &params && b->ks.kernel == base->kernel) [[likely]]
     return b->ks;
@@ -812,9 +812,9 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
   // second pass over B); only a ragged last panel is packed. Beyond one sliver each panel is read
   // once per sliver, so it must stay in L1 (K x NR floats): MobileNetV2's projections to 16-32
   // channels run 12-19% faster than with B packed.
-  const rt::KernelParams& params = rt::kernel_params();
-  const bool direct_b = !packed_b && !tb &&
-                        (M <= MR || (M <= 3 * MR && K * NR * 4 <= params.l1_panel_bytes));
+  const rt::TargetParams& params = rt::target_params();
+  const bool direct_b =
+      !packed_b && !tb && (M <= MR || (M <= 3 * MR && K * NR * 4 <= params.l1_panel_bytes));
   // One B block: its packed copy is shared by all threads, which split the A slivers instead.
   const bool shared_b = !packed_b && !direct_b && nblocks == 1 && nth > 1;
 

@@ -269,8 +269,8 @@ void pack_b(bool trans, const float* B, int64_t ldb, int64_t k, int64_t n, float
 }
 
 // Blocking 0: the GEMM driver fills it from the target description (target_params.cpp).
-const KernelSet kSet{"avx2",  kMR,     kNR,     /*kc=*/0, /*mc=*/0,  /*nc=*/0,
-                     &micro,  &pack_a, &pack_b, nullptr,  &micro_row, &micro_row_rows};
+const KernelSet kSet{"avx2", kMR,     kNR,     /*kc=*/0, /*mc=*/0,   /*nc=*/0,
+                     &micro, &pack_a, &pack_b, nullptr,  &micro_row, &micro_row_rows};
 
 }  // namespace
 

@@ -262,7 +262,7 @@ void dot_tile(int m, int n, int64_t K, float alpha, const float* A, int64_t lda,
 }
 
 // Blocking 0: the GEMM driver fills it from the target description (target_params.cpp).
-const KernelSet kSet{"avx512", kMR,     kNR,     /*kc=*/0, /*mc=*/0,
+const KernelSet kSet{"avx512", kMR,    kNR,     /*kc=*/0, /*mc=*/0,
                      /*nc=*/0, &micro, &pack_a, &pack_b,  &dot_tile};
 
 }  // namespace

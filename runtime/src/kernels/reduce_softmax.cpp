@@ -7,10 +7,10 @@
 #include <cstdlib>
 #include <limits>
 
-#include "kiln/runtime/target.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/loop.h"
 #include "kiln/runtime/kernels/reduce.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 #include "kiln/runtime/views.h"
 #include "reduce_common.h"

@@ -90,10 +90,17 @@ std::string lower_to_object(mlir::ModuleOp module, const Target& target,
 // The interface module described above, in `ctx`, calling `entry` (the lowering's entry point;
 // declared, defined by the model's object). `uses_runtime_errors` adds the kiln_abi_take_error
 // check (models lowered by kiln call the runtime; hand-written IR may not).
-std::unique_ptr<llvm::Module> build_interface_module(
-    llvm::LLVMContext& ctx, const ModelSignature& signature,
-    const std::vector<ConstantBuffer>& constants, const std::string& prefix,
-    const std::string& entry, const std::string& triple, bool uses_runtime_errors);
+std::unique_ptr<llvm::Module> build_interface_module(llvm::LLVMContext& ctx,
+                                                     const ModelSignature& signature,
+                                                     const std::vector<ConstantBuffer>& constants,
+                                                     const std::string& prefix,
+                                                     const std::string& entry, const Target& target,
+                                                     const std::string& cpu_features,
+                                                     bool uses_runtime_errors);
+
+// The instruction-set extensions code from `tm` may execute that a runtime can check on the CPU
+// it runs on (kiln::rt::has_feature's names), comma-separated.
+std::string checked_cpu_features(const llvm::TargetMachine& tm);
 
 // The C header for `--emit so`: declarations of PREFIX_run / PREFIX_info and the signature as
 // constants (PREFIX_NUM_INPUTS, PREFIX_INPUT0_SHAPE, ...). Self-contained C.

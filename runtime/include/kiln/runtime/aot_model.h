@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 // Bumped when the layout of kiln_model_info or the meaning of PREFIX_run changes.
-#define KILN_AOT_ABI_VERSION 2
+#define KILN_AOT_ABI_VERSION 3
 
 // Element type codes; equal to kiln::DType's values (checked in runtime/aot/main.cpp). Generated
 // model headers repeat the enum under the same guard.
@@ -63,6 +63,12 @@ typedef struct kiln_model_info {
   int32_t num_state;
   const kiln_tensor_info* state;
   void* const* state_data;  // state_data[i]: state i's bytes (read them, or write new ones)
+  // The CPU the code was generated for (`--cpu`, LLVM's name) and the instruction-set extensions
+  // it may execute, comma-separated LLVM names ("avx2,fma,avx512f,..."). The executable's main
+  // refuses to run on a CPU lacking one (a clear error, not SIGILL); an embedder should check
+  // them before the first PREFIX_run.
+  const char* cpu;
+  const char* cpu_features;
 } kiln_model_info;
 
 #ifdef __cplusplus

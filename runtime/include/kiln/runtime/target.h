@@ -5,7 +5,7 @@
 // or given explicitly: a preset named like LLVM's CPUs (`znver3`, `sapphirerapids`, ...) with
 // optional overrides, for `kiln compile --cpu`, for tests of a heuristic, and for KILN_CPU.
 //
-// Every cache-dependent constant of the kernels comes from `kernel_params()`; the derivation
+// Every cache-dependent constant of the kernels comes from `target_params()`; the derivation
 // rules live in one file (src/target_params.cpp) and docs/target.md tabulates what each CPU class
 // gets and why.
 
@@ -23,6 +23,7 @@ const char* vector_isa_name(VectorIsa isa);
 // the registers they use (XCR0); AMX additionally needs arch_prctl permission, requested by the
 // kernels that use it.
 struct CpuFeatures {
+  bool sse4_2 = false, avx = false;
   bool fma = false, f16c = false, avx2 = false;
   bool avx512f = false, avx512dq = false, avx512bw = false, avx512vl = false;
   bool avx512_vnni = false, avx512_bf16 = false, avx_vnni = false;
@@ -36,8 +37,8 @@ struct TargetDescription {
   std::string model;   // the CPU's brand string ("" for presets)
   VectorIsa isa = VectorIsa::Scalar;
   CpuFeatures features;
-  int vector_bits = 128;       // widest vector the kernels use
-  int vector_registers = 16;   // architectural vector registers at that width
+  int vector_bits = 128;         // widest vector the kernels use
+  int vector_registers = 16;     // architectural vector registers at that width
   int64_t l1d_bytes = 32 << 10;  // per core
   int64_t l2_bytes = 256 << 10;  // per core (private L2; a shared L2 divided by its sharers)
   int64_t l3_bytes = 8 << 20;    // last level, as seen by one core (shared: the whole slice)
@@ -51,7 +52,7 @@ struct GemmBlocking {
   int64_t nc = 0;           // columns of one thread's packed B block (L2), multiple of NR
   int64_t kc_packed_b = 0;  // K block against a B packed once for few rows of A (0: kc)
 };
-struct KernelParams {
+struct TargetParams {
   GemmBlocking gemm_avx512, gemm_avx2, gemm_neon, gemm_portable;
   int64_t l1_panel_bytes = 0;        // an operand panel re-read per sliver stays under this (L1)
   int64_t l2_block_bytes = 0;        // an operand block re-read per sliver stays under this (L2)
@@ -69,7 +70,7 @@ struct MicroTile {
 // The tile the family of `isa` uses (the kernels check theirs against it).
 MicroTile gemm_micro_tile(VectorIsa isa);
 GemmBlocking derive_gemm_blocking(const TargetDescription& t, MicroTile tile, bool long_packed_k);
-KernelParams derive_kernel_params(const TargetDescription& t);
+TargetParams derive_target_params(const TargetDescription& t);
 
 // The host, detected once.
 const TargetDescription& host_target();
@@ -83,6 +84,13 @@ std::vector<std::string> preset_target_names();
 // Throws kiln::Error on an unknown name or key, or a value out of range.
 TargetDescription parse_target(std::string_view spec);
 
+// Whether `t` has the feature named as LLVM names it ("avx2", "avx512f", "avx512vnni",
+// "amx-int8", "neon", "dotprod", ...). Throws kiln::Error for a name kiln does not know.
+bool has_feature(const TargetDescription& t, std::string_view llvm_name);
+// The comma-separated features (LLVM names) the host lacks, e.g. those an AOT-compiled model
+// was compiled to use.
+std::vector<std::string> missing_host_features(std::string_view comma_separated);
+
 // The ISA features `t` asks for that `host` lacks (empty: its kernels can run there).
 std::vector<std::string> missing_features(const TargetDescription& t,
                                           const TargetDescription& host);
@@ -91,7 +99,7 @@ std::vector<std::string> missing_features(const TargetDescription& t,
 // host. An environment spec that cannot run here is refused with a message on stderr (the host
 // is used). Cheap: one atomic load.
 const TargetDescription& active_target();
-const KernelParams& kernel_params();
+const TargetParams& target_params();
 // Replaces it for later kernel calls. Throws kiln::Error, naming the missing features, when the
 // host cannot run `t`'s ISA (before any kernel runs: never a SIGILL). Kernel state built under the
 // previous description (packed weights) keeps the blocking it was packed with.
