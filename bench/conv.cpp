@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../runtime/src/kernels/conv_internal.h"  // depthwise_nhwc_f32 alone
+#include "fma_peak.h"
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/kernels/pool.h"
@@ -27,7 +28,10 @@ using namespace kiln::kernels;
 
 namespace {
 
-constexpr double kPeakPerThread = 117e9;  // measured FMA peak, fp32, one Zen 4 core
+// The "peak%" denominator: this machine's measured FMA peak (fma_peak.h).
+double peak_per_thread() {
+  return kiln::bench::measured_fma_peak_per_thread();
+}
 
 struct Shape {
   const char* name;
@@ -133,8 +137,9 @@ void BM_Conv(benchmark::State& state, Shape s, bool fused_relu, bool prepared) {
   }
   state.counters["GFLOP/s"] =
       benchmark::Counter(b.flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak%"] = benchmark::Counter(b.flops * 100.0 / (kPeakPerThread * num_threads()),
-                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak%"] =
+      benchmark::Counter(b.flops * 100.0 / (peak_per_thread() * num_threads()),
+                         benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(static_cast<int64_t>(b.bytes) * state.iterations());
 }
 
@@ -160,7 +165,7 @@ void BM_ResNet18AllConvs(benchmark::State& state) {
   }
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak%"] = benchmark::Counter(flops * 100.0 / (kPeakPerThread * num_threads()),
+  state.counters["peak%"] = benchmark::Counter(flops * 100.0 / (peak_per_thread() * num_threads()),
                                                benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -179,7 +184,7 @@ void BM_ConvBackward(benchmark::State& state, Shape s) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(2 * b.flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["peak%"] =
-      benchmark::Counter(2 * b.flops * 100.0 / (kPeakPerThread * num_threads()),
+      benchmark::Counter(2 * b.flops * 100.0 / (peak_per_thread() * num_threads()),
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -344,8 +349,7 @@ void BM_FmaPeak(benchmark::State& state) {
       KILN_FMA12(a10)
       KILN_FMA12(a11)
 #undef KILN_FMA12
-          __asm__ volatile(""
-                           : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
+      __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
     }
   }
   __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),

@@ -1,12 +1,19 @@
 // fp32 GEMM throughput (GFLOP/s = 2*M*N*K per call).
 // Run: KILN_NUM_THREADS=1 build/bench/bench_gemm --benchmark_min_time=0.2
-// (KILN_GEMM_ISA=avx512|avx2|scalar forces a microkernel family.)
+// (KILN_GEMM_ISA=avx512|avx2|scalar forces a microkernel family; KILN_CPU=SPEC a target
+// description, e.g. KILN_CPU=host,l2=1M.) BM_OpenBlasSgemm runs OpenBLAS's cblas_sgemm beside it
+// when libopenblas is installed (dlopen'ed: a peer, not a dependency; OPENBLAS_NUM_THREADS
+// follows KILN_NUM_THREADS).
 #include <benchmark/benchmark.h>
+
+#include <dlfcn.h>
 
 #include <random>
 #include <vector>
 
+#include "fma_peak.h"
 #include "kiln/runtime/kernels/gemm.h"
+#include "kiln/runtime/thread_pool.h"
 
 using namespace kiln;
 
@@ -21,8 +28,12 @@ std::vector<float> random_vec(size_t n, uint32_t seed) {
 }
 
 void set_flops(benchmark::State& state, int64_t M, int64_t N, int64_t K) {
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * M * N * K * state.iterations() * 1e-9, benchmark::Counter::kIsRate);
+  const double flops = 2.0 * M * N * K * state.iterations();
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsRate);
+  // Against this machine's measured FMA peak for the threads the GEMM may use.
+  state.counters["peak%"] =
+      benchmark::Counter(flops * 100.0 / (bench::measured_fma_peak_per_thread() * num_threads()),
+                         benchmark::Counter::kIsRate);
 }
 
 // Args: M, N, K, trans_b (1: B stored [N, K], as a linear layer's weight).
@@ -104,6 +115,53 @@ BENCHMARK(BM_SgemmPackedB)
     // ResNet-18's layer4 3x3 convs at batch 1 (gemm-ch: im2col rows against the packed weight);
     // B is 9 MB here, so it comes from L3, not L2
     ->Args({49, 512, 4608})
+    ->UseRealTime();
+
+// OpenBLAS's cblas_sgemm on the same operands (row-major), for the same-run ratio. Skipped when
+// libopenblas is not installed.
+using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
+                            int, float, float*, int);
+CblasSgemm openblas_sgemm() {
+  static const CblasSgemm fn = []() -> CblasSgemm {
+    for (const char* lib : {"libopenblas.so.0", "libopenblas.so"}) {
+      if (void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL)) {
+        using SetThreads = void (*)(int);
+        if (auto set = reinterpret_cast<SetThreads>(dlsym(h, "openblas_set_num_threads")))
+          set(num_threads());
+        return reinterpret_cast<CblasSgemm>(dlsym(h, "cblas_sgemm"));
+      }
+    }
+    return nullptr;
+  }();
+  return fn;
+}
+
+void BM_OpenBlasSgemm(benchmark::State& state) {
+  const CblasSgemm gemm = openblas_sgemm();
+  if (gemm == nullptr) {
+    state.SkipWithError("libopenblas is not installed (apt install libopenblas0-pthread)");
+    return;
+  }
+  const int M = static_cast<int>(state.range(0)), N = static_cast<int>(state.range(1)),
+            K = static_cast<int>(state.range(2));
+  const bool tb = state.range(3) != 0;
+  auto A = random_vec(size_t(M) * K, 1), B = random_vec(size_t(K) * N, 2),
+       C = random_vec(size_t(M) * N, 3);
+  constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+  for (auto _ : state) {
+    gemm(kRowMajor, kNoTrans, tb ? kTrans : kNoTrans, M, N, K, 1.0f, A.data(), K, B.data(),
+         tb ? K : N, 0.0f, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_flops(state, M, N, K);
+}
+BENCHMARK(BM_OpenBlasSgemm)
+    ->ArgNames({"M", "N", "K", "tb"})
+    ->Args({1024, 1024, 1024, 0})
+    ->Args({2048, 2048, 2048, 0})
+    ->Args({1024, 1024, 1024, 1})
+    ->Args({64, 3136, 576, 0})
+    ->Args({256, 196, 2304, 0})
     ->UseRealTime();
 
 BENCHMARK(BM_Sgemm)

@@ -561,7 +561,10 @@ std::string describe(const TargetDescription& t) {
   if (t.isa == VectorIsa::Neon) gemm("neon 8x12", p.gemm_neon);
   gemm("portable 4x16", p.gemm_portable);
   os << "L1 panel " << size_str(p.l1_panel_bytes) << ", L2 block " << size_str(p.l2_block_bytes)
-     << ", conv im2col tile " << size_str(p.conv_tile_bytes) << "\n";
+     << "\nconv: im2col tile " << size_str(p.conv_tile_bytes) << ", Winograd V "
+     << size_str(p.winograd_v_bytes) << " / M " << size_str(p.winograd_m_bytes) << ", mbconv band "
+     << size_str(p.mbconv_band_bytes) << ", depthwise band " << size_str(p.depthwise_band_bytes)
+     << "\nelementwise: non-temporal stores from " << size_str(p.stream_store_bytes) << "\n";
   return os.str();
 }
 

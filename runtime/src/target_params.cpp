@@ -69,6 +69,9 @@ TargetParams derive_target_params(const TargetDescription& t) {
   p.mbconv_band_bytes = t.l2_bytes * 3 / 4;
   // The channel-interleaved depthwise band: 1/8 of L2, its output beside it.
   p.depthwise_band_bytes = t.l2_bytes / 8;
+  // Non-temporal stores for elementwise outputs of half the last-level cache or more: larger
+  // outputs would evict the inputs (and everything else) before a consumer reads them.
+  p.stream_store_bytes = t.l3_bytes / 2;
   return p;
 }
 

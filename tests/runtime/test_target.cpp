@@ -116,6 +116,7 @@ TEST(Target, DerivedParametersFollowTheRules) {
   EXPECT_EQ(z3.l1_panel_bytes, 32 << 10);
   EXPECT_EQ(z3.l2_block_bytes, 256 << 10);
   EXPECT_EQ(z3.conv_tile_bytes, 1536 << 10);
+  EXPECT_EQ(z3.stream_store_bytes, 16 << 20);
 
   const TargetParams spr = derive_target_params(parse_target("sapphirerapids"));
   EXPECT_EQ(spr.gemm_avx512.kc, 256);
@@ -193,10 +194,11 @@ TEST(Target, GemmResultsDoNotDependOnTheTarget) {
     int64_t M, N, K;
     bool ta, tb;
   };
-  const Shape shapes[] = {{300, 270, 700, false, false},
-                          {97, 1000, 300, true, false},
-                          {5, 600, 1100, false, true},
-                          {260, 33, 530, true, true}};
+  // Past the smallest blocks (kc 256, nc 4 panels, mc 8 slivers) in every dimension.
+  const Shape shapes[] = {{150, 140, 600, false, false},
+                          {97, 300, 300, true, false},
+                          {5, 200, 700, false, true},
+                          {130, 33, 530, true, true}};
   for (const char* spec :
        {"host,l1d=4K,l2=4K,l3=4K", "host", "host,l1d=1M,l2=64M,l3=256M", "host,isa=scalar,l2=4K"}) {
     SCOPED_TRACE(spec);

@@ -18,6 +18,7 @@
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/elementwise.h"
 #include "kiln/runtime/kernels/loop.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/tensor.h"
 
 #if defined(__F16C__) || defined(__AVX2__)
@@ -154,9 +155,8 @@ void store_convert(char* dst, int64_t sb, DType dt, const R* src, int64_t n) {
   });
 }
 
-// Outputs of at least this many bytes are written with non-temporal stores (see run_typed);
-// KILN_EW_NO_STREAM=1 turns them off (for measuring their effect).
-inline constexpr int64_t kStreamBytes = int64_t{16} << 20;
+// Outputs of at least the target's stream_store_bytes are written with non-temporal stores (see
+// run_typed); KILN_EW_NO_STREAM=1 turns them off (for measuring their effect).
 bool streaming_disabled();
 
 #if defined(__AVX2__)
@@ -355,9 +355,10 @@ void run_typed(TensorImpl& out, const std::array<In, sizeof...(Ts)>& ins, const 
   // inputs' lines): the kernel fills a small L1 block that is then streamed out.
   const bool tiled = needs_tiling(plan);
   // (Not for tiled loops: their rows are short and each would need its own fence.)
-  const bool stream = !tiled && out_dt == dtype_of<R> && out.is_contiguous() &&
-                      out.nbytes() >= static_cast<size_t>(kStreamBytes) && kHaveStreamStores &&
-                      !streaming_disabled();
+  const bool stream =
+      !tiled && out_dt == dtype_of<R> && out.is_contiguous() &&
+      static_cast<int64_t>(out.nbytes()) >= rt::target_params().stream_store_bytes &&
+      kHaveStreamStores && !streaming_disabled();
   std::array<DType, NI> in_dt;
   for (size_t j = 0; j < NI; ++j) in_dt[j] = ins[j].dtype;
   static constexpr std::array<DType, NI> kT = {dtype_of<Ts>...};

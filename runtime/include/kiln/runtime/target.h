@@ -61,6 +61,7 @@ struct TargetParams {
   int64_t winograd_m_bytes = 0;      // Winograd's per-thread product buffer
   int64_t mbconv_band_bytes = 0;     // a fused inverted-residual block's band buffers
   int64_t depthwise_band_bytes = 0;  // the channel-interleaved depthwise's input band
+  int64_t stream_store_bytes = 0;    // elementwise outputs this large bypass the caches
 };
 
 // The register tiles of the GEMM microkernels (a property of the kernel code, not of the CPU).
