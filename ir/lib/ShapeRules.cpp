@@ -820,6 +820,25 @@ LogicalResult random_state(const Diag& op, Value state, Result next_state) {
   return expect_shape(op, next_state, {2}, "the next state");
 }
 
+LogicalResult quant_params(const Diag& op, Value input, Value scale, Value zero_point,
+                           int64_t axis) {
+  if (!same(dims(scale), dims(zero_point)))
+    return op.emitOpError("expects zero_point of scale's shape, got ")
+           << zero_point.getType() << " and scale " << scale.getType();
+  if (rank(scale) > 1)
+    return op.emitOpError("expects scale of 0 dims (per tensor) or 1 (per channel), got ")
+           << scale.getType();
+  if (rank(scale) == 0) return mlir::success();
+  const int64_t r = rank(input);
+  if (axis < -r || axis >= r)
+    return op.emitOpError("expects axis in [") << -r << ", " << r << "), got " << axis;
+  const int64_t n = dims(input)[axis < 0 ? axis + r : axis], c = dims(scale)[0];
+  if (n != mlir::ShapedType::kDynamic && c != mlir::ShapedType::kDynamic && n != c)
+    return op.emitOpError("expects one scale per index of axis ")
+           << axis << " (" << n << "), got " << c;
+  return mlir::success();
+}
+
 }  // namespace kiln::ir::shape
 
 namespace kiln::ir {

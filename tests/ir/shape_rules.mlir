@@ -330,3 +330,43 @@ func.func @sum_of_integers(%x: tensor<4x3xi32>) -> tensor<4xi32> {
   %0 = kiln.sum %x {dims = array<i64: 1>, keepdim = false} : (tensor<4x3xi32>) -> tensor<4xi32>
   return %0 : tensor<4xi32>
 }
+
+// -----
+
+func.func @quantize_scales_per_axis(%x: tensor<2x3xf32>, %s: tensor<2xf32>, %z: tensor<2xi64>) {
+  // expected-error @+1 {{'kiln.quantize' op expects one scale per index of axis 1 (3), got 2}}
+  %0 = kiln.quantize %x, %s, %z {axis = 1 : i64, dtype = 4 : i64} : (tensor<2x3xf32>, tensor<2xf32>, tensor<2xi64>) -> tensor<2x3xi8>
+  return
+}
+
+// -----
+
+func.func @quantize_axis_in_range(%x: tensor<2x3xf32>, %s: tensor<2xf32>, %z: tensor<2xi64>) {
+  // expected-error @+1 {{'kiln.quantize' op expects axis in [-2, 2), got 2}}
+  %0 = kiln.quantize %x, %s, %z {axis = 2 : i64, dtype = 4 : i64} : (tensor<2x3xf32>, tensor<2xf32>, tensor<2xi64>) -> tensor<2x3xi8>
+  return
+}
+
+// -----
+
+func.func @quantize_zero_point_shape(%x: tensor<2x3xf32>, %s: tensor<f32>, %z: tensor<3xi64>) {
+  // expected-error @+1 {{'kiln.quantize' op expects zero_point of scale's shape, got 'tensor<3xi64>' and scale 'tensor<f32>'}}
+  %0 = kiln.quantize %x, %s, %z {axis = 1 : i64, dtype = 4 : i64} : (tensor<2x3xf32>, tensor<f32>, tensor<3xi64>) -> tensor<2x3xi8>
+  return
+}
+
+// -----
+
+func.func @quantize_result_type(%x: tensor<2x3xf32>, %s: tensor<f32>, %z: tensor<i64>) {
+  // expected-error @+1 {{'kiln.quantize' op result element type must be uint8 (dtype 5), got 'tensor<2x3xi8>'}}
+  %0 = kiln.quantize %x, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<2x3xf32>, tensor<f32>, tensor<i64>) -> tensor<2x3xi8>
+  return
+}
+
+// -----
+
+func.func @dequantize_scale_rank(%q: tensor<2x3xi8>, %s: tensor<2x3xf32>, %z: tensor<2x3xi64>) {
+  // expected-error @+1 {{'kiln.dequantize' op expects scale of 0 dims (per tensor) or 1 (per channel), got 'tensor<2x3xf32>'}}
+  %0 = kiln.dequantize %q, %s, %z {axis = 1 : i64} : (tensor<2x3xi8>, tensor<2x3xf32>, tensor<2x3xi64>) -> tensor<2x3xf32>
+  return
+}

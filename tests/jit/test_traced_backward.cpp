@@ -69,6 +69,22 @@ TEST(TracedBackward, Conv1d) {
       "conv1d_backward");
 }
 
+// Quantization-aware training: per-channel fake-quantized weights (small scales: part of each row
+// is clamped and gets no gradient) and per-tensor fake-quantized activations.
+TEST(TracedBackward, FakeQuantize) {
+  const Tensor scales = full({4}, 0.004) + rnd({4}, 21, 0.001).abs();
+  const Tensor zero_points = zeros({4}, TensorOptions(DType::Int64));
+  expect_traced_gradients_match(
+      {rnd({4, 6}, 19, 0.5).requires_grad_()},
+      [scales, zero_points](const TensorList& p, const TensorList& x) {
+        Tensor w = fake_quantize_per_channel_affine(p[0], scales, zero_points, 0, -127, 127);
+        Tensor in = fake_quantize_per_tensor_affine(x[0], 0.02, 3, -128, 127);
+        return sum(linear(in, w) * x[1]);
+      },
+      {rnd({3, 6}, 22), rnd({3, 4}, 23)}, {rnd({3, 6}, 24, 3.0), rnd({3, 4}, 25)},
+      "fake_quantize_backward");
+}
+
 TEST(TracedBackward, ConvTranspose2d) {
   expect_traced_gradients_match(
       {rnd({3, 2, 3, 3}, 7, 0.3).requires_grad_(), rnd({2}, 8).requires_grad_()},

@@ -10,6 +10,7 @@
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
 #include "kiln/optim.h"
+#include "kiln/quant.h"
 #include "kiln/runtime/dtype.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/thread_pool.h"

@@ -18,6 +18,7 @@
 #include "kiln/ir/KilnDialect.h"
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
+#include "kiln/quant.h"
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/embedding.h"
 #include "kiln/runtime/kernels/guard.h"
@@ -477,6 +478,18 @@ const KernelTable& kernels() {
        }},
       {id<ir::ArgsortOp>(),
        [](L x, A a, O) { return TensorList{argsort(x[0], a.i("dim"), a.b("descending"))}; }},
+      {id<ir::QuantizeOp>(),
+       [](L x, A a, O) {
+         return TensorList{
+             quantize(x[0], x[1], x[2], static_cast<DType>(a.i("dtype")), a.i("axis"))};
+       }},
+      {id<ir::DequantizeOp>(),
+       [](L x, A a, O) { return TensorList{dequantize(x[0], x[1], x[2], a.i("axis"))}; }},
+      {id<ir::FakeQuantizeOp>(),
+       [](L x, A a, O) {
+         return TensorList{fake_quantize(x[0], x[1], x[2], a.i("quant_min"), a.i("quant_max"),
+                                         a.i("axis"))};
+       }},
       {id<ir::DropoutOp>(),
        [](L x, A a, O) {
          const double p = a.f("p");

@@ -11,6 +11,7 @@
 #include "kiln/runtime/kernels/loss.h"
 #include "kiln/runtime/kernels/norm.h"
 #include "kiln/runtime/kernels/pool.h"
+#include "kiln/runtime/kernels/quantize.h"
 #include "kiln/runtime/kernels/reduce.h"
 
 namespace kiln::jit::interp {
@@ -145,6 +146,14 @@ void add_gradient_kernels(KernelTable& table) {
          p.ceil_mode = a.b("ceil_mode"), p.count_include_pad = a.b("count_include_pad");
          Tensor gi = result_like(op, 0);
          kernels::avg_pool2d_backward_out(*x[0].contiguous().impl(), p, *gi.impl());
+         return TensorList{gi};
+       }},
+      {id<ir::FakeQuantizeBackwardOp>(),
+       [](L x, A a, O op) {
+         Tensor gi = result_like(op, 0);
+         kernels::fake_quantize_backward_out(
+             *x[0].contiguous().impl(), *x[1].impl(), *x[2].impl(), *x[3].impl(),
+             {a.i("axis"), a.i("quant_min"), a.i("quant_max")}, *gi.impl());
          return TensorList{gi};
        }},
       {id<ir::InterpolateBackwardOp>(),

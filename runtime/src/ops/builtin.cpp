@@ -15,6 +15,7 @@ void register_builtin_kernels(Registry& r) {
   ops::register_indexing(r);
   ops::register_random(r);
   ops::register_checks(r);
+  ops::register_quantize(r);
 }
 
 const Registry& builtin_registry() {

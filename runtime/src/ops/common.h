@@ -67,5 +67,6 @@ void register_backward(Registry& r);
 void register_indexing(Registry& r);
 void register_random(Registry& r);
 void register_checks(Registry& r);
+void register_quantize(Registry& r);
 
 }  // namespace kiln::rt::ops

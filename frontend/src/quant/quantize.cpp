@@ -1,0 +1,97 @@
+// The eager quantization ops: the runtime's kernels (kernels/quantize.h), fake_quantize's
+// straight-through gradient, and the trace records (kiln.quantize, kiln.dequantize,
+// kiln.fake_quantize, kiln.fake_quantize_backward).
+
+#include "kiln/runtime/kernels/quantize.h"
+#include "kiln/autograd.h"
+#include "kiln/dispatch.h"
+#include "kiln/ops.h"
+#include "kiln/quant.h"
+#include "kiln/runtime/error.h"
+
+namespace kiln {
+namespace {
+
+// A 0-dim parameter made by a kiln op (the tracer records it as a constant).
+Tensor scalar_tensor(double v, DType dtype) {
+  return full(Dims{}, v, TensorOptions(dtype));
+}
+
+void check_dtype(const char* op, DType dtype) {
+  KILN_CHECK(dtype == DType::Int8 || dtype == DType::UInt8 || dtype == DType::Int32, op,
+             "expected dtype int8, uint8 or int32, got ", dtype_name(dtype));
+}
+
+}  // namespace
+
+Tensor quantize(const Tensor& input, const Tensor& scale, const Tensor& zero_point, DType dtype,
+                int64_t axis) {
+  check_dtype("quantize", dtype);
+  Tensor out(kiln::empty(input.sizes(), dtype));
+  kernels::quantize_out(*input.impl(), *scale.impl(), *zero_point.impl(), {axis}, *out.impl());
+  KILN_TRACE("quantize", TensorList({input, scale, zero_point}), {out}, {"axis", axis},
+             {"dtype", static_cast<int64_t>(dtype)});
+  return out;
+}
+
+Tensor dequantize(const Tensor& input, const Tensor& scale, const Tensor& zero_point,
+                  int64_t axis) {
+  Tensor out(kiln::empty(input.sizes(), DType::Float32));
+  kernels::dequantize_out(*input.impl(), *scale.impl(), *zero_point.impl(), {axis}, *out.impl());
+  KILN_TRACE("dequantize", TensorList({input, scale, zero_point}), {out}, {"axis", axis});
+  return out;
+}
+
+Tensor fake_quantize(const Tensor& input, const Tensor& scale, const Tensor& zero_point,
+                     int64_t quant_min, int64_t quant_max, int64_t axis) {
+  const kernels::FakeQuantParams p{axis, quant_min, quant_max};
+  Tensor out(kiln::empty(input.sizes(), DType::Float32));
+  kernels::fake_quantize_out(*input.impl(), *scale.impl(), *zero_point.impl(), p, *out.impl());
+  // The gradient flows to input only (scale and zero_point are observed, not learned).
+  autograd::record(
+      "FakeQuantizeBackward", {input}, {out}, {input, scale, zero_point}, {},
+      [p](const TensorList& saved, const TensorList& g) {
+        KILN_CHECK(!(autograd::grad_enabled() && g[0].defined() && g[0].requires_grad()),
+                   "fake_quantize",
+                   "double backward (create_graph through this op's gradient) is not supported");
+        const Tensor &x = saved[0], &scale = saved[1], &zero_point = saved[2];
+        Tensor grad = g[0].contiguous();
+        Tensor gi(kiln::empty(x.sizes(), DType::Float32));
+        kernels::fake_quantize_backward_out(*grad.impl(), *x.impl(), *scale.impl(),
+                                            *zero_point.impl(), p, *gi.impl());
+        KILN_TRACE("fake_quantize_backward", TensorList({grad, x, scale, zero_point}), {gi},
+                   {"axis", p.axis}, {"quant_min", p.quant_min}, {"quant_max", p.quant_max});
+        return TensorList{gi};
+      });
+  KILN_TRACE("fake_quantize", TensorList({input, scale, zero_point}), {out}, {"axis", axis},
+             {"quant_min", quant_min}, {"quant_max", quant_max});
+  return out;
+}
+
+Tensor quantize_per_tensor(const Tensor& input, double scale, int64_t zero_point, DType dtype) {
+  return quantize(input, scalar_tensor(scale, DType::Float32),
+                  scalar_tensor(double(zero_point), DType::Int64), dtype);
+}
+
+Tensor quantize_per_channel(const Tensor& input, const Tensor& scales, const Tensor& zero_points,
+                            int64_t axis, DType dtype) {
+  KILN_CHECK(scales.dim() == 1, "quantize_per_channel", "expected 1-dim scales, got ",
+             scales.sizes());
+  return quantize(input, scales, zero_points, dtype, axis);
+}
+
+Tensor fake_quantize_per_tensor_affine(const Tensor& input, double scale, int64_t zero_point,
+                                       int64_t quant_min, int64_t quant_max) {
+  return fake_quantize(input, scalar_tensor(scale, DType::Float32),
+                       scalar_tensor(double(zero_point), DType::Int64), quant_min, quant_max);
+}
+
+Tensor fake_quantize_per_channel_affine(const Tensor& input, const Tensor& scale,
+                                        const Tensor& zero_point, int64_t axis, int64_t quant_min,
+                                        int64_t quant_max) {
+  KILN_CHECK(scale.dim() == 1, "fake_quantize_per_channel_affine", "expected 1-dim scales, got ",
+             scale.sizes());
+  return fake_quantize(input, scale, zero_point, quant_min, quant_max, axis);
+}
+
+}  // namespace kiln

@@ -1,0 +1,43 @@
+#pragma once
+// Affine quantization (ONNX QuantizeLinear / DequantizeLinear, PyTorch's quantize_per_tensor /
+// quantize_per_channel / fake_quantize_*):
+//   q = clamp(round_half_even(x / scale) + zero_point, qmin, qmax),   x' = (q - zero_point) * scale
+// `scale` (float32) and `zero_point` (any integer dtype) are 0-dim (per tensor) or 1-dim with one
+// value per index of `axis` of the input (per channel; a negative axis counts from the end).
+// x / scale is a true division, as ONNX defines it (PyTorch multiplies by 1 / scale, which can
+// round the other way at exact ties). NaN quantizes to zero_point; +-inf saturates.
+//
+// DTypes: x float32; q int8 [-128, 127], uint8 [0, 255] or int32; the fake-quantize range
+// [quant_min, quant_max] is given (for example [-128, 127], or [0, 127] with reduce_range).
+
+#include <cstdint>
+
+#include "kiln/runtime/tensor.h"
+
+namespace kiln::kernels {
+
+struct QuantParams {
+  int64_t axis = 1;  // the per-channel axis (ignored for 0-dim scales)
+};
+
+// out: int8, uint8 or int32, input's shape; its dtype gives the clamp range.
+void quantize_out(const TensorImpl& input, const TensorImpl& scale, const TensorImpl& zero_point,
+                  QuantParams p, TensorImpl& out);
+// out: float32, input's shape; input int8, uint8 or int32.
+void dequantize_out(const TensorImpl& input, const TensorImpl& scale, const TensorImpl& zero_point,
+                    QuantParams p, TensorImpl& out);
+
+struct FakeQuantParams {
+  int64_t axis = 1;
+  int64_t quant_min = -128, quant_max = 127;
+};
+// out = dequantize(quantize(input)) in float32, the quantized range [quant_min, quant_max].
+void fake_quantize_out(const TensorImpl& input, const TensorImpl& scale,
+                       const TensorImpl& zero_point, FakeQuantParams p, TensorImpl& out);
+// The straight-through estimator: grad_input = grad where quant_min <= round(x / scale) + zp <=
+// quant_max, else 0 (PyTorch's fake_quantize backward).
+void fake_quantize_backward_out(const TensorImpl& grad, const TensorImpl& input,
+                                const TensorImpl& scale, const TensorImpl& zero_point,
+                                FakeQuantParams p, TensorImpl& grad_input);
+
+}  // namespace kiln::kernels

@@ -1,0 +1,97 @@
+// The quantization ops through every backend: eager against hand-computed values, fake_quantize's
+// straight-through gradient through autograd, and a trace (quantize -> dequantize per tensor,
+// fake_quantize per channel) run by the interpreter, the JIT and a saved artifact on an input the
+// trace did not see, each equal to eager.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "helpers.h"
+#include "kiln/jit/compile.h"
+#include "kiln/jit/save.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime/model.h"
+
+namespace kiln {
+namespace {
+
+using test::max_abs_diff;
+using test::rnd;
+
+Tensor from(const std::vector<double>& v, DType dtype = DType::Float32) {
+  Tensor t = kiln::empty({static_cast<int64_t>(v.size())}, TensorOptions(DType::Float64));
+  for (size_t i = 0; i < v.size(); ++i) t.data_ptr<double>()[i] = v[i];
+  return t.to(dtype);
+}
+
+std::vector<double> values(const Tensor& t) {
+  const Tensor d = t.to(DType::Float64).contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+TEST(QuantizeOps, EagerPerTensorAndPerChannel) {
+  // scale 0.1, zero point 10, uint8: x / 0.1 = -1.5 -> -2 (+10 = 8), 0.5 -> 0 (10), 26 -> 36.
+  const Tensor q = quantize_per_tensor(from({-0.15, 0.05, 2.6}), 0.1, 10, DType::UInt8);
+  EXPECT_EQ(q.dtype(), DType::UInt8);
+  EXPECT_EQ(values(q), (std::vector<double>{8, 10, 36}));
+  // Per channel along dim 0: row 0 scale 1 zero point 0, row 1 scale 0.5 zero point -1.
+  const Tensor x = from({1.4, -2.5, 3.0, 1.4, -2.5, 3.0}).reshape({2, 3});
+  const Tensor s = from({1.0, 0.5}), z = from({0, -1}, DType::Int64);
+  const Tensor qc = quantize_per_channel(x, s, z, 0, DType::Int8);
+  EXPECT_EQ(values(qc), (std::vector<double>{1, -2, 3, 2, -6, 5}));
+  EXPECT_EQ(values(dequantize(qc, s, z, 0)), (std::vector<double>{1, -2, 3, 1.5, -2.5, 3}));
+  EXPECT_THROW(quantize_per_tensor(x, 0.1, 0, DType::Float32), Error);
+}
+
+// d/dx sum(w * fake_quantize(x)) = w where x / s + zp rounds into [quant_min, quant_max], else 0.
+TEST(QuantizeOps, FakeQuantizeGradientThroughAutograd) {
+  const Tensor x = (rnd({5, 7}, 1) * 3.0).requires_grad_();
+  const Tensor w = rnd({5, 7}, 2);
+  const double s = 0.02;
+  const int64_t zp = 5, lo = -100, hi = 90;
+  sum(fake_quantize_per_tensor_affine(x, s, zp, lo, hi) * w).backward();
+  const std::vector<double> xv = values(x.detach()), wv = values(w), g = values(x.grad());
+  int passed = 0;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const double q = std::nearbyint(double(float(xv[i]) / float(s))) + zp;
+    const double want = q >= lo && q <= hi ? wv[i] : 0.0;
+    passed += want != 0.0;
+    EXPECT_EQ(g[i], want) << "element " << i << " x " << xv[i];
+  }
+  EXPECT_GT(passed, 0);
+  EXPECT_LT(passed, static_cast<int>(xv.size()));  // some were clamped
+}
+
+// Parameters made inside the trace by kiln ops: the trace records them as constants.
+TensorList quant_chain(const TensorList& in) {
+  const Tensor s = tensor({0.05, 0.1, 0.02}), z = tensor({0.0, 3.0, -4.0}).to(DType::Int64);
+  Tensor q = quantize_per_tensor(in[0] * 2.0, 0.03, -7, DType::Int8);
+  Tensor back = dequantize(q, full({}, 0.03), full({}, -7, TensorOptions(DType::Int32)));
+  Tensor fq = fake_quantize_per_channel_affine(in[0], s, z, 1, -128, 127);
+  return TensorList{back + fq, q};
+}
+
+TEST(QuantizeOps, TraceRunsInEveryBackend) {
+  const Tensor x = rnd({4, 3, 5}, 3), x2 = rnd({4, 3, 5}, 4, 4.0);
+  jit::TracedFunction t = jit::trace(quant_chain, {x});
+  for (const char* op : {"kiln.quantize", "kiln.dequantize", "kiln.fake_quantize"})
+    EXPECT_NE(t.str().find(op), std::string::npos) << op << "\n" << t.str();
+  const TensorList eager = quant_chain({x2});
+  jit::CompileOptions o;
+  o.disk_cache = false;
+  rt::Session session(rt::Model::from_bytes(jit::save_to_bytes(t)));
+  const TensorList interpreted = t({x2}), compiled = jit::compile(t, o)({x2});
+  auto saved = session.run({x2.impl()});
+  ASSERT_EQ(saved.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(interpreted[i].dtype(), eager[i].dtype());
+    EXPECT_EQ(Tensor(saved[i]).dtype(), eager[i].dtype());
+    EXPECT_EQ(compiled[i].dtype(), eager[i].dtype());
+    EXPECT_EQ(max_abs_diff(interpreted[i], eager[i]), 0.0) << "output " << i;
+    EXPECT_EQ(max_abs_diff(compiled[i], eager[i]), 0.0) << "output " << i;
+    EXPECT_EQ(max_abs_diff(Tensor(saved[i]), eager[i]), 0.0) << "output " << i;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
