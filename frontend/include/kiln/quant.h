@@ -40,3 +40,5 @@ Tensor fake_quantize_per_channel_affine(const Tensor& input, const Tensor& scale
                                         int64_t quant_max);
 
 }  // namespace kiln
+
+#include "kiln/quant/observer.h"
