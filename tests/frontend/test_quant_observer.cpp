@@ -130,16 +130,20 @@ TEST(QuantObserver, MatchPyTorch113) {
      << py_list(a) << "," << py_list(b) << "," << py_list(c) << ")]\n"
      << "observers = [\n"
      << " MinMaxObserver(dtype=torch.quint8, qscheme=torch.per_tensor_affine),\n"
-     << " MinMaxObserver(dtype=torch.qint8, qscheme=torch.per_tensor_symmetric, reduce_range=True),\n"
+     << " MinMaxObserver(dtype=torch.qint8, qscheme=torch.per_tensor_symmetric, "
+        "reduce_range=True),\n"
      << " MovingAverageMinMaxObserver(averaging_constant=0.25, dtype=torch.quint8),\n"
-     << " PerChannelMinMaxObserver(ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_symmetric),\n"
-     << " PerChannelMinMaxObserver(ch_axis=1, dtype=torch.quint8, qscheme=torch.per_channel_affine),\n"
+     << " PerChannelMinMaxObserver(ch_axis=0, dtype=torch.qint8, "
+        "qscheme=torch.per_channel_symmetric),\n"
+     << " PerChannelMinMaxObserver(ch_axis=1, dtype=torch.quint8, "
+        "qscheme=torch.per_channel_affine),\n"
      << " MinMaxObserver(dtype=torch.quint8, quant_min=0, quant_max=100),\n"
      << "]\n"
      << "for o in observers:\n"
      << "  for x in batches: o(x)\n"
      << "  s, z = o.calculate_qparams()\n"
-     << "  print(' '.join('%.9g' % v for v in s.tolist()), '|', ' '.join(str(int(v)) for v in z.tolist()))\n";
+     << "  print(' '.join('%.9g' % v for v in s.tolist()), '|', ' '.join(str(int(v)) for v in "
+        "z.tolist()))\n";
   const std::optional<std::string> torch_out = run_torch(py.str());
   if (!torch_out) GTEST_SKIP() << "python3 with torch is not installed";
 

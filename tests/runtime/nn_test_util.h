@@ -23,6 +23,16 @@ using kiln::DType;
 using kiln::TensorImpl;
 using kiln::TensorImplPtr;
 
+// The message of the kiln::Error fn throws ("" when it throws none).
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 inline std::mt19937& rng() {
   static std::mt19937 g(1234);
   return g;

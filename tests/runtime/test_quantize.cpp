@@ -16,15 +16,6 @@ using namespace nn_test;
 
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // Round half to even in double, independently of the kernel's nearbyint.
 double round_half_even(double v) {
   const double f = std::floor(v), diff = v - f;

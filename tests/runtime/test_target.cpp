@@ -12,20 +12,13 @@
 #include "kiln/runtime/kernels/gemm.h"
 #include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
+#include "nn_test_util.h"
 
 using namespace kiln;
 using namespace kiln::rt;
+using nn_test::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Restores the active description when a test ends.
 struct ScopedTarget {

@@ -38,7 +38,8 @@ Tensor scalar(float v) {
 }
 
 // min and max of x, ignoring NaN (PyTorch's aminmax propagates it; an observer that saw one NaN
-// would then give NaN scales, so kiln skips them and says nothing: they quantize to the zero point).
+// would then give NaN scales, so kiln skips them and says nothing: they quantize to the zero
+// point).
 std::pair<float, float> finite_min_max(const float* p, int64_t n) {
   float lo = std::numeric_limits<float>::infinity(), hi = -lo;
   for (int64_t i = 0; i < n; ++i) {
@@ -71,22 +72,22 @@ std::pair<int64_t, int64_t> quant_range(const ObserverOptions& o) {
              o.quant_min ? "quant_min" : "quant_max");
   if (o.quant_min) {
     KILN_CHECK(*o.quant_min < *o.quant_max && *o.quant_min >= lo && *o.quant_max <= hi, kOp,
-               "expected quant_min < quant_max within ", dtype_name(o.dtype), "'s [", lo, ", ",
-               hi, "], got [", *o.quant_min, ", ", *o.quant_max, "]");
+               "expected quant_min < quant_max within ", dtype_name(o.dtype), "'s [", lo, ", ", hi,
+               "], got [", *o.quant_min, ", ", *o.quant_max, "]");
     return {*o.quant_min, *o.quant_max};
   }
   return {lo, hi};
 }
 
-QParams calculate_qparams(const Tensor& min_val, const Tensor& max_val,
-                          const ObserverOptions& o) {
+QParams calculate_qparams(const Tensor& min_val, const Tensor& max_val, const ObserverOptions& o) {
   const auto [qmin, qmax] = quant_range(o);
   QParams out;
   out.axis = o.ch_axis, out.quant_min = qmin, out.quant_max = qmax, out.dtype = o.dtype;
   const bool pc = per_channel(o.qscheme);
   if (!min_val.defined() || !max_val.defined()) {  // nothing observed: PyTorch's defaults
     out.scale = pc ? ones({1}) : scalar(1.0f);
-    out.zero_point = pc ? zeros({1}, TensorOptions(DType::Int64)) : zeros({}, TensorOptions(DType::Int64));
+    out.zero_point =
+        pc ? zeros({1}, TensorOptions(DType::Int64)) : zeros({}, TensorOptions(DType::Int64));
     return out;
   }
   const Tensor lo = as_f32(min_val), hi = as_f32(max_val);
@@ -190,8 +191,8 @@ void PerChannelMinMaxObserver::observe(const Tensor& x) {
   Tensor mn(kiln::empty(Dims{C}, DType::Float32)), mx(kiln::empty(Dims{C}, DType::Float32));
   const float* p = x.data_ptr<float>();
   for (int64_t c = 0; c < C; ++c) {
-    float lo = min_val_.defined() ? min_val_.data_ptr<float>()[c]
-                                  : std::numeric_limits<float>::infinity();
+    float lo =
+        min_val_.defined() ? min_val_.data_ptr<float>()[c] : std::numeric_limits<float>::infinity();
     float hi = max_val_.defined() ? max_val_.data_ptr<float>()[c] : -lo;
     if (!min_val_.defined()) hi = -std::numeric_limits<float>::infinity();
     for (int64_t o = 0; o < outer; ++o) {
