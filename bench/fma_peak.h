@@ -1,8 +1,8 @@
 #pragma once
 // The fp32 FMA peak of one thread on this machine, measured once (not a constant tuned to one
 // CPU): 12 independent FMA chains in registers at the widest vector width the active target
-// description allows (AVX-512 or AVX2), best of five 20 ms runs. The denominator of the
-// benchmarks' "peak%" counters.
+// description allows (AVX-512 or AVX2), the best of five runs of kRunSeconds each. The
+// denominator of the benchmarks' "peak%" counters.
 
 #include <immintrin.h>
 
@@ -13,7 +13,9 @@
 
 namespace kiln::bench {
 
-// Best FLOP/s of five ~20 ms runs of `step` (kInner iterations of 12 FMAs of `lanes` lanes).
+constexpr double kRunSeconds = 0.02;
+
+// Best FLOP/s of five runs of `step` (kInner iterations of 12 FMAs of `lanes` lanes).
 template <typename Step>
 double best_rate(Step step, int lanes) {
   constexpr int64_t kInner = 1 << 14;
@@ -26,7 +28,7 @@ double best_rate(Step step, int lanes) {
       step(kInner);
       iters += kInner;
       dt = std::chrono::steady_clock::now() - t0;
-    } while (dt.count() < 0.02);
+    } while (dt.count() < kRunSeconds);
     best = std::max(best, double(iters) * 12 * 2 * lanes / dt.count());
   }
   return best;
