@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -472,9 +473,13 @@ struct Active {
 std::atomic<const Active*> g_active{nullptr};
 std::mutex g_active_mu;
 
+// Every description made active stays allocated for the process: kernels hold references across
+// a switch (packed weights keep their blocking). The list owns them (reachable, not leaked).
+// Called with g_active_mu held.
 const Active* make_active(const TargetDescription& t) {
-  // Never freed: kernels hold references (packed weights keep their blocking) across a switch.
-  return new Active{t, derive_target_params(t)};
+  static auto* owned = new std::vector<std::unique_ptr<const Active>>();
+  owned->push_back(std::make_unique<const Active>(Active{t, derive_target_params(t)}));
+  return owned->back().get();
 }
 
 const Active* initial_active() {

@@ -25,8 +25,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "gemm_internal.h"
 #include "kiln/runtime/error.h"
@@ -332,10 +335,15 @@ const KernelSet& active_kernels() {
   KILN_CHECK(tile.mr == base->mr && tile.nr == base->nr, "sgemm", "expected the ", base->name,
              " microkernel's tile to be ", tile.mr, "x", tile.nr, " (target_params.cpp), got ",
              base->mr, "x", base->nr);
-  auto* fresh = new Blocked{&params, *base};
+  // Owned for the process by this list (packed operands keep pointing at theirs).
+  static std::mutex mu;
+  static auto* owned = new std::vector<std::unique_ptr<const Blocked>>();
+  auto fresh = std::make_unique<Blocked>(Blocked{&params, *base});
   fresh->ks.kc = g.kc, fresh->ks.mc = g.mc, fresh->ks.nc = g.nc, fresh->ks.kc_b = g.kc_packed_b;
-  g_blocked[slot].store(fresh, std::memory_order_release);
-  return fresh->ks;
+  std::lock_guard<std::mutex> lock(mu);
+  owned->push_back(std::move(fresh));
+  g_blocked[slot].store(owned->back().get(), std::memory_order_release);
+  return owned->back()->ks;
 }
 
 // ---- Scratch: per-thread, 64-byte aligned, grows and is kept
