@@ -29,9 +29,7 @@ using namespace kiln::kernels;
 namespace {
 
 // The "peak%" denominator: this machine's measured FMA peak (fma_peak.h).
-double peak_per_thread() {
-  return kiln::bench::measured_fma_peak_per_thread();
-}
+using kiln::bench::measured_fma_peak_per_thread;
 
 struct Shape {
   const char* name;
@@ -138,7 +136,7 @@ void BM_Conv(benchmark::State& state, Shape s, bool fused_relu, bool prepared) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(b.flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["peak%"] =
-      benchmark::Counter(b.flops * 100.0 / (peak_per_thread() * num_threads()),
+      benchmark::Counter(b.flops * 100.0 / (measured_fma_peak_per_thread() * num_threads()),
                          benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(static_cast<int64_t>(b.bytes) * state.iterations());
 }
@@ -165,8 +163,9 @@ void BM_ResNet18AllConvs(benchmark::State& state) {
   }
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak%"] = benchmark::Counter(flops * 100.0 / (peak_per_thread() * num_threads()),
-                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak%"] =
+      benchmark::Counter(flops * 100.0 / (measured_fma_peak_per_thread() * num_threads()),
+                         benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Backward of the representative 3x3 layers (grad_input + grad_weight + grad_bias).
@@ -184,7 +183,7 @@ void BM_ConvBackward(benchmark::State& state, Shape s) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(2 * b.flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["peak%"] =
-      benchmark::Counter(2 * b.flops * 100.0 / (peak_per_thread() * num_threads()),
+      benchmark::Counter(2 * b.flops * 100.0 / (measured_fma_peak_per_thread() * num_threads()),
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 

@@ -57,8 +57,9 @@ TargetParams derive_target_params(const TargetDescription& t) {
   p.l1_panel_bytes = t.l1d_bytes;
   // A block re-read by every sliver of one thread: half of L2 (the rest holds C and A).
   p.l2_block_bytes = t.l2_bytes / 2;
-  // im2col tiles: three L2s of columns amortize re-packing the weights per GEMM call, and stay
-  // far below materializing the whole column matrix (slower on the 7x7 stem).
+  // im2col tiles: three L2s of columns amortize re-packing the weights per GEMM call (on Zen 4's
+  // 1 MB L2, 768 KB - 3 MB tiles beat 192 - 384 KB ones on ResNet-18's layers), and stay far below
+  // materializing the whole column matrix (slower on the 7x7 stem).
   p.conv_tile_bytes = 3 * t.l2_bytes;
   // Winograd: the shared transformed-input block V (six L2s) and each thread's product buffer M
   // (one L2).

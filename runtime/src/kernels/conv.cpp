@@ -401,11 +401,8 @@ void col2im_channels(const ConvGeom& g, const T* col, int64_t c0, int64_t c1, T*
   }
 }
 
-// Columns per im2col tile: keep the tile (K x nt) around the target's conv_tile_bytes, never
-// fewer than kMinTileCols columns. Measured on Zen 4 (1 MB L2) for the ResNet-18 layers:
-// 768 KB - 3 MB tiles beat 192 - 384 KB ones by ~10% (fewer GEMM calls, each re-packing the
-// weights), while materializing the whole column matrix (7 MB for the 7x7 stem) is ~20% slower
-// on the stem.
+// Columns per im2col tile: keep the tile (K x nt) around the target's conv_tile_bytes (its rule
+// and measurements: target_params.cpp, docs/target.md), never fewer than kMinTileCols columns.
 constexpr int64_t kMinTileCols = 96;
 
 int64_t tile_bytes() {

@@ -72,15 +72,9 @@ const VecTable& vec_table_baseline() {
 
 const VecTable* vec_table_avx512() {
 #if defined(__x86_64__) || defined(_M_X64)
-  static const VecTable* t = []() -> const VecTable* {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq") ||
-        !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl")) {
-      return nullptr;
-    }
-    return vec_table_avx512_unchecked();
-  }();
-  return t;
+  const rt::CpuFeatures& f = rt::host_target().features;
+  if (!f.avx512f || !f.avx512dq || !f.avx512bw || !f.avx512vl) return nullptr;
+  return vec_table_avx512_unchecked();
 #else
   return nullptr;
 #endif

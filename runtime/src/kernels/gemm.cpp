@@ -218,23 +218,18 @@ using gemm_detail::KernelSet;
 
 // ---- ISA selection ------------------------------------------------------------------------------
 
+// What the host can run, from its target description (one CPU detection for every kernel).
 bool cpu_has_avx512() {
-#if defined(__x86_64__)
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
+  const rt::CpuFeatures& f = rt::host_target().features;
+  return f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl;
 }
 
 bool cpu_has_avx2() {
-#if defined(__x86_64__)
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  return false;
-#endif
+  const rt::CpuFeatures& f = rt::host_target().features;
+  return f.avx2 && f.fma;
 }
 
+// The microkernel family of each vector ISA, both ways (Scalar: the portable family).
 GemmIsa isa_for(rt::VectorIsa isa) {
   switch (isa) {
     case rt::VectorIsa::Avx512:
@@ -247,6 +242,18 @@ GemmIsa isa_for(rt::VectorIsa isa) {
       break;
   }
   return GemmIsa::Scalar;
+}
+rt::VectorIsa vector_isa_of(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::Avx512:
+      return rt::VectorIsa::Avx512;
+    case GemmIsa::Avx2:
+      return rt::VectorIsa::Avx2;
+    case GemmIsa::Neon:
+      return rt::VectorIsa::Neon;
+    default:
+      return rt::VectorIsa::Scalar;
+  }
 }
 
 // The family the active target description names (Auto), or the one asked for, where this CPU
@@ -324,14 +331,8 @@ const KernelSet& active_kernels() {
   const Blocked* b = g_blocked[slot].load(std::memory_order_acquire);
   if (b != nullptr && b->params == &params && b->ks.kernel == base->kernel) [[likely]]
     return b->ks;
-  const rt::GemmBlocking& g = isa == GemmIsa::Avx512 ? params.gemm_avx512
-                              : isa == GemmIsa::Avx2 ? params.gemm_avx2
-                              : isa == GemmIsa::Neon ? params.gemm_neon
-                                                     : params.gemm_portable;
-  const rt::MicroTile tile = rt::gemm_micro_tile(isa == GemmIsa::Avx512 ? rt::VectorIsa::Avx512
-                                                 : isa == GemmIsa::Avx2 ? rt::VectorIsa::Avx2
-                                                 : isa == GemmIsa::Neon ? rt::VectorIsa::Neon
-                                                                        : rt::VectorIsa::Scalar);
+  const rt::GemmBlocking& g = params.gemm(vector_isa_of(isa));
+  const rt::MicroTile tile = rt::gemm_micro_tile(vector_isa_of(isa));
   KILN_CHECK(tile.mr == base->mr && tile.nr == base->nr, "sgemm", "expected the ", base->name,
              " microkernel's tile to be ", tile.mr, "x", tile.nr, " (target_params.cpp), got ",
              base->mr, "x", base->nr);

@@ -83,11 +83,16 @@ Channels channels_of(std::string_view op, const TensorImpl& input, const TensorI
   return c;
 }
 
-// round_half_even(x / s) + zp clamped to the range (NaN: zp).
+// round_half_even(x / s) + zp before clamping (NaN for a NaN input): the one formula of the
+// quantized value, for the value itself and for the gradient's range test.
+inline double unclamped(float x, float s, int64_t zp) {
+  return std::nearbyint(static_cast<double>(x / s)) + static_cast<double>(zp);
+}
+
+// unclamped() within the range (NaN: zp).
 inline int64_t quantize_value(float x, float s, int64_t zp, Range r) {
-  const float d = x / s;
-  if (std::isnan(d)) return zp;
-  const double q = std::nearbyint(static_cast<double>(d)) + static_cast<double>(zp);
+  const double q = unclamped(x, s, zp);
+  if (std::isnan(q)) return zp;
   return q <= double(r.lo) ? r.lo : q >= double(r.hi) ? r.hi : static_cast<int64_t>(q);
 }
 
@@ -219,9 +224,8 @@ void fake_quantize_backward_out(const TensorImpl& grad, const TensorImpl& input,
   const float* gp = g->data_ptr<float>();
   float* yp = static_cast<float*>(y.ptr);
   for_each_element(c, [&](int64_t i, int64_t ch) {
-    // In range before clamping: the unclamped quantized value (NaN input: no gradient).
-    const float d = xp[i] / c.scale[ch];
-    const double q = std::nearbyint(static_cast<double>(d)) + double(c.zero_point[ch]);
+    // In range before clamping (a NaN input gets no gradient: the comparisons are false).
+    const double q = unclamped(xp[i], c.scale[ch], c.zero_point[ch]);
     yp[i] = q >= double(r.lo) && q <= double(r.hi) ? gp[i] : 0.0f;
   });
   y.finish();

@@ -62,6 +62,14 @@ struct TargetParams {
   int64_t mbconv_band_bytes = 0;     // a fused inverted-residual block's band buffers
   int64_t depthwise_band_bytes = 0;  // the channel-interleaved depthwise's input band
   int64_t stream_store_bytes = 0;    // elementwise outputs this large bypass the caches
+
+  // The blocking of the GEMM family `isa` selects (Scalar: the portable one).
+  const GemmBlocking& gemm(VectorIsa isa) const {
+    return isa == VectorIsa::Avx512 ? gemm_avx512
+           : isa == VectorIsa::Avx2 ? gemm_avx2
+           : isa == VectorIsa::Neon ? gemm_neon
+                                    : gemm_portable;
+  }
 };
 
 // The register tiles of the GEMM microkernels (a property of the kernel code, not of the CPU).
