@@ -20,6 +20,7 @@
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/kernels/pool.h"
+#include "kiln/runtime/kernels/qgemm.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/thread_pool.h"
 
@@ -359,6 +360,51 @@ void BM_FmaPeak(benchmark::State& state) {
       benchmark::Counter(kInner * 12 * 16 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The int8 convolution (kernels/qgemm.h) on the same layer: uint8 activations, per-channel int8
+// weights, int32 bias, uint8 output with relu. "GOP/s" counts multiply-adds as 2 ops like the
+// float rows' GFLOP/s; "fp32peak%" divides by the fp32 FMA peak so the rows compare directly.
+// Arg: 0 the target's microkernel family, 1 the portable one.
+void BM_QConv(benchmark::State& state, Shape s) {
+  const Buffers f = make(s);
+  auto x = empty(f.x->sizes(), DType::UInt8);
+  auto w = empty(f.w->sizes(), DType::Int8);
+  auto y = empty(f.y->sizes(), DType::UInt8);
+  auto bias = empty(Dims{s.O}, DType::Int32);
+  for (int64_t i = 0; i < x->numel(); ++i) x->data_ptr<uint8_t>()[i] = uint8_t((i * 7919) % 251);
+  for (int64_t i = 0; i < w->numel(); ++i) w->data_ptr<int8_t>()[i] = int8_t((i * 31) % 255 - 127);
+  for (int64_t i = 0; i < s.O; ++i) bias->data_ptr<int32_t>()[i] = int32_t(i * 37 - 1000);
+  auto scalar = [](DType d, double v) {
+    auto t = empty(Dims{}, d);
+    if (d == DType::Float32)
+      t->data_ptr<float>()[0] = float(v);
+    else
+      t->data_ptr<int32_t>()[0] = int32_t(v);
+    return t;
+  };
+  auto xs = scalar(DType::Float32, 0.02), xz = scalar(DType::Int32, 128);
+  auto ys = scalar(DType::Float32, 0.5), yz = scalar(DType::Int32, 3);
+  auto ws = empty(Dims{s.O}, DType::Float32), wz = empty(Dims{s.O}, DType::Int32);
+  for (int64_t o = 0; o < s.O; ++o) {
+    ws->data_ptr<float>()[o] = 0.001f * float(1 + o % 7);
+    wz->data_ptr<int32_t>()[o] = 0;
+  }
+  const QuantizedOperands q{xs.get(),   xz.get(), ws.get(), wz.get(),
+                            bias.get(), ys.get(), yz.get(), true};
+  set_qgemm_isa(state.range(0) ? QGemmIsa::Portable : QGemmIsa::Auto);
+  state.SetLabel(qgemm_isa_name(qgemm_isa()));
+  const Conv2dParams p = params(s);
+  for (auto _ : state) {
+    qconv2d_out(*x, *w, q, p, *y);
+    benchmark::ClobberMemory();
+  }
+  set_qgemm_isa(QGemmIsa::Auto);
+  state.counters["GOP/s"] =
+      benchmark::Counter(f.flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["fp32peak%"] =
+      benchmark::Counter(f.flops * 100.0 / (measured_fma_peak_per_thread() * num_threads()),
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // Wall clock by default; process CPU time with KILN_BENCH_CPU=1.
 benchmark::internal::Benchmark* timing(benchmark::internal::Benchmark* b) {
   const char* e = std::getenv("KILN_BENCH_CPU");
@@ -376,6 +422,16 @@ const int kRegistered = [] {
                                         BM_Conv, s, false, true))
         ->Unit(benchmark::kMicrosecond);
   }
+  for (const auto& s : kResNet18)
+    timing(
+        benchmark::RegisterBenchmark((std::string("ResNet18Int8/") + s.name).c_str(), BM_QConv, s))
+        ->ArgName("portable")
+        ->Arg(0)
+        ->Unit(benchmark::kMicrosecond);
+  timing(benchmark::RegisterBenchmark("ResNet18Int8/l1_3x3_64-64@56", BM_QConv, kResNet18[1]))
+      ->ArgName("portable")
+      ->Arg(1)
+      ->Unit(benchmark::kMicrosecond);
   timing(benchmark::RegisterBenchmark("ResNet18/l1_3x3_64-64@56+bias+relu", BM_Conv, kResNet18[1],
                                       true, false))
       ->Unit(benchmark::kMicrosecond);

@@ -38,6 +38,7 @@ namespace kiln::kernels {
 namespace {
 
 using conv_detail::ConvGeom;
+using conv_detail::make_geom;
 
 // ---------------------------------------------------------------------------------------------
 template <typename T>
@@ -185,10 +186,11 @@ void check_params(std::string_view op, int64_t sh, int64_t sw, int64_t ph, int64
   KILN_CHECK(groups >= 1, op, "expected groups >= 1, got ", groups);
 }
 
-// Validates a conv2d (input, weight) pair and resolves its geometry. `in_name` is what the error
-// calls the NCHW operand.
-ConvGeom make_geom(std::string_view op, std::span<const int64_t> in, std::span<const int64_t> wt,
-                   const Conv2dParams& p) {
+}  // namespace
+
+// Declared in conv_internal.h (the int8 convolution shares the checks).
+ConvGeom conv_detail::make_geom(std::string_view op, std::span<const int64_t> in,
+                                std::span<const int64_t> wt, const Conv2dParams& p) {
   KILN_CHECK(in.size() == 4, op, "expected input of 4 dims (N,C,H,W), got ", dims_str(in));
   KILN_CHECK(wt.size() == 4, op, "expected weight of 4 dims (C_out, C_in/groups, KH, KW), got ",
              dims_str(wt));
@@ -226,6 +228,8 @@ ConvGeom make_geom(std::string_view op, std::span<const int64_t> in, std::span<c
              "x", g.dw * (g.KW - 1) + 1, "), input ", dims_str(in));
   return g;
 }
+
+namespace {
 
 Conv2dParams to_params(const ConvTranspose2dParams& t) {
   Conv2dParams p;

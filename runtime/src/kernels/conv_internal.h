@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "kiln/runtime/allocator.h"
@@ -52,6 +54,10 @@ struct ConvGeom {
   bool direct_1x1() const { return KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
   bool depthwise() const { return G == C && G == O && G > 1; }
 };
+
+// Validates a conv2d (input, weight) pair and resolves its geometry; errors name `op`.
+ConvGeom make_geom(std::string_view op, std::span<const int64_t> in, std::span<const int64_t> wt,
+                   const Conv2dParams& p);
 
 // Scratch from the region the executor lends (warm arena bytes), else the runtime allocator
 // (cached size classes: no OS call in a steady loop). See scratch_allocate.

@@ -10,78 +10,13 @@
 #include "kiln/runtime/thread_pool.h"
 #include "kiln/runtime/views.h"
 #include "nn_common.h"
+#include "quant_internal.h"
 
 namespace kiln::kernels {
 namespace {
 
 using namespace nn_detail;
-
-struct Range {
-  int64_t lo, hi;
-};
-
-Range range_of(std::string_view op, DType d, std::string_view what) {
-  switch (d) {
-    case DType::Int8:
-      return {-128, 127};
-    case DType::UInt8:
-      return {0, 255};
-    case DType::Int32:
-      return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
-    default:
-      fail(op, "expected ", what, " of dtype int8, uint8 or int32, got ", dtype_name(d));
-  }
-}
-
-// The quantization parameters per channel, checked: element i of a contiguous input belongs to
-// channel (i / inner) % channels.
-struct Channels {
-  int64_t outer = 1, channels = 1, inner = 1;
-  std::vector<float> scale;
-  std::vector<int64_t> zero_point;
-};
-
-Channels channels_of(std::string_view op, const TensorImpl& input, const TensorImpl& scale,
-                     const TensorImpl& zero_point, int64_t axis, Range range) {
-  KILN_CHECK(scale.dtype() == DType::Float32, op, "expected scale of dtype float32, got ",
-             dtype_name(scale.dtype()));
-  KILN_CHECK(is_integral(zero_point.dtype(), false), op,
-             "expected zero_point of an integer dtype, got ", dtype_name(zero_point.dtype()));
-  KILN_CHECK(scale.dim() <= 1, op, "expected scale of 0 dims (per tensor) or 1 (per channel), got ",
-             dims_str(scale.sizes()));
-  KILN_CHECK(std::ranges::equal(zero_point.sizes(), scale.sizes()), op,
-             "expected zero_point of scale's shape ", dims_str(scale.sizes()), ", got ",
-             dims_str(zero_point.sizes()));
-  Channels c;
-  const int64_t rank = input.dim();
-  if (scale.dim() == 1) {
-    KILN_CHECK(axis >= -rank && axis < rank, op, "expected axis in [", -rank, ", ", rank,
-               ") for an input of ", rank, " dims, got ", axis);
-    const int64_t a = axis < 0 ? axis + rank : axis;
-    KILN_CHECK(scale.size(0) == input.size(a), op, "expected ", input.size(a),
-               " scales (input's size along axis ", a, "), got ", scale.size(0));
-    c.channels = input.size(a);
-    for (int64_t d = 0; d < a; ++d) c.outer *= input.size(d);
-    for (int64_t d = a + 1; d < rank; ++d) c.inner *= input.size(d);
-  } else {
-    c.inner = input.numel();
-  }
-  auto s = views::contiguous(scale);
-  auto z = zero_point.dtype() == DType::Int64 ? views::contiguous(zero_point)
-                                              : to_dtype(&zero_point, DType::Int64);
-  const float* sp = s->data_ptr<float>();
-  const int64_t* zp = z->data_ptr<int64_t>();
-  c.scale.assign(sp, sp + s->numel());
-  c.zero_point.assign(zp, zp + z->numel());
-  for (size_t k = 0; k < c.scale.size(); ++k) {
-    KILN_CHECK(std::isfinite(c.scale[k]) && c.scale[k] > 0.0f, op,
-               "expected positive finite scales, got ", c.scale[k], " (channel ", k, ")");
-    KILN_CHECK(c.zero_point[k] >= range.lo && c.zero_point[k] <= range.hi, op,
-               "expected zero points in [", range.lo, ", ", range.hi, "], got ", c.zero_point[k],
-               " (channel ", k, ")");
-  }
-  return c;
-}
+using namespace quant_detail;
 
 // round_half_even(x / s) + zp before clamping (NaN for a NaN input): the one formula of the
 // quantized value, for the value itself and for the gradient's range test.

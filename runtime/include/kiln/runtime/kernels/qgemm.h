@@ -1,0 +1,66 @@
+#pragma once
+// Integer linear and convolution (ONNX QLinearMatMul / QLinearConv, PyTorch's quantized::linear
+// and quantized::conv2d) with int32 accumulation and a requantize epilogue:
+//
+//   acc[o]  = sum_k (x[k] - x_zp) * (w[o, k] - w_zp[o])             exact, int32
+//   y[o]    = clamp(round_half_even((acc[o] + bias[o]) * m[o]) + y_zp, lo, hi)
+//   m[o]    = x_scale * w_scale[o] / y_scale                         float32, as written
+//
+// x is uint8 or int8 with one scale and zero point; w int8 or uint8 with one per output channel
+// (1-dim, `o`) or one in all (0-dim); bias int32 at scale x_scale * w_scale[o] (the TFLite /
+// ONNX convention), or absent; y uint8 or int8 with one scale and zero point. [lo, hi] is y's
+// dtype range, narrowed to [y_zp, hi] by `relu` (relu in the integer domain: quantize(relu(v)) is
+// max(quantize(v), y_zp)). acc + bias wraps in int32, as ONNX Runtime's kernels add them; the
+// product is rounded to float32 before the multiplier (the ONNX Runtime / XNNPACK float
+// requantization). Sizes whose products could overflow int32 are refused.
+//
+// The reference kernels (`*_reference_out`) are plain loops over this formula; every fast kernel
+// matches them bit for bit (tests/runtime/test_qgemm.cpp). The fast path packs x - x_zp and
+// w - w_zp as int16 pairs and multiplies them exactly: `vpmaddwd` on AVX2 (two int16 products
+// summed into int32, no saturation, unlike `vpmaddubsw`), a portable kernel elsewhere.
+
+#include <cstdint>
+
+#include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/tensor.h"
+
+namespace kiln::kernels {
+
+// The quantization parameters of a linear or conv: each a 0-dim float32 scale or integer zero
+// point, except w_scale / w_zero_point which may be 1-dim with one value per output channel.
+struct QuantizedOperands {
+  const TensorImpl* x_scale = nullptr;
+  const TensorImpl* x_zero_point = nullptr;
+  const TensorImpl* w_scale = nullptr;
+  const TensorImpl* w_zero_point = nullptr;
+  const TensorImpl* bias = nullptr;  // int32 [out channels], or null
+  const TensorImpl* y_scale = nullptr;
+  const TensorImpl* y_zero_point = nullptr;
+  bool relu = false;
+};
+
+// y[..., N] = requantize(x[..., K] . w[N, K]^T + bias); y's dtype (uint8 or int8) is out's.
+void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
+                 TensorImpl& out);
+// y[N, OC, OH, OW] from x[N, C, H, W] and w[OC, C / groups, KH, KW]; padding reads x_zp (the
+// quantized zero), as PyTorch's and ONNX Runtime's int8 convolutions pad.
+void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
+                 const Conv2dParams& p, TensorImpl& out);
+
+// The same by plain loops over the formula: the references every fast kernel must equal.
+void qlinear_reference_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
+                           TensorImpl& out);
+void qconv2d_reference_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
+                           const Conv2dParams& p, TensorImpl& out);
+
+// The integer microkernel family. Auto follows the active target description (AVX2 where the
+// description has it); tests pick one explicitly to check each against the reference on any CPU.
+enum class QGemmIsa : uint8_t { Auto, Avx2, Portable };
+bool qgemm_isa_available(QGemmIsa isa);
+// Throws kiln::Error naming the ISA where this CPU lacks it.
+void set_qgemm_isa(QGemmIsa isa);
+// The family in use (never Auto).
+QGemmIsa qgemm_isa();
+const char* qgemm_isa_name(QGemmIsa isa);
+
+}  // namespace kiln::kernels

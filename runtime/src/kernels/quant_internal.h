@@ -1,0 +1,134 @@
+#pragma once
+// Private to the int8 kernels (quantize.cpp, qgemm*.cpp): the checked quantization parameters,
+// the requantize formula, and the packed int16-pair layout the integer microkernels share.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+#include <vector>
+
+#include "kiln/runtime/tensor.h"
+#include "kiln/runtime/views.h"
+#include "nn_common.h"
+
+namespace kiln::kernels::quant_detail {
+
+using nn_detail::dims_str;
+using nn_detail::to_dtype;
+
+struct Range {
+  int64_t lo, hi;
+};
+
+inline Range range_of(std::string_view op, DType d, std::string_view what) {
+  switch (d) {
+    case DType::Int8:
+      return {-128, 127};
+    case DType::UInt8:
+      return {0, 255};
+    case DType::Int32:
+      return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
+    default:
+      fail(op, "expected ", what, " of dtype int8, uint8 or int32, got ", dtype_name(d));
+  }
+}
+
+// The quantization parameters per channel, checked: element i of a contiguous input belongs to
+// channel (i / inner) % channels.
+struct Channels {
+  int64_t outer = 1, channels = 1, inner = 1;
+  std::vector<float> scale;
+  std::vector<int64_t> zero_point;
+};
+
+inline Channels channels_of(std::string_view op, const TensorImpl& input, const TensorImpl& scale,
+                            const TensorImpl& zero_point, int64_t axis, Range range) {
+  KILN_CHECK(scale.dtype() == DType::Float32, op, "expected scale of dtype float32, got ",
+             dtype_name(scale.dtype()));
+  KILN_CHECK(is_integral(zero_point.dtype(), false), op,
+             "expected zero_point of an integer dtype, got ", dtype_name(zero_point.dtype()));
+  KILN_CHECK(scale.dim() <= 1, op, "expected scale of 0 dims (per tensor) or 1 (per channel), got ",
+             dims_str(scale.sizes()));
+  KILN_CHECK(std::ranges::equal(zero_point.sizes(), scale.sizes()), op,
+             "expected zero_point of scale's shape ", dims_str(scale.sizes()), ", got ",
+             dims_str(zero_point.sizes()));
+  Channels c;
+  const int64_t rank = input.dim();
+  if (scale.dim() == 1) {
+    KILN_CHECK(axis >= -rank && axis < rank, op, "expected axis in [", -rank, ", ", rank,
+               ") for an input of ", rank, " dims, got ", axis);
+    const int64_t a = axis < 0 ? axis + rank : axis;
+    KILN_CHECK(scale.size(0) == input.size(a), op, "expected ", input.size(a),
+               " scales (input's size along axis ", a, "), got ", scale.size(0));
+    c.channels = input.size(a);
+    for (int64_t d = 0; d < a; ++d) c.outer *= input.size(d);
+    for (int64_t d = a + 1; d < rank; ++d) c.inner *= input.size(d);
+  } else {
+    c.inner = input.numel();
+  }
+  auto s = views::contiguous(scale);
+  auto z = zero_point.dtype() == DType::Int64 ? views::contiguous(zero_point)
+                                              : to_dtype(&zero_point, DType::Int64);
+  const float* sp = s->data_ptr<float>();
+  const int64_t* zp = z->data_ptr<int64_t>();
+  c.scale.assign(sp, sp + s->numel());
+  c.zero_point.assign(zp, zp + z->numel());
+  for (size_t k = 0; k < c.scale.size(); ++k) {
+    KILN_CHECK(std::isfinite(c.scale[k]) && c.scale[k] > 0.0f, op,
+               "expected positive finite scales, got ", c.scale[k], " (channel ", k, ")");
+    KILN_CHECK(c.zero_point[k] >= range.lo && c.zero_point[k] <= range.hi, op,
+               "expected zero points in [", range.lo, ", ", range.hi, "], got ", c.zero_point[k],
+               " (channel ", k, ")");
+  }
+  return c;
+}
+
+// ---- The requantize formula (kernels/qgemm.h), one implementation per lane type ----------------
+
+// The per-output-channel constants of the epilogue: v = (acc + bias) * mult clamped to
+// [lo, hi] = [qmin - y_zp, qmax - y_zp] (relu: lo >= 0), rounded half to even, plus y_zp.
+// Clamping before rounding equals clamping after it: the bounds are integers and rounding is
+// monotone; and it keeps the float -> int conversion in range.
+inline int32_t requantize_value(int32_t acc, int32_t bias, float mult, float lo, float hi,
+                                int32_t zp) {
+  const auto sum = static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(bias));
+  const float v = std::min(std::max(static_cast<float>(sum) * mult, lo), hi);
+  return static_cast<int32_t>(std::nearbyint(v)) + zp;
+}
+
+// ---- Packed operands of the integer GEMM --------------------------------------------------------
+// C[M, N] = A[M, K] B[K, N] over int16 values (x - x_zp, w - w_zp), K taken in pairs: one int32
+// word holds (v[2p], v[2p + 1]) as the low and high int16, which is what `vpmaddwd` multiplies
+// pairwise and sums. Past K, M or N the words are 0.
+//   A sliver (kMR rows): a[p * kMR + r]          B panel (kNR columns): b[p * kNR + j]
+constexpr int kMR = 6;
+constexpr int kNR = 16;
+
+inline int32_t pair16(int32_t lo, int32_t hi) {
+  return static_cast<int32_t>((static_cast<uint32_t>(static_cast<uint16_t>(lo))) |
+                              (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
+}
+
+// Where one tile's requantized values go and with what constants: the tile's rows r < m and
+// columns j < n, at out[r * ld + j]. mult and bias of a row or column at [r * row_step +
+// j * col_step] (steps 0 or 1: per tensor, per row (conv: output channels) or per column
+// (linear)); per-column arrays are readable for whole panels (kNR). `bias` may be null.
+struct TileOut {
+  void* out = nullptr;
+  int64_t ld = 0;
+  bool out_signed = false;  // int8, else uint8
+  const float* mult = nullptr;
+  const int32_t* bias = nullptr;
+  int64_t row_step = 0, col_step = 0;
+  float lo = 0.0f, hi = 0.0f;
+  int32_t zp = 0;
+};
+
+// Computes the tile acc = A_sliver . B_panel over kp pairs, then requantizes it into `t`.
+using QMicroKernelFn = void (*)(int64_t kp, const int32_t* a, const int32_t* b, int m, int n,
+                                const TileOut& t);
+QMicroKernelFn qgemm_avx2_kernel();  // null where the build has no AVX2
+
+}  // namespace kiln::kernels::quant_detail

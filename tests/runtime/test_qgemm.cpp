@@ -1,0 +1,335 @@
+// qlinear / qconv2d (kernels/qgemm.h): the reference kernels against the formula evaluated here
+// (exact integer sums by direct indexing, the float32 requantization, and within one step of the
+// real-valued result in double); every microkernel family (AVX2 where the CPU has it, portable)
+// equal to the reference bit for bit over edge shapes, dtypes, zero points, per-channel weights,
+// relu, groups, strides, padding and dilation; saturation; the errors bad parameters give.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/runtime/kernels/qgemm.h"
+#include "kiln/runtime/thread_pool.h"
+#include "nn_test_util.h"
+
+using namespace kiln;
+using namespace kiln::kernels;
+using namespace nn_test;
+
+namespace {
+
+int64_t lo_of(DType d) {
+  return d == DType::Int8 ? -128 : 0;
+}
+int64_t hi_of(DType d) {
+  return d == DType::Int8 ? 127 : 255;
+}
+
+// Random integers of dtype d in its whole range.
+TensorImplPtr rand_int(Dims sizes, DType d) {
+  std::uniform_int_distribution<int> u(int(lo_of(d)), int(hi_of(d)));
+  std::vector<double> v(size_t(numel(sizes)));
+  for (auto& x : v) x = u(rng());
+  return from_vec(v, sizes, d);
+}
+
+TensorImplPtr scalar(double v, DType d) {
+  return from_vec({v}, Dims{}, d);
+}
+
+// One product's quantization parameters as numbers and as the tensors the kernel takes.
+struct Case {
+  DType x_dtype = DType::UInt8, w_dtype = DType::Int8, y_dtype = DType::UInt8;
+  double x_scale = 0.02, y_scale = 0.5;
+  int64_t x_zp = 3, y_zp = 7;
+  std::vector<double> w_scale;  // 1 value: per tensor
+  std::vector<int64_t> w_zp;
+  std::vector<int64_t> bias;  // empty: none
+  bool relu = false;
+
+  TensorImplPtr xs, xz, ws, wz, b, ys, yz;
+  QuantizedOperands operands() {
+    xs = scalar(x_scale, DType::Float32);
+    xz = scalar(double(x_zp), DType::Int32);
+    const bool per_channel = w_scale.size() > 1;
+    const Dims wd = per_channel ? Dims{int64_t(w_scale.size())} : Dims{};
+    ws = from_vec(w_scale, wd, DType::Float32);
+    wz = from_vec(std::vector<double>(w_zp.begin(), w_zp.end()), wd, DType::Int64);
+    ys = scalar(y_scale, DType::Float32);
+    yz = scalar(double(y_zp), DType::Int32);
+    QuantizedOperands q{xs.get(), xz.get(), ws.get(), wz.get(), nullptr, ys.get(), yz.get(), relu};
+    if (!bias.empty()) {
+      b = from_vec(std::vector<double>(bias.begin(), bias.end()), Dims{int64_t(bias.size())},
+                   DType::Int32);
+      q.bias = b.get();
+    }
+    return q;
+  }
+  size_t ch(int64_t o) const { return w_scale.size() == 1 ? 0 : size_t(o); }
+
+  // The formula of kernels/qgemm.h for one output: float32 multiplier, half-to-even rounding
+  // done here by hand, clamp.
+  int64_t requantize(int64_t acc, int64_t o) const {
+    const float m = float(x_scale) * float(w_scale[ch(o)]) / float(y_scale);
+    const int64_t sum = acc + (bias.empty() ? 0 : bias[o]);
+    const double v = double(float(sum) * m);
+    const double f = std::floor(v);
+    double r = v - f < 0.5 ? f : v - f > 0.5 ? f + 1 : (std::fmod(f, 2.0) == 0 ? f : f + 1);
+    int64_t y = int64_t(r) + y_zp;
+    const int64_t lo = relu ? std::max(y_zp, lo_of(y_dtype)) : lo_of(y_dtype);
+    return std::clamp(y, lo, hi_of(y_dtype));
+  }
+  // The real-valued result: within one step of requantize() (the float32 rounding of the
+  // multiplier and of the sum may move an exact tie).
+  double real(int64_t acc, int64_t o) const {
+    const double sum = double(acc + (bias.empty() ? 0 : bias[o]));
+    double y = std::nearbyint(sum * x_scale * w_scale[ch(o)] / y_scale) + double(y_zp);
+    const double lo = relu ? std::max<double>(y_zp, lo_of(y_dtype)) : lo_of(y_dtype);
+    return std::clamp(y, lo, double(hi_of(y_dtype)));
+  }
+};
+
+Case random_case(int64_t channels, bool per_channel, DType x, DType w, DType y, bool bias,
+                 bool relu) {
+  Case c;
+  c.x_dtype = x, c.w_dtype = w, c.y_dtype = y, c.relu = relu;
+  std::uniform_int_distribution<int> zp_x(int(lo_of(x)), int(hi_of(x)));
+  std::uniform_int_distribution<int> zp_y(int(lo_of(y)), int(hi_of(y)));
+  std::uniform_int_distribution<int> zp_w(int(lo_of(w)) / 4, int(hi_of(w)) / 4);
+  std::uniform_real_distribution<double> s(0.004, 0.05);
+  c.x_zp = zp_x(rng()), c.y_zp = zp_y(rng());
+  c.x_scale = s(rng()), c.y_scale = s(rng()) * 40;
+  const int64_t n = per_channel ? channels : 1;
+  for (int64_t i = 0; i < n; ++i) {
+    c.w_scale.push_back(s(rng()));
+    c.w_zp.push_back(zp_w(rng()));
+  }
+  if (bias) {
+    std::uniform_int_distribution<int> b(-20000, 20000);
+    for (int64_t i = 0; i < channels; ++i) c.bias.push_back(b(rng()));
+  }
+  return c;
+}
+
+std::vector<QGemmIsa> isas() {
+  std::vector<QGemmIsa> v{QGemmIsa::Portable};
+  if (qgemm_isa_available(QGemmIsa::Avx2)) v.push_back(QGemmIsa::Avx2);
+  return v;
+}
+
+struct IsaGuard {
+  ~IsaGuard() { set_qgemm_isa(QGemmIsa::Auto); }
+};
+
+// Runs `fn(out)` under every ISA and checks each output equals `want` exactly.
+template <typename Fn>
+void expect_every_isa(const std::vector<double>& want, Dims shape, DType dt, Fn&& fn,
+                      const std::string& what) {
+  IsaGuard guard;
+  for (QGemmIsa isa : isas()) {
+    set_qgemm_isa(isa);
+    auto out = empty(shape, dt);
+    fn(*out);
+    const std::vector<double> got = to_vec(*out);
+    int64_t bad = 0;
+    for (size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
+    EXPECT_EQ(bad, 0) << what << " isa " << qgemm_isa_name(isa) << ": " << bad << " of "
+                      << want.size() << " differ";
+  }
+}
+
+std::string dt(DType d) {
+  return std::string(dtype_name(d));
+}
+
+}  // namespace
+
+TEST(QLinear, ReferenceIsTheFormula) {
+  const int64_t M = 7, K = 37, N = 19;
+  Case c = random_case(N, true, DType::UInt8, DType::Int8, DType::UInt8, true, false);
+  auto x = rand_int({M, K}, c.x_dtype), w = rand_int({N, K}, c.w_dtype);
+  auto out = empty(Dims{M, N}, c.y_dtype);
+  qlinear_reference_out(*x, *w, c.operands(), *out);
+  const auto xv = to_vec(*x), wv = to_vec(*w), got = to_vec(*out);
+  int64_t off_by_one = 0;
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t o = 0; o < N; ++o) {
+      int64_t acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += (int64_t(xv[i * K + k]) - c.x_zp) * (int64_t(wv[o * K + k]) - c.w_zp[o]);
+      ASSERT_EQ(got[i * N + o], double(c.requantize(acc, o))) << i << "," << o;
+      const double diff = std::abs(got[i * N + o] - c.real(acc, o));
+      ASSERT_LE(diff, 1.0);
+      off_by_one += diff != 0;
+    }
+  }
+  EXPECT_LE(off_by_one, 2);  // only near-exact ties may move
+}
+
+TEST(QLinear, EveryIsaEqualsReferenceAcrossShapesAndDtypes) {
+  const DType ints[] = {DType::UInt8, DType::Int8};
+  int combo = 0;
+  for (int64_t M : {1, 5, 6, 13})
+    for (int64_t N : {1, 16, 17, 40})
+      for (int64_t K : {1, 2, 3, 64, 129}) {
+        const DType xd = ints[combo % 2], wd = ints[(combo / 2) % 2], yd = ints[(combo / 4) % 2];
+        const bool per_channel = combo % 3 != 0, bias = combo % 5 != 0, relu = combo % 7 < 3;
+        ++combo;
+        Case c = random_case(N, per_channel, xd, wd, yd, bias, relu);
+        auto x = rand_int({M, K}, xd), w = rand_int({N, K}, wd);
+        auto ref = empty(Dims{M, N}, yd);
+        auto q = c.operands();
+        qlinear_reference_out(*x, *w, q, *ref);
+        expect_every_isa(
+            to_vec(*ref), {M, N}, yd, [&](TensorImpl& out) { qlinear_out(*x, *w, q, out); },
+            "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                " x " + dt(xd) + " w " + dt(wd) + " y " + dt(yd));
+      }
+}
+
+TEST(QLinear, BatchedInputsStridedInputsAndThreads) {
+  Case c = random_case(24, true, DType::UInt8, DType::Int8, DType::Int8, true, true);
+  auto x = rand_int({3, 4, 50}, c.x_dtype), w = rand_int({24, 50}, c.w_dtype);
+  auto q = c.operands();
+  auto ref = empty(Dims{3, 4, 24}, c.y_dtype);
+  qlinear_reference_out(*x, *w, q, *ref);
+  auto xs = noncontig(*x);
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    expect_every_isa(
+        to_vec(*ref), {3, 4, 24}, c.y_dtype, [&](TensorImpl& out) { qlinear_out(*xs, *w, q, out); },
+        "threads " + std::to_string(threads));
+  }
+  set_num_threads(2);
+}
+
+TEST(QLinear, SaturatesAndReluClampsAtTheZeroPoint) {
+  // x - x_zp = 255 and w = 127 over K = 8: acc = 259080, times 1 -> far above 255; the negated
+  // weights far below 0 (relu: the zero point).
+  Case c;
+  c.x_zp = 0, c.x_scale = 1.0, c.y_scale = 1.0, c.y_zp = 10;
+  c.w_scale = {1.0}, c.w_zp = {0};
+  auto x = from_vec(std::vector<double>(8, 255.0), {1, 8}, DType::UInt8);
+  std::vector<double> wv(16, 127.0);
+  for (int k = 8; k < 16; ++k) wv[k] = -127.0;
+  auto w = from_vec(wv, {2, 8}, DType::Int8);
+  for (bool relu : {false, true}) {
+    c.relu = relu;
+    auto q = c.operands();
+    expect_every_isa(
+        {255.0, relu ? 10.0 : 0.0}, {1, 2}, DType::UInt8,
+        [&](TensorImpl& out) { qlinear_out(*x, *w, q, out); }, relu ? "relu" : "plain");
+  }
+}
+
+TEST(QConv2d, ReferenceIsTheFormula) {
+  const int64_t N = 2, C = 3, H = 6, W = 5, O = 4, KH = 3, KW = 2;
+  Conv2dParams p;
+  p.stride_h = 2, p.pad_h = 1, p.pad_w = 1, p.dilation_w = 2;
+  const int64_t Ho = (H + 2 - 3) / 2 + 1, Wo = (W + 2 - 2 * (KW - 1) - 1) + 1;
+  Case c = random_case(O, true, DType::Int8, DType::Int8, DType::UInt8, true, false);
+  auto x = rand_int({N, C, H, W}, c.x_dtype), w = rand_int({O, C, KH, KW}, c.w_dtype);
+  auto out = empty(Dims{N, O, Ho, Wo}, c.y_dtype);
+  qconv2d_reference_out(*x, *w, c.operands(), p, *out);
+  const auto xv = to_vec(*x), wv = to_vec(*w), got = to_vec(*out);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          int64_t acc = 0;
+          for (int64_t ci = 0; ci < C; ++ci)
+            for (int64_t kh = 0; kh < KH; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const int64_t ih = oh * 2 - 1 + kh, iw = ow - 1 + 2 * kw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;  // x_zp: contributes 0
+                acc += (int64_t(xv[((n * C + ci) * H + ih) * W + iw]) - c.x_zp) *
+                       (int64_t(wv[((o * C + ci) * KH + kh) * KW + kw]) - c.w_zp[o]);
+              }
+          ASSERT_EQ(got[((n * O + o) * Ho + oh) * Wo + ow], double(c.requantize(acc, o)));
+        }
+}
+
+TEST(QConv2d, EveryIsaEqualsReference) {
+  struct Geometry {
+    int64_t N, C, H, W, O, KH, KW, stride, pad, dilation, groups;
+  };
+  const Geometry shapes[] = {
+      {1, 3, 9, 9, 8, 3, 3, 1, 1, 1, 1},    {2, 16, 7, 7, 24, 3, 3, 2, 1, 1, 1},
+      {1, 8, 6, 5, 8, 3, 3, 1, 1, 1, 8},    {1, 12, 5, 6, 6, 1, 1, 1, 0, 1, 3},
+      {1, 5, 11, 7, 7, 5, 3, 2, 2, 2, 1},   {3, 4, 4, 4, 17, 2, 2, 1, 0, 1, 1},
+      {1, 32, 14, 14, 19, 1, 1, 2, 0, 1, 1}};
+  const DType ints[] = {DType::UInt8, DType::Int8};
+  int combo = 0;
+  for (const Geometry& s : shapes) {
+    Conv2dParams p;
+    p.stride_h = p.stride_w = s.stride;
+    p.pad_h = p.pad_w = s.pad;
+    p.dilation_h = p.dilation_w = s.dilation;
+    p.groups = s.groups;
+    const int64_t Ho = (s.H + 2 * s.pad - s.dilation * (s.KH - 1) - 1) / s.stride + 1;
+    const int64_t Wo = (s.W + 2 * s.pad - s.dilation * (s.KW - 1) - 1) / s.stride + 1;
+    for (int variant = 0; variant < 2; ++variant, ++combo) {
+      const DType xd = ints[combo % 2], wd = ints[(combo / 2) % 2], yd = ints[(combo / 3) % 2];
+      Case c = random_case(s.O, variant == 0, xd, wd, yd, combo % 3 != 1, variant == 1);
+      auto x = rand_int({s.N, s.C, s.H, s.W}, xd),
+           w = rand_int({s.O, s.C / s.groups, s.KH, s.KW}, wd);
+      auto q = c.operands();
+      auto ref = empty(Dims{s.N, s.O, Ho, Wo}, yd);
+      qconv2d_reference_out(*x, *w, q, p, *ref);
+      expect_every_isa(
+          to_vec(*ref), {s.N, s.O, Ho, Wo}, yd,
+          [&](TensorImpl& out) { qconv2d_out(*x, *w, q, p, out); },
+          "conv C=" + std::to_string(s.C) + " O=" + std::to_string(s.O) + " groups " +
+              std::to_string(s.groups) + " x " + dt(xd) + " w " + dt(wd));
+    }
+  }
+}
+
+TEST(QLinear, BadParametersAreRefusedNamingTheValue) {
+  Case c = random_case(4, true, DType::UInt8, DType::Int8, DType::UInt8, true, false);
+  auto x = rand_int({2, 8}, DType::UInt8), w = rand_int({4, 8}, DType::Int8);
+  auto out = empty(Dims{2, 4}, DType::UInt8);
+  auto q = c.operands();
+  EXPECT_NE(error_of([&] {
+              qlinear_out(*rand_tensor({2, 8}), *w, q, *out);
+            }).find("qlinear: expected input of dtype uint8 or int8, got float32"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              qlinear_out(*x, *rand_int({4, 7}, DType::Int8), q, *out);
+            }).find("expected weight with 8 in_features"),
+            std::string::npos);
+  auto wrong_scales = from_vec({0.1, 0.2}, {2}, DType::Float32);
+  auto wrong_zps = from_vec({0, 0}, {2}, DType::Int8);
+  QuantizedOperands bad = q;
+  bad.w_scale = wrong_scales.get();
+  bad.w_zero_point = wrong_zps.get();
+  EXPECT_NE(error_of([&] { qlinear_out(*x, *w, bad, *out); }).find("expected 4 scales"),
+            std::string::npos);
+  auto zero = scalar(0.0, DType::Float32);
+  bad = q;
+  bad.y_scale = zero.get();
+  EXPECT_NE(error_of([&] {
+              qlinear_out(*x, *w, bad, *out);
+            }).find("expected a positive finite output scale, got 0"),
+            std::string::npos);
+  auto far = scalar(300.0, DType::Int32);
+  bad = q;
+  bad.x_zero_point = far.get();
+  EXPECT_NE(error_of([&] {
+              qlinear_out(*x, *w, bad, *out);
+            }).find("expected input zero point in [0, 255], got 300"),
+            std::string::npos);
+  auto short_bias = from_vec({1, 2}, {2}, DType::Int32);
+  bad = q;
+  bad.bias = short_bias.get();
+  EXPECT_NE(error_of([&] { qlinear_out(*x, *w, bad, *out); }).find("expected bias of shape [4]"),
+            std::string::npos);
+  // K whose worst-case products overflow int32: 255 * 128 * 70000 > 2^31.
+  Case wide;
+  wide.x_zp = 0, wide.w_scale = {0.1}, wide.w_zp = {0};
+  auto xw = rand_int({1, 70000}, DType::UInt8), ww = rand_int({1, 70000}, DType::Int8);
+  auto ow = empty(Dims{1, 1}, DType::UInt8);
+  EXPECT_NE(error_of([&] {
+              qlinear_out(*xw, *ww, wide.operands(), *ow);
+            }).find("products per output (int32 accumulation at these zero points), got 70000"),
+            std::string::npos);
+}
