@@ -1,8 +1,9 @@
 // qlinear / qconv2d (kernels/qgemm.h): the reference kernels against the formula evaluated here
 // (exact integer sums by direct indexing, the float32 requantization, and within one step of the
-// real-valued result in double); every microkernel family (AVX2 where the CPU has it, portable)
-// equal to the reference bit for bit over edge shapes, dtypes, zero points, per-channel weights,
-// relu, groups, strides, padding and dilation; saturation; the errors bad parameters give.
+// real-valued result in double); every microkernel family
+// (AVX-512 VNNI and AVX2 where the CPU has them, portable) equal to the reference bit for bit over
+// edge shapes, dtypes, zero points, per-channel weights, relu, groups, strides, padding and
+// dilation; saturation; the errors bad parameters give.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -88,8 +89,12 @@ struct Case {
   }
 };
 
+// Weights' zero points are 0 (the symmetric scheme, which the VNNI kernels take) in every other
+// case, and drawn from the dtype's middle otherwise.
 Case random_case(int64_t channels, bool per_channel, DType x, DType w, DType y, bool bias,
                  bool relu) {
+  static int calls = 0;
+  const bool symmetric = calls++ % 2 == 0;
   Case c;
   c.x_dtype = x, c.w_dtype = w, c.y_dtype = y, c.relu = relu;
   std::uniform_int_distribution<int> zp_x(int(lo_of(x)), int(hi_of(x)));
@@ -101,7 +106,7 @@ Case random_case(int64_t channels, bool per_channel, DType x, DType w, DType y, 
   const int64_t n = per_channel ? channels : 1;
   for (int64_t i = 0; i < n; ++i) {
     c.w_scale.push_back(s(rng()));
-    c.w_zp.push_back(zp_w(rng()));
+    c.w_zp.push_back(symmetric ? 0 : zp_w(rng()));
   }
   if (bias) {
     std::uniform_int_distribution<int> b(-20000, 20000);
@@ -112,7 +117,8 @@ Case random_case(int64_t channels, bool per_channel, DType x, DType w, DType y, 
 
 std::vector<QGemmIsa> isas() {
   std::vector<QGemmIsa> v{QGemmIsa::Portable};
-  if (qgemm_isa_available(QGemmIsa::Avx2)) v.push_back(QGemmIsa::Avx2);
+  for (QGemmIsa isa : {QGemmIsa::Avx2, QGemmIsa::Avx512Vnni})
+    if (qgemm_isa_available(isa)) v.push_back(isa);
   return v;
 }
 

@@ -1,14 +1,14 @@
-// Integer linear and convolution (kernels/qgemm.h): parameter checks, the int16-pair packing
-// (quant_internal.h), the tile loop, the portable microkernel, and the reference loops.
+// Integer linear and convolution (kernels/qgemm.h): parameter checks, the packing of either
+// layout (int16 pairs or byte quads, quant_internal.h), the tile loop, the portable microkernel,
+// the choice of family, and the reference loops.
 //
 // Both operations are one integer GEMM with a requantize epilogue:
 //   qlinear:  C[M, N] = X[M, K] . W^T       per-column (output feature) constants
 //   qconv2d:  C[Og, HoWo] = W_g . cols       per-row (output channel) constants; the column
-//             panels are packed straight from the NCHW image (no im2col buffer), padding as 0
-//             (x_zp - x_zp).
+//             panels are packed straight from the NCHW image (no im2col buffer).
 // The whole of B is packed once per product and each tile runs the full K: the weights' A
-// slivers (kMR x K int16 pairs) and one B panel (K x kNR) are re-read from L2 per tile. Blocking K
-// from the target description's caches is the next step where K outgrows L2 (docs/quantization.md).
+// slivers (mr x K) and one B panel (K x nr) are re-read from L2 per tile. Blocking K from the
+// target description's caches is the next step where K outgrows L2 (docs/quantization.md).
 #include "kiln/runtime/kernels/qgemm.h"
 
 #include <atomic>
@@ -22,34 +22,14 @@
 #include "quant_internal.h"
 
 namespace kiln::kernels {
-namespace {
+namespace quant_detail {
 
-using namespace quant_detail;
-using conv_detail::ConvGeom;
-using conv_detail::ConvScratch;
-
-// ---- ISA selection
-// -------------------------------------------------------------------------------
-
-std::atomic<QGemmIsa> g_forced{QGemmIsa::Auto};
-
-QGemmIsa resolve(QGemmIsa isa) {
-  if (isa != QGemmIsa::Auto) return isa;
-  const rt::TargetDescription& t = rt::active_target();
-  const bool avx2 = t.isa == rt::VectorIsa::Avx2 || t.isa == rt::VectorIsa::Avx512;
-  return avx2 && qgemm_avx2_kernel() ? QGemmIsa::Avx2 : QGemmIsa::Portable;
-}
-
-// ---- The portable microkernel
-// ---------------------------------------------------------------------
-
-// Requantizes an accumulated kMR x kNR tile (row stride kNR) into `t`, one value at a time.
-void store_tile_scalar(const int32_t* acc, int m, int n, const TileOut& t) {
+void store_tile_scalar(const int32_t* acc, int64_t ld_acc, int m, int n, const TileOut& t) {
   for (int r = 0; r < m; ++r) {
     for (int j = 0; j < n; ++j) {
       const int64_t c = r * t.row_step + j * t.col_step;
-      const int32_t v =
-          requantize_value(acc[r * kNR + j], t.bias ? t.bias[c] : 0, t.mult[c], t.lo, t.hi, t.zp);
+      const int32_t v = requantize_value(acc[r * ld_acc + j], t.bias ? t.bias[c] : 0, t.mult[c],
+                                         t.lo, t.hi, t.zp);
       if (t.out_signed)
         static_cast<int8_t*>(t.out)[r * t.ld + j] = static_cast<int8_t>(v);
       else
@@ -58,29 +38,77 @@ void store_tile_scalar(const int32_t* acc, int m, int n, const TileOut& t) {
   }
 }
 
-void qkernel_portable(int64_t kp, const int32_t* a, const int32_t* b, int m, int n,
+}  // namespace quant_detail
+
+namespace {
+
+using namespace quant_detail;
+using conv_detail::ConvGeom;
+using conv_detail::ConvScratch;
+
+// ---- The portable microkernel (int16 pairs) -----------------------------------------------------
+
+constexpr int kPortableMR = 6, kPortableNR = 16;
+
+void qkernel_portable(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
                       const TileOut& t) {
-  int32_t acc[kMR * kNR] = {};
-  for (int64_t p = 0; p < kp; ++p) {
-    const int32_t* ap = a + p * kMR;
-    const int32_t* bp = b + p * kNR;
-    for (int r = 0; r < kMR; ++r) {
+  int32_t acc[kPortableMR * kPortableNR] = {};
+  for (int64_t p = 0; p < words; ++p) {
+    const int32_t* ap = a + p * kPortableMR;
+    const int32_t* bp = b + p * kPortableNR;
+    for (int r = 0; r < kPortableMR; ++r) {
       const int32_t a0 = static_cast<int16_t>(ap[r]), a1 = ap[r] >> 16;
-      for (int j = 0; j < kNR; ++j) {
+      for (int j = 0; j < kPortableNR; ++j) {
         const int32_t b0 = static_cast<int16_t>(bp[j]), b1 = bp[j] >> 16;
-        acc[r * kNR + j] += a0 * b0 + a1 * b1;
+        acc[r * kPortableNR + j] += a0 * b0 + a1 * b1;
       }
     }
   }
-  store_tile_scalar(acc, m, n, t);
+  store_tile_scalar(acc, kPortableNR, m, n, t);
 }
 
-QMicroKernelFn kernel_for(QGemmIsa isa) {
-  return resolve(isa) == QGemmIsa::Avx2 ? qgemm_avx2_kernel() : qkernel_portable;
+const QFamily kPortable{"portable", kPortableMR, kPortableNR, 2, qkernel_portable};
+
+// ---- Family selection ---------------------------------------------------------------------------
+
+std::atomic<QGemmIsa> g_forced{QGemmIsa::Auto};
+
+bool host_has_vnni() {
+  const rt::CpuFeatures& f = rt::host_target().features;
+  return f.avx512_vnni && f.avx512f && f.avx512bw && f.avx512vl && qgemm_avx512vnni_family();
+}
+bool host_has_avx2() {
+  return rt::host_target().features.avx2 && qgemm_avx2_family();
 }
 
-// ---- Checked parameters
-// ----------------------------------------------------------------------------
+// The ISA asked for, or the best the active target description allows.
+QGemmIsa resolve(QGemmIsa isa) {
+  if (isa != QGemmIsa::Auto) return isa;
+  const rt::TargetDescription& t = rt::active_target();
+  if (t.isa == rt::VectorIsa::Avx512 && t.features.avx512_vnni && host_has_vnni())
+    return QGemmIsa::Avx512Vnni;
+  if ((t.isa == rt::VectorIsa::Avx2 || t.isa == rt::VectorIsa::Avx512) && host_has_avx2())
+    return QGemmIsa::Avx2;
+  return QGemmIsa::Portable;
+}
+
+// The family for these operands: VNNI's byte quads need int8 weights with zero points 0 (the
+// symmetric scheme int8 flows use for weights); other operands take the int16 path.
+const QFamily& family_for(bool quads_allowed) {
+  switch (resolve(g_forced.load(std::memory_order_acquire))) {
+    case QGemmIsa::Avx512Vnni:
+      if (quads_allowed) return *qgemm_avx512vnni_family();
+      [[fallthrough]];
+    case QGemmIsa::Avx2:
+      if (host_has_avx2()) return *qgemm_avx2_family();
+      break;
+    default:
+      break;
+  }
+  return kPortable;
+}
+
+// ---- Checked parameters -------------------------------------------------------------------------
 
 // Everything the epilogue and the packing need, per output channel (`channels` of them).
 struct Requant {
@@ -135,7 +163,7 @@ Requant requant_of(std::string_view op, const TensorImpl& x, const TensorImpl& w
   KILN_CHECK(q.w_scale && q.w_zero_point, op, "expected a weight scale and zero point, got none");
   const Channels wc = channels_of(op, w, *q.w_scale, *q.w_zero_point, 0, wr);
   const int64_t oc = w.size(0);
-  const int64_t padded = (oc + kNR - 1) / kNR * kNR;
+  const int64_t padded = (oc + kChannelPad - 1) / kChannelPad * kChannelPad;
   rq.w_zp.resize(oc);
   rq.mult.resize(padded);
   int64_t w_bound = 0;
@@ -173,48 +201,44 @@ Requant requant_of(std::string_view op, const TensorImpl& x, const TensorImpl& w
   return rq;
 }
 
-// ---- Packing
-// ---------------------------------------------------------------------------------------
+// ---- Packing ------------------------------------------------------------------------------------
 
-int64_t pairs(int64_t k) {
-  return (k + 1) / 2;
-}
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// Packs rows [0, M) of at(i, k) (already minus its zero point) into kMR-row slivers.
-template <typename At>
-void pack_a(int64_t M, int64_t K, At at, int32_t* dst) {
-  const int64_t kp = pairs(K), slivers = ceil_div(M, kMR);
-  parallel_for(0, slivers, 1, [&](int64_t s0, int64_t s1) {
-    for (int64_t s = s0; s < s1; ++s) {
-      int32_t* d = dst + s * kp * kMR;
-      for (int r = 0; r < kMR; ++r) {
-        const int64_t i = s * kMR + r;
-        for (int64_t p = 0; p < kp; ++p) {
-          const int32_t lo = i < M ? at(i, 2 * p) : 0;
-          const int32_t hi = i < M && 2 * p + 1 < K ? at(i, 2 * p + 1) : 0;
-          d[p * kMR + r] = pair16(lo, hi);
-        }
-      }
-    }
-  });
-}
+// The packed layout of one operand: `lines` rows (A) or columns (B) in blocks of `width`, K in
+// words of `group` elements (int16 or bytes).
+struct Layout {
+  int64_t lines = 0, K = 0, width = 0, group = 0;
+  int64_t words() const { return ceil_div(K, group); }
+  int64_t blocks() const { return ceil_div(lines, width); }
+  int64_t block_words() const { return words() * width; }
+  int64_t total_words() const { return blocks() * block_words(); }
+  // Element (line, k) within the buffer, in elements.
+  int64_t index(int64_t line, int64_t k) const {
+    return ((line / width * words() + k / group) * width + line % width) * group + k % group;
+  }
+};
 
-// Packs columns [0, N) of at(k, j) into kNR-column panels.
-template <typename At>
-void pack_b(int64_t K, int64_t N, At at, int32_t* dst) {
-  const int64_t kp = pairs(K), panels = ceil_div(N, kNR);
-  parallel_for(0, panels, 1, [&](int64_t q0, int64_t q1) {
-    for (int64_t q = q0; q < q1; ++q) {
-      int32_t* d = dst + q * kp * kNR;
-      for (int j = 0; j < kNR; ++j) {
-        const int64_t c = q * kNR + j;
-        for (int64_t p = 0; p < kp; ++p) {
-          const int32_t lo = c < N ? at(2 * p, c) : 0;
-          const int32_t hi = c < N && 2 * p + 1 < K ? at(2 * p + 1, c) : 0;
-          d[p * kNR + j] = pair16(lo, hi);
+// Packs f(line, src[line * ld + k]) (an E value) for every line and k into `dst`, zeros past K and
+// lines; the writes in buffer order. Byte stores may alias anything, so everything the loop
+// reads is a local first (else the compiler reloads it per element).
+template <typename E, typename S, typename F>
+void pack(const Layout& l, const S* src, int64_t ld, F f, int32_t* dst) {
+  E* const d = reinterpret_cast<E*>(dst);
+  const int64_t words = l.words(), width = l.width, group = l.group, lines = l.lines, K = l.K;
+  const int64_t block_elems = l.block_words() * group;
+  parallel_for(0, l.blocks(), 1, [=](int64_t b0, int64_t b1) {
+    const F fn = f;
+    for (int64_t b = b0; b < b1; ++b) {
+      E* o = d + b * block_elems;
+      for (int64_t p = 0; p < words; ++p) {
+        for (int64_t r = 0; r < width; ++r) {
+          const int64_t line = b * width + r;
+          const S* row = src + line * ld;
+          for (int64_t k = p * group, e = k + group; k < e; ++k)
+            *o++ = line < lines && k < K ? fn(line, row[k]) : E(0);
         }
       }
     }
@@ -222,75 +246,82 @@ void pack_b(int64_t K, int64_t N, At at, int32_t* dst) {
 }
 
 // The column panels of one image's group straight from NCHW: B[k = (c, kh, kw), j = (oh, ow)] =
-// x[c, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw] - x_zp, 0 in the padding.
-template <typename T>
-void pack_conv_columns(const ConvGeom& g, const T* x, int32_t x_zp, int32_t* dst) {
-  const int64_t K = g.K(), N = g.HoWo(), kp = pairs(K), panels = ceil_div(N, kNR);
-  const int64_t kk = g.KH * g.KW;
-  parallel_for(0, panels, 1, [&](int64_t q0, int64_t q1) {
-    for (int64_t q = q0; q < q1; ++q) {
-      int64_t ih0[kNR], iw0[kNR];
-      const int n = static_cast<int>(std::min<int64_t>(kNR, N - q * kNR));
-      for (int j = 0; j < n; ++j) {
-        const int64_t col = q * kNR + j;
-        ih0[j] = col / g.Wo * g.sh - g.ph;
-        iw0[j] = col % g.Wo * g.sw - g.pw;
+// f(x[c, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw]), `pad` in the padding. Row by row of
+// the output, so the bounds are tested per row and per column, never divided out per element.
+template <typename E, typename T, typename F>
+void pack_conv_columns(const ConvGeom& geom, const Layout& l, const T* x, F f, E pad,
+                       int32_t* dst) {
+  E* const d = reinterpret_cast<E*>(dst);
+  const ConvGeom g = geom;
+  const int64_t kk = g.KH * g.KW, N = g.HoWo(), cols = l.blocks() * l.width;
+  std::vector<int64_t> col(cols);  // each column's element offset in word row 0
+  for (int64_t j = 0; j < cols; ++j) col[j] = l.index(j, 0);
+  const int64_t* const colp = col.data();
+  const int64_t word_row = l.width * l.group;  // elements between a column's consecutive words
+  const int64_t group = l.group, K = l.K;
+  parallel_for(0, l.words(), 1, [=](int64_t w0, int64_t w1) {
+    const F fn = f;
+    for (int64_t k = w0 * group; k < w1 * group; ++k) {
+      E* const out = d + (k / group) * word_row + k % group;
+      if (k >= K) {
+        for (int64_t j = 0; j < cols; ++j) out[colp[j]] = E(0);
+        continue;
       }
-      int32_t* d = dst + q * kp * kNR;
-      for (int64_t k = 0; k < 2 * kp; ++k) {
-        int16_t* row = reinterpret_cast<int16_t*>(d + (k / 2) * kNR) + (k & 1);
-        if (k >= K) {
-          for (int j = 0; j < kNR; ++j) row[2 * j] = 0;
+      for (int64_t j = N; j < cols; ++j) out[colp[j]] = E(0);
+      const int64_t c = k / kk, kh = k % kk / g.KW, kw = k % g.KW;
+      const T* plane = x + c * g.H * g.W;
+      for (int64_t oh = 0; oh < g.Ho; ++oh) {
+        const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+        const int64_t* cj = colp + oh * g.Wo;
+        if (ih < 0 || ih >= g.H) {
+          for (int64_t ow = 0; ow < g.Wo; ++ow) out[cj[ow]] = pad;
           continue;
         }
-        const int64_t c = k / kk, kh = k % kk / g.KW, kw = k % g.KW;
-        const T* plane = x + c * g.HW();
-        for (int j = 0; j < kNR; ++j) {
-          int32_t v = 0;
-          if (j < n) {
-            const int64_t ih = ih0[j] + kh * g.dh, iw = iw0[j] + kw * g.dw;
-            if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) v = plane[ih * g.W + iw] - x_zp;
-          }
-          row[2 * j] = static_cast<int16_t>(v);
+        const T* row = plane + ih * g.W;
+        const int64_t iw0 = kw * g.dw - g.pw;
+        for (int64_t ow = 0; ow < g.Wo; ++ow) {
+          const int64_t iw = iw0 + ow * g.sw;
+          out[cj[ow]] = iw >= 0 && iw < g.W ? fn(row[iw]) : pad;
         }
       }
     }
   });
 }
 
-// ---- The tile loop
-// -----------------------------------------------------------------------------------
+// ---- The tile loop ------------------------------------------------------------------------------
 
 // out[M, N] (row stride t.ld) = requantize(A . B) from packed operands; `t` describes tile (0, 0)
 // and its constants advance with the tile's rows and columns.
-void run_tiles(int64_t M, int64_t N, int64_t K, const int32_t* a, const int32_t* b,
-               const TileOut& t, QMicroKernelFn kernel) {
-  const int64_t kp = pairs(K), slivers = ceil_div(M, kMR), panels = ceil_div(N, kNR);
-  // Panel-major: consecutive tiles of one thread share a B panel. Chunks of at least ~64K
-  // multiply-adds keep the pool's per-chunk cost small.
-  const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(kMR * kNR * kp, 1));
+void run_tiles(const QFamily& f, QMicroKernelFn kernel, int64_t M, int64_t N, int64_t words,
+               const int32_t* a, const int32_t* b, const TileOut& t) {
+  const int64_t slivers = ceil_div(M, f.mr), panels = ceil_div(N, f.nr);
+  // Panel-major: consecutive tiles of one thread share a B panel. Chunks of at least ~64K word
+  // products keep the pool's per-chunk cost small.
+  const int64_t grain =
+      std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(int64_t(f.mr) * f.nr * words, 1));
   parallel_for(0, slivers * panels, grain, [&](int64_t t0, int64_t t1) {
     for (int64_t i = t0; i < t1; ++i) {
       const int64_t q = i / slivers, s = i % slivers;
       TileOut tile = t;
-      tile.out = static_cast<char*>(t.out) + s * kMR * t.ld + q * kNR;  // one-byte elements
-      const int64_t c = s * kMR * t.row_step + q * kNR * t.col_step;
+      tile.out = static_cast<char*>(t.out) + s * f.mr * t.ld + q * f.nr;  // one-byte elements
+      const int64_t c = s * f.mr * t.row_step + q * f.nr * t.col_step;
       tile.mult = t.mult + c;
       if (t.bias) tile.bias = t.bias + c;
-      const int m = static_cast<int>(std::min<int64_t>(kMR, M - s * kMR));
-      const int n = static_cast<int>(std::min<int64_t>(kNR, N - q * kNR));
-      kernel(kp, a + s * kp * kMR, b + q * kp * kNR, m, n, tile);
+      const int m = static_cast<int>(std::min<int64_t>(f.mr, M - s * f.mr));
+      const int n = static_cast<int>(std::min<int64_t>(f.nr, N - q * f.nr));
+      kernel(words, a + s * words * f.mr, b + q * words * f.nr, m, n, tile);
     }
   });
 }
 
-TileOut tile_out(const Requant& rq, void* out, int64_t ld, bool per_row) {
+TileOut tile_out(const Requant& rq, const std::vector<int32_t>& bias, void* out, int64_t ld,
+                 bool per_row) {
   TileOut t;
   t.out = out;
   t.ld = ld;
   t.out_signed = rq.out_signed;
   t.mult = rq.mult.data();
-  t.bias = rq.bias.data();
+  t.bias = bias.data();
   t.row_step = per_row ? 1 : 0;
   t.col_step = per_row ? 0 : 1;
   t.lo = rq.lo;
@@ -311,8 +342,53 @@ Int8Data data_of(const TensorImplPtr& t) {
   return {t->data(), t->dtype() == DType::Int8};
 }
 
-// ---- qlinear
-// -----------------------------------------------------------------------------------------
+// Whether the byte-quad (VNNI) layout can take these weights: int8 with zero points 0.
+bool quads_allowed(const TensorImpl& w, const Requant& rq) {
+  return w.dtype() == DType::Int8 &&
+         std::all_of(rq.w_zp.begin(), rq.w_zp.end(), [](int32_t z) { return z == 0; });
+}
+// The activations' zero point in uint8 (int8 activations are offset by 128).
+int32_t u8_zero_point(const Requant& rq, bool x_signed) {
+  return rq.x_zp + (x_signed ? 128 : 0);
+}
+// Packs a uint8 or int8 tensor's rows (contiguous, K per row) as uint8 (int8 + 128).
+void pack_activations_u8(const Layout& l, const TensorImpl& x, int32_t* dst) {
+  if (x.dtype() == DType::Int8)
+    pack<uint8_t>(
+        l, x.data_ptr<int8_t>(), l.K, [](int64_t, int8_t v) { return uint8_t(v + 128); }, dst);
+  else
+    pack<uint8_t>(
+        l, x.data_ptr<uint8_t>(), l.K, [](int64_t, uint8_t v) { return v; }, dst);
+}
+// Packs rows (contiguous, K per row, from element `offset`) as int16 v - zp(line).
+template <typename Zp>
+void pack_minus_zero_point(const Layout& l, const TensorImpl& t, Zp zp, int32_t* dst,
+                           int64_t offset = 0) {
+  if (t.dtype() == DType::Int8)
+    pack<int16_t>(
+        l, t.data_ptr<int8_t>() + offset, l.K,
+        [zp](int64_t line, int8_t v) { return int16_t(v - zp(line)); }, dst);
+  else
+    pack<int16_t>(
+        l, t.data_ptr<uint8_t>() + offset, l.K,
+        [zp](int64_t line, uint8_t v) { return int16_t(v - zp(line)); }, dst);
+}
+
+// (x - x_zp) . w = x_u8 . w - u_zp * sum_k w: the second term joins each channel's bias
+// (modulo 2^32, as the sums wrap).
+std::vector<int32_t> quad_bias(const Requant& rq, const Int8Data& w, int64_t channels, int64_t k,
+                               int32_t u_zp) {
+  std::vector<int32_t> b = rq.bias;
+  for (int64_t o = 0; o < channels; ++o) {
+    int32_t sum = 0;
+    for (int64_t i = 0; i < k; ++i) sum += w[o * k + i];
+    b[o] = static_cast<int32_t>(static_cast<uint32_t>(b[o]) -
+                                static_cast<uint32_t>(u_zp) * static_cast<uint32_t>(sum));
+  }
+  return b;
+}
+
+// ---- qlinear ------------------------------------------------------------------------------------
 
 struct LinearShape {
   int64_t M = 0, K = 0, N = 0;
@@ -339,8 +415,7 @@ LinearShape linear_shape(std::string_view op, const TensorImpl& x, const TensorI
   return s;
 }
 
-// ---- qconv2d
-// -----------------------------------------------------------------------------------------
+// ---- qconv2d ------------------------------------------------------------------------------------
 
 ConvGeom qconv_geom(std::string_view op, const TensorImpl& x, const TensorImpl& w,
                     const Conv2dParams& p, const TensorImpl& out) {
@@ -351,7 +426,7 @@ ConvGeom qconv_geom(std::string_view op, const TensorImpl& x, const TensorImpl& 
 
 }  // namespace
 
-// ---- Public entry points -----------------------------------------------------------------------
+// ---- Public entry points ------------------------------------------------------------------------
 
 void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
                  TensorImpl& out) {
@@ -363,14 +438,25 @@ void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   auto xc = views::contiguous(x);
   auto wc = views::contiguous(w);
   const Int8Data xd = data_of(xc), wd = data_of(wc);
-  const int64_t kp = pairs(s.K);
-  ConvScratch<int32_t> a(ceil_div(s.M, kMR) * kMR * kp), b(ceil_div(s.N, kNR) * kNR * kp);
-  pack_a(
-      s.M, s.K, [&](int64_t i, int64_t k) { return xd[i * s.K + k] - rq.x_zp; }, a.get());
-  pack_b(
-      s.K, s.N, [&](int64_t k, int64_t j) { return wd[j * s.K + k] - rq.w_zp[j]; }, b.get());
-  run_tiles(s.M, s.N, s.K, a.get(), b.get(), tile_out(rq, y.ptr, s.N, false),
-            kernel_for(g_forced.load(std::memory_order_acquire)));
+  const QFamily& f = family_for(quads_allowed(*wc, rq));
+  const Layout la{s.M, s.K, f.mr, f.group}, lb{s.N, s.K, f.nr, f.group};
+  ConvScratch<int32_t> a(la.total_words()), b(lb.total_words());
+  std::vector<int32_t> bias;
+  if (f.group == 4) {
+    // A: the activations in uint8; B: the int8 weights; the zero point through the bias.
+    pack_activations_u8(la, *xc, a.get());
+    pack<int8_t>(
+        lb, wc->data_ptr<int8_t>(), s.K, [](int64_t, int8_t v) { return v; }, b.get());
+    bias = quad_bias(rq, wd, s.N, s.K, u8_zero_point(rq, xd.is_signed));
+  } else {
+    pack_minus_zero_point(
+        la, *xc, [zp = rq.x_zp](int64_t) { return zp; }, a.get());
+    pack_minus_zero_point(
+        lb, *wc, [zp = rq.w_zp.data()](int64_t j) { return zp[j]; }, b.get());
+    bias = rq.bias;
+  }
+  run_tiles(f, f.kernel, s.M, s.N, la.words(), a.get(), b.get(),
+            tile_out(rq, bias, y.ptr, s.N, false));
   y.finish();
 }
 
@@ -384,35 +470,56 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   auto xc = views::contiguous(x);
   auto wc = views::contiguous(w);
   const Int8Data wd = data_of(wc);
-  const int64_t K = g.K(), kp = pairs(K), HoWo = g.HoWo();
-  const int64_t a_group = ceil_div(g.Og, kMR) * kMR * kp;
-  ConvScratch<int32_t> a(g.G * a_group), b(ceil_div(HoWo, kNR) * kNR * kp);
+  const bool x_signed = xc->dtype() == DType::Int8;
+  const QFamily& f = family_for(quads_allowed(*wc, rq));
+  const bool quads = f.group == 4;
+  const int64_t K = g.K(), HoWo = g.HoWo();
+  // A: the weights (rows: output channels of one group); B: one image's columns of one group.
+  const Layout la{g.Og, K, f.mr, f.group}, lb{HoWo, K, f.nr, f.group};
+  ConvScratch<int32_t> a(g.G * la.total_words()), b(lb.total_words());
   for (int64_t grp = 0; grp < g.G; ++grp) {
     const int64_t o0 = grp * g.Og;
-    pack_a(
-        g.Og, K, [&](int64_t i, int64_t k) { return wd[(o0 + i) * K + k] - rq.w_zp[o0 + i]; },
-        a.get() + grp * a_group);
+    int32_t* dst = a.get() + grp * la.total_words();
+    if (quads)
+      pack<int8_t>(
+          la, wc->data_ptr<int8_t>() + o0 * K, K, [](int64_t, int8_t v) { return v; }, dst);
+    else
+      pack_minus_zero_point(
+          la, *wc, [zp = rq.w_zp.data() + o0](int64_t i) { return zp[i]; }, dst, o0 * K);
   }
-  const QMicroKernelFn kernel = kernel_for(g_forced.load(std::memory_order_acquire));
-  const bool x_signed = xc->dtype() == DType::Int8;
+  const int32_t u_zp = u8_zero_point(rq, x_signed);
+  const std::vector<int32_t> bias = quads ? quad_bias(rq, wd, g.O, K, u_zp) : rq.bias;
   for (int64_t n = 0; n < g.N; ++n) {
     for (int64_t grp = 0; grp < g.G; ++grp) {
       const int64_t x_off = (n * g.C + grp * g.Cg) * g.HW();
-      if (x_signed)
-        pack_conv_columns(g, xc->data_ptr<int8_t>() + x_off, rq.x_zp, b.get());
+      if (quads && x_signed)
+        pack_conv_columns<uint8_t>(
+            g, lb, xc->data_ptr<int8_t>() + x_off, [](int8_t v) { return uint8_t(v + 128); },
+            uint8_t(u_zp), b.get());
+      else if (quads)
+        pack_conv_columns<uint8_t>(
+            g, lb, xc->data_ptr<uint8_t>() + x_off, [](uint8_t v) { return v; }, uint8_t(u_zp),
+            b.get());
+      else if (x_signed)
+        pack_conv_columns<int16_t>(
+            g, lb, xc->data_ptr<int8_t>() + x_off,
+            [zp = rq.x_zp](int8_t v) { return int16_t(v - zp); }, int16_t(0), b.get());
       else
-        pack_conv_columns(g, xc->data_ptr<uint8_t>() + x_off, rq.x_zp, b.get());
+        pack_conv_columns<int16_t>(
+            g, lb, xc->data_ptr<uint8_t>() + x_off,
+            [zp = rq.x_zp](uint8_t v) { return int16_t(v - zp); }, int16_t(0), b.get());
       TileOut t =
-          tile_out(rq, static_cast<char*>(y.ptr) + (n * g.O + grp * g.Og) * HoWo, HoWo, true);
+          tile_out(rq, bias, static_cast<char*>(y.ptr) + (n * g.O + grp * g.Og) * HoWo, HoWo, true);
       t.mult += grp * g.Og;
       t.bias += grp * g.Og;
-      run_tiles(g.Og, HoWo, K, a.get() + grp * a_group, b.get(), t, kernel);
+      run_tiles(f, quads ? f.kernel_b_u8 : f.kernel, g.Og, HoWo, la.words(),
+                a.get() + grp * la.total_words(), b.get(), t);
     }
   }
   y.finish();
 }
 
-// ---- References: the formula as written ------------------------------------------------------
+// ---- References: the formula as written ---------------------------------------------------------
 
 void qlinear_reference_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
                            TensorImpl& out) {
@@ -477,11 +584,17 @@ void qconv2d_reference_out(const TensorImpl& x, const TensorImpl& w, const Quant
   y.finish();
 }
 
-// ---- ISA control
-// -----------------------------------------------------------------------------------
+// ---- ISA control --------------------------------------------------------------------------------
 
 bool qgemm_isa_available(QGemmIsa isa) {
-  return isa != QGemmIsa::Avx2 || (qgemm_avx2_kernel() && rt::host_target().features.avx2);
+  switch (isa) {
+    case QGemmIsa::Avx512Vnni:
+      return host_has_vnni();
+    case QGemmIsa::Avx2:
+      return host_has_avx2();
+    default:
+      return true;
+  }
 }
 
 void set_qgemm_isa(QGemmIsa isa) {
@@ -498,6 +611,8 @@ const char* qgemm_isa_name(QGemmIsa isa) {
   switch (isa) {
     case QGemmIsa::Auto:
       return "auto";
+    case QGemmIsa::Avx512Vnni:
+      return "avx512-vnni";
     case QGemmIsa::Avx2:
       return "avx2";
     case QGemmIsa::Portable:

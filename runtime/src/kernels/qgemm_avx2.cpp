@@ -1,9 +1,10 @@
-// The AVX2 integer microkernel (the x86-64-v3 baseline): a kMR x kNR = 6 x 16 int32 tile in 12
-// ymm accumulators. Per K pair, two loads of B (8 columns of int16 pairs each) and one broadcast
-// pair of A per row; `vpmaddwd` multiplies the int16 pairs exactly and sums each pair into int32
-// (no `vpmaddubsw` saturation: the operands were widened to int16 when packed). The requantize
-// epilogue runs on the registers: float32 multiply, clamp, round half to even, zero point, narrow
-// with saturating packs (the values are already in range), one 16-byte store per row.
+// The AVX2 integer microkernel (the x86-64-v3 baseline) on int16 pairs (quant_internal.h): a
+// 6 x 16 int32 tile in 12 ymm accumulators. Per K pair, two loads of B (8 columns of int16 pairs
+// each) and one broadcast pair of A per row; `vpmaddwd` multiplies the int16 pairs exactly and sums
+// each pair into int32 (no `vpmaddubsw` saturation: the operands were widened to int16 when
+// packed). The requantize epilogue runs on the registers: float32 multiply, clamp, round half to
+// even, zero point, narrow with saturating packs (the values are already in range), one 16-byte
+// store per row.
 #include "quant_internal.h"
 
 #if defined(__x86_64__) && defined(__AVX2__)
@@ -14,6 +15,9 @@
 
 namespace kiln::kernels::quant_detail {
 namespace {
+
+constexpr int kMR = 6;
+constexpr int kNR = 16;
 
 // requantize_value on 8 lanes: the same float32 operations in the same order.
 inline __m256i requantize8(__m256i acc, __m256i bias, __m256 mult, __m256 lo, __m256 hi,
@@ -38,10 +42,11 @@ void store_row(__m256i v0, __m256i v1, bool out_signed, void* dst, int n) {
   }
 }
 
-void qkernel_avx2(int64_t kp, const int32_t* a, const int32_t* b, int m, int n, const TileOut& t) {
+void qkernel_avx2(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
+                  const TileOut& t) {
   __m256i acc[kMR][2];
   for (auto& row : acc) row[0] = row[1] = _mm256_setzero_si256();
-  for (int64_t p = 0; p < kp; ++p) {
+  for (int64_t p = 0; p < words; ++p) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * kNR));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * kNR + 8));
 #pragma GCC unroll 6
@@ -82,8 +87,9 @@ void qkernel_avx2(int64_t kp, const int32_t* a, const int32_t* b, int m, int n, 
 
 }  // namespace
 
-QMicroKernelFn qgemm_avx2_kernel() {
-  return qkernel_avx2;
+const QFamily* qgemm_avx2_family() {
+  static const QFamily f{"avx2", kMR, kNR, 2, qkernel_avx2};
+  return &f;
 }
 
 }  // namespace kiln::kernels::quant_detail
@@ -91,7 +97,7 @@ QMicroKernelFn qgemm_avx2_kernel() {
 #else
 
 namespace kiln::kernels::quant_detail {
-QMicroKernelFn qgemm_avx2_kernel() {
+const QFamily* qgemm_avx2_family() {
   return nullptr;
 }
 }  // namespace kiln::kernels::quant_detail

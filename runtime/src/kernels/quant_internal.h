@@ -99,22 +99,22 @@ inline int32_t requantize_value(int32_t acc, int32_t bias, float mult, float lo,
 }
 
 // ---- Packed operands of the integer GEMM --------------------------------------------------------
-// C[M, N] = A[M, K] B[K, N] over int16 values (x - x_zp, w - w_zp), K taken in pairs: one int32
-// word holds (v[2p], v[2p + 1]) as the low and high int16, which is what `vpmaddwd` multiplies
-// pairwise and sums. Past K, M or N the words are 0.
-//   A sliver (kMR rows): a[p * kMR + r]          B panel (kNR columns): b[p * kNR + j]
-constexpr int kMR = 6;
-constexpr int kNR = 16;
-
-inline int32_t pair16(int32_t lo, int32_t hi) {
-  return static_cast<int32_t>((static_cast<uint32_t>(static_cast<uint16_t>(lo))) |
-                              (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
-}
+// C[M, N] = A[M, K] B[K, N], K taken in groups of `group` values per int32 word:
+//   group 2: int16 pairs (v[2p], v[2p + 1]) of values minus their zero points, what `vpmaddwd`
+//            multiplies pairwise and sums (exact: |v - zp| <= 255);
+//   group 4: byte quads of the raw values, what `vpdpbusd` multiplies (u8 x s8) and sums: the
+//            activations as uint8 (int8 ones offset by 128), the weights as int8 with zero
+//            points 0; the activations' zero point enters as a per-channel correction
+//            -x_zp * sum_k w folded into the bias (exact modulo 2^32, like the sums themselves).
+// Past K and M words are 0; conv padding holds the activations' zero point.
+//   A sliver (mr rows): a[p * mr + r]          B panel (nr columns): b[p * nr + j]
+// Per-channel constant arrays are padded to whole panels (kChannelPad).
+constexpr int kChannelPad = 64;
 
 // Where one tile's requantized values go and with what constants: the tile's rows r < m and
 // columns j < n, at out[r * ld + j]. mult and bias of a row or column at [r * row_step +
-// j * col_step] (steps 0 or 1: per tensor, per row (conv: output channels) or per column
-// (linear)); per-column arrays are readable for whole panels (kNR). `bias` may be null.
+// j * col_step] (steps 0 or 1: per row (conv: output channels) or per column (linear)); `bias`
+// may be null.
 struct TileOut {
   void* out = nullptr;
   int64_t ld = 0;
@@ -126,9 +126,21 @@ struct TileOut {
   int32_t zp = 0;
 };
 
-// Computes the tile acc = A_sliver . B_panel over kp pairs, then requantizes it into `t`.
-using QMicroKernelFn = void (*)(int64_t kp, const int32_t* a, const int32_t* b, int m, int n,
+// Computes the tile acc = A_sliver . B_panel over `words` K words, then requantizes it into `t`.
+using QMicroKernelFn = void (*)(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
                                 const TileOut& t);
-QMicroKernelFn qgemm_avx2_kernel();  // null where the build has no AVX2
+
+// A microkernel family: its tile, its K grouping, and (group 4) one kernel per operand order.
+struct QFamily {
+  const char* name;
+  int mr, nr, group;
+  QMicroKernelFn kernel;                 // group 2; group 4: A holds the uint8 operand
+  QMicroKernelFn kernel_b_u8 = nullptr;  // group 4: B holds the uint8 operand
+};
+const QFamily* qgemm_avx2_family();        // null where the build has no AVX2
+const QFamily* qgemm_avx512vnni_family();  // null where the build has no AVX-512
+
+// Requantizes an accumulated tile (row stride `ld_acc`) into `t`, one value at a time.
+void store_tile_scalar(const int32_t* acc, int64_t ld_acc, int m, int n, const TileOut& t);
 
 }  // namespace kiln::kernels::quant_detail

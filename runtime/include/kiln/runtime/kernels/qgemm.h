@@ -17,7 +17,9 @@
 // The reference kernels (`*_reference_out`) are plain loops over this formula; every fast kernel
 // matches them bit for bit (tests/runtime/test_qgemm.cpp). The fast path packs x - x_zp and
 // w - w_zp as int16 pairs and multiplies them exactly: `vpmaddwd` on AVX2 (two int16 products
-// summed into int32, no saturation, unlike `vpmaddubsw`), a portable kernel elsewhere.
+// summed into int32, no saturation, unlike `vpmaddubsw`), a portable kernel elsewhere; with
+// AVX-512 VNNI it packs the raw bytes and `vpdpbusd` sums four u8 x s8 products per lane
+// without saturation, the activations' zero point folded into the bias.
 
 #include <cstdint>
 
@@ -53,9 +55,11 @@ void qlinear_reference_out(const TensorImpl& x, const TensorImpl& w, const Quant
 void qconv2d_reference_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
                            const Conv2dParams& p, TensorImpl& out);
 
-// The integer microkernel family. Auto follows the active target description (AVX2 where the
-// description has it); tests pick one explicitly to check each against the reference on any CPU.
-enum class QGemmIsa : uint8_t { Auto, Avx2, Portable };
+// The integer microkernel family. Auto follows the active target description: AVX-512 VNNI
+// (`vpdpbusd` on byte quads, u8 x s8) where it has it and the weights allow (int8, zero points 0;
+// others take the next family), else AVX2 (int16 pairs), else the portable kernel. Tests pick one
+// explicitly to check each against the reference on any CPU that has it.
+enum class QGemmIsa : uint8_t { Auto, Avx512Vnni, Avx2, Portable };
 bool qgemm_isa_available(QGemmIsa isa);
 // Throws kiln::Error naming the ISA where this CPU lacks it.
 void set_qgemm_isa(QGemmIsa isa);
