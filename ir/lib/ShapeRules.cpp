@@ -820,6 +820,13 @@ LogicalResult random_state(const Diag& op, Value state, Result next_state) {
   return expect_shape(op, next_state, {2}, "the next state");
 }
 
+LogicalResult per_tensor_quant(const Diag& op, Value scale, Value zero_point) {
+  if (rank(scale) != 0 || rank(zero_point) != 0)
+    return op.emitOpError("expects a 0-dim (per tensor) scale and zero point, got ")
+           << scale.getType() << " and " << zero_point.getType();
+  return mlir::success();
+}
+
 LogicalResult quant_params(const Diag& op, Value input, Value scale, Value zero_point,
                            int64_t axis) {
   if (!same(dims(scale), dims(zero_point)))

@@ -164,6 +164,8 @@ LogicalResult class_weight(const Diag& op, Value input, Value weight);
 LogicalResult broadcasts_to(const Diag& op, Value v, Value to);
 LogicalResult elementwise_loss(const Diag& op, Value input, Reduction reduction, Result result);
 LogicalResult random_state(const Diag& op, Value state, Result next_state);
+// A per-tensor scale and zero point: both 0-dim.
+LogicalResult per_tensor_quant(const Diag& op, Value scale, Value zero_point);
 // Quantization parameters: scale and zero_point of one shape, 0-dim or 1-dim with input's size
 // along axis (in range).
 LogicalResult quant_params(const Diag& op, Value input, Value scale, Value zero_point,

@@ -370,3 +370,29 @@ func.func @dequantize_scale_rank(%q: tensor<2x3xi8>, %s: tensor<2x3xf32>, %z: te
   %0 = kiln.dequantize %q, %s, %z {axis = 1 : i64} : (tensor<2x3xi8>, tensor<2x3xf32>, tensor<2x3xi64>) -> tensor<2x3xf32>
   return
 }
+
+// -----
+
+func.func @qlinear_input_scale_per_tensor(%x: tensor<2x8xui8>, %xs: tensor<2xf32>, %xz: tensor<2xi32>, %w: tensor<4x8xi8>, %ws: tensor<4xf32>, %wz: tensor<4xi32>, %ys: tensor<f32>, %yz: tensor<i32>) {
+  %none = kiln.none
+  // expected-error @+1 {{'kiln.qlinear' op expects a 0-dim (per tensor) scale and zero point, got 'tensor<2xf32>' and 'tensor<2xi32>'}}
+  %0 = kiln.qlinear %x, %xs, %xz, %w, %ws, %wz, %none, %ys, %yz {dtype = 5 : i64, relu = false} : (tensor<2x8xui8>, tensor<2xf32>, tensor<2xi32>, tensor<4x8xi8>, tensor<4xf32>, tensor<4xi32>, none, tensor<f32>, tensor<i32>) -> tensor<2x4xui8>
+  return
+}
+
+// -----
+
+func.func @qlinear_weight_scales_per_output_channel(%x: tensor<2x8xui8>, %xs: tensor<f32>, %xz: tensor<i32>, %w: tensor<4x8xi8>, %ws: tensor<8xf32>, %wz: tensor<8xi32>, %ys: tensor<f32>, %yz: tensor<i32>) {
+  %none = kiln.none
+  // expected-error @+1 {{'kiln.qlinear' op expects one scale per index of axis 0 (4), got 8}}
+  %0 = kiln.qlinear %x, %xs, %xz, %w, %ws, %wz, %none, %ys, %yz {dtype = 5 : i64, relu = false} : (tensor<2x8xui8>, tensor<f32>, tensor<i32>, tensor<4x8xi8>, tensor<8xf32>, tensor<8xi32>, none, tensor<f32>, tensor<i32>) -> tensor<2x4xui8>
+  return
+}
+
+// -----
+
+func.func @qconv2d_result_shape(%x: tensor<1x3x8x8xui8>, %xs: tensor<f32>, %xz: tensor<i32>, %w: tensor<4x3x3x3xi8>, %ws: tensor<4xf32>, %wz: tensor<4xi32>, %b: tensor<4xi32>, %ys: tensor<f32>, %yz: tensor<i32>) {
+  // expected-error @+1 {{'kiln.qconv2d' op result must be [1, 4, 6, 6], got 'tensor<1x4x8x8xui8>'}}
+  %0 = kiln.qconv2d %x, %xs, %xz, %w, %ws, %wz, %b, %ys, %yz {dilation = array<i64: 1, 1>, dtype = 5 : i64, groups = 1 : i64, padding = array<i64: 0, 0>, relu = true, stride = array<i64: 1, 1>} : (tensor<1x3x8x8xui8>, tensor<f32>, tensor<i32>, tensor<4x3x3x3xi8>, tensor<4xf32>, tensor<4xi32>, tensor<4xi32>, tensor<f32>, tensor<i32>) -> tensor<1x4x8x8xui8>
+  return
+}

@@ -19,6 +19,7 @@
 #include "kiln/kiln.h"
 #include "kiln/models.h"
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/target.h"
 #include "kiln/trace/freeze.h"
 #include "kiln/trace/trace.h"
 
@@ -282,7 +283,16 @@ TEST(JitCompile, DestroyedCodeFreesItsPreparedWeights) {
 // Kernel calls borrow the arena bytes no live buffer holds as scratch (kiln_abi_lease_begin).
 // Here a 4 MB buffer dies after the first conv and lends its bytes to the later convs' scratch,
 // while `a` stays alive for the residual add: scratch laid over a live buffer would corrupt y.
+// The conv's scratch tile follows the L2 size (3 x L2, target_params.cpp): the description is
+// pinned to a 512 KiB L2 so the tile fits the 4 MB the dead buffer lends on any host (with a 2 MB
+// L2 it would not, and the scratch would come from the allocator instead).
 TEST(JitCompile, KernelScratchBorrowsOnlyFreeArenaBytes) {
+  const rt::TargetDescription host = rt::active_target();
+  rt::set_active_target(rt::parse_target("host,l2=512K"));
+  struct RestoreTarget {
+    rt::TargetDescription t;
+    ~RestoreTarget() { rt::set_active_target(t); }
+  } restore_target{host};
   Tensor w0 = rnd({32, 64, 1, 1}, 60, 0.1), w1 = rnd({32, 32, 3, 3}, 61, 0.1);
   Tensor w2 = rnd({32, 32, 3, 3}, 62, 0.1), w3 = rnd({32, 32, 3, 3}, 63, 0.1);
   auto fn = [&](const TensorList& t) {

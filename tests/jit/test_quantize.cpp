@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "helpers.h"
 #include "kiln/jit/compile.h"
@@ -91,6 +92,81 @@ TEST(QuantizeOps, TraceRunsInEveryBackend) {
     EXPECT_EQ(max_abs_diff(compiled[i], eager[i]), 0.0) << "output " << i;
     EXPECT_EQ(max_abs_diff(Tensor(saved[i]), eager[i]), 0.0) << "output " << i;
   }
+}
+
+// An int8 network piece: quantize, qconv2d (per-channel weights, bias, relu, padding, stride),
+// qlinear over the last dim (per-tensor weights, int8 output), dequantize. Weights and parameters
+// are made by kiln ops inside the trace (recorded as constants).
+Tensor scalar_of(double v, DType dtype) {
+  return full(Dims{}, v, TensorOptions(dtype));
+}
+// Weights drawn once outside any trace (rnd writes through data_ptr): constants to the trace.
+Tensor int8_weight(Dims sizes, uint32_t seed, double scale) {
+  static std::map<uint32_t, Tensor> made;
+  auto [it, fresh] = made.try_emplace(seed);
+  if (fresh) {
+    it->second = (rnd(sizes, seed) * scale).to(DType::Int8);
+    jit::mark_constant(it->second);
+  }
+  return it->second;
+}
+QuantizedWeight conv_weight() {
+  return {int8_weight({4, 3, 3, 3}, 11, 100.0), tensor({0.01, 0.02, 0.015, 0.03}),
+          zeros({4}, TensorOptions(DType::Int32))};
+}
+QuantizedWeight linear_weight() {
+  return {int8_weight({5, 3}, 12, 120.0), scalar_of(0.02, DType::Float32),
+          scalar_of(0, DType::Int32)};
+}
+TensorList int8_chain(const TensorList& in) {
+  const Tensor xs = scalar_of(0.04, DType::Float32), xz = scalar_of(120, DType::Int32);
+  const Tensor q = quantize(in[0], xs, xz, DType::UInt8);
+  const Tensor bias = tensor({100.0, -200.0, 0.0, 50.0}, TensorOptions(DType::Int32));
+  const QuantizedOutput conv_out{scalar_of(0.05, DType::Float32), scalar_of(3, DType::Int32),
+                                 DType::UInt8, true};
+  const Tensor c = qconv2d(q, xs, xz, conv_weight(), bias, conv_out, {2, 2}, {1, 1});
+  const QuantizedOutput lin_out{scalar_of(0.03, DType::Float32), scalar_of(-5, DType::Int32),
+                                DType::Int8, false};
+  const Tensor l =
+      qlinear(c, conv_out.scale, conv_out.zero_point, linear_weight(), Tensor(), lin_out);
+  return TensorList{dequantize(l, lin_out.scale, lin_out.zero_point), c};
+}
+
+// The integer ops agree in every backend, and the int8 convolution is the float one to within
+// its output's quantization step: dequantize(qconv2d) vs conv2d(dequantized operands) +
+// bias * x_scale * w_scale clamped to the output's range, each within half a step (plus float
+// rounding).
+TEST(QuantizeOps, IntegerConvAndLinearInEveryBackend) {
+  conv_weight(), linear_weight();  // drawn before tracing
+  const Tensor x = rnd({2, 3, 5, 6}, 13, 3.0), x2 = rnd({2, 3, 5, 6}, 14, 3.0);
+  jit::TracedFunction t = jit::trace(int8_chain, {x});
+  for (const char* op : {"kiln.qconv2d", "kiln.qlinear"})
+    EXPECT_NE(t.str().find(op), std::string::npos) << op << "\n" << t.str();
+  const TensorList eager = int8_chain({x2});
+  jit::CompileOptions o;
+  o.disk_cache = false;
+  rt::Session session(rt::Model::from_bytes(jit::save_to_bytes(t)));
+  const TensorList interpreted = t({x2}), compiled = jit::compile(t, o)({x2});
+  auto saved = session.run({x2.impl()});
+  ASSERT_EQ(saved.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(max_abs_diff(interpreted[i], eager[i]), 0.0) << "output " << i;
+    EXPECT_EQ(max_abs_diff(compiled[i], eager[i]), 0.0) << "output " << i;
+    EXPECT_EQ(max_abs_diff(Tensor(saved[i]), eager[i]), 0.0) << "output " << i;
+  }
+  // The float reference of the convolution.
+  const QuantizedWeight w = conv_weight();
+  const Tensor xq = dequantize(
+      quantize(x2, scalar_of(0.04, DType::Float32), scalar_of(120, DType::Int32), DType::UInt8),
+      scalar_of(0.04, DType::Float32), scalar_of(120, DType::Int32));
+  const Tensor wf = dequantize(w.weight, w.scale, w.zero_point, 0);
+  const Tensor bf = tensor({100.0, -200.0, 0.0, 50.0}) * w.scale * 0.04;
+  // relu, and the uint8 output's top: (255 - 3) * 0.05.
+  const Tensor want = clamp(conv2d(xq, wf, bf, {2, 2}, {1, 1}), 0.0, (255 - 3) * 0.05);
+  const Tensor got =
+      dequantize(eager[1], scalar_of(0.05, DType::Float32), scalar_of(3, DType::Int32));
+  EXPECT_LE(max_abs_diff(got, want), 0.05 * 0.5 + 1e-4);
+  EXPECT_GT(max_abs_diff(want, zeros_like(want)), 0.5);  // not all clamped to zero
 }
 
 }  // namespace

@@ -13,7 +13,10 @@ namespace kiln::codegen::detail {
 namespace LLVM = mlir::LLVM;
 
 void Lowering::lower_block(mlir::Block& block) {
-  for (mlir::Operation& op : block.without_terminator()) lower_op(&op);
+  // The first op that cannot be lowered ends the block: later ops would read values it never
+  // produced. Its error names it.
+  for (mlir::Operation& op : block.without_terminator())
+    if (!errors_.empty() || !lower_op(&op)) return;
 }
 
 mlir::Value Lowering::load_scalar(const View& v) {

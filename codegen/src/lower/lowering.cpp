@@ -321,7 +321,9 @@ bool Lowering::lower_view_op(mlir::Operation* op) {
 }
 
 bool Lowering::lower_op(mlir::Operation* op) {
-  // Element types the generated code handles.
+  // Element types the generated code handles. uint8 only moves through runtime calls (the int8
+  // ops) and constants: the loops' arithmetic is signless.
+  const bool loops = is_elementwise(op);
   llvm::SmallVector<mlir::Type> types(op->getOperandTypes());
   types.append(op->getResultTypes().begin(), op->getResultTypes().end());
   for (mlir::Type t : types) {
@@ -332,7 +334,7 @@ bool Lowering::lower_op(mlir::Operation* op) {
       error(op, "dynamic shapes are not supported");
       return false;
     }
-    if (dtype_code(e) < 0 || e.isF16() || e.isBF16() || e.isUnsignedInteger()) {
+    if (dtype_code(e) < 0 || e.isF16() || e.isBF16() || (e.isUnsignedInteger() && loops)) {
       std::string s;
       llvm::raw_string_ostream os(s);
       e.print(os);

@@ -39,6 +39,27 @@ Tensor fake_quantize_per_channel_affine(const Tensor& input, const Tensor& scale
                                         const Tensor& zero_point, int64_t axis, int64_t quant_min,
                                         int64_t quant_max);
 
+// Integer linear and convolution (the runtime's kernels/qgemm.h), traced as kiln.qlinear /
+// kiln.qconv2d: int32 sums of (input - input_zero_point) * (weight - weight_zero_point) plus an
+// int32 bias (undefined: none) at input_scale * weight_scale, requantized to `dtype` (uint8 or
+// int8) at output_scale / output_zero_point; `relu` clamps at the output zero point. input uint8
+// or int8, weight int8 or uint8 with per-tensor (0-dim) or per-output-channel (1-dim) parameters;
+// the other parameters 0-dim. Usually made by kiln::quant's convert or the Q/DQ folding pass.
+struct QuantizedWeight {
+  Tensor weight, scale, zero_point;
+};
+struct QuantizedOutput {
+  Tensor scale, zero_point;
+  DType dtype = DType::UInt8;
+  bool relu = false;
+};
+Tensor qlinear(const Tensor& input, const Tensor& input_scale, const Tensor& input_zero_point,
+               const QuantizedWeight& weight, const Tensor& bias, const QuantizedOutput& output);
+Tensor qconv2d(const Tensor& input, const Tensor& input_scale, const Tensor& input_zero_point,
+               const QuantizedWeight& weight, const Tensor& bias, const QuantizedOutput& output,
+               Dims stride = {1, 1}, Dims padding = {0, 0}, Dims dilation = {1, 1},
+               int64_t groups = 1);
+
 }  // namespace kiln
 
 #include "kiln/quant/observer.h"

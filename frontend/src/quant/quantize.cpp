@@ -1,6 +1,6 @@
-// The eager quantization ops: the runtime's kernels (kernels/quantize.h), fake_quantize's
-// straight-through gradient, and the trace records (kiln.quantize, kiln.dequantize,
-// kiln.fake_quantize, kiln.fake_quantize_backward).
+// The eager quantization ops: the runtime's kernels (kernels/quantize.h, kernels/qgemm.h),
+// fake_quantize's straight-through gradient, and the trace records (kiln.quantize,
+// kiln.dequantize, kiln.fake_quantize, kiln.fake_quantize_backward, kiln.qlinear, kiln.qconv2d).
 
 #include "kiln/runtime/kernels/quantize.h"
 #include "kiln/autograd.h"
@@ -8,6 +8,7 @@
 #include "kiln/ops.h"
 #include "kiln/quant.h"
 #include "kiln/runtime/error.h"
+#include "kiln/runtime/kernels/qgemm.h"
 
 namespace kiln {
 namespace {
@@ -22,7 +23,69 @@ void check_dtype(const char* op, DType dtype) {
              "expected dtype int8, uint8 or int32, got ", dtype_name(dtype));
 }
 
+void check_int8_dtype(const char* op, DType dtype) {
+  KILN_CHECK(dtype == DType::Int8 || dtype == DType::UInt8, op,
+             "expected an output dtype of int8 or uint8, got ", dtype_name(dtype));
+}
+
+kernels::QuantizedOperands operands(const Tensor& xs, const Tensor& xz, const QuantizedWeight& w,
+                                    const Tensor& bias, const QuantizedOutput& y) {
+  return {xs.impl(),
+          xz.impl(),
+          w.scale.impl(),
+          w.zero_point.impl(),
+          bias.defined() ? bias.impl() : nullptr,
+          y.scale.impl(),
+          y.zero_point.impl(),
+          y.relu};
+}
+
+TensorList qoperands(const Tensor& x, const Tensor& xs, const Tensor& xz, const QuantizedWeight& w,
+                     const Tensor& bias, const QuantizedOutput& y) {
+  return TensorList({x, xs, xz, w.weight, w.scale, w.zero_point, bias, y.scale, y.zero_point});
+}
+
 }  // namespace
+
+Tensor qlinear(const Tensor& input, const Tensor& input_scale, const Tensor& input_zero_point,
+               const QuantizedWeight& weight, const Tensor& bias, const QuantizedOutput& output) {
+  check_int8_dtype("qlinear", output.dtype);
+  KILN_CHECK(input.dim() >= 1 && weight.weight.dim() == 2, "qlinear",
+             "expected input of at least 1 dim and a 2-dim weight, got ", input.sizes(), " and ",
+             weight.weight.sizes());
+  Dims shape = input.sizes();
+  shape.back() = weight.weight.size(0);
+  Tensor out(kiln::empty(shape, output.dtype));
+  kernels::qlinear_out(*input.impl(), *weight.weight.impl(),
+                       operands(input_scale, input_zero_point, weight, bias, output), *out.impl());
+  KILN_TRACE("qlinear", qoperands(input, input_scale, input_zero_point, weight, bias, output),
+             {out}, {"dtype", static_cast<int64_t>(output.dtype)}, {"relu", output.relu});
+  return out;
+}
+
+Tensor qconv2d(const Tensor& input, const Tensor& input_scale, const Tensor& input_zero_point,
+               const QuantizedWeight& weight, const Tensor& bias, const QuantizedOutput& output,
+               Dims stride, Dims padding, Dims dilation, int64_t groups) {
+  check_int8_dtype("qconv2d", output.dtype);
+  KILN_CHECK(stride.size() == 2 && padding.size() == 2 && dilation.size() == 2, "qconv2d",
+             "expected 2 values each for stride, padding and dilation, got ", stride, ", ", padding,
+             ", ", dilation);
+  kernels::Conv2dParams p;
+  p.stride_h = stride[0], p.stride_w = stride[1];
+  p.pad_h = padding[0], p.pad_w = padding[1];
+  p.dilation_h = dilation[0], p.dilation_w = dilation[1];
+  p.groups = groups;
+  Tensor out(kiln::empty(kernels::conv2d_output_shape(input.sizes(), weight.weight.sizes(), p),
+                         output.dtype));
+  kernels::qconv2d_out(*input.impl(), *weight.weight.impl(),
+                       operands(input_scale, input_zero_point, weight, bias, output), p,
+                       *out.impl());
+  KILN_TRACE("qconv2d", qoperands(input, input_scale, input_zero_point, weight, bias, output),
+             {out}, {"stride", stride}, {"padding", padding}, {"dilation", dilation},
+             {"groups", groups}, {"dtype", static_cast<int64_t>(output.dtype)},
+             {"relu", output.relu});
+  return out;
+}
 
 Tensor quantize(const Tensor& input, const Tensor& scale, const Tensor& zero_point, DType dtype,
                 int64_t axis) {

@@ -490,6 +490,18 @@ const KernelTable& kernels() {
          return TensorList{fake_quantize(x[0], x[1], x[2], a.i("quant_min"), a.i("quant_max"),
                                          a.i("axis"))};
        }},
+      {id<ir::QlinearOp>(),
+       [](L x, A a, O) {
+         const QuantizedOutput y{x[7], x[8], static_cast<DType>(a.i("dtype")), a.b("relu")};
+         return TensorList{qlinear(x[0], x[1], x[2], {x[3], x[4], x[5]}, x[6], y)};
+       }},
+      {id<ir::Qconv2dOp>(),
+       [](L x, A a, O) {
+         const QuantizedOutput y{x[7], x[8], static_cast<DType>(a.i("dtype")), a.b("relu")};
+         const Pair2 s = a.pair("stride"), p = a.pair("padding"), d = a.pair("dilation");
+         return TensorList{qconv2d(x[0], x[1], x[2], {x[3], x[4], x[5]}, x[6], y, Dims{s.h, s.w},
+                                   Dims{p.h, p.w}, Dims{d.h, d.w}, a.i("groups"))};
+       }},
       {id<ir::DropoutOp>(),
        [](L x, A a, O) {
          const double p = a.f("p");

@@ -11,6 +11,7 @@
 
 #include "kiln/runtime/abi.h"
 #include "kiln/runtime/error.h"
+#include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/tensor.h"
 
 namespace kiln::abi {
@@ -56,6 +57,19 @@ void guarded(const char* op, Fn&& fn) noexcept {
   } catch (...) {
     kiln_abi_set_error(op);
   }
+}
+
+// A convolution's stride, padding, dilation (2 values each) and groups, in the schema's order.
+inline kernels::Conv2dParams conv2d_params(Args& a) {
+  kernels::Conv2dParams p;
+  auto s = a.arr();
+  auto pad = a.arr();
+  auto d = a.arr();
+  p.stride_h = s[0], p.stride_w = s[1];
+  p.pad_h = pad[0], p.pad_w = pad[1];
+  p.dilation_h = d[0], p.dilation_w = d[1];
+  p.groups = a.i();
+  return p;
 }
 
 }  // namespace kiln::abi

@@ -14,17 +14,7 @@ using namespace kiln::kernels;
 
 namespace {
 
-Conv2dParams conv2d_params(abi::Args& a) {
-  Conv2dParams p;
-  auto s = a.arr();
-  auto pad = a.arr();
-  auto d = a.arr();
-  p.stride_h = s[0], p.stride_w = s[1];
-  p.pad_h = pad[0], p.pad_w = pad[1];
-  p.dilation_h = d[0], p.dilation_w = d[1];
-  p.groups = a.i();
-  return p;
-}
+using abi::conv2d_params;
 
 ConvEpilogue conv_epilogue(abi::Args& a, const TensorImpl* residual) {
   ConvEpilogue e;

@@ -1,6 +1,8 @@
 // kiln_abi_* wrappers for the quantization ops (attributes in the schema's order).
 
 #include "decode.h"
+#include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/qgemm.h"
 #include "kiln/runtime/kernels/quantize.h"
 
 using namespace kiln;
@@ -26,3 +28,25 @@ KILN_ABI_OP(dequantize, dequantize_out(a.t(0), a.t(1), a.t(2), {a.i()}, a.t(3)))
 KILN_ABI_OP(fake_quantize, fake_quantize_out(a.t(0), a.t(1), a.t(2), fake_params(a), a.t(3)))
 KILN_ABI_OP(fake_quantize_backward,
             fake_quantize_backward_out(a.t(0), a.t(1), a.t(2), a.t(3), fake_params(a), a.t(4)))
+
+namespace {
+// Tensors: input, input_scale, input_zero_point, weight, weight_scale, weight_zero_point, bias
+// (optional), output_scale, output_zero_point, result.
+QuantizedOperands qoperands(abi::Args& a, bool relu) {
+  return {&a.t(1), &a.t(2), &a.t(4), &a.t(5), a.opt(6), &a.t(7), &a.t(8), relu};
+}
+}  // namespace
+
+// Attributes: dtype (the result's, read from it), relu.
+KILN_ABI_OP(qlinear, {
+  (void)a.i();
+  const bool relu = a.b();
+  qlinear_out(a.t(0), a.t(3), qoperands(a, relu), a.t(9));
+})
+// Attributes: stride, padding, dilation, groups, dtype, relu.
+KILN_ABI_OP(qconv2d, {
+  const Conv2dParams p = abi::conv2d_params(a);
+  (void)a.i();
+  const bool relu = a.b();
+  qconv2d_out(a.t(0), a.t(3), qoperands(a, relu), p, a.t(9));
+})

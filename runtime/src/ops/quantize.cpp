@@ -4,6 +4,7 @@
 
 #include "kiln/runtime/kernels/quantize.h"
 #include "common.h"
+#include "kiln/runtime/kernels/qgemm.h"
 
 namespace kiln::rt::ops {
 namespace {
@@ -46,9 +47,35 @@ void run_fake_quantize_backward(const KernelCall& c) {
                                       params<FakeQuant>(c).p, out(c));
 }
 
+// qlinear / qconv2d: operands input, input_scale, input_zero_point, weight, weight_scale,
+// weight_zero_point, bias (optional), output_scale, output_zero_point.
+struct QGemm : KernelParams {
+  kernels::Conv2dParams conv;
+  bool relu = false;
+};
+std::unique_ptr<KernelParams> decode_qgemm(const AttrMap& a) {
+  auto p = std::make_unique<QGemm>();
+  if (a.op() == "qconv2d") p->conv = conv2d_params(a);
+  (void)a.i("dtype");  // the result's element type, which the kernel reads from `out`
+  p->relu = a.b("relu");
+  return p;
+}
+kernels::QuantizedOperands qoperands(const KernelCall& c, bool relu) {
+  return {&in(c, 1), &in(c, 2), &in(c, 4), &in(c, 5), opt_in(c, 6), &in(c, 7), &in(c, 8), relu};
+}
+void run_qlinear(const KernelCall& c) {
+  kernels::qlinear_out(in(c, 0), in(c, 3), qoperands(c, params<QGemm>(c).relu), out(c));
+}
+void run_qconv2d(const KernelCall& c) {
+  const auto& p = params<QGemm>(c);
+  kernels::qconv2d_out(in(c, 0), in(c, 3), qoperands(c, p.relu), p.conv, out(c));
+}
+
 }  // namespace
 
 void register_quantize(Registry& r) {
+  r.add(with_signature({.name = "qlinear", .decode = decode_qgemm, .run = run_qlinear}));
+  r.add(with_signature({.name = "qconv2d", .decode = decode_qgemm, .run = run_qconv2d}));
   r.add(with_signature({.name = "quantize", .decode = decode_quantize, .run = run_quantize}));
   r.add(with_signature({.name = "dequantize", .decode = decode_axis, .run = run_dequantize}));
   r.add(with_signature({.name = "fake_quantize", .decode = decode_fake, .run = run_fake_quantize}));
