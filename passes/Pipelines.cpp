@@ -42,6 +42,8 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   pm.addPass(create_eliminate_gradients_pass(options.drop_loss_head, /*eval_mode=*/true));
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fold_batch_norm_pass());
+  // Before epilogue fusion, which would take the float layers' relu.
+  pm.addNestedPass<mlir::func::FuncOp>(create_fold_qdq_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_epilogues_pass());
   pm.addNestedPass<mlir::func::FuncOp>(
       create_fuse_mbconv_pass(options.mbconv_min_bytes, options.mbconv_small_max_bytes));

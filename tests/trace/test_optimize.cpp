@@ -792,3 +792,37 @@ TEST(Optimize, ControlFlowRegionsOptimizeInPlace) {
     expect_close(t({in})[0], want, 1e-5);
   }
 }
+
+// The QDQ form of an int8 conv layer (quantize the input, dequantize it and the int8 weights, a
+// float conv with bias and relu, quantize the result) folds into one kiln.qconv2d in the inference
+// pipeline, and the folded module agrees with the float QDQ graph to within one output step
+// (the float graph rounds a real-valued sum; the integer kernel an exact sum with an int32 bias).
+TEST(Optimize, QdqConvFoldsIntoIntegerConv) {
+  Tensor wq = (rnd({6, 3, 3, 3}, 40) * 120.0).to(DType::Int8);
+  Tensor bias = rnd({6}, 41, 0.5);
+  auto forward = [&](const Tensor& x) {
+    const Tensor xs = full(Dims{}, 0.03), xz = full(Dims{}, 128, TensorOptions(DType::Int32));
+    const Tensor ws = tensor({0.01, 0.02, 0.005, 0.015, 0.01, 0.03});
+    const Tensor wz = zeros({6}, TensorOptions(DType::Int32));
+    const Tensor ys = full(Dims{}, 0.05), yz = full(Dims{}, 2, TensorOptions(DType::Int32));
+    const Tensor xf = dequantize(quantize(x, xs, xz, DType::UInt8), xs, xz);
+    const Tensor y = relu(conv2d(xf, dequantize(wq, ws, wz, 0), bias, 1, 1));
+    return dequantize(quantize(y, ys, yz, DType::UInt8), ys, yz);
+  };
+  Tensor x = rnd({2, 3, 7, 7}, 42, 2.0);
+  jit::TraceOptions options;
+  options.named_captures = {{"wq", wq}, {"bias", bias}};
+  jit::TracedFunction t =
+      jit::trace([&](const TensorList& in) { return TensorList{forward(in[0])}; }, {x}, options);
+  jit::freeze(t);
+  run(t.module(), [](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm); });
+  EXPECT_EQ(count(t.module(), "kiln.qconv2d"), 1) << t.str();
+  EXPECT_EQ(count(t.module(), "kiln.conv2d"), 0) << t.str();
+  EXPECT_EQ(count(t.module(), "kiln.conv2d_fused"), 0) << t.str();
+  for (uint32_t seed : {42u, 43u}) {
+    Tensor xi = rnd({2, 3, 7, 7}, seed, 2.0);
+    const Tensor want = forward(xi), got = t({xi})[0];
+    EXPECT_LE(max_abs_diff(got, want), 0.05 + 1e-6) << "seed " << seed;
+    EXPECT_GT(max_abs(want), 1.0);  // not all clamped
+  }
+}

@@ -57,6 +57,10 @@ constexpr int64_t kMBConvNoExpandMinBytes = int64_t(8) << 20;
 constexpr int64_t kMBConvSmallMaxBytes = int64_t(640) << 10;
 std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes = kMBConvMinBytes,
                                                     int64_t small_max_bytes = kMBConvSmallMaxBytes);
+// --kiln-fold-qdq: dequantize -> conv2d / linear (-> relu) -> quantize, the QDQ form of an int8
+// layer, becomes one kiln.qconv2d / kiln.qlinear (a float bias becomes int32 at x_scale *
+// w_scale when the scales and bias are constants).
+std::unique_ptr<mlir::Pass> create_fold_qdq_pass();
 // --kiln-fuse-conv-avgpool: a conv2d / conv2d_fused without residual whose only user is an
 // adaptive_avg_pool2d to 1x1 (a classifier head) becomes one kiln.conv2d_avgpool.
 std::unique_ptr<mlir::Pass> create_fuse_conv_avgpool_pass();

@@ -1,0 +1,124 @@
+// --kiln-fold-qdq: the QDQ form of an int8 layer (what ONNX Runtime's quantize_static writes and
+// kiln::quant's convert produces)
+//   xf = kiln.dequantize(xq, xs, xz)               xq uint8/int8, per tensor
+//   wf = kiln.dequantize(wq, ws, wz) {axis = 0}    wq int8/uint8, per tensor or per channel
+//   y  = kiln.conv2d(xf, wf, b?) | kiln.linear(xf, wf, b?)
+//   r  = kiln.relu(y)                              optional, y used only here
+//   q  = kiln.quantize(r or y, ys, yz)             per tensor, uint8/int8
+// becomes q = kiln.qconv2d / kiln.qlinear(xq, xs, xz, wq, ws, wz, b_int32, ys, yz) {relu}: the
+// integer kernels (kernels/qgemm.h) instead of three float ops around the float one. A float bias
+// becomes int32 at scale xs * ws[o] (round half to even), as the TFLite and ONNX schemes store it;
+// that needs constant xs, ws and b, and a bias whose int32 value is in range, else nothing folds.
+// relu folds as a clamp at yz (quantize(relu(v)) = max(quantize(v), yz)).
+//
+// What stays: the dequantize ops' other users keep them (dead ones go in the next cleanup), and
+// a layer whose float result has other users stays float (its quantize is not the only reader).
+
+#include <cmath>
+#include <limits>
+
+#include "ConstantData.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Pass/Pass.h"
+
+#include "kiln/ir/KilnDialect.h"
+#include "kiln/passes/Passes.h"
+
+namespace kiln::passes {
+namespace {
+
+bool is_int8(mlir::Value v) {
+  auto t = mlir::dyn_cast<mlir::RankedTensorType>(v.getType());
+  return t && t.getElementType().isInteger(8);  // int8 (signless) or uint8
+}
+int64_t rank_of(mlir::Value v) {
+  auto t = mlir::dyn_cast<mlir::RankedTensorType>(v.getType());
+  return t ? t.getRank() : -1;
+}
+
+// The int32 bias at scale xs * ws[o], or nullopt when a value does not fit.
+std::optional<std::vector<double>> integer_bias(const std::vector<double>& b, double xs,
+                                                const std::vector<double>& ws) {
+  std::vector<double> q(b.size());
+  for (size_t o = 0; o < b.size(); ++o) {
+    const double s = static_cast<double>(static_cast<float>(xs) *
+                                         static_cast<float>(ws.size() == 1 ? ws[0] : ws[o]));
+    const double v = std::nearbyint(b[o] / s);
+    if (!(std::abs(v) <= std::numeric_limits<int32_t>::max())) return std::nullopt;
+    q[o] = v;
+  }
+  return q;
+}
+
+bool fold(ir::QuantizeOp quantize) {
+  mlir::Value input = quantize->getOperand(0);
+  if (!is_int8(quantize.getResult()) || rank_of(quantize->getOperand(1)) != 0) return false;
+  mlir::Operation* relu = input.getDefiningOp();
+  const bool has_relu = relu && mlir::isa<ir::ReluOp>(relu);
+  if (has_relu) {
+    if (!input.hasOneUse()) return false;
+    input = relu->getOperand(0);
+  }
+  mlir::Operation* layer = input.getDefiningOp();
+  const bool conv = layer && mlir::isa<ir::Conv2dOp>(layer);
+  if (!layer || !(conv || mlir::isa<ir::LinearOp>(layer)) || !input.hasOneUse()) return false;
+  auto x = layer->getOperand(0).getDefiningOp<ir::DequantizeOp>();
+  auto w = layer->getOperand(1).getDefiningOp<ir::DequantizeOp>();
+  if (!x || !w || !is_int8(x->getOperand(0)) || !is_int8(w->getOperand(0))) return false;
+  if (rank_of(x->getOperand(1)) != 0) return false;  // per-tensor activations only
+  if (rank_of(w->getOperand(1)) == 1 && w.getAxis() != 0) return false;  // per output channel
+
+  mlir::OpBuilder b(quantize);
+  const mlir::Location loc = layer->getLoc();
+  mlir::Value bias = layer->getOperand(2);
+  if (!mlir::isa<mlir::NoneType>(bias.getType())) {
+    auto values = constant_values(bias);
+    auto xs = constant_values(x->getOperand(1));
+    auto ws = constant_values(w->getOperand(1));
+    if (!values || !xs || !ws) return false;
+    auto q = integer_bias(*values, (*xs)[0], *ws);
+    if (!q) return false;
+    auto type = mlir::RankedTensorType::get({static_cast<int64_t>(q->size())}, b.getI32Type());
+    bias = make_constant(b, loc, type, *q, "qdq_bias");
+  }
+  mlir::OperationState state(
+      loc, conv ? ir::Qconv2dOp::getOperationName() : ir::QlinearOp::getOperationName());
+  state.addOperands({x->getOperand(0), x->getOperand(1), x->getOperand(2), w->getOperand(0),
+                     w->getOperand(1), w->getOperand(2), bias, quantize->getOperand(1),
+                     quantize->getOperand(2)});
+  if (conv)
+    for (const char* a : {"stride", "padding", "dilation", "groups"})
+      state.addAttribute(a, layer->getAttr(a));
+  state.addAttribute("dtype", quantize->getAttr("dtype"));
+  state.addAttribute("relu", b.getBoolAttr(has_relu));
+  state.addTypes(quantize.getResult().getType());
+  mlir::Operation* folded = b.create(state);
+  quantize.getResult().replaceAllUsesWith(folded->getResult(0));
+  quantize->erase();
+  if (has_relu) relu->erase();
+  layer->erase();
+  return true;
+}
+
+struct FoldQuantDequantPass
+    : mlir::PassWrapper<FoldQuantDequantPass, mlir::OperationPass<mlir::func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FoldQuantDequantPass)
+  llvm::StringRef getArgument() const override { return "kiln-fold-qdq"; }
+  llvm::StringRef getDescription() const override {
+    return "Fold dequantize -> conv2d/linear (-> relu) -> quantize into kiln.qconv2d/qlinear";
+  }
+  void runOnOperation() override {
+    llvm::SmallVector<ir::QuantizeOp> quantizes;
+    getOperation().walk([&](ir::QuantizeOp op) { quantizes.push_back(op); });
+    for (ir::QuantizeOp op : quantizes) fold(op);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<mlir::Pass> create_fold_qdq_pass() {
+  return std::make_unique<FoldQuantDequantPass>();
+}
+
+}  // namespace kiln::passes
