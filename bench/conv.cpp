@@ -363,7 +363,8 @@ void BM_FmaPeak(benchmark::State& state) {
 // The int8 convolution (kernels/qgemm.h) on the same layer: uint8 activations, per-channel int8
 // weights, int32 bias, uint8 output with relu. "GOP/s" counts multiply-adds as 2 ops like the
 // float rows' GFLOP/s; "fp32peak%" divides by the fp32 FMA peak so the rows compare directly.
-// Arg: 0 the target's microkernel family, 1 the portable one.
+// Arg: 0 the target's microkernel family, weights packed per call; 1 the portable family; 2 the
+// target's family with the weights prepared once (as artifacts run their constant weights).
 void BM_QConv(benchmark::State& state, Shape s) {
   const Buffers f = make(s);
   auto x = empty(f.x->sizes(), DType::UInt8);
@@ -390,11 +391,13 @@ void BM_QConv(benchmark::State& state, Shape s) {
   }
   const QuantizedOperands q{xs.get(),   xz.get(), ws.get(), wz.get(),
                             bias.get(), ys.get(), yz.get(), true};
-  set_qgemm_isa(state.range(0) ? QGemmIsa::Portable : QGemmIsa::Auto);
+  set_qgemm_isa(state.range(0) == 1 ? QGemmIsa::Portable : QGemmIsa::Auto);
   state.SetLabel(qgemm_isa_name(qgemm_isa()));
   const Conv2dParams p = params(s);
+  const PreparedQWeightPtr prepared =
+      state.range(0) == 2 ? prepare_qconv2d_weight(*w, q, p, DType::UInt8, DType::UInt8) : nullptr;
   for (auto _ : state) {
-    qconv2d_out(*x, *w, q, p, *y);
+    qconv2d_out(*x, *w, q, p, *y, prepared.get());
     benchmark::ClobberMemory();
   }
   set_qgemm_isa(QGemmIsa::Auto);
@@ -425,11 +428,12 @@ const int kRegistered = [] {
   for (const auto& s : kResNet18)
     timing(
         benchmark::RegisterBenchmark((std::string("ResNet18Int8/") + s.name).c_str(), BM_QConv, s))
-        ->ArgName("portable")
+        ->ArgName("mode")
         ->Arg(0)
+        ->Arg(2)
         ->Unit(benchmark::kMicrosecond);
   timing(benchmark::RegisterBenchmark("ResNet18Int8/l1_3x3_64-64@56", BM_QConv, kResNet18[1]))
-      ->ArgName("portable")
+      ->ArgName("mode")
       ->Arg(1)
       ->Unit(benchmark::kMicrosecond);
   timing(benchmark::RegisterBenchmark("ResNet18/l1_3x3_64-64@56+bias+relu", BM_Conv, kResNet18[1],

@@ -339,3 +339,51 @@ TEST(QLinear, BadParametersAreRefusedNamingTheValue) {
             }).find("products per output (int32 accumulation at these zero points), got 70000"),
             std::string::npos);
 }
+
+// Weights prepared once (each family, the active one switched afterwards: prepared weights keep
+// theirs) give the reference's values; a prepared weight of another geometry is refused.
+TEST(QConv2d, PreparedWeightsEqualReference) {
+  IsaGuard guard;
+  Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  p.groups = 2;
+  for (QGemmIsa isa : isas()) {
+    for (bool symmetric : {true, false}) {
+      Case c = random_case(8, true, DType::UInt8, DType::Int8, DType::UInt8, true, true);
+      if (symmetric) std::fill(c.w_zp.begin(), c.w_zp.end(), 0);
+      auto x = rand_int({2, 6, 5, 7}, DType::UInt8), w = rand_int({8, 3, 3, 3}, DType::Int8);
+      auto q = c.operands();
+      auto ref = empty(Dims{2, 8, 5, 7}, DType::UInt8);
+      qconv2d_reference_out(*x, *w, q, p, *ref);
+      set_qgemm_isa(isa);
+      const PreparedQWeightPtr pw = prepare_qconv2d_weight(*w, q, p, DType::UInt8, DType::UInt8);
+      set_qgemm_isa(QGemmIsa::Portable);
+      auto out = empty(Dims{2, 8, 5, 7}, DType::UInt8);
+      qconv2d_out(*x, *w, q, p, *out, pw.get());
+      EXPECT_EQ(to_vec(*out), to_vec(*ref)) << prepared_family(*pw);
+      Conv2dParams other = p;
+      other.groups = 1;
+      auto w1 = rand_int({8, 6, 3, 3}, DType::Int8);
+      EXPECT_NE(error_of([&] {
+                  qconv2d_out(*x, *w1, q, other, *out, pw.get());
+                }).find("qconv2d: expected weights prepared for 8 channels of 54 values"),
+                std::string::npos);
+    }
+  }
+}
+
+TEST(QLinear, PreparedWeightsEqualReference) {
+  IsaGuard guard;
+  for (QGemmIsa isa : isas()) {
+    Case c = random_case(21, true, DType::Int8, DType::Int8, DType::Int8, true, false);
+    auto x = rand_int({5, 33}, DType::Int8), w = rand_int({21, 33}, DType::Int8);
+    auto q = c.operands();
+    auto ref = empty(Dims{5, 21}, DType::Int8);
+    qlinear_reference_out(*x, *w, q, *ref);
+    set_qgemm_isa(isa);
+    const PreparedQWeightPtr pw = prepare_qlinear_weight(*w, q, DType::Int8, DType::Int8);
+    auto out = empty(Dims{5, 21}, DType::Int8);
+    qlinear_out(*x, *w, q, *out, pw.get());
+    EXPECT_EQ(to_vec(*out), to_vec(*ref)) << prepared_family(*pw);
+  }
+}

@@ -376,15 +376,11 @@ void pack_minus_zero_point(const Layout& l, const TensorImpl& t, Zp zp, int32_t*
 
 // (x - x_zp) . w = x_u8 . w - u_zp * sum_k w: the second term joins each channel's bias
 // (modulo 2^32, as the sums wrap).
-std::vector<int32_t> quad_bias(const Requant& rq, const Int8Data& w, int64_t channels, int64_t k,
-                               int32_t u_zp) {
+std::vector<int32_t> quad_bias(const Requant& rq, const std::vector<int32_t>& sums, int32_t u_zp) {
   std::vector<int32_t> b = rq.bias;
-  for (int64_t o = 0; o < channels; ++o) {
-    int32_t sum = 0;
-    for (int64_t i = 0; i < k; ++i) sum += w[o * k + i];
+  for (size_t o = 0; o < sums.size(); ++o)
     b[o] = static_cast<int32_t>(static_cast<uint32_t>(b[o]) -
-                                static_cast<uint32_t>(u_zp) * static_cast<uint32_t>(sum));
-  }
+                                static_cast<uint32_t>(u_zp) * static_cast<uint32_t>(sums[o]));
   return b;
 }
 
@@ -426,10 +422,107 @@ ConvGeom qconv_geom(std::string_view op, const TensorImpl& x, const TensorImpl& 
 
 }  // namespace
 
+// ---- Prepared weights
+// ------------------------------------------------------------------------------
+
+// The weights packed once for one family: `groups` blocks of `rows` output channels by K, in
+// that family's A (conv: slivers of mr) or B (linear: panels of nr) layout; for byte quads also
+// each channel's sum of weights (the activations' zero-point correction).
+struct PreparedQWeight {
+  const QFamily* family = nullptr;
+  int64_t groups = 1, rows = 0, K = 0, width = 0;
+  std::vector<int32_t> words;
+  std::vector<int32_t> sums;
+  Layout layout() const { return {rows, K, width, family->group}; }
+  size_t nbytes() const { return (words.size() + sums.size()) * sizeof(int32_t); }
+};
+
+namespace {
+
+PreparedQWeightPtr pack_weight(const QFamily& f, const TensorImpl& wc, const Requant& rq,
+                               int64_t groups, int64_t K, bool conv) {
+  auto pw = std::make_shared<PreparedQWeight>();
+  pw->family = &f;
+  pw->groups = groups;
+  pw->rows = wc.size(0) / groups;
+  pw->K = K;
+  pw->width = conv ? f.mr : f.nr;
+  const Layout l = pw->layout();
+  pw->words.resize(groups * l.total_words());
+  for (int64_t grp = 0; grp < groups; ++grp) {
+    const int64_t o0 = grp * pw->rows;
+    int32_t* dst = pw->words.data() + grp * l.total_words();
+    if (f.group == 4)
+      pack<int8_t>(
+          l, wc.data_ptr<int8_t>() + o0 * K, K, [](int64_t, int8_t v) { return v; }, dst);
+    else
+      pack_minus_zero_point(
+          l, wc, [zp = rq.w_zp.data() + o0](int64_t i) { return zp[i]; }, dst, o0 * K);
+  }
+  if (f.group == 4) {
+    const int8_t* w = wc.data_ptr<int8_t>();
+    pw->sums.assign(wc.size(0), 0);
+    for (int64_t o = 0; o < wc.size(0); ++o) {
+      int32_t sum = 0;  // a local: int8 loads alias everything, a member would be reloaded
+      for (int64_t k = 0; k < K; ++k) sum += w[o * K + k];
+      pw->sums[o] = sum;
+    }
+  }
+  return pw;
+}
+
+// The prepared weights to use: `prepared` when given (checked against this call), else packed now.
+PreparedQWeightPtr weights_for(std::string_view op, const PreparedQWeight* prepared,
+                               const TensorImpl& wc, const Requant& rq, int64_t groups, int64_t K,
+                               bool conv) {
+  if (!prepared) return pack_weight(family_for(quads_allowed(wc, rq)), wc, rq, groups, K, conv);
+  KILN_CHECK(prepared->groups == groups && prepared->rows * groups == wc.size(0) &&
+                 prepared->K == K &&
+                 prepared->width == (conv ? prepared->family->mr : prepared->family->nr),
+             op, "expected weights prepared for ", wc.size(0), " channels of ", K, " values in ",
+             groups, " groups, got ones for ", prepared->rows * prepared->groups, " of ",
+             prepared->K, " in ", prepared->groups);
+  KILN_CHECK(prepared->family->group != 4 || quads_allowed(wc, rq), op,
+             "expected int8 weights with zero points 0 for weights prepared as byte quads");
+  return PreparedQWeightPtr(PreparedQWeightPtr(), prepared);  // not owned: the caller's
+}
+
+}  // namespace
+
+PreparedQWeightPtr prepare_qlinear_weight(const TensorImpl& w, const QuantizedOperands& q,
+                                          DType x_dtype, DType out_dtype) {
+  constexpr std::string_view op = "qlinear";
+  KILN_CHECK(w.dim() == 2, op, "expected weight of 2 dims, got ", dims_str(w.sizes()));
+  auto x = empty(Dims{0, w.size(1)}, x_dtype);
+  const Requant rq = requant_of(op, *x, w, w.size(1), q, out_dtype);
+  auto wc = views::contiguous(w);
+  return pack_weight(family_for(quads_allowed(*wc, rq)), *wc, rq, 1, w.size(1), false);
+}
+
+PreparedQWeightPtr prepare_qconv2d_weight(const TensorImpl& w, const QuantizedOperands& q,
+                                          const Conv2dParams& p, DType x_dtype, DType out_dtype) {
+  constexpr std::string_view op = "qconv2d";
+  KILN_CHECK(w.dim() == 4 && p.groups >= 1 && w.size(0) % p.groups == 0, op,
+             "expected weight of 4 dims with output channels divisible by groups (", p.groups,
+             "), got ", dims_str(w.sizes()));
+  const int64_t K = w.size(1) * w.size(2) * w.size(3);
+  auto x = empty(Dims{0, w.size(1) * p.groups, 1, 1}, x_dtype);
+  const Requant rq = requant_of(op, *x, w, K, q, out_dtype);
+  auto wc = views::contiguous(w);
+  return pack_weight(family_for(quads_allowed(*wc, rq)), *wc, rq, p.groups, K, true);
+}
+
+size_t prepared_nbytes(const PreparedQWeight& w) {
+  return w.nbytes();
+}
+const char* prepared_family(const PreparedQWeight& w) {
+  return w.family->name;
+}
+
 // ---- Public entry points ------------------------------------------------------------------------
 
 void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
-                 TensorImpl& out) {
+                 TensorImpl& out, const PreparedQWeight* prepared) {
   constexpr std::string_view op = "qlinear";
   const LinearShape s = linear_shape(op, x, w, out);
   const Requant rq = requant_of(op, x, w, s.K, q, out.dtype());
@@ -437,31 +530,29 @@ void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   if (s.M == 0 || s.N == 0) return y.finish();
   auto xc = views::contiguous(x);
   auto wc = views::contiguous(w);
-  const Int8Data xd = data_of(xc), wd = data_of(wc);
-  const QFamily& f = family_for(quads_allowed(*wc, rq));
-  const Layout la{s.M, s.K, f.mr, f.group}, lb{s.N, s.K, f.nr, f.group};
-  ConvScratch<int32_t> a(la.total_words()), b(lb.total_words());
+  const bool x_signed = xc->dtype() == DType::Int8;
+  // B: the weights (columns: output features); A: the activations.
+  const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, rq, 1, s.K, false);
+  const QFamily& f = *pw->family;
+  const Layout la{s.M, s.K, f.mr, f.group};
+  ConvScratch<int32_t> a(la.total_words());
   std::vector<int32_t> bias;
   if (f.group == 4) {
-    // A: the activations in uint8; B: the int8 weights; the zero point through the bias.
+    // The activations in uint8, their zero point through the bias.
     pack_activations_u8(la, *xc, a.get());
-    pack<int8_t>(
-        lb, wc->data_ptr<int8_t>(), s.K, [](int64_t, int8_t v) { return v; }, b.get());
-    bias = quad_bias(rq, wd, s.N, s.K, u8_zero_point(rq, xd.is_signed));
+    bias = quad_bias(rq, pw->sums, u8_zero_point(rq, x_signed));
   } else {
     pack_minus_zero_point(
         la, *xc, [zp = rq.x_zp](int64_t) { return zp; }, a.get());
-    pack_minus_zero_point(
-        lb, *wc, [zp = rq.w_zp.data()](int64_t j) { return zp[j]; }, b.get());
     bias = rq.bias;
   }
-  run_tiles(f, f.kernel, s.M, s.N, la.words(), a.get(), b.get(),
+  run_tiles(f, f.kernel, s.M, s.N, la.words(), a.get(), pw->words.data(),
             tile_out(rq, bias, y.ptr, s.N, false));
   y.finish();
 }
 
 void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
-                 const Conv2dParams& p, TensorImpl& out) {
+                 const Conv2dParams& p, TensorImpl& out, const PreparedQWeight* prepared) {
   constexpr std::string_view op = "qconv2d";
   const ConvGeom g = qconv_geom(op, x, w, p, out);
   const Requant rq = requant_of(op, x, w, g.K(), q, out.dtype());
@@ -469,26 +560,17 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   if (g.N == 0 || g.O == 0) return y.finish();
   auto xc = views::contiguous(x);
   auto wc = views::contiguous(w);
-  const Int8Data wd = data_of(wc);
   const bool x_signed = xc->dtype() == DType::Int8;
-  const QFamily& f = family_for(quads_allowed(*wc, rq));
-  const bool quads = f.group == 4;
   const int64_t K = g.K(), HoWo = g.HoWo();
   // A: the weights (rows: output channels of one group); B: one image's columns of one group.
-  const Layout la{g.Og, K, f.mr, f.group}, lb{HoWo, K, f.nr, f.group};
-  ConvScratch<int32_t> a(g.G * la.total_words()), b(lb.total_words());
-  for (int64_t grp = 0; grp < g.G; ++grp) {
-    const int64_t o0 = grp * g.Og;
-    int32_t* dst = a.get() + grp * la.total_words();
-    if (quads)
-      pack<int8_t>(
-          la, wc->data_ptr<int8_t>() + o0 * K, K, [](int64_t, int8_t v) { return v; }, dst);
-    else
-      pack_minus_zero_point(
-          la, *wc, [zp = rq.w_zp.data() + o0](int64_t i) { return zp[i]; }, dst, o0 * K);
-  }
+  const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, rq, g.G, K, true);
+  const QFamily& f = *pw->family;
+  const bool quads = f.group == 4;
+  const Layout la = pw->layout(), lb{HoWo, K, f.nr, f.group};
+  const int32_t* a = pw->words.data();
+  ConvScratch<int32_t> b(lb.total_words());
   const int32_t u_zp = u8_zero_point(rq, x_signed);
-  const std::vector<int32_t> bias = quads ? quad_bias(rq, wd, g.O, K, u_zp) : rq.bias;
+  const std::vector<int32_t> bias = quads ? quad_bias(rq, pw->sums, u_zp) : rq.bias;
   for (int64_t n = 0; n < g.N; ++n) {
     for (int64_t grp = 0; grp < g.G; ++grp) {
       const int64_t x_off = (n * g.C + grp * g.Cg) * g.HW();
@@ -513,7 +595,7 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
       t.mult += grp * g.Og;
       t.bias += grp * g.Og;
       run_tiles(f, quads ? f.kernel_b_u8 : f.kernel, g.Og, HoWo, la.words(),
-                a.get() + grp * la.total_words(), b.get(), t);
+                a + grp * la.total_words(), b.get(), t);
     }
   }
   y.finish();

@@ -5,6 +5,7 @@
 #include "kiln/runtime/kernels/quantize.h"
 #include "common.h"
 #include "kiln/runtime/kernels/qgemm.h"
+#include "kiln/runtime/thread_pool.h"
 
 namespace kiln::rt::ops {
 namespace {
@@ -51,31 +52,58 @@ void run_fake_quantize_backward(const KernelCall& c) {
 // weight_zero_point, bias (optional), output_scale, output_zero_point.
 struct QGemm : KernelParams {
   kernels::Conv2dParams conv;
+  DType out_dtype = DType::UInt8;  // the result's (the kernels read it from `out`)
   bool relu = false;
 };
 std::unique_ptr<KernelParams> decode_qgemm(const AttrMap& a) {
   auto p = std::make_unique<QGemm>();
   if (a.op() == "qconv2d") p->conv = conv2d_params(a);
-  (void)a.i("dtype");  // the result's element type, which the kernel reads from `out`
+  p->out_dtype = static_cast<DType>(a.i("dtype"));
   p->relu = a.b("relu");
   return p;
 }
 kernels::QuantizedOperands qoperands(const KernelCall& c, bool relu) {
   return {&in(c, 1), &in(c, 2), &in(c, 4), &in(c, 5), opt_in(c, 6), &in(c, 7), &in(c, 8), relu};
 }
+const kernels::PreparedQWeight* prepared(const KernelCall& c) {
+  return static_cast<const kernels::PreparedQWeight*>(c.prepared);
+}
 void run_qlinear(const KernelCall& c) {
-  kernels::qlinear_out(in(c, 0), in(c, 3), qoperands(c, params<QGemm>(c).relu), out(c));
+  kernels::qlinear_out(in(c, 0), in(c, 3), qoperands(c, params<QGemm>(c).relu), out(c),
+                       prepared(c));
 }
 void run_qconv2d(const KernelCall& c) {
   const auto& p = params<QGemm>(c);
-  kernels::qconv2d_out(in(c, 0), in(c, 3), qoperands(c, p.relu), p.conv, out(c));
+  kernels::qconv2d_out(in(c, 0), in(c, 3), qoperands(c, p.relu), p.conv, out(c), prepared(c));
+}
+// Constant weights and quantization parameters (operands 1-5, 7, 8; the bias may vary) are packed
+// once for the model.
+template <bool kConv>
+PreparedInputs prepare_qgemm(const KernelCall& c, uint32_t constant_inputs) {
+  parallel_for(0, num_threads(), 1, [](int64_t, int64_t) {});  // start the pool's workers now
+  constexpr uint32_t kNeeded = 0b110111110u;
+  if ((constant_inputs & kNeeded) != kNeeded) return {};
+  const auto& p = params<QGemm>(c);
+  const kernels::QuantizedOperands q = qoperands(c, p.relu);
+  kernels::PreparedQWeightPtr w =
+      kConv ? kernels::prepare_qconv2d_weight(in(c, 3), q, p.conv, in(c, 0).dtype(), p.out_dtype)
+            : kernels::prepare_qlinear_weight(in(c, 3), q, in(c, 0).dtype(), p.out_dtype);
+  const size_t bytes = kernels::prepared_nbytes(*w);
+  const char* family = kernels::prepared_family(*w);
+  return {std::move(w), bytes, family};
 }
 
 }  // namespace
 
 void register_quantize(Registry& r) {
-  r.add(with_signature({.name = "qlinear", .decode = decode_qgemm, .run = run_qlinear}));
-  r.add(with_signature({.name = "qconv2d", .decode = decode_qgemm, .run = run_qconv2d}));
+  r.add(with_signature({.name = "qlinear",
+                        .decode = decode_qgemm,
+                        .run = run_qlinear,
+                        .prepare = prepare_qgemm<false>}));
+  r.add(with_signature({.name = "qconv2d",
+                        .decode = decode_qgemm,
+                        .run = run_qconv2d,
+                        .prepare = prepare_qgemm<true>}));
   r.add(with_signature({.name = "quantize", .decode = decode_quantize, .run = run_quantize}));
   r.add(with_signature({.name = "dequantize", .decode = decode_axis, .run = run_dequantize}));
   r.add(with_signature({.name = "fake_quantize", .decode = decode_fake, .run = run_fake_quantize}));

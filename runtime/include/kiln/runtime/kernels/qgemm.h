@@ -22,6 +22,7 @@
 // without saturation, the activations' zero point folded into the bias.
 
 #include <cstdint>
+#include <memory>
 
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/tensor.h"
@@ -41,13 +42,24 @@ struct QuantizedOperands {
   bool relu = false;
 };
 
+// Weights packed once (constant weights of an artifact or a module): the microkernel family is
+// chosen when they are prepared and stays theirs. Calls without them pack the weights each time.
+struct PreparedQWeight;
+using PreparedQWeightPtr = std::shared_ptr<const PreparedQWeight>;
+PreparedQWeightPtr prepare_qlinear_weight(const TensorImpl& w, const QuantizedOperands& q,
+                                          DType x_dtype, DType out_dtype);
+PreparedQWeightPtr prepare_qconv2d_weight(const TensorImpl& w, const QuantizedOperands& q,
+                                          const Conv2dParams& p, DType x_dtype, DType out_dtype);
+size_t prepared_nbytes(const PreparedQWeight& w);
+const char* prepared_family(const PreparedQWeight& w);  // "avx512-vnni", "avx2", "portable"
+
 // y[..., N] = requantize(x[..., K] . w[N, K]^T + bias); y's dtype (uint8 or int8) is out's.
 void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
-                 TensorImpl& out);
+                 TensorImpl& out, const PreparedQWeight* prepared = nullptr);
 // y[N, OC, OH, OW] from x[N, C, H, W] and w[OC, C / groups, KH, KW]; padding reads x_zp (the
 // quantized zero), as PyTorch's and ONNX Runtime's int8 convolutions pad.
 void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
-                 const Conv2dParams& p, TensorImpl& out);
+                 const Conv2dParams& p, TensorImpl& out, const PreparedQWeight* prepared = nullptr);
 
 // The same by plain loops over the formula: the references every fast kernel must equal.
 void qlinear_reference_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
