@@ -63,6 +63,24 @@ TEST(QuantizeOps, FakeQuantizeGradientThroughAutograd) {
   EXPECT_LT(passed, static_cast<int>(xv.size()));  // some were clamped
 }
 
+// The trace run by the interpreter, the JIT and a saved artifact on `x`: each output of eager's
+// dtype and values.
+void expect_every_backend_equals(const jit::TracedFunction& t, const TensorList& eager,
+                                 const Tensor& x) {
+  jit::CompileOptions o;
+  o.disk_cache = false;
+  rt::Session session(rt::Model::from_bytes(jit::save_to_bytes(t)));
+  const TensorList interpreted = t({x}), compiled = jit::compile(t, o)({x});
+  auto saved = session.run({x.impl()});
+  ASSERT_EQ(saved.size(), eager.size());
+  for (size_t i = 0; i < eager.size(); ++i) {
+    for (const Tensor& got : {interpreted[i], compiled[i], Tensor(saved[i])}) {
+      EXPECT_EQ(got.dtype(), eager[i].dtype()) << "output " << i;
+      EXPECT_EQ(max_abs_diff(got, eager[i]), 0.0) << "output " << i;
+    }
+  }
+}
+
 // Parameters made inside the trace by kiln ops: the trace records them as constants.
 TensorList quant_chain(const TensorList& in) {
   const Tensor s = tensor({0.05, 0.1, 0.02}), z = tensor({0.0, 3.0, -4.0}).to(DType::Int64);
@@ -77,21 +95,7 @@ TEST(QuantizeOps, TraceRunsInEveryBackend) {
   jit::TracedFunction t = jit::trace(quant_chain, {x});
   for (const char* op : {"kiln.quantize", "kiln.dequantize", "kiln.fake_quantize"})
     EXPECT_NE(t.str().find(op), std::string::npos) << op << "\n" << t.str();
-  const TensorList eager = quant_chain({x2});
-  jit::CompileOptions o;
-  o.disk_cache = false;
-  rt::Session session(rt::Model::from_bytes(jit::save_to_bytes(t)));
-  const TensorList interpreted = t({x2}), compiled = jit::compile(t, o)({x2});
-  auto saved = session.run({x2.impl()});
-  ASSERT_EQ(saved.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(interpreted[i].dtype(), eager[i].dtype());
-    EXPECT_EQ(Tensor(saved[i]).dtype(), eager[i].dtype());
-    EXPECT_EQ(compiled[i].dtype(), eager[i].dtype());
-    EXPECT_EQ(max_abs_diff(interpreted[i], eager[i]), 0.0) << "output " << i;
-    EXPECT_EQ(max_abs_diff(compiled[i], eager[i]), 0.0) << "output " << i;
-    EXPECT_EQ(max_abs_diff(Tensor(saved[i]), eager[i]), 0.0) << "output " << i;
-  }
+  expect_every_backend_equals(t, quant_chain({x2}), x2);
 }
 
 // An int8 network piece: quantize, qconv2d (per-channel weights, bias, relu, padding, stride),
@@ -143,17 +147,7 @@ TEST(QuantizeOps, IntegerConvAndLinearInEveryBackend) {
   for (const char* op : {"kiln.qconv2d", "kiln.qlinear"})
     EXPECT_NE(t.str().find(op), std::string::npos) << op << "\n" << t.str();
   const TensorList eager = int8_chain({x2});
-  jit::CompileOptions o;
-  o.disk_cache = false;
-  rt::Session session(rt::Model::from_bytes(jit::save_to_bytes(t)));
-  const TensorList interpreted = t({x2}), compiled = jit::compile(t, o)({x2});
-  auto saved = session.run({x2.impl()});
-  ASSERT_EQ(saved.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(max_abs_diff(interpreted[i], eager[i]), 0.0) << "output " << i;
-    EXPECT_EQ(max_abs_diff(compiled[i], eager[i]), 0.0) << "output " << i;
-    EXPECT_EQ(max_abs_diff(Tensor(saved[i]), eager[i]), 0.0) << "output " << i;
-  }
+  expect_every_backend_equals(t, eager, x2);
   // The float reference of the convolution.
   const QuantizedWeight w = conv_weight();
   const Tensor xq = dequantize(

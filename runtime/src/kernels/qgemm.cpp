@@ -23,6 +23,15 @@
 
 namespace kiln::kernels {
 namespace quant_detail {
+namespace {
+// Element i of a uint8 or int8 output (v already in its range).
+void store_int8(void* out, int64_t i, bool out_signed, int32_t v) {
+  if (out_signed)
+    static_cast<int8_t*>(out)[i] = static_cast<int8_t>(v);
+  else
+    static_cast<uint8_t*>(out)[i] = static_cast<uint8_t>(v);
+}
+}  // namespace
 
 void store_tile_scalar(const int32_t* acc, int64_t ld_acc, int m, int n, const TileOut& t) {
   for (int r = 0; r < m; ++r) {
@@ -30,10 +39,7 @@ void store_tile_scalar(const int32_t* acc, int64_t ld_acc, int m, int n, const T
       const int64_t c = r * t.row_step + j * t.col_step;
       const int32_t v = requantize_value(acc[r * ld_acc + j], t.bias ? t.bias[c] : 0, t.mult[c],
                                          t.lo, t.hi, t.zp);
-      if (t.out_signed)
-        static_cast<int8_t*>(t.out)[r * t.ld + j] = static_cast<int8_t>(v);
-      else
-        static_cast<uint8_t*>(t.out)[r * t.ld + j] = static_cast<uint8_t>(v);
+      store_int8(t.out, r * t.ld + j, t.out_signed, v);
     }
   }
 }
@@ -618,10 +624,7 @@ void qlinear_reference_out(const TensorImpl& x, const TensorImpl& w, const Quant
       for (int64_t k = 0; k < s.K; ++k)
         acc += (xd[i * s.K + k] - rq.x_zp) * (wd[o * s.K + k] - rq.w_zp[o]);
       const int32_t v = requantize_value(acc, rq.bias[o], rq.mult[o], rq.lo, rq.hi, rq.y_zp);
-      if (rq.out_signed)
-        static_cast<int8_t*>(y.ptr)[i * s.N + o] = static_cast<int8_t>(v);
-      else
-        static_cast<uint8_t*>(y.ptr)[i * s.N + o] = static_cast<uint8_t>(v);
+      store_int8(y.ptr, i * s.N + o, rq.out_signed, v);
     }
   }
   y.finish();
@@ -655,10 +658,7 @@ void qconv2d_reference_out(const TensorImpl& x, const TensorImpl& w, const Quant
           }
           const int32_t v = requantize_value(acc, rq.bias[o], rq.mult[o], rq.lo, rq.hi, rq.y_zp);
           const int64_t i = ((n * g.O + o) * g.Ho + oh) * g.Wo + ow;
-          if (rq.out_signed)
-            static_cast<int8_t*>(y.ptr)[i] = static_cast<int8_t>(v);
-          else
-            static_cast<uint8_t*>(y.ptr)[i] = static_cast<uint8_t>(v);
+          store_int8(y.ptr, i, rq.out_signed, v);
         }
       }
     }
