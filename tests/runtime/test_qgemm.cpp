@@ -387,3 +387,27 @@ TEST(QLinear, PreparedWeightsEqualReference) {
     EXPECT_EQ(to_vec(*out), to_vec(*ref)) << prepared_family(*pw);
   }
 }
+
+// Sums whose raw uint8 x int8 products overflow int32 while the zero-point-corrected result fits:
+// x = 255 with zero point 128, w = 127, K = 100000: sum x * w = 3.2e9 wraps, the true
+// sum (x - 128) * w = 1.6e9 does not; every family (VNNI sums raw bytes and corrects by the
+// bias, exact modulo 2^32) must give the reference's value.
+TEST(QLinear, WrappedRawSumsStillExact) {
+  const int64_t K = 100000;
+  Case c;
+  c.x_zp = 128, c.x_scale = 1.0, c.y_scale = 1e7, c.y_zp = 0;
+  c.w_scale = {1.0, 1.0}, c.w_zp = {0, 0};
+  c.y_dtype = DType::UInt8;
+  auto x = from_vec(std::vector<double>(K, 255.0), {1, K}, DType::UInt8);
+  std::vector<double> wv(2 * K, 127.0);
+  for (int64_t k = K; k < 2 * K; ++k) wv[k] = k % 2 ? 127.0 : -128.0;
+  auto w = from_vec(wv, {2, K}, DType::Int8);
+  auto q = c.operands();
+  auto ref = empty(Dims{1, 2}, DType::UInt8);
+  qlinear_reference_out(*x, *w, q, *ref);
+  // 127 * 127 * 1e5 / 1e7 = 161.29 -> 161; the second row sums to -127 * 5e4 / 1e7 -> 0.
+  EXPECT_EQ(to_vec(*ref), (std::vector<double>{161.0, 0.0}));
+  expect_every_isa(
+      to_vec(*ref), {1, 2}, DType::UInt8, [&](TensorImpl& out) { qlinear_out(*x, *w, q, out); },
+      "K=100000");
+}
