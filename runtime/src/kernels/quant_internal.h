@@ -106,7 +106,8 @@ inline int32_t requantize_value(int32_t acc, int32_t bias, float mult, float lo,
 //            activations as uint8 (int8 ones offset by 128), the weights as int8 with zero
 //            points 0; the activations' zero point enters as a per-channel correction
 //            -x_zp * sum_k w folded into the bias (exact modulo 2^32, like the sums themselves).
-// Past K and M words are 0; conv padding holds the activations' zero point.
+// Past K and M the values are 0; conv padding is the activations' zero point (0 once it is
+// subtracted in int16 pairs, x_zp itself in quads).
 //   A sliver (mr rows): a[p * mr + r]          B panel (nr columns): b[p * nr + j]
 // Per-channel constant arrays are padded to whole panels (kChannelPad).
 constexpr int kChannelPad = 64;
