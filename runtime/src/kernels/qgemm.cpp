@@ -12,7 +12,6 @@
 #include "kiln/runtime/kernels/qgemm.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
@@ -254,15 +253,13 @@ void pack(const Layout& l, const S* src, int64_t ld, F f, int32_t* dst) {
 // The column panels of one image's group straight from NCHW: B[k = (c, kh, kw), j = (oh, ow)] =
 // f(x[c, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw]), `pad` in the padding. Row by row of
 // the output, so the bounds are tested per row and per column, never divided out per element.
+// colp[j]: column j's element offset in word row 0 (column_offsets, once per call).
 template <typename E, typename T, typename F>
-void pack_conv_columns(const ConvGeom& geom, const Layout& l, const T* x, F f, E pad,
-                       int32_t* dst) {
+void pack_conv_columns(const ConvGeom& geom, const Layout& l, const int64_t* colp, const T* x, F f,
+                       E pad, int32_t* dst) {
   E* const d = reinterpret_cast<E*>(dst);
   const ConvGeom g = geom;
   const int64_t kk = g.KH * g.KW, N = g.HoWo(), cols = l.blocks() * l.width;
-  std::vector<int64_t> col(cols);  // each column's element offset in word row 0
-  for (int64_t j = 0; j < cols; ++j) col[j] = l.index(j, 0);
-  const int64_t* const colp = col.data();
   const int64_t word_row = l.width * l.group;  // elements between a column's consecutive words
   const int64_t group = l.group, K = l.K;
   parallel_for(0, l.words(), 1, [=](int64_t w0, int64_t w1) {
@@ -292,6 +289,11 @@ void pack_conv_columns(const ConvGeom& geom, const Layout& l, const T* x, F f, E
       }
     }
   });
+}
+
+// Each column's element offset in word row 0 of a B layout (pack_conv_columns).
+void column_offsets(const Layout& l, int64_t* colp) {
+  for (int64_t j = 0, cols = l.blocks() * l.width; j < cols; ++j) colp[j] = l.index(j, 0);
 }
 
 // ---- The tile loop ------------------------------------------------------------------------------
@@ -575,6 +577,8 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   const Layout la = pw->layout(), lb{HoWo, K, f.nr, f.group};
   const int32_t* a = pw->words.data();
   ConvScratch<int32_t> b(lb.total_words());
+  ConvScratch<int64_t> cols(lb.blocks() * lb.width);
+  column_offsets(lb, cols.get());
   const int32_t u_zp = u8_zero_point(rq, x_signed);
   const std::vector<int32_t> bias = quads ? quad_bias(rq, pw->sums, u_zp) : rq.bias;
   for (int64_t n = 0; n < g.N; ++n) {
@@ -582,19 +586,19 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
       const int64_t x_off = (n * g.C + grp * g.Cg) * g.HW();
       if (quads && x_signed)
         pack_conv_columns<uint8_t>(
-            g, lb, xc->data_ptr<int8_t>() + x_off, [](int8_t v) { return uint8_t(v + 128); },
-            uint8_t(u_zp), b.get());
+            g, lb, cols.get(), xc->data_ptr<int8_t>() + x_off,
+            [](int8_t v) { return uint8_t(v + 128); }, uint8_t(u_zp), b.get());
       else if (quads)
         pack_conv_columns<uint8_t>(
-            g, lb, xc->data_ptr<uint8_t>() + x_off, [](uint8_t v) { return v; }, uint8_t(u_zp),
-            b.get());
+            g, lb, cols.get(), xc->data_ptr<uint8_t>() + x_off, [](uint8_t v) { return v; },
+            uint8_t(u_zp), b.get());
       else if (x_signed)
         pack_conv_columns<int16_t>(
-            g, lb, xc->data_ptr<int8_t>() + x_off,
+            g, lb, cols.get(), xc->data_ptr<int8_t>() + x_off,
             [zp = rq.x_zp](int8_t v) { return int16_t(v - zp); }, int16_t(0), b.get());
       else
         pack_conv_columns<int16_t>(
-            g, lb, xc->data_ptr<uint8_t>() + x_off,
+            g, lb, cols.get(), xc->data_ptr<uint8_t>() + x_off,
             [zp = rq.x_zp](uint8_t v) { return int16_t(v - zp); }, int16_t(0), b.get());
       TileOut t =
           tile_out(rq, bias, static_cast<char*>(y.ptr) + (n * g.O + grp * g.Og) * HoWo, HoWo, true);
