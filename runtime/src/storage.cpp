@@ -6,13 +6,13 @@ namespace kiln {
 
 namespace {
 thread_local size_t storage_limit = 0;  // 0: none (StorageLimit)
+}  // namespace
 
-size_t checked_size(size_t nbytes) {
+size_t Storage::checked_size(size_t nbytes) {
   KILN_CHECK(storage_limit == 0 || nbytes <= storage_limit, "storage", "a tensor of ", nbytes,
              " bytes exceeds this thread's limit of ", storage_limit, " bytes");
   return nbytes;
 }
-}  // namespace
 
 StorageLimit::StorageLimit(size_t max_bytes) : previous_(storage_limit) {
   storage_limit = max_bytes;

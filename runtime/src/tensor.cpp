@@ -135,7 +135,13 @@ TensorImplPtr make_view(const TensorImpl& base, Dims sizes, Dims strides, int64_
 std::string describe(const TensorImpl& t) {
   std::ostringstream os;
   os << t.sizes() << ' ' << dtype_short_name(t.dtype());
+  if (t.device() != Device::CPU) os << ' ' << device_name(t.device());
   return os.str();
+}
+
+void TensorImpl::fail_not_on_cpu() const {
+  fail("cpu kernel", "got a ", device_name(device()), " tensor ", describe(*this),
+       ": this op has no ", device_name(device()), " kernel yet; move the tensor with .cpu()");
 }
 
 }  // namespace kiln

@@ -245,7 +245,7 @@ TensorImplPtr as_strided(const TensorImpl& t, std::span<const int64_t> sizes,
 
 TensorImplPtr contiguous(const TensorImpl& t) {
   if (t.is_contiguous()) return TensorImplPtr(const_cast<TensorImpl*>(&t));
-  auto out = empty(t.sizes(), t.dtype());
+  auto out = empty(t.sizes(), t.dtype(), t.device());
   kernels::copy_(*out, t);
   return out;
 }

@@ -17,6 +17,7 @@
 #include "import.h"
 #endif
 #include "kiln/kiln.h"
+#include "kiln/runtime/cuda/cuda.h"
 #include "kiln/runtime/target.h"
 
 namespace {
@@ -48,11 +49,19 @@ int usage(FILE* out) {
 // or KILN_CPU's) and its derived parameters; with a SPEC, that description instead, and what
 // this CPU lacks to run it.
 int print_version(int argc, char** argv) {
-  // The backends this binary has and that work; there is no CUDA backend yet.
-  std::printf("kiln %s (%s build, backends: %s, %d threads)\n", kiln::version(), KILN_BUILD_TYPE,
+  // The backends this binary has and that work. CUDA is an eager subset so far (docs/cuda.md):
+  // named with the device it found, or why there is none.
+  std::string cuda = "CUDA: not in this build";
+  if (kiln::cuda::built_with_cuda()) {
+    cuda = kiln::cuda::is_available() ? "CUDA eager subset on " + kiln::cuda::device_info().name +
+                                            " (" + kiln::cuda::device_info().arch() + ")"
+                                      : "CUDA eager subset, " + kiln::cuda::unavailable_reason();
+  }
+  std::printf("kiln %s (%s build, backends: %s, %s, %d threads)\n", kiln::version(),
+              KILN_BUILD_TYPE,
               KILN_HAVE_MLIR ? "CPU eager, CPU runtime, LLVM JIT and AOT (x86-64, aarch64)"
                              : "CPU eager, CPU runtime (built without MLIR: no compiler)",
-              kiln::num_threads());
+              cuda.c_str(), kiln::num_threads());
   if (argc == 0) return 0;
   KILN_CHECK(std::string_view(argv[0]) == "--cpu" && argc <= 2, "version",
              "expected no arguments or --cpu [SPEC], got '", argv[0], "'");

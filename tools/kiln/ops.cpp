@@ -58,7 +58,7 @@ std::vector<Row> coverage() {
                          : kNo,
           llvm ? kYes : kNo,
           // the runtime built for aarch64 and code generation for it
-          llvm && (runtime || structural(op)) ? kYes : kNo, kNo}});  // no CUDA backend yet
+          llvm && (runtime || structural(op)) ? kYes : kNo, kNo}});  // no compiled CUDA path yet
   }
   return rows;
 }
@@ -82,7 +82,8 @@ int help(FILE* out) {
       "  llvm         code generation for the LLVM JIT and AOT (x86-64):\n"
       "               generated loops, views or a call into a runtime kernel\n"
       "  aarch64      AOT for aarch64: code generation and the runtime built for it\n"
-      "  cuda         the CUDA backend (not built yet: every op is missing)\n"
+      "  cuda         compiled IR on CUDA (not built yet: every op is missing; eager CUDA\n"
+      "               tensors run a subset of ops, docs/cuda.md)\n"
       "'-' marks structural ops that are no kernel (constants, kiln.none, fused regions).\n\n"
       "options:\n"
       "  --missing TARGET  list only the ops TARGET lacks, one per line\n");

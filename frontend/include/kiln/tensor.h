@@ -89,6 +89,8 @@ class Tensor {
   int64_t dim() const { return checked().dim(); }
   int64_t numel() const { return checked().numel(); }
   DType dtype() const { return checked().dtype(); }
+  Device device() const { return checked().device(); }
+  bool is_cuda() const { return device() == Device::CUDA; }
   bool is_contiguous() const { return checked().is_contiguous(); }
   bool is_floating_point() const { return is_floating(dtype()); }
   size_t element_size() const { return checked().itemsize(); }
@@ -121,6 +123,11 @@ class Tensor {
 
   // --- conversion and copies
   Tensor to(DType dtype) const;
+  // A copy on `device` (this tensor when already there); differentiable: the gradient returns to
+  // this tensor's device. CUDA: kiln::Error "no CUDA device: ..." where there is none.
+  Tensor to(Device device) const;
+  Tensor cuda() const { return to(Device::CUDA); }
+  Tensor cpu() const { return to(Device::CPU); }
   Tensor clone() const;
   Tensor detach() const;  // shares data, no history
   Tensor contiguous() const;

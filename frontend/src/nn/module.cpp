@@ -373,6 +373,26 @@ Module& Module::to(DType dtype) {
   return *this;
 }
 
+Module& Module::to(Device device) {
+  autograd::NoGradGuard no_grad;
+  for (const ModulePtr& m : modules()) {
+    for (auto& s : m->params_) {
+      Tensor& t = *s.tensor;
+      if (!t.defined() || t.device() == device) continue;
+      Tensor grad = t.grad();
+      Tensor n = t.to(device).detach();
+      n.requires_grad_(t.requires_grad());
+      if (grad.defined()) n.set_grad(grad.to(device).detach());
+      t = n;
+    }
+    for (auto& s : m->buffers_) {
+      Tensor& t = *s.tensor;
+      if (t.defined() && t.device() != device) t = t.to(device).detach();
+    }
+  }
+  return *this;
+}
+
 void Module::save_to_state_dict(const std::string& prefix, StateDict& out) const {
   for (const auto& s : params_)
     if (s.tensor->defined()) out.insert(join(prefix, s.name), s.tensor->detach());

@@ -170,7 +170,7 @@ Tensor sub(const Tensor& a, double b) {
 }
 
 Tensor rsub(const Tensor& a, double b) {
-  Tensor out(kiln::empty(a.sizes(), kernels::result_type(*a.impl(), scalar_for(a, b))));
+  Tensor out(kiln::empty(a.sizes(), kernels::result_type(*a.impl(), scalar_for(a, b)), a.device()));
   kernels::rsub_scalar_out(*a.impl(), scalar_for(a, b), *out.impl());
   autograd::record("RsubBackward", {a}, {out}, {}, {},
                    [](const TensorList&, const TensorList& g) { return TensorList{-g[0]}; });
@@ -241,7 +241,7 @@ Tensor tanh(const Tensor& x) {
   return unary_op(UnaryOp::Tanh, "tanh", "TanhBackward", x, false, true,
                   [](const TensorList& s, const Tensor& g) {
                     if (first_order(g) && !s[0].requires_grad()) {
-                      Tensor gi(kiln::empty(g.sizes(), g.dtype()));
+                      Tensor gi(kiln::empty(g.sizes(), g.dtype(), g.device()));
                       kernels::tanh_backward_out(*g.impl(), *s[0].impl(), *gi.impl());
                       return gi;
                     }
@@ -252,7 +252,7 @@ Tensor sigmoid(const Tensor& x) {
   return unary_op(UnaryOp::Sigmoid, "sigmoid", "SigmoidBackward", x, false, true,
                   [](const TensorList& s, const Tensor& g) {
                     if (first_order(g) && !s[0].requires_grad()) {
-                      Tensor gi(kiln::empty(g.sizes(), g.dtype()));
+                      Tensor gi(kiln::empty(g.sizes(), g.dtype(), g.device()));
                       kernels::sigmoid_backward_out(*g.impl(), *s[0].impl(), *gi.impl());
                       return gi;
                     }
@@ -263,7 +263,7 @@ Tensor relu(const Tensor& x) {
   return unary_op(UnaryOp::Relu, "relu", "ReluBackward", x, false, true,
                   [](const TensorList& s, const Tensor& g) {
                     if (first_order(g)) {
-                      Tensor gi(kiln::empty(g.sizes(), g.dtype()));
+                      Tensor gi(kiln::empty(g.sizes(), g.dtype(), g.device()));
                       kernels::relu_backward_out(*g.impl(), *s[0].impl(), *gi.impl());
                       return gi;
                     }
@@ -276,7 +276,7 @@ Tensor gelu(const Tensor& x, bool tanh_approx) {
                   false,
                   [approx, tanh_approx](const TensorList& s, const Tensor& g) {
                     if (first_order(g) && !s[0].requires_grad()) {
-                      Tensor gi(kiln::empty(g.sizes(), g.dtype()));
+                      Tensor gi(kiln::empty(g.sizes(), g.dtype(), g.device()));
                       kernels::gelu_backward_out(*g.impl(), *s[0].impl(), approx, *gi.impl());
                       return gi;
                     }
@@ -299,7 +299,7 @@ Tensor silu(const Tensor& x) {
   return unary_op(UnaryOp::Silu, "silu", "SiluBackward", x, true, false,
                   [](const TensorList& s, const Tensor& g) {
                     if (first_order(g) && !s[0].requires_grad()) {
-                      Tensor gi(kiln::empty(g.sizes(), g.dtype()));
+                      Tensor gi(kiln::empty(g.sizes(), g.dtype(), g.device()));
                       kernels::silu_backward_out(*g.impl(), *s[0].impl(), *gi.impl());
                       return gi;
                     }
@@ -312,6 +312,11 @@ Tensor leaky_relu(const Tensor& x, double slope) {
   p.a = slope;
   return unary_op(UnaryOp::LeakyRelu, "leaky_relu", "LeakyReluBackward", x, true, false,
                   [slope](const TensorList& s, const Tensor& g) {
+                    if (first_order(g)) {
+                      Tensor gi(kiln::empty(g.sizes(), g.dtype(), g.device()));
+                      kernels::leaky_relu_backward_out(*g.impl(), *s[0].impl(), slope, *gi.impl());
+                      return gi;
+                    }
                     Tensor pos = gt(s[0], zeros_like(s[0])).to(g.dtype());
                     return g * (pos + (1.0 - pos) * slope);
                   },

@@ -1,10 +1,12 @@
 // Tensor factories and copies.
 
 #include <cmath>
+#include <cstring>
 
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/cuda/cuda.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/views.h"
 
@@ -41,17 +43,33 @@ Tensor ones(std::span<const int64_t> sizes, TensorOptions o) {
   return full(sizes, 1.0, o);
 }
 
+namespace {
+// A tensor like `t` (its sizes, the dtype given or t's) on t's device. On CUDA, float32 fills run
+// on the device; other dtypes are made on the CPU and copied.
+Tensor full_on_device_of(const Tensor& t, double value, DType dtype) {
+  if (t.device() == Device::CPU) return full(t.sizes(), value, TensorOptions(dtype));
+  if (dtype != DType::Float32) return full(t.sizes(), value, TensorOptions(dtype)).to(t.device());
+  Tensor out(kiln::empty(t.sizes(), dtype, t.device()));
+  const float f = static_cast<float>(value);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  cuda::fill32(reinterpret_cast<uintptr_t>(out.impl()->raw_data()), bits, out.impl()->nbytes(),
+               cuda::current_stream());
+  return out;
+}
+}  // namespace
+
 Tensor zeros_like(const Tensor& t, std::optional<DType> d) {
-  return zeros(t.sizes(), TensorOptions(d.value_or(t.dtype())));
+  return full_on_device_of(t, 0.0, d.value_or(t.dtype()));
 }
 Tensor ones_like(const Tensor& t, std::optional<DType> d) {
-  return ones(t.sizes(), TensorOptions(d.value_or(t.dtype())));
+  return full_on_device_of(t, 1.0, d.value_or(t.dtype()));
 }
 Tensor empty_like(const Tensor& t, std::optional<DType> d) {
-  return empty(t.sizes(), TensorOptions(d.value_or(t.dtype())));
+  return Tensor(kiln::empty(t.sizes(), d.value_or(t.dtype()), t.device()));
 }
 Tensor full_like(const Tensor& t, double value, std::optional<DType> d) {
-  return full(t.sizes(), value, TensorOptions(d.value_or(t.dtype())));
+  return full_on_device_of(t, value, d.value_or(t.dtype()));
 }
 
 Tensor arange(double end, TensorOptions o) {

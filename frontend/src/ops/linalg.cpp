@@ -42,7 +42,7 @@ Tensor record_matmul(const char* name, const Tensor& a, const Tensor& b, Tensor 
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor out(kiln::empty(kernels::matmul_shape(*a.impl(), *b.impl()),
-                         promote_types(a.dtype(), b.dtype())));
+                         promote_types(a.dtype(), b.dtype()), a.device()));
   kernels::matmul_out(*a.impl(), *b.impl(), *out.impl());
   record_matmul("MatmulBackward", a, b, out);
   KILN_TRACE("matmul", TensorList({a, b}), {out});
@@ -89,7 +89,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   Dims shape = x.sizes();
   shape.back() = weight.size(0);
-  Tensor out(kiln::empty(shape, x.dtype()));
+  Tensor out(kiln::empty(shape, x.dtype(), x.device()));
   kernels::linear_out(*x.impl(), *weight.impl(), bias.defined() ? bias.impl() : nullptr,
                       *out.impl());
   autograd::record("LinearBackward", {x, weight, bias}, {out}, {x, weight}, {},

@@ -38,7 +38,7 @@ Tensor new_tensor(std::span<const int64_t> sizes, DType dtype) {
   return Tensor(kiln::empty(sizes, dtype));
 }
 Tensor new_like(const Tensor& t) {
-  return Tensor(kiln::empty(t.sizes(), t.dtype()));
+  return Tensor(kiln::empty(t.sizes(), t.dtype(), t.device()));
 }
 // The spatial (H, W) dims of an N, C, H, W or C, H, W shape: what a gradient op records as the
 // input size it scatters back to.
@@ -520,7 +520,8 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   const auto r = to_kernel(reduction);
-  Tensor out = new_tensor(kernels::pointwise_loss_output_shape(input.sizes(), r), input.dtype());
+  Tensor out(kiln::empty(kernels::pointwise_loss_output_shape(input.sizes(), r), input.dtype(),
+                         input.device()));
   kernels::mse_loss_out(*input.impl(), *target.impl(), r, *out.impl());
   autograd::record("MseLossBackward", {input, target}, {out}, {input, target}, {},
                    [r](const TensorList& s, const TensorList& g) {

@@ -39,8 +39,8 @@ int64_t reduced_count(const Dims& sizes, std::span<const int64_t> dims) {
 }
 
 Tensor new_out(std::span<const int64_t> sizes, std::span<const int64_t> dims, bool keepdim,
-               DType dtype, const char* op) {
-  return Tensor(kiln::empty(kernels::reduce_shape(sizes, dims, keepdim, op), dtype));
+               DType dtype, const char* op, Device device = Device::CPU) {
+  return Tensor(kiln::empty(kernels::reduce_shape(sizes, dims, keepdim, op), dtype, device));
 }
 
 }  // namespace
@@ -62,7 +62,8 @@ Tensor sum_to(const Tensor& t, std::span<const int64_t> sizes) {
 }
 
 Tensor sum(const Tensor& x, std::span<const int64_t> dims, bool keepdim) {
-  Tensor out = new_out(x.sizes(), dims, keepdim, kernels::sum_result_dtype(x.dtype()), "sum");
+  Tensor out =
+      new_out(x.sizes(), dims, keepdim, kernels::sum_result_dtype(x.dtype()), "sum", x.device());
   kernels::sum_out(*x.impl(), dims, keepdim, *out.impl());
   Dims in = x.sizes(), d(dims);
   autograd::record("SumBackward", {x}, {out}, {}, {}, [=](const TensorList&, const TensorList& g) {
@@ -74,7 +75,7 @@ Tensor sum(const Tensor& x, std::span<const int64_t> dims, bool keepdim) {
 
 Tensor mean(const Tensor& x, std::span<const int64_t> dims, bool keepdim) {
   KILN_CHECK(is_floating(x.dtype()), "mean", "expected a floating-point input, got ", x.dtype());
-  Tensor out = new_out(x.sizes(), dims, keepdim, x.dtype(), "mean");
+  Tensor out = new_out(x.sizes(), dims, keepdim, x.dtype(), "mean", x.device());
   kernels::mean_out(*x.impl(), dims, keepdim, *out.impl());
   Dims in = x.sizes(), d(dims);
   const double n = static_cast<double>(reduced_count(in, dims));

@@ -6,6 +6,7 @@
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/cuda/eager.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/views.h"
 
@@ -35,6 +36,7 @@ Tensor scatter_into_view(const Tensor& grad, const Dims& input_sizes, const View
 
 Tensor scatter_into_view(const Tensor& grad, const Dims& input_sizes, const ViewFn& view_of) {
   Tensor result(kiln::zeros(input_sizes, grad.dtype()));
+  if (grad.device() != Device::CPU) result = result.to(grad.device());
   {
     autograd::NoGradGuard no_grad;
     Tensor region = view_of(result);
@@ -227,7 +229,7 @@ Tensor Tensor::index(std::initializer_list<TensorIndex> indices) const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == this->dtype()) return *this;
-  Tensor out(kiln::empty(sizes(), dtype));
+  Tensor out(kiln::empty(sizes(), dtype, device()));
   kernels::copy_(*out.impl(), *impl());
   if (autograd::any_requires_grad({this}) && is_floating(dtype)) {
     DType from = this->dtype();
@@ -240,8 +242,25 @@ Tensor Tensor::to(DType dtype) const {
   return out;
 }
 
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return *this;
+  // The tracer records no device moves yet: a trace is a CPU program (jit::compile's device
+  // option is the way to the GPU once it exists).
+  KILN_CHECK(!dispatch::tracer(), "to", "moving a tensor to ", device_name(device),
+             " cannot be traced yet");
+  Tensor out(cuda::to_device(*impl(), device));
+  if (autograd::any_requires_grad({this})) {
+    const Device from = this->device();
+    auto node = std::make_shared<autograd::FunctionNode>(
+        "ToDeviceBackward",
+        [from](const TensorList&, const TensorList& g) { return TensorList{g[0].to(from)}; });
+    autograd::set_history(node, {*this}, {out});
+  }
+  return out;
+}
+
 Tensor Tensor::clone() const {
-  Tensor out(kiln::empty(sizes(), dtype()));
+  Tensor out(kiln::empty(sizes(), dtype(), device()));
   kernels::copy_(*out.impl(), *impl());
   if (autograd::any_requires_grad({this})) {
     auto node = std::make_shared<autograd::FunctionNode>(

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kiln/runtime/cuda/eager.h"
 #include "kiln/runtime/kernels/loop.h"
 
 namespace kiln::kernels {
@@ -53,6 +54,9 @@ inline To convert(From v) {
 }  // namespace
 
 void copy_(TensorImpl& dst, const TensorImpl& src) {
+  if (dst.device() != Device::CPU || src.device() != Device::CPU) [[unlikely]] {
+    return cuda::copy_out(dst, src);
+  }
   Dims src_strides = broadcast_strides(src, dst.sizes(), "copy_");
   if (dst.numel() == 0) return;
   const int64_t ds = static_cast<int64_t>(dst.itemsize());
@@ -60,8 +64,8 @@ void copy_(TensorImpl& dst, const TensorImpl& src) {
   std::array<Dims, 2> bytes{dst.strides(), src_strides};
   for (auto& v : bytes[0]) v *= ds;
   for (auto& v : bytes[1]) v *= ss;
-  auto plan = plan_loop<2>(dst.sizes(), {static_cast<char*>(dst.data()), static_cast<char*>(src.data())},
-                           bytes);
+  auto plan = plan_loop<2>(dst.sizes(),
+                           {static_cast<char*>(dst.data()), static_cast<char*>(src.data())}, bytes);
   if (dst.dtype() == src.dtype()) {
     const int64_t item = ds;
     for_each_strided(plan, [item](char** p, const int64_t* s, int64_t n) {

@@ -3,6 +3,8 @@
 
 #include "elementwise_engine.h"
 #include "elementwise_vec.h"
+#include "kiln/runtime/cuda/eager.h"
+#include "unary_formulas.h"
 
 namespace kiln::kernels {
 
@@ -36,41 +38,59 @@ void run_scalar_bwd(Bwd op, TensorImpl& out, const std::array<ew::In, 2>& ins, T
   auto go = [&](auto f) { ew::run<2, T, T, true>(out, ins, ew::BinaryLoop<T, T, decltype(f)>{f}); };
   switch (op) {
     case Bwd::Threshold:
-      return go([pa](T g, T x) { return x <= pa ? T(0) : g; });
+      return go([pa](T g, T x) { return scalar::threshold_backward(g, x, pa); });
     case Bwd::LeakyRelu:
-      return go([pa](T g, T x) { return x > T(0) ? g : g * pa; });
+      return go([pa](T g, T x) { return scalar::leaky_relu_backward(g, x, pa); });
     case Bwd::Hardtanh:
-      return go([pa, pb](T g, T x) { return (x <= pa || x >= pb) ? T(0) : g; });
+      return go([pa, pb](T g, T x) { return scalar::hardtanh_backward(g, x, pa, pb); });
     case Bwd::Sigmoid:
-      return go([](T g, T y) { return g * (T(1) - y) * y; });
+      return go([](T g, T y) { return scalar::sigmoid_backward(g, y); });
     case Bwd::Tanh:
-      return go([](T g, T y) { return g * (T(1) - y * y); });
+      return go([](T g, T y) { return scalar::tanh_backward(g, y); });
     case Bwd::Silu:
-      return go([](T g, T x) {
-        const T s = T(1) / (T(1) + std::exp(-x));
-        return g * s * (T(1) + x * (T(1) - s));
-      });
+      return go([](T g, T x) { return scalar::silu_backward(g, x); });
     case Bwd::Gelu:
-      return go([](T g, T x) {
-        const T cdf = T(0.5) * std::erfc(-x * T(0.70710678118654752440));
-        const T pdf = T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);
-        return g * (cdf + x * pdf);
-      });
+      return go([](T g, T x) { return scalar::gelu_backward(g, x); });
     case Bwd::GeluTanh:
-      return go([](T g, T x) {
-        const T kBeta = T(0.79788456080286535588), kKappa = T(0.044715);
-        const T x2 = x * x;
-        const T th = std::tanh(kBeta * (x + kKappa * x2 * x));
-        const T left = T(0.5) * x, right = T(1) + th;
-        const T dinner = kBeta * (T(1) + T(3) * kKappa * x2);
-        return g * (T(0.5) * right + left * (T(1) - th * th) * dinner);
-      });
+      return go([](T g, T x) { return scalar::gelu_tanh_backward(g, x); });
   }
+}
+
+// The formula's name in unary_formulas.h (what the CUDA backend's generated kernel calls).
+const char* bwd_formula(Bwd op) {
+  switch (op) {
+    case Bwd::Threshold:
+      return "threshold_backward";
+    case Bwd::LeakyRelu:
+      return "leaky_relu_backward";
+    case Bwd::Hardtanh:
+      return "hardtanh_backward";
+    case Bwd::Sigmoid:
+      return "sigmoid_backward";
+    case Bwd::Tanh:
+      return "tanh_backward";
+    case Bwd::Silu:
+      return "silu_backward";
+    case Bwd::Gelu:
+      return "gelu_backward";
+    case Bwd::GeluTanh:
+      return "gelu_tanh_backward";
+  }
+  return "";
+}
+int bwd_params(Bwd op) {
+  return op == Bwd::Hardtanh ? 2 : (op == Bwd::Threshold || op == Bwd::LeakyRelu) ? 1 : 0;
 }
 
 void backward_impl(Bwd op, const TensorImpl& grad, const TensorImpl& saved, TensorImpl& out,
                    double pa = 0, double pb = 0) {
   const std::string_view name = bwd_name(op);
+  if (grad.device() != Device::CPU || saved.device() != Device::CPU || out.device() != Device::CPU)
+      [[unlikely]] {
+    const double params[] = {pa, pb};
+    return cuda::formula_out(name, bwd_formula(op), grad, saved,
+                             std::span<const double>(params, bwd_params(op)), out);
+  }
   const DType promoted = result_type(grad, saved);
   // Masks (threshold, hardtanh) keep integer dtypes; the rest are float ops.
   const bool mask_op = op == Bwd::Threshold || op == Bwd::Hardtanh;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "elementwise_engine.h"
+#include "kiln/runtime/cuda/eager.h"
 
 namespace kiln::kernels {
 
@@ -106,6 +107,10 @@ void binary_impl(BinaryOp op, const ew::BinOperand& a, const ew::BinOperand& b, 
                  const Scalar& alpha) {
   const std::string_view name = binary_op_name(op);
   KILN_CHECK(a.t || b.t, name, "expected at least one tensor operand");
+  if (out.device() != Device::CPU || (a.t && a.t->device() != Device::CPU) ||
+      (b.t && b.t->device() != Device::CPU)) [[unlikely]] {
+    return cuda::binary_out(op, a.t, a.s, b.t, b.s, out, alpha);
+  }
   const DType promoted = a.t && b.t ? result_type(*a.t, *b.t)
                          : a.t      ? result_type(*a.t, b.s)
                                     : result_type(*b.t, a.s);
@@ -199,12 +204,13 @@ void binary_out(BinaryOp op, const Scalar& s, const TensorImpl& b, TensorImpl& o
 
 TensorImplPtr binary(BinaryOp op, const TensorImpl& a, const TensorImpl& b, const Scalar& alpha) {
   const Dims shape = broadcast_shape(a.sizes(), b.sizes(), binary_op_name(op));
-  auto out = empty(shape, binary_result(op, result_type(a, b)));
+  if (a.device() != b.device()) cuda::check_same_device(binary_op_name(op), a, "self", b, "other");
+  auto out = empty(shape, binary_result(op, result_type(a, b)), a.device());
   binary_out(op, a, b, *out, alpha);
   return out;
 }
 TensorImplPtr binary(BinaryOp op, const TensorImpl& a, const Scalar& s, const Scalar& alpha) {
-  auto out = empty(a.sizes(), binary_result(op, result_type(a, s)));
+  auto out = empty(a.sizes(), binary_result(op, result_type(a, s)), a.device());
   binary_out(op, a, s, *out, alpha);
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include "elementwise_engine.h"
 #include "elementwise_vec.h"
+#include "kiln/runtime/cuda/eager.h"
 #include "unary_formulas.h"
 
 namespace kiln::kernels {
@@ -22,15 +23,6 @@ bool is_float_op(UnaryOp op) {
     default:
       return true;
   }
-}
-
-double param_a(UnaryOp op, const UnaryParams& p) {
-  if (!std::isnan(p.a)) return p.a;
-  return op == UnaryOp::LeakyRelu ? 0.01 : op == UnaryOp::Hardtanh ? -1.0 : 0.0;
-}
-double param_b(UnaryOp op, const UnaryParams& p) {
-  if (!std::isnan(p.b)) return p.b;
-  return op == UnaryOp::Hardtanh ? 1.0 : 0.0;
 }
 
 // out[i] = f(in[i]) over contiguous blocks.
@@ -94,24 +86,26 @@ void run_floating(UnaryOp op, TensorImpl& out, const ew::In& in, T pa, T pb) {
 #include "kiln/runtime/unary_ops.inc"
 #undef KILN_UNARY_OP
     case UnaryOp::Gelu:
-      return run_scalar<T>(
-          out, in, [](T x) { return T(0.5) * x * std::erfc(-x * T(0.70710678118654752440)); });
+      return run_scalar<T>(out, in, [](T x) { return scalar::gelu(x); });
     case UnaryOp::GeluTanh:
-      return run_scalar<T>(out, in, [](T x) {
-        const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
-        return x / (T(1) + std::exp(-2 * u));
-      });
+      return run_scalar<T>(out, in, [](T x) { return scalar::gelu_tanh(x); });
     case UnaryOp::LeakyRelu:
-      return run_scalar<T>(out, in, [pa](T x) { return x > 0 ? x : x * pa; });
+      return run_scalar<T>(out, in, [pa](T x) { return scalar::leaky_relu(x, pa); });
     case UnaryOp::Hardtanh:
-      return run_scalar<T>(out, in, [pa, pb](T x) {
-        const T r = x < pa ? pa : x;
-        return r > pb ? pb : r;
-      });
+      return run_scalar<T>(out, in, [pa, pb](T x) { return scalar::hardtanh(x, pa, pb); });
   }
 }
 
 }  // namespace
+
+double unary_param_a(UnaryOp op, const UnaryParams& p) {
+  if (!std::isnan(p.a)) return p.a;
+  return op == UnaryOp::LeakyRelu ? 0.01 : op == UnaryOp::Hardtanh ? -1.0 : 0.0;
+}
+double unary_param_b(UnaryOp op, const UnaryParams& p) {
+  if (!std::isnan(p.b)) return p.b;
+  return op == UnaryOp::Hardtanh ? 1.0 : 0.0;
+}
 
 std::string_view unary_op_name(UnaryOp op) {
   switch (op) {
@@ -141,11 +135,14 @@ void unary_out(UnaryOp op, const TensorImpl& x, TensorImpl& out, const UnaryPara
   const DType result = unary_result_type(op, x.dtype());
   KILN_CHECK(!(op == UnaryOp::Neg && x.dtype() == DType::Bool), name,
              "negation, the `-` operator, on a bool tensor is not supported; use logical_not");
+  if (x.device() != Device::CPU || out.device() != Device::CPU) [[unlikely]] {
+    return cuda::unary_out(op, x, out, params);
+  }
   const TensorImpl* inputs[] = {&x};
   ew::check_out(name, out, x.sizes(), result, inputs);
   if (out.numel() == 0) return;
   const ew::In in = ew::make_in(x, out.sizes(), name);
-  const double pa = param_a(op, params), pb = param_b(op, params);
+  const double pa = unary_param_a(op, params), pb = unary_param_b(op, params);
   const DType compute = ew::opmath_dtype(result);
   ew::visit_compute(compute, [&](auto tag) {
     using T = decltype(tag);
@@ -167,7 +164,7 @@ void unary_out(UnaryOp op, const TensorImpl& x, TensorImpl& out, const UnaryPara
 }
 
 TensorImplPtr unary(UnaryOp op, const TensorImpl& x, const UnaryParams& params) {
-  auto out = empty(x.sizes(), unary_result_type(op, x.dtype()));
+  auto out = empty(x.sizes(), unary_result_type(op, x.dtype()), x.device());
   unary_out(op, x, *out, params);
   return out;
 }

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "kiln/runtime/cuda/cuda.h"
+#include "kiln/runtime/cuda/eager.h"
+#include "kiln/runtime/cuda/matmul.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/gemm.h"
 #include "kiln/runtime/thread_pool.h"
@@ -292,6 +295,13 @@ void dot_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
 }
 
 void matmul_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  if (a.device() != Device::CPU || b.device() != Device::CPU || out.device() != Device::CPU)
+      [[unlikely]] {
+    cuda::check_same_device("matmul", a, "self", b, "other");
+    cuda::check_same_device("matmul", a, "self", out, "out");
+    return cuda::matmul_out(a, b, nullptr, false, out, cuda::matmul_options(),
+                            cuda::current_stream());
+  }
   const Dims shape = matmul_shape(a, b);
   check_dtypes("matmul", a, b, out);
   check_out_shape("matmul", out, shape);
@@ -416,6 +426,21 @@ void linear_out(const TensorImpl& input, const TensorImpl& weight, const TensorI
                "], got ", describe(*bias));
   }
   if (out.numel() == 0) return;
+  if (input.device() != Device::CPU || weight.device() != Device::CPU ||
+      out.device() != Device::CPU) [[unlikely]] {
+    // x [.., in] as [rows, in] @ weight^T (a transposed view: nothing copied) + bias epilogue.
+    cuda::check_same_device("linear", input, "input", weight, "weight");
+    if (bias) cuda::check_same_device("linear", input, "input", *bias, "bias");
+    KILN_CHECK(input.is_contiguous(), "linear", "expected a contiguous input on cuda, got ",
+               describe(input), " with strides ", input.strides());
+    const int64_t rows = input.numel() / in_f;
+    TensorImplPtr x2 = make_view(input, Dims{rows, in_f}, Dims{in_f, 1}, input.storage_offset());
+    TensorImplPtr wt = make_view(weight, Dims{in_f, out_f},
+                                 Dims{weight.stride(1), weight.stride(0)}, weight.storage_offset());
+    TensorImplPtr o2 = make_view(out, Dims{rows, out_f}, Dims{out_f, 1}, out.storage_offset());
+    return cuda::matmul_out(*x2, *wt, bias, false, *o2, cuda::matmul_options(),
+                            cuda::current_stream());
+  }
   if (is_half(input.dtype())) {
     auto o = empty(out.sizes(), DType::Float32);
     TensorImplPtr b32 = bias ? to_f32(*bias) : TensorImplPtr();

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "kiln/runtime/cuda/eager.h"
 #include "kiln/runtime/kernels/loss.h"
 #include "kiln/runtime/thread_pool.h"
 #include "nn_common.h"
@@ -391,6 +392,9 @@ Dims pointwise_loss_output_shape(std::span<const int64_t> input, LossReduction r
 void mse_loss_out(const TensorImpl& input, const TensorImpl& target, LossReduction r,
                   TensorImpl& out) {
   constexpr std::string_view op = "mse_loss";
+  if (input.device() != Device::CPU || target.device() != Device::CPU) [[unlikely]] {
+    return cuda::mse_loss_out(input, target, static_cast<int>(r), out);
+  }
   const PointArgs a = point_args(op, input, target);
   dispatch_fd(a.cd, [&](auto tag) {
     using T = decltype(tag);
@@ -406,6 +410,9 @@ void mse_loss_out(const TensorImpl& input, const TensorImpl& target, LossReducti
 void mse_loss_backward_out(const TensorImpl& grad_output, const TensorImpl& input,
                            const TensorImpl& target, LossReduction r, TensorImpl& grad_input) {
   constexpr std::string_view op = "mse_loss_backward";
+  if (input.device() != Device::CPU || grad_output.device() != Device::CPU) [[unlikely]] {
+    return cuda::mse_loss_backward_out(grad_output, input, target, static_cast<int>(r), grad_input);
+  }
   const PointArgs a = point_args(op, input, target);
   dispatch_fd(a.cd, [&](auto tag) {
     using T = decltype(tag);

@@ -15,6 +15,7 @@
 #include <limits>
 #include <memory>
 
+#include "kiln/runtime/cuda/eager.h"
 #include "kiln/runtime/kernels/loop.h"
 #include "kiln/runtime/thread_pool.h"
 #include "kiln/runtime/views.h"
@@ -740,6 +741,9 @@ DType sum_result_dtype(DType in) {
 }
 
 void sum_out(const TensorImpl& self, std::span<const int64_t> dims, bool keepdim, TensorImpl& out) {
+  if (self.device() != Device::CPU || out.device() != Device::CPU) [[unlikely]] {
+    return cuda::reduce_out("sum", self, dims, false, out);
+  }
   reduce_with(self, dims, keepdim, out, sum_result_dtype(self.dtype()), "sum", false,
               [&](const Geom& g) {
                 visit_dtype(self.dtype(), [&](auto tag) {
@@ -751,6 +755,9 @@ void sum_out(const TensorImpl& self, std::span<const int64_t> dims, bool keepdim
 void mean_out(const TensorImpl& self, std::span<const int64_t> dims, bool keepdim,
               TensorImpl& out) {
   check_floating(self, "mean");
+  if (self.device() != Device::CPU || out.device() != Device::CPU) [[unlikely]] {
+    return cuda::reduce_out("mean", self, dims, true, out);
+  }
   reduce_with(self, dims, keepdim, out, self.dtype(), "mean", false, [&](const Geom& g) {
     visit_dtype(self.dtype(), [&](auto tag) {
       using T = decltype(tag);

@@ -111,6 +111,9 @@ class Module : public std::enable_shared_from_this<Module> {
   void zero_grad(bool set_to_none = true);
   // Converts floating-point parameters and buffers (and their grads) to `dtype`.
   Module& to(DType dtype);
+  // Moves every parameter and buffer to `device` (PyTorch's module.to(device) / .cuda()): new
+  // leaf tensors in the same slots, so build optimizers after moving.
+  Module& to(Device device);
 
   // --- state
   // Parameters, then persistent buffers, per module in pre-order; tensors share data with the

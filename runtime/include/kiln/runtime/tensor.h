@@ -15,8 +15,6 @@
 
 namespace kiln {
 
-enum class Device : uint8_t { CPU = 0, CUDA = 1 };
-
 // Owned by the frontend; the runtime only destroys it with the tensor.
 struct AutogradMetaBase {
   virtual ~AutogradMetaBase() = default;
@@ -34,13 +32,21 @@ class TensorImpl : public RefCounted {
   int64_t numel() const { return numel_; }
   int64_t storage_offset() const { return offset_; }
   DType dtype() const { return dtype_; }
-  Device device() const { return Device::CPU; }
+  Device device() const { return storage_->device(); }
   size_t itemsize() const { return dtype_size(dtype_); }
   size_t nbytes() const { return static_cast<size_t>(numel_) * itemsize(); }
   bool is_contiguous() const { return contiguous_; }
 
   const StoragePtr& storage() const { return storage_; }
+  // The first element's CPU address. A tensor on another device throws (a CPU kernel reached
+  // with a CUDA tensor: an op without a CUDA kernel), never hands out a device address.
   void* data() const {
+    if (storage_->device() != Device::CPU) [[unlikely]]
+      fail_not_on_cpu();
+    return raw_data();
+  }
+  // The first element's address on the tensor's device (the CUDA backend's kernels).
+  void* raw_data() const {
     return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(itemsize());
   }
   template <typename T>
@@ -55,6 +61,7 @@ class TensorImpl : public RefCounted {
 
  private:
   void refresh();
+  [[noreturn]] void fail_not_on_cpu() const;
 
   StoragePtr storage_;
   Dims sizes_;
@@ -77,6 +84,10 @@ int64_t wrap_dim(int64_t dim, int64_t rank, std::string_view op);
 
 // A new contiguous tensor; contents are uninitialized.
 TensorImplPtr empty(std::span<const int64_t> sizes, DType dtype);
+// The same on `device`: Device::CUDA memory comes from the CUDA caching allocator (kiln::Error
+// "no CUDA device: ..." where there is none). Defined with the CUDA backend (src/cuda), so the
+// artifact core links no device code.
+TensorImplPtr empty(std::span<const int64_t> sizes, DType dtype, Device device);
 TensorImplPtr zeros(std::span<const int64_t> sizes, DType dtype);
 // Borrows `data` (the caller keeps it alive); strides default to contiguous.
 TensorImplPtr from_blob(void* data, std::span<const int64_t> sizes, DType dtype,
@@ -84,7 +95,7 @@ TensorImplPtr from_blob(void* data, std::span<const int64_t> sizes, DType dtype,
 // A view of `base`'s storage with the given geometry; checks that it stays inside the storage.
 TensorImplPtr make_view(const TensorImpl& base, Dims sizes, Dims strides, int64_t offset);
 
-// Shape description used in error messages: "[2, 3] f32".
+// Shape description used in error messages: "[2, 3] f32", "[2, 3] f32 cuda" off the CPU.
 std::string describe(const TensorImpl& t);
 
 }  // namespace kiln

@@ -96,6 +96,9 @@ struct UnaryParams {
   double a = __builtin_nan("");
   double b = __builtin_nan("");
 };
+// The parameters an op runs with: p's, else the op's default (leaky_relu 0.01, hardtanh -1, 1).
+double unary_param_a(UnaryOp op, const UnaryParams& p);
+double unary_param_b(UnaryOp op, const UnaryParams& p);
 enum class GeluApproximate : uint8_t { None, Tanh };
 
 // The dtype of unary(op, x): x's dtype, or float32 for a float op on an integer/bool input.
