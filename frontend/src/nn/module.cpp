@@ -351,45 +351,36 @@ void Module::zero_grad(bool set_to_none) {
   }
 }
 
-Module& Module::to(DType dtype) {
-  KILN_CHECK(is_floating(dtype), type_name_, "to() expects a floating-point dtype, got ", dtype);
+void Module::convert_tensors(const std::function<bool(const Tensor&)>& applies,
+                             const std::function<Tensor(const Tensor&)>& convert) {
   autograd::NoGradGuard no_grad;
   for (const ModulePtr& m : modules()) {
     for (auto& s : m->params_) {
       Tensor& t = *s.tensor;
-      if (!t.defined() || !t.is_floating_point() || t.dtype() == dtype) continue;
+      if (!t.defined() || !applies(t)) continue;
       Tensor grad = t.grad();
-      Tensor n = t.to(dtype).detach();
+      Tensor n = convert(t).detach();
       n.requires_grad_(t.requires_grad());
-      if (grad.defined()) n.set_grad(grad.to(dtype).detach());
+      if (grad.defined()) n.set_grad(convert(grad).detach());
       t = n;
     }
     for (auto& s : m->buffers_) {
       Tensor& t = *s.tensor;
-      if (!t.defined() || !t.is_floating_point() || t.dtype() == dtype) continue;
-      t = t.to(dtype).detach();
+      if (t.defined() && applies(t)) t = convert(t).detach();
     }
   }
+}
+
+Module& Module::to(DType dtype) {
+  KILN_CHECK(is_floating(dtype), type_name_, "to() expects a floating-point dtype, got ", dtype);
+  convert_tensors([dtype](const Tensor& t) { return t.is_floating_point() && t.dtype() != dtype; },
+                  [dtype](const Tensor& t) { return t.to(dtype); });
   return *this;
 }
 
 Module& Module::to(Device device) {
-  autograd::NoGradGuard no_grad;
-  for (const ModulePtr& m : modules()) {
-    for (auto& s : m->params_) {
-      Tensor& t = *s.tensor;
-      if (!t.defined() || t.device() == device) continue;
-      Tensor grad = t.grad();
-      Tensor n = t.to(device).detach();
-      n.requires_grad_(t.requires_grad());
-      if (grad.defined()) n.set_grad(grad.to(device).detach());
-      t = n;
-    }
-    for (auto& s : m->buffers_) {
-      Tensor& t = *s.tensor;
-      if (t.defined() && t.device() != device) t = t.to(device).detach();
-    }
-  }
+  convert_tensors([device](const Tensor& t) { return t.device() != device; },
+                  [device](const Tensor& t) { return t.to(device); });
   return *this;
 }
 

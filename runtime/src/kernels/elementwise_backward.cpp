@@ -12,27 +12,6 @@ namespace {
 
 enum class Bwd { Threshold, Sigmoid, Tanh, Gelu, GeluTanh, Silu, LeakyRelu, Hardtanh };
 
-const char* bwd_name(Bwd op) {
-  switch (op) {
-    case Bwd::Threshold:
-      return "threshold_backward";
-    case Bwd::Sigmoid:
-      return "sigmoid_backward";
-    case Bwd::Tanh:
-      return "tanh_backward";
-    case Bwd::Gelu:
-    case Bwd::GeluTanh:
-      return "gelu_backward";
-    case Bwd::Silu:
-      return "silu_backward";
-    case Bwd::LeakyRelu:
-      return "leaky_relu_backward";
-    case Bwd::Hardtanh:
-      return "hardtanh_backward";
-  }
-  return "backward";
-}
-
 template <typename T>
 void run_scalar_bwd(Bwd op, TensorImpl& out, const std::array<ew::In, 2>& ins, T pa, T pb) {
   auto go = [&](auto f) { ew::run<2, T, T, true>(out, ins, ew::BinaryLoop<T, T, decltype(f)>{f}); };
@@ -77,6 +56,10 @@ const char* bwd_formula(Bwd op) {
       return "gelu_tanh_backward";
   }
   return "";
+}
+// The op's name in errors: the formula's, gelu for both of its forms.
+const char* bwd_name(Bwd op) {
+  return op == Bwd::GeluTanh ? "gelu_backward" : bwd_formula(op);
 }
 int bwd_params(Bwd op) {
   return op == Bwd::Hardtanh ? 2 : (op == Bwd::Threshold || op == Bwd::LeakyRelu) ? 1 : 0;

@@ -140,6 +140,10 @@ class Module : public std::enable_shared_from_this<Module> {
   void register_module_impl(const std::string& name, ModulePtr module);
   // Containers override it to keep their own lists in step.
   virtual void replace_module_impl(const std::string& name, ModulePtr module);
+  // Replaces every parameter and buffer (of this module and its children) for which `applies`
+  // holds with convert(it), detached; parameters keep requires_grad and get converted grads.
+  void convert_tensors(const std::function<bool(const Tensor&)>& applies,
+                       const std::function<Tensor(const Tensor&)>& convert);
   // Whether load_state_dict accepts a checkpoint without this module's entry `name` (its own
   // parameter or buffer name, unqualified).
   virtual bool omittable_state(const std::string& name) const { return false; }
