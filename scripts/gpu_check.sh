@@ -4,6 +4,7 @@
 # and the one shared library they need that the GPU image lacks), then the PyTorch peer.
 #   bash scripts/gpu_check.sh            # logs under $OUT (the device tool's folder) or /tmp
 #   KILN_GPU_PEERS=0 bash scripts/gpu_check.sh   # without the PyTorch peer
+#   KILN_GPU_BENCH=0 KILN_GPU_PEERS=0 ...          # the tests alone
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/kiln-gpu-check}
@@ -22,7 +23,7 @@ export LD_LIBRARY_PATH="$libdirs:${LD_LIBRARY_PATH:-}"
 export KILN_CACHE_DIR="$out/cache"
 .gpu/kiln_cuda_tests --gtest_brief=1 2>&1 | tee "$out/tests.txt" | tail -60
 tests_rc=${PIPESTATUS[0]}
-.gpu/bench_cuda --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+[ "${KILN_GPU_BENCH:-1}" = 1 ] && .gpu/bench_cuda --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/bench_cuda.json" 2>&1 | tee "$out/bench.txt" | grep -v "^\*\*\*"
 [ "${KILN_GPU_PEERS:-1}" = 1 ] && PYTHONUNBUFFERED=1 timeout 240 python3 bench/peers/cuda_torch.py 2>&1 | tee "$out/torch.txt" |
   grep -E "RESULT|device|Error"

@@ -54,6 +54,23 @@ TEST(CudaCompile, EveryUnaryAndBinaryOpCompiles) {
   EXPECT_GT(code.cubin.size(), 64u);
 }
 
+// The activations' backward formulas (formula_out's calls), with their parameters.
+TEST(CudaCompile, BackwardFormulasCompile) {
+  KILN_REQUIRE_NVRTC();
+  cuda::PointwiseExpr e;
+  const auto g = e.input(0), x = e.input(1), a = e.constant(0.1), b = e.constant(2.0);
+  using V = cuda::PointwiseExpr::Value;
+  V v = e.call("threshold_backward", std::vector<V>{g, x, a});
+  v = e.call("leaky_relu_backward", std::vector<V>{v, x, a});
+  v = e.call("hardtanh_backward", std::vector<V>{v, x, a, b});
+  for (const char* f : {"sigmoid_backward", "tanh_backward", "silu_backward", "gelu_backward",
+                        "gelu_tanh_backward"}) {
+    v = e.call(f, std::vector<V>{v, x});
+  }
+  const cuda::CompiledCode code = cuda::compile("backward", cuda::pointwise_source(e), "sm_90");
+  EXPECT_NE(code.ptx.find(".entry kiln_pointwise_strided"), std::string::npos);
+}
+
 TEST(CudaCompile, ReductionKernelCompilesForSm90) {
   KILN_REQUIRE_NVRTC();
   const cuda::CompiledCode code = cuda::compile("sum", cuda::reduce_source(), "sm_90");

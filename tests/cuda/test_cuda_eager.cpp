@@ -246,12 +246,14 @@ TEST(CudaEager, AllocatorReusesAndReportsStats) {
   KILN_REQUIRE_CUDA_DEVICE();
   cuda::CachingAllocator& alloc = cuda::device_allocator();
   { Tensor t(kiln::empty(Dims{1 << 20}, DType::Float32, Device::CUDA)); }
+  alloc.reset_peak();
   const cuda::CachingAllocatorStats before = alloc.stats();
   for (int i = 0; i < 10; ++i) Tensor t(kiln::empty(Dims{1 << 20}, DType::Float32, Device::CUDA));
   const cuda::CachingAllocatorStats after = alloc.stats();
   EXPECT_EQ(after.source_allocations, before.source_allocations);  // served from the cache
   EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
-  EXPECT_GE(after.peak_allocated_bytes, 4 << 20);
+  // One 4 MiB tensor at a time: the peak rose by exactly that over what was live.
+  EXPECT_EQ(after.peak_allocated_bytes, before.allocated_bytes + (4 << 20));
   alloc.empty_cache();
   EXPECT_LE(alloc.stats().reserved_bytes, before.reserved_bytes);
 }
@@ -280,14 +282,24 @@ TEST(CudaEager, StreamsEventsAndPinnedCopies) {
 TEST(CudaEager, KernelsAreCachedInMemoryAndOnDisk) {
   KILN_REQUIRE_CUDA_DEVICE();
   Tensor x = ones({10}).cuda();
-  EXPECT_EQ(values(x * 7.0), std::vector<float>(10, 7.0f));
+  const cuda::KernelCacheStats before = cuda::kernel_cache_stats();
+  // An expression no other test runs: one new module, compiled or read from the disk cache.
+  cuda::PointwiseExpr e;
+  const auto in = e.input(0);
+  e.binary(BinaryOp::Mul, e.unary(UnaryOp::Sin, e.unary(UnaryOp::Cos, in)), in);
+  Tensor y(kiln::empty(Dims{10}, DType::Float32, Device::CUDA));
+  const TensorImpl* inputs[] = {x.impl()};
+  cuda::pointwise_out("test", e, inputs, *y.impl(), cuda::current_stream());
+  EXPECT_EQ(values(y), std::vector<float>(10, static_cast<float>(std::sin(std::cos(1.0)))));
   const cuda::KernelCacheStats first = cuda::kernel_cache_stats();
-  EXPECT_GE(first.compiled + first.from_disk, 1);
+  EXPECT_GE((first.compiled + first.from_disk) - (before.compiled + before.from_disk), 1);
+  EXPECT_EQ(values(x * 7.0), std::vector<float>(10, 7.0f));
+  const cuda::KernelCacheStats second = cuda::kernel_cache_stats();
   // Another number is an argument of the same kernel: nothing is compiled or loaded again.
   EXPECT_EQ(values(x * -2.5), std::vector<float>(10, -2.5f));
-  const cuda::KernelCacheStats second = cuda::kernel_cache_stats();
-  EXPECT_EQ(second.compiled, first.compiled);
-  EXPECT_EQ(second.from_disk, first.from_disk);
+  const cuda::KernelCacheStats third = cuda::kernel_cache_stats();
+  EXPECT_EQ(third.compiled, second.compiled);
+  EXPECT_EQ(third.from_disk, second.from_disk);
   // The disk cache holds cubins named <hash>-<arch>-nvrtc<version>.cubin.
   if (const char* dir = std::getenv("KILN_CACHE_DIR")) {
     bool found = false;

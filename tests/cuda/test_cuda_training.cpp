@@ -9,6 +9,7 @@
 #include "cuda_test_util.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
+#include "kiln/serialize.h"
 
 namespace kiln {
 namespace {
@@ -80,6 +81,82 @@ TEST(CudaTraining, MlpWithMseAndSgdFollowsTheCpu) {
               1.0)
         << "parameter " << i;
   }
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+using cuda_test::values;
+using cuda_test::worst_error;
+
+Tensor seeded_randn(std::initializer_list<int64_t> sizes, uint64_t seed) {
+  manual_seed(seed);
+  return randn(Dims(sizes));
+}
+
+TEST(CudaViews, WritesIntoViewsAndSliceGradients) {
+  KILN_REQUIRE_CUDA_DEVICE();
+  // A copy into a transposed view and an in-place add on a column slice.
+  Tensor src = seeded_randn({6, 4}, 1);
+  Tensor d = zeros({4, 6}).cuda();
+  Tensor dt = d.transpose(0, 1);
+  copy_(dt, src.cuda());
+  EXPECT_EQ(values(d), values(src.transpose(0, 1).contiguous()));
+  Tensor cols = d.narrow(1, 2, 3);
+  add_(cols, ones({4, 3}).cuda());
+  Tensor want = src.transpose(0, 1).contiguous();
+  Tensor want_cols = want.narrow(1, 2, 3);
+  add_(want_cols, ones({4, 3}));
+  EXPECT_EQ(values(d), values(want));
+  // The gradient of a slice scatters into zeros of the input on the device.
+  Tensor x = seeded_randn({5, 9}, 2);
+  Tensor xc = x.clone().requires_grad_(true), xd = x.cuda().requires_grad_(true);
+  (xc.narrow(1, 3, 4) * 2.0).backward(full({5, 4}, 1.5));
+  (xd.narrow(1, 3, 4) * 2.0).backward(full({5, 4}, 1.5).cuda());
+  EXPECT_EQ(values(xd.grad()), values(xc.grad()));
+  // Overlapping an input other than as the same view is refused, not raced.
+  Tensor v = ones({10}).cuda();
+  Tensor tail = v.narrow(0, 1, 9);
+  EXPECT_THROW(add_(tail, v.narrow(0, 0, 9)), Error);
+}
+
+TEST(CudaViews, MatmulOnOffsetViewsAndLinearBackwardOver3d) {
+  KILN_REQUIRE_CUDA_DEVICE();
+  // Rows 1.. of a [65, 33] matrix start 132 bytes in: 4-byte aligned operands.
+  Tensor a = seeded_randn({65, 33}, 3), b = seeded_randn({33, 17}, 4);
+  Tensor got = matmul(a.cuda().narrow(0, 1, 64), b.cuda());
+  Tensor want = matmul(a.narrow(0, 1, 64).to(DType::Float64), b.to(DType::Float64));
+  const double* w = want.contiguous().data_ptr<double>();
+  EXPECT_LE(worst_error(values(got), std::vector<double>(w, w + want.numel()), 0, 1e-4), 1.0);
+  // linear over [2, 5, 16]: forward and input/weight/bias gradients as on the CPU.
+  manual_seed(5);
+  auto lin_cpu = std::make_shared<nn::Linear>(16, 8);
+  manual_seed(5);
+  auto lin_gpu = std::make_shared<nn::Linear>(16, 8);
+  lin_gpu->to(Device::CUDA);
+  Tensor x = seeded_randn({2, 5, 16}, 6), g = seeded_randn({2, 5, 8}, 7);
+  Tensor xc = x.clone().requires_grad_(true), xd = x.cuda().requires_grad_(true);
+  lin_cpu->forward(xc).backward(g);
+  lin_gpu->forward(xd).backward(g.cuda());
+  auto close = [](const Tensor& gpu, const Tensor& cpu) {
+    std::vector<float> c = values(cpu);
+    return worst_error(values(gpu), std::vector<double>(c.begin(), c.end()), 1e-4, 1e-5);
+  };
+  EXPECT_LE(close(xd.grad(), xc.grad()), 1.0);
+  EXPECT_LE(close(lin_gpu->weight.grad(), lin_cpu->weight.grad()), 1.0);
+  EXPECT_LE(close(lin_gpu->bias.grad(), lin_cpu->bias.grad()), 1.0);
+}
+
+TEST(CudaViews, SavingDeviceTensorsWritesTheirValues) {
+  KILN_REQUIRE_CUDA_DEVICE();
+  Tensor x = seeded_randn({3, 7}, 8);
+  const std::vector<uint8_t> bytes = save_to_bytes(Value(x.cuda()));
+  Tensor back = load_from_bytes(bytes).to_tensor();
+  EXPECT_FALSE(back.is_cuda());
+  EXPECT_EQ(values(back), values(x));
 }
 
 }  // namespace

@@ -63,6 +63,7 @@ class Node : public std::enable_shared_from_this<Node> {
   // Output metadata: to build zero gradients for outputs that received none.
   std::vector<Dims> output_sizes;
   std::vector<DType> output_dtypes;
+  std::vector<Device> output_devices;
 
  private:
   uint64_t sequence_nr_;

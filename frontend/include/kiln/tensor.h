@@ -103,15 +103,16 @@ class Tensor {
   T* data_ptr(std::source_location where = std::source_location::current()) const {
     KILN_CHECK(dtype_of<T> == dtype(), "data_ptr", "expected dtype ", dtype_of<T>, ", tensor has ",
                dtype());
+    T* p = checked().data_ptr<T>();  // refuses device memory before the tracer reads the bytes
     if (dispatch::detail::active_hook) [[unlikely]]
       dispatch::detail::note_raw_access(*this, where);
-    return checked().data_ptr<T>();
+    return p;
   }
   void* data(std::source_location where = std::source_location::current()) const {
-    const TensorImpl& t = checked();
+    void* p = checked().data();  // refuses device memory before the tracer reads the bytes
     if (dispatch::detail::active_hook) [[unlikely]]
       dispatch::detail::note_raw_access(*this, where);
-    return t.data();
+    return p;
   }
   // The single value of a one-element tensor, converted to T. Under tracing this is a read-back:
   // the tracer records a guard and warns with the caller's location.

@@ -236,10 +236,12 @@ void set_history(const std::shared_ptr<Node>& node, const TensorList& inputs,
   node->num_outputs = static_cast<uint32_t>(outputs.size());
   node->output_sizes.clear();
   node->output_dtypes.clear();
+  node->output_devices.clear();
   for (uint32_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
     node->output_sizes.push_back(out.defined() ? out.sizes() : Dims{});
     node->output_dtypes.push_back(out.defined() ? out.dtype() : DType::Float32);
+    node->output_devices.push_back(out.defined() ? out.device() : Device::CPU);
     if (!out.defined()) continue;
     auto& meta = out.ensure_autograd_meta();
     meta.grad_fn = node;
@@ -256,6 +258,9 @@ TensorList FunctionNode::apply(TensorList&& grads) {
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined() && i < output_sizes.size()) {
       grads[i] = Tensor(kiln::zeros(output_sizes[i], output_dtypes[i]));
+      if (i < output_devices.size() && output_devices[i] != Device::CPU) {
+        grads[i] = grads[i].to(output_devices[i]);
+      }
     }
   }
   TensorList saved;

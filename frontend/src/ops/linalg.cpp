@@ -96,8 +96,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                    [has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
                      const Tensor& xi = s[0];
                      const Tensor& w = s[1];
-                     Tensor gx = xi.requires_grad() ? matmul(g[0], w) : Tensor();
                      Tensor g2 = g[0].reshape(Dims{-1, w.size(0)});
+                     // CUDA multiplies 2-D matrices only: the rows folded, as in the forward.
+                     Tensor gx = !xi.requires_grad() ? Tensor()
+                                 : xi.is_cuda()      ? mm(g2, w).reshape(xi.sizes())
+                                                     : matmul(g[0], w);
                      Tensor x2 = xi.reshape(Dims{-1, w.size(1)});
                      Tensor gw = w.requires_grad() ? mm(g2.t(), x2) : Tensor();
                      Tensor gb = has_bias ? sum(g2, Dims{0}) : Tensor();

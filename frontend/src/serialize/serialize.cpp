@@ -181,6 +181,7 @@ uint64_t align_up(uint64_t x) {
 struct Writer {
   std::vector<uint8_t> tree;
   std::vector<const Storage*> storages;
+  std::vector<Tensor> host_copies;  // device tensors' bytes, copied to the host
   std::unordered_map<const Storage*, uint64_t> index;
 
   void put_string(const std::string& s) {
@@ -224,6 +225,12 @@ struct Writer {
     if (!t.defined()) {
       put_u8(tree, kUndefinedTensor);
       return;
+    }
+    if (t.device() != Device::CPU) {
+      // Written from a host copy (loaded back as a CPU tensor); kept alive until the bytes are out.
+      host_copies.push_back(t.cpu());
+      host_copies.back().requires_grad_(t.requires_grad());
+      return tensor(host_copies.back());
     }
     const TensorImpl& impl = *t.impl();
     const Storage* s = impl.storage().get();

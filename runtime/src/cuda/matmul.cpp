@@ -10,6 +10,7 @@
 
 #include "api.h"
 #include "kiln/runtime/cuda/cuda.h"
+#include "kiln/runtime/cuda/eager.h"
 #include "kiln/runtime/cuda/pointwise.h"
 #include "kiln/runtime/error.h"
 
@@ -220,6 +221,28 @@ void matmul_out(const TensorImpl& a, const TensorImpl& b, const TensorImpl* bias
       pointwise_out(kOp, e, in, out, stream);
     }
     return;
+  }
+  // cuBLASLt's heuristic assumes 256-byte aligned operands (its default preference); views with
+  // a storage offset are less aligned, so they are copied to fresh (512-byte aligned) blocks.
+  auto aligned = [](const TensorImpl& t) {
+    return reinterpret_cast<uintptr_t>(t.raw_data()) % 256 == 0;
+  };
+  auto fresh_copy = [&](const TensorImpl& t) {
+    TensorImplPtr c = empty(t.sizes(), t.dtype(), Device::CUDA);
+    copy_out(*c, t);
+    return c;
+  };
+  if (!aligned(a) || !aligned(b) || !aligned(out) || (bias && !aligned(*bias))) [[unlikely]] {
+    TensorImplPtr a2 = aligned(a) ? TensorImplPtr() : fresh_copy(a);
+    TensorImplPtr b2 = aligned(b) ? TensorImplPtr() : fresh_copy(b);
+    TensorImplPtr bias2 = !bias || aligned(*bias) ? TensorImplPtr() : fresh_copy(*bias);
+    const TensorImpl* bias_used = bias2 ? bias2.get() : bias;
+    if (aligned(out)) {
+      return matmul_out(a2 ? *a2 : a, b2 ? *b2 : b, bias_used, relu, out, options, stream);
+    }
+    TensorImplPtr o2 = empty(out.sizes(), DType::Float32, Device::CUDA);
+    matmul_out(a2 ? *a2 : a, b2 ? *b2 : b, bias_used, relu, *o2, options, stream);
+    return copy_out(out, *o2);
   }
   // Row-major C = A B is column-major C^T = B^T A^T: cuBLASLt's "A" is our b, its "B" our a.
   const Operand ob = operand(b, "b"), oa = operand(a, "a");

@@ -77,6 +77,31 @@ void* device_address(const TensorImpl& t) {
   return t.raw_data();
 }
 
+// [first, last] element addresses of a view (bytes).
+std::pair<uintptr_t, uintptr_t> byte_range(const TensorImpl& t) {
+  const auto base = reinterpret_cast<uintptr_t>(t.raw_data());
+  uintptr_t last = base;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.sizes()[d] > 1) last += (t.sizes()[d] - 1) * t.strides()[d] * t.itemsize();
+  }
+  return {base, last + t.itemsize() - 1};
+}
+
+// Each element is read and written by one thread, so an output that is exactly an input
+// (in-place ops) is safe; any other overlap would read elements another thread already wrote
+// (PyTorch refuses it too).
+void check_overlap(std::string_view op, const TensorImpl& in, int index, const TensorImpl& out) {
+  if (in.storage().get() != out.storage().get() || in.numel() == 0 || out.numel() == 0) return;
+  if (in.raw_data() == out.raw_data() && in.sizes() == out.sizes() &&
+      in.strides() == out.strides()) {
+    return;
+  }
+  const auto [a0, a1] = byte_range(in);
+  const auto [b0, b1] = byte_range(out);
+  KILN_CHECK(a1 < b0 || b1 < a0, op, "the output ", describe(out), " overlaps input ", index, " ",
+             describe(in), " in memory without being the same view; write into a clone");
+}
+
 struct PointwiseKernels {
   const Kernel* flat = nullptr;
   const Kernel* strided = nullptr;
@@ -207,8 +232,8 @@ std::string pointwise_source(const PointwiseExpr& e) {
   std::string s = kPrelude;
   s += kFormulas;
   s += "\n" + e.device_function();
-  s += "struct KilnGeom { long long sizes[8]; long long strides[" + std::to_string(std::max(n, 1)) +
-       "][8]; int rank; };\n";
+  s += "struct KilnGeom { long long sizes[8]; long long out_strides[8]; long long strides[" +
+       std::to_string(std::max(n, 1)) + "][8]; int rank; };\n";
   // Contiguous inputs of the output's shape: 16-byte vector loads where every pointer allows.
   s += "extern \"C\" __global__ void kiln_pointwise_flat(float* __restrict__ out" + params +
        ", long long n, int vec) {\n"
@@ -247,16 +272,17 @@ std::string pointwise_source(const PointwiseExpr& e) {
        "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += step) "
        "{\n";
   for (int i = 0; i < n; ++i) s += "    long long o" + std::to_string(i) + " = 0;\n";
-  s += "    long long rem = i;\n"
+  s += "    long long oo = 0, rem = i;\n"
        "    for (int d = g.rank - 1; d >= 0; --d) {\n"
        "      const long long idx = rem % g.sizes[d];\n"
-       "      rem /= g.sizes[d];\n";
+       "      rem /= g.sizes[d];\n"
+       "      oo += idx * g.out_strides[d];\n";
   for (int i = 0; i < n; ++i) {
     const std::string k = std::to_string(i);
     s += "      o" + k + " += idx * g.strides[" + k + "][d];\n";
   }
   s += "    }\n"
-       "    out[i] = kiln_pointwise(" +
+       "    out[oo] = kiln_pointwise(" +
        strided_args +
        ");\n"
        "  }\n"
@@ -273,12 +299,17 @@ void pointwise_out(std::string_view op, const PointwiseExpr& e,
              device_name(out.device()));
   KILN_CHECK(out.dtype() == DType::Float32, op, "the CUDA backend runs float32 only so far, got ",
              dtype_name(out.dtype()));
-  KILN_CHECK(out.is_contiguous(), op, "expected a contiguous output on cuda, got strides ",
-             describe(out));
+  // Outputs may be views (in-place ops on slices, copies into them); element-wise overlap of
+  // the output with an input other than exact aliasing is refused by the callers.
+  for (int64_t d = 0; d < out.dim(); ++d) {
+    KILN_CHECK(out.strides()[d] > 0 || out.sizes()[d] <= 1, op,
+               "expected an output without broadcast (stride 0) dims on cuda, got ", describe(out),
+               " with strides ", out.strides());
+  }
   KILN_CHECK(out.dim() <= kMaxRank, op, "expected at most ", kMaxRank, " dims on cuda, got ",
              out.dim());
   const int64_t numel = out.numel();
-  bool flat = true;
+  bool flat = out.is_contiguous();
   std::vector<Dims> strides(n_in);
   for (int i = 0; i < n_in; ++i) {
     const TensorImpl& t = *inputs[i];
@@ -299,6 +330,7 @@ void pointwise_out(std::string_view op, const PointwiseExpr& e,
       s[d + shift] = size == 1 ? 0 : t.strides()[d];
     }
     flat = flat && t.is_contiguous() && t.sizes() == out.sizes();
+    check_overlap(op, t, i, out);
     strides[i] = std::move(s);
   }
   if (numel == 0) return;
@@ -327,11 +359,14 @@ void pointwise_out(std::string_view op, const PointwiseExpr& e,
     k.flat->launch(op, grid_for(vec ? (n + 3) / 4 : n), kBlock, args.data(), stream);
     return;
   }
-  // KilnGeom as the generated struct lays it out: sizes[8], strides[n][8], rank.
-  std::vector<long long> geom(kMaxRank + kMaxRank * std::max(n_in, 1) + 1, 0);
-  for (int64_t d = 0; d < out.dim(); ++d) geom[d] = out.sizes()[d];
+  // KilnGeom as the generated struct lays it out: sizes[8], out_strides[8], strides[n][8], rank.
+  std::vector<long long> geom(2 * kMaxRank + kMaxRank * std::max(n_in, 1) + 1, 0);
+  for (int64_t d = 0; d < out.dim(); ++d) {
+    geom[d] = out.sizes()[d];
+    geom[kMaxRank + d] = out.strides()[d];
+  }
   for (int i = 0; i < n_in; ++i) {
-    for (int64_t d = 0; d < out.dim(); ++d) geom[kMaxRank + i * kMaxRank + d] = strides[i][d];
+    for (int64_t d = 0; d < out.dim(); ++d) geom[2 * kMaxRank + i * kMaxRank + d] = strides[i][d];
   }
   int rank = static_cast<int>(out.dim());
   std::memcpy(&geom.back(), &rank, sizeof rank);

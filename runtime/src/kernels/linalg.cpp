@@ -433,7 +433,7 @@ void linear_out(const TensorImpl& input, const TensorImpl& weight, const TensorI
     if (bias) cuda::check_same_device("linear", input, "input", *bias, "bias");
     KILN_CHECK(input.is_contiguous(), "linear", "expected a contiguous input on cuda, got ",
                describe(input), " with strides ", input.strides());
-    const int64_t rows = input.numel() / in_f;
+    const int64_t rows = out.numel() / out_f;  // out is not empty here, so out_f > 0
     TensorImplPtr x2 = make_view(input, Dims{rows, in_f}, Dims{in_f, 1}, input.storage_offset());
     TensorImplPtr wt = make_view(weight, Dims{in_f, out_f},
                                  Dims{weight.stride(1), weight.stride(0)}, weight.storage_offset());
