@@ -100,7 +100,7 @@ void BM_Sgemm4096(benchmark::State& state) {
 BENCHMARK(BM_Sgemm4096)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // Host time per eager op (allocation, kernel lookup, launch) on small tensors: ops are queued
-// without waiting, so this is the launch overhead (PyTorch's ~5-10 us per op is the reference).
+// without waiting, so this is the launch overhead (the peer script times PyTorch's the same way).
 void BM_EagerLaunchOverhead(benchmark::State& state) {
   if (skip_without_device(state)) return;
   Tensor a = device_tensor(1024), b = device_tensor(1024);
