@@ -11,6 +11,10 @@
 // that needs constant xs, ws and b, and a bias whose int32 value is in range, else nothing folds.
 // relu folds as a clamp at yz (quantize(relu(v)) = max(quantize(v), yz)).
 //
+// Reshapes of a per-tensor dequantize (a classifier's flatten between the pooled features and its
+// linear layer) move above it first: reshape(dequantize(q)) = dequantize(reshape(q)), so the
+// layer reads a dequantize directly.
+//
 // What stays: the dequantize ops' other users keep them (dead ones go in the next cleanup), and
 // a layer whose float result has other users stays float (its quantize is not the only reader).
 
@@ -101,6 +105,24 @@ bool fold(ir::QuantizeOp quantize) {
   return true;
 }
 
+// reshape/view(dequantize(q, s, z)) -> dequantize(reshape/view(q), s, z) for a per-tensor s.
+void sink_reshape(mlir::Operation* reshape) {
+  auto dq = reshape->getOperand(0).getDefiningOp<ir::DequantizeOp>();
+  if (!dq || rank_of(dq->getOperand(1)) != 0) return;
+  auto qt = mlir::cast<mlir::RankedTensorType>(dq->getOperand(0).getType());
+  auto rt = mlir::cast<mlir::RankedTensorType>(reshape->getResult(0).getType());
+  mlir::OpBuilder b(reshape);
+  mlir::Operation* moved = b.clone(*reshape);
+  moved->setOperand(0, dq->getOperand(0));
+  moved->getResult(0).setType(mlir::RankedTensorType::get(rt.getShape(), qt.getElementType()));
+  mlir::Operation* deq = b.clone(*dq);
+  deq->setOperand(0, moved->getResult(0));
+  deq->getResult(0).setType(rt);
+  reshape->getResult(0).replaceAllUsesWith(deq->getResult(0));
+  reshape->erase();
+  if (dq->use_empty()) dq->erase();
+}
+
 struct FoldQuantDequantPass
     : mlir::PassWrapper<FoldQuantDequantPass, mlir::OperationPass<mlir::func::FuncOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FoldQuantDequantPass)
@@ -109,6 +131,11 @@ struct FoldQuantDequantPass
     return "Fold dequantize -> conv2d/linear (-> relu) -> quantize into kiln.qconv2d/qlinear";
   }
   void runOnOperation() override {
+    llvm::SmallVector<mlir::Operation*> reshapes;
+    getOperation().walk([&](mlir::Operation* op) {
+      if (mlir::isa<ir::ReshapeOp, ir::ViewOp>(op)) reshapes.push_back(op);
+    });
+    for (mlir::Operation* op : reshapes) sink_reshape(op);
     llvm::SmallVector<ir::QuantizeOp> quantizes;
     getOperation().walk([&](ir::QuantizeOp op) { quantizes.push_back(op); });
     for (ir::QuantizeOp op : quantizes) fold(op);

@@ -16,6 +16,7 @@ void register_passes() {
   mlir::registerPass([] { return create_fuse_mbconv_pass(); });
   mlir::registerPass([] { return create_fuse_conv_avgpool_pass(); });
   mlir::registerPass([] { return create_fold_qdq_pass(); });
+  mlir::registerPass([] { return create_insert_qdq_pass(); });
   mlir::registerPass([] { return create_mbconv_channels_last_pass(); });
   mlir::registerPass([] { return create_eliminate_gradients_pass(); });
   mlir::registerPass([] { return create_fuse_elementwise_pass(); });

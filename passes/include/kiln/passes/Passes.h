@@ -61,6 +61,10 @@ std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes = kMBConvM
 // layer, becomes one kiln.qconv2d / kiln.qlinear (a float bias becomes int32 at x_scale *
 // w_scale when the scales and bias are constants).
 std::unique_ptr<mlir::Pass> create_fold_qdq_pass();
+// --kiln-insert-qdq: a quantization plan written on the IR (kiln.qparams on values, kiln.qweight
+// on conv2d / linear: see InsertQuantDequant.cpp) becomes quantize/dequantize pairs and int8
+// weight constants, the form --kiln-fold-qdq folds.
+std::unique_ptr<mlir::Pass> create_insert_qdq_pass();
 // --kiln-fuse-conv-avgpool: a conv2d / conv2d_fused without residual whose only user is an
 // adaptive_avg_pool2d to 1x1 (a classifier head) becomes one kiln.conv2d_avgpool.
 std::unique_ptr<mlir::Pass> create_fuse_conv_avgpool_pass();
