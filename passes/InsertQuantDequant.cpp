@@ -3,7 +3,7 @@
 // computes it from calibration; tests write it by hand), so the policy (which values, which
 // observer, which scheme) stays with the caller and this pass only rewrites:
 //
-//   an op result (or @forward argument) with  kiln.qparams = {scale = S : f32,
+//   an op's first result (or a @forward argument) with  kiln.qparams = {scale = S : f32,
 //       zero_point = Z : i64, dtype = D : i64}
 //     v  ->  d = kiln.dequantize(kiln.quantize(v, S, Z) {dtype = D}, S, Z); v's other users read d
 //   a kiln.conv2d / kiln.linear with  kiln.qweight = {value = <int8 elements>,
@@ -11,7 +11,7 @@
 //     its weight operand -> kiln.dequantize(constant value, constant scale, constant zero_point)
 //     {axis = 0}; the float weight constant goes when nothing else reads it.
 //
-// The attributes are removed. A value that is not a ranked float32 tensor, or a qweight whose
+// (An op's first result: max_pool2d's values, not its indices.) The attributes are removed. A value that is not a ranked float32 tensor, or a qweight whose
 // shapes do not match the weight, is an error naming the op (nothing is half rewritten).
 
 #include "ConstantData.h"
@@ -156,8 +156,8 @@ struct InsertQuantDequantPass
       }
       if (auto attr = op->getAttrOfType<mlir::DictionaryAttr>(kQParams)) {
         op->removeAttr(kQParams);
-        if (op->getNumResults() != 1) {
-          op->emitError("kiln.qparams: expected an op with one result");
+        if (op->getNumResults() == 0) {
+          op->emitError("kiln.qparams: expected an op with a result");
           failed = true;
           continue;
         }

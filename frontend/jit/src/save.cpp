@@ -10,6 +10,7 @@
 #include "kiln/jit/save.h"
 
 #include "arguments.h"
+#include "pipeline.h"
 
 #include <cstdio>
 #include <fstream>
@@ -32,20 +33,6 @@ namespace {
 
 void add_memory_plan(mlir::OpPassManager& pm) {
   pm.addNestedPass<mlir::func::FuncOp>(passes::create_plan_memory_pass());
-}
-
-// Runs `build` on `module`; returns the diagnostics on failure ("" on success).
-template <typename Build>
-std::string run_pipeline(mlir::MLIRContext& ctx, mlir::ModuleOp module, Build build) {
-  std::string diagnostics;
-  mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic& d) {
-    diagnostics += d.str() + "\n";
-    return mlir::success();
-  });
-  mlir::PassManager pm(&ctx);
-  build(pm);
-  if (mlir::succeeded(pm.run(module))) return "";
-  return diagnostics.empty() ? std::string("the pass pipeline failed") : diagnostics;
 }
 
 // Every op the artifact would run by name must be a kernel of `registry`: one error lists each

@@ -1,0 +1,96 @@
+#pragma once
+// kiln::quant::prepare / convert — post-training static int8 quantization of a traced inference
+// function (PyTorch's prepare_fx / convert_fx, ONNX Runtime's quantize_static):
+//
+//   auto traced = kiln::jit::trace(*model, {example});          // or jit::import_onnx(...).traced
+//   auto prepared = kiln::quant::prepare(std::move(traced));    // freezes, folds batch norm
+//   for (const Tensor& batch : calibration) prepared.calibrate({batch});
+//   std::printf("%s", prepared.report().c_str());              // what runs int8, what stays fp32
+//   kiln::jit::TracedFunction q = kiln::quant::convert(std::move(prepared));
+//   kiln::jit::save(q, "model-int8.kiln");                      // kiln.qconv2d / kiln.qlinear
+//
+// Every kiln.conv2d and kiln.linear with constant weights (and a constant bias or none) becomes an
+// integer layer: weights int8, symmetric, per output channel (per tensor when asked); its input
+// and its output (after a relu that only it feeds) are observed during calibration and quantized
+// per tensor with the parameters the observers choose (observer.h's formulas). The converted
+// function holds quantize/dequantize pairs at those values and int8 weight constants: run by the
+// interpreter it simulates the integer arithmetic in float32; jit::save (the inference pipeline's
+// --kiln-fold-qdq) turns each layer into kiln.qconv2d / kiln.qlinear, so consecutive layers hand
+// int8 tensors to each other. Other ops (pooling, residual adds, softmax, ...) run in float32
+// between a dequantize and a quantize; report() lists them.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/tensor.h"
+#include "kiln/trace/trace.h"
+
+namespace kiln::quant {
+
+enum class Calibration {
+  MinMax,               // the range over every batch
+  MovingAverageMinMax,  // min += 0.01 * (batch min - min)
+  Percentile,           // the central `percentile` % of the values (outliers saturate)
+};
+
+struct QConfig {
+  // Activations: uint8 (affine, the default of FBGEMM, oneDNN and XNNPACK) or int8.
+  DType activation_dtype = DType::UInt8;
+  bool symmetric_activations = false;
+  Calibration calibration = Calibration::MinMax;
+  double percentile = 99.99;
+  // Weights are int8 and symmetric (zero point 0, what the VNNI kernels take), per output channel
+  // unless this is false.
+  bool per_channel_weights = true;
+};
+
+// One conv2d / linear of the traced function.
+struct LayerReport {
+  std::string op;        // "conv2d" or "linear"
+  int64_t index = 0;     // its position among @forward's conv2d and linear ops
+  std::string location;  // where the tracer recorded it
+  Dims weight_shape;
+  bool quantized = false;
+  std::string reason;  // why it stays float32 (when it does)
+};
+
+class Prepared {
+ public:
+  Prepared(Prepared&&) noexcept;
+  Prepared& operator=(Prepared&&) noexcept;
+  ~Prepared();
+
+  // Runs the function on one calibration batch (the traced inputs' shapes and dtypes) and
+  // updates every observer. Throws kiln::Error for inputs of another shape or dtype (naming the
+  // expected one) and for NaN or Inf reaching an observer (naming it).
+  void calibrate(const TensorList& inputs);
+  int64_t num_batches() const;
+  const std::vector<LayerReport>& layers() const;
+  // Ops that read a dequantized value and run in float32 ("kiln.max_pool2d x1, kiln.add x8").
+  std::vector<std::string> float_ops() const;
+  // A readable summary: one line per layer, then the float ops.
+  std::string report() const;
+
+ private:
+  friend Prepared prepare(jit::TracedFunction fn, const QConfig& config);
+  friend jit::TracedFunction convert(Prepared prepared);
+  struct Impl;
+  explicit Prepared(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Freezes `fn` (an inference function: not a training step), runs the eval-mode folds and batch
+// norm folding, and places the observers.
+Prepared prepare(jit::TracedFunction fn, const QConfig& config = {});
+
+// The quantized function (see the top of this file). Throws kiln::Error if no batch was
+// calibrated.
+jit::TracedFunction convert(Prepared prepared);
+
+// Signal-to-quantization-noise ratio of `test` against `reference` in dB:
+// 10 log10(sum ref^2 / sum (ref - test)^2) over all elements (infinity when they are equal).
+double sqnr(const Tensor& reference, const Tensor& test);
+
+}  // namespace kiln::quant

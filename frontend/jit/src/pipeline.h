@@ -1,0 +1,29 @@
+#pragma once
+// Running a pass pipeline on a module with MLIR's diagnostics collected into the error message
+// (internal to kiln_jit).
+
+#include <string>
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+namespace kiln::jit {
+
+// Runs the passes `build` adds on `module`; returns the diagnostics on failure ("" on success).
+template <typename Build>
+std::string run_pipeline(mlir::MLIRContext& ctx, mlir::ModuleOp module, Build build) {
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic& d) {
+    diagnostics += d.str() + "\n";
+    return mlir::success();
+  });
+  mlir::PassManager pm(&ctx);
+  build(pm);
+  if (mlir::succeeded(pm.run(module))) return "";
+  return diagnostics.empty() ? std::string("the pass pipeline failed") : diagnostics;
+}
+
+}  // namespace kiln::jit

@@ -1,0 +1,357 @@
+// kiln::quant::prepare / convert (kiln/jit/quantize.h): the policy of post-training int8
+// quantization. Which values are observed and how their parameters are chosen is decided here;
+// the graph rewrite is --kiln-insert-qdq (passes/InsertQuantDequant.cpp), which reads the plan
+// this file writes on the IR, and the integer layers come from --kiln-fold-qdq when the function
+// is saved.
+//
+// Calibration runs a clone of the prepared module whose @forward also returns every observed
+// value and every layer's weight, on the reference interpreter (the runtime's kernels).
+
+#include "kiln/jit/quantize.h"
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "kiln/ir/KilnDialect.h"
+#include "kiln/kiln.h"
+#include "kiln/passes/Passes.h"
+#include "kiln/quant.h"
+#include "kiln/quant/observer.h"
+#include "kiln/trace/freeze.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/IR/IRMapping.h"
+#include "pipeline.h"
+
+namespace kiln::quant {
+namespace {
+
+constexpr const char* kWho = "kiln::quant";
+
+// A value whose quantization parameters calibration chooses.
+struct Point {
+  mlir::Value value;
+  std::string name;  // "input of conv2d #3"
+  std::unique_ptr<Observer> observer;
+};
+
+std::string location_of(mlir::Operation* op) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  op->getLoc().print(os);
+  return s;
+}
+
+Dims shape_of(mlir::Value v) {
+  auto t = mlir::cast<mlir::RankedTensorType>(v.getType());
+  return Dims(std::vector<int64_t>(t.getShape().begin(), t.getShape().end()));
+}
+
+bool is_f32(mlir::Value v) {
+  auto t = mlir::dyn_cast<mlir::RankedTensorType>(v.getType());
+  return t && t.getElementType().isF32();
+}
+
+// Why a conv2d / linear stays float32 ("" when it can be quantized).
+std::string float_reason(mlir::Operation* layer) {
+  if (!is_f32(layer->getOperand(0)) || !is_f32(layer->getResult(0)))
+    return "its input or result is not float32";
+  if (!layer->getOperand(1).getDefiningOp<ir::ConstantOp>() || !is_f32(layer->getOperand(1)))
+    return "its weight is not a float32 constant";
+  mlir::Value bias = layer->getOperand(2);
+  if (!mlir::isa<mlir::NoneType>(bias.getType()) && !bias.getDefiningOp<ir::ConstantOp>())
+    return "its bias is not a constant";
+  return "";
+}
+
+// The value a layer's input is a reshape (or chain of reshapes) of: --kiln-fold-qdq moves
+// reshapes above a dequantize, so observing the source is enough.
+mlir::Value reshape_source(mlir::Value v) {
+  while (mlir::Operation* op = v.getDefiningOp()) {
+    if (!mlir::isa<ir::ReshapeOp, ir::ViewOp>(op)) break;
+    v = op->getOperand(0);
+  }
+  return v;
+}
+
+// Where --kiln-insert-qdq can put a quantize after `v`: a function argument or an op's first
+// result (max_pool2d's values).
+bool can_observe(mlir::Value v) {
+  if (mlir::isa<mlir::BlockArgument>(v)) return is_f32(v);
+  mlir::Operation* op = v.getDefiningOp();
+  return op && op->getResult(0) == v && is_f32(v);
+}
+
+std::unique_ptr<Observer> make_observer(const QConfig& c) {
+  ObserverOptions o;
+  o.dtype = c.activation_dtype;
+  o.qscheme = c.symmetric_activations ? QScheme::PerTensorSymmetric : QScheme::PerTensorAffine;
+  o.percentile = c.percentile;
+  switch (c.calibration) {
+    case Calibration::MinMax: return std::make_unique<MinMaxObserver>(o);
+    case Calibration::MovingAverageMinMax: return std::make_unique<MovingAverageMinMaxObserver>(o);
+    case Calibration::Percentile: return std::make_unique<PercentileObserver>(o);
+  }
+  fail(kWho, "unknown calibration method");
+}
+
+bool all_finite(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const float* p = c.data_ptr<float>();
+  for (int64_t i = 0, n = c.numel(); i < n; ++i)
+    if (!std::isfinite(p[i])) return false;
+  return true;
+}
+
+mlir::DictionaryAttr activation_attr(mlir::Builder& b, const QParams& qp) {
+  return b.getDictionaryAttr(
+      {b.getNamedAttr("scale", b.getF32FloatAttr(qp.scale.item<float>())),
+       b.getNamedAttr("zero_point", b.getI64IntegerAttr(qp.zero_point.item<int64_t>())),
+       b.getNamedAttr("dtype", b.getI64IntegerAttr(static_cast<int64_t>(qp.dtype)))});
+}
+
+// kiln.qweight for a float32 weight: int8, symmetric, per output channel or per tensor.
+mlir::DictionaryAttr weight_attr(mlir::Builder& b, const Tensor& w, bool per_channel) {
+  ObserverOptions o;
+  o.dtype = DType::Int8;
+  std::unique_ptr<Observer> observer;
+  if (per_channel) {
+    o.qscheme = QScheme::PerChannelSymmetric;
+    observer = std::make_unique<PerChannelMinMaxObserver>(o);
+  } else {
+    o.qscheme = QScheme::PerTensorSymmetric;
+    observer = std::make_unique<MinMaxObserver>(o);
+  }
+  (*observer)(w);
+  const QParams qp = observer->calculate_qparams();
+  const Tensor q =
+      (per_channel ? quantize_per_channel(w, qp.scale, qp.zero_point, 0, DType::Int8)
+                   : quantize_per_tensor(w, qp.scale.item<double>(), 0, DType::Int8))
+          .contiguous();
+  const Dims& sizes = w.sizes();
+  auto value_type = mlir::RankedTensorType::get(
+      llvm::ArrayRef<int64_t>(sizes.data(), sizes.size()), b.getIntegerType(8));
+  llvm::ArrayRef<int8_t> bytes(q.data_ptr<int8_t>(), static_cast<size_t>(q.numel()));
+  auto value = mlir::DenseResourceElementsAttr::get(
+      value_type, "qweight", mlir::HeapAsmResourceBlob::allocateAndCopyInferAlign<int8_t>(bytes));
+  const Tensor s = qp.scale.contiguous();
+  std::vector<float> scales(s.data_ptr<float>(), s.data_ptr<float>() + s.numel());
+  llvm::SmallVector<int64_t, 1> scale_shape;
+  if (per_channel) scale_shape.push_back(static_cast<int64_t>(scales.size()));
+  auto scale_type = mlir::RankedTensorType::get(scale_shape, b.getF32Type());
+  auto zp_type = mlir::RankedTensorType::get(scale_shape, b.getI32Type());
+  return b.getDictionaryAttr(
+      {b.getNamedAttr("value", value),
+       b.getNamedAttr("scale", mlir::DenseElementsAttr::get(scale_type, llvm::ArrayRef(scales))),
+       b.getNamedAttr("zero_point", mlir::DenseElementsAttr::get(zp_type, int32_t{0}))});
+}
+
+mlir::func::FuncOp forward_of(mlir::ModuleOp module) {
+  auto f = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  KILN_CHECK(f, kWho, "the traced module has no @forward");
+  return f;
+}
+
+}  // namespace
+
+struct Prepared::Impl {
+  jit::TracedFunction fn;
+  QConfig config;
+  std::vector<LayerReport> layers;
+  std::vector<mlir::Operation*> quantized;  // the layers that become integer layers
+  std::vector<Point> points;
+  mlir::OwningOpRef<mlir::ModuleOp> calibration;
+  size_t num_outputs = 0;
+  TensorList weights;  // per quantized layer, read by the first batch
+  int64_t batches = 0;
+};
+
+Prepared::Prepared(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Prepared::Prepared(Prepared&&) noexcept = default;
+Prepared& Prepared::operator=(Prepared&&) noexcept = default;
+Prepared::~Prepared() = default;
+
+Prepared prepare(jit::TracedFunction fn, const QConfig& config) {
+  KILN_CHECK(fn.mutated_captures().empty(), "kiln::quant::prepare", "the traced function writes ",
+             fn.mutated_captures().size(),
+             " captured tensors (a training step); only an inference function can be quantized");
+  KILN_CHECK(config.activation_dtype == DType::UInt8 || config.activation_dtype == DType::Int8,
+             "kiln::quant::prepare", "activation_dtype: expected uint8 or int8, got ",
+             config.activation_dtype);
+  if (!fn.captures().empty()) jit::freeze(fn);
+  const std::string err = jit::run_pipeline(fn.context(), fn.module(), [](mlir::OpPassManager& pm) {
+    pm.addNestedPass<mlir::func::FuncOp>(passes::create_freeze_pass());
+    pm.addNestedPass<mlir::func::FuncOp>(passes::create_cleanup_pass());
+    pm.addPass(passes::create_eliminate_gradients_pass(false, /*eval_mode=*/true));
+    pm.addNestedPass<mlir::func::FuncOp>(passes::create_cleanup_pass());
+    pm.addNestedPass<mlir::func::FuncOp>(passes::create_fold_batch_norm_pass());
+  });
+  KILN_CHECK(err.empty(), "kiln::quant::prepare", "folding batch norm: ", err);
+
+  auto impl = std::make_unique<Prepared::Impl>();
+  impl->config = config;
+  mlir::func::FuncOp forward = forward_of(fn.module());
+  impl->num_outputs = forward.getFunctionType().getNumResults();
+  std::map<const void*, size_t> point_of;  // mlir::Value's opaque pointer -> its point
+  auto observe = [&](mlir::Value v, const std::string& name) {
+    auto [it, fresh] = point_of.try_emplace(v.getAsOpaquePointer(), impl->points.size());
+    if (fresh) impl->points.push_back({v, name, make_observer(config)});
+  };
+  int64_t index = 0;
+  forward.walk([&](mlir::Operation* op) {
+    if (!mlir::isa<ir::Conv2dOp, ir::LinearOp>(op)) return;
+    LayerReport r;
+    r.op = mlir::isa<ir::Conv2dOp>(op) ? "conv2d" : "linear";
+    r.index = index++;
+    r.location = location_of(op);
+    r.weight_shape = shape_of(op->getOperand(1));
+    r.reason = float_reason(op);
+    mlir::Value input = reshape_source(op->getOperand(0));
+    mlir::Value output = op->getResult(0);
+    if (output.hasOneUse() && mlir::isa<ir::ReluOp>(*output.getUsers().begin()))
+      output = output.getUsers().begin()->getResult(0);
+    if (r.reason.empty() && (!can_observe(input) || !can_observe(output)))
+      r.reason = "its input or output is not the first result of an op";
+    r.quantized = r.reason.empty();
+    if (r.quantized) {
+      const std::string layer = r.op + " #" + std::to_string(r.index);
+      observe(input, "input of " + layer);
+      observe(output, "output of " + layer);
+      impl->quantized.push_back(op);
+    }
+    impl->layers.push_back(std::move(r));
+  });
+
+  // The calibration module: @forward returns its outputs, then each point, then each weight.
+  mlir::IRMapping map;
+  impl->calibration = mlir::cast<mlir::ModuleOp>(fn.module()->clone(map));
+  mlir::func::FuncOp cf = forward_of(*impl->calibration);
+  mlir::Operation* ret = cf.getBody().back().getTerminator();
+  llvm::SmallVector<mlir::Value> results(ret->getOperands());
+  for (const Point& p : impl->points) results.push_back(map.lookup(p.value));
+  for (mlir::Operation* layer : impl->quantized) results.push_back(map.lookup(layer->getOperand(1)));
+  ret->setOperands(results);
+  cf.setType(mlir::FunctionType::get(cf.getContext(), cf.getArgumentTypes(),
+                                     mlir::ValueRange(results).getTypes()));
+  impl->fn = std::move(fn);
+  return Prepared(std::move(impl));
+}
+
+void Prepared::calibrate(const TensorList& inputs) {
+  Impl& m = *impl_;
+  const auto& guards = m.fn.guards();
+  KILN_CHECK(inputs.size() == m.fn.num_inputs(), "kiln::quant::calibrate", "expected ",
+             m.fn.num_inputs(), " inputs, got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_CHECK(inputs[i].defined(), "kiln::quant::calibrate", "input ", i, " is undefined");
+    if (i >= guards.size()) continue;
+    KILN_CHECK(inputs[i].sizes() == guards[i].sizes && inputs[i].dtype() == guards[i].dtype,
+               "kiln::quant::calibrate", "input ", i, " ('", guards[i].name, "'): expected shape ",
+               guards[i].sizes, " ", guards[i].dtype, " (the traced input), got ",
+               inputs[i].sizes(), " ", inputs[i].dtype());
+  }
+  const TensorList out = jit::interpret(*m.calibration, inputs);
+  for (size_t k = 0; k < m.points.size(); ++k) {
+    const Tensor& t = out[m.num_outputs + k];
+    KILN_CHECK(all_finite(t), "kiln::quant::calibrate", "the observer of the ", m.points[k].name,
+               " saw NaN or Inf (calibration batch ", m.batches, ")");
+    (*m.points[k].observer)(t);
+  }
+  if (m.batches == 0) {
+    const size_t first = m.num_outputs + m.points.size();
+    m.weights.assign(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+  }
+  ++m.batches;
+}
+
+int64_t Prepared::num_batches() const { return impl_->batches; }
+const std::vector<LayerReport>& Prepared::layers() const { return impl_->layers; }
+
+std::vector<std::string> Prepared::float_ops() const {
+  std::map<std::string, int64_t> count;
+  auto quantized = [&](mlir::Operation* op) {
+    return std::find(impl_->quantized.begin(), impl_->quantized.end(), op) !=
+           impl_->quantized.end();
+  };
+  for (const Point& p : impl_->points) {
+    for (mlir::Operation* user : p.value.getUsers()) {
+      if (quantized(user) || mlir::isa<ir::ReluOp>(user) || mlir::isa<mlir::func::ReturnOp>(user))
+        continue;
+      if (mlir::isa<ir::ReshapeOp, ir::ViewOp>(user) &&
+          llvm::all_of(user->getUsers(), [&](mlir::Operation* u) { return quantized(u); }))
+        continue;
+      ++count[user->getName().getStringRef().str()];
+    }
+  }
+  std::vector<std::string> out;
+  for (const auto& [name, n] : count) out.push_back(name + " x" + std::to_string(n));
+  return out;
+}
+
+std::string Prepared::report() const {
+  std::ostringstream os;
+  int64_t n = 0;
+  for (const LayerReport& r : impl_->layers) n += r.quantized;
+  os << n << " of " << impl_->layers.size() << " conv2d/linear layers int8 (" << impl_->batches
+     << " calibration batches)\n";
+  for (const LayerReport& r : impl_->layers) {
+    os << "  " << r.op << " #" << r.index << " " << r.weight_shape << ": "
+       << (r.quantized ? "int8" : "float32, " + r.reason) << "\n";
+  }
+  const std::vector<std::string> ops = float_ops();
+  if (!ops.empty()) {
+    os << "float32 between dequantize and quantize:";
+    for (const std::string& s : ops) os << " " << s;
+    os << "\n";
+  }
+  return os.str();
+}
+
+jit::TracedFunction convert(Prepared prepared) {
+  Prepared::Impl& m = *prepared.impl_;
+  KILN_CHECK(m.batches > 0, "kiln::quant::convert",
+             "no calibration batch was run (call Prepared::calibrate first)");
+  mlir::func::FuncOp forward = forward_of(m.fn.module());
+  mlir::Builder b(forward.getContext());
+  for (const Point& p : m.points) {
+    const mlir::DictionaryAttr attr = activation_attr(b, p.observer->calculate_qparams());
+    if (auto arg = mlir::dyn_cast<mlir::BlockArgument>(p.value))
+      forward.setArgAttr(arg.getArgNumber(), "kiln.qparams", attr);
+    else
+      p.value.getDefiningOp()->setAttr("kiln.qparams", attr);
+  }
+  for (size_t k = 0; k < m.quantized.size(); ++k)
+    m.quantized[k]->setAttr("kiln.qweight",
+                            weight_attr(b, m.weights[k], m.config.per_channel_weights));
+  m.calibration = {};
+  const std::string err =
+      jit::run_pipeline(m.fn.context(), m.fn.module(), [](mlir::OpPassManager& pm) {
+        pm.addNestedPass<mlir::func::FuncOp>(passes::create_insert_qdq_pass());
+        pm.addNestedPass<mlir::func::FuncOp>(passes::create_cleanup_pass());
+      });
+  KILN_CHECK(err.empty(), "kiln::quant::convert", "inserting quantize/dequantize: ", err);
+  return std::move(m.fn);
+}
+
+double sqnr(const Tensor& reference, const Tensor& test) {
+  KILN_CHECK(reference.sizes() == test.sizes(), "kiln::quant::sqnr", "expected shape ",
+             reference.sizes(), ", got ", test.sizes());
+  const Tensor r = reference.to(DType::Float64).contiguous();
+  const Tensor t = test.to(DType::Float64).contiguous();
+  const double* a = r.data_ptr<double>();
+  const double* c = t.data_ptr<double>();
+  double signal = 0, noise = 0;
+  for (int64_t i = 0, n = r.numel(); i < n; ++i) {
+    signal += a[i] * a[i];
+    noise += (a[i] - c[i]) * (a[i] - c[i]);
+  }
+  if (noise == 0) return INFINITY;
+  return 10 * std::log10(signal / noise);
+}
+
+}  // namespace kiln::quant

@@ -1,0 +1,231 @@
+// kiln::quant::prepare / calibrate / convert on traced models: the parameters it chooses against
+// hand-computed float64 formulas, the saved artifact running integer layers (kiln.qconv2d /
+// kiln.qlinear) close to the float model, and the errors for bad calibration data.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "helpers.h"
+#include "kiln/jit/quantize.h"
+#include "kiln/jit/save.h"
+#include "kiln/kiln.h"
+#include "kiln/models.h"
+#include "kiln/runtime/model.h"
+
+namespace kiln {
+namespace {
+
+using test::rnd;
+
+// conv-bn-relu, max pool, a residual block (two convs, an add), average pool, flatten, linear.
+struct SmallNet : nn::Module {
+  SmallNet() : Module("SmallNet") {
+    conv = register_module(
+        "conv", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 32, 3).padding(1).bias(false)));
+    bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(32));
+    pool = register_module("pool", std::make_shared<nn::MaxPool2d>(2, 2));
+    block = register_module("block", std::make_shared<models::BasicBlock>(32, 32, 1, nullptr));
+    gap = register_module("gap", std::make_shared<nn::AdaptiveAvgPool2d>(1));
+    fc = register_module("fc", std::make_shared<nn::Linear>(32, 10));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor y = (*pool)(relu((*bn)((*conv)(x))));
+    y = (*gap)((*block)(y));
+    return (*fc)(y.reshape({y.size(0), -1}));
+  }
+  std::shared_ptr<nn::Conv2d> conv;
+  std::shared_ptr<nn::BatchNorm2d> bn;
+  std::shared_ptr<nn::MaxPool2d> pool;
+  std::shared_ptr<models::BasicBlock> block;
+  std::shared_ptr<nn::AdaptiveAvgPool2d> gap;
+  std::shared_ptr<nn::Linear> fc;
+};
+
+// A trained-looking SmallNet: batch-norm statistics from a few training-mode batches.
+std::shared_ptr<SmallNet> small_net() {
+  manual_seed(7);
+  auto net = std::make_shared<SmallNet>();
+  net->train();
+  {
+    autograd::NoGradGuard no_grad;
+    for (uint32_t s = 0; s < 4; ++s) (*net)(rnd({8, 3, 16, 16}, 100 + s));
+  }
+  net->eval();
+  return net;
+}
+
+Tensor run_artifact(const std::vector<uint8_t>& bytes, const Tensor& x) {
+  rt::Session session(rt::Model::from_bytes(bytes));
+  return Tensor(session.run({x.impl()})[0]);
+}
+
+bool contains(const std::vector<uint8_t>& bytes, const std::string& s) {
+  return std::search(bytes.begin(), bytes.end(), s.begin(), s.end()) != bytes.end();
+}
+
+TEST(QuantFlow, SmallNetRunsInt8CloseToFloat) {
+  auto net = small_net();
+  autograd::NoGradGuard no_grad;
+  const Tensor example = rnd({4, 3, 16, 16}, 1);
+  quant::Prepared prepared = quant::prepare(jit::trace(*net, {example}));
+  for (uint32_t s = 0; s < 8; ++s) prepared.calibrate({rnd({4, 3, 16, 16}, 200 + s)});
+  EXPECT_EQ(prepared.num_batches(), 8);
+  ASSERT_EQ(prepared.layers().size(), 4u);  // conv, the block's two convs, fc
+  for (const quant::LayerReport& r : prepared.layers()) EXPECT_TRUE(r.quantized) << r.reason;
+  const std::string report = prepared.report();
+  EXPECT_NE(report.find("4 of 4 conv2d/linear layers int8"), std::string::npos) << report;
+  EXPECT_NE(report.find("kiln.max_pool2d"), std::string::npos) << report;
+  EXPECT_NE(report.find("kiln.add"), std::string::npos) << report;
+
+  jit::TracedFunction q = quant::convert(std::move(prepared));
+  const std::vector<uint8_t> bytes = jit::save_to_bytes(q);
+  EXPECT_TRUE(contains(bytes, "qconv2d"));
+  EXPECT_TRUE(contains(bytes, "qlinear"));
+  for (uint32_t s = 0; s < 3; ++s) {
+    const Tensor x = rnd({4, 3, 16, 16}, 300 + s);  // inputs calibration did not see
+    const Tensor reference = (*net)(x);
+    const Tensor simulated = q({x})[0];  // the QDQ graph in float32 (interpreter)
+    const Tensor integer = run_artifact(bytes, x);
+    EXPECT_GT(quant::sqnr(reference, simulated), 25.0);
+    EXPECT_GT(quant::sqnr(reference, integer), 25.0);
+    // The integer kernels and the float simulation differ only by requantization rounding.
+    EXPECT_GT(quant::sqnr(simulated, integer), 30.0);
+  }
+}
+
+// Weights dominate a wide model's file: the int8 artifact is under 0.3x the float one.
+TEST(QuantFlow, ArtifactHoldsInt8Weights) {
+  manual_seed(3);
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(64, 128, 3).padding(1)));
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(128, 128, 3).padding(1)));
+  net->eval();
+  autograd::NoGradGuard no_grad;
+  const Tensor x = rnd({1, 64, 8, 8}, 5);
+  const size_t fp32 = jit::save_to_bytes(jit::trace(*net, {x})).size();
+  quant::Prepared prepared = quant::prepare(jit::trace(*net, {x}));
+  prepared.calibrate({rnd({1, 64, 8, 8}, 6)});
+  const std::vector<uint8_t> int8 = jit::save_to_bytes(quant::convert(std::move(prepared)));
+  EXPECT_LT(static_cast<double>(int8.size()), 0.3 * static_cast<double>(fp32))
+      << int8.size() << " vs " << fp32;
+  const Tensor reference = (*net)(x);
+  EXPECT_GT(quant::sqnr(reference, run_artifact(int8, x)), 25.0);
+}
+
+// One linear layer against the formulas in float64: activation parameters from the observed
+// min/max (uint8 affine), weights int8 symmetric per row (scale max|w| / 127.5), bias at
+// x_scale * w_scale, the output requantized at the output's observed range.
+TEST(QuantFlow, LinearMatchesHandComputedQuantization) {
+  manual_seed(11);
+  nn::Linear fc(6, 4);
+  fc.eval();
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> batches = {rnd({3, 6}, 21), rnd({3, 6}, 22) * 2.0,
+                                       rnd({3, 6}, 23) + 0.5};
+  quant::Prepared prepared = quant::prepare(jit::trace(fc, {batches[0]}));
+  for (const Tensor& b : batches) prepared.calibrate({b});
+  const std::vector<uint8_t> bytes = jit::save_to_bytes(quant::convert(std::move(prepared)));
+
+  auto range = [](const std::vector<Tensor>& ts) {
+    double lo = 0, hi = 0;  // the range always holds 0
+    for (const Tensor& t : ts) {
+      lo = std::min(lo, amin(t).item<double>());
+      hi = std::max(hi, amax(t).item<double>());
+    }
+    const double scale = static_cast<float>((hi - lo) / 255.0);
+    return std::pair<double, double>{scale, std::clamp(std::nearbyint(-lo / scale), 0.0, 255.0)};
+  };
+  std::vector<Tensor> outs;
+  for (const Tensor& b : batches) outs.push_back(fc(b));
+  const auto [xs, xz] = range(batches);
+  const auto [ys, yz] = range(outs);
+
+  const Tensor x = rnd({3, 6}, 24);
+  const Tensor got = run_artifact(bytes, x);
+  const Tensor w = fc.weight.to(DType::Float64), bias = fc.bias.to(DType::Float64);
+  const Tensor xd = x.to(DType::Float64);
+  for (int64_t n = 0; n < 3; ++n) {
+    for (int64_t o = 0; o < 4; ++o) {
+      double amax_w = 0;
+      for (int64_t k = 0; k < 6; ++k)
+        amax_w = std::max(amax_w, std::abs(w.index({o, k}).item<double>()));
+      const double ws = static_cast<float>(amax_w / 127.5);
+      double acc = std::nearbyint(bias.index({o}).item<double>() / (xs * ws));
+      for (int64_t k = 0; k < 6; ++k) {
+        const double xq = std::clamp(std::nearbyint(xd.index({n, k}).item<double>() / xs) + xz,
+                                     0.0, 255.0);
+        const double wq =
+            std::clamp(std::nearbyint(w.index({o, k}).item<double>() / ws), -128.0, 127.0);
+        acc += (xq - xz) * wq;
+      }
+      const double yq = std::clamp(std::nearbyint(acc * xs * ws / ys) + yz, 0.0, 255.0);
+      // The kernel's float32 multiplier may round an exact half the other way: one step at most.
+      EXPECT_NEAR(got.index({n, o}).item<double>(), (yq - yz) * ys, 1.01 * ys)
+          << "row " << n << ", output " << o;
+    }
+  }
+}
+
+TEST(QuantFlow, BadCalibrationIsRefusedNamingTheProblem) {
+  auto net = small_net();
+  autograd::NoGradGuard no_grad;
+  quant::Prepared prepared = quant::prepare(jit::trace(*net, {rnd({2, 3, 16, 16}, 1)}));
+  try {
+    prepared.calibrate({rnd({2, 3, 8, 8}, 2)});
+    FAIL() << "a batch of another shape was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected shape [2, 3, 16, 16]"), std::string::npos)
+        << e.what();
+  }
+  Tensor bad = rnd({2, 3, 16, 16}, 3);
+  bad.data_ptr<float>()[5] = NAN;
+  try {
+    prepared.calibrate({bad});
+    FAIL() << "NaN was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("observer of the input of conv2d #0"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(quant::convert(std::move(prepared)), Error);  // no batch was calibrated
+}
+
+// A constant (zero-range) activation gets a safe scale, and a linear whose weight is an input
+// stays float32 with the reason in the report.
+TEST(QuantFlow, ConstantActivationsAndFloatLayers) {
+  autograd::NoGradGuard no_grad;
+  const Tensor w = rnd({4, 6}, 31);
+  auto fn = [&](const TensorList& in) {
+    return TensorList{linear(relu(in[0]), w, Tensor()), linear(in[0], in[1], Tensor())};
+  };
+  const TensorList example = {rnd({2, 6}, 32), rnd({4, 6}, 33)};
+  quant::Prepared prepared = quant::prepare(jit::trace(fn, example));
+  ASSERT_EQ(prepared.layers().size(), 2u);
+  EXPECT_TRUE(prepared.layers()[0].quantized);
+  EXPECT_FALSE(prepared.layers()[1].quantized);
+  EXPECT_NE(prepared.report().find("its weight is not a float32 constant"), std::string::npos);
+  const Tensor negative = -abs(rnd({2, 6}, 34));  // relu gives all zeros: a zero range
+  prepared.calibrate({negative, example[1]});
+  jit::TracedFunction q = quant::convert(std::move(prepared));
+  const TensorList out = q({negative, example[1]});
+  EXPECT_EQ(amax(abs(out[0])).item<double>(), 0.0);
+  EXPECT_LT(test::max_abs_diff(out[1], linear(negative, example[1], Tensor())), 1e-5);
+}
+
+TEST(QuantFlow, TrainingStepIsRefused) {
+  nn::Linear fc(3, 2);
+  auto step = [&](const TensorList& in) {
+    Tensor loss = fc(in[0]).sum();
+    loss.backward();
+    autograd::NoGradGuard no_grad;
+    fc.weight.sub_(fc.weight.grad() * 0.1);
+    return TensorList{loss};
+  };
+  jit::TraceOptions o;
+  for (const auto& [k, t] : fc.named_parameters()) o.named_captures.push_back({k, t});
+  EXPECT_THROW(quant::prepare(jit::trace(step, {rnd({2, 3}, 1)}, o)), Error);
+}
+
+}  // namespace
+}  // namespace kiln
