@@ -78,7 +78,18 @@ TEST(QuantFlow, SmallNetRunsInt8CloseToFloat) {
   EXPECT_NE(report.find("kiln.max_pool2d"), std::string::npos) << report;
   EXPECT_NE(report.find("kiln.add"), std::string::npos) << report;
 
+  // Per-value errors: every observed value, then the output, agreeing with the converted
+  // function run on its own.
+  const Tensor held_out = rnd({4, 3, 16, 16}, 299);
+  const std::vector<quant::PointError> errors = prepared.compare({held_out});
+  // The output; x, the stem conv output, the pool, the two block convs, the pooled features, fc.
+  ASSERT_EQ(errors.size(), 1u + 7u);
+  EXPECT_EQ(errors[0].name, "output 0");
+  EXPECT_EQ(errors[1].name, "input of conv2d #0");
+  for (const quant::PointError& e : errors) EXPECT_GT(e.sqnr_db, 25.0) << e.name;
+
   jit::TracedFunction q = quant::convert(std::move(prepared));
+  EXPECT_NEAR(quant::sqnr((*net)(held_out), q({held_out})[0]), errors[0].sqnr_db, 0.01);
   const std::vector<uint8_t> bytes = jit::save_to_bytes(q);
   EXPECT_TRUE(contains(bytes, "qconv2d"));
   EXPECT_TRUE(contains(bytes, "qlinear"));

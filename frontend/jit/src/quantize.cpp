@@ -165,7 +165,10 @@ struct Prepared::Impl {
   std::vector<LayerReport> layers;
   std::vector<mlir::Operation*> quantized;  // the layers that become integer layers
   std::vector<Point> points;
+  // @forward with every point and weight returned too; its point values and layers.
   mlir::OwningOpRef<mlir::ModuleOp> calibration;
+  std::vector<mlir::Value> calibration_points;
+  std::vector<mlir::Operation*> calibration_layers;
   size_t num_outputs = 0;
   TensorList weights;  // per quantized layer, read by the first batch
   int64_t batches = 0;
@@ -233,8 +236,14 @@ Prepared prepare(jit::TracedFunction fn, const QConfig& config) {
   mlir::func::FuncOp cf = forward_of(*impl->calibration);
   mlir::Operation* ret = cf.getBody().back().getTerminator();
   llvm::SmallVector<mlir::Value> results(ret->getOperands());
-  for (const Point& p : impl->points) results.push_back(map.lookup(p.value));
-  for (mlir::Operation* layer : impl->quantized) results.push_back(map.lookup(layer->getOperand(1)));
+  for (const Point& p : impl->points) {
+    impl->calibration_points.push_back(map.lookup(p.value));
+    results.push_back(impl->calibration_points.back());
+  }
+  for (mlir::Operation* layer : impl->quantized) {
+    impl->calibration_layers.push_back(map.lookup(layer));
+    results.push_back(map.lookup(layer->getOperand(1)));
+  }
   ret->setOperands(results);
   cf.setType(mlir::FunctionType::get(cf.getContext(), cf.getArgumentTypes(),
                                      mlir::ValueRange(results).getTypes()));
@@ -242,19 +251,24 @@ Prepared prepare(jit::TracedFunction fn, const QConfig& config) {
   return Prepared(std::move(impl));
 }
 
+void Prepared::calibrate_checks(const TensorList& inputs, const char* who) const {
+  const Impl& m = *impl_;
+  const auto& guards = m.fn.guards();
+  KILN_CHECK(inputs.size() == m.fn.num_inputs(), who, "expected ", m.fn.num_inputs(),
+             " inputs, got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_CHECK(inputs[i].defined(), who, "input ", i, " is undefined");
+    if (i >= guards.size()) continue;
+    KILN_CHECK(inputs[i].sizes() == guards[i].sizes && inputs[i].dtype() == guards[i].dtype, who,
+               "input ", i, " ('", guards[i].name, "'): expected shape ", guards[i].sizes, " ",
+               guards[i].dtype, " (the traced input), got ", inputs[i].sizes(), " ",
+               inputs[i].dtype());
+  }
+}
+
 void Prepared::calibrate(const TensorList& inputs) {
   Impl& m = *impl_;
-  const auto& guards = m.fn.guards();
-  KILN_CHECK(inputs.size() == m.fn.num_inputs(), "kiln::quant::calibrate", "expected ",
-             m.fn.num_inputs(), " inputs, got ", inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    KILN_CHECK(inputs[i].defined(), "kiln::quant::calibrate", "input ", i, " is undefined");
-    if (i >= guards.size()) continue;
-    KILN_CHECK(inputs[i].sizes() == guards[i].sizes && inputs[i].dtype() == guards[i].dtype,
-               "kiln::quant::calibrate", "input ", i, " ('", guards[i].name, "'): expected shape ",
-               guards[i].sizes, " ", guards[i].dtype, " (the traced input), got ",
-               inputs[i].sizes(), " ", inputs[i].dtype());
-  }
+  calibrate_checks(inputs, "kiln::quant::calibrate");
   const TensorList out = jit::interpret(*m.calibration, inputs);
   for (size_t k = 0; k < m.points.size(); ++k) {
     const Tensor& t = out[m.num_outputs + k];
@@ -312,29 +326,65 @@ std::string Prepared::report() const {
   return os.str();
 }
 
-jit::TracedFunction convert(Prepared prepared) {
-  Prepared::Impl& m = *prepared.impl_;
-  KILN_CHECK(m.batches > 0, "kiln::quant::convert",
-             "no calibration batch was run (call Prepared::calibrate first)");
-  mlir::func::FuncOp forward = forward_of(m.fn.module());
+namespace {
+
+// Writes the plan (kiln.qparams at `points`, kiln.qweight on `layers`) into `module` and runs
+// --kiln-insert-qdq on it; `points` and `layers` are module's values and ops for m's.
+void write_plan(const Prepared::Impl& m, mlir::ModuleOp module, llvm::ArrayRef<mlir::Value> points,
+                llvm::ArrayRef<mlir::Operation*> layers, bool cleanup, const char* who) {
+  KILN_CHECK(m.batches > 0, who, "no calibration batch was run (call Prepared::calibrate first)");
+  mlir::func::FuncOp forward = forward_of(module);
   mlir::Builder b(forward.getContext());
-  for (const Point& p : m.points) {
-    const mlir::DictionaryAttr attr = activation_attr(b, p.observer->calculate_qparams());
-    if (auto arg = mlir::dyn_cast<mlir::BlockArgument>(p.value))
+  for (size_t k = 0; k < points.size(); ++k) {
+    const mlir::DictionaryAttr attr =
+        activation_attr(b, m.points[k].observer->calculate_qparams());
+    if (auto arg = mlir::dyn_cast<mlir::BlockArgument>(points[k]))
       forward.setArgAttr(arg.getArgNumber(), "kiln.qparams", attr);
     else
-      p.value.getDefiningOp()->setAttr("kiln.qparams", attr);
+      points[k].getDefiningOp()->setAttr("kiln.qparams", attr);
   }
-  for (size_t k = 0; k < m.quantized.size(); ++k)
-    m.quantized[k]->setAttr("kiln.qweight",
-                            weight_attr(b, m.weights[k], m.config.per_channel_weights));
+  for (size_t k = 0; k < layers.size(); ++k)
+    layers[k]->setAttr("kiln.qweight", weight_attr(b, m.weights[k], m.config.per_channel_weights));
+  const std::string err = jit::run_pipeline(m.fn.context(), module, [&](mlir::OpPassManager& pm) {
+    pm.addNestedPass<mlir::func::FuncOp>(passes::create_insert_qdq_pass());
+    if (cleanup) pm.addNestedPass<mlir::func::FuncOp>(passes::create_cleanup_pass());
+  });
+  KILN_CHECK(err.empty(), who, "inserting quantize/dequantize: ", err);
+}
+
+}  // namespace
+
+std::vector<PointError> Prepared::compare(const TensorList& inputs) const {
+  const Impl& m = *impl_;
+  // The calibration module returns each point's float value; a copy with the plan written in
+  // returns each point's dequantized value instead (insert-qdq redirects the return's reads).
+  mlir::IRMapping map;
+  mlir::OwningOpRef<mlir::ModuleOp> quantized =
+      mlir::cast<mlir::ModuleOp>(m.calibration.get()->clone(map));
+  std::vector<mlir::Value> points;
+  std::vector<mlir::Operation*> layers;
+  for (mlir::Value v : m.calibration_points) points.push_back(map.lookup(v));
+  for (mlir::Operation* op : m.calibration_layers) layers.push_back(map.lookup(op));
+  write_plan(m, *quantized, points, layers, /*cleanup=*/false, "kiln::quant::compare");
+  calibrate_checks(inputs, "kiln::quant::compare");
+  const TensorList reference = jit::interpret(m.calibration.get(), inputs);
+  const TensorList test = jit::interpret(*quantized, inputs);
+  std::vector<PointError> out;
+  for (size_t i = 0; i < m.num_outputs; ++i)
+    out.push_back({"output " + std::to_string(i), sqnr(reference[i], test[i])});
+  for (size_t k = 0; k < m.points.size(); ++k) {
+    const size_t i = m.num_outputs + k;
+    out.push_back({m.points[k].name, sqnr(reference[i], test[i])});
+  }
+  return out;
+}
+
+jit::TracedFunction convert(Prepared prepared) {
+  Prepared::Impl& m = *prepared.impl_;
+  std::vector<mlir::Value> points;
+  for (const Point& p : m.points) points.push_back(p.value);
+  write_plan(m, m.fn.module(), points, m.quantized, /*cleanup=*/true, "kiln::quant::convert");
   m.calibration = {};
-  const std::string err =
-      jit::run_pipeline(m.fn.context(), m.fn.module(), [](mlir::OpPassManager& pm) {
-        pm.addNestedPass<mlir::func::FuncOp>(passes::create_insert_qdq_pass());
-        pm.addNestedPass<mlir::func::FuncOp>(passes::create_cleanup_pass());
-      });
-  KILN_CHECK(err.empty(), "kiln::quant::convert", "inserting quantize/dequantize: ", err);
   return std::move(m.fn);
 }
 

@@ -56,6 +56,12 @@ struct LayerReport {
   std::string reason;  // why it stays float32 (when it does)
 };
 
+// The quantized function's error at one value: an output, or a point calibration observed.
+struct PointError {
+  std::string name;  // "output 0", "output of conv2d #3", ...
+  double sqnr_db = 0;
+};
+
 class Prepared {
  public:
   Prepared(Prepared&&) noexcept;
@@ -72,11 +78,22 @@ class Prepared {
   std::vector<std::string> float_ops() const;
   // A readable summary: one line per layer, then the float ops.
   std::string report() const;
+  // How far the quantized function (as convert() would make it, with the parameters calibrated
+  // so far) strays from the float one on `inputs`: SQNR (dB) at every output and every observed
+  // value, in graph order, so the layer where it drops is the one that hurts (PyTorch's Numeric
+  // Suite, ONNX Runtime's qdq_loss_debug). The quantized side simulates the integer layers in
+  // float32 (the QDQ graph on the interpreter).
+  std::vector<PointError> compare(const TensorList& inputs) const;
 
  private:
   friend Prepared prepare(jit::TracedFunction fn, const QConfig& config);
   friend jit::TracedFunction convert(Prepared prepared);
-  struct Impl;
+  void calibrate_checks(const TensorList& inputs, const char* who) const;
+
+ public:
+  struct Impl;  // quantize.cpp's
+
+ private:
   explicit Prepared(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
