@@ -165,8 +165,8 @@ TEST(QuantFlow, LinearMatchesHandComputedQuantization) {
       const double ws = static_cast<float>(amax_w / 127.5);
       double acc = std::nearbyint(bias.index({o}).item<double>() / (xs * ws));
       for (int64_t k = 0; k < 6; ++k) {
-        const double xq = std::clamp(std::nearbyint(xd.index({n, k}).item<double>() / xs) + xz,
-                                     0.0, 255.0);
+        const double xq =
+            std::clamp(std::nearbyint(xd.index({n, k}).item<double>() / xs) + xz, 0.0, 255.0);
         const double wq =
             std::clamp(std::nearbyint(w.index({o, k}).item<double>() / ws), -128.0, 127.0);
         acc += (xq - xz) * wq;

@@ -8,6 +8,7 @@
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
+#include "quantize.h"
 #include "shape_arg.h"
 #if KILN_HAVE_ONNX
 #include "import.h"
@@ -17,7 +18,8 @@ namespace kiln::cli {
 namespace {
 
 const char* kHelp =
-    "usage: kiln export MODEL --input-shape N,C,H,W [--weights W.safetensors] -o OUT.kiln\n"
+    "usage: kiln export MODEL --input-shape N,C,H,W [--weights W.safetensors]\n"
+    "                   [--quantize int8 --calibration X.npy] -o OUT.kiln\n"
     "       kiln export MODEL.onnx [--input-shape S] -o OUT.kiln   (as `kiln import`)\n\n"
     "Builds a zoo model, loads its weights, traces its eval-mode forward, runs the inference\n"
     "pipeline and writes a .kiln artifact that `kiln run` and kiln_runtime load.\n\n"
@@ -35,6 +37,10 @@ const char* kHelp =
     "                    has at least N bytes into one cache-resident kernel (default 1048576;\n"
     "                    a block without an expansion needs 8388608 whatever N is)\n"
     "  -o, --output FILE where to write the artifact (required)\n";
+
+std::string help() {
+  return std::string(kHelp) + kQuantizeHelp;
+}
 
 std::shared_ptr<nn::Module> build(const std::string& name, int64_t classes, bool& tokens) {
   tokens = false;
@@ -69,6 +75,7 @@ int export_model(int argc, char** argv) {
   std::string model_name, weights, output, shape, name;
   int64_t classes = -1, mbconv_min_bytes = -1;
   bool embed_ir = true, optimize = true;
+  QuantizeArgs quantize;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -76,7 +83,7 @@ int export_model(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--help" || a == "-h") {
-      std::fputs(kHelp, stdout);
+      std::fputs(help().c_str(), stdout);
       return 0;
     } else if (a == "--weights") {
       weights = value();
@@ -94,12 +101,13 @@ int export_model(int argc, char** argv) {
       embed_ir = false;
     } else if (a == "--no-optimize") {
       optimize = false;
+    } else if (parse_quantize_arg(a, value, quantize)) {
     } else if (a == "--mbconv-min-bytes") {
       mbconv_min_bytes = std::stoll(value());
       KILN_CHECK(mbconv_min_bytes >= 0, "export", "--mbconv-min-bytes: expected >= 0, got ",
                  mbconv_min_bytes);
     } else if (!a.empty() && a[0] == '-') {
-      std::fprintf(stderr, "kiln export: unknown option '%s'\n\n%s", a.c_str(), kHelp);
+      std::fprintf(stderr, "kiln export: unknown option '%s'\n\n%s", a.c_str(), help().c_str());
       return 2;
     } else if (model_name.empty()) {
       model_name = a;
@@ -109,7 +117,8 @@ int export_model(int argc, char** argv) {
     }
   }
   if (model_name.empty() || shape.empty() || output.empty()) {
-    std::fprintf(stderr, "kiln export: MODEL, --input-shape and -o are required\n\n%s", kHelp);
+    std::fprintf(stderr, "kiln export: MODEL, --input-shape and -o are required\n\n%s",
+                 help().c_str());
     return 2;
   }
   bool tokens = false;
@@ -130,6 +139,8 @@ int export_model(int argc, char** argv) {
   for (const auto& [k, t] : module->named_parameters()) options.named_captures.push_back({k, t});
   for (const auto& [k, t] : module->named_buffers()) options.named_captures.push_back({k, t});
   options.warn_on_read_back = false;
+  KILN_CHECK(quantize.calibration.empty() || !quantize.scheme.empty(), "export",
+             "--calibration is for --quantize int8");
   jit::TracedFunction traced = jit::trace(
       [&](const TensorList& in) { return TensorList{module->forward(in[0])}; }, {x}, options);
   jit::SaveOptions so;
@@ -141,8 +152,11 @@ int export_model(int argc, char** argv) {
   so.input_names = {tokens ? "tokens" : "x"};
   so.output_names = {"logits"};
   so.metadata = {{"model", model_name}, {"weights", weights.empty() ? "random" : weights}};
+  if (!quantize.scheme.empty())
+    traced = quantize_traced(std::move(traced), quantize, "export", so.metadata);
   jit::save(traced, output, so);
-  std::printf("wrote %s (%s, input %s)\n", output.c_str(), model_name.c_str(), shape.c_str());
+  std::printf("wrote %s (%s, input %s%s)\n", output.c_str(), model_name.c_str(), shape.c_str(),
+              quantize.scheme.empty() ? "" : ", int8");
   return 0;
 }
 

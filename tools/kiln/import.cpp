@@ -15,13 +15,15 @@
 #include "kiln/jit/import_onnx.h"
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
+#include "quantize.h"
 #include "shape_arg.h"
 
 namespace kiln::cli {
 namespace {
 
 const char* kHelp =
-    "usage: kiln import MODEL.onnx [--input-shape [NAME=]N,C,H,W]... -o OUT.kiln\n\n"
+    "usage: kiln import MODEL.onnx [--input-shape [NAME=]N,C,H,W]...\n"
+    "                   [--quantize int8 --calibration X.npy] -o OUT.kiln\n\n"
     "Imports an ONNX model (opset <= 17, IR version <= 8; initializers inline or as external\n"
     "data beside the model), traces it into the kiln dialect, runs the inference pipeline and\n"
     "writes a .kiln artifact that `kiln run`, kiln_runtime and `kiln compile` take.\n\n"
@@ -32,12 +34,17 @@ const char* kHelp =
     "  --no-optimize     write the trace as is (no pass pipeline)\n"
     "  -o, --output FILE where to write the artifact (required)\n";
 
+std::string help() {
+  return std::string(kHelp) + kQuantizeHelp;
+}
+
 }  // namespace
 
 int import_onnx(int argc, char** argv) {
   std::string input, output, name;
   std::vector<std::string> shapes;
   bool optimize = true;
+  QuantizeArgs quantize;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -45,7 +52,7 @@ int import_onnx(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--help" || a == "-h") {
-      std::fputs(kHelp, stdout);
+      std::fputs(help().c_str(), stdout);
       return 0;
     } else if (a == "--input-shape") {
       shapes.push_back(value());
@@ -55,8 +62,9 @@ int import_onnx(int argc, char** argv) {
       name = value();
     } else if (a == "--no-optimize") {
       optimize = false;
+    } else if (parse_quantize_arg(a, value, quantize)) {
     } else if (!a.empty() && a[0] == '-') {
-      std::fprintf(stderr, "kiln import: unknown option '%s'\n\n%s", a.c_str(), kHelp);
+      std::fprintf(stderr, "kiln import: unknown option '%s'\n\n%s", a.c_str(), help().c_str());
       return 2;
     } else if (input.empty()) {
       input = a;
@@ -66,7 +74,7 @@ int import_onnx(int argc, char** argv) {
     }
   }
   if (input.empty() || output.empty()) {
-    std::fprintf(stderr, "kiln import: MODEL.onnx and -o are required\n\n%s", kHelp);
+    std::fprintf(stderr, "kiln import: MODEL.onnx and -o are required\n\n%s", help().c_str());
     return 2;
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -78,11 +86,15 @@ int import_onnx(int argc, char** argv) {
     else
       options.input_shapes[s.substr(0, eq)] = parse_shape_arg(s.substr(eq + 1));
   }
-  const jit::OnnxImport imported = jit::import_onnx(input, options);
+  KILN_CHECK(quantize.calibration.empty() || !quantize.scheme.empty(), "import",
+             "--calibration is for --quantize int8");
+  jit::OnnxImport imported = jit::import_onnx(input, options);
   jit::SaveOptions so =
       imported.save_options(name.empty() ? std::filesystem::path(input).stem().string() : name);
   so.optimize = optimize;
   so.metadata.emplace_back("onnx", std::filesystem::path(input).filename().string());
+  if (!quantize.scheme.empty())
+    imported.traced = quantize_traced(std::move(imported.traced), quantize, "import", so.metadata);
   jit::save(imported.traced, output, so);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("wrote %s (%lld ONNX nodes, opset %lld, %.2f s)\n", output.c_str(),

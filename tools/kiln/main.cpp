@@ -9,6 +9,7 @@
 
 #include "artifact_commands.h"
 #include "demo.h"
+#include "quant_report.h"
 #if KILN_HAVE_MLIR
 #include "compile.h"
 #include "ops.h"
@@ -33,6 +34,7 @@ int usage(FILE* out) {
                "  inspect    show an artifact's inputs, outputs, plan, memory and weights\n"
                "  bench      time loading, the first run and steady-state runs of an artifact\n"
                "  train      run a saved training step over .npy batches, save the weights\n"
+               "  quant-report  compare an int8 artifact with its float32 original (SQNR)\n"
                "  compile    ahead-of-time native code: executable, shared object or object\n"
                "  ops        which backend (interpreter, runtime, LLVM, CUDA) runs each IR op\n"
                "  version    print the version and build configuration; --cpu [SPEC] adds the\n"
@@ -93,6 +95,7 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return kiln::cli::inspect_artifact(argc - 2, argv + 2);
     if (cmd == "bench") return kiln::cli::bench_artifact(argc - 2, argv + 2);
     if (cmd == "train") return kiln::cli::train_artifact(argc - 2, argv + 2);
+    if (cmd == "quant-report") return kiln::cli::quant_report(argc - 2, argv + 2);
 #if KILN_HAVE_MLIR
     if (cmd == "export") return kiln::cli::export_model(argc - 2, argv + 2);
     if (cmd == "compile") return kiln::cli::compile(argc - 2, argv + 2);

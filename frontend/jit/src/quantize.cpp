@@ -93,9 +93,12 @@ std::unique_ptr<Observer> make_observer(const QConfig& c) {
   o.qscheme = c.symmetric_activations ? QScheme::PerTensorSymmetric : QScheme::PerTensorAffine;
   o.percentile = c.percentile;
   switch (c.calibration) {
-    case Calibration::MinMax: return std::make_unique<MinMaxObserver>(o);
-    case Calibration::MovingAverageMinMax: return std::make_unique<MovingAverageMinMaxObserver>(o);
-    case Calibration::Percentile: return std::make_unique<PercentileObserver>(o);
+    case Calibration::MinMax:
+      return std::make_unique<MinMaxObserver>(o);
+    case Calibration::MovingAverageMinMax:
+      return std::make_unique<MovingAverageMinMaxObserver>(o);
+    case Calibration::Percentile:
+      return std::make_unique<PercentileObserver>(o);
   }
   fail(kWho, "unknown calibration method");
 }
@@ -129,13 +132,12 @@ mlir::DictionaryAttr weight_attr(mlir::Builder& b, const Tensor& w, bool per_cha
   }
   (*observer)(w);
   const QParams qp = observer->calculate_qparams();
-  const Tensor q =
-      (per_channel ? quantize_per_channel(w, qp.scale, qp.zero_point, 0, DType::Int8)
-                   : quantize_per_tensor(w, qp.scale.item<double>(), 0, DType::Int8))
-          .contiguous();
+  const Tensor q = (per_channel ? quantize_per_channel(w, qp.scale, qp.zero_point, 0, DType::Int8)
+                                : quantize_per_tensor(w, qp.scale.item<double>(), 0, DType::Int8))
+                       .contiguous();
   const Dims& sizes = w.sizes();
-  auto value_type = mlir::RankedTensorType::get(
-      llvm::ArrayRef<int64_t>(sizes.data(), sizes.size()), b.getIntegerType(8));
+  auto value_type = mlir::RankedTensorType::get(llvm::ArrayRef<int64_t>(sizes.data(), sizes.size()),
+                                                b.getIntegerType(8));
   llvm::ArrayRef<int8_t> bytes(q.data_ptr<int8_t>(), static_cast<size_t>(q.numel()));
   auto value = mlir::DenseResourceElementsAttr::get(
       value_type, "qweight", mlir::HeapAsmResourceBlob::allocateAndCopyInferAlign<int8_t>(bytes));
@@ -149,6 +151,22 @@ mlir::DictionaryAttr weight_attr(mlir::Builder& b, const Tensor& w, bool per_cha
       {b.getNamedAttr("value", value),
        b.getNamedAttr("scale", mlir::DenseElementsAttr::get(scale_type, llvm::ArrayRef(scales))),
        b.getNamedAttr("zero_point", mlir::DenseElementsAttr::get(zp_type, int32_t{0}))});
+}
+
+PointError point_error(std::string name, const Tensor& reference, const Tensor& test) {
+  KILN_CHECK(reference.sizes() == test.sizes(), "kiln::quant::sqnr", "expected shape ",
+             reference.sizes(), ", got ", test.sizes());
+  const Tensor r = reference.to(DType::Float64).contiguous();
+  const Tensor t = test.to(DType::Float64).contiguous();
+  const double* a = r.data_ptr<double>();
+  const double* c = t.data_ptr<double>();
+  PointError e{std::move(name)};
+  for (int64_t i = 0, n = r.numel(); i < n; ++i) {
+    e.signal += a[i] * a[i];
+    e.noise += (a[i] - c[i]) * (a[i] - c[i]);
+  }
+  e.sqnr_db = sqnr_db(e.signal, e.noise);
+  return e;
 }
 
 mlir::func::FuncOp forward_of(mlir::ModuleOp module) {
@@ -283,8 +301,12 @@ void Prepared::calibrate(const TensorList& inputs) {
   ++m.batches;
 }
 
-int64_t Prepared::num_batches() const { return impl_->batches; }
-const std::vector<LayerReport>& Prepared::layers() const { return impl_->layers; }
+int64_t Prepared::num_batches() const {
+  return impl_->batches;
+}
+const std::vector<LayerReport>& Prepared::layers() const {
+  return impl_->layers;
+}
 
 std::vector<std::string> Prepared::float_ops() const {
   std::map<std::string, int64_t> count;
@@ -336,8 +358,7 @@ void write_plan(const Prepared::Impl& m, mlir::ModuleOp module, llvm::ArrayRef<m
   mlir::func::FuncOp forward = forward_of(module);
   mlir::Builder b(forward.getContext());
   for (size_t k = 0; k < points.size(); ++k) {
-    const mlir::DictionaryAttr attr =
-        activation_attr(b, m.points[k].observer->calculate_qparams());
+    const mlir::DictionaryAttr attr = activation_attr(b, m.points[k].observer->calculate_qparams());
     if (auto arg = mlir::dyn_cast<mlir::BlockArgument>(points[k]))
       forward.setArgAttr(arg.getArgNumber(), "kiln.qparams", attr);
     else
@@ -371,10 +392,10 @@ std::vector<PointError> Prepared::compare(const TensorList& inputs) const {
   const TensorList test = jit::interpret(*quantized, inputs);
   std::vector<PointError> out;
   for (size_t i = 0; i < m.num_outputs; ++i)
-    out.push_back({"output " + std::to_string(i), sqnr(reference[i], test[i])});
+    out.push_back(point_error("output " + std::to_string(i), reference[i], test[i]));
   for (size_t k = 0; k < m.points.size(); ++k) {
     const size_t i = m.num_outputs + k;
-    out.push_back({m.points[k].name, sqnr(reference[i], test[i])});
+    out.push_back(point_error(m.points[k].name, reference[i], test[i]));
   }
   return out;
 }
@@ -388,20 +409,12 @@ jit::TracedFunction convert(Prepared prepared) {
   return std::move(m.fn);
 }
 
+double sqnr_db(double signal, double noise) {
+  return noise == 0 ? INFINITY : 10 * std::log10(signal / noise);
+}
+
 double sqnr(const Tensor& reference, const Tensor& test) {
-  KILN_CHECK(reference.sizes() == test.sizes(), "kiln::quant::sqnr", "expected shape ",
-             reference.sizes(), ", got ", test.sizes());
-  const Tensor r = reference.to(DType::Float64).contiguous();
-  const Tensor t = test.to(DType::Float64).contiguous();
-  const double* a = r.data_ptr<double>();
-  const double* c = t.data_ptr<double>();
-  double signal = 0, noise = 0;
-  for (int64_t i = 0, n = r.numel(); i < n; ++i) {
-    signal += a[i] * a[i];
-    noise += (a[i] - c[i]) * (a[i] - c[i]);
-  }
-  if (noise == 0) return INFINITY;
-  return 10 * std::log10(signal / noise);
+  return point_error("", reference, test).sqnr_db;
 }
 
 }  // namespace kiln::quant

@@ -44,17 +44,63 @@ void for_each_element(const Channels& c, Fn&& fn) {
   });
 }
 
-template <typename Q>
-void quantize_to(const float* x, const Channels& c, Range r, Q* q) {
-  for_each_element(c, [&](int64_t i, int64_t ch) {
-    q[i] = static_cast<Q>(quantize_value(x[i], c.scale[ch], c.zero_point[ch], r));
+// fn(begin, end, channel) over runs of at most kRun contiguous elements of one channel, in
+// parallel: a per-tensor quantize of one large activation splits as well as a per-channel one.
+template <typename Fn>
+void for_each_run(const Channels& c, Fn&& fn) {
+  constexpr int64_t kRun = 16384;
+  const int64_t inner = std::max<int64_t>(c.inner, 1);
+  const int64_t pieces = (inner + kRun - 1) / kRun;  // per block of one channel
+  const int64_t grain = std::max<int64_t>(1, kRun / inner);
+  parallel_for(0, c.outer * c.channels * pieces, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / pieces, begin = b * c.inner + (t % pieces) * kRun;
+      fn(begin, std::min(b * c.inner + c.inner, begin + kRun), b % c.channels);
+    }
   });
 }
 
 template <typename Q>
+void quantize_to(const float* x, const Channels& c, Range r, Q* q) {
+  if constexpr (sizeof(Q) == 1) {
+    // quantize_value() in float, so that the loop vectorizes: x / s is the same float, its
+    // rounding (half to even) is exact in float, and every sum that can land in the 8-bit range
+    // is exact too; NaN gives the zero point.
+    for_each_run(c, [&](int64_t i0, int64_t i1, int64_t ch) {
+      const float s = c.scale[ch], zp = static_cast<float>(c.zero_point[ch]);
+      const float lo = static_cast<float>(r.lo), hi = static_cast<float>(r.hi);
+      // Local restrict pointers: a byte store may alias anything, captured pointers included.
+      const float* __restrict xp = x;
+      Q* __restrict qp = q;
+      for (int64_t i = i0; i < i1; ++i) {
+        const float v = xp[i] / s;
+        float y = std::nearbyint(v) + zp;
+        y = y < lo ? lo : y;
+        y = y > hi ? hi : y;
+        qp[i] = static_cast<Q>(static_cast<int32_t>(v == v ? y : zp));
+      }
+    });
+  } else {
+    for_each_element(c, [&](int64_t i, int64_t ch) {
+      q[i] = static_cast<Q>(quantize_value(x[i], c.scale[ch], c.zero_point[ch], r));
+    });
+  }
+}
+
+template <typename Q>
 void dequantize_from(const Q* q, const Channels& c, float* y) {
-  for_each_element(c, [&](int64_t i, int64_t ch) {
-    y[i] = static_cast<float>(static_cast<int64_t>(q[i]) - c.zero_point[ch]) * c.scale[ch];
+  for_each_run(c, [&](int64_t i0, int64_t i1, int64_t ch) {
+    const float s = c.scale[ch];
+    const int32_t zp = static_cast<int32_t>(c.zero_point[ch]);  // in Q's range (checked)
+    const Q* __restrict qp = q;
+    float* __restrict yp = y;
+    if constexpr (sizeof(Q) == 1) {
+      for (int64_t i = i0; i < i1; ++i)
+        yp[i] = static_cast<float>(static_cast<int32_t>(qp[i]) - zp) * s;
+    } else {
+      for (int64_t i = i0; i < i1; ++i)
+        yp[i] = static_cast<float>(static_cast<int64_t>(qp[i]) - c.zero_point[ch]) * s;
+    }
   });
 }
 

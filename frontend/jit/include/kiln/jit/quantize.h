@@ -60,6 +60,9 @@ struct LayerReport {
 struct PointError {
   std::string name;  // "output 0", "output of conv2d #3", ...
   double sqnr_db = 0;
+  // sum reference^2 and sum (reference - quantized)^2: add them up over batches for the SQNR
+  // of several (10 log10(signal / noise)).
+  double signal = 0, noise = 0;
 };
 
 class Prepared {
@@ -109,5 +112,7 @@ jit::TracedFunction convert(Prepared prepared);
 // Signal-to-quantization-noise ratio of `test` against `reference` in dB:
 // 10 log10(sum ref^2 / sum (ref - test)^2) over all elements (infinity when they are equal).
 double sqnr(const Tensor& reference, const Tensor& test);
+// The same from the two sums (what PointError keeps).
+double sqnr_db(double signal, double noise);
 
 }  // namespace kiln::quant
