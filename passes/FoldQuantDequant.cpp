@@ -3,13 +3,15 @@
 //   xf = kiln.dequantize(xq, xs, xz)               xq uint8/int8, per tensor
 //   wf = kiln.dequantize(wq, ws, wz) {axis = 0}    wq int8/uint8, per tensor or per channel
 //   y  = kiln.conv2d(xf, wf, b?) | kiln.linear(xf, wf, b?)
-//   r  = kiln.relu(y)                              optional, y used only here
+//   r  = kiln.relu(y)                              optional, y used only here (or a clamp from 0
+//                                                  whose top saturates the quantizer: ReLU6)
 //   q  = kiln.quantize(r or y, ys, yz)             per tensor, uint8/int8
 // becomes q = kiln.qconv2d / kiln.qlinear(xq, xs, xz, wq, ws, wz, b_int32, ys, yz) {relu}: the
 // integer kernels (kernels/qgemm.h) instead of three float ops around the float one. A float bias
 // becomes int32 at scale xs * ws[o] (round half to even), as the TFLite and ONNX schemes store it;
 // that needs constant xs, ws and b, and a bias whose int32 value is in range, else nothing folds.
-// relu folds as a clamp at yz (quantize(relu(v)) = max(quantize(v), yz)).
+// relu folds as a clamp at yz (quantize(relu(v)) = max(quantize(v), yz)); so does clamp(v, 0, M)
+// when quantize(M) >= the type's largest value, since the quantizer saturates there anyway.
 //
 // Reshapes of a per-tensor dequantize (a classifier's flatten between the pooled features and its
 // linear layer) move above it first: reshape(dequantize(q)) = dequantize(reshape(q)), so the
@@ -55,11 +57,35 @@ std::optional<std::vector<double>> integer_bias(const std::vector<double>& b, do
   return q;
 }
 
+// The quantized type's largest value (uint8 255, int8 127).
+double qmax_of(mlir::Value q) {
+  auto t = mlir::cast<mlir::IntegerType>(
+      mlir::cast<mlir::RankedTensorType>(q.getType()).getElementType());
+  return t.isUnsigned() ? 255.0 : 127.0;
+}
+
+// Whether `op` acts as a relu under the quantize that reads it: kiln.relu, or a kiln.clamp from 0
+// whose upper bound quantizes at or above the type's largest value (ReLU6 when the output range
+// observed is at most 6), so that clamping at the top is the quantizer's own saturation.
+bool acts_as_relu(mlir::Operation* op, ir::QuantizeOp quantize) {
+  if (!op) return false;
+  if (mlir::isa<ir::ReluOp>(op)) return true;
+  auto clamp = mlir::dyn_cast<ir::ClampOp>(op);
+  if (!clamp || clamp.getMin().convertToDouble() != 0.0) return false;
+  const double hi = clamp.getMax().convertToDouble();
+  if (hi == INFINITY) return true;
+  auto ys = constant_values(quantize->getOperand(1));
+  auto yz = constant_values(quantize->getOperand(2));
+  if (!ys || !yz || ys->size() != 1 || yz->size() != 1) return false;
+  const float scaled = static_cast<float>(hi) / static_cast<float>((*ys)[0]);
+  return std::nearbyint(static_cast<double>(scaled)) + (*yz)[0] >= qmax_of(quantize.getResult());
+}
+
 bool fold(ir::QuantizeOp quantize) {
   mlir::Value input = quantize->getOperand(0);
   if (!is_int8(quantize.getResult()) || rank_of(quantize->getOperand(1)) != 0) return false;
   mlir::Operation* relu = input.getDefiningOp();
-  const bool has_relu = relu && mlir::isa<ir::ReluOp>(relu);
+  const bool has_relu = acts_as_relu(relu, quantize);
   if (has_relu) {
     if (!input.hasOneUse()) return false;
     input = relu->getOperand(0);

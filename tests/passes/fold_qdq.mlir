@@ -67,3 +67,47 @@ func.func @bias_needs_constant_scales(%xq: tensor<2x8xi8>, %xs: tensor<f32>, %xz
   %q = kiln.quantize %y, %ys, %yz {axis = 1 : i64, dtype = 4 : i64} : (tensor<2x4xf32>, tensor<f32>, tensor<i32>) -> tensor<2x4xi8>
   return %q : tensor<2x4xi8>
 }
+
+// ReLU6 under a quantize whose top (quantize(6) = 6 / 0.025 = 240 + 20 = 260 >= 255) saturates
+// anyway folds like relu; with a wider output range (quantize(6) = 6 / 0.05 + 20 = 140) the clamp
+// cuts inside the range and stays.
+// CHECK-LABEL: func.func @relu6
+// CHECK: kiln.qconv2d {{.*}}relu = true
+// CHECK-NOT: kiln.clamp
+// CHECK-LABEL: func.func @clamp_inside_range
+// CHECK: kiln.conv2d
+// CHECK: kiln.clamp
+// CHECK-NOT: kiln.qconv2d
+func.func @relu6(%xq: tensor<1x1x2x2xui8>) -> tensor<1x1x1x1xui8> {
+  %xs = kiln.constant dense<0.1> : tensor<f32> : tensor<f32>
+  %xz = kiln.constant dense<0> : tensor<i32> : tensor<i32>
+  %wq = kiln.constant dense<1> : tensor<1x1x2x2xi8> : tensor<1x1x2x2xi8>
+  %ws = kiln.constant dense<0.5> : tensor<f32> : tensor<f32>
+  %wz = kiln.constant dense<0> : tensor<i32> : tensor<i32>
+  %none = kiln.none
+  %ys = kiln.constant dense<0.025> : tensor<f32> : tensor<f32>
+  %yz = kiln.constant dense<20> : tensor<i32> : tensor<i32>
+  %x = kiln.dequantize %xq, %xs, %xz {axis = 1 : i64} : (tensor<1x1x2x2xui8>, tensor<f32>, tensor<i32>) -> tensor<1x1x2x2xf32>
+  %w = kiln.dequantize %wq, %ws, %wz {axis = 0 : i64} : (tensor<1x1x2x2xi8>, tensor<f32>, tensor<i32>) -> tensor<1x1x2x2xf32>
+  %y = kiln.conv2d %x, %w, %none {dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x1x2x2xf32>, tensor<1x1x2x2xf32>, none) -> tensor<1x1x1x1xf32>
+  %r = kiln.clamp %y {min = 0.0 : f64, max = 6.0 : f64} : (tensor<1x1x1x1xf32>) -> tensor<1x1x1x1xf32>
+  %q = kiln.quantize %r, %ys, %yz {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x1x1x1xf32>, tensor<f32>, tensor<i32>) -> tensor<1x1x1x1xui8>
+  return %q : tensor<1x1x1x1xui8>
+}
+
+func.func @clamp_inside_range(%xq: tensor<1x1x2x2xui8>) -> tensor<1x1x1x1xui8> {
+  %xs = kiln.constant dense<0.1> : tensor<f32> : tensor<f32>
+  %xz = kiln.constant dense<0> : tensor<i32> : tensor<i32>
+  %wq = kiln.constant dense<1> : tensor<1x1x2x2xi8> : tensor<1x1x2x2xi8>
+  %ws = kiln.constant dense<0.5> : tensor<f32> : tensor<f32>
+  %wz = kiln.constant dense<0> : tensor<i32> : tensor<i32>
+  %none = kiln.none
+  %ys = kiln.constant dense<0.05> : tensor<f32> : tensor<f32>
+  %yz = kiln.constant dense<20> : tensor<i32> : tensor<i32>
+  %x = kiln.dequantize %xq, %xs, %xz {axis = 1 : i64} : (tensor<1x1x2x2xui8>, tensor<f32>, tensor<i32>) -> tensor<1x1x2x2xf32>
+  %w = kiln.dequantize %wq, %ws, %wz {axis = 0 : i64} : (tensor<1x1x2x2xi8>, tensor<f32>, tensor<i32>) -> tensor<1x1x2x2xf32>
+  %y = kiln.conv2d %x, %w, %none {dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x1x2x2xf32>, tensor<1x1x2x2xf32>, none) -> tensor<1x1x1x1xf32>
+  %r = kiln.clamp %y {min = 0.0 : f64, max = 6.0 : f64} : (tensor<1x1x1x1xf32>) -> tensor<1x1x1x1xf32>
+  %q = kiln.quantize %r, %ys, %yz {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x1x1x1xf32>, tensor<f32>, tensor<i32>) -> tensor<1x1x1x1xui8>
+  return %q : tensor<1x1x1x1xui8>
+}

@@ -69,6 +69,15 @@ std::string float_reason(mlir::Operation* layer) {
   return "";
 }
 
+// A relu, or a clamp from 0 (ReLU6): observed after it, the layer's output range starts at 0 and
+// --kiln-fold-qdq folds it into the integer layer (a ReLU6 whose observed range stays within 6
+// saturates at the top in the quantizer itself).
+bool relu_like(mlir::Operation* op) {
+  if (mlir::isa<ir::ReluOp>(op)) return true;
+  auto clamp = mlir::dyn_cast<ir::ClampOp>(op);
+  return clamp && clamp.getMin().convertToDouble() == 0.0;
+}
+
 // The value a layer's input is a reshape (or chain of reshapes) of: --kiln-fold-qdq moves
 // reshapes above a dequantize, so observing the source is enough.
 mlir::Value reshape_source(mlir::Value v) {
@@ -193,6 +202,11 @@ struct Prepared::Impl {
 };
 
 Prepared::Prepared(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+const Prepared::Impl& Prepared::impl(const char* who) const {
+  KILN_CHECK(impl_, who, "this Prepared was moved from (convert() takes it)");
+  return *impl_;
+}
 Prepared::Prepared(Prepared&&) noexcept = default;
 Prepared& Prepared::operator=(Prepared&&) noexcept = default;
 Prepared::~Prepared() = default;
@@ -234,7 +248,7 @@ Prepared prepare(jit::TracedFunction fn, const QConfig& config) {
     r.reason = float_reason(op);
     mlir::Value input = reshape_source(op->getOperand(0));
     mlir::Value output = op->getResult(0);
-    if (output.hasOneUse() && mlir::isa<ir::ReluOp>(*output.getUsers().begin()))
+    if (output.hasOneUse() && relu_like(*output.getUsers().begin()))
       output = output.getUsers().begin()->getResult(0);
     if (r.reason.empty() && (!can_observe(input) || !can_observe(output)))
       r.reason = "its input or output is not the first result of an op";
@@ -270,7 +284,7 @@ Prepared prepare(jit::TracedFunction fn, const QConfig& config) {
 }
 
 void Prepared::calibrate_checks(const TensorList& inputs, const char* who) const {
-  const Impl& m = *impl_;
+  const Impl& m = impl(who);
   const auto& guards = m.fn.guards();
   KILN_CHECK(inputs.size() == m.fn.num_inputs(), who, "expected ", m.fn.num_inputs(),
              " inputs, got ", inputs.size());
@@ -285,8 +299,8 @@ void Prepared::calibrate_checks(const TensorList& inputs, const char* who) const
 }
 
 void Prepared::calibrate(const TensorList& inputs) {
-  Impl& m = *impl_;
   calibrate_checks(inputs, "kiln::quant::calibrate");
+  Impl& m = *impl_;
   const TensorList out = jit::interpret(*m.calibration, inputs);
   for (size_t k = 0; k < m.points.size(); ++k) {
     const Tensor& t = out[m.num_outputs + k];
@@ -309,6 +323,7 @@ const std::vector<LayerReport>& Prepared::layers() const {
 }
 
 std::vector<std::string> Prepared::float_ops() const {
+  impl("kiln::quant::Prepared");
   std::map<std::string, int64_t> count;
   auto quantized = [&](mlir::Operation* op) {
     return std::find(impl_->quantized.begin(), impl_->quantized.end(), op) !=
@@ -316,8 +331,7 @@ std::vector<std::string> Prepared::float_ops() const {
   };
   for (const Point& p : impl_->points) {
     for (mlir::Operation* user : p.value.getUsers()) {
-      if (quantized(user) || mlir::isa<ir::ReluOp>(user) || mlir::isa<mlir::func::ReturnOp>(user))
-        continue;
+      if (quantized(user) || relu_like(user) || mlir::isa<mlir::func::ReturnOp>(user)) continue;
       if (mlir::isa<ir::ReshapeOp, ir::ViewOp>(user) &&
           llvm::all_of(user->getUsers(), [&](mlir::Operation* u) { return quantized(u); }))
         continue;
@@ -330,6 +344,7 @@ std::vector<std::string> Prepared::float_ops() const {
 }
 
 std::string Prepared::report() const {
+  impl("kiln::quant::Prepared");
   std::ostringstream os;
   int64_t n = 0;
   for (const LayerReport& r : impl_->layers) n += r.quantized;
@@ -376,7 +391,7 @@ void write_plan(const Prepared::Impl& m, mlir::ModuleOp module, llvm::ArrayRef<m
 }  // namespace
 
 std::vector<PointError> Prepared::compare(const TensorList& inputs) const {
-  const Impl& m = *impl_;
+  const Impl& m = impl("kiln::quant::compare");
   // The calibration module returns each point's float value; a copy with the plan written in
   // returns each point's dequantized value instead (insert-qdq redirects the return's reads).
   mlir::IRMapping map;
@@ -401,6 +416,7 @@ std::vector<PointError> Prepared::compare(const TensorList& inputs) const {
 }
 
 jit::TracedFunction convert(Prepared prepared) {
+  prepared.impl("kiln::quant::convert");
   Prepared::Impl& m = *prepared.impl_;
   std::vector<mlir::Value> points;
   for (const Point& p : m.points) points.push_back(p.value);

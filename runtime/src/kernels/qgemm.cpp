@@ -115,17 +115,6 @@ const QFamily& family_for(bool quads_allowed) {
 
 // ---- Checked parameters -------------------------------------------------------------------------
 
-// Everything the epilogue and the packing need, per output channel (`channels` of them).
-struct Requant {
-  int32_t x_zp = 0;
-  std::vector<int32_t> w_zp;  // per channel
-  std::vector<float> mult;    // per channel, padded to whole panels with copies of the last
-  std::vector<int32_t> bias;  // per channel (0 where absent), padded likewise
-  float lo = 0.0f, hi = 0.0f;
-  int32_t y_zp = 0;
-  bool out_signed = false;
-};
-
 float scalar_scale(std::string_view op, const TensorImpl* s, std::string_view what) {
   KILN_CHECK(s != nullptr, op, "expected ", what, ", got none");
   KILN_CHECK(s->dtype() == DType::Float32 && s->dim() == 0, op, "expected ", what,
@@ -571,6 +560,10 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   const bool x_signed = xc->dtype() == DType::Int8;
   const int64_t K = g.K(), HoWo = g.HoWo();
   // A: the weights (rows: output channels of one group); B: one image's columns of one group.
+  if (g.depthwise() && g.Cg == 1 && wc->dtype() == DType::Int8) {
+    qconv2d_depthwise(g, *xc, wc->data_ptr<int8_t>(), rq, y.ptr);
+    return y.finish();
+  }
   const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, rq, g.G, K, true);
   const QFamily& f = *pw->family;
   const bool quads = f.group == 4;

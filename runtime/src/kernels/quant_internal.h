@@ -13,6 +13,10 @@
 #include "kiln/runtime/views.h"
 #include "nn_common.h"
 
+namespace kiln::kernels::conv_detail {
+struct ConvGeom;
+}  // namespace kiln::kernels::conv_detail
+
 namespace kiln::kernels::quant_detail {
 
 using nn_detail::dims_str;
@@ -97,6 +101,22 @@ inline int32_t requantize_value(int32_t acc, int32_t bias, float mult, float lo,
   const float v = std::min(std::max(static_cast<float>(sum) * mult, lo), hi);
   return static_cast<int32_t>(std::nearbyint(v)) + zp;
 }
+
+// Everything the epilogue and the packing need, per output channel (`channels` of them).
+struct Requant {
+  int32_t x_zp = 0;
+  std::vector<int32_t> w_zp;  // per channel
+  std::vector<float> mult;    // per channel, padded to whole panels with copies of the last
+  std::vector<int32_t> bias;  // per channel (0 where absent), padded likewise
+  float lo = 0.0f, hi = 0.0f;
+  int32_t y_zp = 0;
+  bool out_signed = false;
+};
+
+// Depthwise qconv2d (groups == channels, one input channel per group; qconv_depthwise.cpp): x
+// contiguous uint8 or int8, w contiguous int8 [C, 1, KH, KW], out contiguous of rq's dtype.
+void qconv2d_depthwise(const conv_detail::ConvGeom& g, const TensorImpl& x, const int8_t* w,
+                       const Requant& rq, void* out);
 
 // ---- Packed operands of the integer GEMM --------------------------------------------------------
 // C[M, N] = A[M, K] B[K, N], K taken in groups of `group` values per int32 word:

@@ -97,6 +97,7 @@ class Prepared {
   struct Impl;  // quantize.cpp's
 
  private:
+  const Impl& impl(const char* who) const;  // throws once moved from
   explicit Prepared(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
