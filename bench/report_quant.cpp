@@ -4,7 +4,9 @@
 // trained network), kiln::quant with per-channel int8 weights and uint8 activations calibrated
 // on 32 random inputs, then both artifacts (float32 and int8, each on kiln_runtime's kernels) run
 // on 32 other inputs: SQNR of int8 against float32, top-1 agreement and the file sizes. With
-// --out DIR, writes DIR/<model>.kiln and DIR/<model>_int8.kiln for `kiln bench`; --layers
+// --out DIR, writes DIR/<model>.kiln and DIR/<model>_int8.kiln for `kiln bench`, and the weights
+// (DIR/<model>.safetensors, torchvision's names) and inputs (DIR/<model>_calibration.npy and
+// DIR/<model>_test.npy) for bench/peers/quant_peers.py; --layers
 // adds the SQNR at every observed value (Prepared::compare, the float32 simulation).
 //
 //   build/release/bench/report_quant [--out DIR] [--model resnet18|mobilenet_v2]
@@ -22,6 +24,7 @@
 #include "kiln/kiln.h"
 #include "kiln/models.h"
 #include "kiln/runtime/model.h"
+#include "kiln/serialize.h"
 
 namespace {
 
@@ -101,6 +104,13 @@ void report(const std::string& name, const std::string& out, quant::Calibration 
   if (!out.empty()) {
     write(out + "/" + name + ".kiln", fp32);
     write(out + "/" + name + "_int8.kiln", int8);
+    // The same weights and inputs for the peers (bench/peers/quant_peers.py).
+    NamedTensors state;
+    for (const auto& [k, t] : model->named_parameters()) state.emplace_back(k, t);
+    for (const auto& [k, t] : model->named_buffers()) state.emplace_back(k, t);
+    write_safetensors(out + "/" + name + ".safetensors", state);
+    write_npy(out + "/" + name + "_calibration.npy", cat(calibration, 0));
+    write_npy(out + "/" + name + "_test.npy", cat(test, 0));
   }
 }
 

@@ -61,6 +61,30 @@ class ImportMatchesPyTorch(unittest.TestCase):
     def test_mobilenet_v2(self):
         self.check("mobilenet_v2")
 
+    def test_resnet18_imports_as_int8(self):
+        # `kiln import --quantize int8`: calibrated on 8 other inputs, the integer model stays
+        # close to PyTorch's float output (SQNR in dB) and `kiln quant-report` says the same.
+        path = models.export("resnet18", self.dir)
+        rng = np.random.default_rng(5)
+        cal = os.path.join(self.dir, "resnet18_cal.npy")
+        np.save(cal, rng.standard_normal((8, 3, 224, 224)).astype(np.float32))
+        q = os.path.join(self.dir, "resnet18_int8.kiln")
+        f = os.path.join(self.dir, "resnet18_f32.kiln")
+        r = kiln("import", path, "--quantize", "int8", "--calibration", cal, "-o", q)
+        self.assertIn("21 of 21 conv2d/linear layers int8", r.stdout)
+        kiln("import", path, "-o", f)
+        x = os.path.join(self.dir, "resnet18_x.npy")
+        y_path = os.path.join(self.dir, "resnet18_int8_y.npy")
+        kiln("run", q, "--input", x, "--output", y_path)
+        got = np.load(y_path).astype(np.float64)
+        want = np.load(os.path.join(self.dir, "resnet18_y.npy")).astype(np.float64)
+        sqnr = 10 * np.log10((want ** 2).sum() / ((want - got) ** 2).sum())
+        print(f"resnet18 int8 import: SQNR {sqnr:.1f} dB against PyTorch float32")
+        self.assertGreaterEqual(sqnr, 25.0)
+        report = kiln("quant-report", q, "--reference", f, "--input", x).stdout
+        self.assertIn("output 0 (y): SQNR", report)
+        self.assertLess(os.path.getsize(q), 0.3 * os.path.getsize(f))
+
     def test_lenet_through_kiln_export(self):
         self.check("lenet", command="export")
 
