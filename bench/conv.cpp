@@ -391,11 +391,16 @@ void BM_QConv(benchmark::State& state, Shape s) {
   }
   const QuantizedOperands q{xs.get(),   xz.get(), ws.get(), wz.get(),
                             bias.get(), ys.get(), yz.get(), true};
-  set_qgemm_isa(state.range(0) == 1 ? QGemmIsa::Portable : QGemmIsa::Auto);
+  // mode 0: auto, packed per call; 1: portable; 2: auto, prepared; 3: VNNI, prepared (beside
+  // AMX where the CPU has both).
+  const int64_t mode = state.range(0);
+  if (mode == 3 && !qgemm_isa_available(QGemmIsa::Avx512Vnni))
+    return state.SkipWithError("no AVX-512 VNNI on this CPU");
+  set_qgemm_isa(mode == 1 ? QGemmIsa::Portable : mode == 3 ? QGemmIsa::Avx512Vnni : QGemmIsa::Auto);
   state.SetLabel(qgemm_isa_name(qgemm_isa()));
   const Conv2dParams p = params(s);
   const PreparedQWeightPtr prepared =
-      state.range(0) == 2 ? prepare_qconv2d_weight(*w, q, p, DType::UInt8, DType::UInt8) : nullptr;
+      mode >= 2 ? prepare_qconv2d_weight(*w, q, p, DType::UInt8, DType::UInt8) : nullptr;
   for (auto _ : state) {
     qconv2d_out(*x, *w, q, p, *y, prepared.get());
     benchmark::ClobberMemory();
@@ -431,6 +436,7 @@ const int kRegistered = [] {
         ->ArgName("mode")
         ->Arg(0)
         ->Arg(2)
+        ->Arg(3)
         ->Unit(benchmark::kMicrosecond);
   timing(benchmark::RegisterBenchmark("ResNet18Int8/l1_3x3_64-64@56", BM_QConv, kResNet18[1]))
       ->ArgName("mode")

@@ -13,7 +13,10 @@
 
 #include <atomic>
 #include <cstring>
+#include <iterator>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include "conv_internal.h"
 #include "kiln/runtime/target.h"
@@ -82,6 +85,10 @@ bool host_has_vnni() {
   const rt::CpuFeatures& f = rt::host_target().features;
   return f.avx512_vnni && f.avx512f && f.avx512bw && f.avx512vl && qgemm_avx512vnni_family();
 }
+bool host_has_amx() {
+  const rt::CpuFeatures& f = rt::host_target().features;
+  return f.amx_tile && f.amx_int8 && host_has_vnni() && qgemm_amx_family();
+}
 bool host_has_avx2() {
   return rt::host_target().features.avx2 && qgemm_avx2_family();
 }
@@ -90,6 +97,7 @@ bool host_has_avx2() {
 QGemmIsa resolve(QGemmIsa isa) {
   if (isa != QGemmIsa::Auto) return isa;
   const rt::TargetDescription& t = rt::active_target();
+  if (t.isa == rt::VectorIsa::Avx512 && t.features.amx_int8 && host_has_amx()) return QGemmIsa::Amx;
   if (t.isa == rt::VectorIsa::Avx512 && t.features.avx512_vnni && host_has_vnni())
     return QGemmIsa::Avx512Vnni;
   if ((t.isa == rt::VectorIsa::Avx2 || t.isa == rt::VectorIsa::Avx512) && host_has_avx2())
@@ -101,6 +109,9 @@ QGemmIsa resolve(QGemmIsa isa) {
 // symmetric scheme int8 flows use for weights); other operands take the int16 path.
 const QFamily& family_for(bool quads_allowed) {
   switch (resolve(g_forced.load(std::memory_order_acquire))) {
+    case QGemmIsa::Amx:
+      if (quads_allowed) return *qgemm_amx_family();
+      [[fallthrough]];
     case QGemmIsa::Avx512Vnni:
       if (quads_allowed) return *qgemm_avx512vnni_family();
       [[fallthrough]];
@@ -205,15 +216,35 @@ int64_t ceil_div(int64_t a, int64_t b) {
 // words of `group` elements (int16 or bytes).
 struct Layout {
   int64_t lines = 0, K = 0, width = 0, group = 0;
-  int64_t words() const { return ceil_div(K, group); }
+  // QFamily::a_tile_words: K padded to blocks of this many words (both operands), and with
+  // `rows` the lines of a block stored one after another per K block (the A operand).
+  int64_t tile_words = 0;
+  bool rows = false;
+  int64_t words() const {
+    const int64_t w = ceil_div(K, group);
+    return tile_words > 0 ? ceil_div(w, tile_words) * tile_words : w;
+  }
   int64_t blocks() const { return ceil_div(lines, width); }
   int64_t block_words() const { return words() * width; }
   int64_t total_words() const { return blocks() * block_words(); }
   // Element (line, k) within the buffer, in elements.
   int64_t index(int64_t line, int64_t k) const {
-    return ((line / width * words() + k / group) * width + line % width) * group + k % group;
+    const int64_t p = k / group, r = line % width, base = line / width * block_words();
+    if (rows)
+      return ((base + (p / tile_words * width + r) * tile_words) + p % tile_words) * group +
+             k % group;
+    return ((base + p * width + r) * group) + k % group;
   }
 };
+
+// The layouts of a family's operands: A (`lines` rows in slivers of mr) and B (columns in panels
+// of nr).
+Layout a_layout(const QFamily& f, int64_t lines, int64_t K) {
+  return {lines, K, f.mr, f.group, f.a_tile_words, f.a_tile_words > 0};
+}
+Layout b_layout(const QFamily& f, int64_t lines, int64_t K) {
+  return {lines, K, f.nr, f.group, f.a_tile_words, false};
+}
 
 // Packs f(line, src[line * ld + k]) (an E value) for every line and k into `dst`, zeros past K and
 // lines; the writes in buffer order. Byte stores may alias anything, so everything the loop
@@ -223,6 +254,24 @@ void pack(const Layout& l, const S* src, int64_t ld, F f, int32_t* dst) {
   E* const d = reinterpret_cast<E*>(dst);
   const int64_t words = l.words(), width = l.width, group = l.group, lines = l.lines, K = l.K;
   const int64_t block_elems = l.block_words() * group;
+  if (l.rows) {  // A tiles: per K block, each line's words together
+    const int64_t tw = l.tile_words;
+    parallel_for(0, l.blocks(), 1, [=](int64_t b0, int64_t b1) {
+      const F fn = f;
+      for (int64_t b = b0; b < b1; ++b) {
+        E* o = d + b * block_elems;
+        for (int64_t p0 = 0; p0 < words; p0 += tw) {
+          for (int64_t r = 0; r < width; ++r) {
+            const int64_t line = b * width + r;
+            const S* row = src + line * ld;
+            for (int64_t k = p0 * group, e = k + tw * group; k < e; ++k)
+              *o++ = line < lines && k < K ? fn(line, row[k]) : E(0);
+          }
+        }
+      }
+    });
+    return;
+  }
   parallel_for(0, l.blocks(), 1, [=](int64_t b0, int64_t b1) {
     const F fn = f;
     for (int64_t b = b0; b < b1; ++b) {
@@ -240,49 +289,77 @@ void pack(const Layout& l, const S* src, int64_t ld, F f, int32_t* dst) {
 }
 
 // The column panels of one image's group straight from NCHW: B[k = (c, kh, kw), j = (oh, ow)] =
-// f(x[c, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw]), `pad` in the padding. Row by row of
-// the output, so the bounds are tested per row and per column, never divided out per element.
-// colp[j]: column j's element offset in word row 0 (column_offsets, once per call).
+// f(x[c, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw]), `pad` in the padding. Per K word and
+// output row: the word's `group` input rows gathered into a small buffer (bounds tested per row
+// and per column, never divided out per element), then interleaved into whole 32-bit words and
+// stored as contiguous runs of each panel: the compiler vectorizes both loops, where storing
+// single bytes at each column's offset would not.
 template <typename E, typename T, typename F>
-void pack_conv_columns(const ConvGeom& geom, const Layout& l, const int64_t* colp, const T* x, F f,
-                       E pad, int32_t* dst) {
-  E* const d = reinterpret_cast<E*>(dst);
+void pack_conv_columns(const ConvGeom& geom, const Layout& l, const T* x, F f, E pad,
+                       int32_t* dst) {
+  static_assert(sizeof(E) * 4 == 4 || sizeof(E) * 2 == 4, "byte quads or int16 pairs");
+  constexpr int64_t group = 4 / sizeof(E);
+  using U = std::make_unsigned_t<E>;
   const ConvGeom g = geom;
   const int64_t kk = g.KH * g.KW, N = g.HoWo(), cols = l.blocks() * l.width;
-  const int64_t word_row = l.width * l.group;  // elements between a column's consecutive words
-  const int64_t group = l.group, K = l.K;
-  parallel_for(0, l.words(), 1, [=](int64_t w0, int64_t w1) {
+  const int64_t words = l.words(), nr = l.width, K = l.K, Wo = g.Wo;
+  parallel_for(0, words, 1, [=](int64_t w0, int64_t w1) {
     const F fn = f;
-    for (int64_t k = w0 * group; k < w1 * group; ++k) {
-      E* const out = d + (k / group) * word_row + k % group;
-      if (k >= K) {
-        for (int64_t j = 0; j < cols; ++j) out[colp[j]] = E(0);
-        continue;
-      }
-      for (int64_t j = N; j < cols; ++j) out[colp[j]] = E(0);
-      const int64_t c = k / kk, kh = k % kk / g.KW, kw = k % g.KW;
-      const T* plane = x + c * g.H * g.W;
+    // The gathered rows: on the stack for outputs up to 1024 wide (no allocation per call).
+    E stack_rows[4096 / sizeof(E)];
+    std::vector<E> heap_rows(group * Wo > int64_t(std::size(stack_rows)) ? group * Wo : 0);
+    E* const rows = heap_rows.empty() ? stack_rows : heap_rows.data();
+    for (int64_t p = w0; p < w1; ++p) {
+      // Word p of column j lives at dst[(j / nr * words + p) * nr + j % nr].
+      auto word_at = [&](int64_t j) { return dst + (j / nr * words + p) * nr + j % nr; };
+      for (int64_t j = N; j < cols; ++j) *word_at(j) = 0;
       for (int64_t oh = 0; oh < g.Ho; ++oh) {
-        const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
-        const int64_t* cj = colp + oh * g.Wo;
-        if (ih < 0 || ih >= g.H) {
-          for (int64_t ow = 0; ow < g.Wo; ++ow) out[cj[ow]] = pad;
-          continue;
+        for (int64_t e = 0; e < group; ++e) {
+          E* __restrict r = rows + e * Wo;
+          const int64_t k = p * group + e;
+          const int64_t c = k / kk, kh = k % kk / g.KW, kw = k % g.KW;
+          const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+          if (k >= K) {
+            for (int64_t ow = 0; ow < Wo; ++ow) r[ow] = E(0);
+          } else if (ih < 0 || ih >= g.H) {
+            for (int64_t ow = 0; ow < Wo; ++ow) r[ow] = pad;
+          } else {
+            // Columns [lo, hi) read inside the row; the others are padding.
+            const T* __restrict src = x + (c * g.H + ih) * g.W;
+            const int64_t iw0 = kw * g.dw - g.pw, sw = g.sw;
+            const int64_t lo = std::min(Wo, iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw);
+            const int64_t hi =
+                std::max(lo, std::min(Wo, g.W - iw0 <= 0 ? 0 : (g.W - iw0 + sw - 1) / sw));
+            for (int64_t ow = 0; ow < lo; ++ow) r[ow] = pad;
+            if (sw == 1) {
+              const T* __restrict s0 = src + iw0;
+              for (int64_t ow = lo; ow < hi; ++ow) r[ow] = fn(s0[ow]);
+            } else {
+              for (int64_t ow = lo; ow < hi; ++ow) r[ow] = fn(src[iw0 + ow * sw]);
+            }
+            for (int64_t ow = hi; ow < Wo; ++ow) r[ow] = pad;
+          }
         }
-        const T* row = plane + ih * g.W;
-        const int64_t iw0 = kw * g.dw - g.pw;
-        for (int64_t ow = 0; ow < g.Wo; ++ow) {
-          const int64_t iw = iw0 + ow * g.sw;
-          out[cj[ow]] = iw >= 0 && iw < g.W ? fn(row[iw]) : pad;
+        const E* __restrict r0 = rows;
+        for (int64_t ow = 0; ow < Wo;) {  // runs of consecutive words within one panel
+          const int64_t j = oh * Wo + ow, run = std::min(Wo - ow, nr - j % nr);
+          int32_t* __restrict out = word_at(j);
+          const U* __restrict a = reinterpret_cast<const U*>(r0) + ow;
+          if constexpr (group == 4) {
+            const U *b = a + Wo, *c = b + Wo, *d = c + Wo;
+            for (int64_t i = 0; i < run; ++i)
+              out[i] = static_cast<int32_t>(uint32_t(a[i]) | uint32_t(b[i]) << 8 |
+                                            uint32_t(c[i]) << 16 | uint32_t(d[i]) << 24);
+          } else {
+            const U* b = a + Wo;
+            for (int64_t i = 0; i < run; ++i)
+              out[i] = static_cast<int32_t>(uint32_t(a[i]) | uint32_t(b[i]) << 16);
+          }
+          ow += run;
         }
       }
     }
   });
-}
-
-// Each column's element offset in word row 0 of a B layout (pack_conv_columns).
-void column_offsets(const Layout& l, int64_t* colp) {
-  for (int64_t j = 0, cols = l.blocks() * l.width; j < cols; ++j) colp[j] = l.index(j, 0);
 }
 
 // ---- The tile loop ------------------------------------------------------------------------------
@@ -428,9 +505,12 @@ ConvGeom qconv_geom(std::string_view op, const TensorImpl& x, const TensorImpl& 
 struct PreparedQWeight {
   const QFamily* family = nullptr;
   int64_t groups = 1, rows = 0, K = 0, width = 0;
+  bool a_operand = false;  // conv: the weights are A; linear: B
   std::vector<int32_t> words;
   std::vector<int32_t> sums;
-  Layout layout() const { return {rows, K, width, family->group}; }
+  Layout layout() const {
+    return a_operand ? a_layout(*family, rows, K) : b_layout(*family, rows, K);
+  }
   size_t nbytes() const { return (words.size() + sums.size()) * sizeof(int32_t); }
 };
 
@@ -444,6 +524,7 @@ PreparedQWeightPtr pack_weight(const QFamily& f, const TensorImpl& wc, const Req
   pw->rows = wc.size(0) / groups;
   pw->K = K;
   pw->width = conv ? f.mr : f.nr;
+  pw->a_operand = conv;
   const Layout l = pw->layout();
   pw->words.resize(groups * l.total_words());
   for (int64_t grp = 0; grp < groups; ++grp) {
@@ -531,7 +612,7 @@ void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   // B: the weights (columns: output features); A: the activations.
   const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, rq, 1, s.K, false);
   const QFamily& f = *pw->family;
-  const Layout la{s.M, s.K, f.mr, f.group};
+  const Layout la = a_layout(f, s.M, s.K);
   ConvScratch<int32_t> a(la.total_words());
   std::vector<int32_t> bias;
   if (f.group == 4) {
@@ -567,11 +648,9 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, rq, g.G, K, true);
   const QFamily& f = *pw->family;
   const bool quads = f.group == 4;
-  const Layout la = pw->layout(), lb{HoWo, K, f.nr, f.group};
+  const Layout la = pw->layout(), lb = b_layout(f, HoWo, K);
   const int32_t* a = pw->words.data();
   ConvScratch<int32_t> b(lb.total_words());
-  ConvScratch<int64_t> cols(lb.blocks() * lb.width);
-  column_offsets(lb, cols.get());
   const int32_t u_zp = u8_zero_point(rq, x_signed);
   const std::vector<int32_t> bias = quads ? quad_bias(rq, pw->sums, u_zp) : rq.bias;
   for (int64_t n = 0; n < g.N; ++n) {
@@ -579,19 +658,19 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
       const int64_t x_off = (n * g.C + grp * g.Cg) * g.HW();
       if (quads && x_signed)
         pack_conv_columns<uint8_t>(
-            g, lb, cols.get(), xc->data_ptr<int8_t>() + x_off,
-            [](int8_t v) { return uint8_t(v + 128); }, uint8_t(u_zp), b.get());
+            g, lb, xc->data_ptr<int8_t>() + x_off, [](int8_t v) { return uint8_t(v + 128); },
+            uint8_t(u_zp), b.get());
       else if (quads)
         pack_conv_columns<uint8_t>(
-            g, lb, cols.get(), xc->data_ptr<uint8_t>() + x_off, [](uint8_t v) { return v; },
-            uint8_t(u_zp), b.get());
+            g, lb, xc->data_ptr<uint8_t>() + x_off, [](uint8_t v) { return v; }, uint8_t(u_zp),
+            b.get());
       else if (x_signed)
         pack_conv_columns<int16_t>(
-            g, lb, cols.get(), xc->data_ptr<int8_t>() + x_off,
+            g, lb, xc->data_ptr<int8_t>() + x_off,
             [zp = rq.x_zp](int8_t v) { return int16_t(v - zp); }, int16_t(0), b.get());
       else
         pack_conv_columns<int16_t>(
-            g, lb, cols.get(), xc->data_ptr<uint8_t>() + x_off,
+            g, lb, xc->data_ptr<uint8_t>() + x_off,
             [zp = rq.x_zp](uint8_t v) { return int16_t(v - zp); }, int16_t(0), b.get());
       TileOut t =
           tile_out(rq, bias, static_cast<char*>(y.ptr) + (n * g.O + grp * g.Og) * HoWo, HoWo, true);
@@ -667,6 +746,8 @@ void qconv2d_reference_out(const TensorImpl& x, const TensorImpl& w, const Quant
 
 bool qgemm_isa_available(QGemmIsa isa) {
   switch (isa) {
+    case QGemmIsa::Amx:
+      return host_has_amx();
     case QGemmIsa::Avx512Vnni:
       return host_has_vnni();
     case QGemmIsa::Avx2:
@@ -690,6 +771,8 @@ const char* qgemm_isa_name(QGemmIsa isa) {
   switch (isa) {
     case QGemmIsa::Auto:
       return "auto";
+    case QGemmIsa::Amx:
+      return "amx-int8";
     case QGemmIsa::Avx512Vnni:
       return "avx512-vnni";
     case QGemmIsa::Avx2:

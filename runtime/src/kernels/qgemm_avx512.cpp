@@ -14,28 +14,13 @@
 
 #include <immintrin.h>
 
+#include "qgemm_avx512_epilogue.h"
+
 namespace kiln::kernels::quant_detail {
 namespace {
 
 constexpr int kMR = 8;
 constexpr int kNR = 32;
-
-inline __m512i requantize16(__m512i acc, __m512i bias, __m512 mult, __m512 lo, __m512 hi,
-                            __m512i zp) {
-  __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, bias)), mult);
-  v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-  v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  return _mm512_add_epi32(_mm512_cvtps_epi32(v), zp);
-}
-
-// Stores the first n (<= 16) lanes as bytes; the values are in the output's range already.
-inline void store16(__m512i v, bool out_signed, char* dst, int n) {
-  const __m128i b = out_signed ? _mm512_cvtsepi32_epi8(v) : _mm512_cvtusepi32_epi8(v);
-  if (n >= 16)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), b);
-  else if (n > 0)
-    _mm_mask_storeu_epi8(dst, static_cast<__mmask16>((1u << n) - 1), b);
-}
 
 template <bool kAUnsigned>
 void qkernel_vnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
@@ -57,32 +42,10 @@ void qkernel_vnni(int64_t words, const int32_t* a, const int32_t* b, int m, int 
       }
     }
   }
-  const TileOut e = t;  // a local copy: the stores below could alias its fields
-  const __m512 lo = _mm512_set1_ps(e.lo), hi = _mm512_set1_ps(e.hi);
-  const __m512i zp = _mm512_set1_epi32(e.zp);
-  __m512 col_mult[2];
-  __m512i col_bias[2];
-  if (e.col_step) {
-    for (int v = 0; v < 2; ++v) {
-      col_mult[v] = _mm512_loadu_ps(e.mult + 16 * v);
-      col_bias[v] = e.bias ? _mm512_loadu_si512(e.bias + 16 * v) : _mm512_setzero_si512();
-    }
-  }
-  for (int r = 0; r < m; ++r) {
-    __m512 mult[2];
-    __m512i bias[2];
-    if (e.col_step) {
-      mult[0] = col_mult[0], mult[1] = col_mult[1];
-      bias[0] = col_bias[0], bias[1] = col_bias[1];
-    } else {
-      const int64_t c = r * e.row_step;
-      mult[0] = mult[1] = _mm512_set1_ps(e.mult[c]);
-      bias[0] = bias[1] = _mm512_set1_epi32(e.bias ? e.bias[c] : 0);
-    }
-    char* dst = static_cast<char*>(e.out) + r * e.ld;
-    store16(requantize16(acc[r][0], bias[0], mult[0], lo, hi, zp), e.out_signed, dst, n);
-    store16(requantize16(acc[r][1], bias[1], mult[1], lo, hi, zp), e.out_signed, dst + 16, n - 16);
-  }
+  store_rows_avx512(m, n, t, [&](int r, __m512i& a0, __m512i& a1) {
+    a0 = acc[r][0];
+    a1 = acc[r][1];
+  });
 }
 
 }  // namespace

@@ -157,9 +157,14 @@ struct QFamily {
   int mr, nr, group;
   QMicroKernelFn kernel;                 // group 2; group 4: A holds the uint8 operand
   QMicroKernelFn kernel_b_u8 = nullptr;  // group 4: B holds the uint8 operand
+  // 0: A slivers are word-major like B (a[p * mr + r]). Otherwise K is padded to whole blocks of
+  // this many words, in A and B alike, and each A sliver holds per block its mr rows one after
+  // another (a[(p / w * mr + r) * w + p % w]): AMX's A tiles, K contiguous per row.
+  int a_tile_words = 0;
 };
 const QFamily* qgemm_avx2_family();        // null where the build has no AVX2
 const QFamily* qgemm_avx512vnni_family();  // null where the build has no AVX-512
+const QFamily* qgemm_amx_family();  // null without AMX in the build or the tile state granted
 
 // Requantizes an accumulated tile (row stride `ld_acc`) into `t`, one value at a time.
 void store_tile_scalar(const int32_t* acc, int64_t ld_acc, int m, int n, const TileOut& t);
