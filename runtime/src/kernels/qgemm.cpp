@@ -13,7 +13,6 @@
 
 #include <atomic>
 #include <cstring>
-#include <iterator>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -289,15 +288,15 @@ void pack(const Layout& l, const S* src, int64_t ld, F f, int32_t* dst) {
 }
 
 // The column panels of one image's group straight from NCHW: B[k = (c, kh, kw), j = (oh, ow)] =
-// f(x[c, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw]), `pad` in the padding. Per K word and
-// output row: the word's `group` input rows gathered into a small buffer (bounds tested per row
-// and per column, never divided out per element), then interleaved into whole 32-bit words and
-// stored as contiguous runs of each panel: the compiler vectorizes both loops, where storing
-// single bytes at each column's offset would not.
+// f(x[c, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw]), `pad` in the padding. Per K word: the
+// word's `group` rows of B gathered into a buffer (bounds tested per input row and column range,
+// never divided out per element), then interleaved into whole 32-bit words stored as contiguous
+// runs of each panel: the compiler vectorizes both, where storing single bytes at each column's
+// offset would not.
 template <typename E, typename T, typename F>
 void pack_conv_columns(const ConvGeom& geom, const Layout& l, const T* x, F f, E pad,
                        int32_t* dst) {
-  static_assert(sizeof(E) * 4 == 4 || sizeof(E) * 2 == 4, "byte quads or int16 pairs");
+  static_assert(sizeof(E) == 1 || sizeof(E) == 2, "byte quads or int16 pairs");
   constexpr int64_t group = 4 / sizeof(E);
   using U = std::make_unsigned_t<E>;
   const ConvGeom g = geom;
@@ -305,58 +304,54 @@ void pack_conv_columns(const ConvGeom& geom, const Layout& l, const T* x, F f, E
   const int64_t words = l.words(), nr = l.width, K = l.K, Wo = g.Wo;
   parallel_for(0, words, 1, [=](int64_t w0, int64_t w1) {
     const F fn = f;
-    // The gathered rows: on the stack for outputs up to 1024 wide (no allocation per call).
-    E stack_rows[4096 / sizeof(E)];
-    std::vector<E> heap_rows(group * Wo > int64_t(std::size(stack_rows)) ? group * Wo : 0);
-    E* const rows = heap_rows.empty() ? stack_rows : heap_rows.data();
+    std::vector<E> buffer(static_cast<size_t>(group * N));  // one per chunk of words
+    E* const rows = buffer.data();
     for (int64_t p = w0; p < w1; ++p) {
-      // Word p of column j lives at dst[(j / nr * words + p) * nr + j % nr].
-      auto word_at = [&](int64_t j) { return dst + (j / nr * words + p) * nr + j % nr; };
-      for (int64_t j = N; j < cols; ++j) *word_at(j) = 0;
-      for (int64_t oh = 0; oh < g.Ho; ++oh) {
-        for (int64_t e = 0; e < group; ++e) {
-          E* __restrict r = rows + e * Wo;
-          const int64_t k = p * group + e;
-          const int64_t c = k / kk, kh = k % kk / g.KW, kw = k % g.KW;
+      for (int64_t e = 0; e < group; ++e) {
+        E* __restrict r = rows + e * N;
+        const int64_t k = p * group + e;
+        if (k >= K) {
+          std::fill(r, r + N, E(0));
+          continue;
+        }
+        const int64_t c = k / kk, kh = k % kk / g.KW, kw = k % g.KW;
+        const int64_t iw0 = kw * g.dw - g.pw, sw = g.sw;
+        // Columns [lo, hi) of every output row read inside the input row; the others pad.
+        const int64_t lo = std::min(Wo, iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw);
+        const int64_t hi =
+            std::max(lo, std::min(Wo, g.W - iw0 <= 0 ? 0 : (g.W - iw0 + sw - 1) / sw));
+        for (int64_t oh = 0; oh < g.Ho; ++oh, r += Wo) {
           const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
-          if (k >= K) {
-            for (int64_t ow = 0; ow < Wo; ++ow) r[ow] = E(0);
-          } else if (ih < 0 || ih >= g.H) {
-            for (int64_t ow = 0; ow < Wo; ++ow) r[ow] = pad;
-          } else {
-            // Columns [lo, hi) read inside the row; the others are padding.
-            const T* __restrict src = x + (c * g.H + ih) * g.W;
-            const int64_t iw0 = kw * g.dw - g.pw, sw = g.sw;
-            const int64_t lo = std::min(Wo, iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw);
-            const int64_t hi =
-                std::max(lo, std::min(Wo, g.W - iw0 <= 0 ? 0 : (g.W - iw0 + sw - 1) / sw));
-            for (int64_t ow = 0; ow < lo; ++ow) r[ow] = pad;
-            if (sw == 1) {
-              const T* __restrict s0 = src + iw0;
-              for (int64_t ow = lo; ow < hi; ++ow) r[ow] = fn(s0[ow]);
-            } else {
-              for (int64_t ow = lo; ow < hi; ++ow) r[ow] = fn(src[iw0 + ow * sw]);
-            }
-            for (int64_t ow = hi; ow < Wo; ++ow) r[ow] = pad;
+          if (ih < 0 || ih >= g.H) {
+            std::fill(r, r + Wo, pad);
+            continue;
           }
-        }
-        const E* __restrict r0 = rows;
-        for (int64_t ow = 0; ow < Wo;) {  // runs of consecutive words within one panel
-          const int64_t j = oh * Wo + ow, run = std::min(Wo - ow, nr - j % nr);
-          int32_t* __restrict out = word_at(j);
-          const U* __restrict a = reinterpret_cast<const U*>(r0) + ow;
-          if constexpr (group == 4) {
-            const U *b = a + Wo, *c = b + Wo, *d = c + Wo;
-            for (int64_t i = 0; i < run; ++i)
-              out[i] = static_cast<int32_t>(uint32_t(a[i]) | uint32_t(b[i]) << 8 |
-                                            uint32_t(c[i]) << 16 | uint32_t(d[i]) << 24);
+          const T* __restrict src = x + (c * g.H + ih) * g.W + iw0;
+          std::fill(r, r + lo, pad);
+          if (sw == 1) {
+            for (int64_t ow = lo; ow < hi; ++ow) r[ow] = fn(src[ow]);
           } else {
-            const U* b = a + Wo;
-            for (int64_t i = 0; i < run; ++i)
-              out[i] = static_cast<int32_t>(uint32_t(a[i]) | uint32_t(b[i]) << 16);
+            for (int64_t ow = lo; ow < hi; ++ow) r[ow] = fn(src[ow * sw]);
           }
-          ow += run;
+          std::fill(r + hi, r + Wo, pad);
         }
+      }
+      // Word p of column j lives at dst[(j / nr * words + p) * nr + j % nr]: runs of nr.
+      for (int64_t j0 = 0; j0 < cols; j0 += nr) {
+        int32_t* __restrict out = dst + (j0 / nr * words + p) * nr;
+        const int64_t run = std::max<int64_t>(0, std::min(nr, N - j0));
+        const U* __restrict a = reinterpret_cast<const U*>(rows) + j0;
+        if constexpr (group == 4) {
+          const U *b = a + N, *c = b + N, *d = c + N;
+          for (int64_t i = 0; i < run; ++i)
+            out[i] = static_cast<int32_t>(uint32_t(a[i]) | uint32_t(b[i]) << 8 |
+                                          uint32_t(c[i]) << 16 | uint32_t(d[i]) << 24);
+        } else {
+          const U* b = a + N;
+          for (int64_t i = 0; i < run; ++i)
+            out[i] = static_cast<int32_t>(uint32_t(a[i]) | uint32_t(b[i]) << 16);
+        }
+        for (int64_t i = run; i < nr; ++i) out[i] = 0;  // columns past N
       }
     }
   });
