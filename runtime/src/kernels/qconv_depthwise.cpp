@@ -43,18 +43,26 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
             const int16_t* __restrict r = row + kw * g.dw;
             if (g.sw == 1) {
               for (int64_t ow = 0; ow < g.Wo; ++ow) a[ow] += wv * r[ow];
+            } else if (g.sw == 2) {  // a constant stride vectorizes (MobileNet's downsampling)
+              for (int64_t ow = 0; ow < g.Wo; ++ow) a[ow] += wv * r[2 * ow];
             } else {
               for (int64_t ow = 0; ow < g.Wo; ++ow) a[ow] += wv * r[ow * g.sw];
             }
           }
         }
+        // Requantized in place (a loop the compiler vectorizes), then narrowed: byte stores may
+        // alias anything, so they get a loop of their own.
+        const int32_t bias = rq.bias[c], zp = rq.y_zp;
+        const float mult = rq.mult[c], lo = rq.lo, hi = rq.hi;
+        for (int64_t ow = 0; ow < g.Wo; ++ow)
+          a[ow] = requantize_value(a[ow], bias, mult, lo, hi, zp);
         const int64_t o = (p * g.Ho + oh) * g.Wo;
-        for (int64_t ow = 0; ow < g.Wo; ++ow) {
-          const int32_t v = requantize_value(a[ow], rq.bias[c], rq.mult[c], rq.lo, rq.hi, rq.y_zp);
-          if (rq.out_signed)
-            static_cast<int8_t*>(out)[o + ow] = static_cast<int8_t>(v);
-          else
-            static_cast<uint8_t*>(out)[o + ow] = static_cast<uint8_t>(v);
+        if (rq.out_signed) {
+          int8_t* __restrict y = static_cast<int8_t*>(out) + o;
+          for (int64_t ow = 0; ow < g.Wo; ++ow) y[ow] = static_cast<int8_t>(a[ow]);
+        } else {
+          uint8_t* __restrict y = static_cast<uint8_t*>(out) + o;
+          for (int64_t ow = 0; ow < g.Wo; ++ow) y[ow] = static_cast<uint8_t>(a[ow]);
         }
       }
     }
