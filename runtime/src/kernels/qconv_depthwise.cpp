@@ -1,10 +1,12 @@
 // Depthwise int8 convolution (groups == in channels == out channels): each output channel reads
 // one input plane, so there is no GEMM to speak of; as a grouped GEMM it would run one 1-row
 // product per channel. Instead, per (image, channel) plane, in parallel: the plane minus its zero
-// point as int16 with the padding as zeros (padding reads x_zp, which is 0 after the subtraction),
-// then each output row is int32 sums of KH x KW shifted rows times the int16 weights minus their
-// zero point (a loop the compiler vectorizes), requantized by requantize_value. The sums are
-// exact, so the result equals qconv2d_reference_out bit for bit.
+// point with the padding as zeros (padding reads x_zp, which is 0 after the subtraction), then
+// each output is the sum of KH x KW taps times the weights minus their zero point, requantized by
+// requantize_value. The arithmetic is float32 (FMA, where int32 multiplies are several times
+// slower) and still exact: every value is an integer, each product at most 255 x 255 and the
+// sum of at most kMaxDepthwiseTaps (256) of them below 2^24, so the result equals
+// qconv2d_reference_out bit for bit.
 
 #include <algorithm>
 #include <vector>
@@ -16,31 +18,103 @@
 namespace kiln::kernels::quant_detail {
 namespace {
 
+// Requantizes sums[0, n) into row `o` of the output (into a[] first, a loop the compiler
+// vectorizes; byte stores may alias anything, so they get a loop of their own).
+void requantize_row(const float* __restrict sums, int32_t* __restrict a, int64_t n, int64_t c,
+                    const Requant& rq, void* out, int64_t o) {
+  const int32_t bias = rq.bias[c], zp = rq.y_zp;
+  const float mult = rq.mult[c], lo = rq.lo, hi = rq.hi;
+  for (int64_t i = 0; i < n; ++i)
+    a[i] = requantize_value(static_cast<int32_t>(sums[i]), bias, mult, lo, hi, zp);
+  if (rq.out_signed) {
+    int8_t* __restrict y = static_cast<int8_t*>(out) + o;
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(a[i]);
+  } else {
+    uint8_t* __restrict y = static_cast<uint8_t*>(out) + o;
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<uint8_t>(a[i]);
+  }
+}
+
 template <typename X>
 void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* w,
                       const Requant& rq, void* out) {
   const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw;
+  // Stride and dilation 1: each tap is one loop over the whole plane, output rows laid out at
+  // the padded width (columns past Wo are computed and dropped), instead of KH x KW short loops
+  // per output row, which dominate small planes.
+  const bool flat = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1;
+  const int64_t flat_len = (g.Ho - 1) * Wp + g.Wo;
   parallel_for(0, g.N * g.C, 1, [&](int64_t p0, int64_t p1) {
-    std::vector<int16_t> plane(static_cast<size_t>(Hp * Wp));
-    std::vector<int32_t> acc(static_cast<size_t>(g.Wo));
+    std::vector<float> plane(static_cast<size_t>(Hp * Wp));
+    const size_t n = static_cast<size_t>(flat ? g.Ho * Wp : g.Wo);
+    std::vector<float> acc(n);
+    std::vector<int32_t> requantized(n);
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t c = p % g.C;
       const X* src = x + p * g.HW();
-      std::fill(plane.begin(), plane.end(), int16_t{0});
+      std::fill(plane.begin(), plane.end(), 0.0f);
+      const int32_t x_zp = rq.x_zp;  // a local: the stores below would make the loop reload it
       for (int64_t h = 0; h < g.H; ++h) {
-        int16_t* dst = plane.data() + (h + g.ph) * Wp + g.pw;
+        float* __restrict dst = plane.data() + (h + g.ph) * Wp + g.pw;
+        const X* __restrict row = src + h * g.W;
         for (int64_t i = 0; i < g.W; ++i)
-          dst[i] = static_cast<int16_t>(static_cast<int32_t>(src[h * g.W + i]) - rq.x_zp);
+          dst[i] = static_cast<float>(static_cast<int32_t>(row[i]) - x_zp);
       }
       const int8_t* wc = w + c * g.KH * g.KW;
-      for (int64_t oh = 0; oh < g.Ho; ++oh) {
-        int32_t* __restrict a = acc.data();
-        std::fill(acc.begin(), acc.end(), 0);
+      float* __restrict a = acc.data();
+      int32_t* const q = requantized.data();
+      if (flat && g.KH == 3 && g.KW == 3) {
+        // The common 3x3: all nine taps per output in one pass, the sum in registers.
+        float k[9];
+        for (int t = 0; t < 9; ++t) k[t] = static_cast<float>(wc[t] - rq.w_zp[c]);
+        const float* __restrict r0 = plane.data();
+        const float* __restrict r1 = r0 + Wp;
+        const float* __restrict r2 = r1 + Wp;
+        for (int64_t i = 0; i < flat_len; ++i)
+          a[i] = k[0] * r0[i] + k[1] * r0[i + 1] + k[2] * r0[i + 2] + k[3] * r1[i] +
+                 k[4] * r1[i + 1] + k[5] * r1[i + 2] + k[6] * r2[i] + k[7] * r2[i + 1] +
+                 k[8] * r2[i + 2];
+        for (int64_t oh = 0; oh < g.Ho; ++oh)
+          requantize_row(a + oh * Wp, q, g.Wo, c, rq, out, (p * g.Ho + oh) * g.Wo);
+        continue;
+      }
+      if (flat) {
+        std::fill(a, a + flat_len, 0.0f);
         for (int64_t kh = 0; kh < g.KH; ++kh) {
-          const int16_t* row = plane.data() + (oh * g.sh + kh * g.dh) * Wp;
           for (int64_t kw = 0; kw < g.KW; ++kw) {
-            const int32_t wv = static_cast<int32_t>(wc[kh * g.KW + kw]) - rq.w_zp[c];
-            const int16_t* __restrict r = row + kw * g.dw;
+            const float wv = static_cast<float>(wc[kh * g.KW + kw] - rq.w_zp[c]);
+            const float* __restrict r = plane.data() + kh * Wp + kw;
+            for (int64_t i = 0; i < flat_len; ++i) a[i] += wv * r[i];
+          }
+        }
+        for (int64_t oh = 0; oh < g.Ho; ++oh)
+          requantize_row(a + oh * Wp, q, g.Wo, c, rq, out, (p * g.Ho + oh) * g.Wo);
+        continue;
+      }
+      if (g.sw == 2 && g.sh == 2 && g.dh == 1 && g.dw == 1 && g.KH == 3 && g.KW == 3) {
+        float k[9];
+        for (int t = 0; t < 9; ++t) k[t] = static_cast<float>(wc[t] - rq.w_zp[c]);
+        for (int64_t oh = 0; oh < g.Ho; ++oh) {
+          const float* __restrict r0 = plane.data() + 2 * oh * Wp;
+          const float* __restrict r1 = r0 + Wp;
+          const float* __restrict r2 = r1 + Wp;
+          for (int64_t ow = 0; ow < g.Wo; ++ow) {
+            const int64_t i = 2 * ow;
+            a[ow] = k[0] * r0[i] + k[1] * r0[i + 1] + k[2] * r0[i + 2] + k[3] * r1[i] +
+                    k[4] * r1[i + 1] + k[5] * r1[i + 2] + k[6] * r2[i] + k[7] * r2[i + 1] +
+                    k[8] * r2[i + 2];
+          }
+          requantize_row(a, q, g.Wo, c, rq, out, (p * g.Ho + oh) * g.Wo);
+        }
+        continue;
+      }
+      for (int64_t oh = 0; oh < g.Ho; ++oh) {
+        std::fill(a, a + g.Wo, 0.0f);
+        for (int64_t kh = 0; kh < g.KH; ++kh) {
+          const float* row = plane.data() + (oh * g.sh + kh * g.dh) * Wp;
+          for (int64_t kw = 0; kw < g.KW; ++kw) {
+            const float wv = static_cast<float>(wc[kh * g.KW + kw] - rq.w_zp[c]);
+            const float* __restrict r = row + kw * g.dw;
             if (g.sw == 1) {
               for (int64_t ow = 0; ow < g.Wo; ++ow) a[ow] += wv * r[ow];
             } else if (g.sw == 2) {  // a constant stride vectorizes (MobileNet's downsampling)
@@ -50,20 +124,7 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
             }
           }
         }
-        // Requantized in place (a loop the compiler vectorizes), then narrowed: byte stores may
-        // alias anything, so they get a loop of their own.
-        const int32_t bias = rq.bias[c], zp = rq.y_zp;
-        const float mult = rq.mult[c], lo = rq.lo, hi = rq.hi;
-        for (int64_t ow = 0; ow < g.Wo; ++ow)
-          a[ow] = requantize_value(a[ow], bias, mult, lo, hi, zp);
-        const int64_t o = (p * g.Ho + oh) * g.Wo;
-        if (rq.out_signed) {
-          int8_t* __restrict y = static_cast<int8_t*>(out) + o;
-          for (int64_t ow = 0; ow < g.Wo; ++ow) y[ow] = static_cast<int8_t>(a[ow]);
-        } else {
-          uint8_t* __restrict y = static_cast<uint8_t*>(out) + o;
-          for (int64_t ow = 0; ow < g.Wo; ++ow) y[ow] = static_cast<uint8_t>(a[ow]);
-        }
+        requantize_row(a, q, g.Wo, c, rq, out, (p * g.Ho + oh) * g.Wo);
       }
     }
   });

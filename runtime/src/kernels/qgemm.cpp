@@ -330,6 +330,8 @@ void pack_conv_columns(const ConvGeom& geom, const Layout& l, const T* x, F f, E
           std::fill(r, r + lo, pad);
           if (sw == 1) {
             for (int64_t ow = lo; ow < hi; ++ow) r[ow] = fn(src[ow]);
+          } else if (sw == 2) {  // a constant stride vectorizes (stems, downsampling layers)
+            for (int64_t ow = lo; ow < hi; ++ow) r[ow] = fn(src[2 * ow]);
           } else {
             for (int64_t ow = lo; ow < hi; ++ow) r[ow] = fn(src[ow * sw]);
           }
@@ -636,7 +638,8 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   const bool x_signed = xc->dtype() == DType::Int8;
   const int64_t K = g.K(), HoWo = g.HoWo();
   // A: the weights (rows: output channels of one group); B: one image's columns of one group.
-  if (g.depthwise() && g.Cg == 1 && wc->dtype() == DType::Int8) {
+  if (g.depthwise() && g.Cg == 1 && wc->dtype() == DType::Int8 &&
+      g.KH * g.KW <= kMaxDepthwiseTaps) {
     qconv2d_depthwise(g, *xc, wc->data_ptr<int8_t>(), rq, y.ptr);
     return y.finish();
   }

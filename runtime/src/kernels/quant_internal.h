@@ -114,7 +114,9 @@ struct Requant {
 };
 
 // Depthwise qconv2d (groups == channels, one input channel per group; qconv_depthwise.cpp): x
-// contiguous uint8 or int8, w contiguous int8 [C, 1, KH, KW], out contiguous of rq's dtype.
+// contiguous uint8 or int8, w contiguous int8 [C, 1, KH, KW] with KH * KW <= kMaxDepthwiseTaps
+// (its float32 sums stay exact), out contiguous of rq's dtype.
+constexpr int64_t kMaxDepthwiseTaps = 256;
 void qconv2d_depthwise(const conv_detail::ConvGeom& g, const TensorImpl& x, const int8_t* w,
                        const Requant& rq, void* out);
 
