@@ -88,6 +88,10 @@ bool host_has_amx() {
   const rt::CpuFeatures& f = rt::host_target().features;
   return f.amx_tile && f.amx_int8 && host_has_vnni() && qgemm_amx_family();
 }
+bool host_has_avxvnni() {
+  return rt::host_target().features.avx_vnni && rt::host_target().features.avx2 &&
+         qgemm_avxvnni_family();
+}
 bool host_has_avx2() {
   return rt::host_target().features.avx2 && qgemm_avx2_family();
 }
@@ -99,8 +103,9 @@ QGemmIsa resolve(QGemmIsa isa) {
   if (t.isa == rt::VectorIsa::Avx512 && t.features.amx_int8 && host_has_amx()) return QGemmIsa::Amx;
   if (t.isa == rt::VectorIsa::Avx512 && t.features.avx512_vnni && host_has_vnni())
     return QGemmIsa::Avx512Vnni;
-  if ((t.isa == rt::VectorIsa::Avx2 || t.isa == rt::VectorIsa::Avx512) && host_has_avx2())
-    return QGemmIsa::Avx2;
+  const bool avx2_class = t.isa == rt::VectorIsa::Avx2 || t.isa == rt::VectorIsa::Avx512;
+  if (avx2_class && t.features.avx_vnni && host_has_avxvnni()) return QGemmIsa::AvxVnni;
+  if (avx2_class && host_has_avx2()) return QGemmIsa::Avx2;
   return QGemmIsa::Portable;
 }
 
@@ -113,6 +118,9 @@ const QFamily& family_for(bool quads_allowed) {
       [[fallthrough]];
     case QGemmIsa::Avx512Vnni:
       if (quads_allowed) return *qgemm_avx512vnni_family();
+      [[fallthrough]];
+    case QGemmIsa::AvxVnni:
+      if (quads_allowed && host_has_avxvnni()) return *qgemm_avxvnni_family();
       [[fallthrough]];
     case QGemmIsa::Avx2:
       if (host_has_avx2()) return *qgemm_avx2_family();
@@ -748,6 +756,8 @@ bool qgemm_isa_available(QGemmIsa isa) {
       return host_has_amx();
     case QGemmIsa::Avx512Vnni:
       return host_has_vnni();
+    case QGemmIsa::AvxVnni:
+      return host_has_avxvnni();
     case QGemmIsa::Avx2:
       return host_has_avx2();
     default:
@@ -773,6 +783,8 @@ const char* qgemm_isa_name(QGemmIsa isa) {
       return "amx-int8";
     case QGemmIsa::Avx512Vnni:
       return "avx512-vnni";
+    case QGemmIsa::AvxVnni:
+      return "avx-vnni";
     case QGemmIsa::Avx2:
       return "avx2";
     case QGemmIsa::Portable:
