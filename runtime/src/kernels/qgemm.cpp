@@ -20,6 +20,7 @@
 #include "conv_internal.h"
 #include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
+#include "qgemm_pack.h"
 #include "quant_internal.h"
 
 namespace kiln::kernels {
@@ -213,160 +214,6 @@ Requant requant_of(std::string_view op, const TensorImpl& x, const TensorImpl& w
   return rq;
 }
 
-// ---- Packing ------------------------------------------------------------------------------------
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
-// The packed layout of one operand: `lines` rows (A) or columns (B) in blocks of `width`, K in
-// words of `group` elements (int16 or bytes).
-struct Layout {
-  int64_t lines = 0, K = 0, width = 0, group = 0;
-  // QFamily::a_tile_words: K padded to blocks of this many words (both operands), and with
-  // `rows` the lines of a block stored one after another per K block (the A operand).
-  int64_t tile_words = 0;
-  bool rows = false;
-  int64_t words() const {
-    const int64_t w = ceil_div(K, group);
-    return tile_words > 0 ? ceil_div(w, tile_words) * tile_words : w;
-  }
-  int64_t blocks() const { return ceil_div(lines, width); }
-  int64_t block_words() const { return words() * width; }
-  int64_t total_words() const { return blocks() * block_words(); }
-  // Element (line, k) within the buffer, in elements.
-  int64_t index(int64_t line, int64_t k) const {
-    const int64_t p = k / group, r = line % width, base = line / width * block_words();
-    if (rows)
-      return ((base + (p / tile_words * width + r) * tile_words) + p % tile_words) * group +
-             k % group;
-    return ((base + p * width + r) * group) + k % group;
-  }
-};
-
-// The layouts of a family's operands: A (`lines` rows in slivers of mr) and B (columns in panels
-// of nr).
-Layout a_layout(const QFamily& f, int64_t lines, int64_t K) {
-  return {lines, K, f.mr, f.group, f.a_tile_words, f.a_tile_words > 0};
-}
-Layout b_layout(const QFamily& f, int64_t lines, int64_t K) {
-  return {lines, K, f.nr, f.group, f.a_tile_words, false};
-}
-
-// Packs f(line, src[line * ld + k]) (an E value) for every line and k into `dst`, zeros past K and
-// lines; the writes in buffer order. Byte stores may alias anything, so everything the loop
-// reads is a local first (else the compiler reloads it per element).
-template <typename E, typename S, typename F>
-void pack(const Layout& l, const S* src, int64_t ld, F f, int32_t* dst) {
-  E* const d = reinterpret_cast<E*>(dst);
-  const int64_t words = l.words(), width = l.width, group = l.group, lines = l.lines, K = l.K;
-  const int64_t block_elems = l.block_words() * group;
-  if (l.rows) {  // A tiles: per K block, each line's words together
-    const int64_t tw = l.tile_words;
-    parallel_for(0, l.blocks(), 1, [=](int64_t b0, int64_t b1) {
-      const F fn = f;
-      for (int64_t b = b0; b < b1; ++b) {
-        E* o = d + b * block_elems;
-        for (int64_t p0 = 0; p0 < words; p0 += tw) {
-          for (int64_t r = 0; r < width; ++r) {
-            const int64_t line = b * width + r;
-            const S* row = src + line * ld;
-            for (int64_t k = p0 * group, e = k + tw * group; k < e; ++k)
-              *o++ = line < lines && k < K ? fn(line, row[k]) : E(0);
-          }
-        }
-      }
-    });
-    return;
-  }
-  parallel_for(0, l.blocks(), 1, [=](int64_t b0, int64_t b1) {
-    const F fn = f;
-    for (int64_t b = b0; b < b1; ++b) {
-      E* o = d + b * block_elems;
-      for (int64_t p = 0; p < words; ++p) {
-        for (int64_t r = 0; r < width; ++r) {
-          const int64_t line = b * width + r;
-          const S* row = src + line * ld;
-          for (int64_t k = p * group, e = k + group; k < e; ++k)
-            *o++ = line < lines && k < K ? fn(line, row[k]) : E(0);
-        }
-      }
-    }
-  });
-}
-
-// The column panels of one image's group straight from NCHW: B[k = (c, kh, kw), j = (oh, ow)] =
-// f(x[c, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw]), `pad` in the padding. Per K word: the
-// word's `group` rows of B gathered into a buffer (bounds tested per input row and column range,
-// never divided out per element), then interleaved into whole 32-bit words stored as contiguous
-// runs of each panel: the compiler vectorizes both, where storing single bytes at each column's
-// offset would not.
-template <typename E, typename T, typename F>
-void pack_conv_columns(const ConvGeom& geom, const Layout& l, const T* x, F f, E pad,
-                       int32_t* dst) {
-  static_assert(sizeof(E) == 1 || sizeof(E) == 2, "byte quads or int16 pairs");
-  constexpr int64_t group = 4 / sizeof(E);
-  using U = std::make_unsigned_t<E>;
-  const ConvGeom g = geom;
-  const int64_t kk = g.KH * g.KW, N = g.HoWo(), cols = l.blocks() * l.width;
-  const int64_t words = l.words(), nr = l.width, K = l.K, Wo = g.Wo;
-  parallel_for(0, words, 1, [=](int64_t w0, int64_t w1) {
-    const F fn = f;
-    std::vector<E> buffer(static_cast<size_t>(group * N));  // one per chunk of words
-    E* const rows = buffer.data();
-    for (int64_t p = w0; p < w1; ++p) {
-      for (int64_t e = 0; e < group; ++e) {
-        E* __restrict r = rows + e * N;
-        const int64_t k = p * group + e;
-        if (k >= K) {
-          std::fill(r, r + N, E(0));
-          continue;
-        }
-        const int64_t c = k / kk, kh = k % kk / g.KW, kw = k % g.KW;
-        const int64_t iw0 = kw * g.dw - g.pw, sw = g.sw;
-        // Columns [lo, hi) of every output row read inside the input row; the others pad.
-        const int64_t lo = std::min(Wo, iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw);
-        const int64_t hi =
-            std::max(lo, std::min(Wo, g.W - iw0 <= 0 ? 0 : (g.W - iw0 + sw - 1) / sw));
-        for (int64_t oh = 0; oh < g.Ho; ++oh, r += Wo) {
-          const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
-          if (ih < 0 || ih >= g.H) {
-            std::fill(r, r + Wo, pad);
-            continue;
-          }
-          const T* __restrict src = x + (c * g.H + ih) * g.W + iw0;
-          std::fill(r, r + lo, pad);
-          if (sw == 1) {
-            for (int64_t ow = lo; ow < hi; ++ow) r[ow] = fn(src[ow]);
-          } else if (sw == 2) {  // a constant stride vectorizes (stems, downsampling layers)
-            for (int64_t ow = lo; ow < hi; ++ow) r[ow] = fn(src[2 * ow]);
-          } else {
-            for (int64_t ow = lo; ow < hi; ++ow) r[ow] = fn(src[ow * sw]);
-          }
-          std::fill(r + hi, r + Wo, pad);
-        }
-      }
-      // Word p of column j lives at dst[(j / nr * words + p) * nr + j % nr]: runs of nr.
-      for (int64_t j0 = 0; j0 < cols; j0 += nr) {
-        int32_t* __restrict out = dst + (j0 / nr * words + p) * nr;
-        const int64_t run = std::max<int64_t>(0, std::min(nr, N - j0));
-        const U* __restrict a = reinterpret_cast<const U*>(rows) + j0;
-        if constexpr (group == 4) {
-          const U *b = a + N, *c = b + N, *d = c + N;
-          for (int64_t i = 0; i < run; ++i)
-            out[i] = static_cast<int32_t>(uint32_t(a[i]) | uint32_t(b[i]) << 8 |
-                                          uint32_t(c[i]) << 16 | uint32_t(d[i]) << 24);
-        } else {
-          const U* b = a + N;
-          for (int64_t i = 0; i < run; ++i)
-            out[i] = static_cast<int32_t>(uint32_t(a[i]) | uint32_t(b[i]) << 16);
-        }
-        for (int64_t i = run; i < nr; ++i) out[i] = 0;  // columns past N
-      }
-    }
-  });
-}
-
 // ---- The tile loop ------------------------------------------------------------------------------
 
 // out[M, N] (row stride t.ld) = requantize(A . B) from packed operands; `t` describes tile (0, 0)
@@ -501,8 +348,7 @@ ConvGeom qconv_geom(std::string_view op, const TensorImpl& x, const TensorImpl& 
 
 }  // namespace
 
-// ---- Prepared weights
-// ------------------------------------------------------------------------------
+// ---- Prepared weights ---------------------------------------------------------------------------
 
 // The weights packed once for one family: `groups` blocks of `rows` output channels by K, in
 // that family's A (conv: slivers of mr) or B (linear: panels of nr) layout; for byte quads also
