@@ -11,8 +11,11 @@
 //     its weight operand -> kiln.dequantize(constant value, constant scale, constant zero_point)
 //     {axis = 0}; the float weight constant goes when nothing else reads it.
 //
-// (An op's first result: max_pool2d's values, not its indices.) The attributes are removed. A value that is not a ranked float32 tensor, or a qweight whose
-// shapes do not match the weight, is an error naming the op (nothing is half rewritten).
+// (An op's first result: max_pool2d's values, not its indices.) The attributes are removed. A value
+// that is not a ranked float32 tensor, or a qweight whose shapes do not match the weight, is an
+// error naming the op (nothing is half rewritten).
+
+#include <cmath>
 
 #include "ConstantData.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -69,8 +72,9 @@ mlir::LogicalResult insert_pair(mlir::OpBuilder& b, mlir::Location loc, mlir::Va
         "kiln.qparams: expected {scale: f32, zero_point: i64, dtype: i64} "
         "on a float32 tensor");
   mlir::Type qt = element_type_of(b.getContext(), params->dtype);
-  if (!qt || params->scale <= 0)
-    return where->emitError("kiln.qparams: expected dtype int8, uint8 or int32 and scale > 0");
+  if (!qt || !(params->scale > 0) || !std::isfinite(params->scale))
+    return where->emitError(
+        "kiln.qparams: expected dtype int8, uint8 or int32 and a finite scale > 0");
   mlir::Value s = scalar(b, loc, b.getF32Type(), params->scale);
   mlir::Value z = scalar(b, loc, b.getI32Type(), static_cast<double>(params->zero_point));
   mlir::OperationState qs(loc, ir::QuantizeOp::getOperationName());

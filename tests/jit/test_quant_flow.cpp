@@ -226,6 +226,32 @@ TEST(QuantFlow, ConstantActivationsAndFloatLayers) {
   EXPECT_LT(test::max_abs_diff(out[1], linear(negative, example[1], Tensor())), 1e-5);
 }
 
+// A layer inside kiln::loop (an scf.for body) stays float32, named in the report; the layer
+// after the loop is quantized and the converted function still runs.
+TEST(QuantFlow, LayersInsideLoopsStayFloat) {
+  autograd::NoGradGuard no_grad;
+  const Tensor w = rnd({6, 6}, 41) * 0.3, w2 = rnd({3, 6}, 42);
+  auto fn = [&](const TensorList& in) {
+    TensorList carried = loop(3,
+                              [&](const Tensor&, const TensorList& c) {
+                                return TensorList{relu(linear(c[0], w, Tensor()))};
+                              },
+                              {in[0]});
+    return TensorList{linear(carried[0], w2, Tensor())};
+  };
+  const Tensor x = rnd({2, 6}, 43);
+  quant::Prepared prepared = quant::prepare(jit::trace(fn, {x}));
+  ASSERT_EQ(prepared.layers().size(), 2u);
+  EXPECT_FALSE(prepared.layers()[0].quantized);
+  EXPECT_EQ(prepared.layers()[0].reason, "it is inside a loop or a branch");
+  EXPECT_TRUE(prepared.layers()[1].quantized);
+  prepared.calibrate({x});
+  EXPECT_GT(prepared.compare({x})[0].sqnr_db, 20.0);
+  jit::TracedFunction q = quant::convert(std::move(prepared));
+  EXPECT_THROW(prepared.num_batches(), Error);  // moved from
+  EXPECT_GT(quant::sqnr(fn({x})[0], q({x})[0]), 20.0);
+}
+
 TEST(QuantFlow, TrainingStepIsRefused) {
   nn::Linear fc(3, 2);
   auto step = [&](const TensorList& in) {

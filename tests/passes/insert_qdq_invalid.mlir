@@ -10,7 +10,7 @@ func.func @qparams_on_integer(%x: tensor<4xi32>) -> tensor<4xi32> {
 // -----
 
 func.func @float_dtype(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{kiln.qparams: expected dtype int8, uint8 or int32 and scale > 0}}
+  // expected-error @+1 {{kiln.qparams: expected dtype int8, uint8 or int32 and a finite scale > 0}}
   %0 = kiln.neg %x {kiln.qparams = {scale = 0.1 : f32, zero_point = 0 : i64, dtype = 0 : i64}} : tensor<4xf32> -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }

@@ -38,8 +38,9 @@ jit::TracedFunction quantize_traced(jit::TracedFunction fn, const QuantizeArgs& 
     fail(who, "--calibration-method: expected minmax, percentile or moving-average, got '",
          q.method, "'");
   }
-  KILN_CHECK(fn.num_inputs() == 1 && !fn.guards().empty(), who,
-             "--calibration gives one input; the model takes ", fn.num_inputs());
+  KILN_CHECK(fn.num_inputs() == 1, who, "--calibration gives one input; the model takes ",
+             fn.num_inputs());
+  KILN_CHECK(!fn.guards().empty(), who, "the traced model records no input shape to calibrate");
   const jit::Guard guard = fn.guards()[0];
   const std::vector<Tensor> calibration =
       read_batches(q.calibration, guard.sizes, guard.dtype, who, "--calibration");

@@ -88,12 +88,13 @@ mlir::Value reshape_source(mlir::Value v) {
   return v;
 }
 
-// Where --kiln-insert-qdq can put a quantize after `v`: a function argument or an op's first
-// result (max_pool2d's values).
-bool can_observe(mlir::Value v) {
-  if (mlir::isa<mlir::BlockArgument>(v)) return is_f32(v);
+// Where --kiln-insert-qdq can put a quantize after `v`: an argument of @forward or an op's first
+// result (max_pool2d's values) in @forward's body, not inside a loop or branch (whose values the
+// calibration module cannot return).
+bool can_observe(mlir::Value v, mlir::Block* body) {
+  if (auto arg = mlir::dyn_cast<mlir::BlockArgument>(v)) return arg.getOwner() == body && is_f32(v);
   mlir::Operation* op = v.getDefiningOp();
-  return op && op->getResult(0) == v && is_f32(v);
+  return op && op->getBlock() == body && op->getResult(0) == v && is_f32(v);
 }
 
 std::unique_ptr<Observer> make_observer(const QConfig& c) {
@@ -198,6 +199,9 @@ struct Prepared::Impl {
   std::vector<mlir::Operation*> calibration_layers;
   size_t num_outputs = 0;
   TensorList weights;  // per quantized layer, read by the first batch
+  // kiln.qweight per quantized layer, made once: each holds an int8 blob the context keeps until
+  // it goes, so compare() and convert() share them.
+  std::vector<mlir::DictionaryAttr> qweights;
   int64_t batches = 0;
 };
 
@@ -245,13 +249,15 @@ Prepared prepare(jit::TracedFunction fn, const QConfig& config) {
     r.index = index++;
     r.location = location_of(op);
     r.weight_shape = shape_of(op->getOperand(1));
-    r.reason = float_reason(op);
+    r.reason =
+        op->getBlock() == &forward.front() ? float_reason(op) : "it is inside a loop or a branch";
     mlir::Value input = reshape_source(op->getOperand(0));
     mlir::Value output = op->getResult(0);
     if (output.hasOneUse() && relu_like(*output.getUsers().begin()))
       output = output.getUsers().begin()->getResult(0);
-    if (r.reason.empty() && (!can_observe(input) || !can_observe(output)))
-      r.reason = "its input or output is not the first result of an op";
+    if (r.reason.empty() &&
+        (!can_observe(input, &forward.front()) || !can_observe(output, &forward.front())))
+      r.reason = "its input or output is not the first result of an op in @forward's body";
     r.quantized = r.reason.empty();
     if (r.quantized) {
       const std::string layer = r.op + " #" + std::to_string(r.index);
@@ -316,10 +322,10 @@ void Prepared::calibrate(const TensorList& inputs) {
 }
 
 int64_t Prepared::num_batches() const {
-  return impl_->batches;
+  return impl("kiln::quant::Prepared").batches;
 }
 const std::vector<LayerReport>& Prepared::layers() const {
-  return impl_->layers;
+  return impl("kiln::quant::Prepared").layers;
 }
 
 std::vector<std::string> Prepared::float_ops() const {
@@ -367,7 +373,7 @@ namespace {
 
 // Writes the plan (kiln.qparams at `points`, kiln.qweight on `layers`) into `module` and runs
 // --kiln-insert-qdq on it; `points` and `layers` are module's values and ops for m's.
-void write_plan(const Prepared::Impl& m, mlir::ModuleOp module, llvm::ArrayRef<mlir::Value> points,
+void write_plan(Prepared::Impl& m, mlir::ModuleOp module, llvm::ArrayRef<mlir::Value> points,
                 llvm::ArrayRef<mlir::Operation*> layers, bool cleanup, const char* who) {
   KILN_CHECK(m.batches > 0, who, "no calibration batch was run (call Prepared::calibrate first)");
   mlir::func::FuncOp forward = forward_of(module);
@@ -379,8 +385,10 @@ void write_plan(const Prepared::Impl& m, mlir::ModuleOp module, llvm::ArrayRef<m
     else
       points[k].getDefiningOp()->setAttr("kiln.qparams", attr);
   }
-  for (size_t k = 0; k < layers.size(); ++k)
-    layers[k]->setAttr("kiln.qweight", weight_attr(b, m.weights[k], m.config.per_channel_weights));
+  if (m.qweights.empty())
+    for (const Tensor& w : m.weights)
+      m.qweights.push_back(weight_attr(b, w, m.config.per_channel_weights));
+  for (size_t k = 0; k < layers.size(); ++k) layers[k]->setAttr("kiln.qweight", m.qweights[k]);
   const std::string err = jit::run_pipeline(m.fn.context(), module, [&](mlir::OpPassManager& pm) {
     pm.addNestedPass<mlir::func::FuncOp>(passes::create_insert_qdq_pass());
     if (cleanup) pm.addNestedPass<mlir::func::FuncOp>(passes::create_cleanup_pass());
@@ -391,7 +399,8 @@ void write_plan(const Prepared::Impl& m, mlir::ModuleOp module, llvm::ArrayRef<m
 }  // namespace
 
 std::vector<PointError> Prepared::compare(const TensorList& inputs) const {
-  const Impl& m = impl("kiln::quant::compare");
+  impl("kiln::quant::compare");
+  Impl& m = *impl_;
   // The calibration module returns each point's float value; a copy with the plan written in
   // returns each point's dequantized value instead (insert-qdq redirects the return's reads).
   mlir::IRMapping map;

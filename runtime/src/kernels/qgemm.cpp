@@ -406,7 +406,7 @@ PreparedQWeightPtr weights_for(std::string_view op, const PreparedQWeight* prepa
                                bool conv) {
   if (!prepared) return pack_weight(family_for(quads_allowed(wc, rq)), wc, rq, groups, K, conv);
   KILN_CHECK(prepared->groups == groups && prepared->rows * groups == wc.size(0) &&
-                 prepared->K == K &&
+                 prepared->K == K && prepared->a_operand == conv &&
                  prepared->width == (conv ? prepared->family->mr : prepared->family->nr),
              op, "expected weights prepared for ", wc.size(0), " channels of ", K, " values in ",
              groups, " groups, got ones for ", prepared->rows * prepared->groups, " of ",
