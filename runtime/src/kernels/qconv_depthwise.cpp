@@ -9,7 +9,6 @@
 // qconv2d_reference_out bit for bit.
 
 #include <algorithm>
-#include <vector>
 
 #include "conv_internal.h"
 #include "kiln/runtime/thread_pool.h"
@@ -45,29 +44,30 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
   const bool flat = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1;
   const int64_t flat_len = (g.Ho - 1) * Wp + g.Wo;
   parallel_for(0, g.N * g.C, 1, [&](int64_t p0, int64_t p1) {
-    std::vector<float> plane(static_cast<size_t>(Hp * Wp));
-    const size_t n = static_cast<size_t>(flat ? g.Ho * Wp : g.Wo);
-    std::vector<float> acc(n);
-    std::vector<int32_t> requantized(n);
+    // From the scratch pool (the executor's arena when it lends one): no allocation per call.
+    const int64_t n = flat ? g.Ho * Wp : g.Wo;
+    conv_detail::ConvScratch<float> plane_buf(Hp * Wp), acc_buf(n);
+    conv_detail::ConvScratch<int32_t> requantized_buf(n);
+    float* const plane_data = plane_buf.get();
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t c = p % g.C;
       const X* src = x + p * g.HW();
-      std::fill(plane.begin(), plane.end(), 0.0f);
+      std::fill(plane_data, plane_data + Hp * Wp, 0.0f);
       const int32_t x_zp = rq.x_zp;  // a local: the stores below would make the loop reload it
       for (int64_t h = 0; h < g.H; ++h) {
-        float* __restrict dst = plane.data() + (h + g.ph) * Wp + g.pw;
+        float* __restrict dst = plane_data + (h + g.ph) * Wp + g.pw;
         const X* __restrict row = src + h * g.W;
         for (int64_t i = 0; i < g.W; ++i)
           dst[i] = static_cast<float>(static_cast<int32_t>(row[i]) - x_zp);
       }
       const int8_t* wc = w + c * g.KH * g.KW;
-      float* __restrict a = acc.data();
-      int32_t* const q = requantized.data();
+      float* __restrict a = acc_buf.get();
+      int32_t* const q = requantized_buf.get();
       if (flat && g.KH == 3 && g.KW == 3) {
         // The common 3x3: all nine taps per output in one pass, the sum in registers.
         float k[9];
         for (int t = 0; t < 9; ++t) k[t] = static_cast<float>(wc[t] - rq.w_zp[c]);
-        const float* __restrict r0 = plane.data();
+        const float* __restrict r0 = plane_data;
         const float* __restrict r1 = r0 + Wp;
         const float* __restrict r2 = r1 + Wp;
         for (int64_t i = 0; i < flat_len; ++i)
@@ -83,7 +83,7 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
         for (int64_t kh = 0; kh < g.KH; ++kh) {
           for (int64_t kw = 0; kw < g.KW; ++kw) {
             const float wv = static_cast<float>(wc[kh * g.KW + kw] - rq.w_zp[c]);
-            const float* __restrict r = plane.data() + kh * Wp + kw;
+            const float* __restrict r = plane_data + kh * Wp + kw;
             for (int64_t i = 0; i < flat_len; ++i) a[i] += wv * r[i];
           }
         }
@@ -95,7 +95,7 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
         float k[9];
         for (int t = 0; t < 9; ++t) k[t] = static_cast<float>(wc[t] - rq.w_zp[c]);
         for (int64_t oh = 0; oh < g.Ho; ++oh) {
-          const float* __restrict r0 = plane.data() + 2 * oh * Wp;
+          const float* __restrict r0 = plane_data + 2 * oh * Wp;
           const float* __restrict r1 = r0 + Wp;
           const float* __restrict r2 = r1 + Wp;
           for (int64_t ow = 0; ow < g.Wo; ++ow) {
@@ -111,7 +111,7 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
       for (int64_t oh = 0; oh < g.Ho; ++oh) {
         std::fill(a, a + g.Wo, 0.0f);
         for (int64_t kh = 0; kh < g.KH; ++kh) {
-          const float* row = plane.data() + (oh * g.sh + kh * g.dh) * Wp;
+          const float* row = plane_data + (oh * g.sh + kh * g.dh) * Wp;
           for (int64_t kw = 0; kw < g.KW; ++kw) {
             const float wv = static_cast<float>(wc[kh * g.KW + kw] - rq.w_zp[c]);
             const float* __restrict r = row + kw * g.dw;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
-#include <vector>
 
 #include "conv_internal.h"
 #include "kiln/runtime/thread_pool.h"
@@ -112,8 +111,8 @@ void pack_conv_columns(const ConvGeom& geom, const Layout& l, const T* x, F f, E
   const int64_t words = l.words(), nr = l.width, K = l.K, Wo = g.Wo;
   parallel_for(0, words, 1, [=](int64_t w0, int64_t w1) {
     const F fn = f;
-    std::vector<E> buffer(static_cast<size_t>(group * N));  // one per chunk of words
-    E* const rows = buffer.data();
+    conv_detail::ConvScratch<E> buffer(group * N);  // per chunk of words, from the scratch pool
+    E* const rows = buffer.get();
     for (int64_t p = w0; p < w1; ++p) {
       for (int64_t e = 0; e < group; ++e) {
         E* __restrict r = rows + e * N;
