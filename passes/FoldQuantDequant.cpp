@@ -9,7 +9,8 @@
 // becomes q = kiln.qconv2d / kiln.qlinear(xq, xs, xz, wq, ws, wz, b_int32, ys, yz) {relu}: the
 // integer kernels (kernels/qgemm.h) instead of three float ops around the float one. A float bias
 // becomes int32 at scale xs * ws[o] (round half to even), as the TFLite and ONNX schemes store it;
-// that needs constant xs, ws and b, and a bias whose int32 value is in range, else nothing folds.
+// that needs constant xs, ws and b (b may be the dequantize of constants, as ONNX Runtime's QDQ
+// models store it), and a bias whose int32 value is in range, else nothing folds.
 // relu folds as a clamp at yz (quantize(relu(v)) = max(quantize(v), yz)); so does clamp(v, 0, M)
 // when quantize(M) >= the type's largest value, since the quantizer saturates there anyway.
 //
@@ -81,6 +82,26 @@ bool acts_as_relu(mlir::Operation* op, ir::QuantizeOp quantize) {
   return std::nearbyint(static_cast<double>(scaled)) + (*yz)[0] >= qmax_of(quantize.getResult());
 }
 
+// A float bias's values: a constant, or the dequantize of constants (ONNX Runtime's QDQ models
+// store the bias as int32 at x_scale * w_scale and dequantize it), (q - zp) * scale in float32 as
+// the dequantize kernel computes it.
+std::optional<std::vector<double>> bias_values(mlir::Value bias) {
+  if (auto values = constant_values(bias)) return values;
+  auto dq = bias.getDefiningOp<ir::DequantizeOp>();
+  if (!dq) return std::nullopt;
+  auto q = constant_values(dq->getOperand(0));
+  auto s = constant_values(dq->getOperand(1));
+  auto z = constant_values(dq->getOperand(2));
+  if (!q || !s || !z || s->size() != z->size() || (s->size() != 1 && s->size() != q->size()))
+    return std::nullopt;
+  std::vector<double> out(q->size());
+  for (size_t i = 0; i < q->size(); ++i) {
+    const size_t c = s->size() == 1 ? 0 : i;
+    out[i] = static_cast<float>((*q)[i] - (*z)[c]) * static_cast<float>((*s)[c]);
+  }
+  return out;
+}
+
 bool fold(ir::QuantizeOp quantize) {
   mlir::Value input = quantize->getOperand(0);
   if (!is_int8(quantize.getResult()) || rank_of(quantize->getOperand(1)) != 0) return false;
@@ -103,7 +124,7 @@ bool fold(ir::QuantizeOp quantize) {
   const mlir::Location loc = layer->getLoc();
   mlir::Value bias = layer->getOperand(2);
   if (!mlir::isa<mlir::NoneType>(bias.getType())) {
-    auto values = constant_values(bias);
+    auto values = bias_values(bias);
     auto xs = constant_values(x->getOperand(1));
     auto ws = constant_values(w->getOperand(1));
     if (!values || !xs || !ws) return false;

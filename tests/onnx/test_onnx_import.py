@@ -166,7 +166,7 @@ class OddPadding(unittest.TestCase):
         np.testing.assert_allclose(np.load(os.path.join(d, "y.npy")), want, rtol=1e-6, atol=1e-6)
 
 
-class QuantizedModelsImportAsFloat(unittest.TestCase):
+class QuantizedModelsImport(unittest.TestCase):
     def test_qdq_pairs_round_and_saturate_like_int8(self):
         """x -> Q/DQ (uint8, per tensor) -> MatMul with a DQ'd int8 weight (per axis): as
         ONNX Runtime's QDQ tools write them; the reference is the same arithmetic in NumPy."""
@@ -196,6 +196,61 @@ class QuantizedModelsImportAsFloat(unittest.TestCase):
         xq = np.clip(np.rint(x / np.float32(0.1)) + 3, 0, 255)
         want = ((xq - 3) * np.float32(0.1)) @ (w_q.astype(np.float32) * w_scale)
         np.testing.assert_allclose(np.load(os.path.join(d, "y.npy")), want, rtol=1e-5, atol=1e-6)
+
+
+    def test_qdq_conv_runs_as_an_integer_layer(self):
+        """ONNX Runtime's QDQ form of conv + relu (uint8 activations, per-channel int8 weights,
+        an int32 bias dequantized at x_scale * w_scale): kiln runs it as one kiln.qconv2d, within
+        one output step of the float simulation of the same graph in NumPy."""
+        d = tempfile.mkdtemp()
+        rng = np.random.default_rng(1)
+        w_q = rng.integers(-127, 128, (4, 2, 3, 3)).astype(np.int8)
+        w_s = np.array([0.01, 0.02, 0.015, 0.03], np.float32)
+        x_s, x_z, y_s, y_z = np.float32(0.05), 10, np.float32(0.1), 0
+        b_q = rng.integers(-500, 500, 4).astype(np.int32)
+        b_s = (x_s * w_s).astype(np.float32)
+        inits = [oh.make_tensor("xs", onnx.TensorProto.FLOAT, [], [float(x_s)]),
+                 oh.make_tensor("xz", onnx.TensorProto.UINT8, [], [x_z]),
+                 oh.make_tensor("wq", onnx.TensorProto.INT8, list(w_q.shape), w_q.flatten().tolist()),
+                 oh.make_tensor("ws", onnx.TensorProto.FLOAT, [4], w_s.tolist()),
+                 oh.make_tensor("wz", onnx.TensorProto.INT8, [4], [0] * 4),
+                 oh.make_tensor("bq", onnx.TensorProto.INT32, [4], b_q.tolist()),
+                 oh.make_tensor("bs", onnx.TensorProto.FLOAT, [4], b_s.tolist()),
+                 oh.make_tensor("bz", onnx.TensorProto.INT32, [4], [0] * 4),
+                 oh.make_tensor("ys", onnx.TensorProto.FLOAT, [], [float(y_s)]),
+                 oh.make_tensor("yz", onnx.TensorProto.UINT8, [], [y_z])]
+        nodes = [oh.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+                 oh.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+                 oh.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+                 oh.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"], axis=0),
+                 oh.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[1, 1, 1, 1]),
+                 oh.make_node("Relu", ["c"], ["r"]),
+                 oh.make_node("QuantizeLinear", ["r", "ys", "yz"], ["yq"]),
+                 oh.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+        graph = oh.make_graph(nodes, "qdq_conv",
+                              [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 5, 5])],
+                              [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 5, 5])],
+                              initializer=inits)
+        path = os.path.join(d, "qdq_conv.onnx")
+        onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)]), path)
+        x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+        np.save(os.path.join(d, "x.npy"), x)
+        out = os.path.join(d, "qdq_conv.kiln")
+        kiln("import", path, "-o", out)
+        self.assertRegex(kiln("inspect", out).stdout, r"qconv2d +x1")
+        kiln("run", out, "--input", os.path.join(d, "x.npy"), "--output", os.path.join(d, "y.npy"))
+        got = np.load(os.path.join(d, "y.npy"))
+        # The graph in float64: quantize x, conv with the dequantized weights and bias, relu, requantize.
+        xd = (np.clip(np.rint(x / x_s) + x_z, 0, 255) - x_z) * np.float64(x_s)
+        xp = np.pad(xd, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        wd = w_q.astype(np.float64) * w_s.astype(np.float64)[:, None, None, None]
+        c = np.zeros((1, 4, 5, 5))
+        for o in range(4):
+            for i in range(5):
+                for j in range(5):
+                    c[0, o, i, j] = (xp[0, :, i:i + 3, j:j + 3] * wd[o]).sum() + b_q[o] * float(b_s[o])
+        want = (np.clip(np.rint(np.maximum(c, 0) / y_s) + y_z, 0, 255) - y_z) * np.float64(y_s)
+        self.assertLessEqual(float(np.max(np.abs(got - want))), float(y_s) * 1.001)
 
 
 def raw_tensor(name, dims, data):
