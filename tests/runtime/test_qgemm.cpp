@@ -117,7 +117,8 @@ Case random_case(int64_t channels, bool per_channel, DType x, DType w, DType y, 
 
 std::vector<QGemmIsa> isas() {
   std::vector<QGemmIsa> v{QGemmIsa::Portable};
-  for (QGemmIsa isa : {QGemmIsa::Avx2, QGemmIsa::AvxVnni, QGemmIsa::Avx512Vnni, QGemmIsa::Amx})
+  for (QGemmIsa isa :
+       {QGemmIsa::Avx2, QGemmIsa::AvxVnni, QGemmIsa::Avx512Vnni, QGemmIsa::Amx, QGemmIsa::NeonI8mm})
     if (qgemm_isa_available(isa)) v.push_back(isa);
   return v;
 }

@@ -93,6 +93,9 @@ bool host_has_avxvnni() {
   return rt::host_target().features.avx_vnni && rt::host_target().features.avx2 &&
          qgemm_avxvnni_family();
 }
+bool host_has_i8mm() {
+  return rt::host_target().features.i8mm && qgemm_neon_i8mm_family();
+}
 bool host_has_avx2() {
   return rt::host_target().features.avx2 && qgemm_avx2_family();
 }
@@ -107,6 +110,7 @@ QGemmIsa resolve(QGemmIsa isa) {
   const bool avx2_class = t.isa == rt::VectorIsa::Avx2 || t.isa == rt::VectorIsa::Avx512;
   if (avx2_class && t.features.avx_vnni && host_has_avxvnni()) return QGemmIsa::AvxVnni;
   if (avx2_class && host_has_avx2()) return QGemmIsa::Avx2;
+  if (t.isa == rt::VectorIsa::Neon && t.features.i8mm && host_has_i8mm()) return QGemmIsa::NeonI8mm;
   return QGemmIsa::Portable;
 }
 
@@ -122,6 +126,9 @@ const QFamily& family_for(bool quads_allowed) {
       [[fallthrough]];
     case QGemmIsa::AvxVnni:
       if (quads_allowed && host_has_avxvnni()) return *qgemm_avxvnni_family();
+      [[fallthrough]];
+    case QGemmIsa::NeonI8mm:
+      if (quads_allowed && host_has_i8mm()) return *qgemm_neon_i8mm_family();
       [[fallthrough]];
     case QGemmIsa::Avx2:
       if (host_has_avx2()) return *qgemm_avx2_family();
@@ -604,6 +611,8 @@ bool qgemm_isa_available(QGemmIsa isa) {
       return host_has_vnni();
     case QGemmIsa::AvxVnni:
       return host_has_avxvnni();
+    case QGemmIsa::NeonI8mm:
+      return host_has_i8mm();
     case QGemmIsa::Avx2:
       return host_has_avx2();
     default:
@@ -631,6 +640,8 @@ const char* qgemm_isa_name(QGemmIsa isa) {
       return "avx512-vnni";
     case QGemmIsa::AvxVnni:
       return "avx-vnni";
+    case QGemmIsa::NeonI8mm:
+      return "neon-i8mm";
     case QGemmIsa::Avx2:
       return "avx2";
     case QGemmIsa::Portable:

@@ -167,6 +167,7 @@ struct QFamily {
 const QFamily* qgemm_avx2_family();        // null where the build has no AVX2
 const QFamily* qgemm_avx512vnni_family();  // null where the build has no AVX-512
 const QFamily* qgemm_avxvnni_family();     // null where the build has no AVX-VNNI
+const QFamily* qgemm_neon_i8mm_family();   // null where the build is not arm64 with I8MM
 const QFamily* qgemm_amx_family();  // null without AMX in the build or the tile state granted
 
 // Requantizes an accumulated tile (row stride `ld_acc`) into `t`, one value at a time.
