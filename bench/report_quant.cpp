@@ -67,18 +67,10 @@ void report(const std::string& name, const std::string& out, quant::Calibration 
   quant::Prepared prepared = quant::prepare(jit::trace(*model, {test[0]}), config);
   for (const Tensor& x : calibration) prepared.calibrate({x});
   if (per_layer) {
-    std::vector<quant::PointError> total;
-    for (const Tensor& x : test) {
-      const std::vector<quant::PointError> e = prepared.compare({x});
-      total.resize(e.size());
-      for (size_t i = 0; i < e.size(); ++i) {
-        total[i].name = e[i].name;
-        total[i].signal += e[i].signal;
-        total[i].noise += e[i].noise;
-      }
-    }
-    for (const quant::PointError& e : total)
-      std::printf("  %-28s %6.1f dB\n", e.name.c_str(), quant::sqnr_db(e.signal, e.noise));
+    std::vector<TensorList> batches;
+    for (const Tensor& x : test) batches.push_back({x});
+    for (const quant::PointError& e : prepared.compare(batches))
+      std::printf("  %-28s %6.1f dB\n", e.name.c_str(), e.sqnr.db());
   }
   int64_t int8_layers = 0;
   const size_t layers = prepared.layers().size();
@@ -86,20 +78,18 @@ void report(const std::string& name, const std::string& out, quant::Calibration 
   const std::vector<uint8_t> int8 = jit::save_to_bytes(quant::convert(std::move(prepared)));
 
   rt::Session fs(rt::Model::from_bytes(fp32)), qs(rt::Model::from_bytes(int8));
-  double signal = 0, noise = 0;
+  quant::Sqnr error;
   int64_t agree = 0;
   for (const Tensor& x : test) {
     const Tensor r = Tensor(fs.run({x.impl()})[0]), q = Tensor(qs.run({x.impl()})[0]);
-    const Tensor d = (r - q).to(DType::Float64), rd = r.to(DType::Float64);
-    signal += (rd * rd).sum().item<double>();
-    noise += (d * d).sum().item<double>();
+    error.add(r, q);
     agree += top1(r) == top1(q);
   }
   std::printf(
       "%-13s int8 layers %lld of %zu, SQNR %.1f dB over %zu inputs, top-1 agreement "
       "%lld/%zu, file %.1f MB vs %.1f MB float32 (%.2fx)\n",
-      name.c_str(), static_cast<long long>(int8_layers), layers, quant::sqnr_db(signal, noise),
-      test.size(), static_cast<long long>(agree), test.size(), int8.size() / 1e6, fp32.size() / 1e6,
+      name.c_str(), static_cast<long long>(int8_layers), layers, error.db(), test.size(),
+      static_cast<long long>(agree), test.size(), int8.size() / 1e6, fp32.size() / 1e6,
       static_cast<double>(int8.size()) / static_cast<double>(fp32.size()));
   if (!out.empty()) {
     write(out + "/" + name + ".kiln", fp32);

@@ -86,10 +86,10 @@ TEST(QuantFlow, SmallNetRunsInt8CloseToFloat) {
   ASSERT_EQ(errors.size(), 1u + 7u);
   EXPECT_EQ(errors[0].name, "output 0");
   EXPECT_EQ(errors[1].name, "input of conv2d #0");
-  for (const quant::PointError& e : errors) EXPECT_GT(e.sqnr_db, 25.0) << e.name;
+  for (const quant::PointError& e : errors) EXPECT_GT(e.sqnr.db(), 25.0) << e.name;
 
   jit::TracedFunction q = quant::convert(std::move(prepared));
-  EXPECT_NEAR(quant::sqnr((*net)(held_out), q({held_out})[0]), errors[0].sqnr_db, 0.01);
+  EXPECT_NEAR(quant::sqnr((*net)(held_out), q({held_out})[0]), errors[0].sqnr.db(), 0.01);
   const std::vector<uint8_t> bytes = jit::save_to_bytes(q);
   EXPECT_TRUE(contains(bytes, "qconv2d"));
   EXPECT_TRUE(contains(bytes, "qlinear"));
@@ -246,10 +246,22 @@ TEST(QuantFlow, LayersInsideLoopsStayFloat) {
   EXPECT_EQ(prepared.layers()[0].reason, "it is inside a loop or a branch");
   EXPECT_TRUE(prepared.layers()[1].quantized);
   prepared.calibrate({x});
-  EXPECT_GT(prepared.compare({x})[0].sqnr_db, 20.0);
+  EXPECT_GT(prepared.compare({x})[0].sqnr.db(), 20.0);
   jit::TracedFunction q = quant::convert(std::move(prepared));
   EXPECT_THROW(prepared.num_batches(), Error);  // moved from
   EXPECT_GT(quant::sqnr(fn({x})[0], q({x})[0]), 20.0);
+}
+
+// SQNR by hand: reference (3, 4), test (3, 3): signal 25, noise 1, 10 log10 25 dB; a second batch
+// adds its sums (signal 25 + 4, noise 1 + 4), and a shape mismatch is refused.
+TEST(QuantFlow, SqnrSumsOverBatches) {
+  const Tensor r = tensor({3.0, 4.0}), t = tensor({3.0, 3.0});
+  EXPECT_NEAR(quant::sqnr(r, t), 10 * std::log10(25.0), 1e-12);
+  quant::Sqnr e;
+  e.add(r, t).add(tensor({2.0}), tensor({0.0}));
+  EXPECT_NEAR(e.db(), 10 * std::log10(29.0 / 5.0), 1e-12);
+  EXPECT_TRUE(std::isinf(quant::sqnr(r, r)));
+  EXPECT_THROW(quant::sqnr(r, tensor({1.0})), Error);
 }
 
 TEST(QuantFlow, TrainingStepIsRefused) {

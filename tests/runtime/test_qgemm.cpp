@@ -351,6 +351,24 @@ TEST(QLinear, BadParametersAreRefusedNamingTheValue) {
 
 // Weights prepared once (each family, the active one switched afterwards: prepared weights keep
 // theirs) give the reference's values; a prepared weight of another geometry is refused.
+// Depthwise int8 weights run the direct kernel, whose prepared weights pack nothing.
+TEST(QConv2d, PreparedDepthwiseEqualsReference) {
+  Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  p.stride_h = p.stride_w = 2;
+  p.groups = 6;
+  Case c = random_case(6, true, DType::UInt8, DType::Int8, DType::Int8, true, false);
+  std::fill(c.w_zp.begin(), c.w_zp.end(), 0);
+  auto x = rand_int({2, 6, 9, 8}, DType::UInt8), w = rand_int({6, 1, 3, 3}, DType::Int8);
+  auto q = c.operands();
+  auto ref = empty(Dims{2, 6, 5, 4}, DType::Int8), out = empty(Dims{2, 6, 5, 4}, DType::Int8);
+  qconv2d_reference_out(*x, *w, q, p, *ref);
+  const PreparedQWeightPtr pw = prepare_qconv2d_weight(*w, q, p, DType::UInt8, DType::Int8);
+  EXPECT_EQ(prepared_nbytes(*pw), 0u);
+  qconv2d_out(*x, *w, q, p, *out, pw.get());
+  EXPECT_EQ(to_vec(*out), to_vec(*ref));
+}
+
 TEST(QConv2d, PreparedWeightsEqualReference) {
   IsaGuard guard;
   Conv2dParams p;

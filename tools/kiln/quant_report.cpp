@@ -14,6 +14,7 @@
 
 #include "batches.h"
 #include "kiln/kiln.h"
+#include "kiln/quant/sqnr.h"
 #include "kiln/runtime/model.h"
 
 namespace kiln::cli {
@@ -80,7 +81,7 @@ int quant_report(int argc, char** argv) {
       read_batches(input, in.shape, in.dtype, "quant-report", "--input");
   rt::Session qs(q), fs(f);
   const size_t outputs = q->outputs().size();
-  std::vector<double> signal(outputs), noise(outputs);
+  std::vector<quant::Sqnr> errors(outputs);
   std::vector<int64_t> agree(outputs), rows(outputs);
   for (const Tensor& b : batches) {
     const auto qo = qs.run({b.impl()});
@@ -90,12 +91,9 @@ int quant_report(int argc, char** argv) {
       const Tensor t = Tensor(qo[k]).to(DType::Float32).contiguous();
       KILN_CHECK(r.sizes() == t.sizes(), "quant-report", "output ", k, ": the reference gives ",
                  r.sizes(), ", the int8 model ", t.sizes());
+      errors[k].add(r, t);
       const float* a = r.data_ptr<float>();
       const float* c = t.data_ptr<float>();
-      for (int64_t i = 0, n = r.numel(); i < n; ++i) {
-        signal[k] += double(a[i]) * a[i];
-        noise[k] += (double(a[i]) - c[i]) * (double(a[i]) - c[i]);
-      }
       if (r.dim() == 2 && r.size(1) > 1) {
         for (int64_t i = 0; i < r.size(0); ++i) {
           agree[k] +=
@@ -112,8 +110,7 @@ int quant_report(int argc, char** argv) {
               double(fs_::file_size(int8_path)) / double(fs_::file_size(reference_path)),
               batches.size(), input.c_str());
   for (size_t k = 0; k < outputs; ++k) {
-    const double db = noise[k] == 0 ? INFINITY : 10 * std::log10(signal[k] / noise[k]);
-    std::printf("  output %zu (%s): SQNR %.1f dB", k, q->outputs()[k].name.c_str(), db);
+    std::printf("  output %zu (%s): SQNR %.1f dB", k, q->outputs()[k].name.c_str(), errors[k].db());
     if (rows[k] > 0)
       std::printf(", top-1 agreement %.1f%% (%lld of %lld)", 100.0 * agree[k] / rows[k],
                   static_cast<long long>(agree[k]), static_cast<long long>(rows[k]));

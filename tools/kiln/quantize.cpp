@@ -53,23 +53,17 @@ jit::TracedFunction quantize_traced(jit::TracedFunction fn, const QuantizeArgs& 
   for (const Tensor& b : calibration) prepared.calibrate({b});
   std::printf("%s", prepared.report().c_str());
 
-  std::vector<quant::PointError> total;
-  for (const Tensor& b : measure.empty() ? std::vector<Tensor>{calibration[0]} : measure) {
-    const std::vector<quant::PointError> e = prepared.compare({b});
-    if (total.empty()) total.resize(e.size());
-    for (size_t i = 0; i < e.size(); ++i) {
-      total[i].name = e[i].name;
-      total[i].signal += e[i].signal;
-      total[i].noise += e[i].noise;
-    }
-  }
+  std::vector<TensorList> measured;
+  for (const Tensor& b : measure.empty() ? std::vector<Tensor>{calibration[0]} : measure)
+    measured.push_back({b});
+  const std::vector<quant::PointError> total = prepared.compare(measured);
   const std::string on = measure.empty() ? "the first calibration batch"
                                          : std::filesystem::path(q.sqnr_input).filename().string() +
                                                " (" + std::to_string(measure.size()) + " batches)";
   std::printf("SQNR of the int8 model against float32 on %s:\n", on.c_str());
   std::string table = "measured on " + on + "\n";
   for (const quant::PointError& e : total) {
-    const double db = quant::sqnr_db(e.signal, e.noise);
+    const double db = e.sqnr.db();
     std::printf("  %-28s %6.1f dB\n", e.name.c_str(), db);
     char line[96];
     std::snprintf(line, sizeof line, "%s\t%.1f\n", e.name.c_str(), db);

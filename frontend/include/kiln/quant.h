@@ -63,3 +63,4 @@ Tensor qconv2d(const Tensor& input, const Tensor& input_scale, const Tensor& inp
 }  // namespace kiln
 
 #include "kiln/quant/observer.h"
+#include "kiln/quant/sqnr.h"

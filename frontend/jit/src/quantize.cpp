@@ -163,22 +163,6 @@ mlir::DictionaryAttr weight_attr(mlir::Builder& b, const Tensor& w, bool per_cha
        b.getNamedAttr("zero_point", mlir::DenseElementsAttr::get(zp_type, int32_t{0}))});
 }
 
-PointError point_error(std::string name, const Tensor& reference, const Tensor& test) {
-  KILN_CHECK(reference.sizes() == test.sizes(), "kiln::quant::sqnr", "expected shape ",
-             reference.sizes(), ", got ", test.sizes());
-  const Tensor r = reference.to(DType::Float64).contiguous();
-  const Tensor t = test.to(DType::Float64).contiguous();
-  const double* a = r.data_ptr<double>();
-  const double* c = t.data_ptr<double>();
-  PointError e{std::move(name)};
-  for (int64_t i = 0, n = r.numel(); i < n; ++i) {
-    e.signal += a[i] * a[i];
-    e.noise += (a[i] - c[i]) * (a[i] - c[i]);
-  }
-  e.sqnr_db = sqnr_db(e.signal, e.noise);
-  return e;
-}
-
 mlir::func::FuncOp forward_of(mlir::ModuleOp module) {
   auto f = module.lookupSymbol<mlir::func::FuncOp>("forward");
   KILN_CHECK(f, kWho, "the traced module has no @forward");
@@ -416,12 +400,25 @@ std::vector<PointError> Prepared::compare(const TensorList& inputs) const {
   const TensorList test = jit::interpret(*quantized, inputs);
   std::vector<PointError> out;
   for (size_t i = 0; i < m.num_outputs; ++i)
-    out.push_back(point_error("output " + std::to_string(i), reference[i], test[i]));
+    out.push_back({"output " + std::to_string(i), Sqnr{}.add(reference[i], test[i])});
   for (size_t k = 0; k < m.points.size(); ++k) {
     const size_t i = m.num_outputs + k;
-    out.push_back(point_error(m.points[k].name, reference[i], test[i]));
+    out.push_back({m.points[k].name, Sqnr{}.add(reference[i], test[i])});
   }
   return out;
+}
+
+std::vector<PointError> Prepared::compare(const std::vector<TensorList>& batches) const {
+  std::vector<PointError> total;
+  for (const TensorList& inputs : batches) {
+    std::vector<PointError> e = compare(inputs);
+    if (total.empty()) {
+      total = std::move(e);
+      continue;
+    }
+    for (size_t i = 0; i < e.size(); ++i) total[i].sqnr += e[i].sqnr;
+  }
+  return total;
 }
 
 jit::TracedFunction convert(Prepared prepared) {
@@ -432,14 +429,6 @@ jit::TracedFunction convert(Prepared prepared) {
   write_plan(m, m.fn.module(), points, m.quantized, /*cleanup=*/true, "kiln::quant::convert");
   m.calibration = {};
   return std::move(m.fn);
-}
-
-double sqnr_db(double signal, double noise) {
-  return noise == 0 ? INFINITY : 10 * std::log10(signal / noise);
-}
-
-double sqnr(const Tensor& reference, const Tensor& test) {
-  return point_error("", reference, test).sqnr_db;
 }
 
 }  // namespace kiln::quant

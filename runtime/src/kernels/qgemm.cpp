@@ -407,6 +407,15 @@ PreparedQWeightPtr pack_weight(const QFamily& f, const TensorImpl& wc, const Req
   return pw;
 }
 
+// Whether qconv2d runs the direct depthwise kernel (qconv_depthwise.cpp) for weights `w` in
+// `groups` groups: one input and one output channel per group, int8, and few enough taps for its
+// exact float32 sums. Its prepared weights are a marker naming it (nothing is packed).
+bool direct_depthwise(const TensorImpl& w, int64_t groups) {
+  return groups > 1 && w.dim() == 4 && w.size(0) == groups && w.size(1) == 1 &&
+         w.dtype() == DType::Int8 && w.size(2) * w.size(3) <= kMaxDepthwiseTaps;
+}
+const QFamily kDirectDepthwise{"depthwise-direct", 1, 1, 4, nullptr};
+
 // The prepared weights to use: `prepared` when given (checked against this call), else packed now.
 PreparedQWeightPtr weights_for(std::string_view op, const PreparedQWeight* prepared,
                                const TensorImpl& wc, const Requant& rq, int64_t groups, int64_t K,
@@ -444,6 +453,11 @@ PreparedQWeightPtr prepare_qconv2d_weight(const TensorImpl& w, const QuantizedOp
   const int64_t K = w.size(1) * w.size(2) * w.size(3);
   auto x = empty(Dims{0, w.size(1) * p.groups, 1, 1}, x_dtype);
   const Requant rq = requant_of(op, *x, w, K, q, out_dtype);
+  if (direct_depthwise(w, p.groups)) {  // reads the weights as they are: nothing to pack
+    auto pw = std::make_shared<PreparedQWeight>();
+    pw->family = &kDirectDepthwise;
+    return pw;
+  }
   auto wc = views::contiguous(w);
   return pack_weight(family_for(quads_allowed(*wc, rq)), *wc, rq, p.groups, K, true);
 }
@@ -499,8 +513,7 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   const bool x_signed = xc->dtype() == DType::Int8;
   const int64_t K = g.K(), HoWo = g.HoWo();
   // A: the weights (rows: output channels of one group); B: one image's columns of one group.
-  if (g.depthwise() && g.Cg == 1 && wc->dtype() == DType::Int8 &&
-      g.KH * g.KW <= kMaxDepthwiseTaps) {
+  if (direct_depthwise(*wc, g.G)) {
     qconv2d_depthwise(g, *xc, wc->data_ptr<int8_t>(), rq, y.ptr);
     return y.finish();
   }

@@ -33,14 +33,6 @@ struct Layout {
   int64_t blocks() const { return ceil_div(lines, width); }
   int64_t block_words() const { return words() * width; }
   int64_t total_words() const { return blocks() * block_words(); }
-  // Element (line, k) within the buffer, in elements.
-  int64_t index(int64_t line, int64_t k) const {
-    const int64_t p = k / group, r = line % width, base = line / width * block_words();
-    if (rows)
-      return ((base + (p / tile_words * width + r) * tile_words) + p % tile_words) * group +
-             k % group;
-    return ((base + p * width + r) * group) + k % group;
-  }
 };
 
 // The layouts of a family's operands: A (`lines` rows in slivers of mr) and B (columns in panels

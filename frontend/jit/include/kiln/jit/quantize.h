@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/quant/sqnr.h"
 #include "kiln/tensor.h"
 #include "kiln/trace/trace.h"
 
@@ -59,10 +60,7 @@ struct LayerReport {
 // The quantized function's error at one value: an output, or a point calibration observed.
 struct PointError {
   std::string name;  // "output 0", "output of conv2d #3", ...
-  double sqnr_db = 0;
-  // sum reference^2 and sum (reference - quantized)^2: add them up over batches for the SQNR
-  // of several (10 log10(signal / noise)).
-  double signal = 0, noise = 0;
+  Sqnr sqnr;         // sqnr.db(); the sums add over batches
 };
 
 class Prepared {
@@ -87,6 +85,8 @@ class Prepared {
   // Suite, ONNX Runtime's qdq_loss_debug). The quantized side simulates the integer layers in
   // float32 (the QDQ graph on the interpreter).
   std::vector<PointError> compare(const TensorList& inputs) const;
+  // The same over several batches (each one set of inputs), the errors summed.
+  std::vector<PointError> compare(const std::vector<TensorList>& batches) const;
 
  private:
   friend Prepared prepare(jit::TracedFunction fn, const QConfig& config);
@@ -109,11 +109,5 @@ Prepared prepare(jit::TracedFunction fn, const QConfig& config = {});
 // The quantized function (see the top of this file). Throws kiln::Error if no batch was
 // calibrated.
 jit::TracedFunction convert(Prepared prepared);
-
-// Signal-to-quantization-noise ratio of `test` against `reference` in dB:
-// 10 log10(sum ref^2 / sum (ref - test)^2) over all elements (infinity when they are equal).
-double sqnr(const Tensor& reference, const Tensor& test);
-// The same from the two sums (what PointError keeps).
-double sqnr_db(double signal, double noise);
 
 }  // namespace kiln::quant
