@@ -14,9 +14,17 @@
 // relu folds as a clamp at yz (quantize(relu(v)) = max(quantize(v), yz)); so does clamp(v, 0, M)
 // when quantize(M) >= the type's largest value, since the quantizer saturates there anyway.
 //
-// Reshapes of a per-tensor dequantize (a classifier's flatten between the pooled features and its
-// linear layer) move above it first: reshape(dequantize(q)) = dequantize(reshape(q)), so the
-// layer reads a dequantize directly.
+// The QDQ form of an integer add (a residual connection):
+//   q = kiln.quantize(relu?(kiln.add(kiln.dequantize(a), kiln.dequantize(b))), ys, yz)
+// becomes q = kiln.qadd(a, as, az, b, bs, bz, ys, yz) {relu}, every parameter per tensor and a, b
+// and the sum of one shape: the same float32 operations in one kernel, so the same bytes.
+//
+// Ops that only move or select values move above a per-tensor dequantize first, so that they run
+// on the bytes: reshape/view(dequantize(q)) = dequantize(reshape(q)) (a classifier's flatten
+// between the pooled features and its linear layer) and max_pool2d(dequantize(q)) =
+// dequantize(max_pool2d(q)) (dequantizing is increasing: the scale is positive) when the pool's
+// indices go unused. Then a quantize of a dequantize with the same constant parameters and dtype
+// is the bytes themselves (quantize((q - z) * s, s, z) = q).
 //
 // What stays: the dequantize ops' other users keep them (dead ones go in the next cleanup), and
 // a layer whose float result has other users stays float (its quantize is not the only reader).
@@ -152,22 +160,83 @@ bool fold(ir::QuantizeOp quantize) {
   return true;
 }
 
-// reshape/view(dequantize(q, s, z)) -> dequantize(reshape/view(q), s, z) for a per-tensor s.
-void sink_reshape(mlir::Operation* reshape) {
-  auto dq = reshape->getOperand(0).getDefiningOp<ir::DequantizeOp>();
+// Whether two parameter operands hold the same constant values.
+bool same_constants(mlir::Value a, mlir::Value b) {
+  if (a == b) return true;
+  auto va = constant_values(a), vb = constant_values(b);
+  return va && vb && *va == *vb;
+}
+
+// op(dequantize(q, s, z)) -> dequantize(op(q), s, z) for a per-tensor s, where op moves or
+// selects values (reshape, view, max_pool2d without its indices).
+void sink_below_dequantize(mlir::Operation* op) {
+  auto dq = op->getOperand(0).getDefiningOp<ir::DequantizeOp>();
   if (!dq || rank_of(dq->getOperand(1)) != 0) return;
+  for (unsigned i = 1; i < op->getNumResults(); ++i)
+    if (!op->getResult(i).use_empty()) return;  // max_pool2d's indices
   auto qt = mlir::cast<mlir::RankedTensorType>(dq->getOperand(0).getType());
-  auto rt = mlir::cast<mlir::RankedTensorType>(reshape->getResult(0).getType());
-  mlir::OpBuilder b(reshape);
-  mlir::Operation* moved = b.clone(*reshape);
+  auto rt = mlir::cast<mlir::RankedTensorType>(op->getResult(0).getType());
+  mlir::OpBuilder b(op);
+  mlir::Operation* moved = b.clone(*op);
   moved->setOperand(0, dq->getOperand(0));
   moved->getResult(0).setType(mlir::RankedTensorType::get(rt.getShape(), qt.getElementType()));
   mlir::Operation* deq = b.clone(*dq);
   deq->setOperand(0, moved->getResult(0));
   deq->getResult(0).setType(rt);
-  reshape->getResult(0).replaceAllUsesWith(deq->getResult(0));
-  reshape->erase();
+  op->getResult(0).replaceAllUsesWith(deq->getResult(0));
+  op->erase();
   if (dq->use_empty()) dq->erase();
+}
+
+// q = quantize(relu?(add(dequantize(a), dequantize(b)))) -> qadd(a, ..., b, ...) {relu}.
+bool fold_add(ir::QuantizeOp quantize) {
+  mlir::Value input = quantize->getOperand(0);
+  if (!is_int8(quantize.getResult()) || rank_of(quantize->getOperand(1)) != 0) return false;
+  mlir::Operation* relu = input.getDefiningOp();
+  const bool has_relu = acts_as_relu(relu, quantize);
+  if (has_relu) {
+    if (!input.hasOneUse()) return false;
+    input = relu->getOperand(0);
+  }
+  auto add = input.getDefiningOp<ir::AddOp>();
+  if (!add || !input.hasOneUse()) return false;
+  if (auto alpha = add->getAttrOfType<mlir::FloatAttr>("alpha");
+      alpha && alpha.getValueAsDouble() != 1.0)
+    return false;
+  auto a = add->getOperand(0).getDefiningOp<ir::DequantizeOp>();
+  auto b = add->getOperand(1).getDefiningOp<ir::DequantizeOp>();
+  if (!a || !b || !is_int8(a->getOperand(0)) || !is_int8(b->getOperand(0))) return false;
+  if (rank_of(a->getOperand(1)) != 0 || rank_of(b->getOperand(1)) != 0) return false;
+  if (a.getResult().getType() != input.getType() || b.getResult().getType() != input.getType())
+    return false;  // broadcasting
+  mlir::OpBuilder builder(quantize);
+  mlir::OperationState state(add->getLoc(), ir::QaddOp::getOperationName());
+  state.addOperands({a->getOperand(0), a->getOperand(1), a->getOperand(2), b->getOperand(0),
+                     b->getOperand(1), b->getOperand(2), quantize->getOperand(1),
+                     quantize->getOperand(2)});
+  state.addAttribute("dtype", quantize->getAttr("dtype"));
+  state.addAttribute("relu", builder.getBoolAttr(has_relu));
+  state.addTypes(quantize.getResult().getType());
+  mlir::Operation* folded = builder.create(state);
+  quantize.getResult().replaceAllUsesWith(folded->getResult(0));
+  quantize->erase();
+  if (has_relu) relu->erase();
+  add->erase();
+  return true;
+}
+
+// quantize(dequantize(q, s, z), s, z) of q's dtype -> q.
+bool fold_requantize(ir::QuantizeOp quantize) {
+  auto dq = quantize->getOperand(0).getDefiningOp<ir::DequantizeOp>();
+  if (!dq || dq->getOperand(0).getType() != quantize.getResult().getType()) return false;
+  if (rank_of(dq->getOperand(1)) != 0 || rank_of(quantize->getOperand(1)) != 0) return false;
+  if (!same_constants(dq->getOperand(1), quantize->getOperand(1)) ||
+      !same_constants(dq->getOperand(2), quantize->getOperand(2)))
+    return false;
+  quantize.getResult().replaceAllUsesWith(dq->getOperand(0));
+  quantize->erase();
+  if (dq->use_empty()) dq->erase();
+  return true;
 }
 
 struct FoldQuantDequantPass
@@ -175,17 +244,19 @@ struct FoldQuantDequantPass
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FoldQuantDequantPass)
   llvm::StringRef getArgument() const override { return "kiln-fold-qdq"; }
   llvm::StringRef getDescription() const override {
-    return "Fold dequantize -> conv2d/linear (-> relu) -> quantize into kiln.qconv2d/qlinear";
+    return "Fold dequantize -> conv2d/linear/add (-> relu) -> quantize into kiln.qconv2d/qlinear/"
+           "qadd";
   }
   void runOnOperation() override {
-    llvm::SmallVector<mlir::Operation*> reshapes;
+    llvm::SmallVector<mlir::Operation*> movers;
     getOperation().walk([&](mlir::Operation* op) {
-      if (mlir::isa<ir::ReshapeOp, ir::ViewOp>(op)) reshapes.push_back(op);
+      if (mlir::isa<ir::ReshapeOp, ir::ViewOp, ir::MaxPool2dOp>(op)) movers.push_back(op);
     });
-    for (mlir::Operation* op : reshapes) sink_reshape(op);
+    for (mlir::Operation* op : movers) sink_below_dequantize(op);
     llvm::SmallVector<ir::QuantizeOp> quantizes;
     getOperation().walk([&](ir::QuantizeOp op) { quantizes.push_back(op); });
-    for (ir::QuantizeOp op : quantizes) fold(op);
+    for (ir::QuantizeOp op : quantizes)
+      if (!fold(op) && !fold_add(op)) fold_requantize(op);
   }
 };
 

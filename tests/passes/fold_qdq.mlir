@@ -111,3 +111,70 @@ func.func @clamp_inside_range(%xq: tensor<1x1x2x2xui8>) -> tensor<1x1x1x1xui8> {
   %q = kiln.quantize %r, %ys, %yz {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x1x1x1xf32>, tensor<f32>, tensor<i32>) -> tensor<1x1x1x1xui8>
   return %q : tensor<1x1x1x1xui8>
 }
+
+// A residual add with relu between Q/DQ pairs: one kiln.qadd on the bytes.
+// CHECK-LABEL: func.func @residual_add_relu
+// CHECK: %[[Q:.*]] = kiln.qadd %arg0, %arg1, %arg2, %arg3, %arg4, %arg5, %arg6, %arg7 {dtype = 5 : i64, relu = true}
+// CHECK-NOT: kiln.dequantize
+// CHECK-NOT: kiln.add
+// CHECK-NOT: kiln.relu
+// CHECK-NOT: kiln.quantize
+// CHECK: return %[[Q]]
+func.func @residual_add_relu(%aq: tensor<1x4x3x3xui8>, %as: tensor<f32>, %az: tensor<i32>, %bq: tensor<1x4x3x3xi8>, %bs: tensor<f32>, %bz: tensor<i32>, %ys: tensor<f32>, %yz: tensor<i32>) -> tensor<1x4x3x3xui8> {
+  %a = kiln.dequantize %aq, %as, %az {axis = 1 : i64} : (tensor<1x4x3x3xui8>, tensor<f32>, tensor<i32>) -> tensor<1x4x3x3xf32>
+  %b = kiln.dequantize %bq, %bs, %bz {axis = 1 : i64} : (tensor<1x4x3x3xi8>, tensor<f32>, tensor<i32>) -> tensor<1x4x3x3xf32>
+  %s = kiln.add %a, %b : tensor<1x4x3x3xf32>, tensor<1x4x3x3xf32>
+  %r = kiln.relu %s : tensor<1x4x3x3xf32> -> tensor<1x4x3x3xf32>
+  %q = kiln.quantize %r, %ys, %yz {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x4x3x3xf32>, tensor<f32>, tensor<i32>) -> tensor<1x4x3x3xui8>
+  return %q : tensor<1x4x3x3xui8>
+}
+
+// Adds that are not a plain same-shape sum stay float: a broadcast operand, an alpha, a sum that
+// has another user.
+// CHECK-LABEL: func.func @adds_that_stay_float
+// CHECK-NOT: kiln.qadd
+// CHECK: return
+func.func @adds_that_stay_float(%aq: tensor<1x4x3x3xui8>, %bq: tensor<1x4x1x1xui8>, %s: tensor<f32>, %z: tensor<i32>) -> (tensor<1x4x3x3xui8>, tensor<1x4x3x3xui8>, tensor<1x4x3x3xui8>, tensor<1x4x3x3xf32>) {
+  %a = kiln.dequantize %aq, %s, %z {axis = 1 : i64} : (tensor<1x4x3x3xui8>, tensor<f32>, tensor<i32>) -> tensor<1x4x3x3xf32>
+  %b = kiln.dequantize %bq, %s, %z {axis = 1 : i64} : (tensor<1x4x1x1xui8>, tensor<f32>, tensor<i32>) -> tensor<1x4x1x1xf32>
+  %s0 = kiln.add %a, %b : tensor<1x4x3x3xf32>, tensor<1x4x1x1xf32>
+  %q0 = kiln.quantize %s0, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x4x3x3xf32>, tensor<f32>, tensor<i32>) -> tensor<1x4x3x3xui8>
+  %s1 = kiln.add %a, %a {alpha = 2.0 : f64} : tensor<1x4x3x3xf32>, tensor<1x4x3x3xf32>
+  %q1 = kiln.quantize %s1, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x4x3x3xf32>, tensor<f32>, tensor<i32>) -> tensor<1x4x3x3xui8>
+  %s2 = kiln.add %a, %a : tensor<1x4x3x3xf32>, tensor<1x4x3x3xf32>
+  %q2 = kiln.quantize %s2, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x4x3x3xf32>, tensor<f32>, tensor<i32>) -> tensor<1x4x3x3xui8>
+  return %q0, %q1, %q2, %s2 : tensor<1x4x3x3xui8>, tensor<1x4x3x3xui8>, tensor<1x4x3x3xui8>, tensor<1x4x3x3xf32>
+}
+
+// max_pool2d moves above the dequantize and runs on the bytes; the quantize with the same
+// constant parameters then gives those bytes back, and no float op is left.
+// CHECK-LABEL: func.func @max_pool_on_bytes
+// CHECK: %[[P:.*]], %{{.*}} = kiln.max_pool2d %arg0 {{.*}} : (tensor<1x2x4x4xui8>) -> (tensor<1x2x2x2xui8>, tensor<1x2x2x2xi64>)
+// CHECK-NOT: kiln.quantize
+// CHECK: return %[[P]] :
+func.func @max_pool_on_bytes(%xq: tensor<1x2x4x4xui8>) -> tensor<1x2x2x2xui8> {
+  %s = kiln.constant dense<0.05> : tensor<f32> : tensor<f32>
+  %z = kiln.constant dense<3> : tensor<i32> : tensor<i32>
+  %s2 = kiln.constant dense<0.05> : tensor<f32> : tensor<f32>
+  %z2 = kiln.constant dense<3> : tensor<i32> : tensor<i32>
+  %x = kiln.dequantize %xq, %s, %z {axis = 1 : i64} : (tensor<1x2x4x4xui8>, tensor<f32>, tensor<i32>) -> tensor<1x2x4x4xf32>
+  %p:2 = kiln.max_pool2d %x {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, ceil_mode = false} : (tensor<1x2x4x4xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x2xi64>)
+  %q = kiln.quantize %p#0, %s2, %z2 {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x2x2x2xf32>, tensor<f32>, tensor<i32>) -> tensor<1x2x2x2xui8>
+  return %q : tensor<1x2x2x2xui8>
+}
+
+// Other parameters after the pool: the pool still runs on the bytes, then a requantize in float
+// (dequantize -> quantize) on the pooled values. A pool whose indices are used stays float.
+// CHECK-LABEL: func.func @max_pool_requantized
+// CHECK: kiln.max_pool2d %arg0 {{.*}} : (tensor<1x2x4x4xui8>) -> (tensor<1x2x2x2xui8>, tensor<1x2x2x2xi64>)
+// CHECK: kiln.dequantize
+// CHECK: kiln.quantize
+// CHECK: kiln.max_pool2d %{{.*}} : (tensor<1x2x4x4xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x2xi64>)
+func.func @max_pool_requantized(%xq: tensor<1x2x4x4xui8>, %s: tensor<f32>, %z: tensor<i32>, %s2: tensor<f32>) -> (tensor<1x2x2x2xui8>, tensor<1x2x2x2xi64>) {
+  %x = kiln.dequantize %xq, %s, %z {axis = 1 : i64} : (tensor<1x2x4x4xui8>, tensor<f32>, tensor<i32>) -> tensor<1x2x4x4xf32>
+  %p:2 = kiln.max_pool2d %x {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, ceil_mode = false} : (tensor<1x2x4x4xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x2xi64>)
+  %q = kiln.quantize %p#0, %s2, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x2x2x2xf32>, tensor<f32>, tensor<i32>) -> tensor<1x2x2x2xui8>
+  %y = kiln.dequantize %xq, %s, %z {axis = 1 : i64} : (tensor<1x2x4x4xui8>, tensor<f32>, tensor<i32>) -> tensor<1x2x4x4xf32>
+  %p2:2 = kiln.max_pool2d %y {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, ceil_mode = false} : (tensor<1x2x4x4xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x2xi64>)
+  return %q, %p2#1 : tensor<1x2x2x2xui8>, tensor<1x2x2x2xi64>
+}

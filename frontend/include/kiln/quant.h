@@ -60,6 +60,13 @@ Tensor qconv2d(const Tensor& input, const Tensor& input_scale, const Tensor& inp
                Dims stride = {1, 1}, Dims padding = {0, 0}, Dims dilation = {1, 1},
                int64_t groups = 1);
 
+// Integer add (the runtime's kernels/quantize.h), traced as kiln.qadd: quantize(relu?(
+// dequantize(input) + dequantize(other))) in float32, the same bytes as those three ops. input
+// and other uint8 or int8 of one shape with 0-dim parameters; output.dtype uint8 or int8.
+Tensor qadd(const Tensor& input, const Tensor& input_scale, const Tensor& input_zero_point,
+            const Tensor& other, const Tensor& other_scale, const Tensor& other_zero_point,
+            const QuantizedOutput& output);
+
 }  // namespace kiln
 
 #include "kiln/quant/observer.h"

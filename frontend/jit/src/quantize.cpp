@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "kiln/ir/KilnDialect.h"
@@ -251,6 +252,18 @@ Prepared prepare(jit::TracedFunction fn, const QConfig& config) {
     }
     impl->layers.push_back(std::move(r));
   });
+  // A same-shape add of two observed values (a residual connection) gets its output (after a
+  // relu it alone feeds) observed too, so --kiln-fold-qdq makes it a kiln.qadd on the bytes.
+  forward.walk([&](ir::AddOp add) {
+    mlir::Value a = add->getOperand(0), b = add->getOperand(1);
+    if (!point_of.count(a.getAsOpaquePointer()) || !point_of.count(b.getAsOpaquePointer()) ||
+        a.getType() != add.getResult().getType() || b.getType() != a.getType())
+      return;
+    mlir::Value output = add.getResult();
+    if (output.hasOneUse() && relu_like(*output.getUsers().begin()))
+      output = output.getUsers().begin()->getResult(0);
+    if (can_observe(output, &forward.front())) observe(output, "output of a residual add");
+  });
 
   // The calibration module: @forward returns its outputs, then each point, then each weight.
   mlir::IRMapping map;
@@ -319,9 +332,26 @@ std::vector<std::string> Prepared::float_ops() const {
     return std::find(impl_->quantized.begin(), impl_->quantized.end(), op) !=
            impl_->quantized.end();
   };
+  std::set<const void*> observed;
+  for (const Point& p : impl_->points) observed.insert(p.value.getAsOpaquePointer());
+  auto is_observed = [&](mlir::Value v) { return observed.count(v.getAsOpaquePointer()) > 0; };
+  // What --kiln-fold-qdq runs on the bytes: an add of observed values whose output (after a
+  // relu it alone feeds) is observed (kiln.qadd), a max pool without its indices.
+  auto on_bytes = [&](mlir::Operation* op) {
+    if (mlir::isa<ir::MaxPool2dOp>(op)) return op->getResult(1).use_empty();
+    if (!mlir::isa<ir::AddOp>(op) || !is_observed(op->getOperand(0)) ||
+        !is_observed(op->getOperand(1)))
+      return false;
+    mlir::Value out = op->getResult(0);
+    if (out.hasOneUse() && relu_like(*out.getUsers().begin()))
+      out = out.getUsers().begin()->getResult(0);
+    return is_observed(out);
+  };
   for (const Point& p : impl_->points) {
     for (mlir::Operation* user : p.value.getUsers()) {
-      if (quantized(user) || relu_like(user) || mlir::isa<mlir::func::ReturnOp>(user)) continue;
+      if (quantized(user) || relu_like(user) || on_bytes(user) ||
+          mlir::isa<mlir::func::ReturnOp>(user))
+        continue;
       if (mlir::isa<ir::ReshapeOp, ir::ViewOp>(user) &&
           llvm::all_of(user->getUsers(), [&](mlir::Operation* u) { return quantized(u); }))
         continue;

@@ -1,6 +1,7 @@
 // The eager quantization ops: the runtime's kernels (kernels/quantize.h, kernels/qgemm.h),
 // fake_quantize's straight-through gradient, and the trace records (kiln.quantize,
-// kiln.dequantize, kiln.fake_quantize, kiln.fake_quantize_backward, kiln.qlinear, kiln.qconv2d).
+// kiln.dequantize, kiln.fake_quantize, kiln.fake_quantize_backward, kiln.qlinear, kiln.qconv2d,
+// kiln.qadd).
 
 #include "kiln/runtime/kernels/quantize.h"
 #include "kiln/autograd.h"
@@ -84,6 +85,23 @@ Tensor qconv2d(const Tensor& input, const Tensor& input_scale, const Tensor& inp
              {out}, {"stride", stride}, {"padding", padding}, {"dilation", dilation},
              {"groups", groups}, {"dtype", static_cast<int64_t>(output.dtype)},
              {"relu", output.relu});
+  return out;
+}
+
+Tensor qadd(const Tensor& input, const Tensor& input_scale, const Tensor& input_zero_point,
+            const Tensor& other, const Tensor& other_scale, const Tensor& other_zero_point,
+            const QuantizedOutput& output) {
+  check_int8_dtype("qadd", output.dtype);
+  Tensor out(kiln::empty(input.sizes(), output.dtype));
+  kernels::qadd_out(
+      *input.impl(), *other.impl(),
+      {input_scale.impl(), input_zero_point.impl(), other_scale.impl(), other_zero_point.impl(),
+       output.scale.impl(), output.zero_point.impl(), output.relu},
+      *out.impl());
+  KILN_TRACE("qadd",
+             TensorList({input, input_scale, input_zero_point, other, other_scale, other_zero_point,
+                         output.scale, output.zero_point}),
+             {out}, {"dtype", static_cast<int64_t>(output.dtype)}, {"relu", output.relu});
   return out;
 }
 

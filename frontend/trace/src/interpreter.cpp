@@ -495,6 +495,11 @@ const KernelTable& kernels() {
          const QuantizedOutput y{x[7], x[8], static_cast<DType>(a.i("dtype")), a.b("relu")};
          return TensorList{qlinear(x[0], x[1], x[2], {x[3], x[4], x[5]}, x[6], y)};
        }},
+      {id<ir::QaddOp>(),
+       [](L x, A a, O) {
+         const QuantizedOutput y{x[6], x[7], static_cast<DType>(a.i("dtype")), a.b("relu")};
+         return TensorList{qadd(x[0], x[1], x[2], x[3], x[4], x[5], y)};
+       }},
       {id<ir::Qconv2dOp>(),
        [](L x, A a, O) {
          const QuantizedOutput y{x[7], x[8], static_cast<DType>(a.i("dtype")), a.b("relu")};

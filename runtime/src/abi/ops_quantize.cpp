@@ -50,3 +50,10 @@ KILN_ABI_OP(qconv2d, {
   const bool relu = a.b();
   qconv2d_out(a.t(0), a.t(3), qoperands(a, relu), p, a.t(9));
 })
+// Tensors: input, input_scale, input_zero_point, other, other_scale, other_zero_point,
+// output_scale, output_zero_point, result; attributes dtype (the result's, read from it), relu.
+KILN_ABI_OP(qadd, {
+  (void)a.i();
+  const bool relu = a.b();
+  qadd_out(a.t(0), a.t(3), {&a.t(1), &a.t(2), &a.t(4), &a.t(5), &a.t(6), &a.t(7), relu}, a.t(8));
+})

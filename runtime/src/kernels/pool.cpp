@@ -80,6 +80,15 @@ int64_t plane_grain(int64_t work_per_plane) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Below every value: -inf, or the least value of an 8-bit type (max pooling of quantized bytes).
+template <typename T>
+constexpr T below_all() {
+  if constexpr (std::numeric_limits<T>::has_infinity)
+    return -std::numeric_limits<T>::infinity();
+  else
+    return std::numeric_limits<T>::lowest();
+}
+
 template <typename T>
 void max_pool_fwd(const PoolGeom& g, const T* x, T* y, int64_t* idx) {
   const int64_t HW = g.H * g.W, howo = g.Ho * g.Wo;
@@ -97,12 +106,12 @@ void max_pool_fwd(const PoolGeom& g, const T* x, T* y, int64_t* idx) {
           const int64_t we = std::min(ws + (g.kw - 1) * g.dw + 1, g.W);
           while (ws < 0) ws += g.dw;
           int64_t best = hs * g.W + ws;
-          T m = -std::numeric_limits<T>::infinity();
+          T m = below_all<T>();
           for (int64_t ih = hs; ih < he; ih += g.dh) {
             const T* row = xp + ih * g.W;
             for (int64_t iw = ws; iw < we; iw += g.dw) {
               const T v = row[iw];
-              if (v > m || std::isnan(v)) {
+              if (v > m || v != v) {
                 m = v;
                 best = ih * g.W + iw;
               }
@@ -150,7 +159,7 @@ void max_pool_fwd_values(const PoolGeom& g, const T* x, T* y) {
   const int64_t HW = g.H * g.W, howo = g.Ho * g.Wo;
   // Padded row: columns [pw, pw + W) hold input; every window read stays below `wp`.
   const int64_t wp = std::max(g.pw + g.W, (g.Wo - 1) * g.sw + (g.kw - 1) * g.dw + 1);
-  const T ninf = -std::numeric_limits<T>::infinity();
+  const T ninf = below_all<T>();
   parallel_for(0, g.planes, plane_grain(howo * g.kh * g.kw), [&](int64_t p0, int64_t p1) {
     std::vector<T> row(static_cast<size_t>(wp), ninf);
     T* rm = row.data() + g.pw;
@@ -359,13 +368,32 @@ void max_pool2d_out(const TensorImpl& input, const Pool2dParams& p, TensorImpl& 
                     TensorImpl* indices) {
   constexpr std::string_view op = "max_pool2d";
   const PoolGeom g = pool_geom(op, input.sizes(), p, true);
-  check_floating(op, input, "input");
+  const bool bytes = input.dtype() == DType::UInt8 || input.dtype() == DType::Int8;
+  if (!bytes) check_floating(op, input, "input");
   check_same_dtype(op, input, out, "out");
   check_shape(op, out, g.out_shape, "out");
   if (indices) {
     KILN_CHECK(indices->dtype() == DType::Int64, op, "expected indices of dtype int64, got ",
                dtype_name(indices->dtype()));
     check_shape(op, *indices, g.out_shape, "indices");
+  }
+  if (bytes) {  // quantized values: the max of the bytes is the max of what they stand for
+    auto x = views::contiguous(input);
+    OutTarget y(&out), id(indices);
+    auto run = [&](auto tag) {
+      using T = decltype(tag);
+      if (indices)
+        max_pool_fwd<T>(g, x->data_ptr<T>(), y.get<T>(), id.get<int64_t>());
+      else
+        max_pool_fwd_values<T>(g, x->data_ptr<T>(), y.get<T>());
+    };
+    if (input.dtype() == DType::UInt8)
+      run(uint8_t{});
+    else
+      run(int8_t{});
+    y.finish();
+    id.finish();
+    return;
   }
   const DType cd = compute_dtype(input.dtype());
   auto x = input_as(input, cd);

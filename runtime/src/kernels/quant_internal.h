@@ -89,6 +89,35 @@ inline Channels channels_of(std::string_view op, const TensorImpl& input, const 
   return c;
 }
 
+// Checked per-tensor (0-dim) parameters and 8-bit dtypes of the integer ops.
+inline float scalar_scale(std::string_view op, const TensorImpl* s, std::string_view what) {
+  KILN_CHECK(s != nullptr, op, "expected ", what, ", got none");
+  KILN_CHECK(s->dtype() == DType::Float32 && s->dim() == 0, op, "expected ", what,
+             " as a 0-dim float32 tensor, got ", dtype_name(s->dtype()), " of shape ",
+             dims_str(s->sizes()));
+  const float v = views::contiguous(*s)->data_ptr<float>()[0];
+  KILN_CHECK(std::isfinite(v) && v > 0.0f, op, "expected a positive finite ", what, ", got ", v);
+  return v;
+}
+
+inline int32_t scalar_zero_point(std::string_view op, const TensorImpl* z, Range r,
+                                 std::string_view what) {
+  KILN_CHECK(z != nullptr, op, "expected ", what, ", got none");
+  KILN_CHECK(is_integral(z->dtype(), false) && z->dim() == 0, op, "expected ", what,
+             " as a 0-dim integer tensor, got ", dtype_name(z->dtype()), " of shape ",
+             dims_str(z->sizes()));
+  const int64_t v = to_dtype(z, DType::Int64)->data_ptr<int64_t>()[0];
+  KILN_CHECK(v >= r.lo && v <= r.hi, op, "expected ", what, " in [", r.lo, ", ", r.hi, "], got ",
+             v);
+  return static_cast<int32_t>(v);
+}
+
+inline Range int8_range(std::string_view op, DType d, std::string_view what) {
+  KILN_CHECK(d == DType::Int8 || d == DType::UInt8, op, "expected ", what,
+             " of dtype uint8 or int8, got ", dtype_name(d));
+  return range_of(op, d, what);
+}
+
 // ---- The requantize formula (kernels/qgemm.h), one implementation per lane type ----------------
 
 // The per-output-channel constants of the epilogue: v = (acc + bias) * mult clamped to

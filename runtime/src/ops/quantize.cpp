@@ -93,9 +93,25 @@ PreparedInputs prepare_qgemm(const KernelCall& c, uint32_t constant_inputs) {
   return {std::move(w), bytes, family};
 }
 
+// qadd: operands input, input_scale, input_zero_point, other, other_scale, other_zero_point,
+// output_scale, output_zero_point; attributes dtype (the result's, read from `out`), relu.
+std::unique_ptr<KernelParams> decode_qadd(const AttrMap& a) {
+  auto p = std::make_unique<IntParams>();
+  (void)a.i("dtype");
+  p->flag = a.b("relu");
+  return p;
+}
+void run_qadd(const KernelCall& c) {
+  kernels::qadd_out(
+      in(c, 0), in(c, 3),
+      {&in(c, 1), &in(c, 2), &in(c, 4), &in(c, 5), &in(c, 6), &in(c, 7), params<IntParams>(c).flag},
+      out(c));
+}
+
 }  // namespace
 
 void register_quantize(Registry& r) {
+  r.add(with_signature({.name = "qadd", .decode = decode_qadd, .run = run_qadd}));
   r.add(with_signature({.name = "qlinear",
                         .decode = decode_qgemm,
                         .run = run_qlinear,

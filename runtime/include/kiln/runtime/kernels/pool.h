@@ -27,7 +27,8 @@ int64_t pool_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
                          bool ceil_mode);
 
 Dims max_pool2d_output_shape(std::span<const int64_t> input, const Pool2dParams& p);
-// out and (optional) indices [.., C, H_out, W_out]; indices are Int64.
+// out and (optional) indices [.., C, H_out, W_out]; indices are Int64. input float, or uint8 / int8
+// (quantized values: their max, exactly).
 void max_pool2d_out(const TensorImpl& input, const Pool2dParams& p, TensorImpl& out,
                     TensorImpl* indices);
 // grad_input (input's shape) = scatter-add of grad_output at indices; overwritten.

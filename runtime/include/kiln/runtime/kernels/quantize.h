@@ -40,4 +40,17 @@ void fake_quantize_backward_out(const TensorImpl& grad, const TensorImpl& input,
                                 const TensorImpl& scale, const TensorImpl& zero_point,
                                 FakeQuantParams p, TensorImpl& grad_input);
 
+// Integer add (ONNX QLinearAdd, kiln.qadd): out = quantize(relu?(dequantize(input) +
+// dequantize(other))) with per-tensor (0-dim) parameters, in float32 exactly as those three
+// kernels compute it (the same bytes, in one pass). input and other uint8 or int8 (each its own)
+// of one shape; out uint8 or int8 of that shape.
+struct QAddOperands {
+  const TensorImpl *input_scale = nullptr, *input_zero_point = nullptr;
+  const TensorImpl *other_scale = nullptr, *other_zero_point = nullptr;
+  const TensorImpl *output_scale = nullptr, *output_zero_point = nullptr;
+  bool relu = false;
+};
+void qadd_out(const TensorImpl& input, const TensorImpl& other, const QAddOperands& q,
+              TensorImpl& out);
+
 }  // namespace kiln::kernels
