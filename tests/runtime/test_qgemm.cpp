@@ -3,12 +3,16 @@
 // real-valued result in double); every microkernel family
 // (AVX-512 VNNI and AVX2 where the CPU has them, portable) equal to the reference bit for bit over
 // edge shapes, dtypes, zero points, per-channel weights, relu, groups, strides, padding and
-// dilation; saturation; the errors bad parameters give.
+// dilation; the byte-quad families over both activation dtypes, K remainders and the largest K;
+// the family Auto picks on arm64; saturation; the errors bad parameters give.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include "kiln/runtime/kernels/qgemm.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 #include "nn_test_util.h"
 
@@ -117,8 +121,8 @@ Case random_case(int64_t channels, bool per_channel, DType x, DType w, DType y, 
 
 std::vector<QGemmIsa> isas() {
   std::vector<QGemmIsa> v{QGemmIsa::Portable};
-  for (QGemmIsa isa :
-       {QGemmIsa::Avx2, QGemmIsa::AvxVnni, QGemmIsa::Avx512Vnni, QGemmIsa::Amx, QGemmIsa::NeonI8mm})
+  for (QGemmIsa isa : {QGemmIsa::Avx2, QGemmIsa::AvxVnni, QGemmIsa::Avx512Vnni, QGemmIsa::Amx,
+                       QGemmIsa::NeonI8mm, QGemmIsa::NeonDot})
     if (qgemm_isa_available(isa)) v.push_back(isa);
   return v;
 }
@@ -146,6 +150,17 @@ void expect_every_isa(const std::vector<double>& want, Dims shape, DType dt, Fn&
 
 std::string dt(DType d) {
   return std::string(dtype_name(d));
+}
+
+// A case the byte-quad families take (int8 weights, zero points 0) with activations of dtype x:
+// the activations' zero point cycles through the ends of x's range, 0 and a random value.
+Case quad_case(int64_t channels, DType x, DType y, int variant) {
+  Case c = random_case(channels, variant % 2 == 0, x, DType::Int8, y, variant % 3 != 2,
+                       variant % 4 == 3);
+  std::fill(c.w_zp.begin(), c.w_zp.end(), 0);
+  const int64_t zps[] = {lo_of(x), hi_of(x), 0, c.x_zp};
+  c.x_zp = zps[variant % 4];
+  return c;
 }
 
 }  // namespace
@@ -190,6 +205,28 @@ TEST(QLinear, EveryIsaEqualsReferenceAcrossShapesAndDtypes) {
             to_vec(*ref), {M, N}, yd, [&](TensorImpl& out) { qlinear_out(*x, *w, q, out); },
             "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
                 " x " + dt(xd) + " w " + dt(wd) + " y " + dt(yd));
+      }
+}
+
+// The byte-quad families (A the activations, B the int8 weights) over both activation dtypes and
+// every K remainder of a quad, at tile edges: equal to the reference. The sweep above gives these
+// weights to one activation dtype only (its zero points alternate with the combinations).
+TEST(QLinear, ByteQuadsEqualReferenceForEitherActivationDtype) {
+  const std::pair<int64_t, int64_t> tiles[] = {{1, 1}, {7, 9}, {8, 8}, {9, 23}, {17, 16}};
+  int variant = 0;
+  for (DType xd : {DType::UInt8, DType::Int8})
+    for (int64_t K : {1, 2, 3, 4, 5, 7, 8, 31, 33, 129})
+      for (auto [M, N] : tiles) {
+        const DType yd = variant % 2 ? DType::Int8 : DType::UInt8;
+        Case c = quad_case(N, xd, yd, variant++);
+        auto x = rand_int({M, K}, xd), w = rand_int({N, K}, DType::Int8);
+        auto q = c.operands();
+        auto ref = empty(Dims{M, N}, yd);
+        qlinear_reference_out(*x, *w, q, *ref);
+        expect_every_isa(
+            to_vec(*ref), {M, N}, yd, [&](TensorImpl& out) { qlinear_out(*x, *w, q, out); },
+            "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                " x " + dt(xd) + " x_zp " + std::to_string(c.x_zp));
       }
 }
 
@@ -298,6 +335,86 @@ TEST(QConv2d, EveryIsaEqualsReference) {
     }
   }
 }
+
+// The byte-quad families on convolutions (A the int8 weights, B the activations' columns, the
+// padding their zero point) over both activation dtypes, zero points at the ends of the range and
+// K = C * KH * KW of every remainder of a quad, output channels and columns at tile edges.
+TEST(QConv2d, ByteQuadsEqualReferenceForEitherActivationDtype) {
+  struct Geometry {
+    int64_t C, H, W, O, KH, KW, stride, pad, groups;
+  };
+  const Geometry shapes[] = {{1, 5, 5, 8, 1, 1, 1, 0, 1},    // K = 1
+                             {2, 4, 5, 9, 1, 1, 1, 1, 1},    // K = 2, padded 1x1
+                             {3, 6, 6, 7, 1, 1, 2, 0, 1},    // K = 3
+                             {1, 7, 6, 16, 3, 3, 1, 1, 1},   // K = 9
+                             {3, 9, 9, 17, 3, 3, 2, 1, 1},   // K = 27, the stem's shape
+                             {5, 6, 7, 1, 1, 2, 1, 1, 1},    // K = 10, one channel
+                             {4, 5, 5, 12, 2, 2, 1, 0, 1},   // K = 16
+                             {6, 6, 5, 10, 3, 3, 1, 2, 2}};  // K = 27 per group
+  int variant = 0;
+  for (const Geometry& s : shapes) {
+    Conv2dParams p;
+    p.stride_h = p.stride_w = s.stride;
+    p.pad_h = p.pad_w = s.pad;
+    p.groups = s.groups;
+    const int64_t Ho = (s.H + 2 * s.pad - s.KH) / s.stride + 1;
+    const int64_t Wo = (s.W + 2 * s.pad - s.KW) / s.stride + 1;
+    for (DType xd : {DType::UInt8, DType::Int8})
+      for (int rep = 0; rep < 2; ++rep) {
+        const DType yd = variant % 2 ? DType::Int8 : DType::UInt8;
+        Case c = quad_case(s.O, xd, yd, variant++);
+        auto x = rand_int({2, s.C, s.H, s.W}, xd),
+             w = rand_int({s.O, s.C / s.groups, s.KH, s.KW}, DType::Int8);
+        auto q = c.operands();
+        auto ref = empty(Dims{2, s.O, Ho, Wo}, yd);
+        qconv2d_reference_out(*x, *w, q, p, *ref);
+        expect_every_isa(
+            to_vec(*ref), {2, s.O, Ho, Wo}, yd,
+            [&](TensorImpl& out) { qconv2d_out(*x, *w, q, p, out); },
+            "conv C=" + std::to_string(s.C) + " O=" + std::to_string(s.O) +
+                " K=" + std::to_string(s.C / s.groups * s.KH * s.KW) + " x " + dt(xd) + " x_zp " +
+                std::to_string(c.x_zp));
+      }
+  }
+}
+
+// Weights the byte-quad families take run the family chosen (a family falling back to another
+// would still equal the reference): prepared weights name it.
+TEST(QConv2d, QuadWeightsRunTheFamilyChosen) {
+  IsaGuard guard;
+  Conv2dParams p;
+  Case c = quad_case(8, DType::UInt8, DType::UInt8, 0);
+  auto w = rand_int({8, 3, 3, 3}, DType::Int8), w2 = rand_int({8, 27}, DType::Int8);
+  auto q = c.operands();
+  for (QGemmIsa isa : isas()) {
+    set_qgemm_isa(isa);
+    const PreparedQWeightPtr conv = prepare_qconv2d_weight(*w, q, p, DType::UInt8, DType::UInt8);
+    EXPECT_STREQ(prepared_family(*conv), qgemm_isa_name(isa));
+    const PreparedQWeightPtr linear = prepare_qlinear_weight(*w2, q, DType::UInt8, DType::UInt8);
+    EXPECT_STREQ(prepared_family(*linear), qgemm_isa_name(isa));
+  }
+}
+
+#if defined(__aarch64__)
+// Auto on arm64 follows the active target and the host: I8MM where both have it, else the dot
+// products where both have them, else the portable kernel; the host's own description picks the
+// best the CPU has (qemu -cpu cortex-a76: the dot products).
+TEST(QConv2d, AutoPicksTheArm64Family) {
+  IsaGuard guard;
+  set_qgemm_isa(QGemmIsa::Auto);
+  const rt::TargetDescription saved = rt::active_target();
+  const rt::CpuFeatures& host = rt::host_target().features;
+  for (const char* name : {"host", "generic-arm64", "cortex-a76", "neoverse-n1", "neoverse-v1"}) {
+    rt::set_active_target(rt::parse_target(name));
+    const rt::CpuFeatures& f = rt::active_target().features;
+    const QGemmIsa want = f.i8mm && host.i8mm         ? QGemmIsa::NeonI8mm
+                          : f.dotprod && host.dotprod ? QGemmIsa::NeonDot
+                                                      : QGemmIsa::Portable;
+    EXPECT_EQ(qgemm_isa_name(qgemm_isa()), std::string(qgemm_isa_name(want))) << name;
+  }
+  rt::set_active_target(saved);
+}
+#endif
 
 TEST(QLinear, BadParametersAreRefusedNamingTheValue) {
   Case c = random_case(4, true, DType::UInt8, DType::Int8, DType::UInt8, true, false);
@@ -437,4 +554,30 @@ TEST(QLinear, WrappedRawSumsStillExact) {
   expect_every_isa(
       to_vec(*ref), {1, 2}, DType::UInt8, [&](TensorImpl& out) { qlinear_out(*x, *w, q, out); },
       "K=100000");
+}
+
+// The largest K the int32 bound admits at |x - x_zp| <= 128 and int8 weights: 131071 products of
+// (-128 - (-1)) * -128 sum to 2130690176, just below 2^31; the same through uint8 activations
+// (0 - 127). The byte-quad families see raw sums and zero-point corrections near the bound too.
+TEST(QLinear, LargestKAtTheBoundExact) {
+  const int64_t K = std::numeric_limits<int32_t>::max() / (128 * 128);
+  for (DType xd : {DType::Int8, DType::UInt8}) {
+    Case c;
+    c.x_dtype = xd;
+    c.x_zp = xd == DType::Int8 ? -1 : 127, c.x_scale = 1.0, c.y_scale = 1e8, c.y_zp = 0;
+    c.w_scale = {1.0, 1.0}, c.w_zp = {0, 0};
+    c.y_dtype = DType::UInt8;
+    auto x = from_vec(std::vector<double>(K, double(lo_of(xd))), {1, K}, xd);
+    std::vector<double> wv(2 * K, -128.0);
+    for (int64_t k = K; k < 2 * K; ++k) wv[k] = k % 2 ? 127.0 : -128.0;
+    auto w = from_vec(wv, {2, K}, DType::Int8);
+    auto q = c.operands();
+    auto ref = empty(Dims{1, 2}, DType::UInt8);
+    qlinear_reference_out(*x, *w, q, *ref);
+    // 127 * 128 * 131071 / 1e8 = 21.3 -> 21; the second row to 0.08 -> 0.
+    EXPECT_EQ(to_vec(*ref), (std::vector<double>{21.0, 0.0}));
+    expect_every_isa(
+        to_vec(*ref), {1, 2}, DType::UInt8, [&](TensorImpl& out) { qlinear_out(*x, *w, q, out); },
+        "K=" + std::to_string(K) + " x " + dt(xd));
+  }
 }

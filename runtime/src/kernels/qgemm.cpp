@@ -96,6 +96,9 @@ bool host_has_avxvnni() {
 bool host_has_i8mm() {
   return rt::host_target().features.i8mm && qgemm_neon_i8mm_family();
 }
+bool host_has_dotprod() {
+  return rt::host_target().features.dotprod && qgemm_neon_dot_family();
+}
 bool host_has_avx2() {
   return rt::host_target().features.avx2 && qgemm_avx2_family();
 }
@@ -111,6 +114,8 @@ QGemmIsa resolve(QGemmIsa isa) {
   if (avx2_class && t.features.avx_vnni && host_has_avxvnni()) return QGemmIsa::AvxVnni;
   if (avx2_class && host_has_avx2()) return QGemmIsa::Avx2;
   if (t.isa == rt::VectorIsa::Neon && t.features.i8mm && host_has_i8mm()) return QGemmIsa::NeonI8mm;
+  if (t.isa == rt::VectorIsa::Neon && t.features.dotprod && host_has_dotprod())
+    return QGemmIsa::NeonDot;
   return QGemmIsa::Portable;
 }
 
@@ -129,6 +134,9 @@ const QFamily& family_for(bool quads_allowed) {
       [[fallthrough]];
     case QGemmIsa::NeonI8mm:
       if (quads_allowed && host_has_i8mm()) return *qgemm_neon_i8mm_family();
+      [[fallthrough]];
+    case QGemmIsa::NeonDot:
+      if (quads_allowed && host_has_dotprod()) return *qgemm_neon_dot_family();
       [[fallthrough]];
     case QGemmIsa::Avx2:
       if (host_has_avx2()) return *qgemm_avx2_family();
@@ -252,18 +260,48 @@ bool quads_allowed(const TensorImpl& w, const Requant& rq) {
   return w.dtype() == DType::Int8 &&
          std::all_of(rq.w_zp.begin(), rq.w_zp.end(), [](int32_t z) { return z == 0; });
 }
-// The activations' zero point in uint8 (int8 activations are offset by 128).
-int32_t u8_zero_point(const Requant& rq, bool x_signed) {
+// The activations' zero point in byte quads: in uint8 (int8 activations are offset by 128), or
+// for signed_quads families in int8 (uint8 activations are offset by -128).
+int32_t quad_zero_point(const QFamily& f, const Requant& rq, bool x_signed) {
+  if (f.signed_quads) return rq.x_zp - (x_signed ? 0 : 128);
   return rq.x_zp + (x_signed ? 128 : 0);
 }
-// Packs a uint8 or int8 tensor's rows (contiguous, K per row) as uint8 (int8 + 128).
-void pack_activations_u8(const Layout& l, const TensorImpl& x, int32_t* dst) {
-  if (x.dtype() == DType::Int8)
+// Packs a uint8 or int8 tensor's rows (contiguous, K per row) as the family's quads: uint8
+// (int8 + 128), or for signed_quads int8 (uint8 - 128).
+void pack_activations_quads(const QFamily& f, const Layout& l, const TensorImpl& x, int32_t* dst) {
+  const bool x_signed = x.dtype() == DType::Int8;
+  if (f.signed_quads && x_signed)
+    pack<int8_t>(
+        l, x.data_ptr<int8_t>(), l.K, [](int64_t, int8_t v) { return v; }, dst);
+  else if (f.signed_quads)
+    pack<int8_t>(
+        l, x.data_ptr<uint8_t>(), l.K, [](int64_t, uint8_t v) { return int8_t(v - 128); }, dst);
+  else if (x_signed)
     pack<uint8_t>(
         l, x.data_ptr<int8_t>(), l.K, [](int64_t, int8_t v) { return uint8_t(v + 128); }, dst);
   else
     pack<uint8_t>(
         l, x.data_ptr<uint8_t>(), l.K, [](int64_t, uint8_t v) { return v; }, dst);
+}
+// Packs the conv columns of one image's group (x from element `offset`) as the family's quads,
+// `zp` (quad_zero_point) in the padding.
+void pack_conv_quads(const QFamily& f, const ConvGeom& g, const Layout& l, const TensorImpl& x,
+                     int64_t offset, int32_t zp, int32_t* dst) {
+  const bool x_signed = x.dtype() == DType::Int8;
+  if (f.signed_quads && x_signed)
+    pack_conv_columns<int8_t>(
+        g, l, x.data_ptr<int8_t>() + offset, [](int8_t v) { return v; }, int8_t(zp), dst);
+  else if (f.signed_quads)
+    pack_conv_columns<int8_t>(
+        g, l, x.data_ptr<uint8_t>() + offset, [](uint8_t v) { return int8_t(v - 128); }, int8_t(zp),
+        dst);
+  else if (x_signed)
+    pack_conv_columns<uint8_t>(
+        g, l, x.data_ptr<int8_t>() + offset, [](int8_t v) { return uint8_t(v + 128); }, uint8_t(zp),
+        dst);
+  else
+    pack_conv_columns<uint8_t>(
+        g, l, x.data_ptr<uint8_t>() + offset, [](uint8_t v) { return v; }, uint8_t(zp), dst);
 }
 // Packs rows (contiguous, K per row, from element `offset`) as int16 v - zp(line).
 template <typename Zp>
@@ -279,13 +317,13 @@ void pack_minus_zero_point(const Layout& l, const TensorImpl& t, Zp zp, int32_t*
         [zp](int64_t line, uint8_t v) { return int16_t(v - zp(line)); }, dst);
 }
 
-// (x - x_zp) . w = x_u8 . w - u_zp * sum_k w: the second term joins each channel's bias
-// (modulo 2^32, as the sums wrap).
-std::vector<int32_t> quad_bias(const Requant& rq, const std::vector<int32_t>& sums, int32_t u_zp) {
+// (x - x_zp) . w = x_q . w - q_zp * sum_k w (x_q, q_zp: the activations and their zero point as
+// the quads hold them): the second term joins each channel's bias (modulo 2^32, as the sums wrap).
+std::vector<int32_t> quad_bias(const Requant& rq, const std::vector<int32_t>& sums, int32_t q_zp) {
   std::vector<int32_t> b = rq.bias;
   for (size_t o = 0; o < sums.size(); ++o)
     b[o] = static_cast<int32_t>(static_cast<uint32_t>(b[o]) -
-                                static_cast<uint32_t>(u_zp) * static_cast<uint32_t>(sums[o]));
+                                static_cast<uint32_t>(q_zp) * static_cast<uint32_t>(sums[o]));
   return b;
 }
 
@@ -460,9 +498,9 @@ void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   ConvScratch<int32_t> a(la.total_words());
   std::vector<int32_t> bias;
   if (f.group == 4) {
-    // The activations in uint8, their zero point through the bias.
-    pack_activations_u8(la, *xc, a.get());
-    bias = quad_bias(rq, pw->sums, u8_zero_point(rq, x_signed));
+    // The activations as the family's quads, their zero point through the bias.
+    pack_activations_quads(f, la, *xc, a.get());
+    bias = quad_bias(rq, pw->sums, quad_zero_point(f, rq, x_signed));
   } else {
     pack_minus_zero_point(
         la, *xc, [zp = rq.x_zp](int64_t) { return zp; }, a.get());
@@ -495,19 +533,13 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   const Layout la = pw->layout(), lb = b_layout(f, HoWo, K);
   const int32_t* a = pw->words.data();
   ConvScratch<int32_t> b(lb.total_words());
-  const int32_t u_zp = u8_zero_point(rq, x_signed);
-  const std::vector<int32_t> bias = quads ? quad_bias(rq, pw->sums, u_zp) : rq.bias;
+  const int32_t q_zp = quad_zero_point(f, rq, x_signed);
+  const std::vector<int32_t> bias = quads ? quad_bias(rq, pw->sums, q_zp) : rq.bias;
   for (int64_t n = 0; n < g.N; ++n) {
     for (int64_t grp = 0; grp < g.G; ++grp) {
       const int64_t x_off = (n * g.C + grp * g.Cg) * g.HW();
-      if (quads && x_signed)
-        pack_conv_columns<uint8_t>(
-            g, lb, xc->data_ptr<int8_t>() + x_off, [](int8_t v) { return uint8_t(v + 128); },
-            uint8_t(u_zp), b.get());
-      else if (quads)
-        pack_conv_columns<uint8_t>(
-            g, lb, xc->data_ptr<uint8_t>() + x_off, [](uint8_t v) { return v; }, uint8_t(u_zp),
-            b.get());
+      if (quads)
+        pack_conv_quads(f, g, lb, *xc, x_off, q_zp, b.get());
       else if (x_signed)
         pack_conv_columns<int16_t>(
             g, lb, xc->data_ptr<int8_t>() + x_off,
@@ -598,6 +630,8 @@ bool qgemm_isa_available(QGemmIsa isa) {
       return host_has_avxvnni();
     case QGemmIsa::NeonI8mm:
       return host_has_i8mm();
+    case QGemmIsa::NeonDot:
+      return host_has_dotprod();
     case QGemmIsa::Avx2:
       return host_has_avx2();
     default:
@@ -627,6 +661,8 @@ const char* qgemm_isa_name(QGemmIsa isa) {
       return "avx-vnni";
     case QGemmIsa::NeonI8mm:
       return "neon-i8mm";
+    case QGemmIsa::NeonDot:
+      return "neon-dot";
     case QGemmIsa::Avx2:
       return "avx2";
     case QGemmIsa::Portable:

@@ -157,8 +157,10 @@ void qconv2d_depthwise(const conv_detail::ConvGeom& g, const TensorImpl& x, cons
 //            activations as uint8 (int8 ones offset by 128), the weights as int8 with zero
 //            points 0; the activations' zero point enters as a per-channel correction
 //            -x_zp * sum_k w folded into the bias (exact modulo 2^32, like the sums themselves).
+//            Families with signed_quads (`sdot`: s8 x s8) take the activations as int8 instead
+//            (uint8 ones offset by -128), their zero point offset alike.
 // Past K and M the values are 0; conv padding is the activations' zero point (0 once it is
-// subtracted in int16 pairs, x_zp itself in quads).
+// subtracted in int16 pairs; in quads x_zp itself, offset like the values).
 //   A sliver (mr rows): a[p * mr + r]          B panel (nr columns): b[p * nr + j]
 // Per-channel constant arrays are padded to whole panels (kChannelPad).
 constexpr int kChannelPad = 64;
@@ -186,17 +188,20 @@ using QMicroKernelFn = void (*)(int64_t words, const int32_t* a, const int32_t* 
 struct QFamily {
   const char* name;
   int mr, nr, group;
-  QMicroKernelFn kernel;                 // group 2; group 4: A holds the uint8 operand
-  QMicroKernelFn kernel_b_u8 = nullptr;  // group 4: B holds the uint8 operand
+  QMicroKernelFn kernel;                 // group 2; group 4: A holds the activations' quads
+  QMicroKernelFn kernel_b_u8 = nullptr;  // group 4: B holds the activations' quads
   // 0: A slivers are word-major like B (a[p * mr + r]). Otherwise K is padded to whole blocks of
   // this many words, in A and B alike, and each A sliver holds per block its mr rows one after
   // another (a[(p / w * mr + r) * w + p % w]): AMX's A tiles, K contiguous per row.
   int a_tile_words = 0;
+  // Group 4: the activations packed as int8 (uint8 ones offset by -128), not uint8.
+  bool signed_quads = false;
 };
 const QFamily* qgemm_avx2_family();        // null where the build has no AVX2
 const QFamily* qgemm_avx512vnni_family();  // null where the build has no AVX-512
 const QFamily* qgemm_avxvnni_family();     // null where the build has no AVX-VNNI
 const QFamily* qgemm_neon_i8mm_family();   // null where the build is not arm64 with I8MM
+const QFamily* qgemm_neon_dot_family();    // null where the build is not arm64 with dotprod
 const QFamily* qgemm_amx_family();  // null without AMX in the build or the tile state granted
 
 // Requantizes an accumulated tile (row stride `ld_acc`) into `t`, one value at a time.

@@ -71,10 +71,10 @@ void qconv2d_reference_out(const TensorImpl& x, const TensorImpl& w, const Quant
 // (`tdpbusd` / `tdpbsud`) where it has amx_int8 and Linux grants the tile state, else AVX-512
 // VNNI (`vpdpbusd` on byte quads, u8 x s8), else AVX-VNNI (the same on 256 bits); each where the
 // weights allow (int8, zero points 0; others take the next family), else AVX2 (int16 pairs); on
-// arm64 NEON's I8MM mixed-sign dot products (`usdot` / `sudot`) for the same weights; else the
-// portable kernel. Tests pick one
-// explicitly to check each against the reference on any CPU that has it.
-enum class QGemmIsa : uint8_t { Auto, Amx, Avx512Vnni, AvxVnni, Avx2, NeonI8mm, Portable };
+// arm64 NEON's I8MM mixed-sign dot products (`usdot` / `sudot`) for the same weights, else its
+// Armv8.2 dot products (`sdot`, the activations offset to int8); else the portable kernel. Tests
+// pick one explicitly to check each against the reference on any CPU that has it.
+enum class QGemmIsa : uint8_t { Auto, Amx, Avx512Vnni, AvxVnni, Avx2, NeonI8mm, NeonDot, Portable };
 bool qgemm_isa_available(QGemmIsa isa);
 // Throws kiln::Error naming the ISA where this CPU lacks it.
 void set_qgemm_isa(QGemmIsa isa);
