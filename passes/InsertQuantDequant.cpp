@@ -10,6 +10,9 @@
 //       scale = <f32 elements, one per output channel or 0-dim>, zero_point = <int elements>}
 //     its weight operand -> kiln.dequantize(constant value, constant scale, constant zero_point)
 //     {axis = 0}; the float weight constant goes when nothing else reads it.
+//   a kiln.linear with  kiln.qweight  and the unit attribute  kiln.qdynamic
+//     -> kiln.qlinear_dynamic(input, constant value, constant scale, constant zero_point, bias):
+//     dynamic quantization, the input quantized per call (no activation parameters to plan).
 //
 // (An op's first result: max_pool2d's values, not its indices.) The attributes are removed. A value
 // that is not a ranked float32 tensor, or a qweight whose shapes do not match the weight, is an
@@ -30,6 +33,7 @@ namespace {
 
 constexpr llvm::StringLiteral kQParams = "kiln.qparams";
 constexpr llvm::StringLiteral kQWeight = "kiln.qweight";
+constexpr llvm::StringLiteral kQDynamic = "kiln.qdynamic";
 
 struct ActivationParams {
   double scale = 1;
@@ -114,6 +118,19 @@ mlir::LogicalResult quantize_weight(mlir::Operation* layer, mlir::DictionaryAttr
     auto type = mlir::cast<mlir::RankedTensorType>(a.getShapedType());
     return b.create<ir::ConstantOp>(loc, type, a).getResult();
   };
+  if (layer->hasAttr(kQDynamic)) {
+    if (!mlir::isa<ir::LinearOp>(layer))
+      return layer->emitError("kiln.qdynamic: only kiln.linear is quantized dynamically");
+    mlir::OperationState qs(loc, ir::QlinearDynamicOp::getOperationName());
+    qs.addOperands({layer->getOperand(0), constant(value), constant(scale), constant(zero_point),
+                    layer->getOperand(2)});
+    qs.addTypes(layer->getResult(0).getType());
+    mlir::Operation* q = b.create(qs);
+    layer->getResult(0).replaceAllUsesWith(q->getResult(0));
+    layer->erase();
+    if (mlir::Operation* old = w.getDefiningOp(); old && old->use_empty()) old->erase();
+    return mlir::success();
+  }
   mlir::OperationState ds(loc, ir::DequantizeOp::getOperationName());
   ds.addOperands({constant(value), constant(scale), constant(zero_point)});
   ds.addAttribute("axis", b.getI64IntegerAttr(0));
@@ -146,17 +163,26 @@ struct InsertQuantDequantPass
     }
     llvm::SmallVector<mlir::Operation*> ops;
     func.walk([&](mlir::Operation* op) {
-      if (op->hasAttr(kQParams) || op->hasAttr(kQWeight)) ops.push_back(op);
+      if (op->hasAttr(kQParams) || op->hasAttr(kQWeight) || op->hasAttr(kQDynamic))
+        ops.push_back(op);
     });
     for (mlir::Operation* op : ops) {
       if (auto attr = op->getAttrOfType<mlir::DictionaryAttr>(kQWeight)) {
+        op->removeAttr(kQWeight);
         if (!mlir::isa<ir::Conv2dOp, ir::LinearOp>(op)) {
           op->emitError("kiln.qweight: only kiln.conv2d and kiln.linear take int8 weights");
           failed = true;
+        } else if (op->hasAttr(kQDynamic)) {
+          failed |= mlir::failed(quantize_weight(op, attr));  // replaces (erases) the op
+          continue;
         } else {
           failed |= mlir::failed(quantize_weight(op, attr));
         }
-        op->removeAttr(kQWeight);
+      }
+      if (op->hasAttr(kQDynamic)) {
+        op->emitError("kiln.qdynamic: expected kiln.qweight beside it");
+        op->removeAttr(kQDynamic);
+        failed = true;
       }
       if (auto attr = op->getAttrOfType<mlir::DictionaryAttr>(kQParams)) {
         op->removeAttr(kQParams);

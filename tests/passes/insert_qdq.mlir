@@ -43,3 +43,21 @@ func.func @plan(%x: tensor<1x1x2x2xf32> {kiln.qparams = {scale = 0.1 : f32, zero
   %l = kiln.linear %f, %lw, %none {kiln.qweight = {value = dense<[[127, 0], [0, 127], [127, 127]]> : tensor<3x2xi8>, scale = dense<0.007874> : tensor<f32>, zero_point = dense<0> : tensor<i32>}, kiln.qparams = {scale = 0.02 : f32, zero_point = 0 : i64, dtype = 4 : i64}} : (tensor<1x2xf32>, tensor<3x2xf32>, none) -> tensor<1x3xf32>
   return %l : tensor<1x3xf32>
 }
+
+// Dynamic quantization: a linear with int8 weights and kiln.qdynamic becomes
+// kiln.qlinear_dynamic on the float input and the float bias (no activation parameters).
+// CHECK-LABEL: func.func @dynamic
+// CHECK-NOT: kiln.qdynamic
+// CHECK-NOT: kiln.quantize
+// CHECK: %[[WQ:.*]] = kiln.constant dense<{{\[}}[1, -2, 3], [4, 0, -1]]> : tensor<2x3xi8>
+// CHECK: %[[WS:.*]] = kiln.constant dense<[5.000000e-01, 2.500000e-01]>
+// CHECK: %[[WZ:.*]] = kiln.constant dense<0> : tensor<2xi32>
+// CHECK: %[[Y:.*]] = kiln.qlinear_dynamic %arg0, %[[WQ]], %[[WS]], %[[WZ]], %[[B:.*]] : (tensor<4x3xf32>, tensor<2x3xi8>, tensor<2xf32>, tensor<2xi32>, tensor<2xf32>) -> tensor<4x2xf32>
+// CHECK-NOT: kiln.linear
+// CHECK: return %[[Y]]
+func.func @dynamic(%x: tensor<4x3xf32>) -> tensor<4x2xf32> {
+  %w = kiln.constant dense<[[0.5, -1.0, 1.5], [1.0, 0.0, -0.25]]> : tensor<2x3xf32> : tensor<2x3xf32>
+  %b = kiln.constant dense<[0.1, -0.2]> : tensor<2xf32> : tensor<2xf32>
+  %y = kiln.linear %x, %w, %b {kiln.qdynamic, kiln.qweight = {value = dense<[[1, -2, 3], [4, 0, -1]]> : tensor<2x3xi8>, scale = dense<[0.5, 0.25]> : tensor<2xf32>, zero_point = dense<0> : tensor<2xi32>}} : (tensor<4x3xf32>, tensor<2x3xf32>, tensor<2xf32>) -> tensor<4x2xf32>
+  return %y : tensor<4x2xf32>
+}

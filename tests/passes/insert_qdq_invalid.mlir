@@ -32,3 +32,22 @@ func.func @qweight_not_a_layer(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = kiln.neg %x {kiln.qweight = {value = dense<1> : tensor<4xi8>, scale = dense<0.5> : tensor<f32>, zero_point = dense<0> : tensor<i32>}} : tensor<4xf32> -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+func.func @dynamic_without_weights(%x: tensor<1x2xf32>, %w: tensor<3x2xf32>) -> tensor<1x3xf32> {
+  %none = kiln.none
+  // expected-error @+1 {{kiln.qdynamic: expected kiln.qweight beside it}}
+  %0 = kiln.linear %x, %w, %none {kiln.qdynamic} : (tensor<1x2xf32>, tensor<3x2xf32>, none) -> tensor<1x3xf32>
+  return %0 : tensor<1x3xf32>
+}
+
+// -----
+
+func.func @dynamic_conv(%x: tensor<1x1x2x2xf32>) -> tensor<1x1x1x1xf32> {
+  %w = kiln.constant dense<0.5> : tensor<1x1x2x2xf32> : tensor<1x1x2x2xf32>
+  %none = kiln.none
+  // expected-error @+1 {{kiln.qdynamic: only kiln.linear is quantized dynamically}}
+  %0 = kiln.conv2d %x, %w, %none {dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>, kiln.qdynamic, kiln.qweight = {value = dense<1> : tensor<1x1x2x2xi8>, scale = dense<0.5> : tensor<f32>, zero_point = dense<0> : tensor<i32>}} : (tensor<1x1x2x2xf32>, tensor<1x1x2x2xf32>, none) -> tensor<1x1x1x1xf32>
+  return %0 : tensor<1x1x1x1xf32>
+}

@@ -15,6 +15,7 @@
 #include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 #include "nn_test_util.h"
+#include "qgemm_test_util.h"
 
 using namespace kiln;
 using namespace kiln::kernels;
@@ -119,17 +120,8 @@ Case random_case(int64_t channels, bool per_channel, DType x, DType w, DType y, 
   return c;
 }
 
-std::vector<QGemmIsa> isas() {
-  std::vector<QGemmIsa> v{QGemmIsa::Portable};
-  for (QGemmIsa isa : {QGemmIsa::Avx2, QGemmIsa::AvxVnni, QGemmIsa::Avx512Vnni, QGemmIsa::Amx,
-                       QGemmIsa::NeonI8mm, QGemmIsa::NeonDot})
-    if (qgemm_isa_available(isa)) v.push_back(isa);
-  return v;
-}
-
-struct IsaGuard {
-  ~IsaGuard() { set_qgemm_isa(QGemmIsa::Auto); }
-};
+using qgemm_test::IsaGuard;
+using qgemm_test::isas;
 
 // Runs `fn(out)` under every ISA and checks each output equals `want` exactly.
 template <typename Fn>

@@ -60,6 +60,12 @@ Tensor qconv2d(const Tensor& input, const Tensor& input_scale, const Tensor& inp
                Dims stride = {1, 1}, Dims padding = {0, 0}, Dims dilation = {1, 1},
                int64_t groups = 1);
 
+// Dynamic quantization's linear (the runtime's kernels/qgemm.h), traced as kiln.qlinear_dynamic:
+// the float32 input quantized per call to uint8 over [min(x, 0), max(x, 0)], int32 sums against
+// the int8 (or uint8) weight, then acc * input_scale * weight_scale[o] + bias[o] in float32
+// (bias float32, undefined: none). Usually made by kiln::quant::quantize_dynamic.
+Tensor qlinear_dynamic(const Tensor& input, const QuantizedWeight& weight, const Tensor& bias);
+
 // Integer add (the runtime's kernels/quantize.h), traced as kiln.qadd: quantize(relu?(
 // dequantize(input) + dequantize(other))) in float32, the same bytes as those three ops. input
 // and other uint8 or int8 of one shape with 0-dim parameters; output.dtype uint8 or int8.

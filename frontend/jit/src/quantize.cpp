@@ -28,6 +28,7 @@
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/IRMapping.h"
 #include "pipeline.h"
+#include "quantize_internal.h"
 
 namespace kiln::quant {
 namespace {
@@ -40,18 +41,6 @@ struct Point {
   std::string name;  // "input of conv2d #3"
   std::unique_ptr<Observer> observer;
 };
-
-std::string location_of(mlir::Operation* op) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  op->getLoc().print(os);
-  return s;
-}
-
-Dims shape_of(mlir::Value v) {
-  auto t = mlir::cast<mlir::RankedTensorType>(v.getType());
-  return Dims(std::vector<int64_t>(t.getShape().begin(), t.getShape().end()));
-}
 
 bool is_f32(mlir::Value v) {
   auto t = mlir::dyn_cast<mlir::RankedTensorType>(v.getType());
@@ -129,6 +118,22 @@ mlir::DictionaryAttr activation_attr(mlir::Builder& b, const QParams& qp) {
        b.getNamedAttr("dtype", b.getI64IntegerAttr(static_cast<int64_t>(qp.dtype)))});
 }
 
+}  // namespace
+
+namespace detail {
+
+std::string location_of(mlir::Operation* op) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  op->getLoc().print(os);
+  return s;
+}
+
+Dims shape_of(mlir::Value v) {
+  auto t = mlir::cast<mlir::RankedTensorType>(v.getType());
+  return Dims(std::vector<int64_t>(t.getShape().begin(), t.getShape().end()));
+}
+
 // kiln.qweight for a float32 weight: int8, symmetric, per output channel or per tensor.
 mlir::DictionaryAttr weight_attr(mlir::Builder& b, const Tensor& w, bool per_channel) {
   ObserverOptions o;
@@ -170,7 +175,27 @@ mlir::func::FuncOp forward_of(mlir::ModuleOp module) {
   return f;
 }
 
-}  // namespace
+void freeze_for_quantization(jit::TracedFunction& fn, const char* who) {
+  KILN_CHECK(fn.mutated_captures().empty(), who, "the traced function writes ",
+             fn.mutated_captures().size(),
+             " captured tensors (a training step); only an inference function can be quantized");
+  if (!fn.captures().empty()) jit::freeze(fn);
+  const std::string err = jit::run_pipeline(fn.context(), fn.module(), [](mlir::OpPassManager& pm) {
+    pm.addNestedPass<mlir::func::FuncOp>(passes::create_freeze_pass());
+    pm.addNestedPass<mlir::func::FuncOp>(passes::create_cleanup_pass());
+    pm.addPass(passes::create_eliminate_gradients_pass(false, /*eval_mode=*/true));
+    pm.addNestedPass<mlir::func::FuncOp>(passes::create_cleanup_pass());
+    pm.addNestedPass<mlir::func::FuncOp>(passes::create_fold_batch_norm_pass());
+  });
+  KILN_CHECK(err.empty(), who, "folding batch norm: ", err);
+}
+
+}  // namespace detail
+
+using detail::forward_of;
+using detail::location_of;
+using detail::shape_of;
+using detail::weight_attr;
 
 struct Prepared::Impl {
   jit::TracedFunction fn;
@@ -201,21 +226,10 @@ Prepared& Prepared::operator=(Prepared&&) noexcept = default;
 Prepared::~Prepared() = default;
 
 Prepared prepare(jit::TracedFunction fn, const QConfig& config) {
-  KILN_CHECK(fn.mutated_captures().empty(), "kiln::quant::prepare", "the traced function writes ",
-             fn.mutated_captures().size(),
-             " captured tensors (a training step); only an inference function can be quantized");
   KILN_CHECK(config.activation_dtype == DType::UInt8 || config.activation_dtype == DType::Int8,
              "kiln::quant::prepare", "activation_dtype: expected uint8 or int8, got ",
              config.activation_dtype);
-  if (!fn.captures().empty()) jit::freeze(fn);
-  const std::string err = jit::run_pipeline(fn.context(), fn.module(), [](mlir::OpPassManager& pm) {
-    pm.addNestedPass<mlir::func::FuncOp>(passes::create_freeze_pass());
-    pm.addNestedPass<mlir::func::FuncOp>(passes::create_cleanup_pass());
-    pm.addPass(passes::create_eliminate_gradients_pass(false, /*eval_mode=*/true));
-    pm.addNestedPass<mlir::func::FuncOp>(passes::create_cleanup_pass());
-    pm.addNestedPass<mlir::func::FuncOp>(passes::create_fold_batch_norm_pass());
-  });
-  KILN_CHECK(err.empty(), "kiln::quant::prepare", "folding batch norm: ", err);
+  detail::freeze_for_quantization(fn, "kiln::quant::prepare");
 
   auto impl = std::make_unique<Prepared::Impl>();
   impl->config = config;

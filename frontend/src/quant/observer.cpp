@@ -11,6 +11,7 @@
 #include "kiln/ops.h"
 #include "kiln/quant.h"
 #include "kiln/runtime/error.h"
+#include "kiln/runtime/kernels/quantize.h"
 
 namespace kiln::quant {
 namespace {
@@ -112,9 +113,8 @@ QParams calculate_qparams(const Tensor& min_val, const Tensor& max_val, const Ob
         s = std::max(std::max(-neg, pos) / (static_cast<float>(qmax - qmin) / 2.0f), eps);
         if (o.dtype == DType::UInt8) z = custom ? (qmin + qmax) / 2 : 128;
       } else {
-        s = std::max((pos - neg) / static_cast<float>(qmax - qmin), eps);
-        z = qmin - static_cast<int64_t>(std::nearbyint(neg / s));
-        z = std::clamp(z, qmin, qmax);
+        const kernels::AffineParams a = kernels::affine_qparams(mn, mx, qmin, qmax);
+        s = a.scale, z = a.zero_point;
       }
     }
     scale.data_ptr<float>()[c] = s;

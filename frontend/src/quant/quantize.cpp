@@ -88,6 +88,21 @@ Tensor qconv2d(const Tensor& input, const Tensor& input_scale, const Tensor& inp
   return out;
 }
 
+Tensor qlinear_dynamic(const Tensor& input, const QuantizedWeight& weight, const Tensor& bias) {
+  KILN_CHECK(input.dim() >= 1 && weight.weight.dim() == 2, "qlinear_dynamic",
+             "expected input of at least 1 dim and a 2-dim weight, got ", input.sizes(), " and ",
+             weight.weight.sizes());
+  Dims shape = input.sizes();
+  shape.back() = weight.weight.size(0);
+  Tensor out(kiln::empty(shape, DType::Float32));
+  kernels::qlinear_dynamic_out(*input.impl(), *weight.weight.impl(), *weight.scale.impl(),
+                               *weight.zero_point.impl(), bias.defined() ? bias.impl() : nullptr,
+                               *out.impl());
+  KILN_TRACE("qlinear_dynamic",
+             TensorList({input, weight.weight, weight.scale, weight.zero_point, bias}), {out});
+  return out;
+}
+
 Tensor qadd(const Tensor& input, const Tensor& input_scale, const Tensor& input_zero_point,
             const Tensor& other, const Tensor& other_scale, const Tensor& other_zero_point,
             const QuantizedOutput& output) {

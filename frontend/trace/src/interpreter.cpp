@@ -51,31 +51,6 @@ Tensor resource_value(mlir::Operation* op, mlir::DenseResourceElementsAttr attr)
                    TensorOptions(like.dtype()));
 }
 
-Tensor constant_value(mlir::Operation* op) {
-  if (auto resource = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(op->getAttr("value")))
-    return resource_value(op, resource);
-  auto attr = mlir::cast<mlir::DenseElementsAttr>(op->getAttr("value"));
-  Tensor out = result_like(op, 0);
-  const int64_t n = out.numel();
-  if (is_floating(out.dtype())) {
-    std::vector<double> v;
-    for (const llvm::APFloat& f : attr.getValues<llvm::APFloat>()) v.push_back(f.convertToDouble());
-    if (attr.isSplat()) v.assign(n, v.empty() ? 0.0 : v[0]);
-    Tensor src = from_blob(v.data(), out.sizes(), TensorOptions(DType::Float64));
-    copy_(out, src);
-  } else {
-    std::vector<int64_t> v;
-    const bool is_bool = out.dtype() == DType::Bool;
-    for (const llvm::APInt& x : attr.getValues<llvm::APInt>()) {
-      v.push_back(is_bool ? static_cast<int64_t>(x.getZExtValue()) : x.getSExtValue());
-    }
-    if (attr.isSplat()) v.assign(n, v.empty() ? 0 : v[0]);
-    Tensor src = from_blob(v.data(), out.sizes(), TensorOptions(DType::Int64));
-    copy_(out, src);
-  }
-  return out;
-}
-
 // A random op: draws into a fresh result from the (seed, offset) state operand and returns the
 // advanced state, exactly as the eager op advanced the default generator.
 template <typename Draw>
@@ -495,6 +470,8 @@ const KernelTable& kernels() {
          const QuantizedOutput y{x[7], x[8], static_cast<DType>(a.i("dtype")), a.b("relu")};
          return TensorList{qlinear(x[0], x[1], x[2], {x[3], x[4], x[5]}, x[6], y)};
        }},
+      {id<ir::QlinearDynamicOp>(),
+       [](L x, A, O) { return TensorList{qlinear_dynamic(x[0], {x[1], x[2], x[3]}, x[4])}; }},
       {id<ir::QaddOp>(),
        [](L x, A a, O) {
          const QuantizedOutput y{x[6], x[7], static_cast<DType>(a.i("dtype")), a.b("relu")};
@@ -640,6 +617,31 @@ TensorList run_block(mlir::Block& block, Env& env) {
 }
 
 }  // namespace
+
+Tensor constant_value(mlir::Operation* op) {
+  if (auto resource = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(op->getAttr("value")))
+    return resource_value(op, resource);
+  auto attr = mlir::cast<mlir::DenseElementsAttr>(op->getAttr("value"));
+  Tensor out = result_like(op, 0);
+  const int64_t n = out.numel();
+  if (is_floating(out.dtype())) {
+    std::vector<double> v;
+    for (const llvm::APFloat& f : attr.getValues<llvm::APFloat>()) v.push_back(f.convertToDouble());
+    if (attr.isSplat()) v.assign(n, v.empty() ? 0.0 : v[0]);
+    Tensor src = from_blob(v.data(), out.sizes(), TensorOptions(DType::Float64));
+    copy_(out, src);
+  } else {
+    std::vector<int64_t> v;
+    const bool is_bool = out.dtype() == DType::Bool;
+    for (const llvm::APInt& x : attr.getValues<llvm::APInt>()) {
+      v.push_back(is_bool ? static_cast<int64_t>(x.getZExtValue()) : x.getSExtValue());
+    }
+    if (attr.isSplat()) v.assign(n, v.empty() ? 0 : v[0]);
+    Tensor src = from_blob(v.data(), out.sizes(), TensorOptions(DType::Int64));
+    copy_(out, src);
+  }
+  return out;
+}
 
 bool interpreter_supports(std::string_view op_name) {
   static const std::unique_ptr<mlir::MLIRContext> ctx = [] {

@@ -57,3 +57,5 @@ KILN_ABI_OP(qadd, {
   const bool relu = a.b();
   qadd_out(a.t(0), a.t(3), {&a.t(1), &a.t(2), &a.t(4), &a.t(5), &a.t(6), &a.t(7), relu}, a.t(8));
 })
+// Tensors: input, weight, weight_scale, weight_zero_point, bias (optional), result.
+KILN_ABI_OP(qlinear_dynamic, qlinear_dynamic_out(a.t(0), a.t(1), a.t(2), a.t(3), a.opt(4), a.t(5)))

@@ -11,6 +11,7 @@
 // target description's caches is the next step where K outgrows L2 (docs/quantization.md).
 #include "kiln/runtime/kernels/qgemm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string_view>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "conv_internal.h"
+#include "kiln/runtime/kernels/quantize.h"
 #include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 #include "qgemm_pack.h"
@@ -39,6 +41,11 @@ void store_tile_scalar(const int32_t* acc, int64_t ld_acc, int m, int n, const T
   for (int r = 0; r < m; ++r) {
     for (int j = 0; j < n; ++j) {
       const int64_t c = r * t.row_step + j * t.col_step;
+      if (t.float_out) {
+        static_cast<float*>(t.out)[r * t.ld + j] = dequantize_acc(
+            acc[r * ld_acc + j], t.bias ? t.bias[c] : 0, t.mult[c], t.fbias ? t.fbias[c] : 0.0f);
+        continue;
+      }
       const int32_t v = requantize_value(acc[r * ld_acc + j], t.bias ? t.bias[c] : 0, t.mult[c],
                                          t.lo, t.hi, t.zp);
       store_int8(t.out, r * t.ld + j, t.out_signed, v);
@@ -216,10 +223,12 @@ void run_tiles(const QFamily& f, QMicroKernelFn kernel, int64_t M, int64_t N, in
     for (int64_t i = t0; i < t1; ++i) {
       const int64_t q = i / slivers, s = i % slivers;
       TileOut tile = t;
-      tile.out = static_cast<char*>(t.out) + s * f.mr * t.ld + q * f.nr;  // one-byte elements
+      const int64_t element = t.float_out ? sizeof(float) : 1;
+      tile.out = static_cast<char*>(t.out) + (s * f.mr * t.ld + q * f.nr) * element;
       const int64_t c = s * f.mr * t.row_step + q * f.nr * t.col_step;
       tile.mult = t.mult + c;
       if (t.bias) tile.bias = t.bias + c;
+      if (t.fbias) tile.fbias = t.fbias + c;
       const int m = static_cast<int>(std::min<int64_t>(f.mr, M - s * f.mr));
       const int n = static_cast<int>(std::min<int64_t>(f.nr, N - q * f.nr));
       kernel(words, a + s * words * f.mr, b + q * words * f.nr, m, n, tile);
@@ -354,6 +363,70 @@ LinearShape linear_shape(std::string_view op, const TensorImpl& x, const TensorI
   return s;
 }
 
+// ---- qlinear_dynamic ----------------------------------------------------------------------------
+
+// A 0-dim tensor holding v.
+template <typename T>
+TensorImplPtr scalar_of(T v, DType dtype) {
+  auto t = empty(Dims{}, dtype);
+  *t->data_ptr<T>() = v;
+  return t;
+}
+
+// One qlinear_dynamic call's operands: x quantized with its own range, the epilogue constants
+// (mult = x_scale * w_scale[o]) and the float bias padded like them.
+struct DynamicCall {
+  LinearShape s;
+  TensorImplPtr xq;  // uint8, x's shape
+  Requant rq;
+  std::vector<float> fbias;
+};
+
+DynamicCall dynamic_call(std::string_view op, const TensorImpl& x, const TensorImpl& w,
+                         const TensorImpl& w_scale, const TensorImpl& w_zero_point,
+                         const TensorImpl* bias, const TensorImpl& out) {
+  KILN_CHECK(x.dtype() == DType::Float32, op, "expected input of dtype float32, got ",
+             dtype_name(x.dtype()));
+  KILN_CHECK(out.dtype() == DType::Float32, op, "expected out of dtype float32, got ",
+             dtype_name(out.dtype()));
+  DynamicCall d;
+  d.s = linear_shape(op, x, w, out);
+  auto xc = views::contiguous(x);
+  const float* xp = xc->data_ptr<float>();
+  const int64_t n = xc->numel();
+  float lo = 0.0f, hi = 0.0f;
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) {
+    finite &= std::isfinite(xp[i]);
+    lo = std::min(lo, xp[i]);
+    hi = std::max(hi, xp[i]);
+  }
+  KILN_CHECK(finite, op, "expected finite input values (its range gives the quantization), got ",
+             "NaN or Inf");
+  const AffineParams xq = affine_qparams(lo, hi, 0, 255);
+  auto xs = scalar_of<float>(xq.scale, DType::Float32);
+  auto xz = scalar_of<int32_t>(static_cast<int32_t>(xq.zero_point), DType::Int32);
+  auto one = scalar_of<float>(1.0f, DType::Float32);
+  auto zero = scalar_of<int32_t>(0, DType::Int32);
+  // Requantized to scale 1: mult = x_scale * w_scale[o] / 1, the dequantizing factor.
+  const QuantizedOperands q{xs.get(), xz.get(),  &w_scale,   &w_zero_point,
+                            nullptr,  one.get(), zero.get(), false};
+  d.xq = empty(x.sizes(), DType::UInt8);
+  d.rq = requant_of(op, *d.xq, w, d.s.K, q, DType::UInt8);
+  quant_detail::quantize_bytes(xp, n, xq.scale, static_cast<int32_t>(xq.zero_point),
+                               d.xq->data_ptr<uint8_t>());
+  d.fbias.assign(d.rq.mult.size(), 0.0f);
+  if (bias) {
+    KILN_CHECK(bias->dtype() == DType::Float32, op, "expected bias of dtype float32, got ",
+               dtype_name(bias->dtype()));
+    KILN_CHECK(bias->dim() == 1 && bias->size(0) == d.s.N, op, "expected bias of shape [", d.s.N,
+               "], got ", dims_str(bias->sizes()));
+    auto b = views::contiguous(*bias);
+    std::copy_n(b->data_ptr<float>(), d.s.N, d.fbias.begin());
+  }
+  return d;
+}
+
 // ---- qconv2d ------------------------------------------------------------------------------------
 
 ConvGeom qconv_geom(std::string_view op, const TensorImpl& x, const TensorImpl& w,
@@ -481,6 +554,36 @@ const char* prepared_family(const PreparedQWeight& w) {
 
 // ---- Public entry points ------------------------------------------------------------------------
 
+namespace {
+
+// out[M, N] = the activations xc (contiguous, K per row) times the prepared weights, requantized
+// (or dequantized with `fbias` when it is given: float32 out).
+void linear_tiles(const PreparedQWeight& pw, const Requant& rq, const TensorImpl& xc,
+                  const LinearShape& s, void* out, const float* fbias) {
+  // B: the weights (columns: output features); A: the activations.
+  const QFamily& f = *pw.family;
+  const Layout la = a_layout(f, s.M, s.K);
+  ConvScratch<int32_t> a(la.total_words());
+  std::vector<int32_t> bias;
+  if (f.group == 4) {
+    // The activations as the family's quads, their zero point through the bias.
+    pack_activations_quads(f, la, xc, a.get());
+    bias = quad_bias(rq, pw.sums, quad_zero_point(f, rq, xc.dtype() == DType::Int8));
+  } else {
+    pack_minus_zero_point(
+        la, xc, [zp = rq.x_zp](int64_t) { return zp; }, a.get());
+    bias = rq.bias;
+  }
+  TileOut t = tile_out(rq, bias, out, s.N, false);
+  if (fbias) {
+    t.float_out = true;
+    t.fbias = fbias;
+  }
+  run_tiles(f, f.kernel, s.M, s.N, la.words(), a.get(), pw.words.data(), t);
+}
+
+}  // namespace
+
 void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
                  TensorImpl& out, const PreparedQWeight* prepared) {
   constexpr std::string_view op = "qlinear";
@@ -490,25 +593,37 @@ void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   if (s.M == 0 || s.N == 0) return y.finish();
   auto xc = views::contiguous(x);
   auto wc = views::contiguous(w);
-  const bool x_signed = xc->dtype() == DType::Int8;
-  // B: the weights (columns: output features); A: the activations.
   const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, rq, 1, s.K, false);
-  const QFamily& f = *pw->family;
-  const Layout la = a_layout(f, s.M, s.K);
-  ConvScratch<int32_t> a(la.total_words());
-  std::vector<int32_t> bias;
-  if (f.group == 4) {
-    // The activations as the family's quads, their zero point through the bias.
-    pack_activations_quads(f, la, *xc, a.get());
-    bias = quad_bias(rq, pw->sums, quad_zero_point(f, rq, x_signed));
-  } else {
-    pack_minus_zero_point(
-        la, *xc, [zp = rq.x_zp](int64_t) { return zp; }, a.get());
-    bias = rq.bias;
-  }
-  run_tiles(f, f.kernel, s.M, s.N, la.words(), a.get(), pw->words.data(),
-            tile_out(rq, bias, y.ptr, s.N, false));
+  linear_tiles(*pw, rq, *xc, s, y.ptr, nullptr);
   y.finish();
+}
+
+void qlinear_dynamic_out(const TensorImpl& x, const TensorImpl& w, const TensorImpl& w_scale,
+                         const TensorImpl& w_zero_point, const TensorImpl* bias, TensorImpl& out,
+                         const PreparedQWeight* prepared) {
+  constexpr std::string_view op = "qlinear_dynamic";
+  const DynamicCall d = dynamic_call(op, x, w, w_scale, w_zero_point, bias, out);
+  nn_detail::OutTarget y(&out);
+  if (d.s.M == 0 || d.s.N == 0) return y.finish();
+  auto wc = views::contiguous(w);
+  const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, d.rq, 1, d.s.K, false);
+  linear_tiles(*pw, d.rq, *d.xq, d.s, y.ptr, d.fbias.data());
+  y.finish();
+}
+
+PreparedQWeightPtr prepare_qlinear_dynamic_weight(const TensorImpl& w, const TensorImpl& w_scale,
+                                                  const TensorImpl& w_zero_point) {
+  constexpr std::string_view op = "qlinear_dynamic";
+  KILN_CHECK(w.dim() == 2, op, "expected weight of 2 dims, got ", dims_str(w.sizes()));
+  // Any input zero point works with the packed weights (it enters through the bias per call).
+  auto one = scalar_of<float>(1.0f, DType::Float32);
+  auto zero = scalar_of<int32_t>(0, DType::Int32);
+  const QuantizedOperands q{one.get(), zero.get(), &w_scale,   &w_zero_point,
+                            nullptr,   one.get(),  zero.get(), false};
+  auto x = empty(Dims{0, w.size(1)}, DType::UInt8);
+  const Requant rq = requant_of(op, *x, w, w.size(1), q, DType::UInt8);
+  auto wc = views::contiguous(w);
+  return pack_weight(family_for(quads_allowed(*wc, rq)), *wc, rq, 1, w.size(1), false);
 }
 
 void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
@@ -577,6 +692,26 @@ void qlinear_reference_out(const TensorImpl& x, const TensorImpl& w, const Quant
         acc += (xd[i * s.K + k] - rq.x_zp) * (wd[o * s.K + k] - rq.w_zp[o]);
       const int32_t v = requantize_value(acc, rq.bias[o], rq.mult[o], rq.lo, rq.hi, rq.y_zp);
       store_int8(y.ptr, i * s.N + o, rq.out_signed, v);
+    }
+  }
+  y.finish();
+}
+
+void qlinear_dynamic_reference_out(const TensorImpl& x, const TensorImpl& w,
+                                   const TensorImpl& w_scale, const TensorImpl& w_zero_point,
+                                   const TensorImpl* bias, TensorImpl& out) {
+  constexpr std::string_view op = "qlinear_dynamic";
+  const DynamicCall d = dynamic_call(op, x, w, w_scale, w_zero_point, bias, out);
+  nn_detail::OutTarget y(&out);
+  auto wc = views::contiguous(w);
+  const Int8Data xd = data_of(d.xq), wd = data_of(wc);
+  float* yp = static_cast<float*>(y.ptr);
+  for (int64_t i = 0; i < d.s.M; ++i) {
+    for (int64_t o = 0; o < d.s.N; ++o) {
+      int32_t acc = 0;
+      for (int64_t k = 0; k < d.s.K; ++k)
+        acc += (xd[i * d.s.K + k] - d.rq.x_zp) * (wd[o * d.s.K + k] - d.rq.w_zp[o]);
+      yp[i * d.s.N + o] = dequantize_acc(acc, 0, d.rq.mult[o], d.fbias[o]);
     }
   }
   y.finish();

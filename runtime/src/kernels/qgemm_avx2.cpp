@@ -7,7 +7,7 @@
 // store per row.
 #include "quant_internal.h"
 
-#if defined(__x86_64__) && defined(__AVX2__)
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)  // FMA: the float epilogue
 
 #include <immintrin.h>
 

@@ -35,35 +35,61 @@ inline void store_row16(__m256i v0, __m256i v1, bool out_signed, void* dst, int 
   }
 }
 
-// Requantizes rows r < m, columns j < n (<= 16) of a 16-column tile into `t`; row(r, a0, a1)
-// gives row r's two vectors of accumulators.
+// dequantize_acc on 8 lanes: fma(float(acc + bias), mult, fbias).
+inline __m256 dequantize8(__m256i acc, __m256i bias, __m256 mult, __m256 fbias) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(acc, bias)), mult, fbias);
+}
+// The first n (<= 16) of 16 float32 lanes.
+inline void store_row16_f32(__m256 v0, __m256 v1, float* dst, int n) {
+  if (n == 16) {
+    _mm256_storeu_ps(dst, v0);
+    _mm256_storeu_ps(dst + 8, v1);
+  } else {
+    alignas(32) float tmp[16];
+    _mm256_store_ps(tmp, v0);
+    _mm256_store_ps(tmp + 8, v1);
+    std::memcpy(dst, tmp, n * sizeof(float));
+  }
+}
+
+// Requantizes rows r < m, columns j < n (<= 16) of a 16-column tile into `t` (or dequantizes
+// them: t.float_out); row(r, a0, a1) gives row r's two vectors of accumulators.
 template <typename Row>
 inline void store_rows_avx2(int m, int n, const TileOut& t, Row&& row) {
   const TileOut e = t;  // a local copy: the stores below could alias its fields
   const __m256 lo = _mm256_set1_ps(e.lo), hi = _mm256_set1_ps(e.hi);
   const __m256i zp = _mm256_set1_epi32(e.zp);
-  __m256 col_mult[2];
+  __m256 col_mult[2], col_fbias[2];
   __m256i col_bias[2];
   if (e.col_step) {
     for (int v = 0; v < 2; ++v) {
       col_mult[v] = _mm256_loadu_ps(e.mult + 8 * v);
       col_bias[v] = e.bias ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.bias + 8 * v))
                            : _mm256_setzero_si256();
+      col_fbias[v] = e.fbias ? _mm256_loadu_ps(e.fbias + 8 * v) : _mm256_setzero_ps();
     }
   }
   for (int r = 0; r < m; ++r) {
-    __m256 mult[2];
+    __m256 mult[2], fbias[2];
     __m256i bias[2];
     if (e.col_step) {
       mult[0] = col_mult[0], mult[1] = col_mult[1];
       bias[0] = col_bias[0], bias[1] = col_bias[1];
+      fbias[0] = col_fbias[0], fbias[1] = col_fbias[1];
     } else {
       const int64_t c = r * e.row_step;
       mult[0] = mult[1] = _mm256_set1_ps(e.mult[c]);
       bias[0] = bias[1] = _mm256_set1_epi32(e.bias ? e.bias[c] : 0);
+      fbias[0] = fbias[1] = _mm256_set1_ps(e.fbias ? e.fbias[c] : 0.0f);
     }
     __m256i a0, a1;
     row(r, a0, a1);
+    if (e.float_out) {
+      store_row16_f32(dequantize8(a0, bias[0], mult[0], fbias[0]),
+                      dequantize8(a1, bias[1], mult[1], fbias[1]),
+                      static_cast<float*>(e.out) + r * e.ld, n);
+      continue;
+    }
     const __m256i v0 = requantize8(a0, bias[0], mult[0], lo, hi, zp);
     const __m256i v1 = requantize8(a1, bias[1], mult[1], lo, hi, zp);
     store_row16(v0, v1, e.out_signed, static_cast<char*>(e.out) + r * e.ld, n);

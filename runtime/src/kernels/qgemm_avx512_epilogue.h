@@ -26,34 +26,54 @@ inline void store16(__m512i v, bool out_signed, char* dst, int n) {
     _mm_mask_storeu_epi8(dst, static_cast<__mmask16>((1u << n) - 1), b);
 }
 
+// dequantize_acc on 16 lanes: fma(float(acc + bias), mult, fbias).
+inline __m512 dequantize16(__m512i acc, __m512i bias, __m512 mult, __m512 fbias) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, bias)), mult, fbias);
+}
+inline void store16_f32(__m512 v, float* dst, int n) {
+  if (n >= 16)
+    _mm512_storeu_ps(dst, v);
+  else if (n > 0)
+    _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << n) - 1), v);
+}
+
 // Requantizes rows r < m, columns j < n (<= 32) of a tile whose row r is acc[r * ld_acc ...]
-// (two vectors of 16 lanes each, both readable) into `t`.
+// (two vectors of 16 lanes each, both readable) into `t` (or dequantizes them: t.float_out).
 template <typename Row>
 inline void store_rows_avx512(int m, int n, const TileOut& t, Row&& row) {
   const TileOut e = t;  // a local copy: the stores below could alias its fields
   const __m512 lo = _mm512_set1_ps(e.lo), hi = _mm512_set1_ps(e.hi);
   const __m512i zp = _mm512_set1_epi32(e.zp);
-  __m512 col_mult[2];
+  __m512 col_mult[2], col_fbias[2];
   __m512i col_bias[2];
   if (e.col_step) {
     for (int v = 0; v < 2; ++v) {
       col_mult[v] = _mm512_loadu_ps(e.mult + 16 * v);
       col_bias[v] = e.bias ? _mm512_loadu_si512(e.bias + 16 * v) : _mm512_setzero_si512();
+      col_fbias[v] = e.fbias ? _mm512_loadu_ps(e.fbias + 16 * v) : _mm512_setzero_ps();
     }
   }
   for (int r = 0; r < m; ++r) {
-    __m512 mult[2];
+    __m512 mult[2], fbias[2];
     __m512i bias[2];
     if (e.col_step) {
       mult[0] = col_mult[0], mult[1] = col_mult[1];
       bias[0] = col_bias[0], bias[1] = col_bias[1];
+      fbias[0] = col_fbias[0], fbias[1] = col_fbias[1];
     } else {
       const int64_t c = r * e.row_step;
       mult[0] = mult[1] = _mm512_set1_ps(e.mult[c]);
       bias[0] = bias[1] = _mm512_set1_epi32(e.bias ? e.bias[c] : 0);
+      fbias[0] = fbias[1] = _mm512_set1_ps(e.fbias ? e.fbias[c] : 0.0f);
     }
     __m512i acc0, acc1;
     row(r, acc0, acc1);
+    if (e.float_out) {
+      float* out = static_cast<float*>(e.out) + r * e.ld;
+      store16_f32(dequantize16(acc0, bias[0], mult[0], fbias[0]), out, n);
+      store16_f32(dequantize16(acc1, bias[1], mult[1], fbias[1]), out + 16, n - 16);
+      continue;
+    }
     char* dst = static_cast<char*>(e.out) + r * e.ld;
     store16(requantize16(acc0, bias[0], mult[0], lo, hi, zp), e.out_signed, dst, n);
     store16(requantize16(acc1, bias[1], mult[1], lo, hi, zp), e.out_signed, dst + 16, n - 16);

@@ -7,7 +7,7 @@
 // chosen only where CPUID reports avx_vnni.
 #include "quant_internal.h"
 
-#if defined(__x86_64__) && defined(__AVX2__) && defined(__AVXVNNI__)
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__AVXVNNI__)
 
 #include <immintrin.h>
 

@@ -178,7 +178,17 @@ struct TileOut {
   int64_t row_step = 0, col_step = 0;
   float lo = 0.0f, hi = 0.0f;
   int32_t zp = 0;
+  // Float32 results instead (dynamic quantization): out[r * ld + j] = fma(float(acc + bias),
+  // mult, fbias) with fbias indexed like mult (null: 0); lo, hi and zp unused.
+  bool float_out = false;
+  const float* fbias = nullptr;
 };
+
+// One float32 result of a float_out tile (the scalar form of every family's float epilogue).
+inline float dequantize_acc(int32_t acc, int32_t bias, float mult, float fbias) {
+  const auto sum = static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(bias));
+  return std::fma(static_cast<float>(sum), mult, fbias);
+}
 
 // Computes the tile acc = A_sliver . B_panel over `words` K words, then requantizes it into `t`.
 using QMicroKernelFn = void (*)(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
@@ -203,6 +213,9 @@ const QFamily* qgemm_avxvnni_family();     // null where the build has no AVX-VN
 const QFamily* qgemm_neon_i8mm_family();   // null where the build is not arm64 with I8MM
 const QFamily* qgemm_neon_dot_family();    // null where the build is not arm64 with dotprod
 const QFamily* qgemm_amx_family();  // null without AMX in the build or the tile state granted
+
+// quantize_out's formula into uint8 (quantize.cpp): n contiguous values, one scale and zero point.
+void quantize_bytes(const float* x, int64_t n, float scale, int32_t zero_point, uint8_t* q);
 
 // Requantizes an accumulated tile (row stride `ld_acc`) into `t`, one value at a time.
 void store_tile_scalar(const int32_t* acc, int64_t ld_acc, int m, int n, const TileOut& t);

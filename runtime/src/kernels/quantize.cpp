@@ -119,6 +119,25 @@ void check_float32(std::string_view op, const TensorImpl& t, std::string_view wh
 
 }  // namespace
 
+AffineParams affine_qparams(float min, float max, int64_t qmin, int64_t qmax) {
+  const float neg = std::min(min, 0.0f), pos = std::max(max, 0.0f);
+  AffineParams p;
+  p.scale = std::max((pos - neg) / static_cast<float>(qmax - qmin),
+                     std::numeric_limits<float>::epsilon());
+  p.zero_point = std::clamp(qmin - static_cast<int64_t>(std::nearbyint(neg / p.scale)), qmin, qmax);
+  return p;
+}
+
+namespace quant_detail {
+void quantize_bytes(const float* x, int64_t n, float scale, int32_t zero_point, uint8_t* q) {
+  Channels c;
+  c.inner = n;
+  c.scale = {scale};
+  c.zero_point = {zero_point};
+  quantize_to(x, c, Range{0, 255}, q);
+}
+}  // namespace quant_detail
+
 void quantize_out(const TensorImpl& input, const TensorImpl& scale, const TensorImpl& zero_point,
                   QuantParams p, TensorImpl& out) {
   constexpr std::string_view op = "quantize";

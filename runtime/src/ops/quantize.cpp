@@ -108,9 +108,28 @@ void run_qadd(const KernelCall& c) {
       out(c));
 }
 
+// qlinear_dynamic: operands input, weight, weight_scale, weight_zero_point, bias (optional); the
+// constant weight and its parameters are packed once for the model.
+void run_qlinear_dynamic(const KernelCall& c) {
+  kernels::qlinear_dynamic_out(in(c, 0), in(c, 1), in(c, 2), in(c, 3), opt_in(c, 4), out(c),
+                               prepared(c));
+}
+PreparedInputs prepare_qlinear_dynamic(const KernelCall& c, uint32_t constant_inputs) {
+  parallel_for(0, num_threads(), 1, [](int64_t, int64_t) {});  // start the pool's workers now
+  constexpr uint32_t kNeeded = 0b1110u;
+  if ((constant_inputs & kNeeded) != kNeeded) return {};
+  kernels::PreparedQWeightPtr w =
+      kernels::prepare_qlinear_dynamic_weight(in(c, 1), in(c, 2), in(c, 3));
+  const size_t bytes = kernels::prepared_nbytes(*w);
+  const char* family = kernels::prepared_family(*w);
+  return {std::move(w), bytes, family};
+}
+
 }  // namespace
 
 void register_quantize(Registry& r) {
+  r.add(with_signature(
+      {.name = "qlinear_dynamic", .run = run_qlinear_dynamic, .prepare = prepare_qlinear_dynamic}));
   r.add(with_signature({.name = "qadd", .decode = decode_qadd, .run = run_qadd}));
   r.add(with_signature({.name = "qlinear",
                         .decode = decode_qgemm,

@@ -16,8 +16,14 @@
 // function holds quantize/dequantize pairs at those values and int8 weight constants: run by the
 // interpreter it simulates the integer arithmetic in float32; jit::save (the inference pipeline's
 // --kiln-fold-qdq) turns each layer into kiln.qconv2d / kiln.qlinear, so consecutive layers hand
-// int8 tensors to each other. Other ops (pooling, residual adds, softmax, ...) run in float32
-// between a dequantize and a quantize; report() lists them.
+// int8 tensors to each other. A residual add of two quantized values gets its output observed
+// too and becomes kiln.qadd; max pooling runs on the bytes. Other ops (average pooling, softmax,
+// ...) run in float32 between a dequantize and a quantize; report() lists them.
+//
+// kiln::quant::quantize_dynamic (PyTorch's quantize_dynamic) needs no calibration: every
+// kiln.linear with a constant weight, inside loops too (an LSTM's projections), becomes
+// kiln.qlinear_dynamic, int8 weights and the float input quantized to uint8 per call over its
+// own range; results stay float32.
 
 #include <cstdint>
 #include <memory>
@@ -109,5 +115,15 @@ Prepared prepare(jit::TracedFunction fn, const QConfig& config = {});
 // The quantized function (see the top of this file). Throws kiln::Error if no batch was
 // calibrated.
 jit::TracedFunction convert(Prepared prepared);
+
+struct DynamicQConfig {
+  // Weights int8 symmetric, per output channel unless this is false.
+  bool per_channel_weights = true;
+};
+// Dynamic quantization of `fn` (frozen first; an inference function, not a training step): each
+// kiln.linear with a constant float32 weight becomes kiln.qlinear_dynamic. `layers`, when given,
+// receives one entry per linear, quantized or not and why.
+jit::TracedFunction quantize_dynamic(jit::TracedFunction fn, const DynamicQConfig& config = {},
+                                     std::vector<LayerReport>* layers = nullptr);
 
 }  // namespace kiln::quant

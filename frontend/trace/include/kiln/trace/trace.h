@@ -22,6 +22,7 @@ class Module;
 
 namespace mlir {
 class MLIRContext;
+class Operation;
 class ModuleOp;
 }  // namespace mlir
 
@@ -153,6 +154,9 @@ mlir::ModuleOp parse_module(mlir::MLIRContext& ctx, const std::string& text_or_b
 // The reference interpreter: executes @forward op by op on the eager ops (and so the runtime's
 // kernels). `args` are all of @forward's arguments in order.
 TensorList interpret(mlir::ModuleOp module, const TensorList& args);
+// The value of a kiln.constant op: a frozen weight (dense resource) read in place, else a copy of
+// its elements.
+Tensor constant_value(mlir::Operation* constant);
 // Whether the reference interpreter runs ops named `op_name` ("kiln.conv2d"); region ops of the
 // upstream dialects it also runs (scf.if, scf.for) answer true as well.
 bool interpreter_supports(std::string_view op_name);

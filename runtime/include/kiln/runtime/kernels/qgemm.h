@@ -61,9 +61,24 @@ void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
 void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
                  const Conv2dParams& p, TensorImpl& out, const PreparedQWeight* prepared = nullptr);
 
+// Dynamic quantization (PyTorch's quantized::linear_dynamic, ONNX DynamicQuantizeLinear +
+// MatMulInteger): x float32 is quantized per call to uint8 with affine_qparams(min(x), max(x),
+// 0, 255) (kernels/quantize.h; NaN or Inf is refused), then
+//   y[..., o] = fma(float(acc[o]), x_scale * w_scale[o], bias[o])      float32
+// with acc the int32 sums above and bias float32 [N] (or null: 0). w as for qlinear; `prepared`
+// from prepare_qlinear_dynamic_weight.
+void qlinear_dynamic_out(const TensorImpl& x, const TensorImpl& w, const TensorImpl& w_scale,
+                         const TensorImpl& w_zero_point, const TensorImpl* bias, TensorImpl& out,
+                         const PreparedQWeight* prepared = nullptr);
+PreparedQWeightPtr prepare_qlinear_dynamic_weight(const TensorImpl& w, const TensorImpl& w_scale,
+                                                  const TensorImpl& w_zero_point);
+
 // The same by plain loops over the formula: the references every fast kernel must equal.
 void qlinear_reference_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
                            TensorImpl& out);
+void qlinear_dynamic_reference_out(const TensorImpl& x, const TensorImpl& w,
+                                   const TensorImpl& w_scale, const TensorImpl& w_zero_point,
+                                   const TensorImpl* bias, TensorImpl& out);
 void qconv2d_reference_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
                            const Conv2dParams& p, TensorImpl& out);
 

@@ -40,6 +40,16 @@ void fake_quantize_backward_out(const TensorImpl& grad, const TensorImpl& input,
                                 const TensorImpl& scale, const TensorImpl& zero_point,
                                 FakeQuantParams p, TensorImpl& grad_input);
 
+// The affine parameters of values in [min, max] quantized to [qmin, qmax], the range widened to
+// include 0 (PyTorch's MinMax observer; dynamic quantization per call): scale =
+// max((max(max, 0) - min(min, 0)) / (qmax - qmin), float32 epsilon), zero_point = clamp(qmin -
+// round_half_even(min(min, 0) / scale), qmin, qmax). min and max finite, min <= max.
+struct AffineParams {
+  float scale = 1.0f;
+  int64_t zero_point = 0;
+};
+AffineParams affine_qparams(float min, float max, int64_t qmin, int64_t qmax);
+
 // Integer add (ONNX QLinearAdd, kiln.qadd): out = quantize(relu?(dequantize(input) +
 // dequantize(other))) with per-tensor (0-dim) parameters, in float32 exactly as those three
 // kernels compute it (the same bytes, in one pass). input and other uint8 or int8 (each its own)
