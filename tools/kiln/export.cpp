@@ -19,7 +19,7 @@ namespace {
 
 const char* kHelp =
     "usage: kiln export MODEL --input-shape N,C,H,W [--weights W.safetensors]\n"
-    "                   [--quantize int8 --calibration X.npy] -o OUT.kiln\n"
+    "                   [--quantize int8 --calibration X.npy | --quantize dynamic] -o OUT.kiln\n"
     "       kiln export MODEL.onnx [--input-shape S] -o OUT.kiln   (as `kiln import`)\n\n"
     "Builds a zoo model, loads its weights, traces its eval-mode forward, runs the inference\n"
     "pipeline and writes a .kiln artifact that `kiln run` and kiln_runtime load.\n\n"
@@ -156,7 +156,9 @@ int export_model(int argc, char** argv) {
     traced = quantize_traced(std::move(traced), quantize, "export", so.metadata);
   jit::save(traced, output, so);
   std::printf("wrote %s (%s, input %s%s)\n", output.c_str(), model_name.c_str(), shape.c_str(),
-              quantize.scheme.empty() ? "" : ", int8");
+              quantize.scheme.empty()        ? ""
+              : quantize.scheme == "dynamic" ? ", dynamic int8"
+                                             : ", int8");
   return 0;
 }
 

@@ -23,7 +23,7 @@ namespace {
 
 const char* kHelp =
     "usage: kiln import MODEL.onnx [--input-shape [NAME=]N,C,H,W]...\n"
-    "                   [--quantize int8 --calibration X.npy] -o OUT.kiln\n\n"
+    "                   [--quantize int8 --calibration X.npy | --quantize dynamic] -o OUT.kiln\n\n"
     "Imports an ONNX model (opset <= 17, IR version <= 8; initializers inline or as external\n"
     "data beside the model), traces it into the kiln dialect, runs the inference pipeline and\n"
     "writes a .kiln artifact that `kiln run`, kiln_runtime and `kiln compile` take.\n\n"

@@ -20,11 +20,60 @@ const char* kQuantizeHelp =
     "                    cut into batches of the input shape's batch size\n"
     "  --calibration-method M  minmax (default), percentile (99.99%) or moving-average\n"
     "  --sqnr-input X.npy  inputs (along the batch axis) to measure the int8 model's SQNR at\n"
-    "                    every output and layer on (default: the first calibration batch)\n";
+    "                    every output and layer on (default: the first calibration batch)\n"
+    "  --quantize dynamic  dynamic quantization: linear layers (LSTM/GRU projections too) get\n"
+    "                    int8 weights and quantize their input per call; no calibration\n";
+
+namespace {
+
+// --quantize dynamic: quant::quantize_dynamic, its layer report, and the SQNR at each output on
+// --sqnr-input when given.
+jit::TracedFunction quantize_dynamic(jit::TracedFunction fn, const QuantizeArgs& q, const char* who,
+                                     std::vector<std::pair<std::string, std::string>>& metadata) {
+  KILN_CHECK(q.calibration.empty(), who,
+             "--quantize dynamic takes no --calibration (inputs are quantized per call)");
+  std::vector<Tensor> measure;
+  if (!q.sqnr_input.empty()) {
+    KILN_CHECK(fn.num_inputs() == 1 && !fn.guards().empty(), who,
+               "--sqnr-input gives one input of the traced shape; the model takes ",
+               fn.num_inputs());
+    const jit::Guard guard = fn.guards()[0];
+    measure = read_batches(q.sqnr_input, guard.sizes, guard.dtype, who, "--sqnr-input");
+  }
+  autograd::NoGradGuard no_grad;
+  std::vector<TensorList> want;  // float32 outputs, before the function is quantized
+  for (const Tensor& b : measure) want.push_back(fn({b}));
+  std::vector<quant::LayerReport> layers;
+  jit::TracedFunction out = quant::quantize_dynamic(std::move(fn), {}, &layers);
+  int64_t n = 0;
+  for (const quant::LayerReport& r : layers) n += r.quantized;
+  std::printf("%lld of %zu linear layers int8 (dynamic: inputs quantized per call)\n",
+              static_cast<long long>(n), layers.size());
+  for (const quant::LayerReport& r : layers)
+    if (!r.quantized)
+      std::printf("  linear #%lld: float32, %s\n", static_cast<long long>(r.index),
+                  r.reason.c_str());
+  if (!measure.empty()) {
+    std::vector<quant::Sqnr> total(want[0].size());
+    for (size_t k = 0; k < measure.size(); ++k) {
+      const TensorList got = out({measure[k]});
+      for (size_t i = 0; i < total.size(); ++i) total[i].add(want[k][i], got[i]);
+    }
+    std::printf("SQNR of the int8 model against float32 on %s (%zu batches):\n",
+                std::filesystem::path(q.sqnr_input).filename().string().c_str(), measure.size());
+    for (size_t i = 0; i < total.size(); ++i)
+      std::printf("  output %-21zu %6.1f dB\n", i, total[i].db());
+  }
+  metadata.emplace_back("quantize", "dynamic int8");
+  return out;
+}
+
+}  // namespace
 
 jit::TracedFunction quantize_traced(jit::TracedFunction fn, const QuantizeArgs& q, const char* who,
                                     std::vector<std::pair<std::string, std::string>>& metadata) {
-  KILN_CHECK(q.scheme == "int8", who, "--quantize: expected int8, got '", q.scheme, "'");
+  if (q.scheme == "dynamic") return quantize_dynamic(std::move(fn), q, who, metadata);
+  KILN_CHECK(q.scheme == "int8", who, "--quantize: expected int8 or dynamic, got '", q.scheme, "'");
   KILN_CHECK(!q.calibration.empty(), who,
              "--quantize int8 needs --calibration X.npy (calibration inputs along the batch axis)");
   quant::QConfig config;

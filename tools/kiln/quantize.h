@@ -1,5 +1,6 @@
 #pragma once
-// The CLI's int8 options (`kiln export` / `kiln import` --quantize int8 --calibration X.npy):
+// The CLI's int8 options (`kiln export` / `kiln import` --quantize int8 --calibration X.npy, or
+// --quantize dynamic):
 // parsing, and kiln::quant's prepare -> calibrate -> convert on a traced function.
 
 #include <string>
@@ -11,7 +12,7 @@
 namespace kiln::cli {
 
 struct QuantizeArgs {
-  std::string scheme;       // "" (float) or "int8"
+  std::string scheme;       // "" (float), "int8" or "dynamic"
   std::string calibration;  // .npy: calibration inputs along the batch axis
   std::string method = "minmax";
   std::string sqnr_input;  // .npy the per-value SQNR is measured on (default: calibration batch 0)
