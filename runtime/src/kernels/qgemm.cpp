@@ -128,8 +128,17 @@ QGemmIsa resolve(QGemmIsa isa) {
 
 // The family for these operands: VNNI's byte quads need int8 weights with zero points 0 (the
 // symmetric scheme int8 flows use for weights); other operands take the int16 path.
-const QFamily& family_for(bool quads_allowed) {
-  switch (resolve(g_forced.load(std::memory_order_acquire))) {
+// `rows`: the activations' rows when they are the A operand (qlinear; 0: not known). The one
+// shape rule of the policy: AMX's 32-row tiles are left for VNNI's 8-row ones when fewer rows than
+// one 16-row hardware tile would fill them (a batch-1 linear, an RNN step), where the padding
+// costs more than the wider products gain. Only for Auto: a forced family is that family.
+const QFamily& family_for(bool quads_allowed, int64_t rows = 0) {
+  const QGemmIsa forced = g_forced.load(std::memory_order_acquire);
+  QGemmIsa isa = resolve(forced);
+  if (forced == QGemmIsa::Auto && isa == QGemmIsa::Amx && rows > 0 &&
+      rows < qgemm_amx_family()->mr / 2)
+    isa = QGemmIsa::Avx512Vnni;
+  switch (isa) {
     case QGemmIsa::Amx:
       if (quads_allowed) return *qgemm_amx_family();
       [[fallthrough]];
@@ -500,10 +509,12 @@ bool direct_depthwise(const TensorImpl& w, int64_t groups) {
 const QFamily kDirectDepthwise{"depthwise-direct", 1, 1, 4, nullptr};
 
 // The prepared weights to use: `prepared` when given (checked against this call), else packed now.
+// `rows`: the activations' rows for a linear (family_for), 0 for a conv.
 PreparedQWeightPtr weights_for(std::string_view op, const PreparedQWeight* prepared,
                                const TensorImpl& wc, const Requant& rq, int64_t groups, int64_t K,
-                               bool conv) {
-  if (!prepared) return pack_weight(family_for(quads_allowed(wc, rq)), wc, rq, groups, K, conv);
+                               bool conv, int64_t rows = 0) {
+  if (!prepared)
+    return pack_weight(family_for(quads_allowed(wc, rq), rows), wc, rq, groups, K, conv);
   KILN_CHECK(prepared->groups == groups && prepared->rows * groups == wc.size(0) &&
                  prepared->K == K && prepared->a_operand == conv &&
                  prepared->width == (conv ? prepared->family->mr : prepared->family->nr),
@@ -518,13 +529,13 @@ PreparedQWeightPtr weights_for(std::string_view op, const PreparedQWeight* prepa
 }  // namespace
 
 PreparedQWeightPtr prepare_qlinear_weight(const TensorImpl& w, const QuantizedOperands& q,
-                                          DType x_dtype, DType out_dtype) {
+                                          DType x_dtype, DType out_dtype, int64_t rows) {
   constexpr std::string_view op = "qlinear";
   KILN_CHECK(w.dim() == 2, op, "expected weight of 2 dims, got ", dims_str(w.sizes()));
   auto x = empty(Dims{0, w.size(1)}, x_dtype);
   const Requant rq = requant_of(op, *x, w, w.size(1), q, out_dtype);
   auto wc = views::contiguous(w);
-  return pack_weight(family_for(quads_allowed(*wc, rq)), *wc, rq, 1, w.size(1), false);
+  return pack_weight(family_for(quads_allowed(*wc, rq), rows), *wc, rq, 1, w.size(1), false);
 }
 
 PreparedQWeightPtr prepare_qconv2d_weight(const TensorImpl& w, const QuantizedOperands& q,
@@ -593,7 +604,7 @@ void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   if (s.M == 0 || s.N == 0) return y.finish();
   auto xc = views::contiguous(x);
   auto wc = views::contiguous(w);
-  const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, rq, 1, s.K, false);
+  const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, rq, 1, s.K, false, s.M);
   linear_tiles(*pw, rq, *xc, s, y.ptr, nullptr);
   y.finish();
 }
@@ -606,13 +617,13 @@ void qlinear_dynamic_out(const TensorImpl& x, const TensorImpl& w, const TensorI
   nn_detail::OutTarget y(&out);
   if (d.s.M == 0 || d.s.N == 0) return y.finish();
   auto wc = views::contiguous(w);
-  const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, d.rq, 1, d.s.K, false);
+  const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, d.rq, 1, d.s.K, false, d.s.M);
   linear_tiles(*pw, d.rq, *d.xq, d.s, y.ptr, d.fbias.data());
   y.finish();
 }
 
 PreparedQWeightPtr prepare_qlinear_dynamic_weight(const TensorImpl& w, const TensorImpl& w_scale,
-                                                  const TensorImpl& w_zero_point) {
+                                                  const TensorImpl& w_zero_point, int64_t rows) {
   constexpr std::string_view op = "qlinear_dynamic";
   KILN_CHECK(w.dim() == 2, op, "expected weight of 2 dims, got ", dims_str(w.sizes()));
   // Any input zero point works with the packed weights (it enters through the bias per call).
@@ -623,7 +634,7 @@ PreparedQWeightPtr prepare_qlinear_dynamic_weight(const TensorImpl& w, const Ten
   auto x = empty(Dims{0, w.size(1)}, DType::UInt8);
   const Requant rq = requant_of(op, *x, w, w.size(1), q, DType::UInt8);
   auto wc = views::contiguous(w);
-  return pack_weight(family_for(quads_allowed(*wc, rq)), *wc, rq, 1, w.size(1), false);
+  return pack_weight(family_for(quads_allowed(*wc, rq), rows), *wc, rq, 1, w.size(1), false);
 }
 
 void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,

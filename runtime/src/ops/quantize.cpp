@@ -48,6 +48,11 @@ void run_fake_quantize_backward(const KernelCall& c) {
                                       params<FakeQuant>(c).p, out(c));
 }
 
+// A linear's input rows (elements / in_features; 0 when the weight is not [out, in]).
+int64_t input_rows(const TensorImpl& x, const TensorImpl& w) {
+  return w.dim() == 2 && w.size(1) > 0 ? x.numel() / w.size(1) : 0;
+}
+
 // qlinear / qconv2d: operands input, input_scale, input_zero_point, weight, weight_scale,
 // weight_zero_point, bias (optional), output_scale, output_zero_point.
 struct QGemm : KernelParams {
@@ -87,7 +92,8 @@ PreparedInputs prepare_qgemm(const KernelCall& c, uint32_t constant_inputs) {
   const kernels::QuantizedOperands q = qoperands(c, p.relu);
   kernels::PreparedQWeightPtr w =
       kConv ? kernels::prepare_qconv2d_weight(in(c, 3), q, p.conv, in(c, 0).dtype(), p.out_dtype)
-            : kernels::prepare_qlinear_weight(in(c, 3), q, in(c, 0).dtype(), p.out_dtype);
+            : kernels::prepare_qlinear_weight(in(c, 3), q, in(c, 0).dtype(), p.out_dtype,
+                                              input_rows(in(c, 0), in(c, 3)));
   const size_t bytes = kernels::prepared_nbytes(*w);
   const char* family = kernels::prepared_family(*w);
   return {std::move(w), bytes, family};
@@ -118,8 +124,8 @@ PreparedInputs prepare_qlinear_dynamic(const KernelCall& c, uint32_t constant_in
   parallel_for(0, num_threads(), 1, [](int64_t, int64_t) {});  // start the pool's workers now
   constexpr uint32_t kNeeded = 0b1110u;
   if ((constant_inputs & kNeeded) != kNeeded) return {};
-  kernels::PreparedQWeightPtr w =
-      kernels::prepare_qlinear_dynamic_weight(in(c, 1), in(c, 2), in(c, 3));
+  kernels::PreparedQWeightPtr w = kernels::prepare_qlinear_dynamic_weight(
+      in(c, 1), in(c, 2), in(c, 3), input_rows(in(c, 0), in(c, 1)));
   const size_t bytes = kernels::prepared_nbytes(*w);
   const char* family = kernels::prepared_family(*w);
   return {std::move(w), bytes, family};

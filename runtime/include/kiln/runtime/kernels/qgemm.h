@@ -46,8 +46,10 @@ struct QuantizedOperands {
 // chosen when they are prepared and stays theirs. Calls without them pack the weights each time.
 struct PreparedQWeight;
 using PreparedQWeightPtr = std::shared_ptr<const PreparedQWeight>;
+// `rows`: the input's rows (elements / in_features) when known, 0 when not; the family may
+// depend on it (AMX only for inputs that fill its tiles).
 PreparedQWeightPtr prepare_qlinear_weight(const TensorImpl& w, const QuantizedOperands& q,
-                                          DType x_dtype, DType out_dtype);
+                                          DType x_dtype, DType out_dtype, int64_t rows = 0);
 PreparedQWeightPtr prepare_qconv2d_weight(const TensorImpl& w, const QuantizedOperands& q,
                                           const Conv2dParams& p, DType x_dtype, DType out_dtype);
 size_t prepared_nbytes(const PreparedQWeight& w);
@@ -71,7 +73,7 @@ void qlinear_dynamic_out(const TensorImpl& x, const TensorImpl& w, const TensorI
                          const TensorImpl& w_zero_point, const TensorImpl* bias, TensorImpl& out,
                          const PreparedQWeight* prepared = nullptr);
 PreparedQWeightPtr prepare_qlinear_dynamic_weight(const TensorImpl& w, const TensorImpl& w_scale,
-                                                  const TensorImpl& w_zero_point);
+                                                  const TensorImpl& w_zero_point, int64_t rows = 0);
 
 // The same by plain loops over the formula: the references every fast kernel must equal.
 void qlinear_reference_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
