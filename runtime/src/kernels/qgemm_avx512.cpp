@@ -16,22 +16,27 @@
 
 #include "qgemm_avx512_epilogue.h"
 
+// GCC 12 reports the `_mm512_undefined_*` pass-through operands inside the intrinsics' own
+// definitions as maybe uninitialized once they are inlined into these tiles: a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace kiln::kernels::quant_detail {
 namespace {
 
 constexpr int kMR = 8;
 constexpr int kNR = 32;
 
-template <bool kAUnsigned>
-void qkernel_vnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
-                  const TileOut& t) {
-  __m512i acc[kMR][2];
+// The first kRows rows of the tile (the sliver's others are padding: a batch-1 linear, an RNN
+// step), so a one-row product costs two `vpdpbusd` per K quad, not sixteen.
+template <bool kAUnsigned, int kRows>
+void qtile_vnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n, const TileOut& t) {
+  __m512i acc[kRows][2];
   for (auto& row : acc) row[0] = row[1] = _mm512_setzero_si512();
   for (int64_t p = 0; p < words; ++p) {
     const __m512i b0 = _mm512_loadu_si512(b + p * kNR);
     const __m512i b1 = _mm512_loadu_si512(b + p * kNR + 16);
 #pragma GCC unroll 8
-    for (int r = 0; r < kMR; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const __m512i av = _mm512_set1_epi32(a[p * kMR + r]);
       if constexpr (kAUnsigned) {
         acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], av, b0);
@@ -43,9 +48,23 @@ void qkernel_vnni(int64_t words, const int32_t* a, const int32_t* b, int m, int 
     }
   }
   store_rows_avx512(m, n, t, [&](int r, __m512i& a0, __m512i& a1) {
-    a0 = acc[r][0];
-    a1 = acc[r][1];
+    const int i = r < kRows ? r : kRows - 1;  // r < m <= kRows; said so for the compiler
+    a0 = acc[i][0];
+    a1 = acc[i][1];
   });
+}
+
+template <bool kAUnsigned>
+void qkernel_vnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
+                  const TileOut& t) {
+  if (m == 1)
+    qtile_vnni<kAUnsigned, 1>(words, a, b, m, n, t);
+  else if (m <= 2)
+    qtile_vnni<kAUnsigned, 2>(words, a, b, m, n, t);
+  else if (m <= 4)
+    qtile_vnni<kAUnsigned, 4>(words, a, b, m, n, t);
+  else
+    qtile_vnni<kAUnsigned, kMR>(words, a, b, m, n, t);
 }
 
 }  // namespace
