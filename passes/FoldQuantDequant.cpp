@@ -110,18 +110,45 @@ std::optional<std::vector<double>> bias_values(mlir::Value bias) {
   return out;
 }
 
-bool fold(ir::QuantizeOp quantize) {
+// What a per-tensor 8-bit quantize reads: `op`'s float result, used only there, possibly through
+// a relu that only it reads (folded as the integer op's relu); {} when it is not that.
+struct Quantized {
+  mlir::Operation* op = nullptr;
+  mlir::Operation* relu = nullptr;
+};
+Quantized quantized_producer(ir::QuantizeOp quantize) {
   mlir::Value input = quantize->getOperand(0);
-  if (!is_int8(quantize.getResult()) || rank_of(quantize->getOperand(1)) != 0) return false;
+  if (!is_int8(quantize.getResult()) || rank_of(quantize->getOperand(1)) != 0) return {};
   mlir::Operation* relu = input.getDefiningOp();
-  const bool has_relu = acts_as_relu(relu, quantize);
-  if (has_relu) {
-    if (!input.hasOneUse()) return false;
+  if (acts_as_relu(relu, quantize)) {
+    if (!input.hasOneUse()) return {};
     input = relu->getOperand(0);
+  } else {
+    relu = nullptr;
   }
-  mlir::Operation* layer = input.getDefiningOp();
+  if (!input.hasOneUse()) return {};
+  return {input.getDefiningOp(), relu};
+}
+
+// Replaces `quantize`, and the relu and op it folds, by the integer op `state` holds the operands
+// (and op-specific attributes) of.
+void replace(ir::QuantizeOp quantize, const Quantized& p, mlir::OperationState& state) {
+  mlir::OpBuilder b(quantize);
+  state.addAttribute("dtype", quantize->getAttr("dtype"));
+  state.addAttribute("relu", b.getBoolAttr(p.relu != nullptr));
+  state.addTypes(quantize.getResult().getType());
+  mlir::Operation* folded = b.create(state);
+  quantize.getResult().replaceAllUsesWith(folded->getResult(0));
+  quantize->erase();
+  if (p.relu) p.relu->erase();
+  p.op->erase();
+}
+
+bool fold(ir::QuantizeOp quantize) {
+  const Quantized p = quantized_producer(quantize);
+  mlir::Operation* layer = p.op;
   const bool conv = layer && mlir::isa<ir::Conv2dOp>(layer);
-  if (!layer || !(conv || mlir::isa<ir::LinearOp>(layer)) || !input.hasOneUse()) return false;
+  if (!layer || !(conv || mlir::isa<ir::LinearOp>(layer))) return false;
   auto x = layer->getOperand(0).getDefiningOp<ir::DequantizeOp>();
   auto w = layer->getOperand(1).getDefiningOp<ir::DequantizeOp>();
   if (!x || !w || !is_int8(x->getOperand(0)) || !is_int8(w->getOperand(0))) return false;
@@ -149,14 +176,7 @@ bool fold(ir::QuantizeOp quantize) {
   if (conv)
     for (const char* a : {"stride", "padding", "dilation", "groups"})
       state.addAttribute(a, layer->getAttr(a));
-  state.addAttribute("dtype", quantize->getAttr("dtype"));
-  state.addAttribute("relu", b.getBoolAttr(has_relu));
-  state.addTypes(quantize.getResult().getType());
-  mlir::Operation* folded = b.create(state);
-  quantize.getResult().replaceAllUsesWith(folded->getResult(0));
-  quantize->erase();
-  if (has_relu) relu->erase();
-  layer->erase();
+  replace(quantize, p, state);
   return true;
 }
 
@@ -190,16 +210,10 @@ void sink_below_dequantize(mlir::Operation* op) {
 
 // q = quantize(relu?(add(dequantize(a), dequantize(b)))) -> qadd(a, ..., b, ...) {relu}.
 bool fold_add(ir::QuantizeOp quantize) {
-  mlir::Value input = quantize->getOperand(0);
-  if (!is_int8(quantize.getResult()) || rank_of(quantize->getOperand(1)) != 0) return false;
-  mlir::Operation* relu = input.getDefiningOp();
-  const bool has_relu = acts_as_relu(relu, quantize);
-  if (has_relu) {
-    if (!input.hasOneUse()) return false;
-    input = relu->getOperand(0);
-  }
-  auto add = input.getDefiningOp<ir::AddOp>();
-  if (!add || !input.hasOneUse()) return false;
+  const Quantized p = quantized_producer(quantize);
+  auto add = mlir::dyn_cast_or_null<ir::AddOp>(p.op);
+  if (!add) return false;
+  const mlir::Type type = add.getResult().getType();
   if (auto alpha = add->getAttrOfType<mlir::FloatAttr>("alpha");
       alpha && alpha.getValueAsDouble() != 1.0)
     return false;
@@ -207,21 +221,13 @@ bool fold_add(ir::QuantizeOp quantize) {
   auto b = add->getOperand(1).getDefiningOp<ir::DequantizeOp>();
   if (!a || !b || !is_int8(a->getOperand(0)) || !is_int8(b->getOperand(0))) return false;
   if (rank_of(a->getOperand(1)) != 0 || rank_of(b->getOperand(1)) != 0) return false;
-  if (a.getResult().getType() != input.getType() || b.getResult().getType() != input.getType())
+  if (a.getResult().getType() != type || b.getResult().getType() != type)
     return false;  // broadcasting
-  mlir::OpBuilder builder(quantize);
   mlir::OperationState state(add->getLoc(), ir::QaddOp::getOperationName());
   state.addOperands({a->getOperand(0), a->getOperand(1), a->getOperand(2), b->getOperand(0),
                      b->getOperand(1), b->getOperand(2), quantize->getOperand(1),
                      quantize->getOperand(2)});
-  state.addAttribute("dtype", quantize->getAttr("dtype"));
-  state.addAttribute("relu", builder.getBoolAttr(has_relu));
-  state.addTypes(quantize.getResult().getType());
-  mlir::Operation* folded = builder.create(state);
-  quantize.getResult().replaceAllUsesWith(folded->getResult(0));
-  quantize->erase();
-  if (has_relu) relu->erase();
-  add->erase();
+  replace(quantize, p, state);
   return true;
 }
 

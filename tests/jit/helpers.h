@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kiln/kiln.h"
+#include "kiln/trace/trace.h"
 
 namespace kiln::test {
 
@@ -77,5 +78,20 @@ class TinyUNet : public nn::Module {
   std::shared_ptr<nn::Conv2d> enc1_, enc2_, mid_, dec1_, dec2_, head_;
   std::shared_ptr<nn::ConvTranspose2d> up_;
 };
+
+// One SGD step on `fc` traced with its parameters as named captures (a function that writes its
+// captures: what inference-only transformations must refuse).
+inline jit::TracedFunction trace_sgd_step(nn::Linear& fc, const Tensor& x) {
+  auto step = [&](const TensorList& in) {
+    Tensor loss = fc(in[0]).sum();
+    loss.backward();
+    autograd::NoGradGuard no_grad;
+    fc.weight.sub_(fc.weight.grad() * 0.1);
+    return TensorList{loss};
+  };
+  jit::TraceOptions o;
+  for (const auto& [k, t] : fc.named_parameters()) o.named_captures.push_back({k, t});
+  return jit::trace(step, {x}, o);
+}
 
 }  // namespace kiln::test

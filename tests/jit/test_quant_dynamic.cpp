@@ -94,17 +94,8 @@ TEST(QuantDynamic, WhatCannotBeQuantizedStaysFloat) {
 
 TEST(QuantDynamic, TrainingStepIsRefused) {
   nn::Linear fc(3, 2);
-  auto step = [&](const TensorList& in) {
-    Tensor loss = fc(in[0]).sum();
-    loss.backward();
-    autograd::NoGradGuard no_grad;
-    fc.weight.sub_(fc.weight.grad() * 0.1);
-    return TensorList{loss};
-  };
-  jit::TraceOptions o;
-  for (const auto& [k, t] : fc.named_parameters()) o.named_captures.push_back({k, t});
   try {
-    quant::quantize_dynamic(jit::trace(step, {rnd({2, 3}, 1)}, o));
+    quant::quantize_dynamic(test::trace_sgd_step(fc, rnd({2, 3}, 1)));
     ADD_FAILURE() << "a training step was quantized";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("kiln::quant::quantize_dynamic: the traced function "

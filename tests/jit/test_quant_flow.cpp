@@ -270,16 +270,7 @@ TEST(QuantFlow, SqnrSumsOverBatches) {
 
 TEST(QuantFlow, TrainingStepIsRefused) {
   nn::Linear fc(3, 2);
-  auto step = [&](const TensorList& in) {
-    Tensor loss = fc(in[0]).sum();
-    loss.backward();
-    autograd::NoGradGuard no_grad;
-    fc.weight.sub_(fc.weight.grad() * 0.1);
-    return TensorList{loss};
-  };
-  jit::TraceOptions o;
-  for (const auto& [k, t] : fc.named_parameters()) o.named_captures.push_back({k, t});
-  EXPECT_THROW(quant::prepare(jit::trace(step, {rnd({2, 3}, 1)}, o)), Error);
+  EXPECT_THROW(quant::prepare(test::trace_sgd_step(fc, rnd({2, 3}, 1))), Error);
 }
 
 }  // namespace

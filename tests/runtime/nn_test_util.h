@@ -33,6 +33,15 @@ inline std::string error_of(const std::function<void()>& fn) {
   return "";
 }
 
+// Round half to even in double, independently of the kernels' nearbyint (the quantization
+// tests' references).
+inline double round_half_even(double v) {
+  const double f = std::floor(v), diff = v - f;
+  if (diff < 0.5) return f;
+  if (diff > 0.5) return f + 1;
+  return std::fmod(f, 2.0) == 0.0 ? f : f + 1;
+}
+
 inline std::mt19937& rng() {
   static std::mt19937 g(1234);
   return g;

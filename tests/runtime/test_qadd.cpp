@@ -14,13 +14,6 @@ using namespace nn_test;
 
 namespace {
 
-double round_half_even(double v) {
-  const double f = std::floor(v), diff = v - f;
-  if (diff < 0.5) return f;
-  if (diff > 0.5) return f + 1;
-  return std::fmod(f, 2.0) == 0.0 ? f : f + 1;
-}
-
 struct Side {
   float scale;
   int64_t zero_point;

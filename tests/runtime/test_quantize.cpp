@@ -16,14 +16,6 @@ using namespace nn_test;
 
 namespace {
 
-// Round half to even in double, independently of the kernel's nearbyint.
-double round_half_even(double v) {
-  const double f = std::floor(v), diff = v - f;
-  if (diff < 0.5) return f;
-  if (diff > 0.5) return f + 1;
-  return std::fmod(f, 2.0) == 0.0 ? f : f + 1;
-}
-
 struct Ref {
   std::vector<double> scale;
   std::vector<int64_t> zp;
