@@ -19,24 +19,31 @@ namespace {
 constexpr int kMR = 6;
 constexpr int kNR = 16;
 
-void qkernel_avx2(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
-                  const TileOut& t) {
-  __m256i acc[kMR][2];
+// The first kRows rows of the tile (with_tile_rows).
+template <int kRows>
+void qtile_avx2(int64_t words, const int32_t* a, const int32_t* b, int m, int n, const TileOut& t) {
+  __m256i acc[kRows][2];
   for (auto& row : acc) row[0] = row[1] = _mm256_setzero_si256();
   for (int64_t p = 0; p < words; ++p) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * kNR));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * kNR + 8));
 #pragma GCC unroll 6
-    for (int r = 0; r < kMR; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const __m256i av = _mm256_set1_epi32(a[p * kMR + r]);
       acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(av, b0));
       acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(av, b1));
     }
   }
   store_rows_avx2(m, n, t, [&](int r, __m256i& a0, __m256i& a1) {
-    a0 = acc[r][0];
-    a1 = acc[r][1];
+    const int i = r < kRows ? r : kRows - 1;  // r < m <= kRows; said so for the compiler
+    a0 = acc[i][0];
+    a1 = acc[i][1];
   });
+}
+
+void qkernel_avx2(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
+                  const TileOut& t) {
+  with_tile_rows<kMR>(m, [&](auto rows) { qtile_avx2<rows>(words, a, b, m, n, t); });
 }
 
 }  // namespace

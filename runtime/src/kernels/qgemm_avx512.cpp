@@ -16,18 +16,14 @@
 
 #include "qgemm_avx512_epilogue.h"
 
-// GCC 12 reports the `_mm512_undefined_*` pass-through operands inside the intrinsics' own
-// definitions as maybe uninitialized once they are inlined into these tiles: a false positive.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 namespace kiln::kernels::quant_detail {
 namespace {
 
 constexpr int kMR = 8;
 constexpr int kNR = 32;
 
-// The first kRows rows of the tile (the sliver's others are padding: a batch-1 linear, an RNN
-// step), so a one-row product costs two `vpdpbusd` per K quad, not sixteen.
+// The first kRows rows of the tile (with_tile_rows): a one-row product costs two `vpdpbusd` per
+// K quad, not sixteen.
 template <bool kAUnsigned, int kRows>
 void qtile_vnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n, const TileOut& t) {
   __m512i acc[kRows][2];
@@ -57,14 +53,7 @@ void qtile_vnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
 template <bool kAUnsigned>
 void qkernel_vnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
                   const TileOut& t) {
-  if (m == 1)
-    qtile_vnni<kAUnsigned, 1>(words, a, b, m, n, t);
-  else if (m <= 2)
-    qtile_vnni<kAUnsigned, 2>(words, a, b, m, n, t);
-  else if (m <= 4)
-    qtile_vnni<kAUnsigned, 4>(words, a, b, m, n, t);
-  else
-    qtile_vnni<kAUnsigned, kMR>(words, a, b, m, n, t);
+  with_tile_rows<kMR>(m, [&](auto rows) { qtile_vnni<kAUnsigned, rows>(words, a, b, m, n, t); });
 }
 
 }  // namespace

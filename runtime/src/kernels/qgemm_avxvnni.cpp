@@ -19,16 +19,17 @@ namespace {
 constexpr int kMR = 6;
 constexpr int kNR = 16;
 
-template <bool kAUnsigned>
-void qkernel_avxvnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
-                     const TileOut& t) {
-  __m256i acc[kMR][2];
+// The first kRows rows of the tile (with_tile_rows).
+template <bool kAUnsigned, int kRows>
+void qtile_avxvnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
+                   const TileOut& t) {
+  __m256i acc[kRows][2];
   for (auto& row : acc) row[0] = row[1] = _mm256_setzero_si256();
   for (int64_t p = 0; p < words; ++p) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * kNR));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * kNR + 8));
 #pragma GCC unroll 6
-    for (int r = 0; r < kMR; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const __m256i av = _mm256_set1_epi32(a[p * kMR + r]);
       if constexpr (kAUnsigned) {
         acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], av, b0);
@@ -40,9 +41,16 @@ void qkernel_avxvnni(int64_t words, const int32_t* a, const int32_t* b, int m, i
     }
   }
   store_rows_avx2(m, n, t, [&](int r, __m256i& a0, __m256i& a1) {
-    a0 = acc[r][0];
-    a1 = acc[r][1];
+    const int i = r < kRows ? r : kRows - 1;  // r < m <= kRows; said so for the compiler
+    a0 = acc[i][0];
+    a1 = acc[i][1];
   });
+}
+
+template <bool kAUnsigned>
+void qkernel_avxvnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
+                     const TileOut& t) {
+  with_tile_rows<kMR>(m, [&](auto rows) { qtile_avxvnni<kAUnsigned, rows>(words, a, b, m, n, t); });
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/runtime/tensor.h"
@@ -216,6 +217,21 @@ const QFamily* qgemm_amx_family();  // null without AMX in the build or the tile
 
 // quantize_out's formula into uint8 (quantize.cpp): n contiguous values, one scale and zero point.
 void quantize_bytes(const float* x, int64_t n, float scale, int32_t zero_point, uint8_t* q);
+
+// Calls fn(std::integral_constant<int, R>{}) with the fewest rows R of 1, 2, 4 and kMR that
+// cover m: a tile computes only the rows its A sliver really holds (a batch-1 linear, an RNN step
+// fill one of kMR), instead of products of padding.
+template <int kMR, typename Fn>
+inline void with_tile_rows(int m, Fn&& fn) {
+  if (m <= 1)
+    fn(std::integral_constant<int, 1>{});
+  else if (m <= 2 && kMR > 2)
+    fn(std::integral_constant<int, 2>{});
+  else if (m <= 4 && kMR > 4)
+    fn(std::integral_constant<int, 4>{});
+  else
+    fn(std::integral_constant<int, kMR>{});
+}
 
 // Requantizes an accumulated tile (row stride `ld_acc`) into `t`, one value at a time.
 void store_tile_scalar(const int32_t* acc, int64_t ld_acc, int m, int n, const TileOut& t);
