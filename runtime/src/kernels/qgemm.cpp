@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -391,9 +392,11 @@ struct DynamicCall {
   std::vector<float> fbias;
 };
 
+// `unit`: the weights' constants checked once when they were prepared (requant_of at input and
+// output scale 1, input zero point 0: mult = w_scale), or null (checked now).
 DynamicCall dynamic_call(std::string_view op, const TensorImpl& x, const TensorImpl& w,
                          const TensorImpl& w_scale, const TensorImpl& w_zero_point,
-                         const TensorImpl* bias, const TensorImpl& out) {
+                         const TensorImpl* bias, const TensorImpl& out, const Requant* unit) {
   KILN_CHECK(x.dtype() == DType::Float32, op, "expected input of dtype float32, got ",
              dtype_name(x.dtype()));
   KILN_CHECK(out.dtype() == DType::Float32, op, "expected out of dtype float32, got ",
@@ -413,15 +416,28 @@ DynamicCall dynamic_call(std::string_view op, const TensorImpl& x, const TensorI
   KILN_CHECK(finite, op, "expected finite input values (its range gives the quantization), got ",
              "NaN or Inf");
   const AffineParams xq = affine_qparams(lo, hi, 0, 255);
-  auto xs = scalar_of<float>(xq.scale, DType::Float32);
-  auto xz = scalar_of<int32_t>(static_cast<int32_t>(xq.zero_point), DType::Int32);
-  auto one = scalar_of<float>(1.0f, DType::Float32);
-  auto zero = scalar_of<int32_t>(0, DType::Int32);
-  // Requantized to scale 1: mult = x_scale * w_scale[o] / 1, the dequantizing factor.
-  const QuantizedOperands q{xs.get(), xz.get(),  &w_scale,   &w_zero_point,
-                            nullptr,  one.get(), zero.get(), false};
   d.xq = empty(x.sizes(), DType::UInt8);
-  d.rq = requant_of(op, *d.xq, w, d.s.K, q, DType::UInt8);
+  if (unit) {
+    // requant_of's values without its checks and conversions: mult = x_scale * w_scale / 1.
+    d.rq = *unit;
+    d.rq.x_zp = static_cast<int32_t>(xq.zero_point);
+    for (float& m : d.rq.mult) {
+      const float w_scale_o = m;
+      m = xq.scale * w_scale_o;
+      KILN_CHECK(std::isfinite(m) && m > 0.0f, op,
+                 "expected input scale * weight scale to be a positive finite float32, got ",
+                 xq.scale, " * ", w_scale_o);
+    }
+  } else {
+    auto xs = scalar_of<float>(xq.scale, DType::Float32);
+    auto xz = scalar_of<int32_t>(static_cast<int32_t>(xq.zero_point), DType::Int32);
+    auto one = scalar_of<float>(1.0f, DType::Float32);
+    auto zero = scalar_of<int32_t>(0, DType::Int32);
+    // Requantized to scale 1: mult = x_scale * w_scale[o] / 1, the dequantizing factor.
+    const QuantizedOperands q{xs.get(), xz.get(),  &w_scale,   &w_zero_point,
+                              nullptr,  one.get(), zero.get(), false};
+    d.rq = requant_of(op, *d.xq, w, d.s.K, q, DType::UInt8);
+  }
   quant_detail::quantize_bytes(xp, n, xq.scale, static_cast<int32_t>(xq.zero_point),
                                d.xq->data_ptr<uint8_t>());
   d.fbias.assign(d.rq.mult.size(), 0.0f);
@@ -458,6 +474,8 @@ struct PreparedQWeight {
   bool a_operand = false;  // conv: the weights are A; linear: B
   std::vector<int32_t> words;
   std::vector<int32_t> sums;
+  // qlinear_dynamic's: the weights' epilogue constants at input scale 1 (dynamic_call).
+  std::optional<Requant> unit;
   Layout layout() const {
     return a_operand ? a_layout(*family, rows, K) : b_layout(*family, rows, K);
   }
@@ -466,8 +484,9 @@ struct PreparedQWeight {
 
 namespace {
 
-PreparedQWeightPtr pack_weight(const QFamily& f, const TensorImpl& wc, const Requant& rq,
-                               int64_t groups, int64_t K, bool conv) {
+std::shared_ptr<PreparedQWeight> pack_weight(const QFamily& f, const TensorImpl& wc,
+                                             const Requant& rq, int64_t groups, int64_t K,
+                                             bool conv) {
   auto pw = std::make_shared<PreparedQWeight>();
   pw->family = &f;
   pw->groups = groups;
@@ -613,7 +632,8 @@ void qlinear_dynamic_out(const TensorImpl& x, const TensorImpl& w, const TensorI
                          const TensorImpl& w_zero_point, const TensorImpl* bias, TensorImpl& out,
                          const PreparedQWeight* prepared) {
   constexpr std::string_view op = "qlinear_dynamic";
-  const DynamicCall d = dynamic_call(op, x, w, w_scale, w_zero_point, bias, out);
+  const Requant* unit = prepared && prepared->unit ? &*prepared->unit : nullptr;
+  const DynamicCall d = dynamic_call(op, x, w, w_scale, w_zero_point, bias, out, unit);
   nn_detail::OutTarget y(&out);
   if (d.s.M == 0 || d.s.N == 0) return y.finish();
   auto wc = views::contiguous(w);
@@ -634,7 +654,9 @@ PreparedQWeightPtr prepare_qlinear_dynamic_weight(const TensorImpl& w, const Ten
   auto x = empty(Dims{0, w.size(1)}, DType::UInt8);
   const Requant rq = requant_of(op, *x, w, w.size(1), q, DType::UInt8);
   auto wc = views::contiguous(w);
-  return pack_weight(family_for(quads_allowed(*wc, rq), rows), *wc, rq, 1, w.size(1), false);
+  auto pw = pack_weight(family_for(quads_allowed(*wc, rq), rows), *wc, rq, 1, w.size(1), false);
+  pw->unit = rq;
+  return pw;
 }
 
 void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
@@ -712,7 +734,7 @@ void qlinear_dynamic_reference_out(const TensorImpl& x, const TensorImpl& w,
                                    const TensorImpl& w_scale, const TensorImpl& w_zero_point,
                                    const TensorImpl* bias, TensorImpl& out) {
   constexpr std::string_view op = "qlinear_dynamic";
-  const DynamicCall d = dynamic_call(op, x, w, w_scale, w_zero_point, bias, out);
+  const DynamicCall d = dynamic_call(op, x, w, w_scale, w_zero_point, bias, out, nullptr);
   nn_detail::OutTarget y(&out);
   auto wc = views::contiguous(w);
   const Int8Data xd = data_of(d.xq), wd = data_of(wc);
