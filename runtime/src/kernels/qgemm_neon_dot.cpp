@@ -44,24 +44,25 @@ inline void row_dot(int32x4_t& c0, int32x4_t& c1, int8x16_t b0, int8x16_t b1, in
   c1 = vdotq_laneq_s32(c1, b1, a, kLane);
 }
 
-// Both operands are int8 quads: the same kernel for either operand order.
-void qkernel_dot(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
-                 const TileOut& t) {
+// The first kRows rows of the tile (with_tile_rows; the others stay 0 and are not stored).
+template <int kRows>
+void qtile_dot(int64_t words, const int32_t* a, const int32_t* b, int m, int n, const TileOut& t) {
   int32x4_t acc[kMR][2];
   for (auto& row : acc) row[0] = row[1] = vdupq_n_s32(0);
   const int8_t* ap = reinterpret_cast<const int8_t*>(a);
   const int8_t* bp = reinterpret_cast<const int8_t*>(b);
   for (int64_t p = 0; p < words; ++p) {
     const int8x16_t b0 = vld1q_s8(bp + p * kNR * 4), b1 = vld1q_s8(bp + p * kNR * 4 + 16);
-    const int8x16_t a0 = vld1q_s8(ap + p * kMR * 4), a1 = vld1q_s8(ap + p * kMR * 4 + 16);
-    row_dot<0>(acc[0][0], acc[0][1], b0, b1, a0);
-    row_dot<1>(acc[1][0], acc[1][1], b0, b1, a0);
-    row_dot<2>(acc[2][0], acc[2][1], b0, b1, a0);
-    row_dot<3>(acc[3][0], acc[3][1], b0, b1, a0);
-    row_dot<0>(acc[4][0], acc[4][1], b0, b1, a1);
-    row_dot<1>(acc[5][0], acc[5][1], b0, b1, a1);
-    row_dot<2>(acc[6][0], acc[6][1], b0, b1, a1);
-    row_dot<3>(acc[7][0], acc[7][1], b0, b1, a1);
+    const int8x16_t a0 = vld1q_s8(ap + p * kMR * 4);
+    const int8x16_t a1 = kRows > 4 ? vld1q_s8(ap + p * kMR * 4 + 16) : a0;
+    if constexpr (kRows > 0) row_dot<0>(acc[0][0], acc[0][1], b0, b1, a0);
+    if constexpr (kRows > 1) row_dot<1>(acc[1][0], acc[1][1], b0, b1, a0);
+    if constexpr (kRows > 2) row_dot<2>(acc[2][0], acc[2][1], b0, b1, a0);
+    if constexpr (kRows > 3) row_dot<3>(acc[3][0], acc[3][1], b0, b1, a0);
+    if constexpr (kRows > 4) row_dot<0>(acc[4][0], acc[4][1], b0, b1, a1);
+    if constexpr (kRows > 5) row_dot<1>(acc[5][0], acc[5][1], b0, b1, a1);
+    if constexpr (kRows > 6) row_dot<2>(acc[6][0], acc[6][1], b0, b1, a1);
+    if constexpr (kRows > 7) row_dot<3>(acc[7][0], acc[7][1], b0, b1, a1);
   }
   int32_t out[kMR][kNR];
   for (int r = 0; r < kMR; ++r) {
@@ -69,6 +70,12 @@ void qkernel_dot(int64_t words, const int32_t* a, const int32_t* b, int m, int n
     vst1q_s32(out[r] + 4, acc[r][1]);
   }
   store_tile_scalar(&out[0][0], kNR, m, n, t);
+}
+
+// Both operands are int8 quads: the same kernel for either operand order.
+void qkernel_dot(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
+                 const TileOut& t) {
+  with_tile_rows<kMR>(m, [&](auto rows) { qtile_dot<rows>(words, a, b, m, n, t); });
 }
 
 }  // namespace

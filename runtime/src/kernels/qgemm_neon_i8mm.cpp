@@ -31,24 +31,25 @@ inline void row_dot(int32x4_t& c0, int32x4_t& c1, uint8x16_t b0, uint8x16_t b1, 
   }
 }
 
-template <bool kAUnsigned>
-void qkernel_i8mm(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
-                  const TileOut& t) {
+// The first kRows rows of the tile (with_tile_rows; the others stay 0 and are not stored).
+template <bool kAUnsigned, int kRows>
+void qtile_i8mm(int64_t words, const int32_t* a, const int32_t* b, int m, int n, const TileOut& t) {
   int32x4_t acc[kMR][2];
   for (auto& row : acc) row[0] = row[1] = vdupq_n_s32(0);
   const uint8_t* ap = reinterpret_cast<const uint8_t*>(a);
   const uint8_t* bp = reinterpret_cast<const uint8_t*>(b);
   for (int64_t p = 0; p < words; ++p) {
     const uint8x16_t b0 = vld1q_u8(bp + p * kNR * 4), b1 = vld1q_u8(bp + p * kNR * 4 + 16);
-    const uint8x16_t a0 = vld1q_u8(ap + p * kMR * 4), a1 = vld1q_u8(ap + p * kMR * 4 + 16);
-    row_dot<kAUnsigned, 0>(acc[0][0], acc[0][1], b0, b1, a0);
-    row_dot<kAUnsigned, 1>(acc[1][0], acc[1][1], b0, b1, a0);
-    row_dot<kAUnsigned, 2>(acc[2][0], acc[2][1], b0, b1, a0);
-    row_dot<kAUnsigned, 3>(acc[3][0], acc[3][1], b0, b1, a0);
-    row_dot<kAUnsigned, 0>(acc[4][0], acc[4][1], b0, b1, a1);
-    row_dot<kAUnsigned, 1>(acc[5][0], acc[5][1], b0, b1, a1);
-    row_dot<kAUnsigned, 2>(acc[6][0], acc[6][1], b0, b1, a1);
-    row_dot<kAUnsigned, 3>(acc[7][0], acc[7][1], b0, b1, a1);
+    const uint8x16_t a0 = vld1q_u8(ap + p * kMR * 4);
+    const uint8x16_t a1 = kRows > 4 ? vld1q_u8(ap + p * kMR * 4 + 16) : a0;
+    if constexpr (kRows > 0) row_dot<kAUnsigned, 0>(acc[0][0], acc[0][1], b0, b1, a0);
+    if constexpr (kRows > 1) row_dot<kAUnsigned, 1>(acc[1][0], acc[1][1], b0, b1, a0);
+    if constexpr (kRows > 2) row_dot<kAUnsigned, 2>(acc[2][0], acc[2][1], b0, b1, a0);
+    if constexpr (kRows > 3) row_dot<kAUnsigned, 3>(acc[3][0], acc[3][1], b0, b1, a0);
+    if constexpr (kRows > 4) row_dot<kAUnsigned, 0>(acc[4][0], acc[4][1], b0, b1, a1);
+    if constexpr (kRows > 5) row_dot<kAUnsigned, 1>(acc[5][0], acc[5][1], b0, b1, a1);
+    if constexpr (kRows > 6) row_dot<kAUnsigned, 2>(acc[6][0], acc[6][1], b0, b1, a1);
+    if constexpr (kRows > 7) row_dot<kAUnsigned, 3>(acc[7][0], acc[7][1], b0, b1, a1);
   }
   int32_t out[kMR][kNR];
   for (int r = 0; r < kMR; ++r) {
@@ -56,6 +57,12 @@ void qkernel_i8mm(int64_t words, const int32_t* a, const int32_t* b, int m, int 
     vst1q_s32(out[r] + 4, acc[r][1]);
   }
   store_tile_scalar(&out[0][0], kNR, m, n, t);
+}
+
+template <bool kAUnsigned>
+void qkernel_i8mm(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
+                  const TileOut& t) {
+  with_tile_rows<kMR>(m, [&](auto rows) { qtile_i8mm<kAUnsigned, rows>(words, a, b, m, n, t); });
 }
 
 }  // namespace
