@@ -20,11 +20,11 @@
 // and the sum of one shape: the same float32 operations in one kernel, so the same bytes.
 //
 // Ops that only move or select values move above a per-tensor dequantize first, so that they run
-// on the bytes: reshape/view(dequantize(q)) = dequantize(reshape(q)) (a classifier's flatten
-// between the pooled features and its linear layer) and max_pool2d(dequantize(q)) =
-// dequantize(max_pool2d(q)) (dequantizing is increasing: the scale is positive) when the pool's
-// indices go unused. Then a quantize of a dequantize with the same constant parameters and dtype
-// is the bytes themselves (quantize((q - z) * s, s, z) = q).
+// on the bytes: the schema's view ops, view(dequantize(q)) = dequantize(view(q)) (a classifier's
+// flatten between the pooled features and its linear layer, a channel shuffle's transpose), and
+// max_pool2d(dequantize(q)) = dequantize(max_pool2d(q)) (dequantizing is increasing: the scale
+// is positive) when the pool's indices go unused. Then a quantize of a dequantize with the same
+// constant parameters and dtype is the bytes themselves (quantize((q - z) * s, s, z) = q).
 //
 // What stays: the dequantize ops' other users keep them (dead ones go in the next cleanup), and
 // a layer whose float result has other users stays float (its quantize is not the only reader).
@@ -38,6 +38,7 @@
 #include "mlir/Pass/Pass.h"
 
 #include "kiln/ir/KilnDialect.h"
+#include "kiln/ir/OpSchema.h"
 #include "kiln/passes/Passes.h"
 
 namespace kiln::passes {
@@ -187,8 +188,18 @@ bool same_constants(mlir::Value a, mlir::Value b) {
   return va && vb && *va == *vb;
 }
 
+// Whether `op` only moves or selects its one input's values: the schema's view ops (reshape,
+// transpose, permute, slice, select, expand, ...; ir/ops.toml's "view" trait) and max_pool2d.
+bool moves_values(mlir::Operation* op) {
+  if (mlir::isa<ir::MaxPool2dOp>(op)) return true;
+  const llvm::StringRef name = op->getName().getStringRef();
+  const ir::OpSchema* schema = ir::find_op_schema({name.data(), name.size()});
+  return schema && (schema->traits & ir::kTraitView) && op->getNumOperands() == 1 &&
+         op->getNumResults() == 1;
+}
+
 // op(dequantize(q, s, z)) -> dequantize(op(q), s, z) for a per-tensor s, where op moves or
-// selects values (reshape, view, max_pool2d without its indices).
+// selects values (moves_values; max_pool2d only without its indices).
 void sink_below_dequantize(mlir::Operation* op) {
   auto dq = op->getOperand(0).getDefiningOp<ir::DequantizeOp>();
   if (!dq || rank_of(dq->getOperand(1)) != 0) return;
@@ -256,7 +267,7 @@ struct FoldQuantDequantPass
   void runOnOperation() override {
     llvm::SmallVector<mlir::Operation*> movers;
     getOperation().walk([&](mlir::Operation* op) {
-      if (mlir::isa<ir::ReshapeOp, ir::ViewOp, ir::MaxPool2dOp>(op)) movers.push_back(op);
+      if (moves_values(op)) movers.push_back(op);
     });
     for (mlir::Operation* op : movers) sink_below_dequantize(op);
     llvm::SmallVector<ir::QuantizeOp> quantizes;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "helpers.h"
@@ -107,6 +108,31 @@ TEST(QuantFlow, SmallNetRunsInt8CloseToFloat) {
     // The integer kernels and the float simulation differ only by requantization rounding.
     EXPECT_GT(quant::sqnr(simulated, integer), 30.0);
   }
+}
+
+// A view between two layers (a channel shuffle's transpose) runs on the bytes: the artifact
+// quantizes the input once and dequantizes the output once, nothing in between.
+TEST(QuantFlow, ViewOpsBetweenLayersRunOnTheBytes) {
+  manual_seed(5);
+  nn::Conv2d c1(nn::Conv2dOptions(3, 8, 3).padding(1)), c2(nn::Conv2dOptions(8, 4, 3).padding(1));
+  autograd::NoGradGuard no_grad;
+  auto fn = [&](const TensorList& in) { return TensorList{c2(relu(c1(in[0])).transpose(2, 3))}; };
+  const Tensor x = rnd({2, 3, 8, 8}, 6);
+  quant::Prepared prepared = quant::prepare(jit::trace(fn, {x}));
+  for (uint32_t s = 0; s < 4; ++s) prepared.calibrate({rnd({2, 3, 8, 8}, 60 + s)});
+  const std::string report = prepared.report();
+  EXPECT_EQ(report.find("kiln.transpose"), std::string::npos) << report;
+  jit::TracedFunction q = quant::convert(std::move(prepared));
+  const std::vector<uint8_t> bytes = jit::save_to_bytes(q);
+  std::map<std::string, size_t> ops;
+  const auto model = rt::Model::from_bytes(bytes);
+  for (const auto& [name, n] : model->stats().op_counts) ops[name] = n;
+  EXPECT_EQ(ops["quantize"], 1u);
+  EXPECT_EQ(ops["dequantize"], 1u);
+  EXPECT_EQ(ops["qconv2d"], 2u);
+  const Tensor held_out = rnd({2, 3, 8, 8}, 70);
+  EXPECT_GT(quant::sqnr(q({held_out})[0], run_artifact(bytes, held_out)), 30.0);
+  EXPECT_GT(quant::sqnr(fn({held_out})[0], run_artifact(bytes, held_out)), 25.0);
 }
 
 // Weights dominate a wide model's file: the int8 artifact is under 0.3x the float one. The

@@ -178,3 +178,20 @@ func.func @max_pool_requantized(%xq: tensor<1x2x4x4xui8>, %s: tensor<f32>, %z: t
   %p2:2 = kiln.max_pool2d %y {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, ceil_mode = false} : (tensor<1x2x4x4xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x2xi64>)
   return %q, %p2#1 : tensor<1x2x2x2xui8>, tensor<1x2x2x2xi64>
 }
+
+// The schema's view ops move above a per-tensor dequantize too (a channel shuffle's transpose, a
+// slice): the next layer then reads the bytes.
+// CHECK-LABEL: func.func @views_on_bytes
+// CHECK: %[[T:.*]] = kiln.transpose %arg0 {{.*}} -> tensor<1x4x2x3xui8>
+// CHECK: %[[S:.*]] = kiln.slice %[[T]] {{.*}} -> tensor<1x2x2x3xui8>
+// CHECK-NOT: kiln.quantize
+// CHECK: return %[[S]]
+func.func @views_on_bytes(%xq: tensor<1x2x4x3xui8>) -> tensor<1x2x2x3xui8> {
+  %s = kiln.constant dense<0.05> : tensor<f32> : tensor<f32>
+  %z = kiln.constant dense<3> : tensor<i32> : tensor<i32>
+  %x = kiln.dequantize %xq, %s, %z {axis = 1 : i64} : (tensor<1x2x4x3xui8>, tensor<f32>, tensor<i32>) -> tensor<1x2x4x3xf32>
+  %t = kiln.transpose %x {dim0 = 1 : i64, dim1 = 2 : i64} : (tensor<1x2x4x3xf32>) -> tensor<1x4x2x3xf32>
+  %c = kiln.slice %t {dim = 1 : i64, start = 0 : i64, end = 4 : i64, step = 2 : i64} : (tensor<1x4x2x3xf32>) -> tensor<1x2x2x3xf32>
+  %q = kiln.quantize %c, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x2x2x3xf32>, tensor<f32>, tensor<i32>) -> tensor<1x2x2x3xui8>
+  return %q : tensor<1x2x2x3xui8>
+}

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "kiln/ir/KilnDialect.h"
+#include "kiln/ir/OpSchema.h"
 #include "kiln/kiln.h"
 #include "kiln/passes/Passes.h"
 #include "kiln/quant.h"
@@ -350,9 +351,13 @@ std::vector<std::string> Prepared::float_ops() const {
   for (const Point& p : impl_->points) observed.insert(p.value.getAsOpaquePointer());
   auto is_observed = [&](mlir::Value v) { return observed.count(v.getAsOpaquePointer()) > 0; };
   // What --kiln-fold-qdq runs on the bytes: an add of observed values whose output (after a
-  // relu it alone feeds) is observed (kiln.qadd), a max pool without its indices.
+  // relu it alone feeds) is observed (kiln.qadd), a max pool without its indices, the schema's
+  // view ops (transpose, slice, ...).
   auto on_bytes = [&](mlir::Operation* op) {
     if (mlir::isa<ir::MaxPool2dOp>(op)) return op->getResult(1).use_empty();
+    const llvm::StringRef name = op->getName().getStringRef();
+    const ir::OpSchema* schema = ir::find_op_schema({name.data(), name.size()});
+    if (schema && (schema->traits & ir::kTraitView) && op->getNumOperands() == 1) return true;
     if (!mlir::isa<ir::AddOp>(op) || !is_observed(op->getOperand(0)) ||
         !is_observed(op->getOperand(1)))
       return false;
@@ -365,9 +370,6 @@ std::vector<std::string> Prepared::float_ops() const {
     for (mlir::Operation* user : p.value.getUsers()) {
       if (quantized(user) || relu_like(user) || on_bytes(user) ||
           mlir::isa<mlir::func::ReturnOp>(user))
-        continue;
-      if (mlir::isa<ir::ReshapeOp, ir::ViewOp>(user) &&
-          llvm::all_of(user->getUsers(), [&](mlir::Operation* u) { return quantized(u); }))
         continue;
       ++count[user->getName().getStringRef().str()];
     }
