@@ -163,5 +163,48 @@ TEST(QuantizeOps, IntegerConvAndLinearInEveryBackend) {
   EXPECT_GT(max_abs_diff(want, zeros_like(want)), 0.5);  // not all clamped to zero
 }
 
+// The integer add and dynamic quantization's linear, traced: eager, the interpreter, the JIT and
+// a saved artifact agree, and qadd gives the bytes of dequantize -> add -> relu -> quantize.
+QuantizedWeight dynamic_weight() {
+  return {int8_weight({5, 6}, 15, 100.0), tensor({0.01, 0.02, 0.015, 0.03, 0.005}),
+          zeros({5}, TensorOptions(DType::Int32))};
+}
+const QuantizedOutput& add_out() {
+  static const QuantizedOutput out{scalar_of(0.05, DType::Float32), scalar_of(10, DType::Int32),
+                                   DType::UInt8, true};
+  return out;
+}
+TensorList add_and_dynamic_chain(const TensorList& in) {
+  const Tensor as = scalar_of(0.04, DType::Float32), az = scalar_of(120, DType::Int32);
+  const Tensor bs = scalar_of(0.03, DType::Float32), bz = scalar_of(-3, DType::Int32);
+  const Tensor a = quantize(in[0], as, az, DType::UInt8);
+  const Tensor b = quantize(in[0] * -0.7, bs, bz, DType::Int8);
+  const Tensor sum = qadd(a, as, az, b, bs, bz, add_out());
+  const Tensor y = qlinear_dynamic(in[0], dynamic_weight(), tensor({0.5, -0.25, 0.0, 1.0, 2.0}));
+  return TensorList{sum, y, a, b};
+}
+
+TEST(QuantizeOps, IntegerAddAndDynamicLinearInEveryBackend) {
+  dynamic_weight(), add_out();  // made before tracing
+  const Tensor x = rnd({2, 3, 5, 6}, 16, 3.0), x2 = rnd({2, 3, 5, 6}, 17, 3.0);
+  jit::TracedFunction t = jit::trace(add_and_dynamic_chain, {x});
+  for (const char* op : {"kiln.qadd", "kiln.qlinear_dynamic"})
+    EXPECT_NE(t.str().find(op), std::string::npos) << op << "\n" << t.str();
+  const TensorList eager = add_and_dynamic_chain({x2});
+  expect_every_backend_equals(t, eager, x2);
+  const Tensor fa =
+      dequantize(eager[2], scalar_of(0.04, DType::Float32), scalar_of(120, DType::Int32));
+  const Tensor fb =
+      dequantize(eager[3], scalar_of(0.03, DType::Float32), scalar_of(-3, DType::Int32));
+  const Tensor want = quantize(relu(fa + fb), add_out().scale, add_out().zero_point, DType::UInt8);
+  EXPECT_EQ(max_abs_diff(eager[0], want), 0.0);
+  EXPECT_GT(max_abs_diff(want, full_like(want, 10.0)), 0.0);  // not all at the zero point
+  // The dynamic linear within quantization noise of the float one.
+  const QuantizedWeight w = dynamic_weight();
+  const Tensor wf = dequantize(w.weight, w.scale, w.zero_point, 0);
+  const Tensor ref = linear(x2, wf, tensor({0.5, -0.25, 0.0, 1.0, 2.0}));
+  EXPECT_GT(quant::sqnr(ref, eager[1]), 30.0);
+}
+
 }  // namespace
 }  // namespace kiln
