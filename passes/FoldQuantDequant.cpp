@@ -188,23 +188,11 @@ bool same_constants(mlir::Value a, mlir::Value b) {
   return va && vb && *va == *vb;
 }
 
-// Whether `op` only moves or selects its one input's values: the schema's view ops (reshape,
-// transpose, permute, slice, select, expand, ...; ir/ops.toml's "view" trait) and max_pool2d.
-bool moves_values(mlir::Operation* op) {
-  if (mlir::isa<ir::MaxPool2dOp>(op)) return true;
-  const llvm::StringRef name = op->getName().getStringRef();
-  const ir::OpSchema* schema = ir::find_op_schema({name.data(), name.size()});
-  return schema && (schema->traits & ir::kTraitView) && op->getNumOperands() == 1 &&
-         op->getNumResults() == 1;
-}
-
 // op(dequantize(q, s, z)) -> dequantize(op(q), s, z) for a per-tensor s, where op moves or
-// selects values (moves_values; max_pool2d only without its indices).
+// selects values (moves_values_only).
 void sink_below_dequantize(mlir::Operation* op) {
   auto dq = op->getOperand(0).getDefiningOp<ir::DequantizeOp>();
   if (!dq || rank_of(dq->getOperand(1)) != 0) return;
-  for (unsigned i = 1; i < op->getNumResults(); ++i)
-    if (!op->getResult(i).use_empty()) return;  // max_pool2d's indices
   auto qt = mlir::cast<mlir::RankedTensorType>(dq->getOperand(0).getType());
   auto rt = mlir::cast<mlir::RankedTensorType>(op->getResult(0).getType());
   mlir::OpBuilder b(op);
@@ -267,7 +255,7 @@ struct FoldQuantDequantPass
   void runOnOperation() override {
     llvm::SmallVector<mlir::Operation*> movers;
     getOperation().walk([&](mlir::Operation* op) {
-      if (moves_values(op)) movers.push_back(op);
+      if (moves_values_only(op)) movers.push_back(op);
     });
     for (mlir::Operation* op : movers) sink_below_dequantize(op);
     llvm::SmallVector<ir::QuantizeOp> quantizes;
@@ -278,6 +266,14 @@ struct FoldQuantDequantPass
 };
 
 }  // namespace
+
+bool moves_values_only(mlir::Operation* op) {
+  if (mlir::isa<ir::MaxPool2dOp>(op)) return op->getResult(1).use_empty();
+  const llvm::StringRef name = op->getName().getStringRef();
+  const ir::OpSchema* schema = ir::find_op_schema({name.data(), name.size()});
+  return schema && (schema->traits & ir::kTraitView) && op->getNumOperands() == 1 &&
+         op->getNumResults() == 1;
+}
 
 std::unique_ptr<mlir::Pass> create_fold_qdq_pass() {
   return std::make_unique<FoldQuantDequantPass>();

@@ -15,7 +15,6 @@
 #include <sstream>
 
 #include "kiln/ir/KilnDialect.h"
-#include "kiln/ir/OpSchema.h"
 #include "kiln/kiln.h"
 #include "kiln/passes/Passes.h"
 #include "kiln/quant.h"
@@ -350,14 +349,10 @@ std::vector<std::string> Prepared::float_ops() const {
   std::set<const void*> observed;
   for (const Point& p : impl_->points) observed.insert(p.value.getAsOpaquePointer());
   auto is_observed = [&](mlir::Value v) { return observed.count(v.getAsOpaquePointer()) > 0; };
-  // What --kiln-fold-qdq runs on the bytes: an add of observed values whose output (after a
-  // relu it alone feeds) is observed (kiln.qadd), a max pool without its indices, the schema's
-  // view ops (transpose, slice, ...).
+  // What --kiln-fold-qdq runs on the bytes: ops that only move values (moves_values_only), and
+  // an add of observed values whose output (after a relu it alone feeds) is observed (kiln.qadd).
   auto on_bytes = [&](mlir::Operation* op) {
-    if (mlir::isa<ir::MaxPool2dOp>(op)) return op->getResult(1).use_empty();
-    const llvm::StringRef name = op->getName().getStringRef();
-    const ir::OpSchema* schema = ir::find_op_schema({name.data(), name.size()});
-    if (schema && (schema->traits & ir::kTraitView) && op->getNumOperands() == 1) return true;
+    if (passes::moves_values_only(op)) return true;
     if (!mlir::isa<ir::AddOp>(op) || !is_observed(op->getOperand(0)) ||
         !is_observed(op->getOperand(1)))
       return false;

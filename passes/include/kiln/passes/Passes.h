@@ -10,6 +10,7 @@
 #include <string>
 
 namespace mlir {
+class Operation;
 class Pass;
 class OpPassManager;
 class ModuleOp;
@@ -57,10 +58,14 @@ constexpr int64_t kMBConvNoExpandMinBytes = int64_t(8) << 20;
 constexpr int64_t kMBConvSmallMaxBytes = int64_t(640) << 10;
 std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes = kMBConvMinBytes,
                                                     int64_t small_max_bytes = kMBConvSmallMaxBytes);
-// --kiln-fold-qdq: dequantize -> conv2d / linear (-> relu) -> quantize, the QDQ form of an int8
-// layer, becomes one kiln.qconv2d / kiln.qlinear (a float bias becomes int32 at x_scale *
-// w_scale when the scales and bias are constants).
+// --kiln-fold-qdq: dequantize -> conv2d / linear / add (-> relu) -> quantize, the QDQ form of an
+// int8 layer, becomes one kiln.qconv2d / kiln.qlinear / kiln.qadd (a float bias becomes int32 at
+// x_scale * w_scale when the scales and bias are constants).
 std::unique_ptr<mlir::Pass> create_fold_qdq_pass();
+// Whether --kiln-fold-qdq runs `op` on the bytes when it reads a per-tensor dequantize: it only
+// moves or selects its one input's values (the schema's view ops; max_pool2d without its
+// indices). kiln::quant's report asks the same question.
+bool moves_values_only(mlir::Operation* op);
 // --kiln-insert-qdq: a quantization plan written on the IR (kiln.qparams on values, kiln.qweight
 // on conv2d / linear: see InsertQuantDequant.cpp) becomes quantize/dequantize pairs and int8
 // weight constants, the form --kiln-fold-qdq folds.
