@@ -26,9 +26,16 @@
 // is positive) when the pool's indices go unused. Then a quantize of a dequantize with the same
 // constant parameters and dtype is the bytes themselves (quantize((q - z) * s, s, z) = q).
 //
+// The QDQ form of an average pool (ONNX Runtime's QDQ AveragePool / GlobalAveragePool):
+//   q = kiln.quantize(kiln.avg_pool2d(kiln.dequantize(x)), ys, yz)
+// becomes q = kiln.qavg_pool2d(x, xs, xz, ys, yz) with the pool's window: exact integer sums,
+// requantized once (no float32 sum); an adaptive average pool too where all its windows have
+// one size (H and W multiples of the output: a global pool is one window over the plane).
+//
 // What stays: the dequantize ops' other users keep them (dead ones go in the next cleanup), and
 // a layer whose float result has other users stays float (its quantize is not the only reader).
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -230,6 +237,51 @@ bool fold_add(ir::QuantizeOp quantize) {
   return true;
 }
 
+// The avg_pool2d window (kernel, stride, padding) an adaptive average pool of this static shape
+// uses at every output, or nullopt when its windows differ (H or W not a multiple of the output).
+std::optional<std::array<int64_t, 2>> uniform_window(ir::AdaptiveAvgPool2dOp pool) {
+  auto in = mlir::cast<mlir::RankedTensorType>(pool->getOperand(0).getType());
+  auto out = mlir::cast<mlir::RankedTensorType>(pool.getResult().getType());
+  if (!in.hasStaticShape() || !out.hasStaticShape() || in.getRank() < 3) return std::nullopt;
+  const int64_t r = in.getRank(), H = in.getDimSize(r - 2), W = in.getDimSize(r - 1);
+  const int64_t Ho = out.getDimSize(r - 2), Wo = out.getDimSize(r - 1);
+  if (Ho < 1 || Wo < 1 || H % Ho != 0 || W % Wo != 0) return std::nullopt;
+  return std::array<int64_t, 2>{H / Ho, W / Wo};
+}
+
+// q = quantize(avg_pool2d(dequantize(x))) -> qavg_pool2d(x, xs, xz, ys, yz); an adaptive average
+// pool too where every window has one size (a global pool: kernel = stride = the input's H, W).
+bool fold_avg_pool(ir::QuantizeOp quantize) {
+  const Quantized p = quantized_producer(quantize);
+  if (!p.op || p.relu) return false;
+  auto x = p.op->getOperand(0).getDefiningOp<ir::DequantizeOp>();
+  if (!x || !is_int8(x->getOperand(0)) || rank_of(x->getOperand(1)) != 0) return false;
+  mlir::OpBuilder b(quantize);
+  mlir::OperationState state(p.op->getLoc(), ir::QavgPool2dOp::getOperationName());
+  state.addOperands({x->getOperand(0), x->getOperand(1), x->getOperand(2), quantize->getOperand(1),
+                     quantize->getOperand(2)});
+  if (!average_pool_on_bytes(p.op)) return false;
+  if (auto adaptive = mlir::dyn_cast<ir::AdaptiveAvgPool2dOp>(p.op)) {
+    const std::array<int64_t, 2> window = *uniform_window(adaptive);
+    state.addAttribute("kernel", b.getDenseI64ArrayAttr(window));
+    state.addAttribute("stride", b.getDenseI64ArrayAttr(window));
+    state.addAttribute("padding", b.getDenseI64ArrayAttr({0, 0}));
+    state.addAttribute("ceil_mode", b.getBoolAttr(false));
+    state.addAttribute("count_include_pad", b.getBoolAttr(true));
+  } else {
+    for (const char* a : {"kernel", "stride", "padding", "ceil_mode", "count_include_pad"})
+      state.addAttribute(a, p.op->getAttr(a));
+  }
+  state.addAttribute("dtype", quantize->getAttr("dtype"));
+  state.addTypes(quantize.getResult().getType());
+  mlir::Operation* folded = b.create(state);
+  quantize.getResult().replaceAllUsesWith(folded->getResult(0));
+  quantize->erase();
+  p.op->erase();
+  if (x->use_empty()) x->erase();
+  return true;
+}
+
 // quantize(dequantize(q, s, z), s, z) of q's dtype -> q.
 bool fold_requantize(ir::QuantizeOp quantize) {
   auto dq = quantize->getOperand(0).getDefiningOp<ir::DequantizeOp>();
@@ -249,8 +301,8 @@ struct FoldQuantDequantPass
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FoldQuantDequantPass)
   llvm::StringRef getArgument() const override { return "kiln-fold-qdq"; }
   llvm::StringRef getDescription() const override {
-    return "Fold dequantize -> conv2d/linear/add (-> relu) -> quantize into kiln.qconv2d/qlinear/"
-           "qadd";
+    return "Fold dequantize -> conv2d/linear/add (-> relu) / average pool -> quantize into "
+           "kiln.qconv2d/qlinear/qadd/qavg_pool2d";
   }
   void runOnOperation() override {
     llvm::SmallVector<mlir::Operation*> movers;
@@ -261,7 +313,7 @@ struct FoldQuantDequantPass
     llvm::SmallVector<ir::QuantizeOp> quantizes;
     getOperation().walk([&](ir::QuantizeOp op) { quantizes.push_back(op); });
     for (ir::QuantizeOp op : quantizes)
-      if (!fold(op) && !fold_add(op)) fold_requantize(op);
+      if (!fold(op) && !fold_add(op) && !fold_avg_pool(op)) fold_requantize(op);
   }
 };
 
@@ -273,6 +325,12 @@ bool moves_values_only(mlir::Operation* op) {
   const ir::OpSchema* schema = ir::find_op_schema({name.data(), name.size()});
   return schema && (schema->traits & ir::kTraitView) && op->getNumOperands() == 1 &&
          op->getNumResults() == 1;
+}
+
+bool average_pool_on_bytes(mlir::Operation* op) {
+  if (mlir::isa<ir::AvgPool2dOp>(op)) return true;
+  auto adaptive = mlir::dyn_cast<ir::AdaptiveAvgPool2dOp>(op);
+  return adaptive && uniform_window(adaptive).has_value();
 }
 
 std::unique_ptr<mlir::Pass> create_fold_qdq_pass() {

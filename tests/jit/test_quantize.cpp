@@ -163,8 +163,9 @@ TEST(QuantizeOps, IntegerConvAndLinearInEveryBackend) {
   EXPECT_GT(max_abs_diff(want, zeros_like(want)), 0.5);  // not all clamped to zero
 }
 
-// The integer add and dynamic quantization's linear, traced: eager, the interpreter, the JIT and
-// a saved artifact agree, and qadd gives the bytes of dequantize -> add -> relu -> quantize.
+// The integer add, average pool and dynamic quantization's linear, traced: eager, the interpreter,
+// the JIT and a saved artifact agree, and qadd gives the bytes of dequantize -> add -> relu ->
+// quantize.
 QuantizedWeight dynamic_weight() {
   return {int8_weight({5, 6}, 15, 100.0), tensor({0.01, 0.02, 0.015, 0.03, 0.005}),
           zeros({5}, TensorOptions(DType::Int32))};
@@ -181,14 +182,18 @@ TensorList add_and_dynamic_chain(const TensorList& in) {
   const Tensor b = quantize(in[0] * -0.7, bs, bz, DType::Int8);
   const Tensor sum = qadd(a, as, az, b, bs, bz, add_out());
   const Tensor y = qlinear_dynamic(in[0], dynamic_weight(), tensor({0.5, -0.25, 0.0, 1.0, 2.0}));
-  return TensorList{sum, y, a, b};
+  const QuantizedOutput pool_out{scalar_of(0.02, DType::Float32), scalar_of(-5, DType::Int32),
+                                 DType::Int8};
+  const Tensor pooled = qavg_pool2d(sum, add_out().scale, add_out().zero_point, pool_out, {3, 3},
+                                    {2, 2}, {1, 1}, true, false);
+  return TensorList{sum, y, a, b, pooled};
 }
 
-TEST(QuantizeOps, IntegerAddAndDynamicLinearInEveryBackend) {
+TEST(QuantizeOps, IntegerAddPoolAndDynamicLinearInEveryBackend) {
   dynamic_weight(), add_out();  // made before tracing
   const Tensor x = rnd({2, 3, 5, 6}, 16, 3.0), x2 = rnd({2, 3, 5, 6}, 17, 3.0);
   jit::TracedFunction t = jit::trace(add_and_dynamic_chain, {x});
-  for (const char* op : {"kiln.qadd", "kiln.qlinear_dynamic"})
+  for (const char* op : {"kiln.qadd", "kiln.qlinear_dynamic", "kiln.qavg_pool2d"})
     EXPECT_NE(t.str().find(op), std::string::npos) << op << "\n" << t.str();
   const TensorList eager = add_and_dynamic_chain({x2});
   expect_every_backend_equals(t, eager, x2);
@@ -204,6 +209,13 @@ TEST(QuantizeOps, IntegerAddAndDynamicLinearInEveryBackend) {
   const Tensor wf = dequantize(w.weight, w.scale, w.zero_point, 0);
   const Tensor ref = linear(x2, wf, tensor({0.5, -0.25, 0.0, 1.0, 2.0}));
   EXPECT_GT(quant::sqnr(ref, eager[1]), 30.0);
+  // The integer average pool within one step of the float pool of the dequantized sum.
+  const Tensor pooled_ref = quantize(
+      avg_pool2d(dequantize(eager[0], add_out().scale, add_out().zero_point), 3, 2, 1, true, false),
+      scalar_of(0.02, DType::Float32), scalar_of(-5, DType::Int32), DType::Int8);
+  EXPECT_EQ(eager[4].sizes(), pooled_ref.sizes());
+  EXPECT_LE(max_abs_diff(eager[4], pooled_ref), 1.0);
+  EXPECT_GT(max_abs_diff(eager[4], full_like(eager[4], -5.0)), 0.0);
 }
 
 }  // namespace

@@ -195,3 +195,40 @@ func.func @views_on_bytes(%xq: tensor<1x2x4x3xui8>) -> tensor<1x2x2x3xui8> {
   %q = kiln.quantize %c, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x2x2x3xf32>, tensor<f32>, tensor<i32>) -> tensor<1x2x2x3xui8>
   return %q : tensor<1x2x2x3xui8>
 }
+
+// A global average pool (an adaptive one to 1x1) and an avg_pool2d between Q/DQ pairs: each one
+// kiln.qavg_pool2d on the bytes, the global one with the plane as its window.
+// CHECK-LABEL: func.func @average_pools_on_bytes
+// CHECK: %[[G:.*]] = kiln.qavg_pool2d %arg0, %arg1, %arg2, %arg3, %arg4 {ceil_mode = false, count_include_pad = true, dtype = 5 : i64, kernel = array<i64: 7, 7>, padding = array<i64: 0, 0>, stride = array<i64: 7, 7>}
+// CHECK: %[[P:.*]] = kiln.qavg_pool2d %arg0, %arg1, %arg2, %arg3, %arg4 {ceil_mode = true, count_include_pad = false, dtype = 4 : i64, kernel = array<i64: 3, 3>, padding = array<i64: 1, 1>, stride = array<i64: 2, 2>}
+// CHECK-NOT: kiln.dequantize
+// CHECK-NOT: kiln.quantize
+// CHECK: return %[[G]], %[[P]]
+func.func @average_pools_on_bytes(%xq: tensor<2x8x7x7xui8>, %xs: tensor<f32>, %xz: tensor<i32>, %ys: tensor<f32>, %yz: tensor<i32>) -> (tensor<2x8x1x1xui8>, tensor<2x8x4x4xi8>) {
+  %x = kiln.dequantize %xq, %xs, %xz {axis = 1 : i64} : (tensor<2x8x7x7xui8>, tensor<f32>, tensor<i32>) -> tensor<2x8x7x7xf32>
+  %g = kiln.adaptive_avg_pool2d %x {output_size = array<i64: 1, 1>} : (tensor<2x8x7x7xf32>) -> tensor<2x8x1x1xf32>
+  %qg = kiln.quantize %g, %ys, %yz {axis = 1 : i64, dtype = 5 : i64} : (tensor<2x8x1x1xf32>, tensor<f32>, tensor<i32>) -> tensor<2x8x1x1xui8>
+  %p = kiln.avg_pool2d %x {kernel = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, ceil_mode = true, count_include_pad = false} : (tensor<2x8x7x7xf32>) -> tensor<2x8x4x4xf32>
+  %qp = kiln.quantize %p, %ys, %yz {axis = 1 : i64, dtype = 4 : i64} : (tensor<2x8x4x4xf32>, tensor<f32>, tensor<i32>) -> tensor<2x8x4x4xi8>
+  return %qg, %qp : tensor<2x8x1x1xui8>, tensor<2x8x4x4xi8>
+}
+
+// Average pools that stay float: windows of different sizes (7 is not a multiple of 3), a relu
+// before the quantize, a per-channel dequantize, a pooled value with another user.
+// CHECK-LABEL: func.func @average_pools_that_stay_float
+// CHECK-NOT: kiln.qavg_pool2d
+// CHECK: return
+func.func @average_pools_that_stay_float(%xq: tensor<1x2x7x7xui8>, %s: tensor<f32>, %z: tensor<i32>, %cs: tensor<2xf32>, %cz: tensor<2xi32>) -> (tensor<1x2x3x3xui8>, tensor<1x2x1x1xui8>, tensor<1x2x1x1xui8>, tensor<1x2x1x1xui8>, tensor<1x2x1x1xf32>) {
+  %x = kiln.dequantize %xq, %s, %z {axis = 1 : i64} : (tensor<1x2x7x7xui8>, tensor<f32>, tensor<i32>) -> tensor<1x2x7x7xf32>
+  %a = kiln.adaptive_avg_pool2d %x {output_size = array<i64: 3, 3>} : (tensor<1x2x7x7xf32>) -> tensor<1x2x3x3xf32>
+  %qa = kiln.quantize %a, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x2x3x3xf32>, tensor<f32>, tensor<i32>) -> tensor<1x2x3x3xui8>
+  %g = kiln.adaptive_avg_pool2d %x {output_size = array<i64: 1, 1>} : (tensor<1x2x7x7xf32>) -> tensor<1x2x1x1xf32>
+  %r = kiln.relu %g : tensor<1x2x1x1xf32> -> tensor<1x2x1x1xf32>
+  %qr = kiln.quantize %r, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x2x1x1xf32>, tensor<f32>, tensor<i32>) -> tensor<1x2x1x1xui8>
+  %c = kiln.dequantize %xq, %cs, %cz {axis = 1 : i64} : (tensor<1x2x7x7xui8>, tensor<2xf32>, tensor<2xi32>) -> tensor<1x2x7x7xf32>
+  %gc = kiln.adaptive_avg_pool2d %c {output_size = array<i64: 1, 1>} : (tensor<1x2x7x7xf32>) -> tensor<1x2x1x1xf32>
+  %qc = kiln.quantize %gc, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x2x1x1xf32>, tensor<f32>, tensor<i32>) -> tensor<1x2x1x1xui8>
+  %g2 = kiln.adaptive_avg_pool2d %x {output_size = array<i64: 1, 1>} : (tensor<1x2x7x7xf32>) -> tensor<1x2x1x1xf32>
+  %q2 = kiln.quantize %g2, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x2x1x1xf32>, tensor<f32>, tensor<i32>) -> tensor<1x2x1x1xui8>
+  return %qa, %qr, %qc, %q2, %g2 : tensor<1x2x3x3xui8>, tensor<1x2x1x1xui8>, tensor<1x2x1x1xui8>, tensor<1x2x1x1xui8>, tensor<1x2x1x1xf32>
+}

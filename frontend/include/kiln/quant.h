@@ -73,6 +73,15 @@ Tensor qadd(const Tensor& input, const Tensor& input_scale, const Tensor& input_
             const Tensor& other, const Tensor& other_scale, const Tensor& other_zero_point,
             const QuantizedOutput& output);
 
+// Integer average pooling (the runtime's kernels/quantize.h), traced as kiln.qavg_pool2d:
+// avg_pool2d's window (kernel, stride (empty: the kernel), padding, ceil_mode,
+// count_include_pad) summed exactly over input - input_zero_point and requantized to output's
+// dtype at input_scale / (output.scale * divisor), rounded half to even. 0-dim parameters;
+// output.relu must be false.
+Tensor qavg_pool2d(const Tensor& input, const Tensor& input_scale, const Tensor& input_zero_point,
+                   const QuantizedOutput& output, Dims kernel, Dims stride = {},
+                   Dims padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true);
+
 }  // namespace kiln
 
 #include "kiln/quant/observer.h"

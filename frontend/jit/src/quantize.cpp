@@ -349,10 +349,12 @@ std::vector<std::string> Prepared::float_ops() const {
   std::set<const void*> observed;
   for (const Point& p : impl_->points) observed.insert(p.value.getAsOpaquePointer());
   auto is_observed = [&](mlir::Value v) { return observed.count(v.getAsOpaquePointer()) > 0; };
-  // What --kiln-fold-qdq runs on the bytes: ops that only move values (moves_values_only), and
-  // an add of observed values whose output (after a relu it alone feeds) is observed (kiln.qadd).
+  // What --kiln-fold-qdq runs on the bytes: ops that only move values (moves_values_only), an
+  // average pool whose output is observed (kiln.qavg_pool2d), and an add of observed values
+  // whose output (after a relu it alone feeds) is observed (kiln.qadd).
   auto on_bytes = [&](mlir::Operation* op) {
     if (passes::moves_values_only(op)) return true;
+    if (passes::average_pool_on_bytes(op)) return is_observed(op->getResult(0));
     if (!mlir::isa<ir::AddOp>(op) || !is_observed(op->getOperand(0)) ||
         !is_observed(op->getOperand(1)))
       return false;

@@ -1,7 +1,7 @@
 // The eager quantization ops: the runtime's kernels (kernels/quantize.h, kernels/qgemm.h),
 // fake_quantize's straight-through gradient, and the trace records (kiln.quantize,
 // kiln.dequantize, kiln.fake_quantize, kiln.fake_quantize_backward, kiln.qlinear, kiln.qconv2d,
-// kiln.qadd).
+// kiln.qadd, kiln.qavg_pool2d).
 
 #include "kiln/runtime/kernels/quantize.h"
 #include "kiln/autograd.h"
@@ -117,6 +117,36 @@ Tensor qadd(const Tensor& input, const Tensor& input_scale, const Tensor& input_
              TensorList({input, input_scale, input_zero_point, other, other_scale, other_zero_point,
                          output.scale, output.zero_point}),
              {out}, {"dtype", static_cast<int64_t>(output.dtype)}, {"relu", output.relu});
+  return out;
+}
+
+Tensor qavg_pool2d(const Tensor& input, const Tensor& input_scale, const Tensor& input_zero_point,
+                   const QuantizedOutput& output, Dims kernel, Dims stride, Dims padding,
+                   bool ceil_mode, bool count_include_pad) {
+  constexpr const char* op = "qavg_pool2d";
+  check_int8_dtype(op, output.dtype);
+  KILN_CHECK(!output.relu, op, "expected no relu (an average of quantized values has none)");
+  if (stride.empty()) stride = kernel;
+  KILN_CHECK(kernel.size() == 2 && stride.size() == 2 && padding.size() == 2, op,
+             "expected 2 values each for kernel, stride and padding, got ", kernel, ", ", stride,
+             ", ", padding);
+  kernels::Pool2dParams p;
+  p.kernel_h = kernel[0], p.kernel_w = kernel[1];
+  p.stride_h = stride[0], p.stride_w = stride[1];
+  p.pad_h = padding[0], p.pad_w = padding[1];
+  p.ceil_mode = ceil_mode;
+  p.count_include_pad = count_include_pad;
+  KILN_CHECK(input.dim() == 3 || input.dim() == 4, op,
+             "expected input of 3 or 4 dims ((N,)C,H,W), got ", input.sizes());
+  Tensor out(kiln::empty(kernels::avg_pool2d_output_shape(input.sizes(), p), output.dtype));
+  kernels::qavg_pool2d_out(
+      *input.impl(),
+      {input_scale.impl(), input_zero_point.impl(), output.scale.impl(), output.zero_point.impl()},
+      p, *out.impl());
+  KILN_TRACE(
+      op, TensorList({input, input_scale, input_zero_point, output.scale, output.zero_point}),
+      {out}, {"kernel", kernel}, {"stride", stride}, {"padding", padding}, {"ceil_mode", ceil_mode},
+      {"count_include_pad", count_include_pad}, {"dtype", static_cast<int64_t>(output.dtype)});
   return out;
 }
 

@@ -477,6 +477,14 @@ const KernelTable& kernels() {
          const QuantizedOutput y{x[6], x[7], static_cast<DType>(a.i("dtype")), a.b("relu")};
          return TensorList{qadd(x[0], x[1], x[2], x[3], x[4], x[5], y)};
        }},
+      {id<ir::QavgPool2dOp>(),
+       [](L x, A a, O) {
+         const QuantizedOutput y{x[3], x[4], static_cast<DType>(a.i("dtype"))};
+         const Pair2 k = a.pair("kernel"), s = a.pair("stride"), p = a.pair("padding");
+         return TensorList{qavg_pool2d(x[0], x[1], x[2], y, Dims{k.h, k.w}, Dims{s.h, s.w},
+                                       Dims{p.h, p.w}, a.b("ceil_mode"),
+                                       a.b("count_include_pad"))};
+       }},
       {id<ir::Qconv2dOp>(),
        [](L x, A a, O) {
          const QuantizedOutput y{x[7], x[8], static_cast<DType>(a.i("dtype")), a.b("relu")};

@@ -12,6 +12,7 @@
 #include "kiln/runtime/abi.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/tensor.h"
 
 namespace kiln::abi {
@@ -69,6 +70,25 @@ inline kernels::Conv2dParams conv2d_params(Args& a) {
   p.pad_h = pad[0], p.pad_w = pad[1];
   p.dilation_h = d[0], p.dilation_w = d[1];
   p.groups = a.i();
+  return p;
+}
+
+// A pool's kernel, stride (empty: the kernel), padding, dilation (max pooling only), ceil_mode
+// and count_include_pad (average pooling only), in the schema's order.
+inline kernels::Pool2dParams pool2d_params(Args& a, bool max) {
+  kernels::Pool2dParams p;
+  auto k = a.arr();
+  auto s = a.arr();
+  auto pad = a.arr();
+  p.kernel_h = k[0], p.kernel_w = k.size() > 1 ? k[1] : k[0];
+  if (!s.empty()) p.stride_h = s[0], p.stride_w = s.size() > 1 ? s[1] : s[0];
+  p.pad_h = pad[0], p.pad_w = pad.size() > 1 ? pad[1] : pad[0];
+  if (max) {
+    auto d = a.arr();
+    p.dilation_h = d[0], p.dilation_w = d.size() > 1 ? d[1] : d[0];
+  }
+  p.ceil_mode = a.b();
+  if (!max) p.count_include_pad = a.b();
   return p;
 }
 

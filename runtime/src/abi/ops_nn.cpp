@@ -33,23 +33,6 @@ TensorImplPtr contiguous(TensorImpl& t) {
   return c;
 }
 
-Pool2dParams pool_params(abi::Args& a, bool max) {
-  Pool2dParams p;
-  auto k = a.arr();
-  auto s = a.arr();
-  auto pad = a.arr();
-  p.kernel_h = k[0], p.kernel_w = k.size() > 1 ? k[1] : k[0];
-  if (!s.empty()) p.stride_h = s[0], p.stride_w = s.size() > 1 ? s[1] : s[0];
-  p.pad_h = pad[0], p.pad_w = pad.size() > 1 ? pad[1] : pad[0];
-  if (max) {
-    auto d = a.arr();
-    p.dilation_h = d[0], p.dilation_w = d.size() > 1 ? d[1] : d[0];
-  }
-  p.ceil_mode = a.b();
-  if (!max) p.count_include_pad = a.b();
-  return p;
-}
-
 }  // namespace
 
 KILN_ABI_OP(matmul, matmul_out(a.t(0), a.t(1), a.t(2)))
@@ -239,11 +222,11 @@ KILN_ABI_OP(conv_transpose2d, {
 })
 
 KILN_ABI_OP(max_pool2d, {
-  Pool2dParams p = pool_params(a, true);
+  Pool2dParams p = abi::pool2d_params(a, true);
   max_pool2d_out(a.t(0), p, a.t(1), a.opt(2));
 })
 KILN_ABI_OP(avg_pool2d, {
-  Pool2dParams p = pool_params(a, false);
+  Pool2dParams p = abi::pool2d_params(a, false);
   avg_pool2d_out(a.t(0), p, a.t(1));
 })
 KILN_ABI_OP(adaptive_avg_pool2d, adaptive_avg_pool2d_out(a.t(0), a.t(1)))
@@ -312,7 +295,7 @@ KILN_ABI_OP(conv2d_backward, {
 })
 KILN_ABI_OP(max_pool2d_backward, max_pool2d_backward_out(a.t(0), a.t(1), a.t(2)))
 KILN_ABI_OP(avg_pool2d_backward, {
-  Pool2dParams p = pool_params(a, false);
+  Pool2dParams p = abi::pool2d_params(a, false);
   avg_pool2d_backward_out(a.t(0), p, a.t(1));
 })
 KILN_ABI_OP(adaptive_avg_pool2d_backward, adaptive_avg_pool2d_backward_out(a.t(0), a.t(1)))

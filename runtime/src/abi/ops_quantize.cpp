@@ -57,5 +57,12 @@ KILN_ABI_OP(qadd, {
   const bool relu = a.b();
   qadd_out(a.t(0), a.t(3), {&a.t(1), &a.t(2), &a.t(4), &a.t(5), &a.t(6), &a.t(7), relu}, a.t(8));
 })
+// Tensors: input, input_scale, input_zero_point, output_scale, output_zero_point, result;
+// attributes avg_pool2d's, then dtype (the result's, read from it).
+KILN_ABI_OP(qavg_pool2d, {
+  const Pool2dParams p = abi::pool2d_params(a, false);
+  (void)a.i();
+  qavg_pool2d_out(a.t(0), {&a.t(1), &a.t(2), &a.t(3), &a.t(4)}, p, a.t(5));
+})
 // Tensors: input, weight, weight_scale, weight_zero_point, bias (optional), result.
 KILN_ABI_OP(qlinear_dynamic, qlinear_dynamic_out(a.t(0), a.t(1), a.t(2), a.t(3), a.opt(4), a.t(5)))

@@ -10,17 +10,12 @@
 #include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/thread_pool.h"
 #include "nn_common.h"
+#include "pool_internal.h"
 
 namespace kiln::kernels {
-namespace {
+namespace pool_detail {
 
 using namespace nn_detail;
-
-struct PoolGeom {
-  int64_t planes = 0, H = 0, W = 0, Ho = 0, Wo = 0;
-  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
-  Dims out_shape;
-};
 
 void check_pool_input(std::string_view op, std::span<const int64_t> in) {
   KILN_CHECK(in.size() == 3 || in.size() == 4, op,
@@ -78,6 +73,13 @@ PoolGeom pool_geom(std::string_view op, std::span<const int64_t> in, const Pool2
 int64_t plane_grain(int64_t work_per_plane) {
   return std::max<int64_t>(1, 32768 / std::max<int64_t>(work_per_plane, 1));
 }
+
+}  // namespace pool_detail
+
+namespace {
+
+using namespace nn_detail;
+using namespace pool_detail;
 
 // ---------------------------------------------------------------------------------------------
 // Below every value: -inf, or the least value of an 8-bit type (max pooling of quantized bytes).
@@ -220,28 +222,6 @@ bool max_pool_bwd(int64_t planes, int64_t HW, int64_t howo, const T* gy, const i
   });
   bad_index = bad.load();
   return ok.load();
-}
-
-// Avg pool window for one output position, PyTorch's rules.
-struct AvgWin {
-  int64_t hs, he, ws, we;
-  int64_t divisor;
-};
-inline AvgWin avg_window(const PoolGeom& g, const Pool2dParams& p, int64_t oh, int64_t ow) {
-  int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
-  int64_t he = std::min(hs + g.kh, g.H + g.ph), we = std::min(ws + g.kw, g.W + g.pw);
-  const int64_t pool_size = (he - hs) * (we - ws);
-  hs = std::max<int64_t>(hs, 0), ws = std::max<int64_t>(ws, 0);
-  he = std::min(he, g.H), we = std::min(we, g.W);
-  int64_t div;
-  if (p.divisor_override != 0) {
-    div = p.divisor_override;
-  } else if (p.count_include_pad) {
-    div = pool_size;
-  } else {
-    div = (he - hs) * (we - ws);
-  }
-  return {hs, he, ws, we, div};
 }
 
 template <typename T>

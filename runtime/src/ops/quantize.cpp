@@ -114,6 +114,19 @@ void run_qadd(const KernelCall& c) {
       out(c));
 }
 
+// qavg_pool2d: operands input, input_scale, input_zero_point, output_scale, output_zero_point;
+// avg_pool2d's attributes and dtype (the result's, read from `out`).
+std::unique_ptr<KernelParams> decode_qavg_pool2d(const AttrMap& a) {
+  auto p = std::make_unique<PoolParams>();
+  p->p = pool2d_params(a);
+  (void)a.i("dtype");
+  return p;
+}
+void run_qavg_pool2d(const KernelCall& c) {
+  kernels::qavg_pool2d_out(in(c, 0), {&in(c, 1), &in(c, 2), &in(c, 3), &in(c, 4)},
+                           params<PoolParams>(c).p, out(c));
+}
+
 // qlinear_dynamic: operands input, weight, weight_scale, weight_zero_point, bias (optional); the
 // constant weight and its parameters are packed once for the model.
 void run_qlinear_dynamic(const KernelCall& c) {
@@ -137,6 +150,8 @@ void register_quantize(Registry& r) {
   r.add(with_signature(
       {.name = "qlinear_dynamic", .run = run_qlinear_dynamic, .prepare = prepare_qlinear_dynamic}));
   r.add(with_signature({.name = "qadd", .decode = decode_qadd, .run = run_qadd}));
+  r.add(with_signature(
+      {.name = "qavg_pool2d", .decode = decode_qavg_pool2d, .run = run_qavg_pool2d}));
   r.add(with_signature({.name = "qlinear",
                         .decode = decode_qgemm,
                         .run = run_qlinear,

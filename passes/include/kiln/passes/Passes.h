@@ -60,12 +60,17 @@ std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes = kMBConvM
                                                     int64_t small_max_bytes = kMBConvSmallMaxBytes);
 // --kiln-fold-qdq: dequantize -> conv2d / linear / add (-> relu) -> quantize, the QDQ form of an
 // int8 layer, becomes one kiln.qconv2d / kiln.qlinear / kiln.qadd (a float bias becomes int32 at
-// x_scale * w_scale when the scales and bias are constants).
+// x_scale * w_scale when the scales and bias are constants); an average pool between them,
+// kiln.qavg_pool2d.
 std::unique_ptr<mlir::Pass> create_fold_qdq_pass();
 // Whether --kiln-fold-qdq runs `op` on the bytes when it reads a per-tensor dequantize: it only
 // moves or selects its one input's values (the schema's view ops; max_pool2d without its
 // indices). kiln::quant's report asks the same question.
 bool moves_values_only(mlir::Operation* op);
+// Whether --kiln-fold-qdq makes `op` a kiln.qavg_pool2d when it sits between a per-tensor
+// dequantize and a quantize: an avg_pool2d, or an adaptive_avg_pool2d whose windows all have
+// one size (a global pool).
+bool average_pool_on_bytes(mlir::Operation* op);
 // --kiln-insert-qdq: a quantization plan written on the IR (kiln.qparams on values, kiln.qweight
 // on conv2d / linear: see InsertQuantDequant.cpp) becomes quantize/dequantize pairs and int8
 // weight constants, the form --kiln-fold-qdq folds.

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/tensor.h"
 
 namespace kiln::kernels {
@@ -62,5 +63,18 @@ struct QAddOperands {
 };
 void qadd_out(const TensorImpl& input, const TensorImpl& other, const QAddOperands& q,
               TensorImpl& out);
+
+// Integer average pooling (ONNX QLinearAveragePool, kiln.qavg_pool2d): each output the exact
+// int32 sum of (input - input zero point) over avg_pool2d's window of `p` (padding adds 0),
+// requantized as the integer layers' epilogue does it: round_half_even(sum * float32(
+// input_scale / (output_scale * divisor))) + output zero point, saturated (the divisor as
+// avg_pool2d counts it). input uint8 or int8 (N, C, H, W) or (C, H, W); out uint8 or int8 of
+// avg_pool2d's shape; every parameter per tensor (0-dim).
+struct QPoolOperands {
+  const TensorImpl *input_scale = nullptr, *input_zero_point = nullptr;
+  const TensorImpl *output_scale = nullptr, *output_zero_point = nullptr;
+};
+void qavg_pool2d_out(const TensorImpl& input, const QPoolOperands& q, const Pool2dParams& p,
+                     TensorImpl& out);
 
 }  // namespace kiln::kernels
