@@ -1,6 +1,6 @@
 // max_pool2d throughput on ResNet-18's stem pool (3x3, stride 2, padding 1, [N, 64, 112, 112]):
 // with indices (training: the argmax scan) and without (inference: the values-only kernel),
-// reported as GB/s of input + output.
+// reported as GB/s of input + output; float32, and uint8 (an int8 model's bytes) without indices.
 //
 // Run: KILN_NUM_THREADS=2 build/release/bench/bench_pool --benchmark_min_time=0.3
 #include <benchmark/benchmark.h>
@@ -16,15 +16,20 @@ namespace {
 void BM_MaxPoolResNetStem(benchmark::State& state) {
   const int64_t n = state.range(0);
   const bool with_indices = state.range(1) != 0;
+  const DType dtype = state.range(2) != 0 ? DType::UInt8 : DType::Float32;  // int8 models' bytes
   Pool2dParams p;
   p.kernel_h = p.kernel_w = 3;
   p.stride_h = p.stride_w = 2;
   p.pad_h = p.pad_w = 1;
-  auto x = empty(Dims{n, 64, 112, 112}, DType::Float32);
-  float* xp = x->data_ptr<float>();
-  for (int64_t i = 0; i < x->numel(); ++i) xp[i] = static_cast<float>((i * 7919) % 1001) * 1e-3f;
+  auto x = empty(Dims{n, 64, 112, 112}, dtype);
+  for (int64_t i = 0; i < x->numel(); ++i) {
+    if (dtype == DType::UInt8)
+      x->data_ptr<uint8_t>()[i] = static_cast<uint8_t>((i * 7919) % 251);
+    else
+      x->data_ptr<float>()[i] = static_cast<float>((i * 7919) % 1001) * 1e-3f;
+  }
   const Dims ys = max_pool2d_output_shape(x->sizes(), p);
-  auto y = empty(ys, DType::Float32);
+  auto y = empty(ys, dtype);
   auto idx = with_indices ? empty(ys, DType::Int64) : TensorImplPtr{};
   for (auto _ : state) {
     max_pool2d_out(*x, p, *y, idx.get());
@@ -33,11 +38,13 @@ void BM_MaxPoolResNetStem(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * (x->nbytes() + y->nbytes()));
 }
 BENCHMARK(BM_MaxPoolResNetStem)
-    ->ArgNames({"batch", "indices"})
-    ->Args({1, 0})
-    ->Args({1, 1})
-    ->Args({8, 0})
-    ->Args({8, 1})
+    ->ArgNames({"batch", "indices", "uint8"})
+    ->Args({1, 0, 0})
+    ->Args({1, 1, 0})
+    ->Args({8, 0, 0})
+    ->Args({8, 1, 0})
+    ->Args({1, 0, 1})
+    ->Args({8, 0, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -137,7 +137,7 @@ inline T nan_max(T a, T b) {
 // y[ow] = max over k < KW of r[ow * SW + k * dw]: compile-time window and stride for the common
 // pools (vectorized), any other at run time.
 template <typename T, int KW, int SW>
-void max_columns(const T* r, int64_t Wo, int64_t dw, T* y) {
+void max_columns(const T* __restrict r, int64_t Wo, int64_t dw, T* __restrict y) {
   for (int64_t ow = 0; ow < Wo; ++ow) {
     T v = r[ow * SW];
     for (int k = 1; k < KW; ++k) v = nan_max(v, r[ow * SW + k * dw]);
@@ -145,7 +145,8 @@ void max_columns(const T* r, int64_t Wo, int64_t dw, T* y) {
   }
 }
 template <typename T>
-void max_columns_any(const T* r, int64_t Wo, int64_t kw, int64_t sw, int64_t dw, T* y) {
+void max_columns_any(const T* __restrict r, int64_t Wo, int64_t kw, int64_t sw, int64_t dw,
+                     T* __restrict y) {
   for (int64_t ow = 0; ow < Wo; ++ow) {
     T v = r[ow * sw];
     for (int64_t k = 1; k < kw; ++k) v = nan_max(v, r[ow * sw + k * dw]);
@@ -177,10 +178,13 @@ void max_pool_fwd_values(const PoolGeom& g, const T* x, T* y) {
           std::fill(yr, yr + g.Wo, ninf);
           continue;
         }
-        std::copy(xp + hs * g.W, xp + (hs + 1) * g.W, rm);
+        // Locals and restrict pointers: byte stores (quantized values) may alias anything else.
+        const int64_t W = g.W;
+        T* __restrict acc = rm;
+        std::copy(xp + hs * W, xp + (hs + 1) * W, acc);
         for (int64_t ih = hs + g.dh; ih < he; ih += g.dh) {
-          const T* src = xp + ih * g.W;
-          for (int64_t i = 0; i < g.W; ++i) rm[i] = nan_max(rm[i], src[i]);
+          const T* __restrict src = xp + ih * W;
+          for (int64_t i = 0; i < W; ++i) acc[i] = nan_max(acc[i], src[i]);
         }
         const T* r = row.data();
         if (g.kw == 3 && g.sw == 2)
