@@ -508,6 +508,76 @@ TEST(QConv2d, PreparedWeightsEqualReference) {
   }
 }
 
+// The direct convolution (AMX's implicit GEMM: no im2col, the image read channels-last in
+// place): stride-1 convolutions of enough channels, per call and prepared, equal the reference
+// over both activation dtypes and zero points at the ends of their range, padding (the zero
+// point), dilation, channels padded to whole K blocks (60 of 64, 112 of 128), output
+// channels and flattened rows at tile edges, one-pixel images, batches, and images wide enough
+// for the channels-last transposes' 16x16 blocks and their edges. Every family runs them; where AMX
+// is, forcing it prepares them direct.
+TEST(QConv2d, DirectConvolutionEqualsReference) {
+  IsaGuard guard;
+  struct Geometry {
+    int64_t N, C, H, W, O, KH, KW, pad, dilation;
+  };
+  const Geometry shapes[] = {{2, 64, 7, 7, 33, 3, 3, 1, 1},   {1, 128, 5, 9, 64, 3, 3, 1, 1},
+                             {1, 60, 6, 6, 17, 3, 3, 0, 1},   {1, 64, 9, 8, 40, 3, 3, 2, 2},
+                             {3, 64, 4, 5, 96, 1, 1, 0, 1},   {1, 192, 1, 1, 31, 3, 3, 1, 1},
+                             {1, 64, 13, 11, 32, 1, 3, 0, 1}, {1, 64, 2, 3, 8, 2, 2, 1, 1},
+                             {2, 112, 18, 35, 48, 3, 3, 1, 1}};  // whole 16x16 byte blocks too
+  int variant = 0;
+  for (const Geometry& s : shapes) {
+    Conv2dParams p;
+    p.pad_h = p.pad_w = s.pad;
+    p.dilation_h = p.dilation_w = s.dilation;
+    const int64_t Ho = s.H + 2 * s.pad - s.dilation * (s.KH - 1);
+    const int64_t Wo = s.W + 2 * s.pad - s.dilation * (s.KW - 1);
+    for (DType xd : {DType::UInt8, DType::Int8}) {
+      const DType yd = variant % 2 ? DType::Int8 : DType::UInt8;
+      Case c = quad_case(s.O, xd, yd, variant++);
+      auto x = rand_int({s.N, s.C, s.H, s.W}, xd),
+           w = rand_int({s.O, s.C, s.KH, s.KW}, DType::Int8);
+      auto q = c.operands();
+      auto ref = empty(Dims{s.N, s.O, Ho, Wo}, yd);
+      qconv2d_reference_out(*x, *w, q, p, *ref);
+      const std::string what = "C=" + std::to_string(s.C) + " O=" + std::to_string(s.O) + " " +
+                               std::to_string(s.H) + "x" + std::to_string(s.W) + " k" +
+                               std::to_string(s.KH) + "x" + std::to_string(s.KW) + " x " + dt(xd) +
+                               " x_zp " + std::to_string(c.x_zp);
+      expect_every_isa(
+          to_vec(*ref), {s.N, s.O, Ho, Wo}, yd,
+          [&](TensorImpl& out) { qconv2d_out(*x, *w, q, p, out); }, what);
+      for (QGemmIsa isa : isas()) {
+        set_qgemm_isa(isa);
+        const PreparedQWeightPtr pw = prepare_qconv2d_weight(*w, q, p, xd, yd);
+        if (isa == QGemmIsa::Amx) EXPECT_STREQ(prepared_family(*pw), "amx-int8-direct") << what;
+        auto out = empty(Dims{s.N, s.O, Ho, Wo}, yd);
+        qconv2d_out(*x, *w, q, p, *out, pw.get());
+        EXPECT_EQ(to_vec(*out), to_vec(*ref)) << what << " prepared " << prepared_family(*pw);
+      }
+      set_qgemm_isa(QGemmIsa::Auto);
+    }
+  }
+  // Direct weights are refused for a call they were not prepared for (stride 2, other shapes).
+  if (qgemm_isa_available(QGemmIsa::Amx)) {
+    set_qgemm_isa(QGemmIsa::Amx);
+    Conv2dParams p;
+    p.pad_h = p.pad_w = 1;
+    Case c = quad_case(16, DType::UInt8, DType::UInt8, 0);
+    auto q = c.operands();
+    auto w = rand_int({16, 64, 3, 3}, DType::Int8);
+    const PreparedQWeightPtr pw = prepare_qconv2d_weight(*w, q, p, DType::UInt8, DType::UInt8);
+    auto x = rand_int({1, 64, 6, 6}, DType::UInt8);
+    Conv2dParams s2 = p;
+    s2.stride_h = s2.stride_w = 2;
+    auto out = empty(Dims{1, 16, 3, 3}, DType::UInt8);
+    EXPECT_NE(error_of([&] {
+                qconv2d_out(*x, *w, q, s2, *out, pw.get());
+              }).find("qconv2d: expected direct weights prepared for 16 channels of 64x9"),
+              std::string::npos);
+  }
+}
+
 TEST(QLinear, PreparedWeightsEqualReference) {
   IsaGuard guard;
   for (QGemmIsa isa : isas()) {

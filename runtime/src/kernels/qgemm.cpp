@@ -225,13 +225,17 @@ Requant requant_of(std::string_view op, const TensorImpl& x, const TensorImpl& w
 void run_tiles(const QFamily& f, QMicroKernelFn kernel, int64_t M, int64_t N, int64_t words,
                const int32_t* a, const int32_t* b, const TileOut& t) {
   const int64_t slivers = ceil_div(M, f.mr), panels = ceil_div(N, f.nr);
-  // Panel-major: consecutive tiles of one thread share a B panel. Chunks of at least ~64K word
-  // products keep the pool's per-chunk cost small.
+  // The larger operand is read once, in order, and the smaller one again per tile from cache:
+  // panel-major (consecutive tiles of a thread share a B panel; A re-read) when B is larger,
+  // sliver-major when A is (a deep layer's weights outweigh its few columns). Chunks of at
+  // least ~64K word products keep the pool's per-chunk cost small.
+  const bool sliver_major = slivers * f.mr > panels * f.nr;
   const int64_t grain =
       std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(int64_t(f.mr) * f.nr * words, 1));
   parallel_for(0, slivers * panels, grain, [&](int64_t t0, int64_t t1) {
     for (int64_t i = t0; i < t1; ++i) {
-      const int64_t q = i / slivers, s = i % slivers;
+      const int64_t q = sliver_major ? i % panels : i / slivers;
+      const int64_t s = sliver_major ? i / panels : i % slivers;
       TileOut tile = t;
       const int64_t element = t.float_out ? sizeof(float) : 1;
       tile.out = static_cast<char*>(t.out) + (s * f.mr * t.ld + q * f.nr) * element;
@@ -244,22 +248,6 @@ void run_tiles(const QFamily& f, QMicroKernelFn kernel, int64_t M, int64_t N, in
       kernel(words, a + s * words * f.mr, b + q * words * f.nr, m, n, tile);
     }
   });
-}
-
-TileOut tile_out(const Requant& rq, const std::vector<int32_t>& bias, void* out, int64_t ld,
-                 bool per_row) {
-  TileOut t;
-  t.out = out;
-  t.ld = ld;
-  t.out_signed = rq.out_signed;
-  t.mult = rq.mult.data();
-  t.bias = bias.data();
-  t.row_step = per_row ? 1 : 0;
-  t.col_step = per_row ? 0 : 1;
-  t.lo = rq.lo;
-  t.hi = rq.hi;
-  t.zp = rq.y_zp;
-  return t;
 }
 
 // Reads element i of a uint8 or int8 tensor's contiguous data as int32.
@@ -465,23 +453,6 @@ ConvGeom qconv_geom(std::string_view op, const TensorImpl& x, const TensorImpl& 
 
 // ---- Prepared weights ---------------------------------------------------------------------------
 
-// The weights packed once for one family: `groups` blocks of `rows` output channels by K, in
-// that family's A (conv: slivers of mr) or B (linear: panels of nr) layout; for byte quads also
-// each channel's sum of weights (the activations' zero-point correction).
-struct PreparedQWeight {
-  const QFamily* family = nullptr;
-  int64_t groups = 1, rows = 0, K = 0, width = 0;
-  bool a_operand = false;  // conv: the weights are A; linear: B
-  std::vector<int32_t> words;
-  std::vector<int32_t> sums;
-  // qlinear_dynamic's: the weights' epilogue constants at input scale 1 (dynamic_call).
-  std::optional<Requant> unit;
-  Layout layout() const {
-    return a_operand ? a_layout(*family, rows, K) : b_layout(*family, rows, K);
-  }
-  size_t nbytes() const { return (words.size() + sums.size()) * sizeof(int32_t); }
-};
-
 namespace {
 
 std::shared_ptr<PreparedQWeight> pack_weight(const QFamily& f, const TensorImpl& wc,
@@ -489,6 +460,7 @@ std::shared_ptr<PreparedQWeight> pack_weight(const QFamily& f, const TensorImpl&
                                              bool conv) {
   auto pw = std::make_shared<PreparedQWeight>();
   pw->family = &f;
+  pw->label = f.name;
   pw->groups = groups;
   pw->rows = wc.size(0) / groups;
   pw->K = K;
@@ -506,15 +478,7 @@ std::shared_ptr<PreparedQWeight> pack_weight(const QFamily& f, const TensorImpl&
       pack_minus_zero_point(
           l, wc, [zp = rq.w_zp.data() + o0](int64_t i) { return zp[i]; }, dst, o0 * K);
   }
-  if (f.group == 4) {
-    const int8_t* w = wc.data_ptr<int8_t>();
-    pw->sums.assign(wc.size(0), 0);
-    for (int64_t o = 0; o < wc.size(0); ++o) {
-      int32_t sum = 0;  // a local: int8 loads alias everything, a member would be reloaded
-      for (int64_t k = 0; k < K; ++k) sum += w[o * K + k];
-      pw->sums[o] = sum;
-    }
-  }
+  if (f.group == 4) pw->sums = channel_sums(wc.data_ptr<int8_t>(), wc.size(0), K);
   return pw;
 }
 
@@ -534,8 +498,9 @@ PreparedQWeightPtr weights_for(std::string_view op, const PreparedQWeight* prepa
                                bool conv, int64_t rows = 0) {
   if (!prepared)
     return pack_weight(family_for(quads_allowed(wc, rq), rows), wc, rq, groups, K, conv);
-  KILN_CHECK(prepared->groups == groups && prepared->rows * groups == wc.size(0) &&
-                 prepared->K == K && prepared->a_operand == conv &&
+  KILN_CHECK(!prepared->direct && prepared->groups == groups &&
+                 prepared->rows * groups == wc.size(0) && prepared->K == K &&
+                 prepared->a_operand == conv &&
                  prepared->width == (conv ? prepared->family->mr : prepared->family->nr),
              op, "expected weights prepared for ", wc.size(0), " channels of ", K, " values in ",
              groups, " groups, got ones for ", prepared->rows * prepared->groups, " of ",
@@ -543,6 +508,18 @@ PreparedQWeightPtr weights_for(std::string_view op, const PreparedQWeight* prepa
   KILN_CHECK(prepared->family->group != 4 || quads_allowed(wc, rq), op,
              "expected int8 weights with zero points 0 for weights prepared as byte quads");
   return PreparedQWeightPtr(PreparedQWeightPtr(), prepared);  // not owned: the caller's
+}
+
+// `prepared`, direct convolution weights, checked against this call's.
+PreparedQWeightPtr checked_direct(std::string_view op, const PreparedQWeight& prepared,
+                                  const TensorImpl& wc, const Requant& rq, const Conv2dParams& p) {
+  const int64_t O = wc.size(0), C = wc.size(1), taps = wc.size(2) * wc.size(3);
+  KILN_CHECK(prepared.rows == O && prepared.channels == direct_channels(*prepared.family, C) &&
+                 prepared.K == taps * prepared.channels &&
+                 direct_conv_fits(*prepared.family, C, p) && quads_allowed(wc, rq),
+             op, "expected direct weights prepared for ", O, " channels of ", C, "x", taps,
+             " int8 values at stride 1, got ones for ", prepared.rows, " of ", prepared.K);
+  return PreparedQWeightPtr(PreparedQWeightPtr(), &prepared);  // not owned: the caller's
 }
 
 }  // namespace
@@ -569,17 +546,21 @@ PreparedQWeightPtr prepare_qconv2d_weight(const TensorImpl& w, const QuantizedOp
   if (direct_depthwise(w, p.groups)) {  // reads the weights as they are: nothing to pack
     auto pw = std::make_shared<PreparedQWeight>();
     pw->family = &kDirectDepthwise;
+    pw->label = kDirectDepthwise.name;
     return pw;
   }
   auto wc = views::contiguous(w);
-  return pack_weight(family_for(quads_allowed(*wc, rq)), *wc, rq, p.groups, K, true);
+  const QFamily& f = family_for(quads_allowed(*wc, rq));
+  if (quads_allowed(*wc, rq) && direct_conv_fits(f, w.size(1), p))
+    return pack_direct_weight(f, *wc);
+  return pack_weight(f, *wc, rq, p.groups, K, true);
 }
 
 size_t prepared_nbytes(const PreparedQWeight& w) {
   return w.nbytes();
 }
 const char* prepared_family(const PreparedQWeight& w) {
-  return w.family->name;
+  return w.label.c_str();
 }
 
 // ---- Public entry points ------------------------------------------------------------------------
@@ -673,6 +654,16 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   // A: the weights (rows: output channels of one group); B: one image's columns of one group.
   if (direct_depthwise(*wc, g.G)) {
     qconv2d_depthwise(g, *xc, wc->data_ptr<int8_t>(), rq, y.ptr);
+    return y.finish();
+  }
+  if (prepared ? prepared->direct
+               : direct_conv_fits(family_for(quads_allowed(*wc, rq)), g.C, p) &&
+                     quads_allowed(*wc, rq)) {
+    const PreparedQWeightPtr pd = prepared
+                                      ? checked_direct(op, *prepared, *wc, rq, p)
+                                      : pack_direct_weight(family_for(quads_allowed(*wc, rq)), *wc);
+    const int32_t q_zp = quad_zero_point(*pd->family, rq, x_signed);
+    qconv2d_direct(g, *xc, *pd, rq, quad_bias(rq, pd->sums, q_zp), q_zp, y.ptr);
     return y.finish();
   }
   const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, rq, g.G, K, true);

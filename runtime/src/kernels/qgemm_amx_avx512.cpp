@@ -5,7 +5,8 @@
 // already). `tdpbusd` multiplies unsigned A bytes by signed B bytes (qlinear: A holds the uint8
 // activations), `tdpbsud` signed A by unsigned B (qconv2d: B holds them); both sum into int32
 // wrapping, exact as in the VNNI kernel (qgemm.cpp bounds K). The accumulators go to memory once
-// per tile and are requantized with the AVX-512 epilogue the VNNI kernel uses.
+// per tile and are requantized with the AVX-512 epilogue the VNNI kernel uses. The direct
+// convolution's tile (qgemm.cpp's qconv2d_direct) reads its A tiles from the image itself.
 // Built with -mamx-tile -mamx-int8 (runtime/CMakeLists.txt); chosen only where CPUID reports
 // amx_int8 and the kernel granted this process the tile state (arch_prctl).
 #include "quant_internal.h"
@@ -93,12 +94,43 @@ void qkernel_amx(int64_t words, const int32_t* a, const int32_t* b, int m, int n
   store_tile_avx512(&acc[0][0], kNR, m, n, t);
 }
 
+// The direct convolution's tile (QDirectKernelFn): the same products, each K block's two A
+// tiles loaded from the padded channels-last image at that block's offset (one filter tap, 64
+// channels), 16 rows `a_stride` bytes apart (output pixels).
+void qconv_direct_amx(int64_t words, const uint8_t* a, int64_t a_stride, const int64_t* a_offsets,
+                      const int32_t* b, int m, int n, const TileOut& t) {
+  configure_tiles();
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t p = 0, block = 0; p < words; p += kTileWords, ++block) {
+    const uint8_t* ak = a + a_offsets[block];
+    const int32_t* bk = b + p * kNR;  // [16 K quads][32 columns]
+    _tile_loadd(4, ak, a_stride);
+    _tile_loadd(5, ak + 16 * a_stride, a_stride);
+    _tile_loadd(6, bk, kNR * 4);
+    _tile_loadd(7, bk + 16, kNR * 4);
+    _tile_dpbusd(0, 4, 6);
+    _tile_dpbusd(1, 4, 7);
+    _tile_dpbusd(2, 5, 6);
+    _tile_dpbusd(3, 5, 7);
+  }
+  alignas(64) int32_t acc[kMR][kNR];
+  _tile_stored(0, &acc[0][0], kNR * 4);
+  _tile_stored(1, &acc[0][16], kNR * 4);
+  _tile_stored(2, &acc[16][0], kNR * 4);
+  _tile_stored(3, &acc[16][16], kNR * 4);
+  store_tile_avx512(&acc[0][0], kNR, m, n, t);
+}
+
 }  // namespace
 
 const QFamily* qgemm_amx_family() {
   if (!tile_permission()) return nullptr;
-  static const QFamily f{"amx-int8",         kMR,       kNR, 4, qkernel_amx<true>,
-                         qkernel_amx<false>, kTileWords};
+  static const QFamily f{
+      "amx-int8",      kMR, kNR, 4, qkernel_amx<true>, qkernel_amx<false>, kTileWords, false,
+      qconv_direct_amx};
   return &f;
 }
 

@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "conv_internal.h"
+#include "kiln/runtime/kernels/qgemm.h"
 #include "kiln/runtime/thread_pool.h"
 #include "quant_internal.h"
 
@@ -42,6 +46,35 @@ inline Layout a_layout(const QFamily& f, int64_t lines, int64_t K) {
 }
 inline Layout b_layout(const QFamily& f, int64_t lines, int64_t K) {
   return {lines, K, f.nr, f.group, f.a_tile_words, false};
+}
+
+// Where a tile loop's results go with rq's constants: out (rows `ld` apart), the constants per
+// row (conv: output channels along A) or per column (output channels along B).
+inline TileOut tile_out(const Requant& rq, const std::vector<int32_t>& bias, void* out, int64_t ld,
+                        bool per_row) {
+  TileOut t;
+  t.out = out;
+  t.ld = ld;
+  t.out_signed = rq.out_signed;
+  t.mult = rq.mult.data();
+  t.bias = bias.data();
+  t.row_step = per_row ? 1 : 0;
+  t.col_step = per_row ? 0 : 1;
+  t.lo = rq.lo;
+  t.hi = rq.hi;
+  t.zp = rq.y_zp;
+  return t;
+}
+
+// Each of `rows` int8 rows' sum over its K values (the byte quads' zero-point correction).
+inline std::vector<int32_t> channel_sums(const int8_t* w, int64_t rows, int64_t K) {
+  std::vector<int32_t> sums(static_cast<size_t>(rows));
+  for (int64_t o = 0; o < rows; ++o) {
+    int32_t sum = 0;  // a local: int8 loads alias everything, a member would be reloaded
+    for (int64_t k = 0; k < K; ++k) sum += w[o * K + k];
+    sums[static_cast<size_t>(o)] = sum;
+  }
+  return sums;
 }
 
 // Packs f(line, src[line * ld + k]) (an E value) for every line and k into `dst`, zeros past K and
@@ -157,5 +190,48 @@ void pack_conv_columns(const ConvGeom& geom, const Layout& l, const T* x, F f, E
     }
   });
 }
+
+}  // namespace kiln::kernels::quant_detail
+
+namespace kiln::kernels {
+
+// The weights packed once for one family: `groups` blocks of `rows` output channels by K, in
+// that family's A (conv: slivers of mr) or B (linear: panels of nr) layout; for byte quads also
+// each channel's sum of weights (the activations' zero-point correction). A direct
+// convolution's (qconv_direct.cpp) are B panels over K = taps x `channels` (the input channels
+// padded to whole K blocks), tap-major.
+struct PreparedQWeight {
+  const quant_detail::QFamily* family = nullptr;
+  int64_t groups = 1, rows = 0, K = 0, width = 0;
+  bool a_operand = false;  // conv: the weights are A; linear: B
+  bool direct = false;     // a direct convolution's
+  int64_t channels = 0;    // direct: input channels per tap, padded
+  std::string label;       // prepared_family's answer
+  std::vector<int32_t> words;
+  std::vector<int32_t> sums;
+  // qlinear_dynamic's: the weights' epilogue constants at input scale 1 (dynamic_call).
+  std::optional<quant_detail::Requant> unit;
+  quant_detail::Layout layout() const {
+    return a_operand ? quant_detail::a_layout(*family, rows, K)
+                     : quant_detail::b_layout(*family, rows, K);
+  }
+  size_t nbytes() const { return (words.size() + sums.size()) * sizeof(int32_t); }
+};
+
+}  // namespace kiln::kernels
+
+namespace kiln::kernels::quant_detail {
+
+// The direct convolution (qconv_direct.cpp). `channels` input channels padded to whole K blocks.
+int64_t direct_channels(const QFamily& f, int64_t channels);
+// Whether f runs a convolution of `channels` input channels with `p` directly.
+bool direct_conv_fits(const QFamily& f, int64_t channels, const Conv2dParams& p);
+// wc: contiguous int8 [O, C, KH, KW] with zero points 0.
+PreparedQWeightPtr pack_direct_weight(const QFamily& f, const TensorImpl& wc);
+// out (NCHW, rq's dtype) = the convolution of xc (contiguous NCHW, uint8 or int8) with pw;
+// `bias`: the quads' per-channel bias (the zero-point correction in it), q_zp the activations'
+// zero point as uint8 quads hold it.
+void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeight& pw,
+                    const Requant& rq, const std::vector<int32_t>& bias, int32_t q_zp, void* out);
 
 }  // namespace kiln::kernels::quant_detail

@@ -195,6 +195,14 @@ inline float dequantize_acc(int32_t acc, int32_t bias, float mult, float fbias) 
 using QMicroKernelFn = void (*)(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
                                 const TileOut& t);
 
+// The tile of a direct (implicit-GEMM) convolution: A is read where it lies, row r of K block
+// b (16 words: 64 bytes of uint8 activations) at a + a_offsets[b] + r * a_stride bytes, so
+// no im2col copy is made; B is a packed panel as for the GEMM kernels. Every hardware row of A
+// is read (rows past m too: the caller's buffer holds them); m rows are stored.
+using QDirectKernelFn = void (*)(int64_t words, const uint8_t* a, int64_t a_stride,
+                                 const int64_t* a_offsets, const int32_t* b, int m, int n,
+                                 const TileOut& t);
+
 // A microkernel family: its tile, its K grouping, and (group 4) one kernel per operand order.
 struct QFamily {
   const char* name;
@@ -207,6 +215,8 @@ struct QFamily {
   int a_tile_words = 0;
   // Group 4: the activations packed as int8 (uint8 ones offset by -128), not uint8.
   bool signed_quads = false;
+  // The direct convolution tile (K blocks of a_tile_words words), or null.
+  QDirectKernelFn direct_conv = nullptr;
 };
 const QFamily* qgemm_avx2_family();        // null where the build has no AVX2
 const QFamily* qgemm_avx512vnni_family();  // null where the build has no AVX-512
