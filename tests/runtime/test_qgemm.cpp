@@ -518,20 +518,33 @@ TEST(QConv2d, PreparedWeightsEqualReference) {
 TEST(QConv2d, DirectConvolutionEqualsReference) {
   IsaGuard guard;
   struct Geometry {
-    int64_t N, C, H, W, O, KH, KW, pad, dilation;
+    int64_t N, C, H, W, O, KH, KW, stride, pad, dilation;
   };
-  const Geometry shapes[] = {{2, 64, 7, 7, 33, 3, 3, 1, 1},   {1, 128, 5, 9, 64, 3, 3, 1, 1},
-                             {1, 60, 6, 6, 17, 3, 3, 0, 1},   {1, 64, 9, 8, 40, 3, 3, 2, 2},
-                             {3, 64, 4, 5, 96, 1, 1, 0, 1},   {1, 192, 1, 1, 31, 3, 3, 1, 1},
-                             {1, 64, 13, 11, 32, 1, 3, 0, 1}, {1, 64, 2, 3, 8, 2, 2, 1, 1},
-                             {2, 112, 18, 35, 48, 3, 3, 1, 1}};  // whole 16x16 byte blocks too
+  const Geometry shapes[] = {
+      {2, 64, 7, 7, 33, 3, 3, 1, 1, 1},
+      {1, 128, 5, 9, 64, 3, 3, 1, 1, 1},
+      {1, 60, 6, 6, 17, 3, 3, 1, 0, 1},
+      {1, 64, 9, 8, 40, 3, 3, 1, 2, 2},
+      {3, 64, 4, 5, 96, 1, 1, 1, 0, 1},
+      {1, 192, 1, 1, 31, 3, 3, 1, 1, 1},
+      {1, 64, 13, 11, 32, 1, 3, 1, 0, 1},
+      {1, 64, 2, 3, 8, 2, 2, 1, 1, 1},
+      {2, 112, 18, 35, 48, 3, 3, 1, 1, 1},  // whole 16x16 byte blocks too
+      // Strided: the phase images (even and odd sizes, 2x2 patches, dilation, stride 3).
+      {2, 64, 14, 14, 40, 3, 3, 2, 1, 1},
+      {1, 64, 15, 13, 32, 3, 3, 2, 1, 1},
+      {1, 128, 14, 14, 64, 2, 2, 2, 0, 1},
+      {1, 64, 11, 12, 16, 3, 3, 2, 2, 2},
+      {1, 64, 10, 11, 24, 3, 3, 3, 1, 1},
+      {1, 64, 34, 33, 16, 3, 3, 2, 1, 1}};
   int variant = 0;
   for (const Geometry& s : shapes) {
     Conv2dParams p;
+    p.stride_h = p.stride_w = s.stride;
     p.pad_h = p.pad_w = s.pad;
     p.dilation_h = p.dilation_w = s.dilation;
-    const int64_t Ho = s.H + 2 * s.pad - s.dilation * (s.KH - 1);
-    const int64_t Wo = s.W + 2 * s.pad - s.dilation * (s.KW - 1);
+    const int64_t Ho = (s.H + 2 * s.pad - s.dilation * (s.KH - 1) - 1) / s.stride + 1;
+    const int64_t Wo = (s.W + 2 * s.pad - s.dilation * (s.KW - 1) - 1) / s.stride + 1;
     for (DType xd : {DType::UInt8, DType::Int8}) {
       const DType yd = variant % 2 ? DType::Int8 : DType::UInt8;
       Case c = quad_case(s.O, xd, yd, variant++);
@@ -540,10 +553,10 @@ TEST(QConv2d, DirectConvolutionEqualsReference) {
       auto q = c.operands();
       auto ref = empty(Dims{s.N, s.O, Ho, Wo}, yd);
       qconv2d_reference_out(*x, *w, q, p, *ref);
-      const std::string what = "C=" + std::to_string(s.C) + " O=" + std::to_string(s.O) + " " +
-                               std::to_string(s.H) + "x" + std::to_string(s.W) + " k" +
-                               std::to_string(s.KH) + "x" + std::to_string(s.KW) + " x " + dt(xd) +
-                               " x_zp " + std::to_string(c.x_zp);
+      const std::string what =
+          "C=" + std::to_string(s.C) + " O=" + std::to_string(s.O) + " " + std::to_string(s.H) +
+          "x" + std::to_string(s.W) + " k" + std::to_string(s.KH) + "x" + std::to_string(s.KW) +
+          " s" + std::to_string(s.stride) + " x " + dt(xd) + " x_zp " + std::to_string(c.x_zp);
       expect_every_isa(
           to_vec(*ref), {s.N, s.O, Ho, Wo}, yd,
           [&](TensorImpl& out) { qconv2d_out(*x, *w, q, p, out); }, what);
@@ -558,22 +571,20 @@ TEST(QConv2d, DirectConvolutionEqualsReference) {
       set_qgemm_isa(QGemmIsa::Auto);
     }
   }
-  // Direct weights are refused for a call they were not prepared for (stride 2, other shapes).
+  // Direct weights are refused for a call they were not prepared for.
   if (qgemm_isa_available(QGemmIsa::Amx)) {
     set_qgemm_isa(QGemmIsa::Amx);
     Conv2dParams p;
     p.pad_h = p.pad_w = 1;
     Case c = quad_case(16, DType::UInt8, DType::UInt8, 0);
     auto q = c.operands();
-    auto w = rand_int({16, 64, 3, 3}, DType::Int8);
+    auto w = rand_int({16, 64, 3, 3}, DType::Int8), w5 = rand_int({16, 64, 5, 5}, DType::Int8);
     const PreparedQWeightPtr pw = prepare_qconv2d_weight(*w, q, p, DType::UInt8, DType::UInt8);
     auto x = rand_int({1, 64, 6, 6}, DType::UInt8);
-    Conv2dParams s2 = p;
-    s2.stride_h = s2.stride_w = 2;
-    auto out = empty(Dims{1, 16, 3, 3}, DType::UInt8);
+    auto out = empty(Dims{1, 16, 4, 4}, DType::UInt8);
     EXPECT_NE(error_of([&] {
-                qconv2d_out(*x, *w, q, s2, *out, pw.get());
-              }).find("qconv2d: expected direct weights prepared for 16 channels of 64x9"),
+                qconv2d_out(*x, *w5, q, p, *out, pw.get());
+              }).find("qconv2d: expected direct weights prepared for 16 channels of 64x25"),
               std::string::npos);
   }
 }

@@ -516,9 +516,9 @@ PreparedQWeightPtr checked_direct(std::string_view op, const PreparedQWeight& pr
   const int64_t O = wc.size(0), C = wc.size(1), taps = wc.size(2) * wc.size(3);
   KILN_CHECK(prepared.rows == O && prepared.channels == direct_channels(*prepared.family, C) &&
                  prepared.K == taps * prepared.channels &&
-                 direct_conv_fits(*prepared.family, C, p) && quads_allowed(wc, rq),
+                 direct_conv_fits(*prepared.family, wc, p) && quads_allowed(wc, rq),
              op, "expected direct weights prepared for ", O, " channels of ", C, "x", taps,
-             " int8 values at stride 1, got ones for ", prepared.rows, " of ", prepared.K);
+             " int8 values, got ones for ", prepared.rows, " of ", prepared.K);
   return PreparedQWeightPtr(PreparedQWeightPtr(), &prepared);  // not owned: the caller's
 }
 
@@ -551,8 +551,7 @@ PreparedQWeightPtr prepare_qconv2d_weight(const TensorImpl& w, const QuantizedOp
   }
   auto wc = views::contiguous(w);
   const QFamily& f = family_for(quads_allowed(*wc, rq));
-  if (quads_allowed(*wc, rq) && direct_conv_fits(f, w.size(1), p))
-    return pack_direct_weight(f, *wc);
+  if (quads_allowed(*wc, rq) && direct_conv_fits(f, w, p)) return pack_direct_weight(f, *wc);
   return pack_weight(f, *wc, rq, p.groups, K, true);
 }
 
@@ -657,7 +656,7 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
     return y.finish();
   }
   if (prepared ? prepared->direct
-               : direct_conv_fits(family_for(quads_allowed(*wc, rq)), g.C, p) &&
+               : direct_conv_fits(family_for(quads_allowed(*wc, rq)), *wc, p) &&
                      quads_allowed(*wc, rq)) {
     const PreparedQWeightPtr pd = prepared
                                       ? checked_direct(op, *prepared, *wc, rq, p)

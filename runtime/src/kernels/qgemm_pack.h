@@ -224,8 +224,8 @@ namespace kiln::kernels::quant_detail {
 
 // The direct convolution (qconv_direct.cpp). `channels` input channels padded to whole K blocks.
 int64_t direct_channels(const QFamily& f, int64_t channels);
-// Whether f runs a convolution of `channels` input channels with `p` directly.
-bool direct_conv_fits(const QFamily& f, int64_t channels, const Conv2dParams& p);
+// Whether f runs a convolution with weights of w's shape [O, C, KH, KW] and `p` directly.
+bool direct_conv_fits(const QFamily& f, const TensorImpl& w, const Conv2dParams& p);
 // wc: contiguous int8 [O, C, KH, KW] with zero points 0.
 PreparedQWeightPtr pack_direct_weight(const QFamily& f, const TensorImpl& wc);
 // out (NCHW, rq's dtype) = the convolution of xc (contiguous NCHW, uint8 or int8) with pw;
