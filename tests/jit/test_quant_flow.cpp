@@ -119,6 +119,46 @@ TEST(QuantFlow, SmallNetRunsInt8CloseToFloat) {
   }
 }
 
+// The eager entry: a module still in training mode is traced in eval mode (its batch norm
+// folded with the running statistics) and left in training mode; calibrating it gives the
+// same quantized function as tracing it by hand. quantize_dynamic takes a module too.
+TEST(QuantFlow, ModulesAreTracedInEvalModeAndLeftAsTheyWere) {
+  auto net = small_net();
+  net->train();
+  const Tensor example = rnd({4, 3, 16, 16}, 1);
+  quant::Prepared from_module = quant::prepare(*net, {example});
+  EXPECT_TRUE(net->is_training());
+  net->eval();
+  quant::Prepared from_trace = [&] {
+    autograd::NoGradGuard no_grad;
+    return quant::prepare(jit::trace(*net, {example}));
+  }();
+  for (uint32_t s = 0; s < 4; ++s) {
+    from_module.calibrate({rnd({4, 3, 16, 16}, 200 + s)});
+    from_trace.calibrate({rnd({4, 3, 16, 16}, 200 + s)});
+  }
+  EXPECT_EQ(from_module.report(), from_trace.report());
+  const Tensor x = rnd({4, 3, 16, 16}, 299);
+  const Tensor a = quant::convert(std::move(from_module))({x})[0];
+  const Tensor b = quant::convert(std::move(from_trace))({x})[0];
+  EXPECT_EQ(test::max_abs_diff(a, b), 0.0);
+  autograd::NoGradGuard no_grad;
+  EXPECT_GT(quant::sqnr((*net)(x), a), 25.0);
+
+  nn::Linear fc(16, 8);
+  fc.train();
+  std::vector<quant::LayerReport> layers;
+  jit::TracedFunction dyn = quant::quantize_dynamic(fc, {rnd({2, 16}, 3)}, {}, &layers);
+  EXPECT_TRUE(fc.is_training());
+  ASSERT_EQ(layers.size(), 1u);
+  EXPECT_TRUE(layers[0].quantized) << layers[0].reason;
+  const Tensor v = rnd({2, 16}, 4);
+  EXPECT_GT(quant::sqnr(fc(v), dyn({v})[0]), 30.0);
+  net->train();
+  EXPECT_THROW(quant::prepare(*net, {rnd({4, 5, 16, 16}, 1)}), Error);  // 5 channels, not 3
+  EXPECT_TRUE(net->is_training());  // its mode restored after the error too
+}
+
 // A view between two layers (a channel shuffle's transpose) runs on the bytes: the artifact
 // quantizes the input once and dequantizes the output once, nothing in between.
 TEST(QuantFlow, ViewOpsBetweenLayersRunOnTheBytes) {

@@ -190,6 +190,17 @@ void freeze_for_quantization(jit::TracedFunction& fn, const char* who) {
   KILN_CHECK(err.empty(), who, "folding batch norm: ", err);
 }
 
+jit::TracedFunction trace_for_quantization(nn::Module& module, const TensorList& example_inputs) {
+  struct ModeGuard {  // restores the module's mode also when tracing throws
+    nn::Module& m;
+    bool training = m.is_training();
+    ~ModeGuard() { m.train(training); }
+  } guard{module};
+  module.eval();
+  autograd::NoGradGuard no_grad;
+  return jit::trace(module, example_inputs);
+}
+
 }  // namespace detail
 
 using detail::forward_of;
@@ -298,6 +309,10 @@ Prepared prepare(jit::TracedFunction fn, const QConfig& config) {
                                      mlir::ValueRange(results).getTypes()));
   impl->fn = std::move(fn);
   return Prepared(std::move(impl));
+}
+
+Prepared prepare(nn::Module& module, const TensorList& example_inputs, const QConfig& config) {
+  return prepare(detail::trace_for_quantization(module, example_inputs), config);
 }
 
 void Prepared::calibrate_checks(const TensorList& inputs, const char* who) const {

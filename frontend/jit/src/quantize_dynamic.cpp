@@ -55,4 +55,10 @@ jit::TracedFunction quantize_dynamic(jit::TracedFunction fn, const DynamicQConfi
   return fn;
 }
 
+jit::TracedFunction quantize_dynamic(nn::Module& module, const TensorList& example_inputs,
+                                     const DynamicQConfig& config,
+                                     std::vector<LayerReport>* layers) {
+  return quantize_dynamic(detail::trace_for_quantization(module, example_inputs), config, layers);
+}
+
 }  // namespace kiln::quant

@@ -2,8 +2,8 @@
 // kiln::quant::prepare / convert — post-training static int8 quantization of a traced inference
 // function (PyTorch's prepare_fx / convert_fx, ONNX Runtime's quantize_static):
 //
-//   auto traced = kiln::jit::trace(*model, {example});          // or jit::import_onnx(...).traced
-//   auto prepared = kiln::quant::prepare(std::move(traced));    // freezes, folds batch norm
+//   auto prepared = kiln::quant::prepare(*model, {example});    // traced in eval mode, or
+//   auto prepared = kiln::quant::prepare(std::move(traced));    // a trace / jit::import_onnx
 //   for (const Tensor& batch : calibration) prepared.calibrate({batch});
 //   std::printf("%s", prepared.report().c_str());              // what runs int8, what stays fp32
 //   kiln::jit::TracedFunction q = kiln::quant::convert(std::move(prepared));
@@ -112,6 +112,10 @@ class Prepared {
 // Freezes `fn` (an inference function: not a training step), runs the eval-mode folds and batch
 // norm folding, and places the observers.
 Prepared prepare(jit::TracedFunction fn, const QConfig& config = {});
+// The same for an eager module (PyTorch's prepare_fx on a module): its forward traced on
+// `example_inputs` in eval mode without autograd (the module's mode is restored); the
+// calibration batches then have the example inputs' shapes and dtypes.
+Prepared prepare(nn::Module& module, const TensorList& example_inputs, const QConfig& config = {});
 
 // The quantized function (see the top of this file). Throws kiln::Error if no batch was
 // calibrated.
@@ -125,6 +129,10 @@ struct DynamicQConfig {
 // kiln.linear with a constant float32 weight becomes kiln.qlinear_dynamic. `layers`, when given,
 // receives one entry per linear, quantized or not and why.
 jit::TracedFunction quantize_dynamic(jit::TracedFunction fn, const DynamicQConfig& config = {},
+                                     std::vector<LayerReport>* layers = nullptr);
+// The same for an eager module, traced as prepare(module, ...) traces it.
+jit::TracedFunction quantize_dynamic(nn::Module& module, const TensorList& example_inputs,
+                                     const DynamicQConfig& config = {},
                                      std::vector<LayerReport>* layers = nullptr);
 
 }  // namespace kiln::quant
