@@ -381,7 +381,8 @@ TEST(QConv2d, QuadWeightsRunTheFamilyChosen) {
   for (QGemmIsa isa : isas()) {
     set_qgemm_isa(isa);
     const PreparedQWeightPtr conv = prepare_qconv2d_weight(*w, q, p, DType::UInt8, DType::UInt8);
-    EXPECT_STREQ(prepared_family(*conv), qgemm_isa_name(isa));
+    const std::string family = prepared_family(*conv);  // "amx-int8" or "amx-int8-direct"
+    EXPECT_EQ(family.substr(0, family.find("-direct")), qgemm_isa_name(isa));
     const PreparedQWeightPtr linear = prepare_qlinear_weight(*w2, q, DType::UInt8, DType::UInt8);
     EXPECT_STREQ(prepared_family(*linear), qgemm_isa_name(isa));
   }
@@ -509,42 +510,50 @@ TEST(QConv2d, PreparedWeightsEqualReference) {
 }
 
 // The direct convolution (AMX's implicit GEMM: no im2col, the image read channels-last in
-// place): stride-1 convolutions of enough channels, per call and prepared, equal the reference
+// place, its rows split into phases at stride > 1), per call and prepared, equals the reference
 // over both activation dtypes and zero points at the ends of their range, padding (the zero
-// point), dilation, channels padded to whole K blocks (60 of 64, 112 of 128), output
-// channels and flattened rows at tile edges, one-pixel images, batches, and images wide enough
-// for the channels-last transposes' 16x16 blocks and their edges. Every family runs them; where AMX
-// is, forcing it prepares them direct.
+// point), dilated rows, filter rows padded to whole K blocks (3 x 60 channels, 16 channels, the
+// stem's 7 x 3), strides 2 and 3, output channels and flattened rows at tile edges, one-pixel
+// images, batches, and images wide enough for the transposes' 16x16 blocks and their edges.
+// Every family runs them; where AMX is, forcing it prepares them direct (and the dilated-column
+// and strided 1x1 shapes not).
 TEST(QConv2d, DirectConvolutionEqualsReference) {
   IsaGuard guard;
   struct Geometry {
-    int64_t N, C, H, W, O, KH, KW, stride, pad, dilation;
+    int64_t N, C, H, W, O, KH, KW, stride, pad, dh, dw;
+    bool direct;  // taken direct where the family has the direct tile
   };
   const Geometry shapes[] = {
-      {2, 64, 7, 7, 33, 3, 3, 1, 1, 1},
-      {1, 128, 5, 9, 64, 3, 3, 1, 1, 1},
-      {1, 60, 6, 6, 17, 3, 3, 1, 0, 1},
-      {1, 64, 9, 8, 40, 3, 3, 1, 2, 2},
-      {3, 64, 4, 5, 96, 1, 1, 1, 0, 1},
-      {1, 192, 1, 1, 31, 3, 3, 1, 1, 1},
-      {1, 64, 13, 11, 32, 1, 3, 1, 0, 1},
-      {1, 64, 2, 3, 8, 2, 2, 1, 1, 1},
-      {2, 112, 18, 35, 48, 3, 3, 1, 1, 1},  // whole 16x16 byte blocks too
-      // Strided: the phase images (even and odd sizes, 2x2 patches, dilation, stride 3).
-      {2, 64, 14, 14, 40, 3, 3, 2, 1, 1},
-      {1, 64, 15, 13, 32, 3, 3, 2, 1, 1},
-      {1, 128, 14, 14, 64, 2, 2, 2, 0, 1},
-      {1, 64, 11, 12, 16, 3, 3, 2, 2, 2},
-      {1, 64, 10, 11, 24, 3, 3, 3, 1, 1},
-      {1, 64, 34, 33, 16, 3, 3, 2, 1, 1}};
+      {2, 64, 7, 7, 33, 3, 3, 1, 1, 1, 1, true},
+      {1, 128, 5, 9, 64, 3, 3, 1, 1, 1, 1, true},
+      {1, 60, 6, 6, 17, 3, 3, 1, 0, 1, 1, true},   // filter rows of 180 bytes: 3 blocks
+      {1, 64, 9, 8, 40, 3, 3, 1, 2, 2, 1, true},   // dilated rows
+      {1, 64, 9, 8, 40, 3, 3, 1, 2, 2, 2, false},  // dilated columns: im2col
+      {3, 64, 4, 5, 96, 1, 1, 1, 0, 1, 1, true},
+      {1, 16, 12, 20, 24, 1, 1, 1, 0, 1, 1, true},  // 16 channels in a 64-byte block
+      {1, 24, 10, 10, 8, 3, 3, 1, 1, 1, 1, true},
+      {1, 192, 1, 1, 31, 3, 3, 1, 1, 1, 1, true},
+      {1, 64, 13, 11, 32, 1, 3, 1, 0, 1, 1, true},
+      {1, 64, 2, 3, 8, 2, 2, 1, 1, 1, 1, true},
+      {2, 112, 18, 35, 48, 3, 3, 1, 1, 1, 1, true},  // whole 16x16 byte blocks too
+      // Strided: the row phases (even and odd sizes, 2x2 patches, dilation, stride 3, a stem).
+      {2, 64, 14, 14, 40, 3, 3, 2, 1, 1, 1, true},
+      {1, 64, 15, 13, 32, 3, 3, 2, 1, 1, 1, true},
+      {1, 128, 14, 14, 64, 2, 2, 2, 0, 1, 1, true},
+      {1, 64, 11, 12, 16, 3, 3, 2, 2, 2, 1, true},
+      {1, 64, 10, 11, 24, 3, 3, 3, 1, 1, 1, true},
+      {1, 64, 34, 33, 16, 3, 3, 2, 1, 1, 1, true},
+      {1, 3, 30, 31, 16, 7, 7, 2, 3, 1, 1, true},
+      {1, 64, 12, 12, 16, 1, 1, 2, 0, 1, 1, false}};  // a strided 1x1: im2col
   int variant = 0;
   for (const Geometry& s : shapes) {
     Conv2dParams p;
     p.stride_h = p.stride_w = s.stride;
     p.pad_h = p.pad_w = s.pad;
-    p.dilation_h = p.dilation_w = s.dilation;
-    const int64_t Ho = (s.H + 2 * s.pad - s.dilation * (s.KH - 1) - 1) / s.stride + 1;
-    const int64_t Wo = (s.W + 2 * s.pad - s.dilation * (s.KW - 1) - 1) / s.stride + 1;
+    p.dilation_h = s.dh;
+    p.dilation_w = s.dw;
+    const int64_t Ho = (s.H + 2 * s.pad - s.dh * (s.KH - 1) - 1) / s.stride + 1;
+    const int64_t Wo = (s.W + 2 * s.pad - s.dw * (s.KW - 1) - 1) / s.stride + 1;
     for (DType xd : {DType::UInt8, DType::Int8}) {
       const DType yd = variant % 2 ? DType::Int8 : DType::UInt8;
       Case c = quad_case(s.O, xd, yd, variant++);
@@ -563,7 +572,8 @@ TEST(QConv2d, DirectConvolutionEqualsReference) {
       for (QGemmIsa isa : isas()) {
         set_qgemm_isa(isa);
         const PreparedQWeightPtr pw = prepare_qconv2d_weight(*w, q, p, xd, yd);
-        if (isa == QGemmIsa::Amx) EXPECT_STREQ(prepared_family(*pw), "amx-int8-direct") << what;
+        if (isa == QGemmIsa::Amx)
+          EXPECT_STREQ(prepared_family(*pw), s.direct ? "amx-int8-direct" : "amx-int8") << what;
         auto out = empty(Dims{s.N, s.O, Ho, Wo}, yd);
         qconv2d_out(*x, *w, q, p, *out, pw.get());
         EXPECT_EQ(to_vec(*out), to_vec(*ref)) << what << " prepared " << prepared_family(*pw);

@@ -1,17 +1,19 @@
 // The direct int8 convolution (implicit GEMM) for families with a direct tile (AMX): no im2col
-// copy. Per image, the input is laid out once channels-last with its padding, each pixel's
-// channels padded to whole 64-byte K blocks (the zero point everywhere outside the image). At
-// stride s the padded image (Hp x Wp) is split into s * s phase images, phase (a, b) holding the
-// padded pixels (s i + a, s j + b) at [i][j], each Hq x Wq (Hq = ceil(Hp / s), Wq = ceil(Wp / s)):
-//   xp[((a s + b) Hq + i) Wq + j][c]
-// Output pixel (oh, ow) read through tap (kh, kw) is padded pixel (s oh + kh dh, s ow + kw dw):
-// phase ((kh dh) % s, (kw dw) % s), at (oh + (kh dh) / s) Wq + ow + (kw dw) / s
-//   = m + (kh dh) / s * Wq + (kw dw) / s,   m = oh * Wq + ow.
-// So over the flattened index m every tap is a constant offset into one phase, and consecutive
-// m are consecutive pixels: an A tile (rows m, 64 channels) is a strided load from xp itself.
-// The columns ow in [Wo, Wq) are computed and dropped (2 of 58 at 56 wide, stride 1). Outputs
-// go channels-last to scratch, then to NCHW. The weights are B panels over K = (tap, padded
-// channel).
+// copy. Per image, the input is laid out once channels-last with its padding (the zero point
+// outside the image), its padded rows split by their remainder modulo the stride s into s row
+// phases, each Hq rows of Wq * s pixels (Hq = ceil(Hp / s), the padded width Wp rounded up to
+// Wq * s):
+//   xp[((a * Hq + i) * Wq * s + col) * C + c]  = padded pixel (s i + a, col), channel c
+// One filter row kh reads, for output pixel (oh, ow), the KW * C contiguous bytes from padded
+// pixel (s oh + kh dh, s ow): row phase a = (kh dh) % s, row oh + (kh dh) / s. Over the
+// flattened index m = oh * Wq + ow that is
+//   base(kh) + m * s * C   bytes,   base(kh) = (a * Hq + (kh dh) / s) * Wq * s * C,
+// a constant offset per filter row, consecutive m s * C bytes apart: an A tile (16 rows m, a
+// 64-byte block of the filter row's KW * C values) is one strided load from xp itself. K is
+// KH filter rows of KW * C values, each padded to whole 64-byte blocks (the bytes past a row's
+// values are read from the next pixels and multiplied by zero weights). The columns ow in
+// [Wo, Wq) are computed and dropped. Outputs go channels-last to scratch, then to NCHW; both
+// layout changes are 16 x 16 byte transposes in registers. The weights are B panels over that K.
 #include <cstring>
 
 #if defined(__SSE2__)
@@ -26,34 +28,38 @@ namespace kiln::kernels::quant_detail {
 
 using conv_detail::ConvScratch;
 
-int64_t direct_channels(const QFamily& f, int64_t channels) {
+int64_t direct_row_bytes(const QFamily& f, int64_t KW, int64_t C) {
   const int64_t block = int64_t(f.a_tile_words) * 4;
-  return ceil_div(channels, block) * block;
+  return ceil_div(KW * C, block) * block;
 }
 
-// One stride for both dims (the phases above, at most 64 of them per dim), one group, channels
-// that fill their K blocks to at least 80% (padding each pixel's channels costs products on
-// zeros, more than im2col's copy saves below that), and a window of several taps or stride 1:
-// a strided 1x1 convolution's im2col copies each value it reads once, where the phases cost
-// two transposes.
+// Filter rows read as contiguous bytes (dilation 1 along W), one stride for both dims (at most
+// 64 row phases), one group, a window of several taps or stride 1 (a strided 1x1
+// convolution's im2col copies each value it reads once, where this path lays out the image and
+// its results twice), and a K padded to at most 3x im2col's (K padded as a whole): the padding's
+// products on zeros cost less than the im2col copy they replace up to there (the stem's 7 rows
+// of 21 values take 7 blocks where im2col takes 3).
 bool direct_conv_fits(const QFamily& f, const TensorImpl& w, const Conv2dParams& p) {
-  const int64_t channels = w.dim() == 4 ? w.size(1) : 0;
-  const int64_t taps = w.dim() == 4 ? w.size(2) * w.size(3) : 0;
-  return f.direct_conv != nullptr && f.a_tile_words > 0 && p.groups == 1 &&
-         p.stride_h == p.stride_w && p.stride_h >= 1 && p.stride_h <= 64 &&
-         (taps > 1 || p.stride_h == 1) && channels > 0 &&
-         5 * channels >= 4 * direct_channels(f, channels);
+  if (f.direct_conv == nullptr || f.a_tile_words <= 0 || w.dim() != 4) return false;
+  const int64_t C = w.size(1), KH = w.size(2), KW = w.size(3);
+  const int64_t block = int64_t(f.a_tile_words) * 4;
+  const int64_t direct_k = KH * direct_row_bytes(f, KW, C),
+                im2col_k = ceil_div(C * KH * KW, block) * block;
+  return p.groups == 1 && p.dilation_w == 1 && p.stride_h == p.stride_w && p.stride_h >= 1 &&
+         p.stride_h <= 64 && (KH * KW > 1 || p.stride_h == 1) && C > 0 && direct_k <= 3 * im2col_k;
 }
 
 PreparedQWeightPtr pack_direct_weight(const QFamily& f, const TensorImpl& wc) {
-  const int64_t O = wc.size(0), C = wc.size(1), taps = wc.size(2) * wc.size(3);
-  const int64_t Cp = direct_channels(f, C), K = taps * Cp;
-  std::vector<int8_t> tapped(static_cast<size_t>(O * K), 0);  // [o][tap][padded channel]
+  const int64_t O = wc.size(0), C = wc.size(1), KH = wc.size(2), KW = wc.size(3);
+  const int64_t R = direct_row_bytes(f, KW, C), K = KH * R;
+  std::vector<int8_t> rows(static_cast<size_t>(O * K), 0);  // [o][kh][kw * C + c, padded]
   const int8_t* w = wc.data_ptr<int8_t>();
   for (int64_t o = 0; o < O; ++o)
     for (int64_t c = 0; c < C; ++c)
-      for (int64_t t = 0; t < taps; ++t)
-        tapped[static_cast<size_t>((o * taps + t) * Cp + c)] = w[(o * C + c) * taps + t];
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw)
+          rows[static_cast<size_t>(o * K + kh * R + kw * C + c)] =
+              w[((o * C + c) * KH + kh) * KW + kw];
   auto pw = std::make_shared<PreparedQWeight>();
   pw->family = &f;
   pw->label = std::string(f.name) + "-direct";
@@ -61,12 +67,12 @@ PreparedQWeightPtr pack_direct_weight(const QFamily& f, const TensorImpl& wc) {
   pw->K = K;
   pw->width = f.nr;
   pw->direct = true;
-  pw->channels = Cp;
+  pw->channels = R;
   const Layout l = pw->layout();
   pw->words.resize(static_cast<size_t>(l.total_words()));
   pack<int8_t>(
-      l, tapped.data(), K, [](int64_t, int8_t v) { return v; }, pw->words.data());
-  pw->sums = channel_sums(w, O, C * taps);
+      l, rows.data(), K, [](int64_t, int8_t v) { return v; }, pw->words.data());
+  pw->sums = channel_sums(w, O, C * KH * KW);
   return pw;
 }
 
@@ -116,49 +122,28 @@ void transpose_bytes(const uint8_t* s, int64_t ls, uint8_t* d, int64_t ld, int64
     for (int64_t r = r0; r < rows; ++r) d[c * ld + r] = s[r * ls + c] ^ flip;
 }
 
-// Where the padded image's pixels live: s * s phase images of Hq x Wq pixels (the top comment).
-struct Phases {
-  int64_t s = 1, Hq = 0, Wq = 0;
-  // The phase rows and columns some tap reads (bit a: (kh dh) % s == a for some kh): a 1x1
-  // stride-2 convolution reads one phase of four, and only that one is laid out.
-  uint64_t rows_read = 0, cols_read = 0;
+// The layout above for one padded image of C channels: s row phases of Hq rows, each row
+// `pitch` pixels.
+struct RowPhases {
+  int64_t s = 1, Hq = 0, pitch = 0;
+  uint64_t read = 0;                             // bit a: some filter row reads row phase a
   int64_t pixel(int64_t r, int64_t col) const {  // padded row r, padded column col
-    return ((r % s * s + col % s) * Hq + r / s) * Wq + col / s;
-  }
-  bool read(int64_t r, int64_t col) const {
-    return (rows_read >> (r % s) & 1) && (cols_read >> (col % s) & 1);
+    return (r % s * Hq + r / s) * pitch + col;
   }
 };
 
-// xp (`pixels` of Cp bytes, `zp` outside the image) from one NCHW image of uint8 or int8 (flip
-// 0x80) values: each image row's [C][W] block transposed to [W][C] (at stride 1 straight into
-// place, else through a row of pixels copied to the phases read). Phases no tap reads stay
-// unwritten (only rows past a tile's valid ones reach them, and those results are dropped).
-void fill_channels_last(const ConvGeom& g, const uint8_t* x, uint8_t flip, int64_t Cp,
-                        const Phases& ph, uint8_t zp, int64_t pixels, uint8_t* xp) {
-  const int64_t phase = ph.Hq * ph.Wq, phases = ph.s * ph.s;
-  parallel_for(0, phases + 1, 1, [=](int64_t q0, int64_t q1) {
-    for (int64_t q = q0; q < q1; ++q) {  // each phase image read, then the slack past them
-      if (q < phases && !ph.read(q / ph.s, q % ph.s)) continue;
-      const int64_t p0 = q * phase, p1 = q < phases ? p0 + phase : pixels;
-      std::memset(xp + p0 * Cp, zp, static_cast<size_t>((p1 - p0) * Cp));
-    }
+// xp (`bytes`, `zp` everywhere first) from one NCHW image of uint8 or int8 (flip 0x80) values:
+// each image row's [C][W] block transposed into place as W pixels of C bytes.
+void fill_channels_last(const ConvGeom& g, const uint8_t* x, uint8_t flip, const RowPhases& ph,
+                        uint8_t zp, int64_t bytes, uint8_t* xp) {
+  parallel_for(0, bytes, 1 << 16, [=](int64_t b0, int64_t b1) {
+    std::memset(xp + b0, zp, static_cast<size_t>(b1 - b0));
   });
   parallel_for(0, g.H, 1, [=, &g](int64_t h0, int64_t h1) {
-    std::vector<uint8_t> row;  // stride > 1: one row's pixels, channels past C at zp
-    if (ph.s > 1) row.assign(static_cast<size_t>(g.W * Cp), zp);
     for (int64_t ih = h0; ih < h1; ++ih) {
       const int64_t r = ih + g.ph;
-      if (!(ph.rows_read >> (r % ph.s) & 1)) continue;
-      if (ph.s == 1) {
-        transpose_bytes(x + ih * g.W, g.HW(), xp + ph.pixel(r, g.pw) * Cp, Cp, g.C, g.W, flip);
-        continue;
-      }
-      transpose_bytes(x + ih * g.W, g.HW(), row.data(), Cp, g.C, g.W, flip);
-      for (int64_t iw = 0; iw < g.W; ++iw)
-        if (ph.read(r, iw + g.pw))
-          std::memcpy(xp + ph.pixel(r, iw + g.pw) * Cp, row.data() + iw * Cp,
-                      static_cast<size_t>(Cp));
+      if (ph.read >> (r % ph.s) & 1)
+        transpose_bytes(x + ih * g.W, g.HW(), xp + ph.pixel(r, g.pw) * g.C, g.C, g.C, g.W, flip);
     }
   });
 }
@@ -168,34 +153,31 @@ void fill_channels_last(const ConvGeom& g, const uint8_t* x, uint8_t flip, int64
 void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeight& pw,
                     const Requant& rq, const std::vector<int32_t>& bias, int32_t q_zp, void* out) {
   const QFamily& f = *pw.family;
-  const int64_t Cp = pw.channels, st = g.sh, Wp = g.W + 2 * g.pw, Hp = g.H + 2 * g.ph;
-  Phases ph{st, ceil_div(Hp, st), ceil_div(Wp, st)};
-  for (int64_t kh = 0; kh < g.KH; ++kh) ph.rows_read |= uint64_t(1) << (kh * g.dh % st);
-  for (int64_t kw = 0; kw < g.KW; ++kw) ph.cols_read |= uint64_t(1) << (kw * g.dw % st);
-  const int64_t M = g.Ho * ph.Wq, slivers = ceil_div(M, f.mr), panels = ceil_div(g.O, f.nr);
-  // Every pixel a tile loads: the last phase's, through the last sliver's padding rows and the
-  // farthest tap.
-  const int64_t reach = (g.KH - 1) * g.dh / st * ph.Wq + (g.KW - 1) * g.dw / st;
-  const int64_t pixels = st * st * ph.Hq * ph.Wq + slivers * f.mr + reach;
-  const int64_t block = int64_t(f.a_tile_words) * 4, blocks_per_tap = Cp / block;
-  std::vector<int64_t> offsets;  // per K block: its tap's first pixel and its channels
+  const int64_t st = g.sh, C = g.C, R = pw.channels, Hp = g.H + 2 * g.ph;
+  const int64_t Wq = ceil_div(g.W + 2 * g.pw, st);
+  RowPhases ph{st, ceil_div(Hp, st), Wq * st};
+  for (int64_t kh = 0; kh < g.KH; ++kh) ph.read |= uint64_t(1) << (kh * g.dh % st);
+  const int64_t M = g.Ho * Wq, slivers = ceil_div(M, f.mr), panels = ceil_div(g.O, f.nr);
+  const int64_t block = int64_t(f.a_tile_words) * 4;
+  std::vector<int64_t> offsets;  // per K block: its filter row's first byte and its block
   for (int64_t kh = 0; kh < g.KH; ++kh)
-    for (int64_t kw = 0; kw < g.KW; ++kw)
-      for (int64_t b = 0; b < blocks_per_tap; ++b)
-        offsets.push_back(ph.pixel(kh * g.dh, kw * g.dw) * Cp + b * block);
+    for (int64_t b = 0; b < R / block; ++b)
+      offsets.push_back(ph.pixel(kh * g.dh, 0) * C + b * block);
+  // Every byte a tile loads: past the phases, the last sliver's rows through a whole filter row.
+  const int64_t image = st * ph.Hq * ph.pitch * C;
+  const int64_t bytes = image + slivers * f.mr * st * C + R + block;
   const Layout lb = pw.layout();
   const int64_t words = lb.words();
-  ConvScratch<uint8_t> xp(pixels * Cp);
+  ConvScratch<uint8_t> xp(bytes);
   ConvScratch<uint8_t> yl(M * g.O);  // channels-last results, Wq columns per row
   // The larger operand read once: the image's rows (sliver-major) or the weights (panel-major).
-  const bool sliver_major = Hp * Wp * Cp > g.O * words * 4;
+  const bool sliver_major = image > g.O * words * 4;
   const int64_t grain =
       std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(int64_t(f.mr) * f.nr * words, 1));
   for (int64_t n = 0; n < g.N; ++n) {
-    const int64_t x_off = n * g.C * g.HW();
     const bool x_signed = xc.dtype() == DType::Int8;
-    fill_channels_last(g, static_cast<const uint8_t*>(xc.data()) + x_off, x_signed ? 0x80 : 0, Cp,
-                       ph, uint8_t(q_zp), pixels, xp.get());
+    fill_channels_last(g, static_cast<const uint8_t*>(xc.data()) + n * C * g.HW(),
+                       x_signed ? 0x80 : 0, ph, uint8_t(q_zp), bytes, xp.get());
     const TileOut t = tile_out(rq, bias, yl.get(), g.O, false);
     parallel_for(0, slivers * panels, grain, [&](int64_t t0, int64_t t1) {
       for (int64_t i = t0; i < t1; ++i) {
@@ -207,7 +189,7 @@ void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeig
         tile.bias = t.bias + q * f.nr;
         const int m = static_cast<int>(std::min<int64_t>(f.mr, M - s * f.mr));
         const int nn = static_cast<int>(std::min<int64_t>(f.nr, g.O - q * f.nr));
-        f.direct_conv(words, xp.get() + s * f.mr * Cp, Cp, offsets.data(),
+        f.direct_conv(words, xp.get() + s * f.mr * st * C, st * C, offsets.data(),
                       pw.words.data() + q * words * f.nr, m, nn, tile);
       }
     });
@@ -216,7 +198,7 @@ void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeig
     const uint8_t* src = yl.get();
     parallel_for(0, g.Ho, 1, [=, &g](int64_t h0, int64_t h1) {
       for (int64_t oh = h0; oh < h1; ++oh)
-        transpose_bytes(src + oh * ph.Wq * g.O, g.O, y + oh * g.Wo, g.HoWo(), g.Wo, g.O, 0);
+        transpose_bytes(src + oh * Wq * g.O, g.O, y + oh * g.Wo, g.HoWo(), g.Wo, g.O, 0);
     });
   }
 }

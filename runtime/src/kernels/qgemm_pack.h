@@ -198,14 +198,14 @@ namespace kiln::kernels {
 // The weights packed once for one family: `groups` blocks of `rows` output channels by K, in
 // that family's A (conv: slivers of mr) or B (linear: panels of nr) layout; for byte quads also
 // each channel's sum of weights (the activations' zero-point correction). A direct
-// convolution's (qconv_direct.cpp) are B panels over K = taps x `channels` (the input channels
-// padded to whole K blocks), tap-major.
+// convolution's (qconv_direct.cpp) are B panels over K = KH filter rows of `channels` bytes
+// (KW x C values padded to whole K blocks).
 struct PreparedQWeight {
   const quant_detail::QFamily* family = nullptr;
   int64_t groups = 1, rows = 0, K = 0, width = 0;
   bool a_operand = false;  // conv: the weights are A; linear: B
   bool direct = false;     // a direct convolution's
-  int64_t channels = 0;    // direct: input channels per tap, padded
+  int64_t channels = 0;    // direct: bytes per filter row (KW x C values, padded)
   std::string label;       // prepared_family's answer
   std::vector<int32_t> words;
   std::vector<int32_t> sums;
@@ -222,8 +222,9 @@ struct PreparedQWeight {
 
 namespace kiln::kernels::quant_detail {
 
-// The direct convolution (qconv_direct.cpp). `channels` input channels padded to whole K blocks.
-int64_t direct_channels(const QFamily& f, int64_t channels);
+// The direct convolution (qconv_direct.cpp). One filter row's KW x C values in bytes, padded to
+// whole K blocks of f.
+int64_t direct_row_bytes(const QFamily& f, int64_t KW, int64_t C);
 // Whether f runs a convolution with weights of w's shape [O, C, KH, KW] and `p` directly.
 bool direct_conv_fits(const QFamily& f, const TensorImpl& w, const Conv2dParams& p);
 // wc: contiguous int8 [O, C, KH, KW] with zero points 0.
