@@ -458,6 +458,13 @@ const int kRegistered = [] {
     timing(benchmark::RegisterBenchmark((std::string("MobileNetV2/") + s.name).c_str(), BM_Conv, s,
                                         false, false))
         ->Unit(benchmark::kMicrosecond);
+  for (const auto* shapes : {&kMobileNetGemm, &kMobileNetDw})
+    for (const auto& s : *shapes)
+      timing(benchmark::RegisterBenchmark((std::string("MobileNetV2Int8/") + s.name).c_str(),
+                                          BM_QConv, s))
+          ->ArgName("mode")
+          ->Arg(2)
+          ->Unit(benchmark::kMicrosecond);
   for (const Block& b : kMobileNetBlocks) {
     auto* r = timing(benchmark::RegisterBenchmark((std::string("MBConv/") + b.name).c_str(),
                                                   BM_MBConv, b))

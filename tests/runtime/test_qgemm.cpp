@@ -512,11 +512,11 @@ TEST(QConv2d, PreparedWeightsEqualReference) {
 // The direct convolution (AMX's implicit GEMM: no im2col, the image read channels-last in
 // place, its rows split into phases at stride > 1), per call and prepared, equals the reference
 // over both activation dtypes and zero points at the ends of their range, padding (the zero
-// point), dilated rows, filter rows padded to whole K blocks (3 x 60 channels, 16 channels, the
+// point), dilated rows, filter rows padded to whole K blocks (3 x 60 channels, 48 channels, the
 // stem's 7 x 3), strides 2 and 3, output channels and flattened rows at tile edges, one-pixel
 // images, batches, and images wide enough for the transposes' 16x16 blocks and their edges.
-// Every family runs them; where AMX is, forcing it prepares them direct (and the dilated-column
-// and strided 1x1 shapes not).
+// Every family runs them; where AMX is, forcing it prepares them direct (and the dilated-column,
+// expanding and strided 1x1 shapes not).
 TEST(QConv2d, DirectConvolutionEqualsReference) {
   IsaGuard guard;
   struct Geometry {
@@ -529,8 +529,9 @@ TEST(QConv2d, DirectConvolutionEqualsReference) {
       {1, 60, 6, 6, 17, 3, 3, 1, 0, 1, 1, true},   // filter rows of 180 bytes: 3 blocks
       {1, 64, 9, 8, 40, 3, 3, 1, 2, 2, 1, true},   // dilated rows
       {1, 64, 9, 8, 40, 3, 3, 1, 2, 2, 2, false},  // dilated columns: im2col
-      {3, 64, 4, 5, 96, 1, 1, 1, 0, 1, 1, true},
-      {1, 16, 12, 20, 24, 1, 1, 1, 0, 1, 1, true},  // 16 channels in a 64-byte block
+      {3, 64, 4, 5, 32, 1, 1, 1, 0, 1, 1, true},
+      {1, 48, 12, 20, 16, 1, 1, 1, 0, 1, 1, true},   // 48 channels in a 64-byte block
+      {1, 16, 12, 20, 96, 1, 1, 1, 0, 1, 1, false},  // an expansion: im2col
       {1, 24, 10, 10, 8, 3, 3, 1, 1, 1, 1, true},
       {1, 192, 1, 1, 31, 3, 3, 1, 1, 1, 1, true},
       {1, 64, 13, 11, 32, 1, 3, 1, 0, 1, 1, true},

@@ -33,20 +33,27 @@ int64_t direct_row_bytes(const QFamily& f, int64_t KW, int64_t C) {
   return ceil_div(KW * C, block) * block;
 }
 
-// Filter rows read as contiguous bytes (dilation 1 along W), one stride for both dims (at most
-// 64 row phases), one group, a window of several taps or stride 1 (a strided 1x1
-// convolution's im2col copies each value it reads once, where this path lays out the image and
-// its results twice), and a K padded to at most 3x im2col's (K padded as a whole): the padding's
-// products on zeros cost less than the im2col copy they replace up to there (the stem's 7 rows
-// of 21 values take 7 blocks where im2col takes 3).
+// The one cost rule of the choice, in bytes moved per output pixel: im2col writes (and the
+// tiles read back) K = C x KH x KW bytes; the direct path writes the image channels-last once
+// (C bytes per input pixel, s x s input pixels per output pixel at stride s) and its results
+// once more (O bytes, transposed to NCHW). Its copies are 16x16 register transposes, about 1.5x
+// cheaper per byte than im2col's gather-and-interleave into byte quads (bench_conv's
+// ResNet18Int8 / MobileNetV2Int8 rows, either way), so it is taken where
+//   C s^2 + O <= 1.5 K
+// (every ResNet-18 convolution but the 1x1 downsampling; MobileNetV2's projections, not its
+// expansions, whose output outweighs their input 6:1, nor its 3-channel stem). Beside that: filter
+// rows read as contiguous bytes (dilation 1 along W), one stride for both dims (at most 64 row
+// phases), one group, and a K padded to at most 3x im2col's (the padding's products on zeros
+// cost less than the copy they replace up to there: the ResNet stem's 7 rows of 21 values take 7
+// blocks where im2col takes 3).
 bool direct_conv_fits(const QFamily& f, const TensorImpl& w, const Conv2dParams& p) {
   if (f.direct_conv == nullptr || f.a_tile_words <= 0 || w.dim() != 4) return false;
-  const int64_t C = w.size(1), KH = w.size(2), KW = w.size(3);
+  const int64_t O = w.size(0), C = w.size(1), KH = w.size(2), KW = w.size(3), st = p.stride_h;
   const int64_t block = int64_t(f.a_tile_words) * 4;
   const int64_t direct_k = KH * direct_row_bytes(f, KW, C),
                 im2col_k = ceil_div(C * KH * KW, block) * block;
-  return p.groups == 1 && p.dilation_w == 1 && p.stride_h == p.stride_w && p.stride_h >= 1 &&
-         p.stride_h <= 64 && (KH * KW > 1 || p.stride_h == 1) && C > 0 && direct_k <= 3 * im2col_k;
+  return p.groups == 1 && p.dilation_w == 1 && p.stride_h == p.stride_w && st >= 1 && st <= 64 &&
+         C > 0 && direct_k <= 3 * im2col_k && 2 * (C * st * st + O) <= 3 * C * KH * KW;
 }
 
 PreparedQWeightPtr pack_direct_weight(const QFamily& f, const TensorImpl& wc) {
