@@ -479,6 +479,41 @@ TEST(QConv2d, PreparedDepthwiseEqualsReference) {
   EXPECT_EQ(to_vec(*out), to_vec(*ref));
 }
 
+// The direct depthwise kernel's paths (3x3 stride 1 in one pass, other stride-1 windows tap by
+// tap, 3x3 stride 2, the general loop) each on rows shorter and longer than one vector (short
+// planes are converted and requantized whole), both activation dtypes, per-channel weights with
+// zero points, relu and int8 outputs.
+TEST(QConv2d, DepthwiseEveryPathAndRowLength) {
+  struct Geometry {
+    int64_t H, W, K, stride, pad, dilation;
+  };
+  const Geometry shapes[] = {{7, 7, 3, 1, 1, 1},   {9, 20, 3, 1, 1, 1},  {6, 6, 5, 1, 2, 1},
+                             {11, 18, 5, 1, 2, 1}, {9, 9, 3, 2, 1, 1},   {12, 33, 3, 2, 1, 1},
+                             {10, 10, 3, 2, 2, 2}, {13, 21, 3, 1, 2, 2}, {5, 17, 1, 1, 0, 1}};
+  int variant = 0;
+  for (const Geometry& s : shapes)
+    for (DType xd : {DType::UInt8, DType::Int8}) {
+      const int64_t C = 5;
+      Conv2dParams p;
+      p.stride_h = p.stride_w = s.stride;
+      p.pad_h = p.pad_w = s.pad;
+      p.dilation_h = p.dilation_w = s.dilation;
+      p.groups = C;
+      const int64_t Ho = (s.H + 2 * s.pad - s.dilation * (s.K - 1) - 1) / s.stride + 1;
+      const int64_t Wo = (s.W + 2 * s.pad - s.dilation * (s.K - 1) - 1) / s.stride + 1;
+      const DType yd = variant % 2 ? DType::Int8 : DType::UInt8;
+      Case c = random_case(C, true, xd, DType::Int8, yd, variant % 3 != 0, variant % 4 == 1);
+      ++variant;
+      auto x = rand_int({2, C, s.H, s.W}, xd), w = rand_int({C, 1, s.K, s.K}, DType::Int8);
+      auto q = c.operands();
+      auto ref = empty(Dims{2, C, Ho, Wo}, yd), out = empty(Dims{2, C, Ho, Wo}, yd);
+      qconv2d_reference_out(*x, *w, q, p, *ref);
+      qconv2d_out(*x, *w, q, p, *out);
+      EXPECT_EQ(to_vec(*out), to_vec(*ref)) << s.H << "x" << s.W << " k" << s.K << " s" << s.stride
+                                            << " d" << s.dilation << " x " << dt(xd);
+    }
+}
+
 TEST(QConv2d, PreparedWeightsEqualReference) {
   IsaGuard guard;
   Conv2dParams p;

@@ -17,78 +17,94 @@
 namespace kiln::kernels::quant_detail {
 namespace {
 
-// Requantizes sums[0, n) into row `o` of the output (into a[] first, a loop the compiler
-// vectorizes; byte stores may alias anything, so they get a loop of their own).
-void requantize_row(const float* __restrict sums, int32_t* __restrict a, int64_t n, int64_t c,
-                    const Requant& rq, void* out, int64_t o) {
+// Requantizes sums[0, n) into bytes y[0, n) (through a[], a loop the compiler vectorizes; byte
+// stores may alias anything, so they get a loop of their own). One call per plane: rows of a
+// small plane are too short for vectors of their own.
+void requantize_block(const float* __restrict sums, int32_t* __restrict a, int64_t n, int64_t c,
+                      const Requant& rq, uint8_t* __restrict y) {
   const int32_t bias = rq.bias[c], zp = rq.y_zp;
   const float mult = rq.mult[c], lo = rq.lo, hi = rq.hi;
   for (int64_t i = 0; i < n; ++i)
     a[i] = requantize_value(static_cast<int32_t>(sums[i]), bias, mult, lo, hi, zp);
-  if (rq.out_signed) {
-    int8_t* __restrict y = static_cast<int8_t*>(out) + o;
-    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(a[i]);
-  } else {
-    uint8_t* __restrict y = static_cast<uint8_t*>(out) + o;
-    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<uint8_t>(a[i]);
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<uint8_t>(a[i]);  // int8 too: two's complement
 }
 
 template <typename X>
 void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* w,
                       const Requant& rq, void* out) {
-  const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw;
+  const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw, HoWo = g.HoWo();
   // Stride and dilation 1: each tap is one loop over the whole plane, output rows laid out at
   // the padded width (columns past Wo are computed and dropped), instead of KH x KW short loops
   // per output row, which dominate small planes.
   const bool flat = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1;
   const int64_t flat_len = (g.Ho - 1) * Wp + g.Wo;
+  // Rows shorter than one AVX-512 vector of floats: converted and requantized as whole planes
+  // (one loop each, through a buffer), where per-row loops would run as scalar remainders.
+  const bool short_rows = g.W < 16;
   parallel_for(0, g.N * g.C, 1, [&](int64_t p0, int64_t p1) {
     // From the scratch pool (the executor's arena when it lends one): no allocation per call.
-    const int64_t n = flat ? g.Ho * Wp : g.Wo;
-    conv_detail::ConvScratch<float> plane_buf(Hp * Wp), acc_buf(n);
+    const int64_t n = flat ? g.Ho * Wp : HoWo;
+    conv_detail::ConvScratch<float> plane_buf(Hp * Wp + (short_rows ? g.HW() : 0)), acc_buf(n);
     conv_detail::ConvScratch<int32_t> requantized_buf(n);
+    conv_detail::ConvScratch<uint8_t> bytes_buf(n);
     float* const plane_data = plane_buf.get();
+    float* const converted = plane_data + Hp * Wp;  // short rows: the plane minus x_zp, unpadded
+    uint8_t* const bytes = bytes_buf.get();
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t c = p % g.C;
-      const X* src = x + p * g.HW();
+      uint8_t* const y = static_cast<uint8_t*>(out) + p * HoWo;
       std::fill(plane_data, plane_data + Hp * Wp, 0.0f);
+      const X* src = x + p * g.HW();
       const int32_t x_zp = rq.x_zp;  // a local: the stores below would make the loop reload it
-      for (int64_t h = 0; h < g.H; ++h) {
-        float* __restrict dst = plane_data + (h + g.ph) * Wp + g.pw;
-        const X* __restrict row = src + h * g.W;
-        for (int64_t i = 0; i < g.W; ++i)
-          dst[i] = static_cast<float>(static_cast<int32_t>(row[i]) - x_zp);
+      if (short_rows) {  // one loop over the plane, then rows into the zero-padded plane
+        float* __restrict dst = converted;
+        const X* __restrict all = src;
+        for (int64_t i = 0, e = g.HW(); i < e; ++i)
+          dst[i] = static_cast<float>(static_cast<int32_t>(all[i]) - x_zp);
+        for (int64_t h = 0; h < g.H; ++h)
+          std::copy(converted + h * g.W, converted + (h + 1) * g.W,
+                    plane_data + (h + g.ph) * Wp + g.pw);
+      } else {
+        for (int64_t h = 0; h < g.H; ++h) {
+          float* __restrict dst = plane_data + (h + g.ph) * Wp + g.pw;
+          const X* __restrict row = src + h * g.W;
+          for (int64_t i = 0; i < g.W; ++i)
+            dst[i] = static_cast<float>(static_cast<int32_t>(row[i]) - x_zp);
+        }
       }
       const int8_t* wc = w + c * g.KH * g.KW;
       float* __restrict a = acc_buf.get();
       int32_t* const q = requantized_buf.get();
-      if (flat && g.KH == 3 && g.KW == 3) {
-        // The common 3x3: all nine taps per output in one pass, the sum in registers.
-        float k[9];
-        for (int t = 0; t < 9; ++t) k[t] = static_cast<float>(wc[t] - rq.w_zp[c]);
-        const float* __restrict r0 = plane_data;
-        const float* __restrict r1 = r0 + Wp;
-        const float* __restrict r2 = r1 + Wp;
-        for (int64_t i = 0; i < flat_len; ++i)
-          a[i] = k[0] * r0[i] + k[1] * r0[i + 1] + k[2] * r0[i + 2] + k[3] * r1[i] +
-                 k[4] * r1[i + 1] + k[5] * r1[i + 2] + k[6] * r2[i] + k[7] * r2[i + 1] +
-                 k[8] * r2[i + 2];
-        for (int64_t oh = 0; oh < g.Ho; ++oh)
-          requantize_row(a + oh * Wp, q, g.Wo, c, rq, out, (p * g.Ho + oh) * g.Wo);
-        continue;
-      }
       if (flat) {
-        std::fill(a, a + flat_len, 0.0f);
-        for (int64_t kh = 0; kh < g.KH; ++kh) {
-          for (int64_t kw = 0; kw < g.KW; ++kw) {
-            const float wv = static_cast<float>(wc[kh * g.KW + kw] - rq.w_zp[c]);
-            const float* __restrict r = plane_data + kh * Wp + kw;
-            for (int64_t i = 0; i < flat_len; ++i) a[i] += wv * r[i];
+        if (g.KH == 3 && g.KW == 3) {
+          // The common 3x3: all nine taps per output in one pass, the sum in registers.
+          float k[9];
+          for (int t = 0; t < 9; ++t) k[t] = static_cast<float>(wc[t] - rq.w_zp[c]);
+          const float* __restrict r0 = plane_data;
+          const float* __restrict r1 = r0 + Wp;
+          const float* __restrict r2 = r1 + Wp;
+          for (int64_t i = 0; i < flat_len; ++i)
+            a[i] = k[0] * r0[i] + k[1] * r0[i + 1] + k[2] * r0[i + 2] + k[3] * r1[i] +
+                   k[4] * r1[i + 1] + k[5] * r1[i + 2] + k[6] * r2[i] + k[7] * r2[i + 1] +
+                   k[8] * r2[i + 2];
+        } else {
+          std::fill(a, a + flat_len, 0.0f);
+          for (int64_t kh = 0; kh < g.KH; ++kh) {
+            for (int64_t kw = 0; kw < g.KW; ++kw) {
+              const float wv = static_cast<float>(wc[kh * g.KW + kw] - rq.w_zp[c]);
+              const float* __restrict r = plane_data + kh * Wp + kw;
+              for (int64_t i = 0; i < flat_len; ++i) a[i] += wv * r[i];
+            }
           }
         }
-        for (int64_t oh = 0; oh < g.Ho; ++oh)
-          requantize_row(a + oh * Wp, q, g.Wo, c, rq, out, (p * g.Ho + oh) * g.Wo);
+        if (short_rows) {  // one requantize over the padded rows, then their bytes
+          requantize_block(a, q, flat_len, c, rq, bytes);
+          for (int64_t oh = 0; oh < g.Ho; ++oh)
+            std::copy(bytes + oh * Wp, bytes + oh * Wp + g.Wo, y + oh * g.Wo);
+        } else {
+          for (int64_t oh = 0; oh < g.Ho; ++oh)
+            requantize_block(a + oh * Wp, q, g.Wo, c, rq, y + oh * g.Wo);
+        }
         continue;
       }
       if (g.sw == 2 && g.sh == 2 && g.dh == 1 && g.dw == 1 && g.KH == 3 && g.KW == 3) {
@@ -98,34 +114,36 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
           const float* __restrict r0 = plane_data + 2 * oh * Wp;
           const float* __restrict r1 = r0 + Wp;
           const float* __restrict r2 = r1 + Wp;
+          float* __restrict ar = a + oh * g.Wo;
           for (int64_t ow = 0; ow < g.Wo; ++ow) {
             const int64_t i = 2 * ow;
-            a[ow] = k[0] * r0[i] + k[1] * r0[i + 1] + k[2] * r0[i + 2] + k[3] * r1[i] +
-                    k[4] * r1[i + 1] + k[5] * r1[i + 2] + k[6] * r2[i] + k[7] * r2[i + 1] +
-                    k[8] * r2[i + 2];
+            ar[ow] = k[0] * r0[i] + k[1] * r0[i + 1] + k[2] * r0[i + 2] + k[3] * r1[i] +
+                     k[4] * r1[i + 1] + k[5] * r1[i + 2] + k[6] * r2[i] + k[7] * r2[i + 1] +
+                     k[8] * r2[i + 2];
           }
-          requantize_row(a, q, g.Wo, c, rq, out, (p * g.Ho + oh) * g.Wo);
         }
+        requantize_block(a, q, HoWo, c, rq, y);
         continue;
       }
+      std::fill(a, a + HoWo, 0.0f);
       for (int64_t oh = 0; oh < g.Ho; ++oh) {
-        std::fill(a, a + g.Wo, 0.0f);
+        float* __restrict ar = a + oh * g.Wo;
         for (int64_t kh = 0; kh < g.KH; ++kh) {
           const float* row = plane_data + (oh * g.sh + kh * g.dh) * Wp;
           for (int64_t kw = 0; kw < g.KW; ++kw) {
             const float wv = static_cast<float>(wc[kh * g.KW + kw] - rq.w_zp[c]);
             const float* __restrict r = row + kw * g.dw;
             if (g.sw == 1) {
-              for (int64_t ow = 0; ow < g.Wo; ++ow) a[ow] += wv * r[ow];
+              for (int64_t ow = 0; ow < g.Wo; ++ow) ar[ow] += wv * r[ow];
             } else if (g.sw == 2) {  // a constant stride vectorizes (MobileNet's downsampling)
-              for (int64_t ow = 0; ow < g.Wo; ++ow) a[ow] += wv * r[2 * ow];
+              for (int64_t ow = 0; ow < g.Wo; ++ow) ar[ow] += wv * r[2 * ow];
             } else {
-              for (int64_t ow = 0; ow < g.Wo; ++ow) a[ow] += wv * r[ow * g.sw];
+              for (int64_t ow = 0; ow < g.Wo; ++ow) ar[ow] += wv * r[ow * g.sw];
             }
           }
         }
-        requantize_row(a, q, g.Wo, c, rq, out, (p * g.Ho + oh) * g.Wo);
       }
+      requantize_block(a, q, HoWo, c, rq, y);
     }
   });
 }
