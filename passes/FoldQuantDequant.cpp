@@ -19,6 +19,9 @@
 // becomes q = kiln.qadd(a, as, az, b, bs, bz, ys, yz) {relu}, every parameter per tensor and a, b
 // and the sum of one shape: the same float32 operations in one kernel, so the same bytes.
 //
+// A cat of dequantizes with one set of constant parameters concatenates the bytes instead
+// (cat(dequantize(a), dequantize(b)) = dequantize(cat(a, b))).
+//
 // Ops that only move or select values move above a per-tensor dequantize first, so that they run
 // on the bytes: the schema's view ops, view(dequantize(q)) = dequantize(view(q)) (a classifier's
 // flatten between the pooled features and its linear layer, a channel shuffle's transpose), and
@@ -282,6 +285,43 @@ bool fold_avg_pool(ir::QuantizeOp quantize) {
   return true;
 }
 
+// cat(dequantize(a, s, z), dequantize(b, s, z), ...) -> dequantize(cat(a, b, ...), s, z) when
+// every input is the per-tensor dequantize of one dtype with the same constant parameters
+// (kiln::quant's prepare gives a cat's inputs one observer): concatenating the bytes.
+void sink_cat_below_dequantize(ir::CatOp cat) {
+  auto element = [](mlir::Value v) {
+    return mlir::cast<mlir::RankedTensorType>(v.getType()).getElementType();
+  };
+  llvm::SmallVector<mlir::Value> bytes;
+  ir::DequantizeOp first;
+  for (mlir::Value v : cat->getOperands()) {
+    auto dq = v.getDefiningOp<ir::DequantizeOp>();
+    if (!dq || rank_of(dq->getOperand(1)) != 0 || !is_int8(dq->getOperand(0))) return;
+    if (!first) first = dq;
+    if (element(dq->getOperand(0)) != element(first->getOperand(0)) ||
+        !same_constants(dq->getOperand(1), first->getOperand(1)) ||
+        !same_constants(dq->getOperand(2), first->getOperand(2)))
+      return;
+    bytes.push_back(dq->getOperand(0));
+  }
+  if (!first) return;
+  auto rt = mlir::cast<mlir::RankedTensorType>(cat.getResult().getType());
+  mlir::OpBuilder b(cat);
+  mlir::Operation* moved = b.clone(*cat);
+  moved->setOperands(bytes);
+  moved->getResult(0).setType(
+      mlir::RankedTensorType::get(rt.getShape(), element(first->getOperand(0))));
+  mlir::Operation* deq = b.clone(*first);
+  deq->setOperand(0, moved->getResult(0));
+  deq->getResult(0).setType(rt);
+  llvm::SmallPtrSet<mlir::Operation*, 4> inputs;  // each dequantize once (cat(x, x))
+  for (mlir::Value v : cat->getOperands()) inputs.insert(v.getDefiningOp());
+  cat.getResult().replaceAllUsesWith(deq->getResult(0));
+  cat->erase();
+  for (mlir::Operation* op : inputs)
+    if (op->use_empty()) op->erase();
+}
+
 // quantize(dequantize(q, s, z), s, z) of q's dtype -> q.
 bool fold_requantize(ir::QuantizeOp quantize) {
   auto dq = quantize->getOperand(0).getDefiningOp<ir::DequantizeOp>();
@@ -310,6 +350,9 @@ struct FoldQuantDequantPass
       if (moves_values_only(op)) movers.push_back(op);
     });
     for (mlir::Operation* op : movers) sink_below_dequantize(op);
+    llvm::SmallVector<ir::CatOp> cats;
+    getOperation().walk([&](ir::CatOp op) { cats.push_back(op); });
+    for (ir::CatOp op : cats) sink_cat_below_dequantize(op);
     llvm::SmallVector<ir::QuantizeOp> quantizes;
     getOperation().walk([&](ir::QuantizeOp op) { quantizes.push_back(op); });
     for (ir::QuantizeOp op : quantizes)

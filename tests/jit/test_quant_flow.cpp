@@ -184,6 +184,34 @@ TEST(QuantFlow, ViewOpsBetweenLayersRunOnTheBytes) {
   EXPECT_GT(quant::sqnr(fn({held_out})[0], run_artifact(bytes, held_out)), 25.0);
 }
 
+// A cat of two int8 branches (an Inception / U-Net join): its inputs and output share one
+// observer, so the branches' convolutions requantize to one scale and the cat moves bytes; the
+// artifact quantizes once and dequantizes once.
+TEST(QuantFlow, CatOfInt8BranchesRunsOnTheBytes) {
+  manual_seed(9);
+  nn::Conv2d a(nn::Conv2dOptions(3, 6, 3).padding(1)), b(nn::Conv2dOptions(3, 10, 1));
+  nn::Conv2d c(nn::Conv2dOptions(16, 4, 3).padding(1));
+  autograd::NoGradGuard no_grad;
+  auto fn = [&](const TensorList& in) { return TensorList{c(cat({relu(a(in[0])), b(in[0])}, 1))}; };
+  const Tensor x = rnd({2, 3, 8, 8}, 10);
+  quant::Prepared prepared = quant::prepare(jit::trace(fn, {x}));
+  for (uint32_t s = 0; s < 4; ++s) prepared.calibrate({rnd({2, 3, 8, 8}, 80 + s)});
+  const std::string report = prepared.report();
+  EXPECT_EQ(report.find("kiln.cat"), std::string::npos) << report;
+  jit::TracedFunction q = quant::convert(std::move(prepared));
+  const std::vector<uint8_t> bytes = jit::save_to_bytes(q);
+  std::map<std::string, size_t> ops;
+  const auto model = rt::Model::from_bytes(bytes);
+  for (const auto& [name, n] : model->stats().op_counts) ops[name] = n;
+  EXPECT_EQ(ops["quantize"], 1u);
+  EXPECT_EQ(ops["dequantize"], 1u);
+  EXPECT_EQ(ops["cat"], 1u);
+  EXPECT_EQ(ops["qconv2d"], 3u);
+  const Tensor held_out = rnd({2, 3, 8, 8}, 90);
+  EXPECT_GT(quant::sqnr(q({held_out})[0], run_artifact(bytes, held_out)), 30.0);
+  EXPECT_GT(quant::sqnr(fn({held_out})[0], run_artifact(bytes, held_out)), 25.0);
+}
+
 // Weights dominate a wide model's file: the int8 artifact is under 0.3x the float one. The
 // ReLU6 between the layers folds into the first (its output range is observed after it).
 TEST(QuantFlow, ArtifactHoldsInt8Weights) {

@@ -232,3 +232,34 @@ func.func @average_pools_that_stay_float(%xq: tensor<1x2x7x7xui8>, %s: tensor<f3
   %q2 = kiln.quantize %g2, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x2x1x1xf32>, tensor<f32>, tensor<i32>) -> tensor<1x2x1x1xui8>
   return %qa, %qr, %qc, %q2, %g2 : tensor<1x2x3x3xui8>, tensor<1x2x1x1xui8>, tensor<1x2x1x1xui8>, tensor<1x2x1x1xui8>, tensor<1x2x1x1xf32>
 }
+
+// A cat of dequantizes with one set of constant parameters concatenates the bytes; the quantize
+// after it with those parameters then gives the bytes back. Different parameters stay float.
+// CHECK-LABEL: func.func @cat_on_bytes
+// CHECK: %[[C:.*]] = kiln.cat %arg0, %arg1 {dim = 1 : i64} : (tensor<1x2x3x3xui8>, tensor<1x4x3x3xui8>) -> tensor<1x6x3x3xui8>
+// CHECK-NOT: kiln.quantize
+// CHECK: return %[[C]] :
+func.func @cat_on_bytes(%aq: tensor<1x2x3x3xui8>, %bq: tensor<1x4x3x3xui8>) -> tensor<1x6x3x3xui8> {
+  %s = kiln.constant dense<0.05> : tensor<f32> : tensor<f32>
+  %z = kiln.constant dense<3> : tensor<i32> : tensor<i32>
+  %s2 = kiln.constant dense<0.05> : tensor<f32> : tensor<f32>
+  %z2 = kiln.constant dense<3> : tensor<i32> : tensor<i32>
+  %a = kiln.dequantize %aq, %s, %z {axis = 1 : i64} : (tensor<1x2x3x3xui8>, tensor<f32>, tensor<i32>) -> tensor<1x2x3x3xf32>
+  %b = kiln.dequantize %bq, %s2, %z2 {axis = 1 : i64} : (tensor<1x4x3x3xui8>, tensor<f32>, tensor<i32>) -> tensor<1x4x3x3xf32>
+  %c = kiln.cat %a, %b {dim = 1 : i64} : (tensor<1x2x3x3xf32>, tensor<1x4x3x3xf32>) -> tensor<1x6x3x3xf32>
+  %q = kiln.quantize %c, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x6x3x3xf32>, tensor<f32>, tensor<i32>) -> tensor<1x6x3x3xui8>
+  return %q : tensor<1x6x3x3xui8>
+}
+
+// CHECK-LABEL: func.func @cat_that_stays_float
+// CHECK: kiln.cat %{{.*}}, %{{.*}} {dim = 1 : i64} : (tensor<1x2x3x3xf32>, tensor<1x4x3x3xf32>)
+func.func @cat_that_stays_float(%aq: tensor<1x2x3x3xui8>, %bq: tensor<1x4x3x3xui8>) -> tensor<1x6x3x3xui8> {
+  %s = kiln.constant dense<0.05> : tensor<f32> : tensor<f32>
+  %z = kiln.constant dense<3> : tensor<i32> : tensor<i32>
+  %s2 = kiln.constant dense<0.07> : tensor<f32> : tensor<f32>
+  %a = kiln.dequantize %aq, %s, %z {axis = 1 : i64} : (tensor<1x2x3x3xui8>, tensor<f32>, tensor<i32>) -> tensor<1x2x3x3xf32>
+  %b = kiln.dequantize %bq, %s2, %z {axis = 1 : i64} : (tensor<1x4x3x3xui8>, tensor<f32>, tensor<i32>) -> tensor<1x4x3x3xf32>
+  %c = kiln.cat %a, %b {dim = 1 : i64} : (tensor<1x2x3x3xf32>, tensor<1x4x3x3xf32>) -> tensor<1x6x3x3xf32>
+  %q = kiln.quantize %c, %s, %z {axis = 1 : i64, dtype = 5 : i64} : (tensor<1x6x3x3xf32>, tensor<f32>, tensor<i32>) -> tensor<1x6x3x3xui8>
+  return %q : tensor<1x6x3x3xui8>
+}

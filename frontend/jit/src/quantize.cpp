@@ -38,8 +38,8 @@ constexpr const char* kWho = "kiln::quant";
 // A value whose quantization parameters calibration chooses.
 struct Point {
   mlir::Value value;
-  std::string name;  // "input of conv2d #3"
-  std::unique_ptr<Observer> observer;
+  std::string name;                    // "input of conv2d #3"
+  std::shared_ptr<Observer> observer;  // shared by the inputs and output of a cat
 };
 
 bool is_f32(mlir::Value v) {
@@ -289,6 +289,22 @@ Prepared prepare(jit::TracedFunction fn, const QConfig& config) {
       output = output.getUsers().begin()->getResult(0);
     if (can_observe(output, &forward.front())) observe(output, "output of a residual add");
   });
+  // A cat of observed values gets its output observed, and its inputs and output share one
+  // observer (TFLite's rule for concatenation): one scale and zero point for all of them, so
+  // --kiln-fold-qdq concatenates the bytes as they are.
+  forward.walk([&](ir::CatOp cat) {
+    if (cat->getNumOperands() == 0 || !can_observe(cat.getResult(), &forward.front())) return;
+    for (mlir::Value v : cat->getOperands())
+      if (!point_of.count(v.getAsOpaquePointer())) return;
+    observe(cat.getResult(), "output of a cat");
+    std::set<const Observer*> merged;
+    for (mlir::Value v : cat->getOperands())
+      merged.insert(impl->points[point_of[v.getAsOpaquePointer()]].observer.get());
+    const std::shared_ptr<Observer> shared =
+        impl->points[point_of[cat.getResult().getAsOpaquePointer()]].observer;
+    for (Point& p : impl->points)  // every point holding a merged observer, transitively
+      if (merged.count(p.observer.get())) p.observer = shared;
+  });
 
   // The calibration module: @forward returns its outputs, then each point, then each weight.
   mlir::IRMapping map;
@@ -370,6 +386,9 @@ std::vector<std::string> Prepared::float_ops() const {
   auto on_bytes = [&](mlir::Operation* op) {
     if (passes::moves_values_only(op)) return true;
     if (passes::average_pool_on_bytes(op)) return is_observed(op->getResult(0));
+    if (mlir::isa<ir::CatOp>(op))
+      return is_observed(op->getResult(0)) &&
+             llvm::all_of(op->getOperands(), [&](mlir::Value v) { return is_observed(v); });
     if (!mlir::isa<ir::AddOp>(op) || !is_observed(op->getOperand(0)) ||
         !is_observed(op->getOperand(1)))
       return false;
