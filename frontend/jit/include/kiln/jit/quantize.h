@@ -19,8 +19,9 @@
 // int8 tensors to each other. A residual add of two quantized values gets its output observed
 // too and becomes kiln.qadd; max pooling runs on the bytes, and so does an average pool whose
 // output is observed (a classifier's global pool before its linear: kiln.qavg_pool2d), and a
-// cat of observed values, whose inputs and output share one observer (one scale and zero point). Other ops
-// (softmax, ...) run in float32 between a dequantize and a quantize; report() lists them.
+// cat of observed values, whose inputs and output share one observer (one scale and zero
+// point). Other ops (softmax, ...) run in float32 between a dequantize and a quantize; report()
+// lists them.
 //
 // kiln::quant::quantize_dynamic (PyTorch's quantize_dynamic) needs no calibration: every
 // kiln.linear with a constant weight, inside loops too (an LSTM's projections), becomes
