@@ -438,6 +438,15 @@ const int kRegistered = [] {
         ->Arg(2)
         ->Arg(3)
         ->Unit(benchmark::kMicrosecond);
+  for (const Shape& s : {kResNet18[1], kResNet18[9]}) {  // batch 8: the weights shared by 8 images
+    Shape b8 = s;
+    b8.N = 8;
+    timing(benchmark::RegisterBenchmark((std::string("ResNet18Int8/") + s.name + "_b8").c_str(),
+                                        BM_QConv, b8))
+        ->ArgName("mode")
+        ->Arg(2)
+        ->Unit(benchmark::kMicrosecond);
+  }
   timing(benchmark::RegisterBenchmark("ResNet18Int8/l1_3x3_64-64@56", BM_QConv, kResNet18[1]))
       ->ArgName("mode")
       ->Arg(1)
