@@ -65,6 +65,32 @@ bool contains(const std::vector<uint8_t>& bytes, const std::string& s) {
   return std::search(bytes.begin(), bytes.end(), s.begin(), s.end()) != bytes.end();
 }
 
+// How many instructions of each kernel an artifact runs.
+std::map<std::string, size_t> op_counts(const std::vector<uint8_t>& bytes) {
+  std::map<std::string, size_t> ops;
+  const auto model = rt::Model::from_bytes(bytes);
+  for (const auto& [name, n] : model->stats().op_counts) ops[name] = n;
+  return ops;
+}
+
+// fn (inputs of x's shape) calibrated on 4 batches from `seed` and converted; the report must
+// not list `on_bytes` among the float32 ops.
+jit::TracedFunction quantized(const std::function<TensorList(const TensorList&)>& fn,
+                              const Tensor& x, uint32_t seed, const std::string& on_bytes) {
+  quant::Prepared prepared = quant::prepare(jit::trace(fn, {x}));
+  for (uint32_t s = 0; s < 4; ++s) prepared.calibrate({rnd(x.sizes(), seed + s)});
+  const std::string report = prepared.report();
+  EXPECT_EQ(report.find(on_bytes), std::string::npos) << report;
+  return quant::convert(std::move(prepared));
+}
+
+// The artifact within quantization noise of the float function and of its QDQ simulation.
+void expect_close(const std::function<TensorList(const TensorList&)>& fn, jit::TracedFunction& q,
+                  const std::vector<uint8_t>& bytes, const Tensor& x) {
+  EXPECT_GT(quant::sqnr(q({x})[0], run_artifact(bytes, x)), 30.0);
+  EXPECT_GT(quant::sqnr(fn({x})[0], run_artifact(bytes, x)), 25.0);
+}
+
 TEST(QuantFlow, SmallNetRunsInt8CloseToFloat) {
   auto net = small_net();
   autograd::NoGradGuard no_grad;
@@ -100,9 +126,7 @@ TEST(QuantFlow, SmallNetRunsInt8CloseToFloat) {
   EXPECT_TRUE(contains(bytes, "qadd"));
   EXPECT_TRUE(contains(bytes, "qavg_pool2d"));
   {  // nothing runs in float32 between the input's quantize and the output's dequantize
-    std::map<std::string, size_t> ops;
-    const auto model = rt::Model::from_bytes(bytes);
-    for (const auto& [name, n] : model->stats().op_counts) ops[name] = n;
+    std::map<std::string, size_t> ops = op_counts(bytes);
     EXPECT_EQ(ops["quantize"], 1u);
     EXPECT_EQ(ops["dequantize"], 1u);
     EXPECT_EQ(ops["qavg_pool2d"], 1u);
@@ -166,22 +190,13 @@ TEST(QuantFlow, ViewOpsBetweenLayersRunOnTheBytes) {
   nn::Conv2d c1(nn::Conv2dOptions(3, 8, 3).padding(1)), c2(nn::Conv2dOptions(8, 4, 3).padding(1));
   autograd::NoGradGuard no_grad;
   auto fn = [&](const TensorList& in) { return TensorList{c2(relu(c1(in[0])).transpose(2, 3))}; };
-  const Tensor x = rnd({2, 3, 8, 8}, 6);
-  quant::Prepared prepared = quant::prepare(jit::trace(fn, {x}));
-  for (uint32_t s = 0; s < 4; ++s) prepared.calibrate({rnd({2, 3, 8, 8}, 60 + s)});
-  const std::string report = prepared.report();
-  EXPECT_EQ(report.find("kiln.transpose"), std::string::npos) << report;
-  jit::TracedFunction q = quant::convert(std::move(prepared));
+  jit::TracedFunction q = quantized(fn, rnd({2, 3, 8, 8}, 6), 60, "kiln.transpose");
   const std::vector<uint8_t> bytes = jit::save_to_bytes(q);
-  std::map<std::string, size_t> ops;
-  const auto model = rt::Model::from_bytes(bytes);
-  for (const auto& [name, n] : model->stats().op_counts) ops[name] = n;
+  std::map<std::string, size_t> ops = op_counts(bytes);
   EXPECT_EQ(ops["quantize"], 1u);
   EXPECT_EQ(ops["dequantize"], 1u);
   EXPECT_EQ(ops["qconv2d"], 2u);
-  const Tensor held_out = rnd({2, 3, 8, 8}, 70);
-  EXPECT_GT(quant::sqnr(q({held_out})[0], run_artifact(bytes, held_out)), 30.0);
-  EXPECT_GT(quant::sqnr(fn({held_out})[0], run_artifact(bytes, held_out)), 25.0);
+  expect_close(fn, q, bytes, rnd({2, 3, 8, 8}, 70));
 }
 
 // A cat of two int8 branches (an Inception / U-Net join): its inputs and output share one
@@ -193,23 +208,14 @@ TEST(QuantFlow, CatOfInt8BranchesRunsOnTheBytes) {
   nn::Conv2d c(nn::Conv2dOptions(16, 4, 3).padding(1));
   autograd::NoGradGuard no_grad;
   auto fn = [&](const TensorList& in) { return TensorList{c(cat({relu(a(in[0])), b(in[0])}, 1))}; };
-  const Tensor x = rnd({2, 3, 8, 8}, 10);
-  quant::Prepared prepared = quant::prepare(jit::trace(fn, {x}));
-  for (uint32_t s = 0; s < 4; ++s) prepared.calibrate({rnd({2, 3, 8, 8}, 80 + s)});
-  const std::string report = prepared.report();
-  EXPECT_EQ(report.find("kiln.cat"), std::string::npos) << report;
-  jit::TracedFunction q = quant::convert(std::move(prepared));
+  jit::TracedFunction q = quantized(fn, rnd({2, 3, 8, 8}, 10), 80, "kiln.cat");
   const std::vector<uint8_t> bytes = jit::save_to_bytes(q);
-  std::map<std::string, size_t> ops;
-  const auto model = rt::Model::from_bytes(bytes);
-  for (const auto& [name, n] : model->stats().op_counts) ops[name] = n;
+  std::map<std::string, size_t> ops = op_counts(bytes);
   EXPECT_EQ(ops["quantize"], 1u);
   EXPECT_EQ(ops["dequantize"], 1u);
   EXPECT_EQ(ops["cat"], 1u);
   EXPECT_EQ(ops["qconv2d"], 3u);
-  const Tensor held_out = rnd({2, 3, 8, 8}, 90);
-  EXPECT_GT(quant::sqnr(q({held_out})[0], run_artifact(bytes, held_out)), 30.0);
-  EXPECT_GT(quant::sqnr(fn({held_out})[0], run_artifact(bytes, held_out)), 25.0);
+  expect_close(fn, q, bytes, rnd({2, 3, 8, 8}, 90));
 }
 
 // Weights dominate a wide model's file: the int8 artifact is under 0.3x the float one. The

@@ -7,29 +7,14 @@
 #include "kiln/runtime/kernels/quantize.h"
 #include "kiln/runtime/thread_pool.h"
 #include "nn_test_util.h"
+#include "quant_test_util.h"
 
 using namespace kiln;
 using namespace kiln::kernels;
 using namespace nn_test;
+using namespace quant_test;
 
 namespace {
-
-struct Side {
-  float scale;
-  int64_t zero_point;
-  TensorImplPtr s, z;
-};
-Side side(float scale, int64_t zero_point) {
-  return {scale, zero_point, from_vec({scale}, Dims{}, DType::Float32),
-          from_vec({double(zero_point)}, Dims{}, DType::Int32)};
-}
-
-int64_t lo_of(DType d) {
-  return d == DType::Int8 ? -128 : 0;
-}
-int64_t hi_of(DType d) {
-  return d == DType::Int8 ? 127 : 255;
-}
 
 // One output value, each float32 operation written out.
 int64_t reference(double a, double b, const Side& as, const Side& bs, const Side& ys, bool relu,
@@ -40,13 +25,6 @@ int64_t reference(double a, double b, const Side& as, const Side& bs, const Side
   if (relu && v < 0.0f) v = 0.0f;
   const double q = round_half_even(double(v / ys.scale)) + double(ys.zero_point);
   return int64_t(std::clamp(q, double(lo_of(out)), double(hi_of(out))));
-}
-
-std::vector<double> rand_bytes(int64_t n, DType d) {
-  std::uniform_int_distribution<int> u(int(lo_of(d)), int(hi_of(d)));
-  std::vector<double> v(static_cast<size_t>(n));
-  for (auto& x : v) x = u(rng());
-  return v;
 }
 
 QAddOperands operands(const Side& a, const Side& b, const Side& y, bool relu) {

@@ -8,36 +8,17 @@
 #include "kiln/runtime/kernels/quantize.h"
 #include "kiln/runtime/thread_pool.h"
 #include "nn_test_util.h"
+#include "quant_test_util.h"
 
 using namespace kiln;
 using namespace kiln::kernels;
 using namespace nn_test;
+using namespace quant_test;
 
 namespace {
 
-struct Side {
-  float scale;
-  int64_t zero_point;
-  TensorImplPtr s, z;
-};
-Side side(float scale, int64_t zero_point) {
-  return {scale, zero_point, from_vec({scale}, Dims{}, DType::Float32),
-          from_vec({double(zero_point)}, Dims{}, DType::Int32)};
-}
 QPoolOperands operands(const Side& x, const Side& y) {
   return {x.s.get(), x.z.get(), y.s.get(), y.z.get()};
-}
-int64_t lo_of(DType d) {
-  return d == DType::Int8 ? -128 : 0;
-}
-int64_t hi_of(DType d) {
-  return d == DType::Int8 ? 127 : 255;
-}
-std::vector<double> rand_bytes(int64_t n, DType d) {
-  std::uniform_int_distribution<int> u(int(lo_of(d)), int(hi_of(d)));
-  std::vector<double> v(static_cast<size_t>(n));
-  for (auto& x : v) x = u(rng());
-  return v;
 }
 
 Pool2dParams pool(int64_t k, int64_t s, int64_t pad, bool ceil_mode, bool include_pad) {

@@ -43,15 +43,6 @@ void add_bytes(const A* a, const B* b, Y* y, int64_t n, const AddConstants& k) {
   });
 }
 
-// fn(T{}) for an 8-bit dtype (checked by the caller).
-template <typename Fn>
-void with_byte_type(DType d, Fn&& fn) {
-  if (d == DType::Int8)
-    fn(int8_t{});
-  else
-    fn(uint8_t{});
-}
-
 }  // namespace
 
 void qadd_out(const TensorImpl& input, const TensorImpl& other, const QAddOperands& q,

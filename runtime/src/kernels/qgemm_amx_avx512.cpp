@@ -59,33 +59,31 @@ void configure_tiles() {
   configured = true;
 }
 
-template <bool kAUnsigned>
-void qkernel_amx(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
-                 const TileOut& t) {
-  configure_tiles();
+inline void zero_accumulators() {  // tiles 0-3
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  for (int64_t p = 0; p < words; p += kTileWords) {
-    const int32_t* ak = a + p * kMR;  // this K block's [32 rows][16 words]
-    const int32_t* bk = b + p * kNR;  // [16 K quads][32 columns]
-    _tile_loadd(4, ak, kTileWords * 4);
-    _tile_loadd(5, ak + 16 * kTileWords, kTileWords * 4);
-    _tile_loadd(6, bk, kNR * 4);
-    _tile_loadd(7, bk + 16, kNR * 4);
-    if constexpr (kAUnsigned) {
-      _tile_dpbusd(0, 4, 6);
-      _tile_dpbusd(1, 4, 7);
-      _tile_dpbusd(2, 5, 6);
-      _tile_dpbusd(3, 5, 7);
-    } else {
-      _tile_dpbsud(0, 4, 6);
-      _tile_dpbsud(1, 4, 7);
-      _tile_dpbsud(2, 5, 6);
-      _tile_dpbsud(3, 5, 7);
-    }
+}
+
+// The four products of A tiles 4, 5 (rows) and B tiles 6, 7 (columns) into the accumulators.
+template <bool kAUnsigned>
+inline void multiply_tiles() {
+  if constexpr (kAUnsigned) {
+    _tile_dpbusd(0, 4, 6);
+    _tile_dpbusd(1, 4, 7);
+    _tile_dpbusd(2, 5, 6);
+    _tile_dpbusd(3, 5, 7);
+  } else {
+    _tile_dpbsud(0, 4, 6);
+    _tile_dpbsud(1, 4, 7);
+    _tile_dpbsud(2, 5, 6);
+    _tile_dpbsud(3, 5, 7);
   }
+}
+
+// The accumulators to memory once, requantized into the tile's m x n results.
+inline void store_accumulators(int m, int n, const TileOut& t) {
   alignas(64) int32_t acc[kMR][kNR];
   _tile_stored(0, &acc[0][0], kNR * 4);
   _tile_stored(1, &acc[0][16], kNR * 4);
@@ -94,16 +92,30 @@ void qkernel_amx(int64_t words, const int32_t* a, const int32_t* b, int m, int n
   store_tile_avx512(&acc[0][0], kNR, m, n, t);
 }
 
+template <bool kAUnsigned>
+void qkernel_amx(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
+                 const TileOut& t) {
+  configure_tiles();
+  zero_accumulators();
+  for (int64_t p = 0; p < words; p += kTileWords) {
+    const int32_t* ak = a + p * kMR;  // this K block's [32 rows][16 words]
+    const int32_t* bk = b + p * kNR;  // [16 K quads][32 columns]
+    _tile_loadd(4, ak, kTileWords * 4);
+    _tile_loadd(5, ak + 16 * kTileWords, kTileWords * 4);
+    _tile_loadd(6, bk, kNR * 4);
+    _tile_loadd(7, bk + 16, kNR * 4);
+    multiply_tiles<kAUnsigned>();
+  }
+  store_accumulators(m, n, t);
+}
+
 // The direct convolution's tile (QDirectKernelFn): the same products, each K block's two A
-// tiles loaded from the padded channels-last image at that block's offset (one filter tap, 64
-// channels), 16 rows `a_stride` bytes apart (output pixels).
+// tiles loaded from the channels-last image at that block's offset (64 bytes of one filter
+// row), 16 rows `a_stride` bytes apart (output pixels).
 void qconv_direct_amx(int64_t words, const uint8_t* a, int64_t a_stride, const int64_t* a_offsets,
                       const int32_t* b, int m, int n, const TileOut& t) {
   configure_tiles();
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  zero_accumulators();
   for (int64_t p = 0, block = 0; p < words; p += kTileWords, ++block) {
     const uint8_t* ak = a + a_offsets[block];
     const int32_t* bk = b + p * kNR;  // [16 K quads][32 columns]
@@ -111,17 +123,9 @@ void qconv_direct_amx(int64_t words, const uint8_t* a, int64_t a_stride, const i
     _tile_loadd(5, ak + 16 * a_stride, a_stride);
     _tile_loadd(6, bk, kNR * 4);
     _tile_loadd(7, bk + 16, kNR * 4);
-    _tile_dpbusd(0, 4, 6);
-    _tile_dpbusd(1, 4, 7);
-    _tile_dpbusd(2, 5, 6);
-    _tile_dpbusd(3, 5, 7);
+    multiply_tiles<true>();
   }
-  alignas(64) int32_t acc[kMR][kNR];
-  _tile_stored(0, &acc[0][0], kNR * 4);
-  _tile_stored(1, &acc[0][16], kNR * 4);
-  _tile_stored(2, &acc[16][0], kNR * 4);
-  _tile_stored(3, &acc[16][16], kNR * 4);
-  store_tile_avx512(&acc[0][0], kNR, m, n, t);
+  store_accumulators(m, n, t);
 }
 
 }  // namespace

@@ -56,14 +56,6 @@ void avg_bytes(const PoolGeom& g, const Pool2dParams& p, const X* x, Y* y, const
       });
 }
 
-template <typename Fn>
-void with_byte_type(DType d, Fn&& fn) {
-  if (d == DType::Int8)
-    fn(int8_t{});
-  else
-    fn(uint8_t{});
-}
-
 }  // namespace
 
 void qavg_pool2d_out(const TensorImpl& input, const QPoolOperands& q, const Pool2dParams& p,

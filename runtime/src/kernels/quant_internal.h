@@ -119,6 +119,15 @@ inline Range int8_range(std::string_view op, DType d, std::string_view what) {
   return range_of(op, d, what);
 }
 
+// fn(T{}) for an 8-bit dtype (int8_t, else uint8_t: checked by the caller).
+template <typename Fn>
+void with_byte_type(DType d, Fn&& fn) {
+  if (d == DType::Int8)
+    fn(int8_t{});
+  else
+    fn(uint8_t{});
+}
+
 // ---- The requantize formula (kernels/qgemm.h), one implementation per lane type ----------------
 
 // The per-output-channel constants of the epilogue: v = (acc + bias) * mult clamped to
