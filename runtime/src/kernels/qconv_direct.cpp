@@ -166,10 +166,10 @@ void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeig
   for (int64_t kh = 0; kh < g.KH; ++kh) ph.read |= uint64_t(1) << (kh * g.dh % st);
   const int64_t M = g.Ho * Wq, slivers = ceil_div(M, f.mr), panels = ceil_div(g.O, f.nr);
   const int64_t block = int64_t(f.a_tile_words) * 4;
-  std::vector<int64_t> offsets;  // per K block: its filter row's first byte and its block
-  for (int64_t kh = 0; kh < g.KH; ++kh)
+  ConvScratch<int64_t> offsets(g.KH * (R / block));  // per K block: its row's first byte
+  for (int64_t kh = 0, i = 0; kh < g.KH; ++kh)
     for (int64_t b = 0; b < R / block; ++b)
-      offsets.push_back(ph.pixel(kh * g.dh, 0) * C + b * block);
+      offsets.get()[i++] = ph.pixel(kh * g.dh, 0) * C + b * block;
   // Every byte a tile loads: past the phases, the last sliver's rows through a whole filter row.
   const int64_t image = st * ph.Hq * ph.pitch * C;
   const int64_t bytes = image + slivers * f.mr * st * C + R + block;
@@ -196,7 +196,7 @@ void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeig
         tile.bias = t.bias + q * f.nr;
         const int m = static_cast<int>(std::min<int64_t>(f.mr, M - s * f.mr));
         const int nn = static_cast<int>(std::min<int64_t>(f.nr, g.O - q * f.nr));
-        f.direct_conv(words, xp.get() + s * f.mr * st * C, st * C, offsets.data(),
+        f.direct_conv(words, xp.get() + s * f.mr * st * C, st * C, offsets.get(),
                       pw.words.data() + q * words * f.nr, m, nn, tile);
       }
     });
