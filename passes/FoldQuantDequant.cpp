@@ -256,14 +256,13 @@ std::optional<std::array<int64_t, 2>> uniform_window(ir::AdaptiveAvgPool2dOp poo
 // pool too where every window has one size (a global pool: kernel = stride = the input's H, W).
 bool fold_avg_pool(ir::QuantizeOp quantize) {
   const Quantized p = quantized_producer(quantize);
-  if (!p.op || p.relu) return false;
+  if (!p.op || p.relu || !average_pool_on_bytes(p.op)) return false;
   auto x = p.op->getOperand(0).getDefiningOp<ir::DequantizeOp>();
   if (!x || !is_int8(x->getOperand(0)) || rank_of(x->getOperand(1)) != 0) return false;
   mlir::OpBuilder b(quantize);
   mlir::OperationState state(p.op->getLoc(), ir::QavgPool2dOp::getOperationName());
   state.addOperands({x->getOperand(0), x->getOperand(1), x->getOperand(2), quantize->getOperand(1),
                      quantize->getOperand(2)});
-  if (!average_pool_on_bytes(p.op)) return false;
   if (auto adaptive = mlir::dyn_cast<ir::AdaptiveAvgPool2dOp>(p.op)) {
     const std::array<int64_t, 2> window = *uniform_window(adaptive);
     state.addAttribute("kernel", b.getDenseI64ArrayAttr(window));

@@ -38,8 +38,9 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
   // per output row, which dominate small planes.
   const bool flat = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1;
   const int64_t flat_len = (g.Ho - 1) * Wp + g.Wo;
-  // Rows shorter than one AVX-512 vector of floats: converted and requantized as whole planes
-  // (one loop each, through a buffer), where per-row loops would run as scalar remainders.
+  // Rows shorter than 16 floats (one AVX-512 vector, two AVX2 ones): converted and requantized
+  // as whole planes (one loop each, through a buffer), where per-row loops would run mostly as
+  // scalar remainders.
   const bool short_rows = g.W < 16;
   parallel_for(0, g.N * g.C, 1, [&](int64_t p0, int64_t p1) {
     // From the scratch pool (the executor's arena when it lends one): no allocation per call.

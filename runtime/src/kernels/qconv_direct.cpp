@@ -37,8 +37,10 @@ int64_t direct_row_bytes(const QFamily& f, int64_t KW, int64_t C) {
 // tiles read back) K = C x KH x KW bytes; the direct path writes the image channels-last once
 // (C bytes per input pixel, s x s input pixels per output pixel at stride s) and its results
 // once more (O bytes, transposed to NCHW). Its copies are 16x16 register transposes, about 1.5x
-// cheaper per byte than im2col's gather-and-interleave into byte quads (bench_conv's
-// ResNet18Int8 / MobileNetV2Int8 rows, either way), so it is taken where
+// cheaper per byte than im2col's gather-and-interleave into byte quads: a ratio of two of
+// kiln's loops, measured with bench_conv's ResNet18Int8 / MobileNetV2Int8 rows on the one CPU
+// class with a direct tile so far (Xeon with AMX; bench/README.md), to re-measure with the next
+// family that gains one. So it is taken where
 //   C s^2 + O <= 1.5 K
 // (every ResNet-18 convolution but the 1x1 downsampling; MobileNetV2's projections, not its
 // expansions, whose output outweighs their input 6:1, nor its 3-channel stem). Beside that: filter

@@ -551,8 +551,9 @@ PreparedQWeightPtr prepare_qconv2d_weight(const TensorImpl& w, const QuantizedOp
     return pw;
   }
   auto wc = views::contiguous(w);
-  const QFamily& f = family_for(quads_allowed(*wc, rq));
-  if (quads_allowed(*wc, rq) && direct_conv_fits(f, w, p)) return pack_direct_weight(f, *wc);
+  const bool quads_ok = quads_allowed(*wc, rq);
+  const QFamily& f = family_for(quads_ok);
+  if (quads_ok && direct_conv_fits(f, w, p)) return pack_direct_weight(f, *wc);
   return pack_weight(f, *wc, rq, p.groups, K, true);
 }
 
@@ -656,12 +657,10 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
     qconv2d_depthwise(g, *xc, wc->data_ptr<int8_t>(), rq, y.ptr);
     return y.finish();
   }
-  if (prepared ? prepared->direct
-               : direct_conv_fits(family_for(quads_allowed(*wc, rq)), *wc, p) &&
-                     quads_allowed(*wc, rq)) {
-    const PreparedQWeightPtr pd = prepared
-                                      ? checked_direct(op, *prepared, *wc, rq, p)
-                                      : pack_direct_weight(family_for(quads_allowed(*wc, rq)), *wc);
+  const bool quads_ok = quads_allowed(*wc, rq);
+  if (prepared ? prepared->direct : quads_ok && direct_conv_fits(family_for(true), *wc, p)) {
+    const PreparedQWeightPtr pd = prepared ? checked_direct(op, *prepared, *wc, rq, p)
+                                           : pack_direct_weight(family_for(true), *wc);
     const int32_t q_zp = quad_zero_point(*pd->family, rq, x_signed);
     qconv2d_direct(g, *xc, *pd, rq, quad_bias(rq, pd->sums, q_zp), q_zp, y.ptr);
     return y.finish();
