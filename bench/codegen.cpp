@@ -36,6 +36,16 @@ Tensor chain(const Tensor& x) {
   return relu(x * 1.5 + 0.25) * 2.0;
 }
 
+// The recurrent model of #24's targets: one LSTM layer 128 -> 256 over 64 steps, sequence first.
+std::shared_ptr<nn::Module> lstm_model() {
+  return std::make_shared<nn::LSTM>(128, 256);
+}
+
+Tensor model_input(const std::string& name, int64_t batch) {
+  if (name == "lstm") return randn({64, batch, 128});
+  return randn({batch, 3, 224, 224});
+}
+
 // A zoo model traced in eval mode (parameters and buffers named), compiled once per shape.
 struct CompiledModel {
   std::shared_ptr<nn::Module> model;
@@ -51,6 +61,8 @@ CompiledModel& compiled_model(const std::string& name, int64_t batch, bool optim
   CompiledModel m;
   if (name == "resnet18") {
     m.model = models::resnet18();
+  } else if (name == "lstm") {
+    m.model = lstm_model();
   } else {
     m.model = models::mobilenet_v2();
   }
@@ -62,7 +74,7 @@ CompiledModel& compiled_model(const std::string& name, int64_t batch, bool optim
   for (const auto& [n, b] : m.model->named_buffers()) options.named_captures.push_back({n, b});
   nn::Module* model = m.model.get();
   auto fn = [model](const TensorList& t) { return TensorList{model->forward(t[0])}; };
-  jit::TracedFunction traced = jit::trace(fn, {randn({batch, 3, 224, 224})}, options);
+  jit::TracedFunction traced = jit::trace(fn, {model_input(name, batch)}, options);
   if (optimized) {
     jit::freeze(traced);
     mlir::PassManager pm(&traced.context());
@@ -144,7 +156,7 @@ KILN_UNARY_BENCH(sin);
 static void BM_Compiled(benchmark::State& state, const char* name) {
   const int64_t batch = state.range(0);
   CompiledModel& m = compiled_model(name, batch);
-  Tensor x = randn({batch, 3, 224, 224});
+  Tensor x = model_input(name, batch);
   for (auto _ : state) {
     Tensor y = m.fn({x})[0];
     benchmark::DoNotOptimize(y.impl());
@@ -165,7 +177,7 @@ BENCHMARK_CAPTURE(BM_Compiled, mobilenet_v2, "mobilenet_v2")
 static void BM_CompiledOptimized(benchmark::State& state, const char* name) {
   const int64_t batch = state.range(0);
   CompiledModel& m = compiled_model(name, batch, true);
-  Tensor x = randn({batch, 3, 224, 224});
+  Tensor x = model_input(name, batch);
   for (auto _ : state) {
     Tensor y = m.fn({x})[0];
     benchmark::DoNotOptimize(y.impl());
@@ -222,7 +234,7 @@ void run_series(benchmark::State& state, Run&& run) {
 static void BM_CompiledOptimizedSeries(benchmark::State& state, const char* name) {
   const int64_t batch = state.range(0);
   CompiledModel& m = compiled_model(name, batch, true);
-  Tensor x = randn({batch, 3, 224, 224});
+  Tensor x = model_input(name, batch);
   run_series(state, [&] {
     Tensor y = m.fn({x})[0];
     benchmark::DoNotOptimize(y.impl());
@@ -240,11 +252,17 @@ BENCHMARK_CAPTURE(BM_CompiledOptimizedSeries, mobilenet_v2, "mobilenet_v2")
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK_CAPTURE(BM_CompiledOptimizedSeries, lstm, "lstm")
+    ->Arg(1)
+    ->Arg(8)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 static void BM_EagerSeries(benchmark::State& state, const char* name) {
   const int64_t batch = state.range(0);
   CompiledModel& m = compiled_model(name, batch);
-  Tensor x = randn({batch, 3, 224, 224});
+  Tensor x = model_input(name, batch);
   autograd::NoGradGuard no_grad;
   run_series(state, [&] {
     Tensor y = m.model->forward(x);
@@ -263,11 +281,17 @@ BENCHMARK_CAPTURE(BM_EagerSeries, mobilenet_v2, "mobilenet_v2")
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK_CAPTURE(BM_EagerSeries, lstm, "lstm")
+    ->Arg(1)
+    ->Arg(8)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 static void BM_Eager(benchmark::State& state, const char* name) {
   const int64_t batch = state.range(0);
   CompiledModel& m = compiled_model(name, batch);
-  Tensor x = randn({batch, 3, 224, 224});
+  Tensor x = model_input(name, batch);
   autograd::NoGradGuard no_grad;
   for (auto _ : state) {
     Tensor y = m.model->forward(x);
@@ -328,5 +352,29 @@ static void BM_JitCompileResNet18Frozen(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_JitCompileResNet18Frozen)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+// The LSTM (128 -> 256, 64 steps, batch 1) traced, frozen, optimized and compiled: #24's
+// "loops stay loops" target (the body compiled once, not 64 copies of the cell).
+static void BM_JitCompileLSTM(benchmark::State& state) {
+  auto model = lstm_model();
+  model->eval();
+  autograd::NoGradGuard no_grad;
+  jit::TraceOptions options;
+  options.warn_on_read_back = false;
+  for (const auto& [n, p] : model->named_parameters()) options.named_captures.push_back({n, p});
+  auto fn = [&](const TensorList& t) { return TensorList{model->forward(t[0])}; };
+  jit::TracedFunction traced = jit::trace(fn, {model_input("lstm", 1)}, options);
+  jit::freeze(traced);
+  mlir::PassManager pm(&traced.context());
+  passes::build_inference_pipeline(pm);
+  if (mlir::failed(pm.run(traced.module()))) std::abort();
+  jit::CompileOptions o = bench_options();
+  o.memory_cache = false;
+  for (auto _ : state) {
+    jit::CompiledFunction f = jit::compile(traced, o);
+    benchmark::DoNotOptimize(&f);
+  }
+}
+BENCHMARK(BM_JitCompileLSTM)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 
 BENCHMARK_MAIN();

@@ -9,6 +9,7 @@
 #include "artifact_values.h"
 #include "kiln/codegen/artifact.h"
 #include "kiln/ir/KilnDialect.h"
+#include "kiln/ir/OpSchema.h"
 #include "kiln_generated.h"
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/Bytecode/BytecodeWriter.h"
@@ -236,6 +237,11 @@ class Writer {
     }
     std::vector<int32_t> outs;
     for (unsigned i = 0; i < op.getNumResults(); ++i) {
+      if (auto reuse = in_place_.find(op.getResult(i)); reuse != in_place_.end()) {
+        slots_[op.getResult(i)] = reuse->second;
+        outs.push_back(reuse->second);
+        continue;
+      }
       int64_t off = i < offsets.size() ? offsets[i] : -1;
       auto planned = planned_.find(op.getResult(i));
       if (planned != planned_.end()) off = planned->second;
@@ -300,6 +306,25 @@ class Writer {
     return it->second;
   }
 
+  // A carried value read only by an update op (the schema's `update` trait: index_add,
+  // scatter*, masked_fill) whose result the body yields back in its place is updated in the
+  // carried slot itself (the kernels' update_ok): no copy of it into the op's output, none back
+  // at the end of the iteration. An LSTM's output sequence, one row per step, is such a value.
+  void plan_in_place_updates(mlir::scf::ForOp op, const std::vector<int32_t>& carried) {
+    mlir::Operation* yield = op.getBody()->getTerminator();
+    for (unsigned k = 0; k < carried.size(); ++k) {
+      mlir::BlockArgument a = op.getRegionIterArgs()[k];
+      if (!a.hasOneUse()) continue;
+      mlir::Operation* user = *a.getUsers().begin();
+      const ir::OpSchema* schema = ir::find_op_schema(op_name(user));
+      if (!schema || !(schema->traits & ir::kTraitUpdate) || user->getBlock() != op.getBody() ||
+          user->getOperand(0) != a || user->getNumResults() != 1 ||
+          yield->getOperand(k) != user->getResult(0) || user->getResult(0).getType() != a.getType())
+        continue;
+      in_place_[user->getResult(0)] = carried[k];
+    }
+  }
+
   // scf.for: a For instruction followed by the body's instructions. The carried values (the
   // body's iteration arguments) get slots of their own; the induction variable, where the body
   // reads it as a tensor, a 0-dim int64 slot the executor writes.
@@ -313,6 +338,7 @@ class Writer {
     const std::vector<int32_t> outs = result_slots(*op);
     for (mlir::BlockArgument a : op.getRegionIterArgs())
       carried.push_back(arena_slot(a, -1, "scf.for carried value"));
+    plan_in_place_updates(op, carried);
     induction_[op.getInductionVar()] = -1;
     const size_t k = instrs_.size();
     instrs_.emplace_back();
@@ -553,8 +579,9 @@ class Writer {
   int32_t none_ = -1;
   int constants_ = 0;
   bool control_flow_ = false;  // an If or For was written: format version 2
-  llvm::DenseMap<mlir::Value, int64_t> index_constants_;      // loop bounds
-  llvm::DenseMap<mlir::Value, int32_t> induction_;            // induction variable -> counter slot
+  llvm::DenseMap<mlir::Value, int64_t> index_constants_;  // loop bounds
+  llvm::DenseMap<mlir::Value, int32_t> in_place_;   // update results written in a carried slot
+  llvm::DenseMap<mlir::Value, int32_t> induction_;  // induction variable -> counter slot
   llvm::DenseMap<mlir::Value, mlir::Value> induction_alias_;  // its index_cast -> itself
   std::map<const void*, std::string> resource_blobs_;  // resource attribute -> its blob's name
 };

@@ -26,7 +26,9 @@ import tomllib
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMA = os.path.join(HERE, "..", "ops.toml")
 BACKENDS = ["eager", "interpreter", "runtime", "llvm", "aarch64", "cuda"]
-TRAITS = ["elementwise", "reduction", "view", "alias", "inplace", "random", "fused", "effect"]
+TRAITS = [
+    "elementwise", "reduction", "view", "alias", "inplace", "update", "random", "fused", "effect"
+]
 ELEMENT_TYPES = {"": "Kiln_Tensor", "i64": "Kiln_I64Tensor", "int": "Kiln_IntTensor",
                  "bool": "Kiln_BoolTensor", "float": "Kiln_FloatTensor"}
 ATTR_ODS = {"i64": "I64Attr", "f64": "F64Attr", "bool": "BoolAttr", "i64[]": "DenseI64ArrayAttr",

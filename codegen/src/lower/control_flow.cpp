@@ -3,6 +3,7 @@
 // Region results live in buffers allocated before the region: each branch copies its yielded
 // values there; a loop's carried values are buffers updated at the end of every iteration.
 
+#include "kiln/ir/OpSchema.h"
 #include "lowering.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -27,6 +28,33 @@ mlir::Value Lowering::load_scalar(const View& v) {
   note_use(v.base, x.getDefiningOp());
   if (v.elem.isInteger(1)) x = builder_.create<mlir::arith::TruncIOp>(loc_, v.elem, x);
   return x;
+}
+
+namespace {
+bool same_elements(const View& a, const View& b) {
+  return a.base == b.base && a.offset == b.offset && a.sizes == b.sizes && a.strides == b.strides;
+}
+}  // namespace
+
+// A carried value read only by an update op (the schema's `update` trait: index_add, scatter*,
+// masked_fill) whose result the body yields back in its place: the op computes its result in the
+// carried buffer, so neither the op's copy of its input nor the copy back at the end of the
+// iteration happens (what one-shot bufferization does for tensor.insert_slice on an iter_arg). An
+// LSTM's output sequence, written one step per iteration, is such a value.
+void Lowering::plan_in_place_updates(mlir::Block& body, llvm::ArrayRef<View> carries) {
+  mlir::Operation* yield = body.getTerminator();
+  for (unsigned k = 0; k < carries.size(); ++k) {
+    mlir::BlockArgument carried = body.getArgument(k + 1);
+    if (!carried.hasOneUse()) continue;
+    mlir::Operation* user = *carried.getUsers().begin();
+    const ir::OpSchema* schema = ir::find_op_schema(user->getName().getStringRef().str());
+    if (!schema || !(schema->traits & ir::kTraitUpdate) || user->getBlock() != &body ||
+        user->getOperand(0) != carried || user->getNumResults() != 1 ||
+        yield->getOperand(k) != user->getResult(0) ||
+        user->getResult(0).getType() != carried.getType())
+      continue;
+    in_place_[user->getResult(0)] = carries[k];
+  }
 }
 
 bool Lowering::lower_control_flow(mlir::Operation* op) {
@@ -128,13 +156,15 @@ bool Lowering::lower_control_flow(mlir::Operation* op) {
       mlir::Block& body = src.getRegion().front();
       scalars_[body.getArgument(0)] = dst.getInductionVar();
       for (unsigned k = 0; k < carries.size(); ++k) views_[body.getArgument(k + 1)] = carries[k];
-      lower_block(body);
       mlir::Operation* yield = body.getTerminator();
+      plan_in_place_updates(body, carries);
+      lower_block(body);
       // New values first go to temporaries when they still read a carried buffer (a permuted
       // view of it, say), then to the carried buffers.
       llvm::SmallVector<std::pair<mlir::Value, View>> staged;
       for (unsigned k = 0; k < yield->getNumOperands(); ++k) {
         mlir::Value v = yield->getOperand(k);
+        if (has_view(v) && same_elements(views_[v], carries[k])) continue;  // updated in place
         bool aliases = false;
         if (has_view(v)) {
           for (const View& c : carries) aliases |= views_[v].base == c.base;

@@ -39,9 +39,15 @@ class KernelEmitter {
  public:
   KernelEmitter(Lowering& low, Value root, const View& dest)
       : low_(low), root_(root), dest_(dest), b_(low.module().getContext()), loc_(low.loc()) {}
+  // More results computed by the same loop nest, each into a destination laid out like dest.
+  KernelEmitter(Lowering& low, llvm::ArrayRef<Value> roots, llvm::ArrayRef<View> dests)
+      : KernelEmitter(low, roots[0], dests[0]) {
+    for (size_t k = 1; k < roots.size(); ++k) more_.push_back({roots[k], dests[k]});
+  }
 
   void emit() {
     collect(root_, /*is_root=*/true);
+    for (const auto& [root, dest] : more_) collect(root, /*is_root=*/true);
     coalesce();
     build_function();
     call_function();
@@ -63,7 +69,9 @@ class KernelEmitter {
     if (leaf_index_.count(v) || visited_.count(v)) return;
     if (Lowering::splat_value(v)) return;
     mlir::Operation* def = v.getDefiningOp();
-    if (def && mlir::isa<ir::FusedOp>(def)) {
+    // A kiln.fused result is computed from its body unless it is already in memory (a result
+    // with several users is stored once; its readers load it instead of recomputing the body).
+    if (def && mlir::isa<ir::FusedOp>(def) && !low_.has_view(v)) {
       visited_.insert(v);
       auto& body = def->getRegion(0).front();
       collect(body.getTerminator()->getOperand(mlir::cast<mlir::OpResult>(v).getResultNumber()),
@@ -143,7 +151,10 @@ class KernelEmitter {
       return b_.create<LLVM::LoadOp>(loc_, ptr, gep);
     };
     out_ptr_ = load_ptr(0);
-    for (size_t k = 0; k < leaves_.size(); ++k) leaves_[k].ptr = load_ptr(k + 1);
+    llvm::SmallVector<Value> more_ptrs;
+    for (size_t k = 0; k < more_.size(); ++k) more_ptrs.push_back(load_ptr(k + 1));
+    const size_t first_leaf = more_.size() + 1;
+    for (size_t k = 0; k < leaves_.size(); ++k) leaves_[k].ptr = load_ptr(k + first_leaf);
     llvm::SmallVector<Value> ivs;
     Value one = b_.create<arith::ConstantIntOp>(loc_, 1, 64);
     for (size_t d = 0; d < sizes_.size(); ++d) {
@@ -169,9 +180,12 @@ class KernelEmitter {
       return off;
     };
     for (auto& leaf : leaves_) leaf.offset = offset(leaf.view.offset, leaf.strides);
-    Value result = eval(root_);
-    result = convert(result, dest_.elem);
-    store(out_ptr_, offset(dest_.offset, out_strides_), result, dest_.elem);
+    Value at = offset(dest_.offset, out_strides_);
+    store(out_ptr_, at, convert(eval(root_), dest_.elem), dest_.elem);
+    for (size_t k = 0; k < more_.size(); ++k) {
+      const auto& [root, dest] = more_[k];
+      store(more_ptrs[k], at, convert(eval(root), dest.elem), dest.elem);
+    }
     b_.setInsertionPointToEnd(block);
     b_.create<mlir::func::ReturnOp>(loc_);
   }
@@ -179,7 +193,8 @@ class KernelEmitter {
   void call_function() {
     mlir::OpBuilder& b = low_.builder();
     Type ptr = low_.ptr_type();
-    const int64_t slots = static_cast<int64_t>(leaves_.size()) + 1;
+    const int64_t first_leaf = static_cast<int64_t>(more_.size()) + 1;
+    const int64_t slots = static_cast<int64_t>(leaves_.size()) + first_leaf;
     Value ctx = low_.stack_array(slots);
     llvm::SmallVector<mlir::Operation*> users;
     auto put = [&](int64_t i, Value p) {
@@ -187,7 +202,8 @@ class KernelEmitter {
       b.create<LLVM::StoreOp>(loc_, p, gep);
     };
     put(0, dest_.base);
-    for (size_t k = 0; k < leaves_.size(); ++k) put(k + 1, leaves_[k].view.base);
+    for (size_t k = 0; k < more_.size(); ++k) put(k + 1, more_[k].second.base);
+    for (size_t k = 0; k < leaves_.size(); ++k) put(k + first_leaf, leaves_[k].view.base);
     const int64_t total = numel(sizes_);
     const int64_t outer = sizes_[0];
     const int64_t inner = std::max<int64_t>(total / std::max<int64_t>(outer, 1), 1);
@@ -211,6 +227,7 @@ class KernelEmitter {
                                           mlir::ValueRange{ctx, zero, end});
     }
     low_.note_use(dest_.base, call);
+    for (const auto& [root, dest] : more_) low_.note_use(dest.base, call);
     for (auto& leaf : leaves_) low_.note_use(leaf.view.base, call);
   }
 
@@ -527,6 +544,7 @@ class KernelEmitter {
   Lowering& low_;
   Value root_;
   View dest_;
+  llvm::SmallVector<std::pair<Value, View>> more_;
   mlir::OpBuilder b_;
   mlir::Location loc_;
   std::string name_;
@@ -542,6 +560,16 @@ class KernelEmitter {
 
 void Lowering::emit_kernel(mlir::Value root, const View& dest) {
   KernelEmitter(*this, root, dest).emit();
+}
+
+void Lowering::emit_kernel(llvm::ArrayRef<mlir::Value> roots, llvm::ArrayRef<View> dests) {
+  for (const View& d : dests) {
+    if (d.sizes != dests[0].sizes || d.strides != dests[0].strides || d.offset != dests[0].offset) {
+      for (size_t k = 0; k < roots.size(); ++k) emit_kernel(roots[k], dests[k]);
+      return;
+    }
+  }
+  KernelEmitter(*this, roots, dests).emit();
 }
 
 }  // namespace kiln::codegen::detail

@@ -157,6 +157,7 @@ View Lowering::destination(mlir::Value v) {
   d.sizes.assign(type.getShape().begin(), type.getShape().end());
   d.strides = contiguous_strides(d.sizes);
   d.elem = type.getElementType();
+  if (auto in_place = in_place_.find(v); in_place != in_place_.end()) return in_place->second;
   auto it = result_buffers_.find(v);
   if (it != result_buffers_.end() && it->second) {
     d.base = it->second;
@@ -348,6 +349,7 @@ bool Lowering::lower_op(mlir::Operation* op) {
     return true;
   }
   if (is_elementwise(op)) {
+    llvm::SmallVector<mlir::Value> stored;
     for (mlir::Value r : op->getResults()) {
       const int64_t n = numel(mlir::cast<mlir::RankedTensorType>(r.getType()).getShape());
       if (options_.fuse_elementwise && r.hasOneUse()) {
@@ -360,10 +362,12 @@ bool Lowering::lower_op(mlir::Operation* op) {
           continue;
         }
       }
-      View d = destination(r);
-      emit_kernel(r, d);
-      views_[r] = d;
+      stored.push_back(r);
     }
+    llvm::SmallVector<View> dests;
+    for (mlir::Value r : stored) dests.push_back(destination(r));
+    if (!stored.empty()) emit_kernel(stored, dests);
+    for (size_t k = 0; k < stored.size(); ++k) views_[stored[k]] = dests[k];
     return true;
   }
   if (lower_view_op(op)) return true;

@@ -80,6 +80,9 @@ class Lowering {
   const LowerOptions& options() const { return options_; }
   // Emits the fused loop nest that writes `root` (elementwise, evaluated over dest's shape).
   void emit_kernel(mlir::Value root, const View& dest);
+  // One loop nest writing several values (a kiln.fused's results: their shared subexpressions
+  // computed once) when the destinations share a layout; else one nest each.
+  void emit_kernel(llvm::ArrayRef<mlir::Value> roots, llvm::ArrayRef<View> dests);
   // Emits a runtime call for op (false if the op is not an ABI op).
   bool emit_abi_call(mlir::Operation* op);
   bool has_constant_weight(mlir::Operation* op, llvm::StringRef name);
@@ -94,6 +97,7 @@ class Lowering {
   // from kiln::cond / kiln::loop. False when op is none of these.
   bool lower_control_flow(mlir::Operation* op);
   mlir::Value load_scalar(const View& v);
+  void plan_in_place_updates(mlir::Block& body, llvm::ArrayRef<View> carries);
   bool lower_view_op(mlir::Operation* op);
   View constant_view(mlir::Operation* op);
   void emit_frees();
@@ -109,6 +113,8 @@ class Lowering {
   llvm::DenseMap<mlir::Value, bool> deferred_;
   llvm::DenseMap<mlir::Value, mlir::Value> scalars_;         // @forward scalar → entry scalar
   llvm::DenseMap<mlir::Value, mlir::Value> result_buffers_;  // @forward result → caller buffer
+  // Results computed in a loop's carried buffer (see scf.for in control_flow.cpp).
+  llvm::DenseMap<mlir::Value, View> in_place_;
   llvm::DenseSet<mlir::Value> written_results_;
   struct Owned {
     int64_t nbytes = 0;

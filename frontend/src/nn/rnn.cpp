@@ -3,6 +3,9 @@
 #include <cmath>
 #include <sstream>
 
+#include "kiln/autograd.h"
+#include "kiln/control_flow.h"
+#include "kiln/dispatch.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
@@ -84,12 +87,12 @@ RNNOutput RNNBase::run(const Tensor& input, const Tensor& h0_in, const Tensor& c
     TensorList outs;
     for (int64_t d = 0; d < D; ++d) {
       const int64_t idx = layer * D + d;
-      RNNOutput r =
-          run_direction(layer_in, h0.select(0, idx), is_lstm ? c0.select(0, idx) : Tensor(),
-                        layer_weights(layer, d), d == 1);
-      outs.push_back(r.output);
-      h_n.push_back(r.h_n);
-      if (is_lstm) c_n.push_back(r.c_n);
+      TensorList state{h0.select(0, idx)};
+      if (is_lstm) state.push_back(c0.select(0, idx));
+      auto [output, last] = run_direction(layer_in, state, layer_weights(layer, d), d == 1);
+      outs.push_back(output);
+      h_n.push_back(last[0]);
+      if (is_lstm) c_n.push_back(last[1]);
     }
     layer_in = D == 2 ? kiln::cat(outs, 2) : outs[0];
     if (o.dropout() > 0.0 && is_training() && layer + 1 < L) {
@@ -108,6 +111,56 @@ RNNOutput RNNBase::run(const Tensor& input, const Tensor& h0_in, const Tensor& c
     out.output = out.output.transpose(0, 1);
   }
   return out;
+}
+
+namespace {
+// A trace without gradients records the time steps as one kiln::loop (an scf.for whose body is
+// the cell, compiled once) instead of T copies of the cell. Eager runs, and traces that record
+// gradients (they do not flow through a traced loop), iterate in C++.
+bool record_as_loop(const Tensor& x, const TensorList& state, const TensorList& w) {
+  if (!dispatch::tracer()) return false;
+  if (!autograd::grad_enabled()) return true;
+  for (const TensorList* list : {&state, &w})
+    for (const Tensor& t : *list)
+      if (t.defined() && t.requires_grad()) return false;
+  return !x.requires_grad();
+}
+}  // namespace
+
+std::pair<Tensor, TensorList> RNNBase::run_direction(const Tensor& x, TensorList state,
+                                                     const TensorList& w, bool reverse) {
+  const int64_t T = x.size(0);
+  Tensor xp = kiln::linear(x, w[0], w[2]);  // (T, N, gates * H): all input projections at once
+  if (record_as_loop(x, state, w)) {
+    // The carry is the state and the output sequence; step t overwrites row t of the latter (the
+    // code generators update it in place). Every row is written, so the sequence starts as any
+    // tensor of its shape: a view of the projections (a zero constant would be stored in
+    // artifacts).
+    const int64_t N = x.size(1), H = options.hidden_size();
+    const Tensor last = scalar_tensor(static_cast<double>(T - 1), TensorOptions(DType::Int64));
+    state.push_back(xp.narrow(2, 0, H));
+    TensorList out = kiln::loop(
+        T,
+        [&](const Tensor& i, const TensorList& carry) {
+          const Tensor t = (reverse ? kiln::sub(last, i) : i).reshape({1});
+          TensorList next =
+              cell(kiln::index_select(xp, 0, t).squeeze(0), {carry.begin(), carry.end() - 1}, w);
+          const Tensor rows = t.reshape({1, 1, 1}).expand({1, N, H});
+          next.push_back(kiln::scatter(carry.back(), 0, rows, next[0].unsqueeze(0)));
+          return next;
+        },
+        state);
+    Tensor output = out.back();
+    out.pop_back();
+    return {output, out};
+  }
+  TensorList outs(static_cast<size_t>(T));
+  for (int64_t s = 0; s < T; ++s) {
+    const int64_t t = reverse ? T - 1 - s : s;
+    state = cell(xp.select(0, t), state, w);
+    outs[static_cast<size_t>(t)] = state[0];
+  }
+  return {kiln::stack(outs, 0), state};
 }
 
 Tensor RNNBase::forward(const Tensor& input) {
@@ -134,23 +187,13 @@ RNNOutput LSTM::operator()(const Tensor& input, const Tensor& h0, const Tensor& 
   return {out[0], out[1], out[2]};
 }
 
-RNNOutput LSTM::run_direction(const Tensor& x, const Tensor& h0, const Tensor& c0,
-                              const TensorList& w, bool reverse) {
-  const int64_t T = x.size(0);
-  Tensor xp = kiln::linear(x, w[0], w[2]);  // (T, N, 4H): all input projections at once
-  Tensor h = h0, c = c0;
-  TensorList outs(static_cast<size_t>(T));
-  for (int64_t s = 0; s < T; ++s) {
-    const int64_t t = reverse ? T - 1 - s : s;
-    Tensor gates = xp.select(0, t) + kiln::linear(h, w[1], w[3]);
-    TensorList g = kiln::chunk(gates, 4, 1);
-    Tensor i = kiln::sigmoid(g[0]), f = kiln::sigmoid(g[1]);
-    Tensor cand = kiln::tanh(g[2]), o = kiln::sigmoid(g[3]);
-    c = f * c + i * cand;
-    h = o * kiln::tanh(c);
-    outs[static_cast<size_t>(t)] = h;
-  }
-  return {kiln::stack(outs, 0), h, c};
+TensorList LSTM::cell(const Tensor& xp, const TensorList& state, const TensorList& w) {
+  Tensor gates = xp + kiln::linear(state[0], w[1], w[3]);
+  TensorList g = kiln::chunk(gates, 4, 1);
+  Tensor i = kiln::sigmoid(g[0]), f = kiln::sigmoid(g[1]);
+  Tensor cand = kiln::tanh(g[2]), o = kiln::sigmoid(g[3]);
+  Tensor c = f * state[1] + i * cand;
+  return {o * kiln::tanh(c), c};
 }
 
 RNNOutput GRU::forward(const Tensor& input, const Tensor& h0) {
@@ -162,23 +205,14 @@ RNNOutput GRU::operator()(const Tensor& input, const Tensor& h0) {
   return {out[0], out[1], Tensor()};
 }
 
-RNNOutput GRU::run_direction(const Tensor& x, const Tensor& h0, const Tensor&, const TensorList& w,
-                             bool reverse) {
-  const int64_t T = x.size(0);
-  Tensor xp = kiln::linear(x, w[0], w[2]);  // (T, N, 3H)
-  Tensor h = h0;
-  TensorList outs(static_cast<size_t>(T));
-  for (int64_t s = 0; s < T; ++s) {
-    const int64_t t = reverse ? T - 1 - s : s;
-    TensorList xg = kiln::chunk(xp.select(0, t), 3, 1);
-    TensorList hg = kiln::chunk(kiln::linear(h, w[1], w[3]), 3, 1);
-    Tensor r = kiln::sigmoid(xg[0] + hg[0]);
-    Tensor z = kiln::sigmoid(xg[1] + hg[1]);
-    Tensor n = kiln::tanh(xg[2] + r * hg[2]);
-    h = n + z * (h - n);  // (1 - z) * n + z * h
-    outs[static_cast<size_t>(t)] = h;
-  }
-  return {kiln::stack(outs, 0), h, Tensor()};
+TensorList GRU::cell(const Tensor& xp, const TensorList& state, const TensorList& w) {
+  const Tensor& h = state[0];
+  TensorList xg = kiln::chunk(xp, 3, 1);
+  TensorList hg = kiln::chunk(kiln::linear(h, w[1], w[3]), 3, 1);
+  Tensor r = kiln::sigmoid(xg[0] + hg[0]);
+  Tensor z = kiln::sigmoid(xg[1] + hg[1]);
+  Tensor n = kiln::tanh(xg[2] + r * hg[2]);
+  return {n + z * (h - n)};  // (1 - z) * n + z * h
 }
 
 }  // namespace kiln::nn

@@ -268,14 +268,16 @@ struct Checker {
         KILN_CHECK(!overlaps(ra, range(info.outputs[b])), kOp, where, ": outputs ", a, " and ", b,
                    " overlap in the arena");
       }
-      for (int32_t in : info.inputs) {
+      for (size_t j = 0; j < info.inputs.size(); ++j) {
+        const int32_t in = info.inputs[j];
         if (in < 0 || out.slots[in].kind != SlotKind::Arena) continue;
         const auto rb = range(in);
         if (rb.first == rb.second || !overlaps(ra, rb)) continue;
-        KILN_CHECK(alias_ok && ra == rb, kOp, where, ": output slot ", info.outputs[a],
-                   " overlaps input slot ", in,
-                   alias_ok ? " without being its exact alias"
-                            : " in the arena (this kernel cannot run in place)");
+        const bool update_ok = info.def && info.def->update_ok && a == 0 && j == 0;
+        KILN_CHECK((alias_ok || update_ok) && ra == rb, kOp, where, ": output slot ",
+                   info.outputs[a], " overlaps input slot ", in,
+                   alias_ok || update_ok ? " without being its exact alias"
+                                         : " in the arena (this kernel cannot run in place)");
       }
     }
   }

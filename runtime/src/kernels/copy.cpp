@@ -59,6 +59,10 @@ void copy_(TensorImpl& dst, const TensorImpl& src) {
   }
   Dims src_strides = broadcast_strides(src, dst.sizes(), "copy_");
   if (dst.numel() == 0) return;
+  // The same elements (an update kernel given its input's buffer as its output): nothing to do.
+  if (dst.data() == src.data() && dst.dtype() == src.dtype() && dst.strides() == src_strides) {
+    return;
+  }
   const int64_t ds = static_cast<int64_t>(dst.itemsize());
   const int64_t ss = static_cast<int64_t>(src.itemsize());
   std::array<Dims, 2> bytes{dst.strides(), src_strides};

@@ -1,7 +1,8 @@
 // Registry entries of the indexing, scattering and sorting ops, and of the random ops with an
 // explicit generator state. The functional forms of the in-place kernels (index_add, scatter*,
-// masked_fill) copy their input into the output first, then update it; their output never
-// aliases an input (inplace_ok is false), so the indices they check stay what they checked.
+// masked_fill) copy their input into the output first, then update it; their output may be
+// their input's own buffer (update_ok: the copy is then nothing), never another input's, so the
+// indices they check stay what they checked.
 
 #include "kiln/runtime/kernels/indexing.h"
 #include "common.h"
@@ -143,13 +144,19 @@ void run_dropout_mask(const KernelCall& c) {
 
 void register_indexing(Registry& r) {
   r.add(with_signature({.name = "index_select", .decode = decode_dim, .run = run_index_select}));
-  r.add(with_signature({.name = "index_add", .decode = decode_dim_alpha, .run = run_index_add}));
-  r.add(with_signature({.name = "gather", .decode = decode_dim, .run = run_gather}));
-  r.add(with_signature({.name = "scatter", .decode = decode_dim, .run = run_scatter}));
   r.add(with_signature(
-      {.name = "scatter_value", .decode = decode_dim_value, .run = run_scatter_value}));
-  r.add(with_signature({.name = "scatter_add", .decode = decode_dim, .run = run_scatter_add}));
-  r.add(with_signature({.name = "masked_fill", .decode = decode_value, .run = run_masked_fill}));
+      {.name = "index_add", .decode = decode_dim_alpha, .run = run_index_add, .update_ok = true}));
+  r.add(with_signature({.name = "gather", .decode = decode_dim, .run = run_gather}));
+  r.add(with_signature(
+      {.name = "scatter", .decode = decode_dim, .run = run_scatter, .update_ok = true}));
+  r.add(with_signature({.name = "scatter_value",
+                        .decode = decode_dim_value,
+                        .run = run_scatter_value,
+                        .update_ok = true}));
+  r.add(with_signature(
+      {.name = "scatter_add", .decode = decode_dim, .run = run_scatter_add, .update_ok = true}));
+  r.add(with_signature(
+      {.name = "masked_fill", .decode = decode_value, .run = run_masked_fill, .update_ok = true}));
   r.add(with_signature({.name = "one_hot", .run = run_one_hot}));
   r.add(with_signature({.name = "topk", .decode = decode_topk, .run = run_topk}));
   r.add(with_signature({.name = "sort", .decode = decode_sort, .run = run_sort}));

@@ -41,13 +41,17 @@ class RNNBase : public Module {
   RNNOptions options;
 
  protected:
-  // One direction of one layer over the whole sequence x (T, N, I); returns (outputs (T, N, H),
-  // final h, final c).
-  virtual RNNOutput run_direction(const Tensor& x, const Tensor& h0, const Tensor& c0,
-                                  const TensorList& w, bool reverse) = 0;
+  // One time step: this step's input projection xp (N, gates * H), the state {h[, c]} and the
+  // layer's weights {w_ih, w_hh, b_ih, b_hh} -> the new state (h first).
+  virtual TensorList cell(const Tensor& xp, const TensorList& state, const TensorList& w) = 0;
   RNNOutput run(const Tensor& input, const Tensor& h0, const Tensor& c0, bool is_lstm);
 
  private:
+  // One direction of one layer over the whole sequence x (T, N, I), from `state`; returns
+  // (outputs (T, N, H), the final state).
+  std::pair<Tensor, TensorList> run_direction(const Tensor& x, TensorList state,
+                                              const TensorList& w, bool reverse);
+
   std::vector<Tensor*> weights_;  // 4 slots per (layer, direction)
 };
 
@@ -62,8 +66,7 @@ class LSTM : public RNNBase {
   RNNOutput operator()(const Tensor& input, const Tensor& h0 = {}, const Tensor& c0 = {});
 
  protected:
-  RNNOutput run_direction(const Tensor& x, const Tensor& h0, const Tensor& c0, const TensorList& w,
-                          bool reverse) override;
+  TensorList cell(const Tensor& xp, const TensorList& state, const TensorList& w) override;
 };
 
 class GRU : public RNNBase {
@@ -75,8 +78,7 @@ class GRU : public RNNBase {
   RNNOutput operator()(const Tensor& input, const Tensor& h0 = {});
 
  protected:
-  RNNOutput run_direction(const Tensor& x, const Tensor& h0, const Tensor& c0, const TensorList& w,
-                          bool reverse) override;
+  TensorList cell(const Tensor& xp, const TensorList& state, const TensorList& w) override;
 };
 
 }  // namespace kiln::nn

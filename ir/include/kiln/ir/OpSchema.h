@@ -28,6 +28,9 @@ enum OpTrait : uint32_t {
   kTraitRandom = 1u << 5,
   kTraitFused = 1u << 6,
   kTraitEffect = 1u << 7,  // a run-time check: kept even when nothing uses it
+  // The result is operand 0 with some elements replaced or added to (index_add, scatter*,
+  // masked_fill): the kernel may compute it in operand 0's own buffer, skipping the copy.
+  kTraitUpdate = 1u << 8,
 };
 
 struct OpSchema {

@@ -117,6 +117,11 @@ struct KernelDef {
   // at load: a kernel that checks its inputs (indices, shapes) and then overwrites them while
   // reading would read out of bounds.
   bool inplace_ok = false;
+  // Output 0 may occupy exactly the bytes of input 0 (and of no other input): an update kernel
+  // (index_add, scatter*, masked_fill: the op schema's `update` trait) computing its result in
+  // its input's buffer, as a loop's carried output sequence is written; its copy of the input is
+  // then skipped.
+  bool update_ok = false;
   // Optional: `call` as in run (outputs preallocated, arena contents undefined); bit i of
   // `constant_inputs` set when input i is a constant whose values may be read now. nullptr result:
   // nothing to prepare.
