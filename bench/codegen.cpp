@@ -46,43 +46,59 @@ Tensor model_input(const std::string& name, int64_t batch) {
   return randn({batch, 3, 224, 224});
 }
 
-// A zoo model traced in eval mode (parameters and buffers named), compiled once per shape.
-struct CompiledModel {
-  std::shared_ptr<nn::Module> model;
-  jit::CompiledFunction fn;
-};
+std::shared_ptr<nn::Module> make_model(const std::string& name) {
+  if (name == "resnet18") return models::resnet18();
+  if (name == "lstm") return lstm_model();
+  return models::mobilenet_v2();
+}
 
-// optimized: freeze + kiln's inference pipeline (bn folded, epilogues fused) before compiling.
-CompiledModel& compiled_model(const std::string& name, int64_t batch, bool optimized = false) {
-  static std::map<std::tuple<std::string, int64_t, bool>, CompiledModel> cache;
-  auto key = std::make_tuple(name, batch, optimized);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  CompiledModel m;
-  if (name == "resnet18") {
-    m.model = models::resnet18();
-  } else if (name == "lstm") {
-    m.model = lstm_model();
-  } else {
-    m.model = models::mobilenet_v2();
-  }
-  m.model->eval();
+// The model traced in eval mode without autograd (parameters and buffers named); optimized:
+// freeze + kiln's inference pipeline (bn folded, epilogues fused) after tracing.
+jit::TracedFunction trace_model(nn::Module& model, const Tensor& input, bool optimized) {
+  model.eval();
   autograd::NoGradGuard no_grad;
   jit::TraceOptions options;
   options.warn_on_read_back = false;
-  for (const auto& [n, p] : m.model->named_parameters()) options.named_captures.push_back({n, p});
-  for (const auto& [n, b] : m.model->named_buffers()) options.named_captures.push_back({n, b});
-  nn::Module* model = m.model.get();
-  auto fn = [model](const TensorList& t) { return TensorList{model->forward(t[0])}; };
-  jit::TracedFunction traced = jit::trace(fn, {model_input(name, batch)}, options);
+  for (const auto& [n, p] : model.named_parameters()) options.named_captures.push_back({n, p});
+  for (const auto& [n, b] : model.named_buffers()) options.named_captures.push_back({n, b});
+  auto fn = [&model](const TensorList& t) { return TensorList{model.forward(t[0])}; };
+  jit::TracedFunction traced = jit::trace(fn, {input}, options);
   if (optimized) {
     jit::freeze(traced);
     mlir::PassManager pm(&traced.context());
     passes::build_inference_pipeline(pm);
     if (mlir::failed(pm.run(traced.module()))) std::abort();
   }
-  m.fn = jit::compile(traced, bench_options());
+  return traced;
+}
+
+// A model compiled once per shape.
+struct CompiledModel {
+  std::shared_ptr<nn::Module> model;
+  jit::CompiledFunction fn;
+};
+
+CompiledModel& compiled_model(const std::string& name, int64_t batch, bool optimized = false) {
+  static std::map<std::tuple<std::string, int64_t, bool>, CompiledModel> cache;
+  auto key = std::make_tuple(name, batch, optimized);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  CompiledModel m;
+  m.model = make_model(name);
+  m.fn = jit::compile(trace_model(*m.model, model_input(name, batch), optimized), bench_options());
   return cache.emplace(key, std::move(m)).first->second;
+}
+
+// Trace → compiled code at batch 1, caches off: lowering, LLVM O3, object emission, ORC load.
+void time_compile(benchmark::State& state, const std::string& name, bool optimized) {
+  auto model = make_model(name);
+  jit::TracedFunction traced = trace_model(*model, model_input(name, 1), optimized);
+  jit::CompileOptions o = bench_options();
+  o.memory_cache = false;
+  for (auto _ : state) {
+    jit::CompiledFunction f = jit::compile(traced, o);
+    benchmark::DoNotOptimize(&f);
+  }
 }
 
 }  // namespace
@@ -309,71 +325,21 @@ BENCHMARK_CAPTURE(BM_Eager, mobilenet_v2, "mobilenet_v2")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// Trace → compiled code, caches off: lowering, LLVM O3, object emission, ORC load.
 static void BM_JitCompileResNet18(benchmark::State& state) {
-  auto model = models::resnet18();
-  model->eval();
-  autograd::NoGradGuard no_grad;
-  jit::TraceOptions options;
-  options.warn_on_read_back = false;
-  for (const auto& [n, p] : model->named_parameters()) options.named_captures.push_back({n, p});
-  for (const auto& [n, b] : model->named_buffers()) options.named_captures.push_back({n, b});
-  auto fn = [&](const TensorList& t) { return TensorList{model->forward(t[0])}; };
-  jit::TracedFunction traced = jit::trace(fn, {randn({1, 3, 224, 224})}, options);
-  jit::CompileOptions o = bench_options();
-  o.memory_cache = false;
-  for (auto _ : state) {
-    jit::CompiledFunction f = jit::compile(traced, o);
-    benchmark::DoNotOptimize(&f);
-  }
+  time_compile(state, "resnet18", false);
 }
 BENCHMARK(BM_JitCompileResNet18)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 
 // The same after freeze + the inference pipeline: 11.7M weights are now constants in the object.
 static void BM_JitCompileResNet18Frozen(benchmark::State& state) {
-  auto model = models::resnet18();
-  model->eval();
-  autograd::NoGradGuard no_grad;
-  jit::TraceOptions options;
-  options.warn_on_read_back = false;
-  for (const auto& [n, p] : model->named_parameters()) options.named_captures.push_back({n, p});
-  for (const auto& [n, b] : model->named_buffers()) options.named_captures.push_back({n, b});
-  auto fn = [&](const TensorList& t) { return TensorList{model->forward(t[0])}; };
-  jit::TracedFunction traced = jit::trace(fn, {randn({1, 3, 224, 224})}, options);
-  jit::freeze(traced);
-  mlir::PassManager pm(&traced.context());
-  passes::build_inference_pipeline(pm);
-  if (mlir::failed(pm.run(traced.module()))) std::abort();
-  jit::CompileOptions o = bench_options();
-  o.memory_cache = false;
-  for (auto _ : state) {
-    jit::CompiledFunction f = jit::compile(traced, o);
-    benchmark::DoNotOptimize(&f);
-  }
+  time_compile(state, "resnet18", true);
 }
 BENCHMARK(BM_JitCompileResNet18Frozen)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 
-// The LSTM (128 -> 256, 64 steps, batch 1) traced, frozen, optimized and compiled: #24's
-// "loops stay loops" target (the body compiled once, not 64 copies of the cell).
+// The LSTM frozen and optimized: #24's "loops stay loops" target (the cell compiled once, not
+// once per step).
 static void BM_JitCompileLSTM(benchmark::State& state) {
-  auto model = lstm_model();
-  model->eval();
-  autograd::NoGradGuard no_grad;
-  jit::TraceOptions options;
-  options.warn_on_read_back = false;
-  for (const auto& [n, p] : model->named_parameters()) options.named_captures.push_back({n, p});
-  auto fn = [&](const TensorList& t) { return TensorList{model->forward(t[0])}; };
-  jit::TracedFunction traced = jit::trace(fn, {model_input("lstm", 1)}, options);
-  jit::freeze(traced);
-  mlir::PassManager pm(&traced.context());
-  passes::build_inference_pipeline(pm);
-  if (mlir::failed(pm.run(traced.module()))) std::abort();
-  jit::CompileOptions o = bench_options();
-  o.memory_cache = false;
-  for (auto _ : state) {
-    jit::CompiledFunction f = jit::compile(traced, o);
-    benchmark::DoNotOptimize(&f);
-  }
+  time_compile(state, "lstm", true);
 }
 BENCHMARK(BM_JitCompileLSTM)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 
