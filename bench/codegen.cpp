@@ -343,4 +343,19 @@ static void BM_JitCompileLSTM(benchmark::State& state) {
 }
 BENCHMARK(BM_JitCompileLSTM)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 
+// A compile-cache hit for the frozen ResNet-18 (memory cache): what a second jit::compile of the
+// same trace costs — computing the key over the module is most of it (#24: <= 5 ms).
+static void BM_JitCacheHitResNet18Frozen(benchmark::State& state) {
+  auto model = make_model("resnet18");
+  jit::TracedFunction traced = trace_model(*model, model_input("resnet18", 1), true);
+  jit::CompileOptions o = bench_options();
+  jit::compile(traced, o);  // fills the memory cache
+  for (auto _ : state) {
+    jit::CompiledFunction f = jit::compile(traced, o);
+    if (f.source() != jit::CompiledFunction::Source::MemoryCache) std::abort();
+    benchmark::DoNotOptimize(&f);
+  }
+}
+BENCHMARK(BM_JitCacheHitResNet18Frozen)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 BENCHMARK_MAIN();

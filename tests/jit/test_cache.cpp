@@ -8,6 +8,7 @@
 #include "helpers.h"
 #include "kiln/jit/compile.h"
 #include "kiln/kiln.h"
+#include "kiln/trace/freeze.h"
 #include "kiln/trace/trace.h"
 
 using namespace kiln;
@@ -105,4 +106,31 @@ TEST(JitCache, CorruptCachedObjectIsRecompiled) {
   EXPECT_EQ(b.source(), jit::CompiledFunction::Source::Compiled);
   EXPECT_LE(max_rel_error(b({x})[0], fn({x})[0]), 1e-5);
   std::filesystem::remove_all(dir);
+}
+
+// The key reads frozen weights' bytes (elided from the text it hashes): two frozen linears that
+// differ in one weight element, in a weight large enough to be elided, are two keys and two
+// codes, each computing its own values.
+TEST(JitCache, FrozenWeightsThatDifferAreDifferentKeys) {
+  nn::Linear a(32, 8), b(32, 8);
+  {
+    autograd::NoGradGuard no_grad;
+    b.weight.copy_(a.weight);
+    b.bias.copy_(a.bias);
+    b.weight.data_ptr<float>()[77] += 0.5f;
+  }
+  const Tensor x = rnd({3, 32}, 37);
+  jit::CompileOptions o;
+  o.disk_cache = false;
+  auto compiled = [&](nn::Linear& m) {
+    jit::TracedFunction traced = jit::trace(m, {x});
+    jit::freeze(traced);
+    return jit::compile(traced, o);
+  };
+  jit::CompiledFunction fa = compiled(a), fb = compiled(b);
+  EXPECT_NE(fa.cache_key(), fb.cache_key());
+  EXPECT_EQ(compiled(a).cache_key(), fa.cache_key());  // and the same weights, the same key
+  autograd::NoGradGuard no_grad;
+  EXPECT_LE(max_rel_error(fa({x})[0], a.forward(x)), 1e-6);
+  EXPECT_LE(max_rel_error(fb({x})[0], b.forward(x)), 1e-6);
 }

@@ -22,8 +22,15 @@
 #include "kiln/runtime/abi.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/random.h"
+#include "kiln/runtime/thread_pool.h"
 #include "kiln/trace/module.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Support/xxhash.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/MLIRContext.h"
 
 namespace kiln::jit {
@@ -137,16 +144,72 @@ void clear_memory_cache() {
 }
 
 namespace {
-// The code for a module's bytes: from the memory cache, the disk cache, or compiled now.
-// `signature_of` reads the entry signature from @forward's type (for disk hits).
-std::shared_ptr<const Code> code_for(const std::string& bytes, const CompileOptions& options,
+// What the cache key reads of a module: its text with large constants elided, then a hash of
+// each elided constant's bytes in walk order. Serializing the module (a frozen ResNet-18 is
+// 47 MB of weights) only to hash it made a cache hit cost as much as the serialization; the
+// bytes are produced only on a miss now. The module's ops are printed one by one: printing the
+// module itself would encode its resource blobs, to drop them. The bytes are hashed in 1 MB
+// chunks on the thread pool (a blob's hash is the hash of its chunks' hashes).
+std::string module_fingerprint(mlir::ModuleOp module) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  mlir::OpPrintingFlags flags;
+  flags.elideLargeElementsAttrs(16).elideLargeResourceString(64).assumeVerified();
+  os << module->getAttrDictionary() << "\n";
+  for (mlir::Operation& op : module.getBody()->getOperations()) op.print(os, flags);
+  std::vector<llvm::ArrayRef<char>> constants;
+  module->walk([&](mlir::Operation* op) {
+    for (const mlir::NamedAttribute& a : op->getAttrs()) {
+      if (auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(a.getValue())) {
+        constants.push_back(dense.getRawData());
+      } else if (auto resource = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(a.getValue())) {
+        const mlir::AsmResourceBlob* blob = resource.getRawHandle().getBlob();
+        constants.push_back(blob ? blob->getData() : llvm::ArrayRef<char>());
+      }
+    }
+  });
+  constexpr size_t kChunk = size_t(1) << 20;
+  struct Chunk {
+    const char* data;
+    size_t size;
+  };
+  std::vector<Chunk> chunks;
+  std::vector<size_t> first_chunk;  // per constant
+  for (llvm::ArrayRef<char> c : constants) {
+    first_chunk.push_back(chunks.size());
+    for (size_t at = 0; at < c.size(); at += kChunk)
+      chunks.push_back({c.data() + at, std::min(kChunk, c.size() - at)});
+  }
+  first_chunk.push_back(chunks.size());
+  std::vector<uint64_t> chunk_hash(chunks.size());
+  parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      chunk_hash[i] = llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(
+          reinterpret_cast<const uint8_t*>(chunks[i].data), chunks[i].size));
+  });
+  for (size_t k = 0; k < constants.size(); ++k) {
+    const llvm::ArrayRef<uint64_t> mine(chunk_hash.data() + first_chunk[k],
+                                        first_chunk[k + 1] - first_chunk[k]);
+    const uint64_t h = llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(
+        reinterpret_cast<const uint8_t*>(mine.data()), mine.size() * sizeof(uint64_t)));
+    os << "\n#" << llvm::format_hex_no_prefix(h, 16) << ":" << constants[k].size();
+  }
+  return text;
+}
+
+// The code for a module (`fingerprint` keys the caches; `bytes_of` gives the module's bytes to
+// compile on a miss): from the memory cache, the disk cache, or compiled now. `signature_of`
+// reads the entry signature from @forward's type (for disk hits).
+std::shared_ptr<const Code> code_for(const std::string& fingerprint,
+                                     const std::function<std::string()>& bytes_of,
+                                     const CompileOptions& options,
                                      const std::function<codegen::EntrySignature()>& signature_of,
                                      CompiledFunction::Source* source, std::string* key_out) {
   codegen::LowerOptions lower;
   lower.fuse_elementwise = options.fuse_elementwise;
   lower.parallel_min_elements = options.parallel_min_elements;
   const codegen::Target host = codegen::host_target();
-  const std::string key = codegen::cache_key(bytes, host, lower, options.opt_level);
+  const std::string key = codegen::cache_key(fingerprint, host, lower, options.opt_level);
   *key_out = key;
   std::shared_ptr<const Code> code;
   *source = CompiledFunction::Source::Compiled;
@@ -179,7 +242,7 @@ std::shared_ptr<const Code> code_for(const std::string& bytes, const CompileOpti
   if (!code) {
     // A private context: compiling never touches the caller's module, and compiles may overlap.
     std::unique_ptr<mlir::MLIRContext> ctx = make_context();
-    mlir::ModuleOp module = parse_module(*ctx, bytes);
+    mlir::ModuleOp module = parse_module(*ctx, bytes_of());
     std::string object, error;
     codegen::EntrySignature signature;
     const bool ok = codegen::compile_to_object(module, {}, lower, options.opt_level, &object,
@@ -212,8 +275,8 @@ CompiledFunction compile(const TracedFunction& traced, const CompileOptions& opt
   const auto start = std::chrono::steady_clock::now();
   auto impl = std::make_shared<CompiledFunction::Impl>();
   impl->code = code_for(
-      traced.bytecode(), options, [&] { return signature_of_module(traced.module()); },
-      &impl->source, &impl->key);
+      module_fingerprint(traced.module()), [&] { return traced.bytecode(); }, options,
+      [&] { return signature_of_module(traced.module()); }, &impl->source, &impl->key);
   impl->captures = traced.captures();
   impl->guards = traced.guards();
   impl->mutated = traced.mutated_captures();
@@ -243,7 +306,7 @@ CompiledFunction compile_module(const std::string& text_or_bytecode,
   const auto start = std::chrono::steady_clock::now();
   auto impl = std::make_shared<CompiledFunction::Impl>();
   impl->code = code_for(
-      text_or_bytecode, options,
+      text_or_bytecode, [&] { return text_or_bytecode; }, options,
       [&] {
         std::unique_ptr<mlir::MLIRContext> ctx = make_context();
         mlir::ModuleOp m = parse_module(*ctx, text_or_bytecode);

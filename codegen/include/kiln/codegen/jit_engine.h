@@ -33,7 +33,8 @@ inline constexpr int kAbiVersion = 2;
 //   2: intermediate buffers in one compile-time arena; kiln.mbconv; unused optional results.
 //   3: <entry>_release() frees the prepared weights of *_prepared call sites.
 //   4: kernel calls get the arena bytes no live buffer holds as scratch (kiln_abi_lease_begin).
-inline constexpr int kCodegenRevision = 4;
+//   5: loop-carried values updated in place; a kiln.fused's stored results in one loop nest.
+inline constexpr int kCodegenRevision = 5;
 
 // A stable key for compiled code: (module bytes, target triple, CPU, features, options, ABI,
 // code generator revision).
