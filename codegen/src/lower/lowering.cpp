@@ -321,6 +321,19 @@ bool Lowering::lower_view_op(mlir::Operation* op) {
   return true;
 }
 
+bool Lowering::has_lowering(mlir::Operation* op) {
+  llvm::StringRef name = op->getName().getStringRef();
+  if (is_elementwise(op) || mlir::isa<ir::ConstantOp, ir::NoneOp>(op) || name == "kiln.yield" ||
+      view_ops().contains(name))
+    return true;
+  if (name.consume_front("kiln.")) return has_abi_kernel(name);
+  // The glue of kiln::cond / kiln::loop regions (control_flow.cpp) and the entry's return.
+  return (op->getDialect() && op->getDialect()->getNamespace() == "arith") ||
+         mlir::isa<mlir::scf::IfOp, mlir::scf::ForOp, mlir::scf::YieldOp, mlir::func::ReturnOp>(
+             op) ||
+         name == "tensor.extract" || name == "tensor.from_elements";
+}
+
 bool Lowering::lower_op(mlir::Operation* op) {
   // Element types the generated code handles. uint8 only moves through runtime calls (the int8
   // ops) and constants: the loops' arithmetic is signless.
@@ -539,9 +552,24 @@ bool Lowering::run(std::string* error_out, EntrySignature* signature) {
       errors_ += "cannot compile @forward: argument " + std::to_string(i) +
                  " has more bytes than int64 can count\n";
   }
+  // Every op that cannot be compiled is named at once, with its location, before any code is
+  // emitted (lowering stops at the first failure, so later ops would go unreported).
   forward_.walk([&](mlir::Operation* op) {
+    if (op == forward_.getOperation()) return;
     for (mlir::Value r : op->getResults()) {
       if (!fits(r.getType())) error(op, "a result has more bytes than int64 can count");
+      auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(r.getType());
+      if (!tensor) continue;
+      for (int64_t d = 0; d < tensor.getRank(); ++d) {
+        if (!tensor.isDynamicDim(d)) continue;
+        error(op, "result " + std::to_string(mlir::cast<mlir::OpResult>(r).getResultNumber()) +
+                      " has a dynamic dimension " + std::to_string(d) +
+                      " (code generation needs static shapes)");
+        break;
+      }
+    }
+    if (!has_lowering(op)) {
+      error(op, "no lowering for this op (neither generated loops nor a runtime kernel)");
     }
   });
   if (!errors_.empty()) {
