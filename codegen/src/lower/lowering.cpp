@@ -334,28 +334,28 @@ bool Lowering::has_lowering(mlir::Operation* op) {
          name == "tensor.extract" || name == "tensor.from_elements";
 }
 
-bool Lowering::lower_op(mlir::Operation* op) {
-  // Element types the generated code handles. uint8 only moves through runtime calls (the int8
-  // ops) and constants: the loops' arithmetic is signless.
-  const bool loops = is_elementwise(op);
+// The first element type of op's operands and results that code generation cannot handle, as
+// text ("" when every one is fine). uint8 only moves through runtime calls (the int8 ops) and
+// constants: the loops' arithmetic is signless.
+std::string Lowering::unsupported_element_type(mlir::Operation* op) {
+  const bool loops = is_elementwise(op) || mlir::isa_and_nonnull<ir::FusedOp>(op->getParentOp());
   llvm::SmallVector<mlir::Type> types(op->getOperandTypes());
   types.append(op->getResultTypes().begin(), op->getResultTypes().end());
   for (mlir::Type t : types) {
     auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(t);
     if (!tensor) continue;
     mlir::Type e = tensor.getElementType();
-    if (!tensor.hasStaticShape()) {
-      error(op, "dynamic shapes are not supported");
-      return false;
-    }
     if (dtype_code(e) < 0 || e.isF16() || e.isBF16() || (e.isUnsignedInteger() && loops)) {
       std::string s;
       llvm::raw_string_ostream os(s);
       e.print(os);
-      error(op, "element type " + s + " is not supported by code generation");
-      return false;
+      return s;
     }
   }
+  return "";
+}
+
+bool Lowering::lower_op(mlir::Operation* op) {
   if (mlir::isa<ir::NoneOp>(op)) return true;
   if (mlir::isa<ir::ConstantOp>(op)) {
     if (!splat_value(op->getResult(0))) views_[op->getResult(0)] = constant_view(op);
@@ -570,6 +570,12 @@ bool Lowering::run(std::string* error_out, EntrySignature* signature) {
     }
     if (!has_lowering(op)) {
       error(op, "no lowering for this op (neither generated loops nor a runtime kernel)");
+    }
+    // A kiln.fused's types are its body ops' (reported by name there); terminators pass on
+    // values their producers report.
+    if (!mlir::isa<ir::FusedOp>(op) && !op->hasTrait<mlir::OpTrait::IsTerminator>()) {
+      const std::string type = unsupported_element_type(op);
+      if (!type.empty()) error(op, "element type " + type + " is not supported by code generation");
     }
   });
   if (!errors_.empty()) {

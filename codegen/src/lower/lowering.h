@@ -94,6 +94,7 @@ class Lowering {
   bool lower_op(mlir::Operation* op);
   // Whether some strategy (loops, views, control flow, a runtime call) takes op.
   static bool has_lowering(mlir::Operation* op);
+  static std::string unsupported_element_type(mlir::Operation* op);
   void lower_block(mlir::Block& block);
   // Scalar glue (arith on index/integers, tensor.extract / from_elements) and scf.if / scf.for
   // from kiln::cond / kiln::loop. False when op is none of these.

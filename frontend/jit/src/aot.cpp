@@ -4,6 +4,7 @@
 #include "kiln/jit/aot.h"
 
 #include "arguments.h"
+#include "pipeline.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -68,6 +69,7 @@ AotResult compile_aot(mlir::ModuleOp module, const std::vector<std::string>& inp
     for (std::string f; flags >> f;) o.link_args.push_back(f);
   }
 
+  if (options.optimize) optimize_for_codegen(*module.getContext(), module, "compile_aot");
   codegen::LowerOptions lower;
   lower.fuse_elementwise = options.fuse_elementwise;
   // NAME_entry, so that objects of several models (--emit obj, different --name) link together.

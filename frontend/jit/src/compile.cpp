@@ -32,6 +32,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/MLIRContext.h"
+#include "pipeline.h"
 
 namespace kiln::jit {
 namespace {
@@ -209,7 +210,8 @@ std::shared_ptr<const Code> code_for(const std::string& fingerprint,
   lower.fuse_elementwise = options.fuse_elementwise;
   lower.parallel_min_elements = options.parallel_min_elements;
   const codegen::Target host = codegen::host_target();
-  const std::string key = codegen::cache_key(fingerprint, host, lower, options.opt_level);
+  const std::string key = codegen::cache_key(
+      options.optimize ? fingerprint + "\n#optimize" : fingerprint, host, lower, options.opt_level);
   *key_out = key;
   std::shared_ptr<const Code> code;
   *source = CompiledFunction::Source::Compiled;
@@ -243,6 +245,7 @@ std::shared_ptr<const Code> code_for(const std::string& fingerprint,
     // A private context: compiling never touches the caller's module, and compiles may overlap.
     std::unique_ptr<mlir::MLIRContext> ctx = make_context();
     mlir::ModuleOp module = parse_module(*ctx, bytes_of());
+    if (options.optimize) optimize_for_codegen(*ctx, module, "jit::compile");
     std::string object, error;
     codegen::EntrySignature signature;
     const bool ok = codegen::compile_to_object(module, {}, lower, options.opt_level, &object,

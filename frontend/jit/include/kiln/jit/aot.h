@@ -46,6 +46,7 @@ struct AotOptions {
   bool default_link_args = true;
   int opt_level = 3;
   bool fuse_elementwise = true;
+  bool optimize = true;  // as CompileOptions::optimize: the pass pipeline for any trace first
 };
 
 struct AotResult {

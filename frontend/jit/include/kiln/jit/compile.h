@@ -32,6 +32,13 @@
 namespace kiln::jit {
 
 struct CompileOptions {
+  // Run kiln's pass pipeline for any trace first, on the compiler's own copy: cleanup, conv and
+  // linear epilogue fusion, elementwise fusion, layout (the passes that hold whether or not the
+  // weights are frozen, for forward and training steps alike: passes::build_training_pipeline
+  // without its memory plan, which code generation does itself). jit::save / kiln export also
+  // freeze an inference trace and run the inference pipeline (bn folding, ...); a trace frozen
+  // and optimized by hand (jit::freeze + passes::build_inference_pipeline) compiles as it is.
+  bool optimize = true;
   int opt_level = 3;
   bool fuse_elementwise = true;
   // Split elementwise loop nests of at least this many elements over the thread pool (0: never).
