@@ -622,3 +622,27 @@ TEST(JitCompile, VectorMathUlpError) {
     }
   }
 }
+
+// CompileOptions::optimize (default on) runs the pass pipeline on the compiler's copy: the same
+// values as without it and as eager, a different cache key, and the caller's trace untouched.
+TEST(JitCompile, OptimizedAndUnoptimizedCompilesAgree) {
+  nn::Conv2d conv(nn::Conv2dOptions(3, 8, 3).padding(1));
+  nn::Linear fc(8 * 6 * 6, 5);
+  auto fn = [&](const TensorList& t) {
+    Tensor h = relu(conv.forward(t[0]));
+    return TensorList{relu(fc.forward(h.flatten(1))) * 2.0 + 1.0};
+  };
+  const Tensor x = rnd({2, 3, 6, 6}, 41);
+  jit::TracedFunction traced = jit::trace(fn, {x});
+  const std::string before = traced.str();
+  jit::CompileOptions plain = no_disk();
+  plain.optimize = false;
+  jit::CompiledFunction optimized = jit::compile(traced, no_disk()),
+                        as_traced = jit::compile(traced, plain);
+  EXPECT_NE(optimized.cache_key(), as_traced.cache_key());
+  EXPECT_EQ(traced.str(), before);
+  autograd::NoGradGuard no_grad;
+  const Tensor x2 = rnd({2, 3, 6, 6}, 42);
+  EXPECT_LE(max_rel_error(optimized({x2})[0], fn({x2})[0]), 1e-5);
+  EXPECT_LE(max_rel_error(as_traced({x2})[0], fn({x2})[0]), 1e-5);
+}
