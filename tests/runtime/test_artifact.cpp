@@ -176,6 +176,7 @@ TEST(Artifact, ProfilingTimesEveryInstruction) {
     EXPECT_EQ(p[k].index, k);
     EXPECT_EQ(p[k].runs, 3u);
     EXPECT_GE(p[k].total_ms, 0.0);
+    EXPECT_FALSE(p[k].generated) << p[k].what;  // runtime kernels
     total += p[k].total_ms;
   }
   EXPECT_GT(total, 0.0);
@@ -816,6 +817,13 @@ TEST(Artifact, CompiledFunctionFromEmbeddedSharedObject) {
   for (int i = 0; i < 8; ++i) {
     EXPECT_FLOAT_EQ(z[0]->data_ptr<float>()[i], std::max(2.0f * x[i] + y[i], 0.0f));
   }
+  // The profile tells generated code from library kernels (kiln bench --profile's split).
+  s.enable_profiling();
+  s.run({xt.get(), yt.get()});
+  const auto profile = s.profile();
+  ASSERT_EQ(profile.size(), 2u);
+  EXPECT_TRUE(profile[0].generated) << profile[0].what;
+  EXPECT_FALSE(profile[1].generated) << profile[1].what;
   // A service that does not trust its files refuses native code at load.
   rt::LoadOptions no_native;
   no_native.allow_native_code = false;

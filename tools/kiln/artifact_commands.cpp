@@ -109,14 +109,16 @@ const char* kBenchHelp =
     "Times loading (mmap + verify), session creation, the first run and N steady-state runs\n"
     "(default 20) on random inputs, after W more untimed runs (default 0). Threads:\n"
     "KILN_NUM_THREADS. --profile adds the time of each instruction over the steady-state runs,\n"
-    "the slowest first, and the time per kernel. --no-prepare: kernels read the weights as\n"
+    "the slowest first, each marked gen (code the compiler generated) or lib (a library\n"
+    "kernel) with the share of each, and the time per kernel. --no-prepare: kernels read the "
+    "weights as\n"
     "stored (less memory, slower).\n";
 
 // Instructions, slowest first (those making up 99% of the time, at most 40), then per kernel.
 void print_profile(std::vector<rt::Session::InstructionTime> p) {
   if (p.empty() || p[0].runs == 0) return;
-  double total = 0;
-  for (const auto& t : p) total += t.total_ms;
+  double total = 0, generated = 0;
+  for (const auto& t : p) total += t.total_ms, generated += t.generated ? t.total_ms : 0;
   std::map<std::string, std::pair<double, int>> per_kernel;
   for (const auto& t : p) {
     auto& k = per_kernel[t.what.substr(0, t.what.find(' '))];
@@ -125,12 +127,16 @@ void print_profile(std::vector<rt::Session::InstructionTime> p) {
   std::sort(p.begin(), p.end(),
             [](const auto& a, const auto& b) { return a.total_ms > b.total_ms; });
   const double runs = static_cast<double>(p[0].runs);
-  std::printf("\nprofile: %.3f ms per run in instructions\n  %5s %9s %6s  %s\n", total / runs, "#",
-              "ms/run", "share", "instruction");
+  std::printf(
+      "\nprofile: %.3f ms per run in instructions: %.1f%% in generated code, %.1f%% in "
+      "library kernels\n  %5s %9s %6s %4s  %s\n",
+      total / runs, total > 0 ? 100 * generated / total : 0.0,
+      total > 0 ? 100 * (total - generated) / total : 0.0, "#", "ms/run", "share", "code",
+      "instruction");
   double shown = 0;
   for (size_t i = 0; i < p.size() && i < 40 && shown < 0.99 * total; ++i) {
-    std::printf("  %5zu %9.3f %5.1f%%  %s\n", p[i].index, p[i].total_ms / runs,
-                100 * p[i].total_ms / total, p[i].what.c_str());
+    std::printf("  %5zu %9.3f %5.1f%% %4s  %s\n", p[i].index, p[i].total_ms / runs,
+                100 * p[i].total_ms / total, p[i].generated ? "gen" : "lib", p[i].what.c_str());
     shown += p[i].total_ms;
   }
   std::vector<std::pair<std::string, std::pair<double, int>>> k(per_kernel.begin(),

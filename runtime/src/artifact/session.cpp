@@ -430,7 +430,8 @@ std::vector<Session::InstructionTime> Session::profile() const {
     }
     if (k < m.prepared.size() && m.prepared[k].data)
       what += " [" + std::string(m.prepared[k].algorithm) + "]";
-    out.push_back({k, std::move(what), s_->instr_ns[k] * 1e-6, s_->profiled_runs});
+    out.push_back(
+        {k, std::move(what), s_->instr_ns[k] * 1e-6, s_->profiled_runs, in.fn != nullptr});
   }
   return out;
 }

@@ -152,6 +152,7 @@ class Session {
     std::string what;  // kernel or symbol, output shape, prepared algorithm
     double total_ms;   // over `runs` runs
     uint64_t runs;
+    bool generated;  // code the compiler generated (a symbol), not a library kernel
   };
   std::vector<InstructionTime> profile() const;
   // Current value of a training-step state tensor (weights updated in place), by weight name.
