@@ -128,6 +128,36 @@ static void BM_EagerChain16M(benchmark::State& state) {
 }
 BENCHMARK(BM_EagerChain16M)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Attention's scores: softmax(s * scale + mask) over the keys, batch 8, 4 heads, 128 x 128
+// (#24: the scale and mask computed inside the softmax's kernel, one pass over memory less).
+Tensor scaled_softmax(const TensorList& t) {
+  return softmax(t[0] * 0.125 + t[1], -1);
+}
+TensorList scores_inputs() {
+  return {randn({8, 4, 128, 128}), randn({1, 1, 128, 128})};
+}
+
+static void BM_CompiledScaledSoftmax(benchmark::State& state) {
+  const TensorList in = scores_inputs();
+  jit::CompiledFunction f = jit::compile(
+      jit::trace([](const TensorList& t) { return TensorList{scaled_softmax(t)}; }, in),
+      bench_options());
+  for (auto _ : state) {
+    Tensor y = f(in)[0];
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+BENCHMARK(BM_CompiledScaledSoftmax)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+static void BM_EagerScaledSoftmax(benchmark::State& state) {
+  const TensorList in = scores_inputs();
+  for (auto _ : state) {
+    Tensor y = scaled_softmax(in);
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+BENCHMARK(BM_EagerScaledSoftmax)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // One float32 transcendental over 1M floats (in cache on most CPUs: the math, not memory):
 // the JIT's generated loop against eager's vector kernel.
 Tensor unary(const std::string& op, const Tensor& x) {

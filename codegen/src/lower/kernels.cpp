@@ -39,6 +39,12 @@ class KernelEmitter {
  public:
   KernelEmitter(Lowering& low, Value root, const View& dest)
       : low_(low), root_(root), dest_(dest), b_(low.module().getContext()), loc_(low.loc()) {}
+  // A row kernel: dest = softmax (or log-softmax) over the last dim of `root`'s elementwise tree.
+  enum class Row { None, Softmax, LogSoftmax };
+  KernelEmitter(Lowering& low, Value root, const View& dest, Row row)
+      : KernelEmitter(low, root, dest) {
+    row_ = row;
+  }
   // More results computed by the same loop nest, each into a destination laid out like dest.
   KernelEmitter(Lowering& low, llvm::ArrayRef<Value> roots, llvm::ArrayRef<View> dests)
       : KernelEmitter(low, roots[0], dests[0]) {
@@ -107,7 +113,9 @@ class KernelEmitter {
     auto source = [&](size_t k) -> llvm::ArrayRef<int64_t> {
       return k == 0 ? llvm::ArrayRef<int64_t>(dest_.strides) : leaves_[k - 1].strides;
     };
-    for (size_t d = 0; d < dest_.sizes.size(); ++d) {
+    // A row kernel walks its last dim itself: only the dims before it coalesce.
+    const size_t outer_dims = dest_.sizes.size() - (row_ != Row::None ? 1 : 0);
+    for (size_t d = 0; d < outer_dims; ++d) {
       const int64_t n = dest_.sizes[d];
       if (n == 1) continue;
       if (!sizes.empty() && merge_ok(d, strides)) {
@@ -118,9 +126,14 @@ class KernelEmitter {
         for (size_t k = 0; k < strides.size(); ++k) strides[k].push_back(source(k)[d]);
       }
     }
-    if (sizes.empty()) {  // a single element
+    if (sizes.empty()) {  // a single element (a row kernel: a single row)
       sizes.push_back(1);
       for (auto& s : strides) s.push_back(0);
+    }
+    if (row_ != Row::None) {
+      const size_t last = dest_.sizes.size() - 1;
+      sizes.push_back(dest_.sizes[last]);
+      for (size_t k = 0; k < strides.size(); ++k) strides[k].push_back(source(k)[last]);
     }
     sizes_ = sizes;
     out_strides_ = strides[0];
@@ -157,7 +170,8 @@ class KernelEmitter {
     for (size_t k = 0; k < leaves_.size(); ++k) leaves_[k].ptr = load_ptr(k + first_leaf);
     llvm::SmallVector<Value> ivs;
     Value one = b_.create<arith::ConstantIntOp>(loc_, 1, 64);
-    for (size_t d = 0; d < sizes_.size(); ++d) {
+    const size_t loop_dims = sizes_.size() - (row_ != Row::None ? 1 : 0);
+    for (size_t d = 0; d < loop_dims; ++d) {
       Value lb = d == 0 ? Value(block->getArgument(1))
                         : b_.create<arith::ConstantIntOp>(loc_, 0, 64).getResult();
       Value ub = d == 0 ? Value(block->getArgument(2))
@@ -179,6 +193,12 @@ class KernelEmitter {
       }
       return off;
     };
+    if (row_ != Row::None) {
+      emit_row(ivs, offset);
+      b_.setInsertionPointToEnd(block);
+      b_.create<mlir::func::ReturnOp>(loc_);
+      return;
+    }
     for (auto& leaf : leaves_) leaf.offset = offset(leaf.view.offset, leaf.strides);
     Value at = offset(dest_.offset, out_strides_);
     store(out_ptr_, at, convert(eval(root_), dest_.elem), dest_.elem);
@@ -188,6 +208,61 @@ class KernelEmitter {
     }
     b_.setInsertionPointToEnd(block);
     b_.create<mlir::func::ReturnOp>(loc_);
+  }
+
+  // One row of a softmax over the last dim, in three passes as the runtime's kernel does:
+  // y = x (the tree evaluated, stored) and its max m; y = exp(y - m) and their sum s; y *= 1/s.
+  // Log-softmax: the sum of exp(y - m), then y - m - log(s). The sums reassociate (so LLVM
+  // vectorizes them, as the runtime's kernel sums by lanes).
+  template <typename Offset>
+  void emit_row(llvm::SmallVector<Value>& ivs, Offset&& offset) {
+    const Type t = dest_.elem;
+    const int64_t cols = sizes_.back();
+    Value zero = b_.create<arith::ConstantIntOp>(loc_, 0, 64);
+    Value end = b_.create<arith::ConstantIntOp>(loc_, cols, 64);
+    Value step = b_.create<arith::ConstantIntOp>(loc_, 1, 64);
+    auto reassoc = arith::FastMathFlagsAttr::get(b_.getContext(), arith::FastMathFlags::reassoc);
+    // A pass over the row: body(j, element offset in dest, carried) -> new carried.
+    auto pass = [&](Value init, auto&& body) -> Value {
+      llvm::SmallVector<Value> inits;
+      if (init) inits.push_back(init);
+      auto loop = b_.create<mlir::scf::ForOp>(loc_, zero, end, step, inits);
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(loop.getBody());
+      ivs.push_back(loop.getInductionVar());
+      Value next =
+          body(offset(dest_.offset, out_strides_), init ? loop.getRegionIterArgs()[0] : Value());
+      ivs.pop_back();
+      if (init) b_.create<mlir::scf::YieldOp>(loc_, next);
+      return init ? loop.getResult(0) : Value();
+    };
+    const Value lowest = constant(-INFINITY, t);
+    Value m = pass(lowest, [&](Value at, Value acc) {
+      memo_.clear();  // values of the previous iteration's block are out of scope
+      for (auto& leaf : leaves_) leaf.offset = offset(leaf.view.offset, leaf.strides);
+      Value x = convert(eval(root_), t);
+      store(out_ptr_, at, x, t);
+      return b_.create<arith::MaximumFOp>(loc_, acc, x).getResult();
+    });
+    const bool log = row_ == Row::LogSoftmax;
+    Value sum = pass(constant(0, t), [&](Value at, Value acc) {
+      Value e = exp(b_.create<arith::SubFOp>(loc_, load(out_ptr_, at, t), m));
+      if (!log) store(out_ptr_, at, e, t);
+      return b_.create<arith::AddFOp>(loc_, acc, e, reassoc).getResult();
+    });
+    if (log) {
+      Value shift = b_.create<arith::AddFOp>(loc_, m, b_.create<math::LogOp>(loc_, sum));
+      pass(Value(), [&](Value at, Value) {
+        store(out_ptr_, at, b_.create<arith::SubFOp>(loc_, load(out_ptr_, at, t), shift), t);
+        return Value();
+      });
+    } else {
+      Value inv = b_.create<arith::DivFOp>(loc_, constant(1, t), sum);
+      pass(Value(), [&](Value at, Value) {
+        store(out_ptr_, at, b_.create<arith::MulFOp>(loc_, load(out_ptr_, at, t), inv), t);
+        return Value();
+      });
+    }
   }
 
   void call_function() {
@@ -545,6 +620,7 @@ class KernelEmitter {
   Value root_;
   View dest_;
   llvm::SmallVector<std::pair<Value, View>> more_;
+  Row row_ = Row::None;
   mlir::OpBuilder b_;
   mlir::Location loc_;
   std::string name_;
@@ -560,6 +636,25 @@ class KernelEmitter {
 
 void Lowering::emit_kernel(mlir::Value root, const View& dest) {
   KernelEmitter(*this, root, dest).emit();
+}
+
+bool Lowering::has_row_kernel(mlir::Operation* op) {
+  if (!mlir::isa<ir::SoftmaxOp, ir::LogSoftmaxOp>(op)) return false;
+  auto type = mlir::dyn_cast<mlir::RankedTensorType>(op->getResult(0).getType());
+  if (!type || !type.hasStaticShape() || type.getRank() == 0 || type.getNumElements() == 0)
+    return false;
+  if (!type.getElementType().isF32() && !type.getElementType().isF64()) return false;
+  auto dim = op->getAttrOfType<mlir::IntegerAttr>("dim");
+  return dim && (dim.getInt() == -1 || dim.getInt() == type.getRank() - 1);
+}
+
+void Lowering::emit_row_kernel(mlir::Operation* op) {
+  mlir::Value result = op->getResult(0);
+  View d = destination(result);
+  const auto row =
+      mlir::isa<ir::SoftmaxOp>(op) ? KernelEmitter::Row::Softmax : KernelEmitter::Row::LogSoftmax;
+  KernelEmitter(*this, op->getOperand(0), d, row).emit();
+  views_[result] = d;
 }
 
 void Lowering::emit_kernel(llvm::ArrayRef<mlir::Value> roots, llvm::ArrayRef<View> dests) {

@@ -367,7 +367,7 @@ bool Lowering::lower_op(mlir::Operation* op) {
       const int64_t n = numel(mlir::cast<mlir::RankedTensorType>(r.getType()).getShape());
       if (options_.fuse_elementwise && r.hasOneUse()) {
         mlir::Operation* user = *r.getUsers().begin();
-        if (is_elementwise(user) && user->getNumResults() > 0 &&
+        if ((is_elementwise(user) || has_row_kernel(user)) && user->getNumResults() > 0 &&
             user->getBlock() == op->getBlock() &&
             numel(mlir::cast<mlir::RankedTensorType>(user->getResult(0).getType()).getShape()) ==
                 n) {
@@ -381,6 +381,10 @@ bool Lowering::lower_op(mlir::Operation* op) {
     for (mlir::Value r : stored) dests.push_back(destination(r));
     if (!stored.empty()) emit_kernel(stored, dests);
     for (size_t k = 0; k < stored.size(); ++k) views_[stored[k]] = dests[k];
+    return true;
+  }
+  if (has_row_kernel(op)) {
+    emit_row_kernel(op);
     return true;
   }
   if (lower_view_op(op)) return true;

@@ -83,6 +83,10 @@ class Lowering {
   // One loop nest writing several values (a kiln.fused's results: their shared subexpressions
   // computed once) when the destinations share a layout; else one nest each.
   void emit_kernel(llvm::ArrayRef<mlir::Value> roots, llvm::ArrayRef<View> dests);
+  // Softmax / log-softmax over the last dim (float32/64, static shape) as a generated row kernel
+  // (kernels.cpp) that also computes its input's elementwise tree, instead of a runtime call.
+  static bool has_row_kernel(mlir::Operation* op);
+  void emit_row_kernel(mlir::Operation* op);
   // Emits a runtime call for op (false if the op is not an ABI op).
   bool emit_abi_call(mlir::Operation* op);
   bool has_constant_weight(mlir::Operation* op, llvm::StringRef name);

@@ -1,0 +1,147 @@
+// Softmax and log-softmax over the last dim as generated row kernels (#24): the compiled values
+// against eager's (the runtime kernel) and a float64 reference, with their elementwise inputs
+// computed in the same kernel — broadcast masks, strided views, -inf and NaN rows, one column,
+// one dimension, float64, rows spread over threads; a softmax over another dim still calls the
+// runtime.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "helpers.h"
+#include "kiln/jit/compile.h"
+#include "kiln/kiln.h"
+#include "kiln/trace/trace.h"
+
+using namespace kiln;
+using kiln::test::rnd;
+
+namespace {
+
+jit::CompileOptions no_disk() {
+  jit::CompileOptions o;
+  o.disk_cache = false;
+  return o;
+}
+
+// Compares element by element in float64: NaN where the reference is NaN, equal infinities,
+// else within tol relative to max(1, |reference|).
+void expect_matches(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  const Tensor g = got.to(DType::Float64).contiguous(), w = want.to(DType::Float64).contiguous();
+  const double* gp = g.data_ptr<double>();
+  const double* wp = w.data_ptr<double>();
+  int bad = 0;
+  for (int64_t i = 0; i < g.numel() && bad < 5; ++i) {
+    const bool ok = std::isnan(wp[i]) ? std::isnan(gp[i])
+                                      : gp[i] == wp[i] || std::abs(gp[i] - wp[i]) <=
+                                                              tol * std::max(1.0, std::abs(wp[i]));
+    if (!ok) ADD_FAILURE() << what << " element " << i << ": " << gp[i] << " vs " << wp[i], ++bad;
+  }
+}
+
+// The float64 formula, row by row over the last dim: the independent reference.
+Tensor reference(const Tensor& x, bool log) {
+  Tensor d = x.to(DType::Float64).contiguous();
+  const int64_t cols = d.size(-1), rows = d.numel() / std::max<int64_t>(cols, 1);
+  Tensor out = empty_like(d);
+  const double* in = d.data_ptr<double>();
+  double* o = out.data_ptr<double>();
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = -INFINITY;
+    for (int64_t j = 0; j < cols; ++j)
+      m = std::isnan(in[r * cols + j]) ? NAN : std::max(m, in[r * cols + j]);
+    double s = 0;
+    for (int64_t j = 0; j < cols; ++j) s += std::exp(in[r * cols + j] - m);
+    for (int64_t j = 0; j < cols; ++j)
+      o[r * cols + j] =
+          log ? in[r * cols + j] - m - std::log(s) : std::exp(in[r * cols + j] - m) / s;
+  }
+  return out;
+}
+
+struct Case {
+  std::string name;
+  std::function<TensorList(const TensorList&)> fn;
+  TensorList inputs;
+  // The softmax's input, computed eagerly, for the float64 reference (empty: skip it).
+  std::function<Tensor(const TensorList&)> softmax_input;
+  bool log = false;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  auto scaled = [](const TensorList& t) { return t[0] * 0.125 + t[1]; };
+  c.push_back({"scaled and masked scores",
+               [=](const TensorList& t) { return TensorList{softmax(scaled(t), -1)}; },
+               {rnd({2, 3, 5, 17}, 1, 4.0), rnd({1, 1, 5, 17}, 2)},
+               scaled});
+  c.push_back({"log-softmax, dim given as rank - 1",
+               [=](const TensorList& t) { return TensorList{log_softmax(scaled(t), 3)}; },
+               {rnd({2, 3, 5, 17}, 3, 4.0), rnd({5, 17}, 4)},
+               scaled,
+               true});
+  auto transposed = [](const TensorList& t) { return t[0].transpose(1, 2); };
+  c.push_back({"strided rows (a transposed argument)",
+               [=](const TensorList& t) { return TensorList{softmax(transposed(t), -1)}; },
+               {rnd({3, 7, 9}, 5, 3.0)},
+               transposed});
+  Tensor masked = rnd({4, 6}, 6);
+  masked.data_ptr<float>()[1] = -INFINITY;                                  // a row with one -inf
+  for (int j = 0; j < 6; ++j) masked.data_ptr<float>()[6 + j] = -INFINITY;  // a row of -inf
+  masked.data_ptr<float>()[14] = NAN;                                       // a row with a NaN
+  masked.data_ptr<float>()[20] = 1e4f;  // a large value: exp would overflow unshifted
+  auto identity = [](const TensorList& t) { return t[0] * 1.0; };
+  c.push_back({"-inf, NaN and large values",
+               [=](const TensorList& t) { return TensorList{softmax(identity(t), -1)}; },
+               {masked},
+               identity});
+  c.push_back({"log-softmax of -inf, NaN and large values",
+               [=](const TensorList& t) { return TensorList{log_softmax(identity(t), -1)}; },
+               {masked},
+               identity,
+               true});
+  auto plus_one = [](const TensorList& t) { return t[0] + 1.0; };
+  c.push_back({"one column",
+               [=](const TensorList& t) { return TensorList{softmax(plus_one(t), -1)}; },
+               {rnd({5, 1}, 7)},
+               plus_one});
+  c.push_back({"one dimension",
+               [=](const TensorList& t) { return TensorList{log_softmax(plus_one(t), 0)}; },
+               {rnd({33}, 8)},
+               plus_one,
+               true});
+  c.push_back({"float64",
+               [=](const TensorList& t) { return TensorList{softmax(plus_one(t), -1)}; },
+               {rnd({6, 11}, 9).to(DType::Float64)},
+               plus_one});
+  c.push_back({"rows over threads",
+               [=](const TensorList& t) { return TensorList{softmax(scaled(t), -1)}; },
+               {rnd({512, 1000}, 10, 2.0), rnd({1000}, 11)},
+               scaled});
+  c.push_back({"over another dim (the runtime's kernel)",
+               [=](const TensorList& t) { return TensorList{softmax(scaled(t), 0)}; },
+               {rnd({6, 5}, 12), rnd({5}, 13)},
+               nullptr});
+  return c;
+}
+
+}  // namespace
+
+TEST(RowKernels, SoftmaxOverTheLastDimMatchesEagerAndFloat64) {
+  for (const Case& c : cases()) {
+    jit::CompiledFunction f = jit::compile(jit::trace(c.fn, c.inputs), no_disk());
+    // The example, then other values of the same shapes.
+    for (int round = 0; round < 2; ++round) {
+      TensorList in = c.inputs;
+      if (round == 1)
+        for (size_t k = 0; k < in.size(); ++k) in[k] = in[k] * 0.5 - 0.25;
+      const Tensor got = f(in)[0];
+      const double tol = in[0].dtype() == DType::Float64 ? 1e-12 : 2e-6;
+      expect_matches(got, c.fn(in)[0], tol, c.name + " vs eager");
+      if (c.softmax_input) {
+        expect_matches(got, reference(c.softmax_input(in), c.log), tol, c.name + " vs float64");
+      }
+    }
+  }
+}
