@@ -158,6 +158,21 @@ static void BM_EagerScaledSoftmax(benchmark::State& state) {
 }
 BENCHMARK(BM_EagerScaledSoftmax)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// A transformer block's residual add and layer norm: layer_norm(x + r) over d = 256, 8 x 128
+// tokens (#24: the add computed inside the norm's kernel).
+static void BM_CompiledResidualLayerNorm(benchmark::State& state) {
+  const TensorList in{randn({8, 128, 256}), randn({8, 128, 256}), randn({256}), randn({256})};
+  auto fn = [](const TensorList& t) {
+    return TensorList{layer_norm(t[0] + t[1], std::vector<int64_t>{256}, t[2], t[3])};
+  };
+  jit::CompiledFunction f = jit::compile(jit::trace(fn, in), bench_options());
+  for (auto _ : state) {
+    Tensor y = f(in)[0];
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+BENCHMARK(BM_CompiledResidualLayerNorm)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // One float32 transcendental over 1M floats (in cache on most CPUs: the math, not memory):
 // the JIT's generated loop against eager's vector kernel.
 Tensor unary(const std::string& op, const Tensor& x) {

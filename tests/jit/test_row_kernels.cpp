@@ -145,3 +145,65 @@ TEST(RowKernels, SoftmaxOverTheLastDimMatchesEagerAndFloat64) {
     }
   }
 }
+
+namespace {
+// Layer norm over the last dim in float64: (x - mean) / sqrt(var + eps) * w + b.
+Tensor layer_norm_reference(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  Tensor d = x.to(DType::Float64).contiguous();
+  const int64_t cols = d.size(-1), rows = d.numel() / cols;
+  Tensor out = empty_like(d);
+  const double* in = d.data_ptr<double>();
+  double* o = out.data_ptr<double>();
+  const Tensor wd = w.defined() ? w.to(DType::Float64).contiguous() : Tensor();
+  const Tensor bd = b.defined() ? b.to(DType::Float64).contiguous() : Tensor();
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < cols; ++j) mean += in[r * cols + j] / cols;
+    for (int64_t j = 0; j < cols; ++j) var += std::pow(in[r * cols + j] - mean, 2) / cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      double y = (in[r * cols + j] - mean) / std::sqrt(var + eps);
+      if (wd.defined()) y *= wd.data_ptr<double>()[j];
+      if (bd.defined()) y += bd.data_ptr<double>()[j];
+      o[r * cols + j] = y;
+    }
+  }
+  return out;
+}
+}  // namespace
+
+TEST(RowKernels, LayerNormOverTheLastDimMatchesEagerAndFloat64) {
+  struct LnCase {
+    std::string name;
+    Dims shape;
+    bool weight, bias;
+    DType dtype;
+    Dims normalized;  // the last dim: generated; more: the runtime's kernel
+  };
+  const std::vector<LnCase> cases = {
+      {"weight and bias", {3, 5, 33}, true, true, DType::Float32, {33}},
+      {"no affine", {4, 7}, false, false, DType::Float32, {7}},
+      {"weight only, float64", {6, 10}, true, false, DType::Float64, {10}},
+      {"bias only", {5, 9}, false, true, DType::Float32, {9}},
+      {"rows over threads", {256, 768}, true, true, DType::Float32, {768}},
+      {"over two dims (the runtime's kernel)", {3, 4, 6}, true, true, DType::Float32, {4, 6}},
+  };
+  const double eps = 1e-5;
+  for (const LnCase& c : cases) {
+    const Dims pshape = c.normalized;
+    Tensor w = c.weight ? rnd(pshape, 21).to(c.dtype) : Tensor();
+    Tensor b = c.bias ? rnd(pshape, 22).to(c.dtype) : Tensor();
+    auto tree = [](const Tensor& x) { return x * 3.0 + 0.5; };  // computed inside the kernel
+    auto fn = [&](const TensorList& t) {
+      return TensorList{layer_norm(tree(t[0]), pshape, w, b, eps)};
+    };
+    const Tensor example = rnd(c.shape, 23, 2.0).to(c.dtype);
+    jit::CompiledFunction f = jit::compile(jit::trace(fn, {example}), no_disk());
+    for (const Tensor& x : {example, rnd(c.shape, 24, 5.0).to(c.dtype)}) {
+      const Tensor got = f({x})[0];
+      const double tol = c.dtype == DType::Float64 ? 1e-12 : 2e-5;
+      expect_matches(got, fn({x})[0], tol, c.name + " vs eager");
+      if (pshape.size() == 1)
+        expect_matches(got, layer_norm_reference(tree(x), w, b, eps), tol, c.name + " vs float64");
+    }
+  }
+}

@@ -39,11 +39,13 @@ class KernelEmitter {
  public:
   KernelEmitter(Lowering& low, Value root, const View& dest)
       : low_(low), root_(root), dest_(dest), b_(low.module().getContext()), loc_(low.loc()) {}
-  // A row kernel: dest = softmax (or log-softmax) over the last dim of `root`'s elementwise tree.
-  enum class Row { None, Softmax, LogSoftmax };
-  KernelEmitter(Lowering& low, Value root, const View& dest, Row row)
+  // A row kernel: dest = softmax, log-softmax or layer norm (with an optional weight and bias
+  // over the row) over the last dim of `root`'s elementwise tree.
+  enum class Row { None, Softmax, LogSoftmax, LayerNorm };
+  KernelEmitter(Lowering& low, Value root, const View& dest, Row row, Value weight = {},
+                Value bias = {}, double eps = 0)
       : KernelEmitter(low, root, dest) {
-    row_ = row;
+    row_ = row, row_weight_ = weight, row_bias_ = bias, eps_ = eps;
   }
   // More results computed by the same loop nest, each into a destination laid out like dest.
   KernelEmitter(Lowering& low, llvm::ArrayRef<Value> roots, llvm::ArrayRef<View> dests)
@@ -54,6 +56,8 @@ class KernelEmitter {
   void emit() {
     collect(root_, /*is_root=*/true);
     for (const auto& [root, dest] : more_) collect(root, /*is_root=*/true);
+    for (Value v : {row_weight_, row_bias_})
+      if (v) collect(v, /*is_root=*/false);
     coalesce();
     build_function();
     call_function();
@@ -236,6 +240,7 @@ class KernelEmitter {
       if (init) b_.create<mlir::scf::YieldOp>(loc_, next);
       return init ? loop.getResult(0) : Value();
     };
+    if (row_ == Row::LayerNorm) return layer_norm_row(t, cols, pass, offset);
     const Value lowest = constant(-INFINITY, t);
     Value m = pass(lowest, [&](Value at, Value acc) {
       memo_.clear();  // values of the previous iteration's block are out of scope
@@ -263,6 +268,48 @@ class KernelEmitter {
         return Value();
       });
     }
+  }
+
+  // Layer norm of one row, as the runtime's kernel computes it: the mean and the variance of
+  // y = x (the tree evaluated, stored) summed in float64, rstd = 1/sqrt(var + eps), then
+  // y = (y * rstd - mean * rstd) * w + b.
+  template <typename Pass, typename Offset>
+  void layer_norm_row(Type t, int64_t cols, Pass&& pass, Offset&& offset) {
+    const Type f64 = b_.getF64Type();
+    auto reassoc = arith::FastMathFlagsAttr::get(b_.getContext(), arith::FastMathFlags::reassoc);
+    auto leaves_here = [&] {
+      memo_.clear();  // values of the previous iteration's block are out of scope
+      for (auto& leaf : leaves_) leaf.offset = offset(leaf.view.offset, leaf.strides);
+    };
+    Value sum = pass(constant(0, f64), [&](Value at, Value acc) {
+      leaves_here();
+      Value x = convert(eval(root_), t);
+      store(out_ptr_, at, x, t);
+      return b_.create<arith::AddFOp>(loc_, acc, convert(x, f64), reassoc).getResult();
+    });
+    Value n = constant(static_cast<double>(cols), f64);
+    Value mean = b_.create<arith::DivFOp>(loc_, sum, n);
+    Value sq = pass(constant(0, f64), [&](Value at, Value acc) {
+      Value d = b_.create<arith::SubFOp>(loc_, convert(load(out_ptr_, at, t), f64), mean);
+      return b_.create<arith::AddFOp>(loc_, acc, b_.create<arith::MulFOp>(loc_, d, d), reassoc)
+          .getResult();
+    });
+    Value var = b_.create<arith::DivFOp>(loc_, sq, n);
+    Value rstd = b_.create<arith::DivFOp>(
+        loc_, constant(1, f64),
+        b_.create<math::SqrtOp>(loc_, b_.create<arith::AddFOp>(loc_, var, constant(eps_, f64))));
+    Value a = convert(rstd, t);
+    Value c =
+        convert(b_.create<arith::NegFOp>(loc_, b_.create<arith::MulFOp>(loc_, mean, rstd)), t);
+    pass(Value(), [&](Value at, Value) {
+      leaves_here();
+      Value y = b_.create<arith::AddFOp>(
+          loc_, b_.create<arith::MulFOp>(loc_, load(out_ptr_, at, t), a), c);
+      if (row_weight_) y = b_.create<arith::MulFOp>(loc_, y, convert(eval(row_weight_), t));
+      if (row_bias_) y = b_.create<arith::AddFOp>(loc_, y, convert(eval(row_bias_), t));
+      store(out_ptr_, at, y, t);
+      return Value();
+    });
   }
 
   void call_function() {
@@ -621,6 +668,8 @@ class KernelEmitter {
   View dest_;
   llvm::SmallVector<std::pair<Value, View>> more_;
   Row row_ = Row::None;
+  Value row_weight_, row_bias_;  // a layer norm's (absent: null)
+  double eps_ = 0;
   mlir::OpBuilder b_;
   mlir::Location loc_;
   std::string name_;
@@ -639,11 +688,24 @@ void Lowering::emit_kernel(mlir::Value root, const View& dest) {
 }
 
 bool Lowering::has_row_kernel(mlir::Operation* op) {
-  if (!mlir::isa<ir::SoftmaxOp, ir::LogSoftmaxOp>(op)) return false;
+  if (!mlir::isa<ir::SoftmaxOp, ir::LogSoftmaxOp, ir::LayerNormOp>(op)) return false;
   auto type = mlir::dyn_cast<mlir::RankedTensorType>(op->getResult(0).getType());
   if (!type || !type.hasStaticShape() || type.getRank() == 0 || type.getNumElements() == 0)
     return false;
-  if (!type.getElementType().isF32() && !type.getElementType().isF64()) return false;
+  const mlir::Type elem = type.getElementType();
+  if (!elem.isF32() && !elem.isF64()) return false;
+  if (mlir::isa<ir::LayerNormOp>(op)) {
+    // Over the last dim only, with a weight and bias (if any) of the row's length and dtype.
+    auto shape = op->getAttrOfType<mlir::DenseI64ArrayAttr>("normalized_shape");
+    if (!shape || shape.size() != 1 || shape[0] != type.getShape().back()) return false;
+    for (unsigned i = 1; i < op->getNumOperands(); ++i) {
+      auto p = mlir::dyn_cast<mlir::RankedTensorType>(op->getOperand(i).getType());
+      if (!p) continue;  // kiln.none
+      if (p.getRank() != 1 || p.getShape()[0] != shape[0] || p.getElementType() != elem)
+        return false;
+    }
+    return true;
+  }
   auto dim = op->getAttrOfType<mlir::IntegerAttr>("dim");
   return dim && (dim.getInt() == -1 || dim.getInt() == type.getRank() - 1);
 }
@@ -651,9 +713,20 @@ bool Lowering::has_row_kernel(mlir::Operation* op) {
 void Lowering::emit_row_kernel(mlir::Operation* op) {
   mlir::Value result = op->getResult(0);
   View d = destination(result);
-  const auto row =
-      mlir::isa<ir::SoftmaxOp>(op) ? KernelEmitter::Row::Softmax : KernelEmitter::Row::LogSoftmax;
-  KernelEmitter(*this, op->getOperand(0), d, row).emit();
+  if (mlir::isa<ir::LayerNormOp>(op)) {
+    auto param = [&](unsigned i) {
+      mlir::Value v = op->getOperand(i);
+      return mlir::isa<mlir::RankedTensorType>(v.getType()) ? v : mlir::Value();
+    };
+    const double eps = op->getAttrOfType<mlir::FloatAttr>("eps").getValueAsDouble();
+    KernelEmitter(*this, op->getOperand(0), d, KernelEmitter::Row::LayerNorm, param(1), param(2),
+                  eps)
+        .emit();
+  } else {
+    const auto row =
+        mlir::isa<ir::SoftmaxOp>(op) ? KernelEmitter::Row::Softmax : KernelEmitter::Row::LogSoftmax;
+    KernelEmitter(*this, op->getOperand(0), d, row).emit();
+  }
   views_[result] = d;
 }
 
