@@ -1,0 +1,133 @@
+#pragma once
+// Internal to codegen/src/lower: the loop-nest emitter. A kernel evaluates one value (or several:
+// a kiln.fused's results) over its shape: the tree of deferred elementwise ops (and kiln.fused
+// bodies) below it is computed per element from its leaves (materialized views, read through their
+// strides with NumPy broadcasting) and splat constants. Dims every operand walks in step are
+// coalesced, so a dense chain is one flat loop that LLVM vectorizes; the outermost dim is split
+// over the thread pool when the kernel is large. A row kernel (softmax, log-softmax, layer norm
+// over the last dim) keeps the last dim and makes passes over each row (row_kernels.cpp).
+//
+// The kernel is its own function  void kiln_kernel_N(void** ctx, i64 begin, i64 end)  over
+// [begin, end) of the outermost dim; ctx holds the outputs' and the leaves' base pointers.
+
+#include "llvm/ADT/STLFunctionalExtras.h"
+#include "lowering.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+
+namespace kiln::codegen::detail {
+using mlir::Type;
+using mlir::Value;
+
+class KernelEmitter {
+ public:
+  KernelEmitter(Lowering& low, Value root, const View& dest)
+      : low_(low), root_(root), dest_(dest), b_(low.module().getContext()), loc_(low.loc()) {}
+  // A row kernel: dest = softmax, log-softmax or layer norm (with an optional weight and bias
+  // over the row) over the last dim of `root`'s elementwise tree.
+  enum class Row { None, Softmax, LogSoftmax, LayerNorm };
+  KernelEmitter(Lowering& low, Value root, const View& dest, Row row, Value weight = {},
+                Value bias = {}, double eps = 0)
+      : KernelEmitter(low, root, dest) {
+    row_ = row, row_weight_ = weight, row_bias_ = bias, eps_ = eps;
+  }
+  // More results computed by the same loop nest, each into a destination laid out like dest.
+  KernelEmitter(Lowering& low, llvm::ArrayRef<Value> roots, llvm::ArrayRef<View> dests)
+      : KernelEmitter(low, roots[0], dests[0]) {
+    for (size_t k = 1; k < roots.size(); ++k) more_.push_back({roots[k], dests[k]});
+  }
+
+  void emit() {
+    collect(root_, /*is_root=*/true);
+    for (const auto& [root, dest] : more_) collect(root, /*is_root=*/true);
+    for (Value v : {row_weight_, row_bias_})
+      if (v) collect(v, /*is_root=*/false);
+    coalesce();
+    build_function();
+    call_function();
+  }
+
+ private:
+  struct Leaf {
+    Value value;
+    View view;
+    llvm::SmallVector<int64_t> strides;  // over the kernel's (coalesced) dims
+    Value ptr, offset;                   // inside the kernel
+  };
+
+  // ---- structure ----
+  Value node_of(Value v) const { return Lowering::resolve(v); }
+
+  void collect(Value v, bool is_root);
+
+  // Merges adjacent dims every operand steps over as one and drops size-1 dims.
+  void coalesce();
+
+  bool merge_ok(size_t d, const llvm::SmallVector<llvm::SmallVector<int64_t>>& kept) const;
+
+  // ---- the kernel function ----
+  void build_function();
+  // Offset of an element in the kernel's loops (ivs_): base + sum ivs_[d] * strides[d].
+  Value offset(int64_t base, llvm::ArrayRef<int64_t> strides);
+
+  // ---- row kernels (row_kernels.cpp) ----
+  // The body of a row kernel's function, inside the loops over the rows (ivs_).
+  void emit_row();
+  // A loop over the row's elements: body(the element's offset in dest, the carried value) returns
+  // the next carried value; returns the last (null init: nothing carried).
+  Value row_pass(Value init, llvm::function_ref<Value(Value at, Value carried)> body);
+  // Points the leaves at the row element the innermost loop is at (a new loop's values).
+  void leaves_at_element();
+  void softmax_row(bool log);
+  void layer_norm_row();
+
+  void call_function();
+
+  // ---- scalar code ----
+  Value load(Value base, Value off, Type elem);
+  void store(Value base, Value off, Value v, Type elem);
+
+  Value constant(double value, Type t);
+
+  Value convert(Value x, Type to);
+
+  static Type element(Value v) {
+    return mlir::cast<mlir::RankedTensorType>(v.getType()).getElementType();
+  }
+
+  double f64_attr(mlir::Operation* op, const char* name, double fallback);
+
+  Value libm(const char* f64_name, Value x);
+
+  // (f32 math.exp, .log, .log1p, .tanh, .erf become F32Math's in to_llvm.cpp; sigmoid, silu and
+  // gelu are F32Math's here.)
+  Value exp(Value x) { return b_.create<mlir::math::ExpOp>(loc_, x); }
+  Value sigmoid(Value x);
+  Value tanh(Value x);
+  Value erf(Value x);
+
+  Value eval(Value v);
+
+  Value compute(Value v);
+
+  Value unsupported(mlir::Operation* op, const std::string& what);
+
+  Lowering& low_;
+  Value root_;
+  View dest_;
+  llvm::SmallVector<std::pair<Value, View>> more_;
+  Row row_ = Row::None;
+  Value row_weight_, row_bias_;  // a layer norm's (absent: null)
+  double eps_ = 0;
+  mlir::OpBuilder b_;
+  mlir::Location loc_;
+  std::string name_;
+  std::vector<Leaf> leaves_;
+  llvm::DenseMap<Value, size_t> leaf_index_;
+  llvm::DenseSet<Value> visited_;
+  llvm::DenseMap<Value, Value> memo_;
+  llvm::SmallVector<int64_t> sizes_, out_strides_;
+  Value out_ptr_;
+  llvm::SmallVector<Value> ivs_;  // the loops' induction variables, outermost first
+};
+
+}  // namespace kiln::codegen::detail

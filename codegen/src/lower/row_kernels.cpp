@@ -1,0 +1,154 @@
+// Row kernels (kernel_emitter.h): softmax, log-softmax and layer norm over the last dim, generated
+// with their input's elementwise tree computed in the first pass over each row. Each follows the
+// runtime kernel's formula, so compiled and eager values agree to rounding.
+
+#include <cmath>
+
+#include "kernel_emitter.h"
+#include "kiln/ir/KilnDialect.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace kiln::codegen::detail {
+namespace arith = mlir::arith;
+namespace math = mlir::math;
+
+Value KernelEmitter::row_pass(Value init, llvm::function_ref<Value(Value, Value)> body) {
+  Value zero = b_.create<arith::ConstantIntOp>(loc_, 0, 64);
+  Value end = b_.create<arith::ConstantIntOp>(loc_, sizes_.back(), 64);
+  Value step = b_.create<arith::ConstantIntOp>(loc_, 1, 64);
+  llvm::SmallVector<Value> inits;
+  if (init) inits.push_back(init);
+  auto loop = b_.create<mlir::scf::ForOp>(loc_, zero, end, step, inits);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(loop.getBody());
+  ivs_.push_back(loop.getInductionVar());
+  Value next =
+      body(offset(dest_.offset, out_strides_), init ? loop.getRegionIterArgs()[0] : Value());
+  ivs_.pop_back();
+  if (init) b_.create<mlir::scf::YieldOp>(loc_, next);
+  return init ? loop.getResult(0) : Value();
+}
+
+void KernelEmitter::leaves_at_element() {
+  memo_.clear();  // values computed in another loop are out of scope here
+  for (auto& leaf : leaves_) leaf.offset = offset(leaf.view.offset, leaf.strides);
+}
+
+void KernelEmitter::emit_row() {
+  if (row_ == Row::LayerNorm) return layer_norm_row();
+  softmax_row(row_ == Row::LogSoftmax);
+}
+
+// Three passes, as the runtime's kernel: y = x (the tree evaluated, stored) and its maximum m
+// (arith.maximumf: NaN-propagating as PyTorch's max, and vectorizable); y = exp(y - m) and their
+// sum s; y *= 1/s. Log-softmax: the sum of exp(y - m), then y - m - log(s). The sums reassociate
+// so LLVM vectorizes them (the runtime's kernel sums by lanes too).
+void KernelEmitter::softmax_row(bool log) {
+  const Type t = dest_.elem;
+  auto reassoc = arith::FastMathFlagsAttr::get(b_.getContext(), arith::FastMathFlags::reassoc);
+  Value m = row_pass(constant(-INFINITY, t), [&](Value at, Value acc) {
+    leaves_at_element();
+    Value x = convert(eval(root_), t);
+    store(out_ptr_, at, x, t);
+    return b_.create<arith::MaximumFOp>(loc_, acc, x).getResult();
+  });
+  Value sum = row_pass(constant(0, t), [&](Value at, Value acc) {
+    Value e = exp(b_.create<arith::SubFOp>(loc_, load(out_ptr_, at, t), m));
+    if (!log) store(out_ptr_, at, e, t);
+    return b_.create<arith::AddFOp>(loc_, acc, e, reassoc).getResult();
+  });
+  if (log) {
+    Value shift = b_.create<arith::AddFOp>(loc_, m, b_.create<math::LogOp>(loc_, sum));
+    row_pass(Value(), [&](Value at, Value) {
+      store(out_ptr_, at, b_.create<arith::SubFOp>(loc_, load(out_ptr_, at, t), shift), t);
+      return Value();
+    });
+  } else {
+    Value inv = b_.create<arith::DivFOp>(loc_, constant(1, t), sum);
+    row_pass(Value(), [&](Value at, Value) {
+      store(out_ptr_, at, b_.create<arith::MulFOp>(loc_, load(out_ptr_, at, t), inv), t);
+      return Value();
+    });
+  }
+}
+
+// As the runtime's kernel: the mean and the variance of y = x (the tree evaluated, stored) summed
+// in float64, rstd = 1/sqrt(var + eps), then y = (y * rstd - mean * rstd) * w + b.
+void KernelEmitter::layer_norm_row() {
+  const Type t = dest_.elem, f64 = b_.getF64Type();
+  auto reassoc = arith::FastMathFlagsAttr::get(b_.getContext(), arith::FastMathFlags::reassoc);
+  Value sum = row_pass(constant(0, f64), [&](Value at, Value acc) {
+    leaves_at_element();
+    Value x = convert(eval(root_), t);
+    store(out_ptr_, at, x, t);
+    return b_.create<arith::AddFOp>(loc_, acc, convert(x, f64), reassoc).getResult();
+  });
+  Value n = constant(static_cast<double>(sizes_.back()), f64);
+  Value mean = b_.create<arith::DivFOp>(loc_, sum, n);
+  Value sq = row_pass(constant(0, f64), [&](Value at, Value acc) {
+    Value d = b_.create<arith::SubFOp>(loc_, convert(load(out_ptr_, at, t), f64), mean);
+    return b_.create<arith::AddFOp>(loc_, acc, b_.create<arith::MulFOp>(loc_, d, d), reassoc)
+        .getResult();
+  });
+  Value var = b_.create<arith::DivFOp>(loc_, sq, n);
+  Value rstd = b_.create<arith::DivFOp>(
+      loc_, constant(1, f64),
+      b_.create<math::SqrtOp>(loc_, b_.create<arith::AddFOp>(loc_, var, constant(eps_, f64))));
+  Value a = convert(rstd, t);
+  Value c = convert(b_.create<arith::NegFOp>(loc_, b_.create<arith::MulFOp>(loc_, mean, rstd)), t);
+  row_pass(Value(), [&](Value at, Value) {
+    leaves_at_element();
+    Value y =
+        b_.create<arith::AddFOp>(loc_, b_.create<arith::MulFOp>(loc_, load(out_ptr_, at, t), a), c);
+    if (row_weight_) y = b_.create<arith::MulFOp>(loc_, y, convert(eval(row_weight_), t));
+    if (row_bias_) y = b_.create<arith::AddFOp>(loc_, y, convert(eval(row_bias_), t));
+    store(out_ptr_, at, y, t);
+    return Value();
+  });
+}
+
+bool Lowering::has_row_kernel(mlir::Operation* op) {
+  if (!mlir::isa<ir::SoftmaxOp, ir::LogSoftmaxOp, ir::LayerNormOp>(op)) return false;
+  auto type = mlir::dyn_cast<mlir::RankedTensorType>(op->getResult(0).getType());
+  if (!type || !type.hasStaticShape() || type.getRank() == 0 || type.getNumElements() == 0)
+    return false;
+  const mlir::Type elem = type.getElementType();
+  if (!elem.isF32() && !elem.isF64()) return false;
+  if (mlir::isa<ir::LayerNormOp>(op)) {
+    // Over the last dim only, with a weight and bias (if any) of the row's length and dtype.
+    auto shape = op->getAttrOfType<mlir::DenseI64ArrayAttr>("normalized_shape");
+    if (!shape || shape.size() != 1 || shape[0] != type.getShape().back()) return false;
+    for (unsigned i = 1; i < op->getNumOperands(); ++i) {
+      auto p = mlir::dyn_cast<mlir::RankedTensorType>(op->getOperand(i).getType());
+      if (!p) continue;  // kiln.none
+      if (p.getRank() != 1 || p.getShape()[0] != shape[0] || p.getElementType() != elem)
+        return false;
+    }
+    return true;
+  }
+  auto dim = op->getAttrOfType<mlir::IntegerAttr>("dim");
+  return dim && (dim.getInt() == -1 || dim.getInt() == type.getRank() - 1);
+}
+
+void Lowering::emit_row_kernel(mlir::Operation* op) {
+  mlir::Value result = op->getResult(0);
+  View d = destination(result);
+  if (mlir::isa<ir::LayerNormOp>(op)) {
+    auto param = [&](unsigned i) {
+      mlir::Value v = op->getOperand(i);
+      return mlir::isa<mlir::RankedTensorType>(v.getType()) ? v : mlir::Value();
+    };
+    const double eps = op->getAttrOfType<mlir::FloatAttr>("eps").getValueAsDouble();
+    KernelEmitter(*this, op->getOperand(0), d, KernelEmitter::Row::LayerNorm, param(1), param(2),
+                  eps)
+        .emit();
+  } else {
+    const auto row =
+        mlir::isa<ir::SoftmaxOp>(op) ? KernelEmitter::Row::Softmax : KernelEmitter::Row::LogSoftmax;
+    KernelEmitter(*this, op->getOperand(0), d, row).emit();
+  }
+  views_[result] = d;
+}
+
+}  // namespace kiln::codegen::detail
