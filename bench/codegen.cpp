@@ -41,14 +41,26 @@ std::shared_ptr<nn::Module> lstm_model() {
   return std::make_shared<nn::LSTM>(128, 256);
 }
 
+// #24's transformer block: one encoder layer, d_model 256, 4 heads, feed-forward 1024, GELU,
+// post-norm, batch first, 128 tokens (bench/peers/seq_peers.py builds the same in PyTorch).
+std::shared_ptr<nn::Module> transformer_model() {
+  return std::make_shared<nn::TransformerEncoderLayer>(nn::TransformerEncoderLayerOptions(256, 4)
+                                                           .dim_feedforward(1024)
+                                                           .dropout(0.0)
+                                                           .activation(nn::Activation::GELU)
+                                                           .batch_first(true));
+}
+
 Tensor model_input(const std::string& name, int64_t batch) {
   if (name == "lstm") return randn({64, batch, 128});
+  if (name == "transformer") return randn({batch, 128, 256});
   return randn({batch, 3, 224, 224});
 }
 
 std::shared_ptr<nn::Module> make_model(const std::string& name) {
   if (name == "resnet18") return models::resnet18();
   if (name == "lstm") return lstm_model();
+  if (name == "transformer") return transformer_model();
   return models::mobilenet_v2();
 }
 
@@ -319,6 +331,12 @@ BENCHMARK_CAPTURE(BM_CompiledOptimizedSeries, lstm, "lstm")
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK_CAPTURE(BM_CompiledOptimizedSeries, transformer, "transformer")
+    ->Arg(1)
+    ->Arg(8)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 static void BM_EagerSeries(benchmark::State& state, const char* name) {
   const int64_t batch = state.range(0);
@@ -343,6 +361,12 @@ BENCHMARK_CAPTURE(BM_EagerSeries, mobilenet_v2, "mobilenet_v2")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_EagerSeries, lstm, "lstm")
+    ->Arg(1)
+    ->Arg(8)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_EagerSeries, transformer, "transformer")
     ->Arg(1)
     ->Arg(8)
     ->Iterations(1)
