@@ -96,6 +96,8 @@ class Lowering {
 
  private:
   bool lower_op(mlir::Operation* op);
+  // checks.cpp: every op of @forward that cannot be compiled, into errors_ (`body`: its block).
+  void check_module(mlir::Block& body);
   // Whether some strategy (loops, views, control flow, a runtime call) takes op.
   static bool has_lowering(mlir::Operation* op);
   static std::string unsupported_element_type(mlir::Operation* op);
