@@ -6,10 +6,18 @@
 #include <random>
 #include <string>
 
+#include "kiln/jit/compile.h"
 #include "kiln/kiln.h"
 #include "kiln/trace/trace.h"
 
 namespace kiln::test {
+
+// Compile options for tests: the memory cache only (no object files written to the user's cache).
+inline jit::CompileOptions no_disk() {
+  jit::CompileOptions o;
+  o.disk_cache = false;
+  return o;
+}
 
 inline Tensor rnd(Dims sizes, uint32_t seed, double scale = 1.0) {
   std::mt19937 gen(seed);

@@ -26,15 +26,8 @@
 using namespace kiln;
 using kiln::test::max_abs_diff;
 using kiln::test::max_rel_error;
+using kiln::test::no_disk;
 using kiln::test::rnd;
-
-namespace {
-jit::CompileOptions no_disk() {
-  jit::CompileOptions o;
-  o.disk_cache = false;
-  return o;
-}
-}  // namespace
 
 TEST(JitCompile, FusedChainMatchesNaiveFloat64Loop) {
   // relu(x*a+b)*c with a [N] row vector broadcast over rows: checked against a plain double loop,

@@ -13,14 +13,10 @@
 
 using namespace kiln;
 using kiln::test::max_abs_diff;
+using kiln::test::no_disk;
 using kiln::test::rnd;
 
 namespace {
-jit::CompileOptions no_disk() {
-  jit::CompileOptions o;
-  o.disk_cache = false;
-  return o;
-}
 
 Tensor from_rt(const TensorImplPtr& t) {
   return Tensor(t);

@@ -9,15 +9,8 @@
 
 using namespace kiln;
 using kiln::test::max_rel_error;
+using kiln::test::no_disk;
 using kiln::test::rnd;
-
-namespace {
-jit::CompileOptions no_disk() {
-  jit::CompileOptions o;
-  o.disk_cache = false;
-  return o;
-}
-}  // namespace
 
 TEST(JitFusedOps, Conv2dFusedBiasResidualRelu) {
   const char* ir = R"mlir(

@@ -19,6 +19,7 @@
 
 using namespace kiln;
 using kiln::test::max_abs_diff;
+using kiln::test::no_disk;
 using kiln::test::rnd;
 
 namespace {
@@ -36,12 +37,6 @@ jit::TracedFunction trace_rnn(nn::RNNBase& m, const TensorList& example) {
   jit::TraceOptions options;
   for (const auto& [n, p] : m.named_parameters()) options.named_captures.push_back({n, p});
   return jit::trace([&](const TensorList& in) { return m.forward_list(in); }, example, options);
-}
-
-jit::CompileOptions no_disk() {
-  jit::CompileOptions o;
-  o.disk_cache = false;
-  return o;
 }
 
 TensorList eager(nn::RNNBase& m, const TensorList& in) {

@@ -14,15 +14,10 @@
 #include "kiln/trace/trace.h"
 
 using namespace kiln;
+using kiln::test::no_disk;
 using kiln::test::rnd;
 
 namespace {
-
-jit::CompileOptions no_disk() {
-  jit::CompileOptions o;
-  o.disk_cache = false;
-  return o;
-}
 
 // Compares element by element in float64: NaN where the reference is NaN, equal infinities,
 // else within tol relative to max(1, |reference|).
