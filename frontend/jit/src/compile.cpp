@@ -160,14 +160,15 @@ std::string module_fingerprint(mlir::ModuleOp module) {
   for (mlir::Operation& op : module.getBody()->getOperations()) op.print(os, flags);
   std::vector<llvm::ArrayRef<char>> constants;
   module->walk([&](mlir::Operation* op) {
-    for (const mlir::NamedAttribute& a : op->getAttrs()) {
-      if (auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(a.getValue())) {
+    // Nested attributes too: the printer elides large elements wherever they stand.
+    op->getAttrDictionary().walk([&](mlir::Attribute a) {
+      if (auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(a)) {
         constants.push_back(dense.getRawData());
-      } else if (auto resource = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(a.getValue())) {
+      } else if (auto resource = mlir::dyn_cast<mlir::DenseResourceElementsAttr>(a)) {
         const mlir::AsmResourceBlob* blob = resource.getRawHandle().getBlob();
         constants.push_back(blob ? blob->getData() : llvm::ArrayRef<char>());
       }
-    }
+    });
   });
   constexpr size_t kChunk = size_t(1) << 20;
   struct Chunk {
