@@ -115,6 +115,11 @@ void time_compile(benchmark::State& state, const std::string& name, bool optimiz
 
 }  // namespace
 
+// A model benchmark at batch 1 and 8; a series runs its own timed loop (one benchmark iteration).
+#define KILN_MODEL_BENCH(fn, model) \
+  BENCHMARK_CAPTURE(fn, model, #model)->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime()
+#define KILN_MODEL_SERIES(fn, model) KILN_MODEL_BENCH(fn, model)->Iterations(1)
+
 // relu(x*a+b)*c on 16M floats: one read and one write per element.
 static void BM_CompiledChain16M(benchmark::State& state) {
   const int64_t n = int64_t(1) << 24;
@@ -235,16 +240,8 @@ static void BM_Compiled(benchmark::State& state, const char* name) {
     benchmark::DoNotOptimize(y.impl());
   }
 }
-BENCHMARK_CAPTURE(BM_Compiled, resnet18, "resnet18")
-    ->Arg(1)
-    ->Arg(8)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_Compiled, mobilenet_v2, "mobilenet_v2")
-    ->Arg(1)
-    ->Arg(8)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+KILN_MODEL_BENCH(BM_Compiled, resnet18);
+KILN_MODEL_BENCH(BM_Compiled, mobilenet_v2);
 
 // After freeze + the inference pipeline: conv+bn+relu(+residual) in one runtime call each.
 static void BM_CompiledOptimized(benchmark::State& state, const char* name) {
@@ -256,16 +253,8 @@ static void BM_CompiledOptimized(benchmark::State& state, const char* name) {
     benchmark::DoNotOptimize(y.impl());
   }
 }
-BENCHMARK_CAPTURE(BM_CompiledOptimized, resnet18, "resnet18")
-    ->Arg(1)
-    ->Arg(8)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_CompiledOptimized, mobilenet_v2, "mobilenet_v2")
-    ->Arg(1)
-    ->Arg(8)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+KILN_MODEL_BENCH(BM_CompiledOptimized, resnet18);
+KILN_MODEL_BENCH(BM_CompiledOptimized, mobilenet_v2);
 
 // The peers' protocol (bench/peers/run.sh, as `kiln run --bench` and ort_bench.js time): in one
 // process, KILN_BENCH_WARMUP untimed runs (default 3), then KILN_BENCH_ITERS timed ones (default
@@ -313,30 +302,10 @@ static void BM_CompiledOptimizedSeries(benchmark::State& state, const char* name
     benchmark::DoNotOptimize(y.impl());
   });
 }
-BENCHMARK_CAPTURE(BM_CompiledOptimizedSeries, resnet18, "resnet18")
-    ->Arg(1)
-    ->Arg(8)
-    ->Iterations(1)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_CompiledOptimizedSeries, mobilenet_v2, "mobilenet_v2")
-    ->Arg(1)
-    ->Arg(8)
-    ->Iterations(1)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_CompiledOptimizedSeries, lstm, "lstm")
-    ->Arg(1)
-    ->Arg(8)
-    ->Iterations(1)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_CompiledOptimizedSeries, transformer, "transformer")
-    ->Arg(1)
-    ->Arg(8)
-    ->Iterations(1)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+KILN_MODEL_SERIES(BM_CompiledOptimizedSeries, resnet18);
+KILN_MODEL_SERIES(BM_CompiledOptimizedSeries, mobilenet_v2);
+KILN_MODEL_SERIES(BM_CompiledOptimizedSeries, lstm);
+KILN_MODEL_SERIES(BM_CompiledOptimizedSeries, transformer);
 
 static void BM_EagerSeries(benchmark::State& state, const char* name) {
   const int64_t batch = state.range(0);
@@ -348,30 +317,10 @@ static void BM_EagerSeries(benchmark::State& state, const char* name) {
     benchmark::DoNotOptimize(y.impl());
   });
 }
-BENCHMARK_CAPTURE(BM_EagerSeries, resnet18, "resnet18")
-    ->Arg(1)
-    ->Arg(8)
-    ->Iterations(1)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_EagerSeries, mobilenet_v2, "mobilenet_v2")
-    ->Arg(1)
-    ->Arg(8)
-    ->Iterations(1)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_EagerSeries, lstm, "lstm")
-    ->Arg(1)
-    ->Arg(8)
-    ->Iterations(1)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_EagerSeries, transformer, "transformer")
-    ->Arg(1)
-    ->Arg(8)
-    ->Iterations(1)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+KILN_MODEL_SERIES(BM_EagerSeries, resnet18);
+KILN_MODEL_SERIES(BM_EagerSeries, mobilenet_v2);
+KILN_MODEL_SERIES(BM_EagerSeries, lstm);
+KILN_MODEL_SERIES(BM_EagerSeries, transformer);
 
 static void BM_Eager(benchmark::State& state, const char* name) {
   const int64_t batch = state.range(0);
@@ -383,16 +332,8 @@ static void BM_Eager(benchmark::State& state, const char* name) {
     benchmark::DoNotOptimize(y.impl());
   }
 }
-BENCHMARK_CAPTURE(BM_Eager, resnet18, "resnet18")
-    ->Arg(1)
-    ->Arg(8)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_Eager, mobilenet_v2, "mobilenet_v2")
-    ->Arg(1)
-    ->Arg(8)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+KILN_MODEL_BENCH(BM_Eager, resnet18);
+KILN_MODEL_BENCH(BM_Eager, mobilenet_v2);
 
 static void BM_JitCompileResNet18(benchmark::State& state) {
   time_compile(state, "resnet18", false);
@@ -413,7 +354,7 @@ static void BM_JitCompileLSTM(benchmark::State& state) {
 BENCHMARK(BM_JitCompileLSTM)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 
 // A compile-cache hit for the frozen ResNet-18 (memory cache): what a second jit::compile of the
-// same trace costs — computing the key over the module is most of it (#24: <= 5 ms).
+// same trace costs — computing the key over the module is most of it (#24 bounds it).
 static void BM_JitCacheHitResNet18Frozen(benchmark::State& state) {
   auto model = make_model("resnet18");
   jit::TracedFunction traced = trace_model(*model, model_input("resnet18", 1), true);
