@@ -2,6 +2,7 @@
 // Their backward nodes are first-order: differentiating a gradient of these ops again raises a
 // clear error instead of returning a wrong second derivative.
 
+#include "kernel_params.h"
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
 #include "kiln/nn_ops.h"
@@ -68,11 +69,7 @@ kernels::LossReduction to_kernel(Reduction r) {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Pair2 stride,
               Pair2 padding, Pair2 dilation, int64_t groups) {
-  kernels::Conv2dParams p;
-  p.stride_h = stride.h, p.stride_w = stride.w;
-  p.pad_h = padding.h, p.pad_w = padding.w;
-  p.dilation_h = dilation.h, p.dilation_w = dilation.w;
-  p.groups = groups;
+  const kernels::Conv2dParams p = detail::conv2d_params(stride, padding, dilation, groups);
   Tensor out =
       new_tensor(kernels::conv2d_output_shape(input.sizes(), weight.sizes(), p), input.dtype());
   kernels::conv2d_out(*input.impl(), *weight.impl(), opt(bias), p, *out.impl());
@@ -171,24 +168,10 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
 // --- pooling
 // --------------------------------------------------------------------------------------
 
-namespace {
-kernels::Pool2dParams pool_params(Pair2 kernel, std::optional<Pair2> stride, Pair2 padding,
-                                  Pair2 dilation, bool ceil_mode) {
-  kernels::Pool2dParams p;
-  p.kernel_h = kernel.h, p.kernel_w = kernel.w;
-  Pair2 s = stride.value_or(kernel);
-  p.stride_h = s.h, p.stride_w = s.w;
-  p.pad_h = padding.h, p.pad_w = padding.w;
-  p.dilation_h = dilation.h, p.dilation_w = dilation.w;
-  p.ceil_mode = ceil_mode;
-  return p;
-}
-}  // namespace
-
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, Pair2 kernel,
                                                   std::optional<Pair2> stride, Pair2 padding,
                                                   Pair2 dilation, bool ceil_mode) {
-  auto p = pool_params(kernel, stride, padding, dilation, ceil_mode);
+  auto p = detail::pool2d_params(kernel, stride, padding, dilation, ceil_mode);
   Dims shape = kernels::max_pool2d_output_shape(input.sizes(), p);
   Tensor out = new_tensor(shape, input.dtype());
   Tensor indices = new_tensor(shape, DType::Int64);
@@ -219,7 +202,7 @@ Tensor max_pool2d(const Tensor& input, Pair2 kernel, std::optional<Pair2> stride
 
 Tensor avg_pool2d(const Tensor& input, Pair2 kernel, std::optional<Pair2> stride, Pair2 padding,
                   bool ceil_mode, bool count_include_pad) {
-  auto p = pool_params(kernel, stride, padding, 1, ceil_mode);
+  auto p = detail::pool2d_params(kernel, stride, padding, 1, ceil_mode);
   p.count_include_pad = count_include_pad;
   Tensor out = new_tensor(kernels::avg_pool2d_output_shape(input.sizes(), p), input.dtype());
   kernels::avg_pool2d_out(*input.impl(), p, *out.impl());

@@ -4,6 +4,7 @@
 // kiln.qadd, kiln.qavg_pool2d).
 
 #include "kiln/runtime/kernels/quantize.h"
+#include "../ops/kernel_params.h"
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
 #include "kiln/ops.h"
@@ -71,11 +72,8 @@ Tensor qconv2d(const Tensor& input, const Tensor& input_scale, const Tensor& inp
   KILN_CHECK(stride.size() == 2 && padding.size() == 2 && dilation.size() == 2, "qconv2d",
              "expected 2 values each for stride, padding and dilation, got ", stride, ", ", padding,
              ", ", dilation);
-  kernels::Conv2dParams p;
-  p.stride_h = stride[0], p.stride_w = stride[1];
-  p.pad_h = padding[0], p.pad_w = padding[1];
-  p.dilation_h = dilation[0], p.dilation_w = dilation[1];
-  p.groups = groups;
+  const kernels::Conv2dParams p = detail::conv2d_params(
+      {stride[0], stride[1]}, {padding[0], padding[1]}, {dilation[0], dilation[1]}, groups);
   Tensor out(kiln::empty(kernels::conv2d_output_shape(input.sizes(), weight.weight.sizes(), p),
                          output.dtype));
   kernels::qconv2d_out(*input.impl(), *weight.weight.impl(),
@@ -130,11 +128,8 @@ Tensor qavg_pool2d(const Tensor& input, const Tensor& input_scale, const Tensor&
   KILN_CHECK(kernel.size() == 2 && stride.size() == 2 && padding.size() == 2, op,
              "expected 2 values each for kernel, stride and padding, got ", kernel, ", ", stride,
              ", ", padding);
-  kernels::Pool2dParams p;
-  p.kernel_h = kernel[0], p.kernel_w = kernel[1];
-  p.stride_h = stride[0], p.stride_w = stride[1];
-  p.pad_h = padding[0], p.pad_w = padding[1];
-  p.ceil_mode = ceil_mode;
+  kernels::Pool2dParams p = detail::pool2d_params(
+      {kernel[0], kernel[1]}, Pair2{stride[0], stride[1]}, {padding[0], padding[1]}, 1, ceil_mode);
   p.count_include_pad = count_include_pad;
   KILN_CHECK(input.dim() == 3 || input.dim() == 4, op,
              "expected input of 3 or 4 dims ((N,)C,H,W), got ", input.sizes());
