@@ -170,6 +170,8 @@ std::string module_fingerprint(mlir::ModuleOp module) {
       }
     });
   });
+  // The unit of work for the thread pool, not a tuning: any size gives a sound key (changing it
+  // changes every key, so cached objects are compiled again once).
   constexpr size_t kChunk = size_t(1) << 20;
   struct Chunk {
     const char* data;
