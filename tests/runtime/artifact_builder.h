@@ -41,6 +41,7 @@ struct CodeSpec {
   std::string triple;
   uint32_t blob = 0;
   std::vector<std::string> symbols;
+  std::vector<std::string> features, imports;
 };
 
 struct ArtifactSpec {
@@ -96,9 +97,14 @@ struct ArtifactSpec {
     for (const auto& f : cpu_features) feats.push_back(b.CreateString(f));
     std::vector<flatbuffers::Offset<fb::CodeObject>> code;
     for (const CodeSpec& c : this->code) {
-      std::vector<flatbuffers::Offset<flatbuffers::String>> syms;
-      for (const auto& s : c.symbols) syms.push_back(b.CreateString(s));
-      code.push_back(fb::CreateCodeObjectDirect(b, c.triple.c_str(), nullptr, c.blob, &syms));
+      auto strings = [&](const std::vector<std::string>& v) {
+        std::vector<flatbuffers::Offset<flatbuffers::String>> out;
+        for (const auto& s : v) out.push_back(b.CreateString(s));
+        return out;
+      };
+      auto syms = strings(c.symbols), feats = strings(c.features), imports = strings(c.imports);
+      code.push_back(fb::CreateCodeObjectDirect(b, c.triple.c_str(), &feats, c.blob, &syms,
+                                                c.imports.empty() ? nullptr : &imports));
     }
     auto root =
         fb::CreateModelDirect(b, version, name.c_str(), "test", target_triple.c_str(), &feats, &ins,

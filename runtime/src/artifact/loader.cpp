@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "kiln/runtime/abi.h"
 #include "kiln/runtime/checked_math.h"
 #include "kiln_generated.h"
 #include "model_impl.h"
@@ -35,6 +36,38 @@ const flatbuffers::Vector<int64_t>* aligned(const flatbuffers::Vector<int64_t>* 
   KILN_CHECK(!v || v->size() == 0 || reinterpret_cast<uintptr_t>(v->data()) % alignof(int64_t) == 0,
              kOp, what, ": misaligned 64-bit array");
   return v;
+}
+
+// The runtime functions a code object may import (CodeObject.imports): the C ABI's core, which
+// needs no kernel. Null for any other name.
+void* core_abi_function(std::string_view name) {
+  static const std::pair<std::string_view, void*> table[] = {
+      {"kiln_abi_alloc", reinterpret_cast<void*>(&kiln_abi_alloc)},
+      {"kiln_abi_free", reinterpret_cast<void*>(&kiln_abi_free)},
+      {"kiln_abi_lease_begin", reinterpret_cast<void*>(&kiln_abi_lease_begin)},
+      {"kiln_abi_lease_end", reinterpret_cast<void*>(&kiln_abi_lease_end)},
+      {"kiln_abi_parallel_for", reinterpret_cast<void*>(&kiln_abi_parallel_for)},
+      {"kiln_abi_set_error", reinterpret_cast<void*>(&kiln_abi_set_error)},
+  };
+  for (const auto& [n, f] : table)
+    if (n == name) return f;
+  return nullptr;
+}
+
+// A feature name this runtime does not know (a newer writer's) counts as one the CPU lacks.
+bool host_knows_and_has(const std::string& feature) {
+  try {
+    return host_has_feature(feature);
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Hands a loaded object the runtime functions it imports, in CodeObject.imports order.
+void bind_imports(const CodeHandle& code, const std::vector<void*>& functions) {
+  using BindFn = void (*)(void* const*);
+  const auto bind = reinterpret_cast<BindFn>(find_symbol(code, "kiln_code_bind"));
+  bind(functions.data());
 }
 
 struct Checker {
@@ -190,25 +223,67 @@ struct Checker {
                "this CPU lacks the features the artifact requires: ", missing);
   }
 
-  // Compiled code for this host: loaded now so a missing symbol is a load-time error.
+  // Why no code object defines a symbol (for the error of an instruction without a portable form).
+  std::string code_skipped{};
+
+  // Compiled code for this host, loaded now so a missing symbol is a load-time error: in file
+  // order, each object for this architecture whose CPU features the host has and that defines a
+  // symbol no earlier one did. Objects for other CPUs are listed and skipped; Generated
+  // instructions then run their portable form.
   std::map<std::string, CompiledFn> code() {
     std::map<std::string, CompiledFn> symbols;
     if (!m.code()) return symbols;
+    auto skip = [&](CodeObjectInfo& info, uint32_t i, const std::string& why) {
+      info.why_not = why;
+      code_skipped += "; code object " + std::to_string(i) + " (" + info.target_triple + ") " + why;
+    };
     for (uint32_t i = 0; i < m.code()->size(); ++i) {
       const fb::CodeObject* c = m.code()->Get(i);
       KILN_CHECK(c->blob() < out.blobs.size(), kOp, "code object ", i, ": blob ", c->blob(),
                  " out of range");
-      const std::string triple = str(c->target_triple());
-      if (triple.substr(0, triple.find('-')) != host_arch()) continue;
-      KILN_CHECK(allow_native_code, kOp, "code object ", i, " (", triple,
-                 ") is native code and LoadOptions::allow_native_code is off");
-      const BlobInfo& blob = out.blobs[c->blob()];
-      out.stats.code_bytes += blob.size;
-      out.code.push_back(load_code_object(blob.data, blob.size, "code object " + triple));
-      if (c->symbols()) {
-        for (const auto* s : *c->symbols())
-          symbols[s->str()] = find_symbol(*out.code.back(), s->str());
+      CodeObjectInfo info;
+      info.target_triple = str(c->target_triple());
+      info.bytes = out.blobs[c->blob()].size;
+      out.stats.code_bytes += info.bytes;
+      if (c->cpu_features())
+        for (const auto* f : *c->cpu_features()) info.cpu_features.push_back(f->str());
+      std::vector<std::string> names;
+      if (c->symbols())
+        for (const auto* s : *c->symbols()) names.push_back(s->str());
+      info.num_symbols = names.size();
+      std::vector<void*> imports;
+      std::string unknown;
+      if (c->imports()) {
+        for (const auto* s : *c->imports()) {
+          imports.push_back(core_abi_function(s->string_view()));
+          if (!imports.back()) unknown += (unknown.empty() ? "" : ", ") + s->str();
+        }
       }
+      std::string lacking;
+      for (const std::string& f : info.cpu_features)
+        if (!host_knows_and_has(f)) lacking += (lacking.empty() ? "" : ", ") + f;
+      const bool adds = std::any_of(names.begin(), names.end(),
+                                    [&](const std::string& s) { return !symbols.count(s); });
+      if (info.target_triple.substr(0, info.target_triple.find('-')) != host_arch()) {
+        skip(info, i, "is for another architecture");
+      } else if (!allow_native_code) {
+        skip(info, i, "is native code and LoadOptions::allow_native_code is off");
+      } else if (!lacking.empty()) {
+        skip(info, i, "needs CPU features this CPU lacks: " + lacking);
+      } else if (!unknown.empty()) {
+        skip(info, i, "calls runtime functions this runtime lacks: " + unknown);
+      } else if (!adds) {
+        skip(info, i, "defines no symbol an earlier code object did not");
+      } else {
+        const BlobInfo& blob = out.blobs[c->blob()];
+        out.code.push_back(
+            load_code_object(blob.data, blob.size, "code object " + info.target_triple));
+        if (!imports.empty()) bind_imports(*out.code.back(), imports);
+        for (const std::string& s : names)
+          if (!symbols.count(s)) symbols[s] = find_symbol(*out.code.back(), s);
+        info.loaded = true;
+      }
+      out.stats.code_objects.push_back(std::move(info));
     }
     return symbols;
   }
@@ -252,7 +327,7 @@ struct Checker {
   // An output may share bytes with an input only as an exact alias, and only for kernels that
   // compute elementwise or view their input (KernelDef::inplace_ok; compiled code likewise);
   // outputs never overlap each other.
-  void check_overlaps(const InstrInfo& info, const std::string& where) {
+  void check_overlaps(const InstrInfo& info, const std::string& where, bool compiled = false) {
     auto range = [&](int32_t s) {
       const SlotInfo& i = out.slots[s];
       return std::pair<uint64_t, uint64_t>(i.offset, i.offset + i.nbytes);
@@ -260,7 +335,7 @@ struct Checker {
     auto overlaps = [](std::pair<uint64_t, uint64_t> a, std::pair<uint64_t, uint64_t> b) {
       return a.first < b.second && b.first < a.second;
     };
-    const bool alias_ok = info.fn != nullptr || (info.def && info.def->inplace_ok);
+    const bool alias_ok = compiled || info.fn != nullptr || (info.def && info.def->inplace_ok);
     for (size_t a = 0; a < info.outputs.size(); ++a) {
       const auto ra = range(info.outputs[a]);
       if (ra.first == ra.second) continue;
@@ -290,7 +365,7 @@ struct Checker {
     InstrInfo info;
     const std::string kernel = str(ins.kernel()), symbol = str(ins.symbol());
     const int control = static_cast<int>(ins.control());
-    KILN_CHECK(control >= 0 && control <= 2, kOp, "instruction ", k, ": unknown control kind ",
+    KILN_CHECK(control >= 0 && control <= 3, kOp, "instruction ", k, ": unknown control kind ",
                control);
     info.control = static_cast<Control>(control);
     auto slot_list = [&](const flatbuffers::Vector<int32_t>* v, std::vector<int32_t>& dst) {
@@ -304,6 +379,20 @@ struct Checker {
     };
     slot_list(ins.inputs(), info.inputs);
     slot_list(ins.outputs(), info.outputs);
+    if (info.control == Control::Generated) {
+      // Compiled code with its portable form: the code when a loaded object defines the symbol.
+      info.name = symbol;
+      KILN_CHECK(kernel.empty() && !symbol.empty(), kOp, "instruction ", k,
+                 ": a generated instruction names a symbol and no kernel");
+      slot_list(ins.yields(), info.yields);
+      KILN_CHECK(
+          !ins.else_yields() && !ins.carried() && ins.else_size() == 0 && ins.counter() == -1, kOp,
+          "instruction ", k, " (", symbol,
+          "): a generated instruction has no else-region, carried slots or counter");
+      info.body_size = ins.body_size();
+      if (auto it = symbols.find(symbol); it != symbols.end()) info.fn = it->second;
+      return info;
+    }
     if (info.control != Control::None) {
       info.name = info.control == Control::If ? "if" : "for";
       KILN_CHECK(kernel.empty() && symbol.empty(), kOp, "instruction ", k, " (", info.name,
@@ -338,7 +427,9 @@ struct Checker {
     if (!symbol.empty()) {
       auto it = symbols.find(symbol);
       KILN_CHECK(it != symbols.end(), kOp, where,
-                 ": no code object for this host defines the symbol");
+                 ": no code object this runtime loaded defines the symbol, and the instruction "
+                 "has no portable form",
+                 code_skipped);
       info.fn = it->second;
       return info;
     }
@@ -435,6 +526,11 @@ struct Checker {
         ++k;
         continue;
       }
+      if (info.control == Control::Generated) {
+        check_generated(k, end, defined, depth, runs);
+        k += 1 + info.body_size;
+        continue;
+      }
       KILN_CHECK(depth < kMaxNesting, kOp, where, ": control flow nested deeper than ",
                  kMaxNesting);
       KILN_CHECK(info.control == Control::If || info.else_size == 0, kOp, where,
@@ -515,6 +611,27 @@ struct Checker {
     }
   }
 
+  // A generated instruction: its call checked as a compiled instruction's, its portable form as
+  // a region whose yields become the outputs, whichever the host runs (the file is valid or not
+  // whatever CPU loads it). The form not run is marked unused (not prepared, not profiled).
+  void check_generated(uint32_t k, uint32_t end, Defined& defined, int depth, uint64_t runs) {
+    InstrInfo& info = out.instrs[k];
+    const std::string where = "instruction " + std::to_string(k) + " (" + info.name + ")";
+    KILN_CHECK(depth < kMaxNesting, kOp, where, ": control flow nested deeper than ", kMaxNesting);
+    const uint64_t body_end = uint64_t{k} + 1 + info.body_size;
+    KILN_CHECK(body_end <= end, kOp, where, ": its portable form (", info.body_size,
+               " instructions) extends past the end of the enclosing ",
+               depth ? "region" : "program", " at instruction ", end);
+    check_overlaps(info, where, /*compiled=*/true);
+    const size_t mark = defined.mark();
+    check_region(k + 1, static_cast<uint32_t>(body_end), defined, depth + 1, runs);
+    check_copies(where, "portable-form yield", info.yields, info.outputs, defined);
+    defined.undo(mark);
+    for (int32_t s : info.outputs) defined.set(s);
+    if (info.fn)
+      for (uint64_t j = k + 1; j < body_end; ++j) out.instrs[j].unused = true;
+  }
+
   void instructions() {
     const std::map<std::string, CompiledFn> symbols = code();
     std::set<std::string> missing;
@@ -522,10 +639,17 @@ struct Checker {
     const uint32_t n = m.instructions() ? m.instructions()->size() : 0;
     for (uint32_t k = 0; k < n; ++k) {
       out.instrs.push_back(decode_instruction(k, symbols, missing));
-      KILN_CHECK(out.instrs.back().control == Control::None || m.format_version() >= 2, kOp,
-                 "instruction ", k, ": control flow needs format version 2, the file says ",
-                 m.format_version());
+      const Control control = out.instrs.back().control;
+      const uint32_t needs = control == Control::Generated ? 3 : control == Control::None ? 1 : 2;
+      KILN_CHECK(m.format_version() >= needs, kOp, "instruction ", k,
+                 control == Control::Generated ? ": generated code with a portable form"
+                                               : ": control flow",
+                 " needs format version ", needs, ", the file says ", m.format_version());
       ++counts[out.instrs.back().name];
+      if (control == Control::Generated) {
+        ++out.stats.generated_instructions;
+        out.stats.native_instructions += out.instrs.back().fn != nullptr;
+      }
     }
     if (!missing.empty()) {
       std::string names;

@@ -25,7 +25,7 @@ struct SlotInfo {
 
 using CompiledFn = void (*)(void* const* operands);
 
-enum class Control : uint8_t { None = 0, If = 1, For = 2 };
+enum class Control : uint8_t { None = 0, If = 1, For = 2, Generated = 3 };
 
 struct InstrInfo {
   const KernelDef* def = nullptr;   // runtime kernel, or
@@ -44,6 +44,8 @@ struct InstrInfo {
   int32_t counter = -1;
   int64_t begin = 0, end = 0, step = 1;
   bool staged = false;
+  // The portable form of a generated instruction whose code runs (never executed).
+  bool unused = false;
 };
 
 struct BlobInfo {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <new>
 
+#include "kiln/runtime/abi.h"
 #include "model_impl.h"
 
 namespace kiln::rt {
@@ -232,7 +233,10 @@ void Session::direct_inputs() {
     std::vector<uint32_t> uses;
     for (size_t k = 0; k < m.instrs.size(); ++k) {
       const InstrInfo& instr = m.instrs[k];
-      if (instr.control != Control::None) {
+      if (instr.control == Control::Generated) {  // its call reads inputs as a kernel does
+        for (const auto* list : {&instr.outputs, &instr.yields})
+          for (int32_t s : *list) safe &= s != static_cast<int32_t>(slot);
+      } else if (instr.control != Control::None) {
         for_each_slot(instr, [&](int32_t s) { safe &= s != static_cast<int32_t>(slot); });
         continue;
       }
@@ -268,7 +272,7 @@ void Session::prepare_model() {
     TensorImpl* const* ops = s_->operands.data();
     for (size_t k = 0; k < m.instrs.size(); ++k) {
       const InstrInfo& in = m.instrs[k];
-      if (!in.def || !in.def->prepare) continue;
+      if (!in.def || !in.def->prepare || in.unused) continue;
       uint32_t constant = 0;
       for (size_t i = 0; i < in.inputs.size() && i < 32; ++i) {
         const int32_t slot = in.inputs[i];
@@ -335,8 +339,8 @@ void Session::run_range(size_t begin, size_t end) {
   const Model::Impl& m = model_->impl();
   auto slot = [&](int32_t s) -> TensorImpl& { return *s_->slots[s]; };
   auto copy = [&](const std::vector<int32_t>& from, const std::vector<int32_t>& to) {
-    for (size_t i = 0; i < from.size(); ++i)
-      if (from[i] != to[i])
+    for (size_t i = 0; i < from.size(); ++i)  // (two slots may name the same bytes)
+      if (from[i] != to[i] && slot(to[i]).data() != slot(from[i]).data())
         std::memmove(slot(to[i]).data(), slot(from[i]).data(), slot(to[i]).nbytes());
   };
   for (size_t k = begin; k < end;) {
@@ -354,6 +358,14 @@ void Session::run_range(size_t begin, size_t end) {
         } else {
           run_range(body_end, else_end);
           copy(in.else_yields, in.outputs);
+        }
+        break;
+      case Control::Generated:
+        if (in.fn) {
+          run_instruction(k);
+        } else {
+          run_range(k + 1, body_end);
+          copy(in.yields, in.outputs);
         }
         break;
       case Control::For:
@@ -398,6 +410,12 @@ void Session::run_instruction(size_t k) {
                              m.prepared[k].data.get()});
     } else {
       in.fn(s_->pointers.data() + st.in_begin);
+      // Generated code records a failure (an allocation it could not make) for this thread.
+      if (char* error = kiln_abi_take_error()) [[unlikely]] {
+        const std::string message(error);
+        kiln_abi_free_error(error);
+        fail("kiln run", "instruction ", k, " (", in.name, "): ", message);
+      }
     }
   } catch (const std::bad_alloc&) {
     fail("kiln run", "instruction ", k, " (", in.name, "): out of memory");
@@ -423,6 +441,7 @@ std::vector<Session::InstructionTime> Session::profile() const {
   std::vector<InstructionTime> out;
   for (size_t k = 0; k < s_->instr_ns.size(); ++k) {
     const InstrInfo& in = m.instrs[k];
+    if (in.unused) continue;
     std::string what = in.name + (in.fn ? " (compiled)" : "");
     if (!in.outputs.empty() && in.outputs[0] >= 0) {
       const SlotInfo& o = m.slots[in.outputs[0]];

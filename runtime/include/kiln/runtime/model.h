@@ -28,8 +28,9 @@
 namespace kiln::rt {
 
 // The newest artifact format this runtime reads; it reads every older one too. 2 added
-// control-flow instructions (If/For), which only version-2 files hold.
-inline constexpr uint32_t kFormatVersion = 2;
+// control-flow instructions (If/For); 3 generated instructions (compiled code with a portable
+// form). A writer marks a file with the oldest version that holds what it uses.
+inline constexpr uint32_t kFormatVersion = 3;
 
 // A named input or output and its guard (dtype + shape), checked on every call.
 struct TensorSpec {
@@ -49,13 +50,26 @@ struct LoadOptions {
   // weights as stored (for memory-constrained devices).
   bool prepare_weights = true;
   // Load the artifact's compiled code for this host (an ELF object, dlopen'ed: it runs native
-  // code). false: such a file is refused at load, for services that load files they do not
-  // trust (the verifier bounds what the interpreted plan can do, not what native code does).
+  // code). false, for services that load files they do not trust (the verifier bounds what the
+  // interpreted plan can do, not what native code does): no code is loaded; generated
+  // instructions run their portable form, and a file with compiled instructions lacking one is
+  // refused at load.
   bool allow_native_code = true;
   // The most times one instruction may run in a call: the product of the trip counts of the loops
   // around it (0: no bound). A file beyond it is refused at load, so a service that loads files
   // it does not trust bounds each call's work (the fuzzer uses it).
   uint64_t max_instruction_runs = 0;
+};
+
+// A code object the artifact embeds (generated code for one target) and whether this runtime
+// runs it.
+struct CodeObjectInfo {
+  std::string target_triple;
+  std::vector<std::string> cpu_features;  // the CPU must have them all
+  size_t bytes = 0;
+  size_t num_symbols = 0;
+  bool loaded = false;
+  std::string why_not;  // when not loaded: "is for another architecture", ...
 };
 
 // What `kiln inspect` shows; filled from the verified file.
@@ -68,6 +82,10 @@ struct ModelStats {
   uint64_t arena_bytes = 0;
   uint64_t naive_bytes = 0;
   std::vector<std::pair<std::string, size_t>> op_counts;  // kernel or symbol -> instructions
+  std::vector<CodeObjectInfo> code_objects;
+  // Generated instructions, and those of them running compiled code here (the others run their
+  // portable form).
+  size_t generated_instructions = 0, native_instructions = 0;
 };
 
 // What the kernels prepared once from the model's constant weights (GEMM-packed or Winograd-

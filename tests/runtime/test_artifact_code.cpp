@@ -1,0 +1,250 @@
+// Compiled code in hand-built artifacts: an ELF shared object travels in the file and is loaded
+// with memfd_create + dlopen; compiled instructions and generated instructions (compiled code
+// with a portable form, format version 3) against the formula they compute, on every path the
+// loader can take (code run, code for another CPU, native code refused, imports bound or
+// unknown). The object is built for the host by tests/CMakeLists.txt (not in the aarch64 cross
+// build).
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "artifact_builder.h"
+#include "kiln/runtime/model.h"
+#include "kiln/runtime/registry.h"
+
+namespace kiln {
+namespace {
+
+using testing::ArtifactSpec;
+using testing::InstrSpec;
+
+#if defined(KILN_TEST_COMPILED_SO) && defined(__x86_64__)
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+std::string error_of(const std::vector<uint8_t>& bytes, const rt::LoadOptions& options = {}) {
+  try {
+    rt::Model::from_bytes(bytes, rt::builtin_registry(), options);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<uint8_t> compiled_object() {
+  std::ifstream f(KILN_TEST_COMPILED_SO, std::ios::binary);
+  EXPECT_TRUE(f) << KILN_TEST_COMPILED_SO;
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)),
+                              std::istreambuf_iterator<char>());
+}
+
+// An instruction that calls compiled code: the symbol receives the operands' data pointers.
+TEST(Artifact, CompiledFunctionFromEmbeddedSharedObject) {
+  const std::vector<uint8_t> elf = compiled_object();
+  ArtifactSpec a;
+  a.blobs = {{"code:x86_64", elf}};
+  a.slots = {{fb::SlotKind::Arena, fb::DType::Float32, {8}, 0, 0},
+             {fb::SlotKind::Arena, fb::DType::Float32, {8}, 64, 0},
+             {fb::SlotKind::Arena, fb::DType::Float32, {8}, 128, 0},
+             {fb::SlotKind::Arena, fb::DType::Float32, {8}, 192, 0}};
+  InstrSpec call;
+  call.symbol = "kiln_test_axpb";
+  call.inputs = {0, 1};
+  call.outputs = {2};
+  a.instrs = {call, {"relu", {2}, {3}, {}}};  // compiled code and a runtime kernel, mixed
+  a.inputs = {{"x", 0}, {"y", 1}};
+  a.outputs = {{"z", 3}};
+  a.arena_bytes = 256;
+  a.code = {{"x86_64-unknown-linux-gnu", 0, {"kiln_test_axpb"}}};
+  auto model = rt::Model::from_bytes(a.build());
+  EXPECT_EQ(model->stats().code_bytes, elf.size());
+  rt::Session s(model);
+  std::vector<float> x = random_floats(8, 21), y = random_floats(8, 22);
+  TensorImplPtr xt = kiln::from_blob(x.data(), std::vector<int64_t>{8}, DType::Float32);
+  TensorImplPtr yt = kiln::from_blob(y.data(), std::vector<int64_t>{8}, DType::Float32);
+  auto z = s.run({xt.get(), yt.get()});
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_FLOAT_EQ(z[0]->data_ptr<float>()[i], std::max(2.0f * x[i] + y[i], 0.0f));
+  }
+  // The profile tells generated code from library kernels (kiln bench --profile's split).
+  s.enable_profiling();
+  s.run({xt.get(), yt.get()});
+  const auto profile = s.profile();
+  ASSERT_EQ(profile.size(), 2u);
+  EXPECT_TRUE(profile[0].generated) << profile[0].what;
+  EXPECT_FALSE(profile[1].generated) << profile[1].what;
+  // A service that does not trust its files refuses native code at load.
+  rt::LoadOptions no_native;
+  no_native.allow_native_code = false;
+  try {
+    rt::Model::from_bytes(a.build(), rt::builtin_registry(), no_native);
+    ADD_FAILURE() << "expected the code object to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("code object 0 (x86_64-unknown-linux-gnu) is native code"),
+              std::string::npos)
+        << e.what();
+  }
+  // A symbol the code object does not define is a load-time error.
+  a.code[0].symbols = {"kiln_test_missing"};
+  a.instrs[0].symbol = "kiln_test_missing";
+  EXPECT_NE(error_of(a.build()).find("kiln_test_missing"), std::string::npos);
+  // A blob that is not an ELF object is rejected before dlopen.
+  a.blobs[0].second.assign(100, 0);
+  EXPECT_NE(error_of(a.build()).find("not an ELF shared object"), std::string::npos);
+}
+
+// z = 2x + y as a generated instruction: kiln_test_axpb, or its portable form (x + x) + y with
+// runtime kernels into its own slot, yielded into z. Then relu(z).
+ArtifactSpec generated_axpb_spec() {
+  ArtifactSpec a;
+  a.version = 3;
+  a.blobs = {{"code:x86_64", compiled_object()}};
+  a.slots = {{fb::SlotKind::Arena, fb::DType::Float32, {8}, 0, 0},     // 0: x
+             {fb::SlotKind::Arena, fb::DType::Float32, {8}, 64, 0},    // 1: y
+             {fb::SlotKind::Arena, fb::DType::Float32, {8}, 128, 0},   // 2: z
+             {fb::SlotKind::Arena, fb::DType::Float32, {8}, 192, 0},   // 3: relu(z)
+             {fb::SlotKind::Arena, fb::DType::Float32, {8}, 256, 0},   // 4: x + x
+             {fb::SlotKind::Arena, fb::DType::Float32, {8}, 320, 0}};  // 5: (x + x) + y
+  InstrSpec gen;
+  gen.control = fb::Control::Generated;
+  gen.symbol = "kiln_test_axpb";
+  gen.inputs = {0, 1};
+  gen.outputs = {2};
+  gen.body_size = 2;
+  gen.yields = {5};
+  a.instrs = {gen, {"add", {0, 0}, {4}, {}}, {"add", {4, 1}, {5}, {}}, {"relu", {2}, {3}, {}}};
+  a.inputs = {{"x", 0}, {"y", 1}};
+  a.outputs = {{"z", 3}};
+  a.arena_bytes = 384;
+  a.code = {{"x86_64-unknown-linux-gnu", 0, {"kiln_test_axpb"}}};
+  return a;
+}
+
+// Runs the model on fixed inputs and checks relu(2x + y); returns the session's profile.
+std::vector<rt::Session::InstructionTime> expect_axpb(const std::shared_ptr<const rt::Model>& m) {
+  rt::Session s(m);
+  s.enable_profiling();
+  std::vector<float> x = random_floats(8, 31), y = random_floats(8, 32);
+  TensorImplPtr xt = kiln::from_blob(x.data(), std::vector<int64_t>{8}, DType::Float32);
+  TensorImplPtr yt = kiln::from_blob(y.data(), std::vector<int64_t>{8}, DType::Float32);
+  auto z = s.run({xt.get(), yt.get()});
+  for (int i = 0; i < 8; ++i)
+    EXPECT_FLOAT_EQ(z[0]->data_ptr<float>()[i], std::max(2.0f * x[i] + y[i], 0.0f)) << i;
+  return s.profile();
+}
+
+TEST(Artifact, GeneratedInstructionRunsItsCodeOnThisCpu) {
+  auto model = rt::Model::from_bytes(generated_axpb_spec().build());
+  EXPECT_EQ(model->stats().generated_instructions, 1u);
+  EXPECT_EQ(model->stats().native_instructions, 1u);
+  ASSERT_EQ(model->stats().code_objects.size(), 1u);
+  EXPECT_TRUE(model->stats().code_objects[0].loaded);
+  const auto profile = expect_axpb(model);
+  // The portable form never runs, so the profile lists the call and relu only.
+  ASSERT_EQ(profile.size(), 2u);
+  EXPECT_TRUE(profile[0].generated) << profile[0].what;
+  EXPECT_EQ(profile[0].runs, 1u);
+  EXPECT_FALSE(profile[1].generated);
+}
+
+TEST(Artifact, GeneratedInstructionRunsItsPortableFormWithoutUsableCode) {
+  auto expect_portable = [](const ArtifactSpec& a, const rt::LoadOptions& options,
+                            const std::string& why) {
+    auto model = rt::Model::from_bytes(a.build(), rt::builtin_registry(), options);
+    EXPECT_EQ(model->stats().native_instructions, 0u);
+    ASSERT_EQ(model->stats().code_objects.size(), a.code.size());
+    EXPECT_FALSE(model->stats().code_objects.back().loaded);
+    EXPECT_NE(model->stats().code_objects.back().why_not.find(why), std::string::npos)
+        << model->stats().code_objects.back().why_not;
+    const auto profile = expect_axpb(model);
+    for (const auto& p : profile) EXPECT_FALSE(p.generated) << p.what;
+  };
+  rt::LoadOptions no_native;
+  no_native.allow_native_code = false;
+  expect_portable(generated_axpb_spec(), no_native, "allow_native_code is off");
+  ArtifactSpec other_arch = generated_axpb_spec();
+  other_arch.code[0].triple = "aarch64-unknown-linux-gnu";
+  expect_portable(other_arch, {}, "another architecture");
+  ArtifactSpec other_cpu = generated_axpb_spec();
+  other_cpu.code[0].features = {"avx2", "a-feature-no-cpu-has"};
+  expect_portable(other_cpu, {}, "lacks: a-feature-no-cpu-has");
+  ArtifactSpec unknown_import = generated_axpb_spec();
+  unknown_import.code[0].imports = {"kiln_abi_no_such_function"};
+  expect_portable(unknown_import, {}, "kiln_abi_no_such_function");
+  // A second object defining only what the first did is not loaded.
+  ArtifactSpec twice = generated_axpb_spec();
+  twice.code.push_back(twice.code[0]);
+  auto model = rt::Model::from_bytes(twice.build());
+  EXPECT_TRUE(model->stats().code_objects[0].loaded);
+  EXPECT_FALSE(model->stats().code_objects[1].loaded);
+  EXPECT_EQ(model->stats().native_instructions, 1u);
+}
+
+TEST(Artifact, GeneratedInstructionIsVerifiedWhicheverFormRuns) {
+  for (bool native : {true, false}) {
+    rt::LoadOptions options;
+    options.allow_native_code = native;
+    ArtifactSpec a = generated_axpb_spec();
+    a.version = 2;  // generated instructions came with version 3
+    EXPECT_NE(error_of(a.build(), options).find("needs format version 3"), std::string::npos);
+    a = generated_axpb_spec();
+    a.slots[5].shape = {4};  // the portable form yields a value of another shape
+    EXPECT_NE(error_of(a.build(), options).find("portable-form yield 0 is [4] f32"),
+              std::string::npos)
+        << error_of(a.build(), options);
+    a = generated_axpb_spec();
+    a.instrs[0].body_size = 9;  // past the program's end
+    EXPECT_NE(error_of(a.build(), options).find("extends past the end"), std::string::npos);
+    a = generated_axpb_spec();
+    a.instrs[2].inputs = {4, 3};  // the portable form reads a slot nothing wrote yet
+    EXPECT_NE(error_of(a.build(), options).find("before any instruction writes it"),
+              std::string::npos);
+    a = generated_axpb_spec();
+    a.slots[2].offset = 16;  // the call's output overlaps its input x without being its alias
+    EXPECT_NE(error_of(a.build(), options).find("without being its exact alias"),
+              std::string::npos);
+  }
+}
+
+// Imports are bound before any call: the code reports a failure through the runtime's
+// kiln_abi_set_error, and the run fails naming the instruction.
+TEST(Artifact, GeneratedCodeCallsTheRuntimeThroughItsImports) {
+  ArtifactSpec a = generated_axpb_spec();
+  a.instrs[0].symbol = "kiln_test_fails";
+  a.code[0].symbols = {"kiln_test_fails"};
+  a.code[0].imports = {"kiln_abi_set_error"};
+  auto model = rt::Model::from_bytes(a.build());
+  EXPECT_EQ(model->stats().native_instructions, 1u);
+  rt::Session s(model);
+  std::vector<float> x(8, 1.0f), y(8, 2.0f);
+  TensorImplPtr xt = kiln::from_blob(x.data(), std::vector<int64_t>{8}, DType::Float32);
+  TensorImplPtr yt = kiln::from_blob(y.data(), std::vector<int64_t>{8}, DType::Float32);
+  try {
+    s.run({xt.get(), yt.get()});
+    ADD_FAILURE() << "expected the run to fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "instruction 0 (kiln_test_fails): the compiled code failed on purpose"),
+              std::string::npos)
+        << e.what();
+  }
+  // The same file without native code runs (its portable form computes 2x + y).
+  rt::LoadOptions no_native;
+  no_native.allow_native_code = false;
+  expect_axpb(rt::Model::from_bytes(a.build(), rt::builtin_registry(), no_native));
+}
+
+#endif
+
+}  // namespace
+}  // namespace kiln
