@@ -140,6 +140,34 @@ void link(const LinkOptions& o) {
   run_tool(driver, args);
 }
 
+std::string link_code_object(const std::string& object, const Target& target,
+                             const std::vector<std::string>& exports) {
+  const std::string driver = find_link_driver(target);
+  if (driver.empty())
+    throw AotError("no linker for " + target.triple +
+                   (is_aarch64(target) ? ": install g++-aarch64-linux-gnu (scripts/bootstrap.sh)"
+                                       : ": install g++ or clang++"));
+  TempFile obj("kiln-code", "o"), so("kiln-code", "so"), map("kiln-code-exports", "map");
+  obj.write(object);
+  std::string script = "{ global: ";
+  for (const std::string& e : exports) script += e + "; ";
+  map.write(script + "local: *; };\n");
+  std::vector<std::string> args;
+  const bool cross = is_aarch64(target) != llvm::Triple(host_target().triple).isAArch64();
+  if (!cross && llvm::sys::findProgramByName("ld.lld")) args.push_back("-fuse-ld=lld");
+  // Self-contained but for libc/libm: compiler builtins from the static libgcc, no C++ runtime,
+  // and every symbol resolved now (-z defs), so dlopen cannot fail on a missing one.
+  for (const char* a : {"-shared", "-static-libgcc", "-Wl,--as-needed", "-Wl,-z,defs"})
+    args.push_back(a);
+  args.push_back("-Wl,--version-script=" + map.path);
+  args.insert(args.end(), {"-o", so.path, obj.path, "-lm"});
+  run_tool(driver, args);
+  auto buf = llvm::MemoryBuffer::getFile(so.path, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  if (!buf) throw AotError("cannot read '" + so.path + "': " + buf.getError().message());
+  return (*buf)->getBuffer().str();
+}
+
 std::vector<std::string> package_object(const std::string& model_object,
                                         const ModelSignature& signature, const AotOptions& o,
                                         AotTimings* timings) {

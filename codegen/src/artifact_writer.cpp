@@ -8,6 +8,7 @@
 
 #include "artifact_values.h"
 #include "kiln/codegen/artifact.h"
+#include "kiln/codegen/native_code.h"
 #include "kiln/ir/KilnDialect.h"
 #include "kiln/ir/OpSchema.h"
 #include "kiln_generated.h"
@@ -123,6 +124,7 @@ class Writer {
     }
     arena_ = std::max<uint64_t>(arena_, offset + bytes);
     slot_list_.push_back(slot_table(v, fb::SlotKind::Arena, offset, 0, where));
+    slot_bytes_.push_back({offset, static_cast<int64_t>(bytes)});
     const int32_t s = static_cast<int32_t>(slot_list_.size() - 1);
     slots_[v] = s;
     return s;
@@ -130,12 +132,14 @@ class Writer {
 
   int32_t weight_slot(mlir::Value v, uint32_t blob) {
     slot_list_.push_back(slot_table(v, fb::SlotKind::Weight, 0, blob, "weight"));
+    slot_bytes_.push_back({-1, 0});
     return static_cast<int32_t>(slot_list_.size() - 1);
   }
 
   int32_t none_slot() {
     if (none_ < 0) {
       slot_list_.push_back(fb::CreateSlot(fbb_, fb::SlotKind::None));
+      slot_bytes_.push_back({-1, 0});
       none_ = static_cast<int32_t>(slot_list_.size() - 1);
     }
     return none_;
@@ -222,11 +226,64 @@ class Writer {
   }
 
   void emit_nested(mlir::Operation& op) {
-    if (mlir::isa<ir::FusedOp>(op) && !op.hasAttr("kiln.symbol")) {
-      inline_fused(op);
+    if (grouped_.count(&op)) return;  // written with its generated group
+    if (op.hasAttr("kiln.symbol")) return emit_generated(op);
+    if (mlir::isa<ir::FusedOp>(op)) return inline_fused(op);
+    emit_one(op);
+  }
+
+  // A group with generated code (kiln/codegen/native_code.h): a Generated instruction calling
+  // its symbol, then its ops as runtime kernels (the portable form), whose values land in the
+  // planned slots of the group's outputs (so yields and outputs are the same slots). A group
+  // whose outputs overlap its inputs other than as exact aliases (the memory plan reused bytes
+  // the portable form had finished reading) is written in portable form only.
+  void emit_generated(mlir::Operation& first) {
+    const GeneratedGroup g = generated_group(&first);
+    std::vector<int32_t> ins;
+    for (mlir::Value v : g.inputs) ins.push_back(operand_slot(v, &first));
+    const size_t k = instrs_.size();
+    instrs_.emplace_back();
+    for (mlir::Operation* op : g.ops) {
+      grouped_.insert(op);
+      if (mlir::isa<ir::FusedOp>(op))
+        inline_fused(*op);
+      else
+        emit_one(*op);
+    }
+    std::vector<int32_t> outs;
+    for (mlir::Value v : g.outputs) outs.push_back(operand_slot(v, &first));
+    if (!disjoint_or_aliased(outs, ins)) {
+      instrs_.erase(instrs_.begin() + static_cast<std::ptrdiff_t>(k));
       return;
     }
-    emit_one(op);
+    auto ins_v = fbb_.CreateVector(ins), outs_v = fbb_.CreateVector(outs);
+    auto symbol = fbb_.CreateString(g.symbol);
+    fb::InstructionBuilder b(fbb_);
+    b.add_symbol(symbol);
+    b.add_control(fb::Control::Generated);
+    b.add_inputs(ins_v);
+    b.add_outputs(outs_v);
+    b.add_yields(outs_v);
+    b.add_body_size(static_cast<uint32_t>(instrs_.size() - k - 1));
+    instrs_[k] = b.Finish();
+    generated_ = true;
+  }
+
+  // The loader's rule for compiled code: an output shares no byte with another output or an
+  // input unless it is that input's exact alias.
+  bool disjoint_or_aliased(const std::vector<int32_t>& outs, const std::vector<int32_t>& ins) {
+    for (size_t a = 0; a < outs.size(); ++a) {
+      const auto [o, on] = slot_bytes_[outs[a]];
+      if (o < 0) return false;  // an output must be an arena slot
+      for (size_t j = 0; j < outs.size() + ins.size(); ++j) {
+        if (j == a) continue;
+        const int32_t other = j < outs.size() ? outs[j] : ins[j - outs.size()];
+        const auto [i, in] = slot_bytes_[other];
+        const bool overlap = i >= 0 && o < i + in && i < o + on;
+        if (overlap && (j < outs.size() || i != o || in != on)) return false;
+      }
+    }
+    return true;
   }
 
   // Result slots of a top-level op on its planned offsets (or space of their own).
@@ -425,9 +482,7 @@ class Writer {
       return;
     }
     if (name.rfind("kiln.", 0) != 0) fail("op '" + name + "' cannot be run by the runtime");
-    if (op.getNumRegions() > 0 && !op.hasAttr("kiln.symbol")) {
-      fail("op '" + name + "' has regions; only compiled code (kiln.symbol) can run it");
-    }
+    if (op.getNumRegions() > 0) fail("op '" + name + "' has regions the runtime cannot run");
     emit_op(op, name.substr(5));
   }
 
@@ -466,13 +521,8 @@ class Writer {
     for (mlir::Value v : op.getOperands()) ins.push_back(operand_slot(v, &op));
     const std::vector<int32_t> outs = result_slots(op);
     std::vector<flatbuffers::Offset<fb::Attr>> attrs;
-    std::string symbol;
     for (mlir::NamedAttribute na : op.getAttrs()) {
       llvm::StringRef n = na.getName().strref();
-      if (n == "kiln.symbol") {
-        symbol = mlir::cast<mlir::StringAttr>(na.getValue()).str();
-        continue;
-      }
       if (n.starts_with("kiln.") || n == "operandSegmentSizes") continue;  // pass annotations
       if (mlir::isa<mlir::DenseI64ArrayAttr, mlir::ArrayAttr>(na.getValue())) {
         attrs.push_back(array_attr(where, n, na.getValue()));
@@ -483,9 +533,8 @@ class Writer {
         attrs.push_back(attr(where, n, na.getValue()));
       }
     }
-    instrs_.push_back(fb::CreateInstructionDirect(fbb_, symbol.empty() ? kernel.c_str() : nullptr,
-                                                  symbol.empty() ? nullptr : symbol.c_str(), &attrs,
-                                                  &ins, &outs));
+    instrs_.push_back(
+        fb::CreateInstructionDirect(fbb_, kernel.c_str(), nullptr, &attrs, &ins, &outs));
   }
 
   void finish_outputs(const std::vector<int32_t>& results) {
@@ -512,11 +561,14 @@ class Writer {
     std::vector<flatbuffers::Offset<fb::CodeObject>> code;
     for (const CodeBlob& c : o_.code) {
       const uint32_t blob = add_blob("code:" + c.target_triple, c.elf.data(), c.elf.size());
-      std::vector<flatbuffers::Offset<flatbuffers::String>> feats, syms;
-      for (const auto& f : c.cpu_features) feats.push_back(fbb_.CreateString(f));
-      for (const auto& s : c.symbols) syms.push_back(fbb_.CreateString(s));
+      auto strings = [&](const std::vector<std::string>& list) {
+        std::vector<flatbuffers::Offset<flatbuffers::String>> out;
+        for (const auto& s : list) out.push_back(fbb_.CreateString(s));
+        return out;
+      };
+      auto feats = strings(c.cpu_features), syms = strings(c.symbols), imports = strings(c.imports);
       code.push_back(
-          fb::CreateCodeObjectDirect(fbb_, c.target_triple.c_str(), &feats, blob, &syms));
+          fb::CreateCodeObjectDirect(fbb_, c.target_triple.c_str(), &feats, blob, &syms, &imports));
     }
     std::vector<flatbuffers::Offset<flatbuffers::String>> feats;
     for (const auto& f : o_.cpu_features) feats.push_back(fbb_.CreateString(f));
@@ -526,10 +578,13 @@ class Writer {
     std::vector<uint8_t> bytecode;
     if (o_.embed_mlir_bytecode) bytecode = module_bytecode();
     auto root = fb::CreateModelDirect(
-        fbb_, control_flow_ ? 2 : 1, o_.name.c_str(), o_.producer.c_str(), o_.target_triple.c_str(),
-        &feats, &inputs_, &outputs_, &slot_list_, &instrs_, align64(arena_),
-        naive_ ? naive_ + naive_extra_ : naive_extra_, &blobs_, &state_, &code,
-        o_.embed_mlir_bytecode ? &bytecode : nullptr, &meta);
+        fbb_,
+        generated_      ? 3
+        : control_flow_ ? 2
+                        : 1,
+        o_.name.c_str(), o_.producer.c_str(), o_.target_triple.c_str(), &feats, &inputs_, &outputs_,
+        &slot_list_, &instrs_, align64(arena_), naive_ ? naive_ + naive_extra_ : naive_extra_,
+        &blobs_, &state_, &code, o_.embed_mlir_bytecode ? &bytecode : nullptr, &meta);
     fbb_.FinishSizePrefixed(root, fb::ModelIdentifier());
     std::vector<uint8_t> file(fbb_.GetBufferPointer(), fbb_.GetBufferPointer() + fbb_.GetSize());
     file.resize(align64(file.size()), 0);
@@ -541,6 +596,7 @@ class Writer {
   // named kArtifactBlobResourcePrefix + blob name, without data) instead of repeating them.
   std::vector<uint8_t> module_bytecode() {
     mlir::OwningOpRef<mlir::ModuleOp> copy(mlir::cast<mlir::ModuleOp>(module_->clone()));
+    copy->walk([](mlir::Operation* op) { op->removeAttr("kiln.symbol"); });  // this file's code
     auto& manager = mlir::DenseResourceElementsHandle::getManagerInterface(module_.getContext());
     copy->walk([&](ir::ConstantOp c) {
       auto it = resource_blobs_.find(c.getValue().getAsOpaquePointer());
@@ -578,7 +634,10 @@ class Writer {
   uint64_t arena_ = 0, planned_arena_ = 0, naive_ = 0, naive_extra_ = 0;
   int32_t none_ = -1;
   int constants_ = 0;
-  bool control_flow_ = false;  // an If or For was written: format version 2
+  bool control_flow_ = false;           // an If or For was written: format version 2
+  bool generated_ = false;              // a Generated instruction was written: format version 3
+  std::set<mlir::Operation*> grouped_;  // ops written with their generated group
+  std::vector<std::pair<int64_t, int64_t>> slot_bytes_;  // per slot: arena offset (-1: none), bytes
   llvm::DenseMap<mlir::Value, int64_t> index_constants_;  // loop bounds
   llvm::DenseMap<mlir::Value, int32_t> in_place_;   // update results written in a carried slot
   llvm::DenseMap<mlir::Value, int32_t> induction_;  // induction variable -> counter slot

@@ -107,6 +107,21 @@ const KernelDef* Registry::find(std::string_view name) const {
   return it != defs_.end() && it->name == name ? &*it : nullptr;
 }
 
+void Registry::add_function(std::string_view name, void* fn) {
+  for (auto& [n, f] : functions_)
+    if (n == name) {
+      f = fn;
+      return;
+    }
+  functions_.emplace_back(std::string(name), fn);
+}
+
+void* Registry::function(std::string_view name) const {
+  for (const auto& [n, f] : functions_)
+    if (n == name) return f;
+  return nullptr;
+}
+
 std::vector<std::string_view> Registry::names() const {
   std::vector<std::string_view> out;
   for (const KernelDef& d : defs_) out.push_back(d.name);

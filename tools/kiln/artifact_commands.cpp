@@ -236,7 +236,15 @@ int inspect_artifact(int argc, char** argv) {
               st.arena_bytes ? double(st.naive_bytes) / double(st.arena_bytes) : 0.0);
   std::printf("weights:  %zu bytes (%.2f MiB)\n", st.weight_bytes - st.code_bytes,
               (st.weight_bytes - st.code_bytes) / 1048576.0);
-  std::printf("code:     %zu bytes\n", st.code_bytes);
+  std::printf("code:     %zu bytes; %zu generated instructions, %zu run compiled code here\n",
+              st.code_bytes, st.generated_instructions, st.native_instructions);
+  for (const rt::CodeObjectInfo& c : st.code_objects) {
+    std::string features;
+    for (const std::string& f : c.cpu_features) features += " +" + f;
+    std::printf("          %s%s: %zu symbols, %zu bytes, %s%s\n", c.target_triple.c_str(),
+                features.c_str(), c.num_symbols, c.bytes, c.loaded ? "loaded" : "not loaded, ",
+                c.why_not.c_str());
+  }
   std::printf("ir:       %zu bytes of MLIR bytecode\n", m->mlir_bytecode().size());
   for (const auto& [k, v] : m->metadata()) std::printf("meta:     %s = %s\n", k.c_str(), v.c_str());
   if (a.ops) std::printf("\n%s", m->describe_plan().c_str());

@@ -33,6 +33,11 @@ const char* kHelp =
     "  --no-embed-ir     leave out the module's MLIR bytecode (stored by default, so that\n"
     "                    `kiln compile OUT.kiln` can compile the artifact to native code)\n"
     "  --no-optimize     write the trace as is (no pass pipeline, no memory planning)\n"
+    "  --native-code T   also embed code generated for CPU target T (repeatable, most\n"
+    "                    specialized first): host, x86-64-v3, x86-64-v4, aarch64, or\n"
+    "                    TRIPLE[:CPU]. Fused elementwise chains, softmax and layer norm then\n"
+    "                    run that code on a CPU it suits, the runtime's kernels elsewhere\n"
+    "                    (kiln inspect lists it). Links with the system toolchain.\n"
     "  --mbconv-min-bytes N  fuse inverted-residual blocks (MobileNetV2) whose expanded tensor\n"
     "                    has at least N bytes into one cache-resident kernel (default 1048576;\n"
     "                    a block without an expansion needs 8388608 whatever N is)\n"
@@ -73,6 +78,7 @@ int export_model(int argc, char** argv) {
     }
   }
   std::string model_name, weights, output, shape, name;
+  std::vector<std::string> native_code;
   int64_t classes = -1, mbconv_min_bytes = -1;
   bool embed_ir = true, optimize = true;
   QuantizeArgs quantize;
@@ -99,6 +105,8 @@ int export_model(int argc, char** argv) {
       embed_ir = true;
     } else if (a == "--no-embed-ir") {
       embed_ir = false;
+    } else if (a == "--native-code") {
+      native_code.push_back(value());
     } else if (a == "--no-optimize") {
       optimize = false;
     } else if (parse_quantize_arg(a, value, quantize)) {
@@ -149,6 +157,7 @@ int export_model(int argc, char** argv) {
   so.embed_mlir_bytecode = embed_ir;
   so.optimize = optimize;
   so.mbconv_min_bytes = mbconv_min_bytes;
+  so.native_code = native_code;
   so.input_names = {tokens ? "tokens" : "x"};
   so.output_names = {"logits"};
   so.metadata = {{"model", model_name}, {"weights", weights.empty() ? "random" : weights}};

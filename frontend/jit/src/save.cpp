@@ -17,7 +17,9 @@
 #include <map>
 #include <stdexcept>
 
+#include "kiln/codegen/aot.h"
 #include "kiln/codegen/artifact.h"
+#include "kiln/codegen/native_code.h"
 #include "kiln/ir/KilnDialect.h"
 #include "kiln/passes/Passes.h"
 #include "kiln/runtime/registry.h"
@@ -36,20 +38,16 @@ void add_memory_plan(mlir::OpPassManager& pm) {
 }
 
 // Every op the artifact would run by name must be a kernel of `registry`: one error lists each
-// op it lacks, with its location, before anything is written. Compiled code (kiln.symbol), the
-// constants the writer stores as weights and fused regions (their body ops are checked) are not
-// kernels.
+// op it lacks, with its location, before anything is written (generated code needs them too, for
+// its portable form). The constants the writer stores as weights and fused regions (their body
+// ops are checked) are not kernels.
 void check_runtime_coverage(mlir::ModuleOp module, const rt::Registry& registry) {
   std::string missing;
   size_t count = 0, index = 0;
   auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
   forward.walk<mlir::WalkOrder::PreOrder>([&](mlir::Operation* op) {
     if (op == forward.getOperation()) return mlir::WalkResult::advance();
-    const size_t position = index++;   // as codegen numbers @forward's ops in its errors
-    if (op->hasAttr("kiln.symbol")) {  // compiled: no kernels; its body ops keep their numbers
-      op->walk([&](mlir::Operation* nested) { index += nested != op; });
-      return mlir::WalkResult::skip();
-    }
+    const size_t position = index++;  // as codegen numbers @forward's ops in its errors
     llvm::StringRef name = op->getName().getStringRef();
     // The runtime's registry is keyed by the artifact's kernel names ("conv2d" for kiln.conv2d).
     if (!name.consume_front("kiln.") ||
@@ -126,6 +124,16 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
   check_runtime_coverage(*module, options.registry ? *options.registry : rt::builtin_registry());
 
   codegen::ArtifactOptions o;
+  if (!options.native_code.empty()) {
+    try {
+      std::vector<codegen::Target> targets;
+      for (const std::string& spec : options.native_code)
+        targets.push_back(codegen::native_code_target(spec));
+      o.code = codegen::compile_native_code(*module, targets);
+    } catch (const codegen::AotError& e) {
+      fail("kiln::jit::save", "generated code: ", e.what());
+    }
+  }
   o.name = options.name;
   o.producer = options.producer;
   o.num_inputs = static_cast<int64_t>(num_inputs);

@@ -7,6 +7,7 @@
 
 #include "kiln/runtime/abi.h"
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/registry.h"
 #include "kiln/runtime/thread_pool.h"
 
 namespace {
@@ -74,3 +75,18 @@ void kiln_abi_free_error(char* message) {
 }
 
 }  // extern "C"
+
+namespace kiln::rt {
+
+void register_abi_core(Registry& r) {
+  r.add_function("kiln_abi_alloc", reinterpret_cast<void*>(&kiln_abi_alloc));
+  r.add_function("kiln_abi_free", reinterpret_cast<void*>(&kiln_abi_free));
+  r.add_function("kiln_abi_lease_begin", reinterpret_cast<void*>(&kiln_abi_lease_begin));
+  r.add_function("kiln_abi_lease_end", reinterpret_cast<void*>(&kiln_abi_lease_end));
+  r.add_function("kiln_abi_parallel_for", reinterpret_cast<void*>(&kiln_abi_parallel_for));
+  r.add_function("kiln_abi_set_error", reinterpret_cast<void*>(&kiln_abi_set_error));
+  r.add_function("kiln_abi_take_error", reinterpret_cast<void*>(&kiln_abi_take_error));
+  r.add_function("kiln_abi_free_error", reinterpret_cast<void*>(&kiln_abi_free_error));
+}
+
+}  // namespace kiln::rt

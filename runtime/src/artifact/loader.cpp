@@ -7,7 +7,6 @@
 #include <map>
 #include <set>
 
-#include "kiln/runtime/abi.h"
 #include "kiln/runtime/checked_math.h"
 #include "kiln_generated.h"
 #include "model_impl.h"
@@ -36,22 +35,6 @@ const flatbuffers::Vector<int64_t>* aligned(const flatbuffers::Vector<int64_t>* 
   KILN_CHECK(!v || v->size() == 0 || reinterpret_cast<uintptr_t>(v->data()) % alignof(int64_t) == 0,
              kOp, what, ": misaligned 64-bit array");
   return v;
-}
-
-// The runtime functions a code object may import (CodeObject.imports): the C ABI's core, which
-// needs no kernel. Null for any other name.
-void* core_abi_function(std::string_view name) {
-  static const std::pair<std::string_view, void*> table[] = {
-      {"kiln_abi_alloc", reinterpret_cast<void*>(&kiln_abi_alloc)},
-      {"kiln_abi_free", reinterpret_cast<void*>(&kiln_abi_free)},
-      {"kiln_abi_lease_begin", reinterpret_cast<void*>(&kiln_abi_lease_begin)},
-      {"kiln_abi_lease_end", reinterpret_cast<void*>(&kiln_abi_lease_end)},
-      {"kiln_abi_parallel_for", reinterpret_cast<void*>(&kiln_abi_parallel_for)},
-      {"kiln_abi_set_error", reinterpret_cast<void*>(&kiln_abi_set_error)},
-  };
-  for (const auto& [n, f] : table)
-    if (n == name) return f;
-  return nullptr;
 }
 
 // A feature name this runtime does not know (a newer writer's) counts as one the CPU lacks.
@@ -233,9 +216,13 @@ struct Checker {
   std::map<std::string, CompiledFn> code() {
     std::map<std::string, CompiledFn> symbols;
     if (!m.code()) return symbols;
+    out.take_error = reinterpret_cast<char* (*)()>(registry.function("kiln_abi_take_error"));
+    out.free_error = reinterpret_cast<void (*)(char*)>(registry.function("kiln_abi_free_error"));
+    if (!out.take_error || !out.free_error) out.take_error = nullptr, out.free_error = nullptr;
     auto skip = [&](CodeObjectInfo& info, uint32_t i, const std::string& why) {
       info.why_not = why;
-      code_skipped += "; code object " + std::to_string(i) + " (" + info.target_triple + ") " + why;
+      code_skipped +=
+          "; code object " + std::to_string(i) + " (" + info.target_triple + "): " + why;
     };
     for (uint32_t i = 0; i < m.code()->size(); ++i) {
       const fb::CodeObject* c = m.code()->Get(i);
@@ -255,7 +242,7 @@ struct Checker {
       std::string unknown;
       if (c->imports()) {
         for (const auto* s : *c->imports()) {
-          imports.push_back(core_abi_function(s->string_view()));
+          imports.push_back(registry.function(s->string_view()));
           if (!imports.back()) unknown += (unknown.empty() ? "" : ", ") + s->str();
         }
       }
@@ -265,15 +252,15 @@ struct Checker {
       const bool adds = std::any_of(names.begin(), names.end(),
                                     [&](const std::string& s) { return !symbols.count(s); });
       if (info.target_triple.substr(0, info.target_triple.find('-')) != host_arch()) {
-        skip(info, i, "is for another architecture");
+        skip(info, i, "it is for another architecture");
       } else if (!allow_native_code) {
-        skip(info, i, "is native code and LoadOptions::allow_native_code is off");
+        skip(info, i, "it is native code and LoadOptions::allow_native_code is off");
       } else if (!lacking.empty()) {
-        skip(info, i, "needs CPU features this CPU lacks: " + lacking);
+        skip(info, i, "this CPU lacks: " + lacking);
       } else if (!unknown.empty()) {
-        skip(info, i, "calls runtime functions this runtime lacks: " + unknown);
+        skip(info, i, "this runtime lacks the functions it calls: " + unknown);
       } else if (!adds) {
-        skip(info, i, "defines no symbol an earlier code object did not");
+        skip(info, i, "an earlier code object defines all its symbols");
       } else {
         const BlobInfo& blob = out.blobs[c->blob()];
         out.code.push_back(
@@ -645,7 +632,7 @@ struct Checker {
                  control == Control::Generated ? ": generated code with a portable form"
                                                : ": control flow",
                  " needs format version ", needs, ", the file says ", m.format_version());
-      ++counts[out.instrs.back().name];
+      ++counts[control == Control::Generated ? "(generated code)" : out.instrs.back().name];
       if (control == Control::Generated) {
         ++out.stats.generated_instructions;
         out.stats.native_instructions += out.instrs.back().fn != nullptr;

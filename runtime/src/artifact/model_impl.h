@@ -85,6 +85,10 @@ struct Model::Impl {
   std::vector<std::pair<std::string, std::string>> metadata;
   std::vector<TensorImplPtr> weight_tensors;  // per slot; null unless a Weight slot
   std::vector<std::unique_ptr<CodeHandle>> code;
+  // The registry's error slot (register_abi_core), read after each call of compiled code; null
+  // when the registry has none (the code then reports no errors).
+  char* (*take_error)() = nullptr;
+  void (*free_error)(char*) = nullptr;
   uint64_t arena_bytes = 0;
   std::span<const uint8_t> mlir_bytecode;  // into the file
   ModelStats stats;

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <new>
 
-#include "kiln/runtime/abi.h"
 #include "model_impl.h"
 
 namespace kiln::rt {
@@ -411,11 +410,12 @@ void Session::run_instruction(size_t k) {
     } else {
       in.fn(s_->pointers.data() + st.in_begin);
       // Generated code records a failure (an allocation it could not make) for this thread.
-      if (char* error = kiln_abi_take_error()) [[unlikely]] {
-        const std::string message(error);
-        kiln_abi_free_error(error);
-        fail("kiln run", "instruction ", k, " (", in.name, "): ", message);
-      }
+      if (m.take_error) [[likely]]
+        if (char* error = m.take_error()) [[unlikely]] {
+          const std::string message(error);
+          m.free_error(error);
+          fail("kiln run", "instruction ", k, " (", in.name, "): ", message);
+        }
     }
   } catch (const std::bad_alloc&) {
     fail("kiln run", "instruction ", k, " (", in.name, "): out of memory");

@@ -6,6 +6,7 @@
 namespace kiln::rt {
 
 void register_builtin_kernels(Registry& r) {
+  register_abi_core(r);
   ops::register_elementwise(r);
   ops::register_shape(r);
   ops::register_nn(r);

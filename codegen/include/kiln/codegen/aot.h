@@ -107,6 +107,11 @@ std::string checked_cpu_features(const llvm::TargetMachine& tm);
 std::string generate_c_header(const ModelSignature& signature, const std::string& prefix,
                               const Target& target);
 
+// Links `object` into an ELF shared object for `target` exporting only `exports`, needing
+// nothing but libc/libm (a code object an artifact embeds); returns its bytes.
+std::string link_code_object(const std::string& object, const Target& target,
+                             const std::vector<std::string>& exports);
+
 struct LinkOptions {
   Target target;
   EmitKind kind = EmitKind::Executable;

@@ -26,6 +26,8 @@ struct CodeBlob {
   std::vector<std::string> cpu_features;
   std::vector<uint8_t> elf;
   std::vector<std::string> symbols;
+  // Runtime functions the code calls, in the order its kiln_code_bind receives them.
+  std::vector<std::string> imports;
 };
 
 // The dialect-resource key under which an embedded module refers to the artifact blob NAME:

@@ -156,12 +156,24 @@ class Registry {
   std::vector<std::string_view> names() const;
   size_t size() const { return defs_.size(); }
 
+  // Runtime functions an artifact's generated code may call (CodeObject.imports, by C ABI name:
+  // "kiln_abi_alloc", ...), bound into the code when it is loaded. A runtime without those it
+  // imports runs generated instructions in their portable form.
+  void add_function(std::string_view name, void* fn);
+  void* function(std::string_view name) const;
+
  private:
-  std::vector<KernelDef> defs_;  // sorted by name
+  std::vector<KernelDef> defs_;                           // sorted by name
+  std::vector<std::pair<std::string, void*>> functions_;  // few: searched in order
 };
 
-// Every kernel kiln ships (elementwise, reductions, shapes, nn, fused conv/linear).
+// Every kernel kiln ships (elementwise, reductions, shapes, nn, fused conv/linear), and the
+// functions of register_abi_core.
 void register_builtin_kernels(Registry& r);
+// The C ABI's core (kiln/runtime/abi.h: alloc and free, the scratch lease, parallel_for, the
+// error slot) as functions generated code may import; the error slot is also how a session
+// learns that generated code failed.
+void register_abi_core(Registry& r);
 // A process-wide registry holding the builtin kernels (built on first use, then read-only).
 const Registry& builtin_registry();
 
