@@ -8,6 +8,7 @@
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
+#include "native_code_arg.h"
 #include "quantize.h"
 #include "shape_arg.h"
 #if KILN_HAVE_ONNX
@@ -33,18 +34,13 @@ const char* kHelp =
     "  --no-embed-ir     leave out the module's MLIR bytecode (stored by default, so that\n"
     "                    `kiln compile OUT.kiln` can compile the artifact to native code)\n"
     "  --no-optimize     write the trace as is (no pass pipeline, no memory planning)\n"
-    "  --native-code T   also embed code generated for CPU target T (repeatable, most\n"
-    "                    specialized first): host, x86-64-v3, x86-64-v4, aarch64, or\n"
-    "                    TRIPLE[:CPU]. Fused elementwise chains, softmax and layer norm then\n"
-    "                    run that code on a CPU it suits, the runtime's kernels elsewhere\n"
-    "                    (kiln inspect lists it). Links with the system toolchain.\n"
     "  --mbconv-min-bytes N  fuse inverted-residual blocks (MobileNetV2) whose expanded tensor\n"
     "                    has at least N bytes into one cache-resident kernel (default 1048576;\n"
     "                    a block without an expansion needs 8388608 whatever N is)\n"
     "  -o, --output FILE where to write the artifact (required)\n";
 
 std::string help() {
-  return std::string(kHelp) + kQuantizeHelp;
+  return std::string(kHelp) + kNativeCodeHelp + kQuantizeHelp;
 }
 
 std::shared_ptr<nn::Module> build(const std::string& name, int64_t classes, bool& tokens) {

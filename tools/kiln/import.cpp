@@ -15,6 +15,7 @@
 #include "kiln/jit/import_onnx.h"
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
+#include "native_code_arg.h"
 #include "quantize.h"
 #include "shape_arg.h"
 
@@ -35,14 +36,14 @@ const char* kHelp =
     "  -o, --output FILE where to write the artifact (required)\n";
 
 std::string help() {
-  return std::string(kHelp) + kQuantizeHelp;
+  return std::string(kHelp) + kNativeCodeHelp + kQuantizeHelp;
 }
 
 }  // namespace
 
 int import_onnx(int argc, char** argv) {
   std::string input, output, name;
-  std::vector<std::string> shapes;
+  std::vector<std::string> shapes, native_code;
   bool optimize = true;
   QuantizeArgs quantize;
   for (int i = 0; i < argc; ++i) {
@@ -62,6 +63,8 @@ int import_onnx(int argc, char** argv) {
       name = value();
     } else if (a == "--no-optimize") {
       optimize = false;
+    } else if (a == "--native-code") {
+      native_code.push_back(value());
     } else if (parse_quantize_arg(a, value, quantize)) {
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "kiln import: unknown option '%s'\n\n%s", a.c_str(), help().c_str());
@@ -92,6 +95,7 @@ int import_onnx(int argc, char** argv) {
   jit::SaveOptions so =
       imported.save_options(name.empty() ? std::filesystem::path(input).stem().string() : name);
   so.optimize = optimize;
+  so.native_code = native_code;
   so.metadata.emplace_back("onnx", std::filesystem::path(input).filename().string());
   if (!quantize.scheme.empty())
     imported.traced = quantize_traced(std::move(imported.traced), quantize, "import", so.metadata);

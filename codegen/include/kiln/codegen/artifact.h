@@ -1,7 +1,8 @@
 #pragma once
 // The artifact writer: a kiln module (@forward, after the inference pipeline) -> `.kiln` bytes
 // (schema: runtime/schema/kiln.fbs). Runtime-kernel ops become instructions by name with their
-// attributes; ops carrying a `kiln.symbol` attribute call compiled code from `code`; frozen
+// attributes; the groups compile_native_code marked (`kiln.symbol`, native_code.h) become
+// generated instructions calling `code`, each followed by its ops as kernels; frozen
 // `kiln.constant`s and still-unfrozen parameter arguments become 64-byte aligned weight blobs.
 // Offsets come from --kiln-plan-memory when it ran; values it did not plan (or every value, when
 // it did not run) get space of their own after the planned arena.

@@ -84,7 +84,9 @@ typedef struct kiln_load_options {
   /* Nonzero (default): map the weights' pages at load (no page faults in the first run). */
   int populate;
   /* Nonzero (default): load the artifact's compiled code for this host (dlopen: native code
-   * runs). Zero: such a file is refused, for services loading files they do not trust. */
+   * runs). Zero, for services loading files they do not trust: no code is loaded; generated
+   * instructions run their portable form, and a file whose compiled instructions have none is
+   * refused. */
   int allow_native_code;
 } kiln_load_options;
 /* Fills the defaults and struct_size; call through the macro, which passes this header's size. */
