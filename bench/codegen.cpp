@@ -9,14 +9,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <tuple>
 #include <vector>
 
 #include "kiln/jit/compile.h"
+#include "kiln/jit/save.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
 #include "kiln/passes/Passes.h"
+#include "kiln/runtime/model.h"
 #include "kiln/trace/freeze.h"
 #include "kiln/trace/trace.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -306,6 +309,43 @@ KILN_MODEL_SERIES(BM_CompiledOptimizedSeries, resnet18);
 KILN_MODEL_SERIES(BM_CompiledOptimizedSeries, mobilenet_v2);
 KILN_MODEL_SERIES(BM_CompiledOptimizedSeries, lstm);
 KILN_MODEL_SERIES(BM_CompiledOptimizedSeries, transformer);
+
+// The same model saved as an artifact (jit::save's inference pipeline and memory plan) and run
+// by kiln_runtime's Session: the portable plan (runtime kernels only), and with generated code
+// for this CPU embedded (SaveOptions::native_code), which its generated instructions then run.
+static void artifact_series(benchmark::State& state, const char* name, bool native) {
+  const int64_t batch = state.range(0);
+  auto model = make_model(name);
+  const Tensor x = model_input(name, batch);
+  jit::SaveOptions so;
+  if (native) so.native_code = {"host"};
+  const std::vector<uint8_t> bytes = jit::save_to_bytes(trace_model(*model, x, false), so);
+  // KILN_BENCH_SAVE_DIR=D also writes the artifact there (for kiln bench --profile).
+  if (const char* dir = std::getenv("KILN_BENCH_SAVE_DIR"); dir && *dir) {
+    const std::string path = std::string(dir) + "/" + name + "_b" + std::to_string(batch) +
+                             (native ? "_native" : "") + ".kiln";
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
+  }
+  auto artifact = rt::Model::from_bytes(bytes);
+  rt::Session session(artifact);
+  run_series(state, [&] {
+    auto y = session.run({x.impl()});
+    benchmark::DoNotOptimize(y[0].get());
+  });
+  state.counters["generated"] = static_cast<double>(artifact->stats().native_instructions);
+}
+static void BM_ArtifactSeries(benchmark::State& state, const char* name) {
+  artifact_series(state, name, false);
+}
+static void BM_ArtifactNativeSeries(benchmark::State& state, const char* name) {
+  artifact_series(state, name, true);
+}
+KILN_MODEL_SERIES(BM_ArtifactSeries, lstm);
+KILN_MODEL_SERIES(BM_ArtifactSeries, transformer);
+KILN_MODEL_SERIES(BM_ArtifactNativeSeries, lstm);
+KILN_MODEL_SERIES(BM_ArtifactNativeSeries, transformer);
 
 static void BM_EagerSeries(benchmark::State& state, const char* name) {
   const int64_t batch = state.range(0);

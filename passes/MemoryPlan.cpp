@@ -120,12 +120,23 @@ struct PlanMemoryPass : mlir::PassWrapper<PlanMemoryPass, mlir::OperationPass<ml
       if (buffer_of.count(block.getArgument(i)))
         buffer_last.push_back(last_use(block.getArgument(i)));
     }
+    // Ops marked for generated code (consecutive ops with one `kiln.symbol`, from codegen's
+    // compile_native_code) run as one call: what the group reads stays live to its last op, and
+    // no op of it writes over an operand (the generated loops vectorize only on distinct
+    // buffers: LLVM's runtime alias check sends an exact alias down the scalar loop).
+    auto group_end = [&](mlir::Operation& op) {
+      const mlir::Attribute symbol = op.getAttr("kiln.symbol");
+      mlir::Operation* last = &op;
+      while (symbol && last->getNextNode() && last->getNextNode()->getAttr("kiln.symbol") == symbol)
+        last = last->getNextNode();
+      return position[last];
+    };
     for (mlir::Operation& op : block) {
       const int64_t pos = position[&op];
       const llvm::StringRef name = op.getName().getStringRef();
       if (mlir::isa<ir::ConstantOp, ir::NoneOp, mlir::func::ReturnOp>(op)) continue;
       // Operands: extend their buffers' ranges (view aliasing below extends them further).
-      for (mlir::Value v : op.getOperands()) touch(v, pos);
+      for (mlir::Value v : op.getOperands()) touch(v, group_end(op));
       if (op.getNumResults() == 1 && op.getNumOperands() >= 1) {
         mlir::Value in = op.getOperand(0), res = op.getResult(0);
         auto it = buffer_of.find(in);
@@ -136,7 +147,7 @@ struct PlanMemoryPass : mlir::PassWrapper<PlanMemoryPass, mlir::OperationPass<ml
           buffer_last[buffer] = std::max(buffer_last[buffer], last_use(res));
           continue;
         }
-        if (is_inplace_op(name)) {
+        if (is_inplace_op(name) && !op.hasAttr("kiln.symbol")) {
           bool reused = false;
           for (mlir::Value operand : op.getOperands()) {
             auto ot = buffer_of.find(operand);

@@ -101,6 +101,10 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
     frozen[name] = {p, t.impl()->nbytes()};
   }
 
+  // With generated code the memory plan runs after the groups are marked (it keeps a group's
+  // inputs live through the group and its outputs off its inputs' bytes).
+  const bool native = !options.native_code.empty();
+  const bool plan = options.optimize;
   if (options.optimize && !training) {
     forward->setAttr("kiln.num_outputs", b.getI64IntegerAttr(static_cast<int64_t>(num_outputs)));
     KILN_CHECK(passes::freeze(*module, frozen), "kiln::jit::save",
@@ -108,14 +112,16 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
     const std::string err = run_pipeline(ctx, *module, [&](mlir::OpPassManager& pm) {
       passes::PipelineOptions po;
       po.memory_plan = add_memory_plan;
+      po.plan_memory = !native;
       if (options.mbconv_min_bytes >= 0) po.mbconv_min_bytes = options.mbconv_min_bytes;
       passes::build_inference_pipeline(pm, po);
     });
     KILN_CHECK(err.empty(), "kiln::jit::save", "inference pipeline: ", err);
   } else if (options.optimize) {
-    const std::string err = run_pipeline(ctx, *module, [](mlir::OpPassManager& pm) {
+    const std::string err = run_pipeline(ctx, *module, [native](mlir::OpPassManager& pm) {
       passes::PipelineOptions po;
       po.memory_plan = add_memory_plan;
+      po.plan_memory = !native;
       passes::build_training_pipeline(pm, po);
     });
     KILN_CHECK(err.empty(), "kiln::jit::save", "training pipeline: ", err);
@@ -132,6 +138,10 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
       o.code = codegen::compile_native_code(*module, targets);
     } catch (const codegen::AotError& e) {
       fail("kiln::jit::save", "generated code: ", e.what());
+    }
+    if (plan) {
+      const std::string err = run_pipeline(ctx, *module, add_memory_plan);
+      KILN_CHECK(err.empty(), "kiln::jit::save", "memory plan: ", err);
     }
   }
   o.name = options.name;
