@@ -3,6 +3,7 @@
 #include "artifact_values.h"
 
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "llvm/Support/raw_ostream.h"
@@ -50,6 +51,19 @@ size_t dtype_bytes(fb::DType d) {
     default:
       return 1;
   }
+}
+
+std::optional<std::vector<uint8_t>> splat_element_bytes(mlir::Operation* op) {
+  auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(op->getAttr("value"));
+  auto type = mlir::cast<mlir::RankedTensorType>(op->getResult(0).getType());
+  if (!dense || !dense.isSplat() || type.getNumElements() <= 1) return std::nullopt;
+  const fb::DType dt = dtype_of(type.getElementType(), op_name(op));
+  if (dt == fb::DType::Bool)
+    return std::vector<uint8_t>{dense.getSplatValue<bool>() ? uint8_t{1} : uint8_t{0}};
+  llvm::ArrayRef<char> raw = dense.getRawData();
+  const size_t eb = dtype_bytes(dt);
+  if (raw.size() < eb) fail("kiln.constant: unexpected raw data size");
+  return std::vector<uint8_t>(raw.begin(), raw.begin() + static_cast<std::ptrdiff_t>(eb));
 }
 
 std::vector<uint8_t> constant_bytes(mlir::Operation* op) {

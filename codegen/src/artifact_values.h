@@ -3,6 +3,7 @@
 // their sizes, and a constant's bytes (internal to codegen/src).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,5 +23,8 @@ inline uint64_t align64(uint64_t x) {
 }
 // Bytes of a kiln.constant: dense resource blobs (frozen weights) or dense literals.
 std::vector<uint8_t> constant_bytes(mlir::Operation* op);
+// One element's bytes when the kiln.constant is a splat of more than one element (stored as a
+// splat weight), else nullopt.
+std::optional<std::vector<uint8_t>> splat_element_bytes(mlir::Operation* op);
 
 }  // namespace kiln::codegen::artifact_values

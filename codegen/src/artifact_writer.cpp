@@ -32,6 +32,7 @@ using artifact_values::dtype_bytes;
 using artifact_values::dtype_of;
 using artifact_values::fail;
 using artifact_values::op_name;
+using artifact_values::splat_element_bytes;
 
 class Writer {
  public:
@@ -107,12 +108,13 @@ class Writer {
   }
 
   flatbuffers::Offset<fb::Slot> slot_table(mlir::Value v, fb::SlotKind kind, uint64_t offset,
-                                           uint32_t weight, const std::string& where) {
+                                           uint32_t weight, const std::string& where,
+                                           bool splat = false) {
     auto t = mlir::dyn_cast<mlir::RankedTensorType>(v.getType());
     if (!t || !t.hasStaticShape()) fail(where + ": expected a tensor of static shape");
     std::vector<int64_t> shape(t.getShape().begin(), t.getShape().end());
     return fb::CreateSlotDirect(fbb_, kind, dtype_of(t.getElementType(), where), &shape, offset,
-                                weight);
+                                weight, splat);
   }
 
   int32_t arena_slot(mlir::Value v, int64_t offset, const std::string& where) {
@@ -130,8 +132,9 @@ class Writer {
     return s;
   }
 
-  int32_t weight_slot(mlir::Value v, uint32_t blob) {
-    slot_list_.push_back(slot_table(v, fb::SlotKind::Weight, 0, blob, "weight"));
+  int32_t weight_slot(mlir::Value v, uint32_t blob, bool splat = false) {
+    slot_list_.push_back(slot_table(v, fb::SlotKind::Weight, 0, blob, "weight", splat));
+    splat_ |= splat;
     slot_bytes_.push_back({-1, 0});
     return static_cast<int32_t>(slot_list_.size() - 1);
   }
@@ -473,6 +476,13 @@ class Writer {
     if (auto f = mlir::dyn_cast<mlir::scf::ForOp>(op)) return emit_for(f);
     if (emit_scalar_glue(op)) return;
     if (mlir::isa<ir::ConstantOp>(op)) {
+      if (std::optional<std::vector<uint8_t>> one = splat_element_bytes(&op)) {
+        // One element stored (format version 3), expanded by the loader.
+        const uint32_t blob =
+            add_blob("constant" + std::to_string(constants_++), one->data(), one->size());
+        slots_[op.getResult(0)] = weight_slot(op.getResult(0), blob, /*splat=*/true);
+        return;
+      }
       std::vector<uint8_t> bytes = constant_bytes(&op);
       const std::string blob_name = "constant" + std::to_string(constants_++);
       const uint32_t blob = add_blob(blob_name, bytes.data(), bytes.size());
@@ -577,14 +587,13 @@ class Writer {
       meta.push_back(fb::CreateKeyValueDirect(fbb_, k.c_str(), v.c_str()));
     std::vector<uint8_t> bytecode;
     if (o_.embed_mlir_bytecode) bytecode = module_bytecode();
+    // The oldest format holding what was written.
+    const uint32_t version = generated_ || splat_ ? 3 : control_flow_ ? 2 : 1;
     auto root = fb::CreateModelDirect(
-        fbb_,
-        generated_      ? 3
-        : control_flow_ ? 2
-                        : 1,
-        o_.name.c_str(), o_.producer.c_str(), o_.target_triple.c_str(), &feats, &inputs_, &outputs_,
-        &slot_list_, &instrs_, align64(arena_), naive_ ? naive_ + naive_extra_ : naive_extra_,
-        &blobs_, &state_, &code, o_.embed_mlir_bytecode ? &bytecode : nullptr, &meta);
+        fbb_, version, o_.name.c_str(), o_.producer.c_str(), o_.target_triple.c_str(), &feats,
+        &inputs_, &outputs_, &slot_list_, &instrs_, align64(arena_),
+        naive_ ? naive_ + naive_extra_ : naive_extra_, &blobs_, &state_, &code,
+        o_.embed_mlir_bytecode ? &bytecode : nullptr, &meta);
     fbb_.FinishSizePrefixed(root, fb::ModelIdentifier());
     std::vector<uint8_t> file(fbb_.GetBufferPointer(), fbb_.GetBufferPointer() + fbb_.GetSize());
     file.resize(align64(file.size()), 0);
@@ -636,6 +645,7 @@ class Writer {
   int constants_ = 0;
   bool control_flow_ = false;           // an If or For was written: format version 2
   bool generated_ = false;              // a Generated instruction was written: format version 3
+  bool splat_ = false;                  // a splat weight was written: format version 3
   std::set<mlir::Operation*> grouped_;  // ops written with their generated group
   std::vector<std::pair<int64_t, int64_t>> slot_bytes_;  // per slot: arena offset (-1: none), bytes
   llvm::DenseMap<mlir::Value, int64_t> index_constants_;  // loop bounds

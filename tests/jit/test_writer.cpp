@@ -1,5 +1,5 @@
 // The artifact writer on hand-written modules: frozen constants (dense_resource blobs, dense
-// literals, splats, i1 masks) become weights, offsets come from --kiln-plan-memory when it ran
+// literals, splats stored as one element, i1 masks) become weights, offsets come from --kiln-plan-memory when it ran
 // and from the writer's own fallback when it did not; missing parameter weights are named.
 
 #include <gtest/gtest.h>
@@ -91,6 +91,9 @@ TEST(Writer, ConstantsAndParametersBecomeWeights) {
     // Planned: the in-place chain needs one 16-byte value (64 aligned); unplanned: one per value.
     EXPECT_EQ(model->arena_bytes(), plan ? 64u : 256u) << "plan " << plan;
     EXPECT_EQ(model->outputs()[1].name, "mask");
+    // w and the scale parameter (16 bytes each), the mask (4) and the splat 2.0 stored as one
+    // element (4 bytes, not 16).
+    EXPECT_EQ(model->stats().weight_bytes, 16u + 16u + 4u + 4u);
   }
 }
 

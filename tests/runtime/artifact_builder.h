@@ -2,6 +2,7 @@
 // Hand-built .kiln artifacts for the loader/executor tests and the broken-file corpus: the
 // FlatBuffers tables are written directly (no MLIR), so the runtime is tested on its own.
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -56,12 +57,16 @@ struct ArtifactSpec {
   std::vector<std::pair<uint32_t, uint32_t>> state;  // (value slot, weight)
   uint64_t arena_bytes = 0;
   std::vector<CodeSpec> code;
+  std::vector<size_t> splat_slots;  // weight slots whose blob holds one element
 
   std::vector<uint8_t> build() const {
     flatbuffers::FlatBufferBuilder b;
     std::vector<flatbuffers::Offset<fb::Slot>> slots;
-    for (const SlotSpec& s : this->slots) {
-      slots.push_back(fb::CreateSlotDirect(b, s.kind, s.dtype, &s.shape, s.offset, s.weight));
+    for (size_t i = 0; i < this->slots.size(); ++i) {
+      const SlotSpec& s = this->slots[i];
+      const bool splat = std::find(splat_slots.begin(), splat_slots.end(), i) != splat_slots.end();
+      slots.push_back(
+          fb::CreateSlotDirect(b, s.kind, s.dtype, &s.shape, s.offset, s.weight, splat));
     }
     std::vector<flatbuffers::Offset<fb::Instruction>> instrs;
     auto list = [](const std::vector<int32_t>& v) { return v.empty() ? nullptr : &v; };

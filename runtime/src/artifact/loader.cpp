@@ -4,6 +4,7 @@
 // every operand is defined before it is read, and the target and CPU features are matched.
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -122,8 +123,12 @@ struct Checker {
         info.weight = s->weight();
         KILN_CHECK(info.weight < out.blobs.size(), kOp, "slot ", i, ": weight index ", info.weight,
                    " out of range (", out.blobs.size(), " weights)");
-        KILN_CHECK(info.nbytes <= out.blobs[info.weight].size, kOp, "slot ", i, ": needs ",
-                   info.nbytes, " bytes, weight \"", out.blobs[info.weight].name, "\" has ",
+        info.splat = s->splat();
+        KILN_CHECK(!info.splat || m.format_version() >= 3, kOp, "slot ", i,
+                   ": a splat weight needs format version 3, the file says ", m.format_version());
+        const uint64_t stored = info.splat ? dtype_size(info.dtype) : info.nbytes;
+        KILN_CHECK(stored <= out.blobs[info.weight].size, kOp, "slot ", i, ": needs ", stored,
+                   " bytes, weight \"", out.blobs[info.weight].name, "\" has ",
                    out.blobs[info.weight].size);
       }
       out.slots.push_back(std::move(info));
@@ -710,6 +715,14 @@ std::unique_ptr<Model::Impl> verify_and_decode(std::unique_ptr<Mapping> file,
     if (info.kind != SlotKind::Weight) continue;
     // Zero-copy: the tensor reads the mapped file (kernels never write their inputs).
     void* p = const_cast<uint8_t*>(impl->blobs[info.weight].data);
+    if (info.splat) {  // expanded once, shared by every session
+      TensorImplPtr t = kiln::empty(info.shape, info.dtype);
+      const size_t e = dtype_size(info.dtype);
+      auto* dst = static_cast<uint8_t*>(t->data());
+      for (size_t off = 0; off < info.nbytes; off += e) std::memcpy(dst + off, p, e);
+      impl->weight_tensors[s] = std::move(t);
+      continue;
+    }
     impl->weight_tensors[s] = kiln::from_blob(p, info.shape, info.dtype);
   }
   if (m.mlir_bytecode())

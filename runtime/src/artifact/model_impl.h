@@ -21,6 +21,7 @@ struct SlotInfo {
   uint64_t offset = 0;  // Arena: byte offset
   uint32_t weight = 0;  // Weight: blob index
   size_t nbytes = 0;
+  bool splat = false;  // Weight: the blob's one element repeated (expanded at load)
 };
 
 using CompiledFn = void (*)(void* const* operands);

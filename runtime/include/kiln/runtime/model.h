@@ -29,7 +29,7 @@ namespace kiln::rt {
 
 // The newest artifact format this runtime reads; it reads every older one too. 2 added
 // control-flow instructions (If/For); 3 generated instructions (compiled code with a portable
-// form). A writer marks a file with the oldest version that holds what it uses.
+// form) and splat weights. A writer marks a file with the oldest version holding what it uses.
 inline constexpr uint32_t kFormatVersion = 3;
 
 // A named input or output and its guard (dtype + shape), checked on every call.
