@@ -1,9 +1,12 @@
 #include "kiln/runtime/kernels/copy.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "kiln/runtime/cuda/eager.h"
 #include "kiln/runtime/kernels/loop.h"
+#include "kiln/runtime/thread_pool.h"
 
 namespace kiln::kernels {
 
@@ -51,6 +54,86 @@ inline To convert(From v) {
     return static_cast<To>(v);
   }
 }
+template <typename T>
+void copy_tile(char* dst, const char* src, int64_t rows, int64_t cols, int64_t dst_row,
+               int64_t src_col) {
+  // dst[a * dst_row + c] = src[a + c * src_col] (elements): src is contiguous along a.
+  auto* d = reinterpret_cast<T*>(dst);
+  const auto* x = reinterpret_cast<const T*>(src);
+  for (int64_t a = 0; a < rows; ++a)
+    for (int64_t c = 0; c < cols; ++c) d[a * dst_row + c] = x[a + c * src_col];
+}
+
+// A permutation that moves the source's unit-stride dim away from the innermost one (a
+// transpose: K^T in attention, NCHW <-> NHWC) copied element by element walks the source with a
+// large stride, a cache line per element. Copied in square tiles instead, each source line read
+// feeds a whole tile (16 x 16 elements, at most 2 KiB: an L1-sized block on any CPU, the
+// classic blocked transpose), over the thread pool.
+bool copy_transposed(TensorImpl& dst, const TensorImpl& src, const Dims& src_strides) {
+  const int64_t r = dst.dim();
+  if (r < 2 || dst.dtype() != src.dtype() || !dst.is_contiguous() || src_strides[r - 1] == 1)
+    return false;
+  int64_t j = -1;  // the dim along which the source is contiguous
+  for (int64_t d = r - 2; d >= 0 && j < 0; --d)
+    if (src_strides[d] == 1 && dst.sizes()[d] > 1) j = d;
+  constexpr int64_t kTile = 16;
+  if (j < 0 || dst.sizes()[j] < kTile / 2 || dst.sizes()[r - 1] < kTile / 2) return false;
+  const int64_t item = static_cast<int64_t>(dst.itemsize());
+  if (item != 1 && item != 2 && item != 4 && item != 8) return false;
+  Dims outer, outer_dst, outer_src;  // every dim but j and the innermost
+  for (int64_t d = 0; d < r - 1; ++d) {
+    if (d == j) continue;
+    outer.push_back(dst.sizes()[d]);
+    outer_dst.push_back(dst.strides()[d]);
+    outer_src.push_back(src_strides[d]);
+  }
+  int64_t n_outer = 1;
+  for (int64_t n : outer) n_outer *= n;
+  const int64_t rows = dst.sizes()[j], cols = dst.sizes()[r - 1];
+  const int64_t dst_row = dst.strides()[j], src_col = src_strides[r - 1];
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  char* const dbase = static_cast<char*>(dst.data());
+  const char* const sbase = static_cast<const char*>(src.data());
+  auto run = [&](auto type_tag) {
+    using T = decltype(type_tag);
+    // Units of one tile row (kTile x cols elements); chunks of at least ~16K elements each.
+    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / (kTile * cols));
+    parallel_for(0, n_outer * row_tiles, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        int64_t rest = t / row_tiles, doff = 0, soff = 0;
+        for (size_t k = outer.size(); k-- > 0;) {
+          const int64_t i = rest % outer[k];
+          rest /= outer[k];
+          doff += i * outer_dst[k];
+          soff += i * outer_src[k];
+        }
+        const int64_t a0 = (t % row_tiles) * kTile, a1 = std::min(rows, a0 + kTile);
+        for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+          const int64_t c1 = std::min(cols, c0 + kTile);
+          copy_tile<T>(dbase + (doff + a0 * dst_row + c0) * item,
+                       sbase + (soff + a0 + c0 * src_col) * item, a1 - a0, c1 - c0, dst_row,
+                       src_col);
+        }
+      }
+    });
+  };
+  switch (item) {
+    case 1:
+      run(uint8_t{});
+      break;
+    case 2:
+      run(uint16_t{});
+      break;
+    case 4:
+      run(uint32_t{});
+      break;
+    default:
+      run(uint64_t{});
+      break;
+  }
+  return true;
+}
+
 }  // namespace
 
 void copy_(TensorImpl& dst, const TensorImpl& src) {
@@ -63,6 +146,7 @@ void copy_(TensorImpl& dst, const TensorImpl& src) {
   if (dst.data() == src.data() && dst.dtype() == src.dtype() && dst.strides() == src_strides) {
     return;
   }
+  if (copy_transposed(dst, src, src_strides)) return;
   const int64_t ds = static_cast<int64_t>(dst.itemsize());
   const int64_t ss = static_cast<int64_t>(src.itemsize());
   std::array<Dims, 2> bytes{dst.strides(), src_strides};
