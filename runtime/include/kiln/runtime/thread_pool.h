@@ -1,8 +1,7 @@
 #pragma once
 // The runtime's thread pool: parallel_for over [begin, end) split into chunks of at least `grain`
 // iterations. The caller runs one share itself; a parallel_for called from inside a worker runs
-// serially (no oversubscription when kernels nest). Size from KILN_NUM_THREADS, else the core
-// count.
+// serially (no oversubscription when kernels nest). Size from KILN_NUM_THREADS, else the core count.
 
 #include <cstdint>
 #include <functional>
