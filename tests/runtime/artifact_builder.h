@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,15 @@ struct ArtifactSpec {
     return file;
   }
 };
+
+// n floats uniform in [-1, 1), seeded.
+inline std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
 
 template <typename T>
 std::vector<uint8_t> bytes_of(const std::vector<T>& v) {

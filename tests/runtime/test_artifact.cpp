@@ -20,14 +20,7 @@ namespace {
 using testing::ArtifactSpec;
 using testing::InstrSpec;
 using testing::linear_relu_spec;
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using testing::random_floats;
 
 // relu(x W^T + b) in float64.
 std::vector<double> reference_linear_relu(const std::vector<float>& x, const std::vector<float>& w,

@@ -21,16 +21,9 @@ namespace {
 
 using testing::ArtifactSpec;
 using testing::InstrSpec;
+using testing::random_floats;
 
 #if defined(KILN_TEST_COMPILED_SO) && defined(__x86_64__)
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
 
 std::string error_of(const std::vector<uint8_t>& bytes, const rt::LoadOptions& options = {}) {
   try {
