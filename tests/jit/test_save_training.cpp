@@ -90,7 +90,8 @@ TEST(SaveTraining, ClassWeightsReachTheGradient) {
   EXPECT_LE(max_abs_diff(Tensor(got[1]), want[1]), 1e-5);
 }
 
-TEST(SaveTraining, SgdStepsUpdateSessionStateLikeEager) {
+// native_code: SaveOptions::native_code (the elementwise updates and gradients as generated code).
+void expect_sgd_steps_like_eager(const std::vector<std::string>& native_code) {
   auto make = [] {
     return TensorList{rnd({16, 8}, 71, 0.3).requires_grad_(), zeros({16}).requires_grad_(),
                       rnd({3, 16}, 72, 0.3).requires_grad_()};
@@ -127,8 +128,11 @@ TEST(SaveTraining, SgdStepsUpdateSessionStateLikeEager) {
       {"fc1.weight", traced[0]}, {"fc1.bias", traced[1]}, {"fc2.weight", traced[2]}};
   jit::TracedFunction t = jit::trace(traced_step, {x, y}, options);
   ASSERT_EQ(t.mutated_captures().size(), 3u);
-  auto model = rt::Model::from_bytes(jit::save_to_bytes(t));
+  jit::SaveOptions so;
+  so.native_code = native_code;
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(t, so));
   ASSERT_EQ(model->outputs().size(), 1u);  // the loss; the parameters are state, not outputs
+  if (!native_code.empty()) EXPECT_GE(model->stats().native_instructions, 1u);
   rt::Session s(model);
   for (int i = 1; i < 3; ++i) {
     auto out = s.run({x.impl(), y.impl()});
@@ -145,6 +149,14 @@ TEST(SaveTraining, SgdStepsUpdateSessionStateLikeEager) {
   // A second session starts again from the saved parameters.
   rt::Session fresh(model);
   EXPECT_NEAR(Tensor(fresh.run({x.impl(), y.impl()})[0]).item<double>(), eager_losses[1], 1e-5);
+}
+
+TEST(SaveTraining, SgdStepsUpdateSessionStateLikeEager) {
+  expect_sgd_steps_like_eager({});
+}
+
+TEST(SaveTraining, SgdStepsWithGeneratedCodeUpdateStateLikeEager) {
+  expect_sgd_steps_like_eager({"host"});
 }
 
 }  // namespace
