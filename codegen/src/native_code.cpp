@@ -18,7 +18,6 @@
 #include "llvm/Target/TargetMachine.h"
 #include "lower/lowering.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/IRMapping.h"
@@ -28,9 +27,9 @@ namespace {
 
 constexpr char kSymbolAttr[] = "kiln.symbol";
 
-// The C ABI's core, which the runtime binds for any code object (the loader's table,
-// runtime/src/artifact/loader.cpp: core_abi_function). A group whose code calls anything else
-// (a runtime kernel) stays portable.
+// The C ABI's core, which the builtin registry offers any code object (register_abi_core,
+// runtime/src/abi/memory.cpp). A group whose code calls anything else (a runtime kernel) stays
+// portable.
 bool is_core_import(llvm::StringRef name) {
   static const std::set<std::string> core = {"kiln_abi_alloc",        "kiln_abi_free",
                                              "kiln_abi_lease_begin",  "kiln_abi_lease_end",
