@@ -96,8 +96,8 @@ bool copy_transposed(TensorImpl& dst, const TensorImpl& src, const Dims& src_str
   const char* const sbase = static_cast<const char*>(src.data());
   auto run = [&](auto type_tag) {
     using T = decltype(type_tag);
-    // Units of one tile row (kTile x cols elements); chunks of at least ~16K elements each.
-    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / (kTile * cols));
+    // Units of one tile row (kTile x cols elements), chunked by the kernels' shared grain.
+    const int64_t grain = std::max<int64_t>(1, kParallelGrain / (kTile * cols));
     parallel_for(0, n_outer * row_tiles, grain, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         int64_t rest = t / row_tiles, doff = 0, soff = 0;
