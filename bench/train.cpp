@@ -1,9 +1,16 @@
 // Training steps (forward, backward, optimizer update) three ways: eager, traced and JIT-compiled,
 // and saved as an artifact run by kiln_runtime (its hyper-parameters inputs). Issue #28 asks the
-// compiled steps for <= 0.8x the eager time. Run: build/release/bench/bench_train
+// compiled steps for <= 0.8x the eager time; issue #25 the eager MLP / LeNet / ResNet-18 steps for
+// <= 0.7x PyTorch's (bench/peers/train_peers.py runs the same models, batches and optimizer).
+// Run: build/release/bench/bench_train. Eager rows report memory: `tensor_peak_MB` (the allocator's
+// peak bytes in use during the steps) and `rss_growth_MB` (how far the process's peak resident set
+// rose above its resident set before the first step: VmHWM, reset through /proc/self/clear_refs;
+// the counter train_peers.py prints for PyTorch; run one row per process to compare it).
 #include <benchmark/benchmark.h>
 
+#include <fstream>
 #include <memory>
+#include <string>
 
 #include "kiln/jit/compile.h"
 #include "kiln/jit/save.h"
@@ -17,6 +24,23 @@ using namespace kiln;
 namespace {
 
 enum class Mode { Eager, Jit, Artifact };
+
+// A field of /proc/self/status in KiB (VmRSS, VmHWM); 0 where there is none (not Linux).
+double status_kib(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1));
+  return 0;
+}
+
+// Resets the peak resident set to the current one (Linux >= 4.0); false where that is refused.
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
 
 template <typename Model>
 void train_bench(benchmark::State& state, std::shared_ptr<Model> model, Tensor x, Tensor y,
@@ -37,7 +61,12 @@ void train_bench(benchmark::State& state, std::shared_ptr<Model> model, Tensor x
     return TensorList{loss.detach()};
   };
   if (mode == Mode::Eager) {
+    const bool rss = reset_peak_rss();
+    const double base_kib = status_kib("VmRSS");
+    cpu_allocator().reset_peak();
     for (auto _ : state) benchmark::DoNotOptimize(step({x, y}));
+    state.counters["tensor_peak_MB"] = cpu_allocator().stats().peak_bytes / 1048576.0;
+    if (rss) state.counters["rss_growth_MB"] = (status_kib("VmHWM") - base_kib) / 1024;
     state.SetLabel(adam ? "eager, Adam" : "eager, SGD momentum");
     return;
   }
@@ -67,6 +96,11 @@ Tensor tokens(Dims sizes, int64_t vocab) {
   return randint(0, vocab, sizes);
 }
 
+void BM_MlpB64(benchmark::State& state) {
+  manual_seed(5);
+  train_bench(state, models::mlp({784, 512, 256, 10}), randn({64, 784}), randint(0, 10, {64}),
+              state.range(1) != 0);
+}
 void BM_LeNetB64(benchmark::State& state) {
   manual_seed(1);
   train_bench(state, models::lenet(10), randn({64, 1, 28, 28}), randint(0, 10, {64}),
@@ -96,6 +130,7 @@ void modes(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
+BENCHMARK(BM_MlpB64)->Apply(modes)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LeNetB64)->Apply(modes)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TransformerB8)->Apply(modes)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LstmB8)->Apply(modes)->Unit(benchmark::kMillisecond)->UseRealTime();
