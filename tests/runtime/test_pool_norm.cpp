@@ -205,6 +205,78 @@ TEST(Pool, MaxPool2dNaNAnd3dInputAndLowPrecision) {
   expect_close(to_vec(*yb), ref.y, 0, 0, "max_pool2d bf16");
 }
 
+// Indices with ties, NaNs and windows of -inf only: PyTorch's rule is a row-major scan of the
+// window taking a value greater than the best so far or NaN (the first maximum, the last NaN), the
+// window's first position when nothing beats -inf. Values from a small set make every case
+// frequent; the shapes cover the kernel's whole-window column paths (3x3/2, 3x3/1, 2x2/2), its
+// general path (dilation, other strides), padded edges and ceil_mode.
+TEST(Pool, MaxPool2dIndicesFollowTheRowMajorScan) {
+  struct C {
+    int64_t H, W, k, s, p, d;
+    bool ceil;
+  };
+  const std::vector<C> shapes{{9, 12, 3, 2, 1, 1, false}, {8, 11, 3, 1, 1, 1, false},
+                              {7, 10, 2, 2, 0, 1, true},  {9, 9, 3, 2, 1, 2, false},
+                              {10, 7, 3, 3, 1, 1, true},  {6, 13, 4, 2, 2, 1, false}};
+  const double kSet[] = {-INFINITY, -1.0, 0.0, 1.0, NAN};
+  for (const C& c : shapes)
+    for (DType dt : {DType::Float32, DType::Float64, DType::UInt8})
+      for (int seed = 0; seed < 4; ++seed) {
+        SCOPED_TRACE(testing::Message()
+                     << dtype_name(dt) << " " << c.H << "x" << c.W << " k" << c.k << " s" << c.s
+                     << " p" << c.p << " d" << c.d << " seed " << seed);
+        const bool bytes = dt == DType::UInt8;
+        const int64_t P = 3, n = P * c.H * c.W;
+        std::vector<double> v(static_cast<size_t>(n));
+        uint32_t r = 12345u + 977u * static_cast<uint32_t>(seed);
+        for (auto& e : v) {
+          r = r * 1664525u + 1013904223u;
+          const uint32_t pick = (r >> 16) % 5u;
+          // Bytes: 0..2 (0 is their below-all). Floats: seed 0 ties among -1, 0, 1 and one NaN;
+          // seed 1 all five values (windows with several NaNs); seed 2 mostly -inf; seed 3 ties.
+          if (bytes)
+            e = double(pick % 3);
+          else if (seed == 1)
+            e = kSet[pick];
+          else if (seed == 2)
+            e = pick < 4 ? -INFINITY : 1.0;
+          else
+            e = kSet[1 + pick % 3];
+        }
+        if (!bytes && seed == 0) v[static_cast<size_t>(n / 2 + 1)] = NAN;
+        const Pool2dParams pp = PP(c.k, c.s, c.p, c.d, c.ceil);
+        const Dims xs{1, P, c.H, c.W};
+        auto x = from_vec(v, xs, dt);
+        const Dims ys = max_pool2d_output_shape(xs, pp);
+        const int64_t Ho = ys[2], Wo = ys[3];
+        auto y = empty(ys, dt);
+        auto idx = empty(ys, DType::Int64);
+        max_pool2d_out(*x, pp, *y, idx.get());
+        const auto got = to_vec(*y);
+        const int64_t* gi = idx->data_ptr<int64_t>();
+        for (int64_t pl = 0; pl < P; ++pl)
+          for (int64_t oh = 0; oh < Ho; ++oh)
+            for (int64_t ow = 0; ow < Wo; ++ow) {
+              double m = bytes ? 0.0 : -INFINITY;
+              int64_t best = -1;
+              for (int64_t i = 0; i < c.k; ++i)
+                for (int64_t j = 0; j < c.k; ++j) {
+                  const int64_t ih = oh * c.s - c.p + i * c.d, iw = ow * c.s - c.p + j * c.d;
+                  if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+                  if (best < 0) best = ih * c.W + iw;
+                  const double e = v[static_cast<size_t>((pl * c.H + ih) * c.W + iw)];
+                  if (e > m || std::isnan(e)) m = e, best = ih * c.W + iw;
+                }
+              const int64_t o = (pl * Ho + oh) * Wo + ow;
+              ASSERT_EQ(gi[o], best) << "output " << pl << "," << oh << "," << ow;
+              if (std::isnan(m))
+                ASSERT_TRUE(std::isnan(got[o])) << "output " << pl << "," << oh << "," << ow;
+              else
+                ASSERT_EQ(got[o], m) << "output " << pl << "," << oh << "," << ow;
+            }
+      }
+}
+
 TEST(Pool, AvgPool2dForwardBackward) {
   struct C {
     int64_t N, Ch, H, W, k, s, p;

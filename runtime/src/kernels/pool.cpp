@@ -91,36 +91,153 @@ constexpr T below_all() {
     return std::numeric_limits<T>::lowest();
 }
 
+// The input rows [hs, he) (step dh) output row oh reads; hs >= he when the dilated window
+// skips every input row.
+inline void window_rows(const PoolGeom& g, int64_t oh, int64_t& hs, int64_t& he) {
+  hs = oh * g.sh - g.ph;
+  he = std::min(hs + (g.kh - 1) * g.dh + 1, g.H);
+  while (hs < 0) hs += g.dh;
+}
+// The same for the columns of output column ow.
+inline void window_cols(const PoolGeom& g, int64_t ow, int64_t& ws, int64_t& we) {
+  ws = ow * g.sw - g.pw;
+  we = std::min(ws + (g.kw - 1) * g.dw + 1, g.W);
+  while (ws < 0) ws += g.dw;
+}
+
+// One output row of the max pool with indices, as PyTorch defines it: the window scanned in
+// row-major order, a value taken when greater than the best so far or NaN (so the first maximum,
+// or the last NaN; a window of nothing above below_all keeps its first position).
+template <typename T>
+void max_pool_scan_row(const PoolGeom& g, const T* xp, int64_t oh, T* yr, int64_t* ir) {
+  int64_t hs, he;
+  window_rows(g, oh, hs, he);
+  for (int64_t ow = 0; ow < g.Wo; ++ow) {
+    int64_t ws, we;
+    window_cols(g, ow, ws, we);
+    int64_t best = hs * g.W + ws;
+    T m = below_all<T>();
+    for (int64_t ih = hs; ih < he; ih += g.dh) {
+      const T* row = xp + ih * g.W;
+      for (int64_t iw = ws; iw < we; iw += g.dw) {
+        const T v = row[iw];
+        if (v > m || v != v) {
+          m = v;
+          best = ih * g.W + iw;
+        }
+      }
+    }
+    yr[ow] = m;
+    ir[ow] = best;
+  }
+}
+
+// Output columns [o_lo, o_hi) of a row whose windows lie inside the input row (KW columns, SW
+// apart, no dilation): the column step of max_pool_fwd below with positions in int32. `row0`:
+// the window's first row times W (a column's candidate when every row held below_all).
+template <typename T, int KW, int SW>
+void best_columns(const T* __restrict acc, const int32_t* __restrict arow, int32_t W, int64_t pw,
+                  int64_t o_lo, int64_t o_hi, int32_t row0, T* __restrict yr,
+                  int64_t* __restrict ir) {
+  for (int64_t ow = o_lo; ow < o_hi; ++ow) {
+    const int64_t c0 = ow * SW - pw;
+    T best = below_all<T>();
+    int32_t at = row0 + static_cast<int32_t>(c0);
+    bool best_nan = false;
+    for (int k = 0; k < KW; ++k) {
+      const T v = acc[c0 + k];
+      const int32_t i = arow[c0 + k] * W + static_cast<int32_t>(c0 + k);
+      const bool nan = v != v;
+      const bool take =
+          nan ? (!best_nan || i > at) : (!best_nan && (v > best || (v == best && i < at)));
+      best = take ? v : best;
+      at = take ? i : at;
+      best_nan = best_nan || (take && nan);
+    }
+    yr[ow] = best;
+    ir[ow] = at;
+  }
+}
+
+// max_pool_fwd with indices (training): per output row, first down the columns — for every input
+// column the best of the window's rows and which row holds it (vector code: the row scan's rule
+// per column, a later row taken only when greater or NaN) — then along the row, each window's best
+// column. A column's candidate stands for its rows in row-major order, so the second step keeps
+// the scan's result by comparing positions: among NaNs the last, among equal values the first.
+// Rows are numbered in int32; taller planes take the scan.
 template <typename T>
 void max_pool_fwd(const PoolGeom& g, const T* x, T* y, int64_t* idx) {
   const int64_t HW = g.H * g.W, howo = g.Ho * g.Wo;
+  const bool by_columns = g.H < (int64_t(1) << 31);
+  const bool small_plane = HW < (int64_t(1) << 31);  // positions in int32
   parallel_for(0, g.planes, plane_grain(howo * g.kh * g.kw), [&](int64_t p0, int64_t p1) {
+    std::vector<T> acc_buf(by_columns ? static_cast<size_t>(g.W) : 0);
+    std::vector<int32_t> row_buf(acc_buf.size());
     for (int64_t p = p0; p < p1; ++p) {
       const T* xp = x + p * HW;
-      T* yp = y + p * howo;
-      int64_t* ip = idx ? idx + p * howo : nullptr;
       for (int64_t oh = 0; oh < g.Ho; ++oh) {
-        int64_t hs = oh * g.sh - g.ph;
-        int64_t he = std::min(hs + (g.kh - 1) * g.dh + 1, g.H);
-        while (hs < 0) hs += g.dh;
-        for (int64_t ow = 0; ow < g.Wo; ++ow) {
-          int64_t ws = ow * g.sw - g.pw;
-          const int64_t we = std::min(ws + (g.kw - 1) * g.dw + 1, g.W);
-          while (ws < 0) ws += g.dw;
-          int64_t best = hs * g.W + ws;
-          T m = below_all<T>();
-          for (int64_t ih = hs; ih < he; ih += g.dh) {
-            const T* row = xp + ih * g.W;
-            for (int64_t iw = ws; iw < we; iw += g.dw) {
-              const T v = row[iw];
-              if (v > m || v != v) {
-                m = v;
-                best = ih * g.W + iw;
-              }
-            }
+        T* yr = y + p * howo + oh * g.Wo;
+        int64_t* ir = idx + p * howo + oh * g.Wo;
+        int64_t hs, he;
+        window_rows(g, oh, hs, he);
+        if (!by_columns || hs >= he) {
+          max_pool_scan_row(g, xp, oh, yr, ir);
+          continue;
+        }
+        const int64_t W = g.W;
+        T* __restrict acc = acc_buf.data();
+        int32_t* __restrict arow = row_buf.data();
+        std::copy(xp + hs * W, xp + (hs + 1) * W, acc);
+        std::fill(arow, arow + W, static_cast<int32_t>(hs));
+        for (int64_t ih = hs + g.dh; ih < he; ih += g.dh) {
+          const T* __restrict src = xp + ih * W;
+          const int32_t r = static_cast<int32_t>(ih);
+          for (int64_t i = 0; i < W; ++i) {
+            const T v = src[i];
+            const bool take = v > acc[i] || v != v;
+            acc[i] = take ? v : acc[i];
+            arow[i] = take ? r : arow[i];
           }
-          yp[oh * g.Wo + ow] = m;
-          if (ip) ip[oh * g.Wo + ow] = best;
+        }
+        // Windows wholly inside the row: compile-time shapes for the common pools (vector code).
+        int64_t o_lo = 0, o_hi = 0;
+        if (small_plane) {
+          o_lo = std::min(g.Wo, (g.pw + g.sw - 1) / g.sw);
+          const int64_t reach = (g.kw - 1) * g.dw - g.pw;  // window end past ow * sw, inclusive
+          o_hi = W - 1 - reach < 0 ? 0 : std::min(g.Wo, (W - 1 - reach) / g.sw + 1);
+          o_hi = std::max(o_hi, o_lo);
+          const int32_t hs32 = static_cast<int32_t>(hs * W);
+          if (g.kw == 3 && g.sw == 2 && g.dw == 1)
+            best_columns<T, 3, 2>(acc, arow, int32_t(W), g.pw, o_lo, o_hi, hs32, yr, ir);
+          else if (g.kw == 3 && g.sw == 1 && g.dw == 1)
+            best_columns<T, 3, 1>(acc, arow, int32_t(W), g.pw, o_lo, o_hi, hs32, yr, ir);
+          else if (g.kw == 2 && g.sw == 2 && g.dw == 1)
+            best_columns<T, 2, 2>(acc, arow, int32_t(W), g.pw, o_lo, o_hi, hs32, yr, ir);
+          else
+            o_hi = o_lo;
+        }
+        for (int64_t ow = 0; ow < g.Wo; ++ow) {
+          if (ow == o_lo && o_hi > o_lo) {
+            ow = o_hi - 1;
+            continue;
+          }
+          int64_t ws, we;
+          window_cols(g, ow, ws, we);
+          T best = below_all<T>();
+          int64_t at = hs * W + ws;
+          bool best_nan = false;
+          for (int64_t iw = ws; iw < we; iw += g.dw) {
+            const T v = acc[iw];
+            const int64_t i = int64_t(arow[iw]) * W + iw;
+            const bool nan = v != v;
+            const bool take =
+                nan ? (!best_nan || i > at) : (!best_nan && (v > best || (v == best && i < at)));
+            best = take ? v : best;
+            at = take ? i : at;
+            best_nan = best_nan || (take && nan);
+          }
+          yr[ow] = best;
+          ir[ow] = at;
         }
       }
     }
@@ -170,9 +287,8 @@ void max_pool_fwd_values(const PoolGeom& g, const T* x, T* y) {
       const T* xp = x + p * HW;
       T* yp = y + p * howo;
       for (int64_t oh = 0; oh < g.Ho; ++oh) {
-        int64_t hs = oh * g.sh - g.ph;
-        const int64_t he = std::min(hs + (g.kh - 1) * g.dh + 1, g.H);
-        while (hs < 0) hs += g.dh;
+        int64_t hs, he;
+        window_rows(g, oh, hs, he);
         T* yr = yp + oh * g.Wo;
         if (hs >= he) {  // the dilated window skips every input row: all padding
           std::fill(yr, yr + g.Wo, ninf);
