@@ -1,6 +1,7 @@
 // max_pool2d throughput on ResNet-18's stem pool (3x3, stride 2, padding 1, [N, 64, 112, 112]):
 // with indices (training: the argmax scan) and without (inference: the values-only kernel),
 // reported as GB/s of input + output; float32, and uint8 (an int8 model's bytes) without indices.
+// BM_MaxPoolLeNet: LeNet's first pool at batch 64 (2x2, stride 2, [64, 6, 28, 28]): short rows.
 //
 // Run: KILN_NUM_THREADS=2 build/release/bench/bench_pool --benchmark_min_time=0.3
 #include <benchmark/benchmark.h>
@@ -45,6 +46,29 @@ BENCHMARK(BM_MaxPoolResNetStem)
     ->Args({8, 1, 0})
     ->Args({1, 0, 1})
     ->Args({8, 0, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_MaxPoolLeNet(benchmark::State& state) {
+  const bool with_indices = state.range(0) != 0;
+  Pool2dParams p;
+  p.kernel_h = p.kernel_w = 2;
+  auto x = empty(Dims{64, 6, 28, 28}, DType::Float32);
+  for (int64_t i = 0; i < x->numel(); ++i)
+    x->data_ptr<float>()[i] = static_cast<float>((i * 7919) % 1001) * 1e-3f;
+  const Dims ys = max_pool2d_output_shape(x->sizes(), p);
+  auto y = empty(ys, DType::Float32);
+  auto idx = with_indices ? empty(ys, DType::Int64) : TensorImplPtr{};
+  for (auto _ : state) {
+    max_pool2d_out(*x, p, *y, idx.get());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * (x->nbytes() + y->nbytes()));
+}
+BENCHMARK(BM_MaxPoolLeNet)
+    ->ArgNames({"indices"})
+    ->Arg(0)
+    ->Arg(1)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

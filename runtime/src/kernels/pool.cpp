@@ -105,74 +105,90 @@ inline void window_cols(const PoolGeom& g, int64_t ow, int64_t& ws, int64_t& we)
   while (ws < 0) ws += g.dw;
 }
 
-// One output row of the max pool with indices, as PyTorch defines it: the window scanned in
-// row-major order, a value taken when greater than the best so far or NaN (so the first maximum,
-// or the last NaN; a window of nothing above below_all keeps its first position).
+// One output of the max pool with indices, as PyTorch defines it: the window (input rows
+// [hs, he) step dh) scanned in row-major order, a value taken when greater than the best so far
+// or NaN (so the first maximum, or the last NaN; a window of nothing above below_all keeps its
+// first position).
 template <typename T>
-void max_pool_scan_row(const PoolGeom& g, const T* xp, int64_t oh, T* yr, int64_t* ir) {
-  int64_t hs, he;
-  window_rows(g, oh, hs, he);
-  for (int64_t ow = 0; ow < g.Wo; ++ow) {
-    int64_t ws, we;
-    window_cols(g, ow, ws, we);
-    int64_t best = hs * g.W + ws;
-    T m = below_all<T>();
-    for (int64_t ih = hs; ih < he; ih += g.dh) {
-      const T* row = xp + ih * g.W;
-      for (int64_t iw = ws; iw < we; iw += g.dw) {
-        const T v = row[iw];
-        if (v > m || v != v) {
-          m = v;
-          best = ih * g.W + iw;
-        }
+void max_pool_scan(const PoolGeom& g, const T* xp, int64_t hs, int64_t he, int64_t ow, T* yr,
+                   int64_t* ir) {
+  int64_t ws, we;
+  window_cols(g, ow, ws, we);
+  int64_t best = hs * g.W + ws;
+  T m = below_all<T>();
+  for (int64_t ih = hs; ih < he; ih += g.dh) {
+    const T* row = xp + ih * g.W;
+    for (int64_t iw = ws; iw < we; iw += g.dw) {
+      const T v = row[iw];
+      if (v > m || v != v) {
+        m = v;
+        best = ih * g.W + iw;
       }
     }
-    yr[ow] = m;
-    ir[ow] = best;
   }
+  yr[ow] = m;
+  ir[ow] = best;
 }
 
-// Output columns [o_lo, o_hi) of a row whose windows lie inside the input row (KW columns, SW
-// apart, no dilation): the column step of max_pool_fwd below with positions in int32. `row0`:
-// the window's first row times W (a column's candidate when every row held below_all).
-template <typename T, int KW, int SW>
-void best_columns(const T* __restrict acc, const int32_t* __restrict arow, int32_t W, int64_t pw,
-                  int64_t o_lo, int64_t o_hi, int32_t row0, T* __restrict yr,
-                  int64_t* __restrict ir) {
+// Outputs [o_lo, o_hi) of a row whose K x K windows (stride S, no dilation) lie inside the input:
+// the scan above with compile-time bounds and selects (vector code across outputs), positions in
+// int32. `x0`: the window's top row.
+template <typename T, int K, int S>
+void scan_windows(const T* __restrict x0, int32_t W, int32_t row0, int64_t pw, int64_t o_lo,
+                  int64_t o_hi, T* __restrict yr, int64_t* __restrict ir) {
   for (int64_t ow = o_lo; ow < o_hi; ++ow) {
-    const int64_t c0 = ow * SW - pw;
-    T best = below_all<T>();
-    int32_t at = row0 + static_cast<int32_t>(c0);
-    bool best_nan = false;
-    for (int k = 0; k < KW; ++k) {
-      const T v = acc[c0 + k];
-      const int32_t i = arow[c0 + k] * W + static_cast<int32_t>(c0 + k);
-      const bool nan = v != v;
-      const bool take =
-          nan ? (!best_nan || i > at) : (!best_nan && (v > best || (v == best && i < at)));
-      best = take ? v : best;
-      at = take ? i : at;
-      best_nan = best_nan || (take && nan);
-    }
-    yr[ow] = best;
+    const int32_t c0 = static_cast<int32_t>(ow * S - pw);
+    T m = below_all<T>();
+    int32_t at = row0 * W + c0;
+    for (int i = 0; i < K; ++i)
+      for (int j = 0; j < K; ++j) {
+        const T v = x0[i * W + c0 + j];
+        const bool take = v > m || v != v;
+        m = take ? v : m;
+        at = take ? (row0 + i) * W + c0 + j : at;
+      }
+    yr[ow] = m;
     ir[ow] = at;
   }
 }
 
-// max_pool_fwd with indices (training): per output row, first down the columns — for every input
-// column the best of the window's rows and which row holds it (vector code: the row scan's rule
-// per column, a later row taken only when greater or NaN) — then along the row, each window's best
-// column. A column's candidate stands for its rows in row-major order, so the second step keeps
-// the scan's result by comparing positions: among NaNs the last, among equal values the first.
-// Rows are numbered in int32; taller planes take the scan.
+// Whole-window outputs of row oh through scan_windows when the pool is one of the common shapes
+// and the row's window lies inside the input; false otherwise.
+template <typename T>
+bool scan_common_row(const PoolGeom& g, const T* xp, int64_t hs, int64_t he, T* yr, int64_t* ir) {
+  if (g.kh != g.kw || g.sh != g.sw || g.dh != 1 || g.dw != 1 || he - hs != g.kh ||
+      g.H * g.W >= (int64_t(1) << 31))
+    return false;
+  auto run = [&](auto kernel) {
+    const int64_t o_lo = std::min(g.Wo, (g.pw + g.sw - 1) / g.sw);
+    const int64_t last = g.W - g.kw + g.pw;  // the last ow * sw whose window fits
+    const int64_t o_hi = std::max(o_lo, last < 0 ? 0 : std::min(g.Wo, last / g.sw + 1));
+    kernel(xp + hs * g.W, static_cast<int32_t>(g.W), static_cast<int32_t>(hs), g.pw, o_lo, o_hi, yr,
+           ir);
+    for (int64_t ow = 0; ow < o_lo; ++ow) max_pool_scan(g, xp, hs, he, ow, yr, ir);
+    for (int64_t ow = o_hi; ow < g.Wo; ++ow) max_pool_scan(g, xp, hs, he, ow, yr, ir);
+    return true;
+  };
+  if (g.kh == 3 && g.sh == 2) return run(scan_windows<T, 3, 2>);
+  if (g.kh == 3 && g.sh == 1) return run(scan_windows<T, 3, 1>);
+  if (g.kh == 2 && g.sh == 2) return run(scan_windows<T, 2, 2>);
+  return false;
+}
+
+// max_pool_fwd with indices (training). Rows of the common pools whose window lies inside the
+// input: scan_common_row. Other rows: first down the columns — for every input column the best
+// of the window's rows and which row holds it (vector code: the scan's rule per column, a later
+// row taken only when greater or NaN) — then along the row, each window's best column. A
+// column's candidate stands for its rows in row-major order, so the second step keeps the scan's
+// result by comparing positions: among NaNs the last, among equal values the first. Rows are
+// numbered in int32; taller planes take the scan.
 template <typename T>
 void max_pool_fwd(const PoolGeom& g, const T* x, T* y, int64_t* idx) {
   const int64_t HW = g.H * g.W, howo = g.Ho * g.Wo;
   const bool by_columns = g.H < (int64_t(1) << 31);
-  const bool small_plane = HW < (int64_t(1) << 31);  // positions in int32
   parallel_for(0, g.planes, plane_grain(howo * g.kh * g.kw), [&](int64_t p0, int64_t p1) {
-    std::vector<T> acc_buf(by_columns ? static_cast<size_t>(g.W) : 0);
-    std::vector<int32_t> row_buf(acc_buf.size());
+    std::vector<T> acc_buf;
+    std::vector<int32_t> row_buf;
     for (int64_t p = p0; p < p1; ++p) {
       const T* xp = x + p * HW;
       for (int64_t oh = 0; oh < g.Ho; ++oh) {
@@ -180,11 +196,14 @@ void max_pool_fwd(const PoolGeom& g, const T* x, T* y, int64_t* idx) {
         int64_t* ir = idx + p * howo + oh * g.Wo;
         int64_t hs, he;
         window_rows(g, oh, hs, he);
+        if (scan_common_row(g, xp, hs, he, yr, ir)) continue;
         if (!by_columns || hs >= he) {
-          max_pool_scan_row(g, xp, oh, yr, ir);
+          for (int64_t ow = 0; ow < g.Wo; ++ow) max_pool_scan(g, xp, hs, he, ow, yr, ir);
           continue;
         }
         const int64_t W = g.W;
+        acc_buf.resize(static_cast<size_t>(W));
+        row_buf.resize(static_cast<size_t>(W));
         T* __restrict acc = acc_buf.data();
         int32_t* __restrict arow = row_buf.data();
         std::copy(xp + hs * W, xp + (hs + 1) * W, acc);
@@ -199,28 +218,7 @@ void max_pool_fwd(const PoolGeom& g, const T* x, T* y, int64_t* idx) {
             arow[i] = take ? r : arow[i];
           }
         }
-        // Windows wholly inside the row: compile-time shapes for the common pools (vector code).
-        int64_t o_lo = 0, o_hi = 0;
-        if (small_plane) {
-          o_lo = std::min(g.Wo, (g.pw + g.sw - 1) / g.sw);
-          const int64_t reach = (g.kw - 1) * g.dw - g.pw;  // window end past ow * sw, inclusive
-          o_hi = W - 1 - reach < 0 ? 0 : std::min(g.Wo, (W - 1 - reach) / g.sw + 1);
-          o_hi = std::max(o_hi, o_lo);
-          const int32_t hs32 = static_cast<int32_t>(hs * W);
-          if (g.kw == 3 && g.sw == 2 && g.dw == 1)
-            best_columns<T, 3, 2>(acc, arow, int32_t(W), g.pw, o_lo, o_hi, hs32, yr, ir);
-          else if (g.kw == 3 && g.sw == 1 && g.dw == 1)
-            best_columns<T, 3, 1>(acc, arow, int32_t(W), g.pw, o_lo, o_hi, hs32, yr, ir);
-          else if (g.kw == 2 && g.sw == 2 && g.dw == 1)
-            best_columns<T, 2, 2>(acc, arow, int32_t(W), g.pw, o_lo, o_hi, hs32, yr, ir);
-          else
-            o_hi = o_lo;
-        }
         for (int64_t ow = 0; ow < g.Wo; ++ow) {
-          if (ow == o_lo && o_hi > o_lo) {
-            ow = o_hi - 1;
-            continue;
-          }
           int64_t ws, we;
           window_cols(g, ow, ws, we);
           T best = below_all<T>();
