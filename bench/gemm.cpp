@@ -115,6 +115,10 @@ BENCHMARK(BM_SgemmPackedB)
     // ResNet-18's layer4 3x3 convs at batch 1 (gemm-ch: im2col rows against the packed weight);
     // B is 9 MB here, so it comes from L3, not L2
     ->Args({49, 512, 4608})
+    // The transformer block of bench_codegen (d 256, FFN 1024, 128 tokens): QKV, FFN up / down
+    ->Args({128, 768, 256})
+    ->Args({128, 1024, 256})
+    ->Args({128, 256, 1024})
     ->UseRealTime();
 
 // OpenBLAS's cblas_sgemm on the same operands (row-major), for the same-run ratio. Skipped when

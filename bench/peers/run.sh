@@ -12,7 +12,11 @@
 # BM_CompiledOptimizedSeries), kiln-art (.kiln artifact on kiln_runtime's executor: `kiln run
 # --bench`), ort (onnxruntime-node, opt level 'all'), torchscript (trace + freeze +
 # optimize_for_inference). Optional (ENGINES=...): torch-eager (slow with Debian's torch build:
-# seconds per MobileNetV2 batch) and kiln-eager (BM_EagerSeries). Each engine's number per round is
+# seconds per MobileNetV2 batch), kiln-eager (BM_EagerSeries), and two from PyPI in a virtual
+# environment (`python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install torch onnxruntime`,
+# PY2=/tmp/torch2/bin/python): ort-py (onnxruntime's Python package, ort_bench.py: for machines
+# without npm; spinning on, ORT's default) and torch-compile (PyTorch 2.x torch.compile, Inductor:
+# the compiler to beat). Each engine's number per round is
 # the median of ITERS timed runs, back to back after WARMUP untimed ones, in a fresh process; the
 # table gives the median over rounds, and the ratios are taken within each round (same load), then
 # the median.
@@ -21,6 +25,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build/release}
 PYTHON=${PYTHON:-/usr/bin/python3}
+PY2=${PY2:-/tmp/torch2/bin/python}  # PyTorch 2.x and onnxruntime from PyPI (ort-py, torch-compile)
 ORT_NODE_MODULES=${ORT_NODE_MODULES:-/tmp/ortnode/node_modules}
 WORK=${WORK:-/tmp/kiln-peers}
 THREADS=${THREADS:-2}
@@ -42,17 +47,29 @@ need() { echo "run.sh: missing $1 -- $2" >&2; missing=1; }
 [[ -x $BUILD/bench/bench_codegen ]] || need "$BUILD/bench/bench_codegen" "ninja -C build/release bench_codegen"
 "$PYTHON" -c 'import torch, torchvision' 2>/dev/null ||
   need "PyTorch for $PYTHON" "apt-get install -y python3-torch python3-torchvision"
-command -v node >/dev/null || need node "apt-get install -y nodejs npm"
-NODE_PATH=$ORT_NODE_MODULES node -e 'require("onnxruntime-node")' 2>/dev/null ||
-  need "onnxruntime-node in $ORT_NODE_MODULES" \
-    "mkdir -p /tmp/ortnode && cd /tmp/ortnode && npm init -y && npm install onnxruntime-node --onnxruntime-node-install=skip"
+if [[ " $ENGINES " == *" ort "* ]]; then
+  command -v node >/dev/null || need node "apt-get install -y nodejs npm"
+  NODE_PATH=$ORT_NODE_MODULES node -e 'require("onnxruntime-node")' 2>/dev/null ||
+    need "onnxruntime-node in $ORT_NODE_MODULES" \
+      "mkdir -p /tmp/ortnode && cd /tmp/ortnode && npm init -y && npm install onnxruntime-node --onnxruntime-node-install=skip"
+fi
+if [[ " $ENGINES " == *" ort-py "* || " $ENGINES " == *" torch-compile "* ]]; then
+  "$PY2" -c 'import torch, torchvision, onnxruntime' 2>/dev/null ||
+    need "PyTorch 2.x, torchvision and onnxruntime for $PY2" \
+      "python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install torch torchvision onnxruntime"
+fi
 ((missing == 0)) || exit 1
 
 mkdir -p "$WORK"
 RESULTS=$WORK/results.$(date -u +%H%M%S).txt
 : >"$RESULTS"
 echo "# $(date -u '+%F %T UTC')  $(uptime | sed 's/.*load/load/')  threads=$THREADS rounds=$ROUNDS iters b1=$ITERS_B1 b8=$ITERS_B8 nice=$(nice)"
-echo "# kiln $(git -C "$ROOT" rev-parse --short HEAD)  torch $("$PYTHON" -c 'import torch; print(torch.__version__)')  onnxruntime-node $(NODE_PATH=$ORT_NODE_MODULES node -p 'require("onnxruntime-node/package.json").version')  $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')"
+versions="torch $("$PYTHON" -c 'import torch; print(torch.__version__)')"
+[[ " $ENGINES " != *" ort "* ]] ||
+  versions+="  onnxruntime-node $(NODE_PATH=$ORT_NODE_MODULES node -p 'require("onnxruntime-node/package.json").version')"
+[[ " $ENGINES " != *" ort-py "* && " $ENGINES " != *" torch-compile "* ]] ||
+  versions+="  $("$PY2" -c 'import torch, onnxruntime; print("torch", torch.__version__, " onnxruntime", onnxruntime.__version__)')"
+echo "# kiln $(git -C "$ROOT" rev-parse --short HEAD)  $versions  $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')"
 
 # Inputs each engine needs, made once (random weights everywhere; latency does not depend on them).
 for m in $MODELS; do
@@ -88,6 +105,13 @@ print(f"RESULT {e} {m} {b} {med:.3f} {low:.3f} {n}")' "$e" "$m" "$b"
       ;;
     ort)
       NODE_PATH=$ORT_NODE_MODULES node "$HERE/ort_bench.js" "$WORK/${m}_b$b.onnx" "$m" "$b" "$n" "$WARMUP"
+      ;;
+    ort-py)
+      "$PY2" "$HERE/ort_bench.py" "$WORK/${m}_b$b.onnx" "$m" "$b" "$n" "$WARMUP"
+      ;;
+    torch-compile)
+      "$PY2" "$HERE/torch_bench.py" time --model "$m" --batch "$b" --engine compile --iters "$n" \
+        --warmup "$WARMUP" 2>/dev/null
       ;;
     torchscript | torch-eager)
       # libgomp's active spin-wait collapses when another job takes a core (0.8 s instead of 5 ms for
@@ -141,7 +165,7 @@ for m, b in keys:
         cells.append(f"{'-':>20}" if v is None else f"{v:11.1f} [{min(mins[(m, b, e)]):6.1f}]")
     print(f"{m:<13}{b:>5} " + "".join(cells))
 ratios = [(k, p) for k in ("kiln-jit", "kiln-art", "kiln-eager") if k in engines
-          for p in ("ort", "torchscript", "torch-eager") if p in engines]
+          for p in ("ort", "ort-py", "torch-compile", "torchscript", "torch-eager") if p in engines]
 # Per round, the engines of one (model, batch) ran back to back, so a round's ratio compares them
 # under the same load; the table gives the median over rounds of those ratios, and the ratio of
 # the best runs (min over all rounds), which the machine's other load disturbs least.

@@ -9,6 +9,10 @@ depend on them.
       PyTorch eager (Debian's 1.13) under no_grad; writes DIR/<model>_b<B>.onnx for the ort mode.
   python3 seq_peers.py ort --dir DIR [--model lstm|transformer] [--batches 1,8]
       ONNX Runtime (all graph optimizations, intra-op spinning on: its default) on those files.
+  python3 seq_peers.py compile [--model lstm|transformer] [--batches 1,8]
+      PyTorch 2.x's torch.compile (Inductor, its default mode) under no_grad, from PyPI
+      (`pip install torch` in a virtual environment; the CPU path needs only a C++ compiler).
+      Compilation happens in the untimed warm-up runs.
 
 Prints `RESULT <engine> <model> <batch> <median_ms> <min_ms>` at THREADS threads (default 2), each
 the median of ITERS (default 40) timed runs after 5 untimed ones, as bench_codegen's series do.
@@ -61,6 +65,20 @@ def torch_mode(args, threads, iters):
         print(f"RESULT torch-eager {args.model} {b} {med:.4f} {low:.4f}", flush=True)
 
 
+def compile_mode(args, threads, iters):
+    import torch
+
+    torch.set_num_threads(threads)
+    print(f"# torch {torch.__version__}, torch.compile (Inductor)", flush=True)
+    for b in args.batches:
+        model = make_model(torch, args.model)
+        compiled = torch.compile(model)
+        x = torch.randn(*input_shape(args.model, b))
+        with torch.no_grad():
+            med, low = timed(lambda: compiled(x), iters)
+        print(f"RESULT torch-compile {args.model} {b} {med:.4f} {low:.4f}", flush=True)
+
+
 def ort_mode(args, threads, iters):
     import onnxruntime as ort
 
@@ -77,16 +95,19 @@ def ort_mode(args, threads, iters):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("engine", choices=["torch", "ort"])
-    p.add_argument("--dir", required=True)
+    p.add_argument("engine", choices=["torch", "ort", "compile"])
+    p.add_argument("--dir", default=None, help="ONNX files (torch writes them, ort reads them)")
     p.add_argument("--model", choices=["lstm", "transformer"], default="lstm")
     p.add_argument("--batches", default="1,8")
     args = p.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
-    os.makedirs(args.dir, exist_ok=True)
+    if args.engine != "compile":
+        if not args.dir:
+            p.error(f"{args.engine} needs --dir")
+        os.makedirs(args.dir, exist_ok=True)
     threads = int(os.environ.get("THREADS", "2"))
     iters = int(os.environ.get("ITERS", "40"))
-    (torch_mode if args.engine == "torch" else ort_mode)(args, threads, iters)
+    {"torch": torch_mode, "ort": ort_mode, "compile": compile_mode}[args.engine](args, threads, iters)
 
 
 if __name__ == "__main__":
