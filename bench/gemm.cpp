@@ -119,6 +119,9 @@ BENCHMARK(BM_SgemmPackedB)
     ->Args({128, 768, 256})
     ->Args({128, 1024, 256})
     ->Args({128, 256, 1024})
+    // bench_codegen's LSTM step at batch 1 and 8: h [B, 256] times the recurrent weight [1024, 256]
+    ->Args({1, 1024, 256})
+    ->Args({8, 1024, 256})
     ->UseRealTime();
 
 // OpenBLAS's cblas_sgemm on the same operands (row-major), for the same-run ratio. Skipped when
@@ -186,6 +189,9 @@ BENCHMARK(BM_Sgemm)
     // MobileNetV2's classifier, 1280 -> 1000, at batch 1 and 8
     ->Args({1, 1000, 1280, 1})
     ->Args({8, 1000, 1280, 1})
+    // the LSTM step's recurrent product, batch 1 and 8 (BM_SgemmPackedB: the same, weight packed)
+    ->Args({1, 1024, 256, 1})
+    ->Args({8, 1024, 256, 1})
     // ResNet-18 convs as im2col GEMMs: C_out x (H*W) x (C_in*3*3)
     ->Args({64, 3136, 576, 0})
     ->Args({128, 784, 1152, 0})

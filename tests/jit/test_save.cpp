@@ -99,7 +99,8 @@ TEST(Save, ResNet18MatchesEager) {
 
 // Full-size ResNet-18: the executor prepares its 3x3 stride-1 convs for Winograd F(4x4, 3x3) in
 // layers 1-3 (layer 4's 7x7 maps have too few tiles), the stem for the direct kernel and packs the
-// rest for the GEMM; the output stays within the bound (max |a - b| / max |b| <= 1e-4).
+// rest (the classifier's linear too) for the GEMM; the output stays within the bound (max
+// |a - b| / max |b| <= 1e-4).
 TEST(Save, ResNet18At224WithWinogradMatchesEager) {
   manual_seed(8);
   auto m = models::resnet18(10);
@@ -124,7 +125,7 @@ TEST(Save, ResNet18At224WithWinogradMatchesEager) {
   }
   EXPECT_EQ(winograd,
             10u);  // layer1: 4, layer2: 3, layer3: 3 (the 13 stride-1 3x3 convs minus layer4's)
-  EXPECT_EQ(gemm, 9u);    // 3 stride-2 3x3, 3 downsample 1x1, layer4's 3
+  EXPECT_EQ(gemm, 10u);   // 3 stride-2 3x3, 3 downsample 1x1, layer4's 3, the classifier
   EXPECT_EQ(direct, 1u);  // the 7x7 stem (3 input channels)
   EXPECT_GT(ps.bytes, e.model->stats().weight_bytes / 2);
 }

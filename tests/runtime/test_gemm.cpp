@@ -867,6 +867,79 @@ TEST(Linalg, Linear) {
   expect_close(values(*out), ref, 1e-4, "linear 37x300x70");
 }
 
+// A constant weight packed once (prepare_linear_weight, what artifacts and compiled code do) gives
+// act(x Wᵀ + bias + residual) within float32 rounding of a float64 loop, for input rows from one
+// (an RNN step at batch 1) to many, on both thread counts; a weight packed for another shape is
+// not used; dtypes and layouts the GEMM does not take are left to linear_out (false).
+TEST(Linalg, LinearOnAPreparedWeight) {
+  IsaThreads restore;
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1024, 256}, {8, 1024, 256}, {3, 5, 7},
+                                                   {13, 33, 1},    {128, 100, 64}, {37, 64, 300}};
+  const Activation acts[] = {Activation::None, Activation::Relu, Activation::Clamp,
+                             Activation::GeluTanh};
+  uint32_t seed = 7100;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const auto& [M, N, K] : shapes)
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool with_bias = variant & 1, with_res = variant & 2;
+        auto x = rand_tensor({M, K}, DType::Float32, seed++);
+        auto w = rand_tensor({N, K}, DType::Float32, seed++);
+        auto bias = rand_tensor({N}, DType::Float32, seed++);
+        auto res = rand_tensor({M, N}, DType::Float32, seed++);
+        auto packed = kernels::prepare_linear_weight(*w);
+        ASSERT_NE(packed, nullptr);
+        Epilogue e;
+        e.activation = acts[(variant + M) % 4];
+        e.clamp_min = -0.5f, e.clamp_max = 0.75f;
+        auto out = empty(Dims{M, N}, DType::Float32);
+        ASSERT_TRUE(kernels::linear_gemm_out(*x, *w, with_bias ? bias.get() : nullptr,
+                                             with_res ? res.get() : nullptr, e, *out,
+                                             packed.get()));
+        const float *xp = x->data_ptr<float>(), *wp = w->data_ptr<float>();
+        const float *bp = bias->data_ptr<float>(), *rp = res->data_ptr<float>();
+        std::vector<double> ref(static_cast<size_t>(M * N));
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; ++k) acc += double(xp[i * K + k]) * wp[j * K + k];
+            if (with_bias) acc += bp[j];
+            if (with_res) acc += rp[i * N + j];
+            ref[static_cast<size_t>(i * N + j)] = ref_activation(acc, e);
+          }
+        expect_close(values(*out), ref, 1e-4 * std::sqrt(double(K)),
+                     "packed linear " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                         std::to_string(K) + " variant " + std::to_string(variant) + " threads " +
+                         std::to_string(threads));
+      }
+  }
+  // Packed for another weight shape: ignored, the product is still the right one.
+  auto x = rand_tensor({4, 6}, DType::Float32, 1), w = rand_tensor({5, 6}, DType::Float32, 2);
+  auto other = kernels::prepare_linear_weight(*rand_tensor({6, 5}, DType::Float32, 3));
+  auto out = empty(Dims{4, 5}, DType::Float32);
+  ASSERT_TRUE(kernels::linear_gemm_out(*x, *w, nullptr, nullptr, {}, *out, other.get()));
+  expect_close(values(*out), ref_matmul(*x, *views::transpose(*w, 0, 1)).second, 1e-5,
+               "packed for another shape");
+  // Not float32, or a strided weight: nothing to prepare, and the GEMM path declines.
+  EXPECT_EQ(kernels::prepare_linear_weight(*rand_tensor({5, 6}, DType::Float64, 4)), nullptr);
+  EXPECT_EQ(kernels::prepare_linear_weight(
+                *views::transpose(*rand_tensor({6, 5}, DType::Float32, 5), 0, 1)),
+            nullptr);
+  auto xd = rand_tensor({4, 6}, DType::Float64, 6), wd = rand_tensor({5, 6}, DType::Float64, 7);
+  auto outd = empty(Dims{4, 5}, DType::Float64);
+  EXPECT_FALSE(kernels::linear_gemm_out(*xd, *wd, nullptr, nullptr, {}, *outd, nullptr));
+  // Shapes that do not chain are named.
+  auto bad = empty(Dims{4, 7}, DType::Float32);
+  try {
+    kernels::linear_gemm_out(*x, *w, nullptr, nullptr, {}, *bad, nullptr);
+    ADD_FAILURE() << "expected an error for out [4, 7]";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("linear: expected input [..., 6] and out [..., 5]"),
+              std::string::npos)
+        << err.what();
+  }
+}
+
 TEST(Linalg, Errors) {
   auto expect_error = [](auto&& fn, const std::string& op, const std::string& needle) {
     try {

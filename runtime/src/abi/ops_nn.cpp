@@ -33,29 +33,32 @@ TensorImplPtr contiguous(TensorImpl& t) {
   return c;
 }
 
-}  // namespace
+// linear: x, w, bias?, out. The weight packed in `packed` (a prepared call site) or per call.
+void linear(abi::Args& a, const SgemmPacked* packed) {
+  if (linear_gemm_out(a.t(0), a.t(1), a.opt(2), nullptr, {}, a.t(3), packed)) return;
+  linear_out(a.t(0), a.t(1), a.opt(2), a.t(3));
+}
 
-KILN_ABI_OP(matmul, matmul_out(a.t(0), a.t(1), a.t(2)))
-KILN_ABI_OP(linear, linear_out(a.t(0), a.t(1), a.opt(2), a.t(3)))
-
-KILN_ABI_OP(linear_fused, {
+// linear_fused: x, w, bias?, residual?, out; activation, clamp_min, clamp_max.
+void linear_fused(abi::Args& a, const SgemmPacked* packed) {
   TensorImplPtr x = contiguous(a.t(0)), w = contiguous(a.t(1));
-  TensorImpl* bias = a.opt(2);
+  TensorImplPtr b = a.opt(2) ? contiguous(*a.opt(2)) : TensorImplPtr();
   TensorImplPtr residual = a.opt(3) ? contiguous(*a.opt(3)) : TensorImplPtr();
   TensorImpl& out = a.t(4);
-  KILN_CHECK(x->dtype() == DType::Float32 && out.is_contiguous(), "linear_fused",
-             "expected float32 operands and a contiguous output, got ", describe(*x));
-  const int64_t K = x->size(-1), M = x->numel() / std::max<int64_t>(K, 1), N = w->size(0);
-  TensorImplPtr b = bias ? contiguous(*bias) : TensorImplPtr();
   Epilogue e;
-  if (b) e.bias_kind = Epilogue::Bias::PerCol, e.bias = b->data_ptr<float>();
-  if (residual) e.residual = residual->data_ptr<float>(), e.ld_residual = N;
   e.activation = static_cast<Activation>(a.i());
   e.clamp_min = static_cast<float>(a.f());
   e.clamp_max = static_cast<float>(a.f());
-  sgemm(false, true, M, N, K, 1.0f, x->data_ptr<float>(), K, w->data_ptr<float>(), K, 0.0f,
-        out.data_ptr<float>(), N, e);
-})
+  KILN_CHECK(linear_gemm_out(*x, *w, b.get(), residual.get(), e, out, packed), "linear_fused",
+             "expected float32 operands and a contiguous output, got ", describe(*x), " and ",
+             describe(out));
+}
+
+}  // namespace
+
+KILN_ABI_OP(matmul, matmul_out(a.t(0), a.t(1), a.t(2)))
+KILN_ABI_OP(linear, linear(a, nullptr))
+KILN_ABI_OP(linear_fused, linear_fused(a, nullptr))
 
 KILN_ABI_OP(conv2d, {
   Conv2dParams p = conv2d_params(a);
@@ -129,6 +132,23 @@ extern "C" void kiln_abi_release_prepared(void** slot) {
   if (slot == nullptr) return;
   delete static_cast<PreparedSlot*>(*slot);
   *slot = nullptr;
+}
+
+extern "C" void kiln_abi_linear_prepared(void* const* data, const int64_t* desc, void** slot) {
+  abi::guarded("linear", [&] {
+    abi::Args a(data, desc, "linear");
+    linear(a, prepared_in_slot<SgemmPacked>(slot, [&] { return prepare_linear_weight(a.t(1)); }));
+  });
+}
+
+extern "C" void kiln_abi_linear_fused_prepared(void* const* data, const int64_t* desc,
+                                               void** slot) {
+  abi::guarded("linear_fused", [&] {
+    abi::Args a(data, desc, "linear_fused");
+    const SgemmPacked* packed =
+        prepared_in_slot<SgemmPacked>(slot, [&] { return prepare_linear_weight(a.t(1)); });
+    linear_fused(a, packed);
+  });
 }
 
 extern "C" void kiln_abi_conv2d_prepared(void* const* data, const int64_t* desc, void** slot) {

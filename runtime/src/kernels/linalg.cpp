@@ -413,6 +413,54 @@ Dims linear_shape(const TensorImpl& input, const TensorImpl& weight) {
   return out;
 }
 
+std::shared_ptr<const SgemmPacked> prepare_linear_weight(const TensorImpl& weight) {
+  if (weight.dtype() != DType::Float32 || weight.dim() != 2 || !weight.is_contiguous() ||
+      weight.device() != Device::CPU || weight.numel() == 0)
+    return nullptr;
+  const int64_t N = weight.size(0), K = weight.size(1);
+  return sgemm_pack_b(true, K, N, weight.data_ptr<float>(), K);
+}
+
+bool linear_gemm_out(const TensorImpl& x, const TensorImpl& w, const TensorImpl* bias,
+                     const TensorImpl* res, Epilogue e, TensorImpl& o, const SgemmPacked* packed) {
+  const bool f32 = x.dtype() == DType::Float32 && w.dtype() == DType::Float32 &&
+                   o.dtype() == DType::Float32 && (!bias || bias->dtype() == DType::Float32) &&
+                   (!res || res->dtype() == DType::Float32);
+  const bool cpu = x.device() == Device::CPU && w.device() == Device::CPU &&
+                   o.device() == Device::CPU && (!bias || bias->device() == Device::CPU) &&
+                   (!res || res->device() == Device::CPU);
+  const bool dense = x.is_contiguous() && w.is_contiguous() && o.is_contiguous() && w.dim() == 2 &&
+                     x.dim() >= 1 && o.dim() == x.dim() &&
+                     (!bias || (bias->is_contiguous() && bias->numel() == w.size(0))) &&
+                     (!res || (res->is_contiguous() && res->sizes() == o.sizes()));
+  if (!f32 || !cpu || !dense) return false;
+  const int64_t K = w.size(1), N = w.size(0);
+  if (K == 0) return false;  // out = bias: linear_out handles it
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) {
+    KILN_CHECK(x.sizes()[d] == o.sizes()[d], "linear", "expected out of shape [..., ", N,
+               "] matching input ", describe(x), ", got ", describe(o));
+  }
+  KILN_CHECK(x.size(-1) == K && o.size(-1) == N, "linear", "expected input [..., ", K,
+             "] and out [..., ", N, "], got ", describe(x), " and ", describe(o));
+  const int64_t M = x.numel() / K;
+  if (o.numel() == 0) return true;
+  if (bias) {
+    e.bias_kind = Epilogue::Bias::PerCol;
+    e.bias = bias->data_ptr<float>();
+  }
+  if (res) {
+    e.residual = res->data_ptr<float>();
+    e.ld_residual = N;
+  }
+  if (packed && packed->is_b() && packed->outer() == N && packed->depth() == K)
+    sgemm_packed_b(false, M, 1.0f, x.data_ptr<float>(), K, *packed, 0.0f, o.data_ptr<float>(), N,
+                   e);
+  else
+    sgemm(false, true, M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K, 0.0f,
+          o.data_ptr<float>(), N, e);
+  return true;
+}
+
 void linear_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
                 TensorImpl& out) {
   const Dims shape = linear_shape(input, weight);

@@ -141,48 +141,30 @@ void run_conv1d(const KernelCall& c) {
   kernels::conv1d_out(in(c, 0), in(c, 1), opt_in(c, 2), {p.v[0], p.v[1], p.v[2], p.v[3]}, out(c));
 }
 
-// act(x W^T + bias + residual) as one GEMM with its epilogue, for f32 contiguous operands (the
-// common case); false when it does not apply. Besides fusing, this calls sgemm on the operands'
-// own memory: no view objects, nothing allocated per call.
-bool linear_gemm(const TensorImpl& x, const TensorImpl& w, const TensorImpl* bias,
-                 const TensorImpl* res, const Fusion& f, TensorImpl& o) {
-  const bool f32 = x.dtype() == DType::Float32 && w.dtype() == DType::Float32 &&
-                   o.dtype() == DType::Float32 && (!bias || bias->dtype() == DType::Float32) &&
-                   (!res || res->dtype() == DType::Float32);
-  const bool dense = x.is_contiguous() && w.is_contiguous() && o.is_contiguous() && w.dim() == 2 &&
-                     x.dim() >= 1 && o.dim() == x.dim() &&
-                     (!bias || (bias->is_contiguous() && bias->numel() == w.size(0))) &&
-                     (!res || (res->is_contiguous() && res->sizes() == o.sizes()));
-  if (!f32 || !dense) return false;
-  const int64_t K = w.size(1), N = w.size(0);
-  if (K == 0) return false;  // out = bias: the general kernel handles it
-  for (int64_t d = 0; d + 1 < x.dim(); ++d) {
-    KILN_CHECK(x.sizes()[d] == o.sizes()[d], "linear", "expected out of shape [..., ", N,
-               "] matching input ", describe(x), ", got ", describe(o));
-  }
-  KILN_CHECK(x.size(-1) == K && o.size(-1) == N, "linear", "expected input [..., ", K,
-             "] and out [..., ", N, "], got ", describe(x), " and ", describe(o));
-  const int64_t M = x.numel() / K;
-  if (o.numel() == 0) return true;
+// act(x W^T + bias + residual) as one GEMM with its epilogue (kernels::linear_gemm_out), on the
+// weight packed at preparation when there is one; false when it does not apply. Besides fusing,
+// this calls sgemm on the operands' own memory: no view objects, nothing allocated per call.
+bool linear_gemm(const KernelCall& c, const TensorImpl* res, const Fusion& f) {
   kernels::Epilogue e;
-  if (bias) {
-    e.bias_kind = kernels::Epilogue::Bias::PerCol;
-    e.bias = bias->data_ptr<float>();
-  }
-  if (res) {
-    e.residual = res->data_ptr<float>();
-    e.ld_residual = N;
-  }
   e.activation = f.activation;
   e.clamp_min = f.clamp_min;
   e.clamp_max = f.clamp_max;
-  kernels::sgemm(false, true, M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K, 0.0f,
-                 o.data_ptr<float>(), N, e);
-  return true;
+  return kernels::linear_gemm_out(in(c, 0), in(c, 1), opt_in(c, 2), res, e, out(c),
+                                  static_cast<const kernels::SgemmPacked*>(c.prepared));
+}
+
+// A constant weight is packed once for the model.
+PreparedInputs prepare_linear(const KernelCall& c, uint32_t constant_inputs) {
+  parallel_for(0, num_threads(), 1, [](int64_t, int64_t) {});  // start the pool's workers now
+  if ((constant_inputs & 0b10u) == 0) return {};
+  std::shared_ptr<const kernels::SgemmPacked> w = kernels::prepare_linear_weight(in(c, 1));
+  if (!w) return {};
+  const size_t bytes = w->nbytes();
+  return {std::move(w), bytes, "gemm"};
 }
 
 void run_linear(const KernelCall& c) {
-  if (linear_gemm(in(c, 0), in(c, 1), opt_in(c, 2), nullptr, Fusion{}, out(c))) return;
+  if (linear_gemm(c, nullptr, Fusion{})) return;
   kernels::linear_out(in(c, 0), in(c, 1), opt_in(c, 2), out(c));
 }
 
@@ -201,7 +183,7 @@ void run_linear_fused(const KernelCall& c) {
   const TensorImpl* bias = opt_in(c, 2);
   const TensorImpl* res = opt_in(c, 3);
   TensorImpl& o = out(c);
-  if (linear_gemm(x, w, bias, res, f, o)) return;
+  if (linear_gemm(c, res, f)) return;
   // Other dtypes and layouts: the unfused steps.
   kernels::linear_out(x, w, bias, o);
   if (res) kernels::add_out(o, *res, o);
@@ -447,9 +429,11 @@ void register_nn(Registry& r) {
   r.add(with_signature({.name = "interpolate_backward",
                         .decode = decode_interpolate,
                         .run = run_interpolate_backward}));
-  r.add(with_signature({.name = "linear", .run = run_linear}));
-  r.add(with_signature(
-      {.name = "linear_fused", .decode = decode_linear_fused, .run = run_linear_fused}));
+  r.add(with_signature({.name = "linear", .run = run_linear, .prepare = prepare_linear}));
+  r.add(with_signature({.name = "linear_fused",
+                        .decode = decode_linear_fused,
+                        .run = run_linear_fused,
+                        .prepare = prepare_linear}));
   r.add(with_signature({.name = "matmul", .run = run_matmul}));
   // Indices are only computed when something reads them (training); inference discards them.
   r.add(with_signature({.name = "max_pool2d",

@@ -7,6 +7,9 @@
 // may be any strided view; it must not overlap the inputs (except addmm's bias, which may be
 // `out`).
 
+#include <memory>
+
+#include "kiln/runtime/kernels/gemm.h"
 #include "kiln/runtime/tensor.h"
 
 namespace kiln::kernels {
@@ -37,5 +40,20 @@ void addmm_out(const TensorImpl& bias, const TensorImpl& a, const TensorImpl& b,
 Dims linear_shape(const TensorImpl& input, const TensorImpl& weight);
 void linear_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
                 TensorImpl& out);
+
+// A linear layer's constant weight [out, in] packed once as sgemm's right operand (its transpose,
+// sgemm_pack_b): every call would otherwise pack it again, or (a few rows of input: an RNN step)
+// take dot products that reduce across vector lanes. Null unless a contiguous float32 matrix on
+// the CPU.
+std::shared_ptr<const SgemmPacked> prepare_linear_weight(const TensorImpl& weight);
+
+// out = act(input Wᵀ + bias + residual) as one sgemm with its epilogue (e: activation and clamp;
+// its bias and residual fields are set here), for contiguous float32 CPU operands (residual shaped
+// like out); false, with nothing done, for other dtypes and layouts. `packed`: the weight from
+// prepare_linear_weight, used when it was packed for this weight's shape. Bad shapes throw
+// "linear: expected ...".
+bool linear_gemm_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                     const TensorImpl* residual, Epilogue e, TensorImpl& out,
+                     const SgemmPacked* packed = nullptr);
 
 }  // namespace kiln::kernels
