@@ -940,6 +940,52 @@ TEST(Linalg, LinearOnAPreparedWeight) {
   }
 }
 
+// matmul with a constant right operand packed once: a [..., K] (a vector, a matrix, a batch folded
+// into rows) times b [K, N], within float32 rounding of a float64 loop; what the packed path does
+// not take (non-contiguous a) is declined, and a mismatched inner dim is named.
+TEST(Linalg, MatmulOnAPreparedRightOperand) {
+  IsaThreads restore;
+  uint32_t seed = 7300;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const std::vector<int64_t>& as :
+         std::vector<std::vector<int64_t>>{{64}, {1, 64}, {7, 64}, {2, 5, 64}, {3, 40, 64}})
+      for (int64_t N : {1, 17, 96}) {
+        const int64_t K = 64;
+        auto a = rand_tensor(as, DType::Float32, seed++);
+        auto b = rand_tensor({K, N}, DType::Float32, seed++);
+        auto packed = kernels::prepare_matmul_operand(*b);
+        ASSERT_NE(packed, nullptr);
+        auto out = empty(kernels::matmul_shape(*a, *b), DType::Float32);
+        ASSERT_TRUE(kernels::matmul_packed_out(*a, *b, *packed, *out));
+        const int64_t M = a->numel() / K;
+        const float *ap = a->data_ptr<float>(), *bp = b->data_ptr<float>();
+        std::vector<double> ref(static_cast<size_t>(M * N));
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; ++k) acc += double(ap[i * K + k]) * bp[k * N + j];
+            ref[static_cast<size_t>(i * N + j)] = acc;
+          }
+        expect_close(values(*out), ref, 1e-4 * std::sqrt(double(K)),
+                     "packed matmul " + describe(*a) + " x [64, " + std::to_string(N) + "]");
+      }
+  }
+  auto b = rand_tensor({6, 5}, DType::Float32, 1);
+  auto packed = kernels::prepare_matmul_operand(*b);
+  auto at = views::transpose(*rand_tensor({6, 4}, DType::Float32, 2), 0, 1);  // [4, 6], strided
+  auto out = empty(Dims{4, 5}, DType::Float32);
+  EXPECT_FALSE(kernels::matmul_packed_out(*at, *b, *packed, *out));
+  EXPECT_EQ(kernels::prepare_matmul_operand(*views::transpose(*b, 0, 1)), nullptr);
+  auto bad = rand_tensor({4, 7}, DType::Float32, 3);
+  try {
+    kernels::matmul_packed_out(*bad, *b, *packed, *out);
+    ADD_FAILURE() << "expected an error for a [4, 7] x [6, 5]";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("matmul"), std::string::npos) << err.what();
+  }
+}
+
 TEST(Linalg, Errors) {
   auto expect_error = [](auto&& fn, const std::string& op, const std::string& needle) {
     try {

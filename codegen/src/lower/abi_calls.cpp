@@ -38,16 +38,16 @@ bool has_abi_kernel(llvm::StringRef op) {
   return abi_ops().count(op) != 0;
 }
 
-// Convolutions and linear layers whose weights are frozen constants call the runtime's *_prepared
-// entry points: the weight (operand 1: conv2d, conv2d_fused, conv2d_avgpool, linear,
-// linear_fused), or mbconv's weights (operands 1 when present, 3 and 5).
+// Convolutions, linear layers and matmuls whose weights are frozen constants call the runtime's
+// *_prepared entry points: the weight (operand 1: conv2d, conv2d_fused, conv2d_avgpool, linear,
+// linear_fused; matmul's right operand), or mbconv's weights (operands 1 when present, 3 and 5).
 bool Lowering::has_constant_weight(mlir::Operation* op, llvm::StringRef name) {
   auto constant = [&](unsigned i) {
     mlir::Operation* def = op->getOperand(i).getDefiningOp();
     return mlir::isa_and_nonnull<ir::ConstantOp>(def) && !splat_value(op->getOperand(i));
   };
   if (name == "conv2d" || name == "conv2d_fused" || name == "conv2d_avgpool" || name == "linear" ||
-      name == "linear_fused")
+      name == "linear_fused" || name == "matmul")
     return constant(1);
   if (name == "mbconv")
     return constant(5) && constant(3) &&

@@ -23,6 +23,7 @@ const std::vector<std::pair<std::string, void*>>& abi_symbols() {
       KILN_SYM(kiln_abi_dropout),
       KILN_SYM(kiln_abi_masked_fill),
       KILN_SYM(kiln_abi_copy),
+      KILN_SYM(kiln_abi_matmul_prepared),
       KILN_SYM(kiln_abi_linear_prepared),
       KILN_SYM(kiln_abi_linear_fused_prepared),
       KILN_SYM(kiln_abi_conv2d_prepared),

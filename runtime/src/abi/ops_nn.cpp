@@ -134,6 +134,16 @@ extern "C" void kiln_abi_release_prepared(void** slot) {
   *slot = nullptr;
 }
 
+extern "C" void kiln_abi_matmul_prepared(void* const* data, const int64_t* desc, void** slot) {
+  abi::guarded("matmul", [&] {
+    abi::Args a(data, desc, "matmul");
+    const SgemmPacked* packed =
+        prepared_in_slot<SgemmPacked>(slot, [&] { return prepare_matmul_operand(a.t(1)); });
+    if (packed && matmul_packed_out(a.t(0), a.t(1), *packed, a.t(2))) return;
+    matmul_out(a.t(0), a.t(1), a.t(2));
+  });
+}
+
 extern "C" void kiln_abi_linear_prepared(void* const* data, const int64_t* desc, void** slot) {
   abi::guarded("linear", [&] {
     abi::Args a(data, desc, "linear");

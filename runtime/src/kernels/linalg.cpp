@@ -413,6 +413,29 @@ Dims linear_shape(const TensorImpl& input, const TensorImpl& weight) {
   return out;
 }
 
+std::shared_ptr<const SgemmPacked> prepare_matmul_operand(const TensorImpl& b) {
+  if (b.dtype() != DType::Float32 || b.dim() != 2 || !b.is_contiguous() ||
+      b.device() != Device::CPU || b.numel() == 0)
+    return nullptr;
+  const int64_t K = b.size(0), N = b.size(1);
+  return sgemm_pack_b(false, K, N, b.data_ptr<float>(), N);
+}
+
+bool matmul_packed_out(const TensorImpl& a, const TensorImpl& b, const SgemmPacked& packed,
+                       TensorImpl& out) {
+  if (a.dtype() != DType::Float32 || out.dtype() != DType::Float32 || b.dim() != 2 || a.dim() < 1 ||
+      !a.is_contiguous() || !out.is_contiguous() || a.device() != Device::CPU ||
+      out.device() != Device::CPU)
+    return false;
+  const int64_t K = b.size(0), N = b.size(1);
+  if (!packed.is_b() || packed.depth() != K || packed.outer() != N || K == 0) return false;
+  check_out_shape("matmul", out, matmul_shape(a, b));
+  if (out.numel() == 0) return true;
+  const int64_t M = a.numel() / K;
+  sgemm_packed_b(false, M, 1.0f, a.data_ptr<float>(), K, packed, 0.0f, out.data_ptr<float>(), N);
+  return true;
+}
+
 std::shared_ptr<const SgemmPacked> prepare_linear_weight(const TensorImpl& weight) {
   if (weight.dtype() != DType::Float32 || weight.dim() != 2 || !weight.is_contiguous() ||
       weight.device() != Device::CPU || weight.numel() == 0)

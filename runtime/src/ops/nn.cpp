@@ -218,7 +218,20 @@ void run_linear_fused(const KernelCall& c) {
 }
 
 void run_matmul(const KernelCall& c) {
+  if (c.prepared &&
+      kernels::matmul_packed_out(in(c, 0), in(c, 1),
+                                 *static_cast<const kernels::SgemmPacked*>(c.prepared), out(c)))
+    return;
   kernels::matmul_out(in(c, 0), in(c, 1), out(c));
+}
+// A constant right operand (a weight) is packed once for the model.
+PreparedInputs prepare_matmul(const KernelCall& c, uint32_t constant_inputs) {
+  parallel_for(0, num_threads(), 1, [](int64_t, int64_t) {});  // start the pool's workers now
+  if ((constant_inputs & 0b10u) == 0) return {};
+  std::shared_ptr<const kernels::SgemmPacked> b = kernels::prepare_matmul_operand(in(c, 1));
+  if (!b) return {};
+  const size_t bytes = b->nbytes();
+  return {std::move(b), bytes, "gemm"};
 }
 
 std::unique_ptr<KernelParams> decode_pool(const AttrMap& a) {
@@ -434,7 +447,7 @@ void register_nn(Registry& r) {
                         .decode = decode_linear_fused,
                         .run = run_linear_fused,
                         .prepare = prepare_linear}));
-  r.add(with_signature({.name = "matmul", .run = run_matmul}));
+  r.add(with_signature({.name = "matmul", .run = run_matmul, .prepare = prepare_matmul}));
   // Indices are only computed when something reads them (training); inference discards them.
   r.add(with_signature({.name = "max_pool2d",
                         .decode = decode_pool,

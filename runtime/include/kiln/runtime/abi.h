@@ -59,10 +59,12 @@ void kiln_abi_dropout(void* const* data, const int64_t* desc);      // x, mask, 
 void kiln_abi_masked_fill(void* const* data, const int64_t* desc);  // x, mask, out; value
 void kiln_abi_copy(void* const* data, const int64_t* desc);  // src, out (any strides, dtypes)
 
-// The conv and linear ops for a constant weight: `slot` is a pointer-sized, zero-initialized
-// variable of the caller's, one per call site, that lives as long as the code; the first call
-// stores the weight prepared for the GEMM (or Winograd) there and later calls reuse it. Never call
-// these with a weight whose values change. Tensors and attributes as the op's entry point above.
+// The conv, linear and matmul ops for a constant weight (matmul: its right operand): `slot` is a
+// pointer-sized, zero-initialized variable of the caller's, one per call site, that lives as long
+// as the code; the first call stores the weight prepared for the GEMM (or Winograd) there and later
+// calls reuse it. Never call these with a weight whose values change. Tensors and attributes as the
+// op's entry point above.
+void kiln_abi_matmul_prepared(void* const* data, const int64_t* desc, void** slot);
 void kiln_abi_linear_prepared(void* const* data, const int64_t* desc, void** slot);
 void kiln_abi_linear_fused_prepared(void* const* data, const int64_t* desc, void** slot);
 void kiln_abi_conv2d_prepared(void* const* data, const int64_t* desc, void** slot);

@@ -35,6 +35,14 @@ void dot_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out);
 void addmm_out(const TensorImpl& bias, const TensorImpl& a, const TensorImpl& b, double beta,
                double alpha, TensorImpl& out);
 
+// A matmul's constant right operand b [K, N] packed once as sgemm's right operand: null unless a
+// contiguous float32 matrix on the CPU. matmul_packed_out: out = a · b for a [..., K] (or [K])
+// and out contiguous float32 on the CPU, on `packed` (from prepare_matmul_operand(b)); false, with
+// nothing done, when those do not hold (then matmul_out).
+std::shared_ptr<const SgemmPacked> prepare_matmul_operand(const TensorImpl& b);
+bool matmul_packed_out(const TensorImpl& a, const TensorImpl& b, const SgemmPacked& packed,
+                       TensorImpl& out);
+
 // torch.nn.functional.linear: out [..., out_features] = input [..., in] x weight [out, in]^T +
 // bias.
 Dims linear_shape(const TensorImpl& input, const TensorImpl& weight);
