@@ -413,10 +413,16 @@ Dims linear_shape(const TensorImpl& input, const TensorImpl& weight) {
   return out;
 }
 
+namespace {
+// A constant matrix sgemm_pack_b can take as it lies: float32, 2-D, contiguous, on the CPU.
+bool packable_matrix(const TensorImpl& m) {
+  return m.dtype() == DType::Float32 && m.dim() == 2 && m.is_contiguous() &&
+         m.device() == Device::CPU && m.numel() > 0;
+}
+}  // namespace
+
 std::shared_ptr<const SgemmPacked> prepare_matmul_operand(const TensorImpl& b) {
-  if (b.dtype() != DType::Float32 || b.dim() != 2 || !b.is_contiguous() ||
-      b.device() != Device::CPU || b.numel() == 0)
-    return nullptr;
+  if (!packable_matrix(b)) return nullptr;
   const int64_t K = b.size(0), N = b.size(1);
   return sgemm_pack_b(false, K, N, b.data_ptr<float>(), N);
 }
@@ -437,9 +443,7 @@ bool matmul_packed_out(const TensorImpl& a, const TensorImpl& b, const SgemmPack
 }
 
 std::shared_ptr<const SgemmPacked> prepare_linear_weight(const TensorImpl& weight) {
-  if (weight.dtype() != DType::Float32 || weight.dim() != 2 || !weight.is_contiguous() ||
-      weight.device() != Device::CPU || weight.numel() == 0)
-    return nullptr;
+  if (!packable_matrix(weight)) return nullptr;
   const int64_t N = weight.size(0), K = weight.size(1);
   return sgemm_pack_b(true, K, N, weight.data_ptr<float>(), K);
 }

@@ -153,14 +153,20 @@ bool linear_gemm(const KernelCall& c, const TensorImpl* res, const Fusion& f) {
                                   static_cast<const kernels::SgemmPacked*>(c.prepared));
 }
 
-// A constant weight is packed once for the model.
-PreparedInputs prepare_linear(const KernelCall& c, uint32_t constant_inputs) {
+// A constant operand 1 (linear's weight, matmul's right operand) packed once for the model by
+// `pack` (kernels::prepare_linear_weight / prepare_matmul_operand).
+PreparedInputs prepare_gemm_operand(
+    const KernelCall& c, uint32_t constant_inputs,
+    std::shared_ptr<const kernels::SgemmPacked> (*pack)(const TensorImpl&)) {
   parallel_for(0, num_threads(), 1, [](int64_t, int64_t) {});  // start the pool's workers now
   if ((constant_inputs & 0b10u) == 0) return {};
-  std::shared_ptr<const kernels::SgemmPacked> w = kernels::prepare_linear_weight(in(c, 1));
+  std::shared_ptr<const kernels::SgemmPacked> w = pack(in(c, 1));
   if (!w) return {};
   const size_t bytes = w->nbytes();
   return {std::move(w), bytes, "gemm"};
+}
+PreparedInputs prepare_linear(const KernelCall& c, uint32_t constant_inputs) {
+  return prepare_gemm_operand(c, constant_inputs, kernels::prepare_linear_weight);
 }
 
 void run_linear(const KernelCall& c) {
@@ -224,14 +230,8 @@ void run_matmul(const KernelCall& c) {
     return;
   kernels::matmul_out(in(c, 0), in(c, 1), out(c));
 }
-// A constant right operand (a weight) is packed once for the model.
 PreparedInputs prepare_matmul(const KernelCall& c, uint32_t constant_inputs) {
-  parallel_for(0, num_threads(), 1, [](int64_t, int64_t) {});  // start the pool's workers now
-  if ((constant_inputs & 0b10u) == 0) return {};
-  std::shared_ptr<const kernels::SgemmPacked> b = kernels::prepare_matmul_operand(in(c, 1));
-  if (!b) return {};
-  const size_t bytes = b->nbytes();
-  return {std::move(b), bytes, "gemm"};
+  return prepare_gemm_operand(c, constant_inputs, kernels::prepare_matmul_operand);
 }
 
 std::unique_ptr<KernelParams> decode_pool(const AttrMap& a) {
