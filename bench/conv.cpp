@@ -102,6 +102,15 @@ struct Buffers {
   double flops = 0, bytes = 0;
 };
 
+// GFLOP/s and the share of the FMA peak of the threads in use, for `flops` per iteration.
+void set_rate_counters(benchmark::State& state, double flops) {
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak%"] =
+      benchmark::Counter(flops * 100.0 / (measured_fma_peak_per_thread() * num_threads()),
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
 Buffers make(const Shape& s) {
   Buffers b;
   b.x = empty(Dims{s.N, s.C, s.H, s.W}, DType::Float32);
@@ -134,11 +143,7 @@ void BM_Conv(benchmark::State& state, Shape s, bool fused_relu, bool prepared) {
     conv2d_out(*b.x, *b.w, b.b.get(), p, *b.y, ep, prep.get());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(b.flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak%"] =
-      benchmark::Counter(b.flops * 100.0 / (measured_fma_peak_per_thread() * num_threads()),
-                         benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, b.flops);
   state.SetBytesProcessed(static_cast<int64_t>(b.bytes) * state.iterations());
 }
 
@@ -162,11 +167,7 @@ void BM_ResNet18AllConvs(benchmark::State& state) {
                    prep[i].get());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak%"] =
-      benchmark::Counter(flops * 100.0 / (measured_fma_peak_per_thread() * num_threads()),
-                         benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, flops);
 }
 
 // Backward of the representative 3x3 layers (grad_input + grad_weight + grad_bias).
@@ -181,11 +182,7 @@ void BM_ConvBackward(benchmark::State& state, Shape s) {
     benchmark::ClobberMemory();
   }
   // grad_input and grad_weight are each one forward's worth of FLOPs.
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2 * b.flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak%"] =
-      benchmark::Counter(2 * b.flops * 100.0 / (measured_fma_peak_per_thread() * num_threads()),
-                         benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, 2 * b.flops);
 }
 
 // One part of a training step's convolution at the batch `s` is given with (issue #25 asks >= 70%
@@ -204,11 +201,7 @@ void BM_ConvTrainPart(benchmark::State& state, Shape s) {
     if (part == 2) conv2d_backward_out(*b.y, *b.x, *b.w, p, nullptr, gw.get(), gb.get());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(b.flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak%"] =
-      benchmark::Counter(b.flops * 100.0 / (measured_fma_peak_per_thread() * num_threads()),
-                         benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, b.flops);
 }
 
 // MobileNetV2's inverted-residual blocks (224x224 input): the fused kernel (kernels/mbconv.h) vs
