@@ -940,6 +940,32 @@ TEST(Linalg, LinearOnAPreparedWeight) {
   }
 }
 
+// linear_fused_out off the GEMM path: float64 operands and in_features 0 (out = act(bias +
+// residual)) take the unfused steps, with the same result as the formula.
+TEST(Linalg, LinearFusedOffTheGemmPath) {
+  Epilogue e;
+  e.activation = Activation::Clamp;
+  e.clamp_min = -0.25f, e.clamp_max = 0.5f;
+  for (int64_t K : {0, 5}) {
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      auto x = rand_tensor({3, K}, dt, 11), w = rand_tensor({4, K}, dt, 12);
+      auto bias = rand_tensor({4}, dt, 13), res = rand_tensor({3, 4}, dt, 14);
+      auto out = empty(Dims{3, 4}, dt);
+      kernels::linear_fused_out(*x, *w, bias.get(), res.get(), e, *out);
+      const auto xv = values(*x), wv = values(*w), bv = values(*bias), rv = values(*res);
+      std::vector<double> want(12);
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < 4; ++j) {
+          double acc = bv[j] + rv[i * 4 + j];
+          for (int64_t k = 0; k < K; ++k) acc += xv[i * K + k] * wv[j * K + k];
+          want[i * 4 + j] = ref_activation(acc, e);
+        }
+      expect_close(values(*out), want, 1e-6,
+                   std::string(dtype_name(dt)) + " K=" + std::to_string(K));
+    }
+  }
+}
+
 // matmul with a constant right operand packed once: a [..., K] (a vector, a matrix, a batch folded
 // into rows) times b [K, N], within float32 rounding of a float64 loop; what the packed path does
 // not take (non-contiguous a) is declined, and a mismatched inner dim is named.

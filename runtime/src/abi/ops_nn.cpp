@@ -35,11 +35,11 @@ TensorImplPtr contiguous(TensorImpl& t) {
 
 // linear: x, w, bias?, out. The weight packed in `packed` (a prepared call site) or per call.
 void linear(abi::Args& a, const SgemmPacked* packed) {
-  if (linear_gemm_out(a.t(0), a.t(1), a.opt(2), nullptr, {}, a.t(3), packed)) return;
-  linear_out(a.t(0), a.t(1), a.opt(2), a.t(3));
+  linear_fused_out(a.t(0), a.t(1), a.opt(2), nullptr, {}, a.t(3), packed);
 }
 
-// linear_fused: x, w, bias?, residual?, out; activation, clamp_min, clamp_max.
+// linear_fused: x, w, bias?, residual?, out; activation, clamp_min, clamp_max. Strided operands
+// are copied so that the fused GEMM takes them.
 void linear_fused(abi::Args& a, const SgemmPacked* packed) {
   TensorImplPtr x = contiguous(a.t(0)), w = contiguous(a.t(1));
   TensorImplPtr b = a.opt(2) ? contiguous(*a.opt(2)) : TensorImplPtr();
@@ -49,9 +49,7 @@ void linear_fused(abi::Args& a, const SgemmPacked* packed) {
   e.activation = static_cast<Activation>(a.i());
   e.clamp_min = static_cast<float>(a.f());
   e.clamp_max = static_cast<float>(a.f());
-  KILN_CHECK(linear_gemm_out(*x, *w, b.get(), residual.get(), e, out, packed), "linear_fused",
-             "expected float32 operands and a contiguous output, got ", describe(*x), " and ",
-             describe(out));
+  linear_fused_out(*x, *w, b.get(), residual.get(), e, out, packed);
 }
 
 }  // namespace

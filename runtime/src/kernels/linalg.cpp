@@ -9,6 +9,7 @@
 #include "kiln/runtime/cuda/eager.h"
 #include "kiln/runtime/cuda/matmul.h"
 #include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/elementwise.h"
 #include "kiln/runtime/kernels/gemm.h"
 #include "kiln/runtime/thread_pool.h"
 #include "kiln/runtime/views.h"
@@ -486,6 +487,43 @@ bool linear_gemm_out(const TensorImpl& x, const TensorImpl& w, const TensorImpl*
     sgemm(false, true, M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K, 0.0f,
           o.data_ptr<float>(), N, e);
   return true;
+}
+
+void linear_fused_out(const TensorImpl& x, const TensorImpl& w, const TensorImpl* bias,
+                      const TensorImpl* res, const Epilogue& e, TensorImpl& o,
+                      const SgemmPacked* packed) {
+  if (linear_gemm_out(x, w, bias, res, e, o, packed)) return;
+  // Other dtypes and layouts: the unfused steps.
+  linear_out(x, w, bias, o);
+  if (res) add_out(o, *res, o);
+  switch (e.activation) {
+    case Activation::None:
+      break;
+    case Activation::Relu:
+      relu_out(o, o);
+      break;
+    case Activation::Relu6:
+      hardtanh_out(o, 0.0, 6.0, o);
+      break;
+    case Activation::Clamp:
+      hardtanh_out(o, e.clamp_min, e.clamp_max, o);
+      break;
+    case Activation::Gelu:
+      gelu_out(o, o);
+      break;
+    case Activation::GeluTanh:
+      gelu_out(o, o, GeluApproximate::Tanh);
+      break;
+    case Activation::Silu:
+      silu_out(o, o);
+      break;
+    case Activation::Sigmoid:
+      sigmoid_out(o, o);
+      break;
+    case Activation::Tanh:
+      tanh_out(o, o);
+      break;
+  }
 }
 
 void linear_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,

@@ -141,18 +141,6 @@ void run_conv1d(const KernelCall& c) {
   kernels::conv1d_out(in(c, 0), in(c, 1), opt_in(c, 2), {p.v[0], p.v[1], p.v[2], p.v[3]}, out(c));
 }
 
-// act(x W^T + bias + residual) as one GEMM with its epilogue (kernels::linear_gemm_out), on the
-// weight packed at preparation when there is one; false when it does not apply. Besides fusing,
-// this calls sgemm on the operands' own memory: no view objects, nothing allocated per call.
-bool linear_gemm(const KernelCall& c, const TensorImpl* res, const Fusion& f) {
-  kernels::Epilogue e;
-  e.activation = f.activation;
-  e.clamp_min = f.clamp_min;
-  e.clamp_max = f.clamp_max;
-  return kernels::linear_gemm_out(in(c, 0), in(c, 1), opt_in(c, 2), res, e, out(c),
-                                  static_cast<const kernels::SgemmPacked*>(c.prepared));
-}
-
 // A constant operand 1 (linear's weight, matmul's right operand) packed once for the model by
 // `pack` (kernels::prepare_linear_weight / prepare_matmul_operand).
 PreparedInputs prepare_gemm_operand(
@@ -169,9 +157,12 @@ PreparedInputs prepare_linear(const KernelCall& c, uint32_t constant_inputs) {
   return prepare_gemm_operand(c, constant_inputs, kernels::prepare_linear_weight);
 }
 
+// act(x W^T + bias + residual) as one GEMM with its epilogue on the weight packed at preparation
+// when there is one (kernels::linear_fused_out): the operands' own memory, no view objects,
+// nothing allocated per call.
 void run_linear(const KernelCall& c) {
-  if (linear_gemm(c, nullptr, Fusion{})) return;
-  kernels::linear_out(in(c, 0), in(c, 1), opt_in(c, 2), out(c));
+  kernels::linear_fused_out(in(c, 0), in(c, 1), opt_in(c, 2), nullptr, {}, out(c),
+                            static_cast<const kernels::SgemmPacked*>(c.prepared));
 }
 
 struct LinearParams : KernelParams {
@@ -184,43 +175,12 @@ std::unique_ptr<KernelParams> decode_linear_fused(const AttrMap& a) {
 }
 void run_linear_fused(const KernelCall& c) {
   const Fusion& f = params<LinearParams>(c).fusion;
-  const TensorImpl& x = in(c, 0);
-  const TensorImpl& w = in(c, 1);
-  const TensorImpl* bias = opt_in(c, 2);
-  const TensorImpl* res = opt_in(c, 3);
-  TensorImpl& o = out(c);
-  if (linear_gemm(c, res, f)) return;
-  // Other dtypes and layouts: the unfused steps.
-  kernels::linear_out(x, w, bias, o);
-  if (res) kernels::add_out(o, *res, o);
-  switch (f.activation) {
-    case Activation::None:
-      break;
-    case Activation::Relu:
-      kernels::relu_out(o, o);
-      break;
-    case Activation::Relu6:
-      kernels::hardtanh_out(o, 0.0, 6.0, o);
-      break;
-    case Activation::Clamp:
-      kernels::hardtanh_out(o, f.clamp_min, f.clamp_max, o);
-      break;
-    case Activation::Gelu:
-      kernels::gelu_out(o, o);
-      break;
-    case Activation::GeluTanh:
-      kernels::gelu_out(o, o, kernels::GeluApproximate::Tanh);
-      break;
-    case Activation::Silu:
-      kernels::silu_out(o, o);
-      break;
-    case Activation::Sigmoid:
-      kernels::sigmoid_out(o, o);
-      break;
-    case Activation::Tanh:
-      kernels::tanh_out(o, o);
-      break;
-  }
+  kernels::Epilogue e;
+  e.activation = f.activation;
+  e.clamp_min = f.clamp_min;
+  e.clamp_max = f.clamp_max;
+  kernels::linear_fused_out(in(c, 0), in(c, 1), opt_in(c, 2), opt_in(c, 3), e, out(c),
+                            static_cast<const kernels::SgemmPacked*>(c.prepared));
 }
 
 void run_matmul(const KernelCall& c) {

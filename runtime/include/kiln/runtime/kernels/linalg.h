@@ -63,5 +63,10 @@ std::shared_ptr<const SgemmPacked> prepare_linear_weight(const TensorImpl& weigh
 bool linear_gemm_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
                      const TensorImpl* residual, Epilogue e, TensorImpl& out,
                      const SgemmPacked* packed = nullptr);
+// The fused linear for any operands: linear_gemm_out where it applies, else linear_out, the
+// residual added and the activation applied as separate steps.
+void linear_fused_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,
+                      const TensorImpl* residual, const Epilogue& e, TensorImpl& out,
+                      const SgemmPacked* packed = nullptr);
 
 }  // namespace kiln::kernels
