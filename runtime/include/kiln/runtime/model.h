@@ -45,9 +45,9 @@ struct LoadOptions {
   // Map the file with MAP_POPULATE: page-table entries for the weights are made at load, so the
   // first run does not pay a page fault per 4 KiB of weights (see bench/artifact.cpp).
   bool populate = true;
-  // Let kernels prepare constant weights once (conv weights packed for the GEMM or transformed
-  // for Winograd: faster runs for more memory, e.g. ResNet-18 +71 MiB). false: kernels read the
-  // weights as stored (for memory-constrained devices).
+  // Let kernels prepare constant weights once (conv, linear and matmul weights packed for the
+  // GEMM, conv weights transformed for Winograd: faster runs for more memory, e.g. ResNet-18
+  // +71 MiB). false: kernels read the weights as stored (for memory-constrained devices).
   bool prepare_weights = true;
   // Load the artifact's compiled code for this host (an ELF object, dlopen'ed: it runs native
   // code). false, for services that load files they do not trust (the verifier bounds what the
@@ -88,8 +88,9 @@ struct ModelStats {
   size_t generated_instructions = 0, native_instructions = 0;
 };
 
-// What the kernels prepared once from the model's constant weights (GEMM-packed or Winograd-
-// transformed conv weights), shared by all sessions: extra memory for speed.
+// What the kernels prepared once from the model's constant weights (GEMM-packed conv, linear and
+// matmul weights, Winograd-transformed conv weights), shared by all sessions: extra memory for
+// speed.
 struct PreparedStats {
   bool ready = false;  // false until the first Session has been created
   size_t bytes = 0;
