@@ -170,15 +170,22 @@ void BM_ResNet18AllConvs(benchmark::State& state) {
   set_rate_counters(state, flops);
 }
 
+// Gradient buffers shaped like a layer's input, weight and bias.
+struct Grads {
+  TensorImplPtr x, w, b;
+};
+Grads grads_of(const Buffers& b) {
+  return {empty(b.x->sizes(), DType::Float32), empty(b.w->sizes(), DType::Float32),
+          empty(b.b->sizes(), DType::Float32)};
+}
+
 // Backward of the representative 3x3 layers (grad_input + grad_weight + grad_bias).
 void BM_ConvBackward(benchmark::State& state, Shape s) {
   Buffers b = make(s);
-  auto gx = empty(b.x->sizes(), DType::Float32);
-  auto gw = empty(b.w->sizes(), DType::Float32);
-  auto gb = empty(b.b->sizes(), DType::Float32);
+  Grads g = grads_of(b);
   const Conv2dParams p = params(s);
   for (auto _ : state) {
-    conv2d_backward_out(*b.y, *b.x, *b.w, p, gx.get(), gw.get(), gb.get());
+    conv2d_backward_out(*b.y, *b.x, *b.w, p, g.x.get(), g.w.get(), g.b.get());
     benchmark::ClobberMemory();
   }
   // grad_input and grad_weight are each one forward's worth of FLOPs.
@@ -190,15 +197,13 @@ void BM_ConvBackward(benchmark::State& state, Shape s) {
 // eager training runs it), 1 grad_input, 2 grad_weight (+ grad_bias). Each is one forward's FLOPs.
 void BM_ConvTrainPart(benchmark::State& state, Shape s) {
   Buffers b = make(s);
-  auto gx = empty(b.x->sizes(), DType::Float32);
-  auto gw = empty(b.w->sizes(), DType::Float32);
-  auto gb = empty(b.b->sizes(), DType::Float32);
+  Grads g = grads_of(b);
   const Conv2dParams p = params(s);
   const int64_t part = state.range(0);
   for (auto _ : state) {
     if (part == 0) conv2d_out(*b.x, *b.w, b.b.get(), p, *b.y);
-    if (part == 1) conv2d_backward_out(*b.y, *b.x, *b.w, p, gx.get(), nullptr, nullptr);
-    if (part == 2) conv2d_backward_out(*b.y, *b.x, *b.w, p, nullptr, gw.get(), gb.get());
+    if (part == 1) conv2d_backward_out(*b.y, *b.x, *b.w, p, g.x.get(), nullptr, nullptr);
+    if (part == 2) conv2d_backward_out(*b.y, *b.x, *b.w, p, nullptr, g.w.get(), g.b.get());
     benchmark::ClobberMemory();
   }
   set_rate_counters(state, b.flops);

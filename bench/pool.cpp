@@ -14,15 +14,10 @@ using namespace kiln::kernels;
 
 namespace {
 
-void BM_MaxPoolResNetStem(benchmark::State& state) {
-  const int64_t n = state.range(0);
-  const bool with_indices = state.range(1) != 0;
-  const DType dtype = state.range(2) != 0 ? DType::UInt8 : DType::Float32;  // int8 models' bytes
-  Pool2dParams p;
-  p.kernel_h = p.kernel_w = 3;
-  p.stride_h = p.stride_w = 2;
-  p.pad_h = p.pad_w = 1;
-  auto x = empty(Dims{n, 64, 112, 112}, dtype);
+// max_pool2d over an input of these sizes (deterministic values), with or without indices.
+void run_max_pool(benchmark::State& state, Dims sizes, const Pool2dParams& p, DType dtype,
+                  bool with_indices) {
+  auto x = empty(sizes, dtype);
   for (int64_t i = 0; i < x->numel(); ++i) {
     if (dtype == DType::UInt8)
       x->data_ptr<uint8_t>()[i] = static_cast<uint8_t>((i * 7919) % 251);
@@ -38,6 +33,15 @@ void BM_MaxPoolResNetStem(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * (x->nbytes() + y->nbytes()));
 }
+
+void BM_MaxPoolResNetStem(benchmark::State& state) {
+  const DType dtype = state.range(2) != 0 ? DType::UInt8 : DType::Float32;  // int8 models' bytes
+  Pool2dParams p;
+  p.kernel_h = p.kernel_w = 3;
+  p.stride_h = p.stride_w = 2;
+  p.pad_h = p.pad_w = 1;
+  run_max_pool(state, Dims{state.range(0), 64, 112, 112}, p, dtype, state.range(1) != 0);
+}
 BENCHMARK(BM_MaxPoolResNetStem)
     ->ArgNames({"batch", "indices", "uint8"})
     ->Args({1, 0, 0})
@@ -50,20 +54,9 @@ BENCHMARK(BM_MaxPoolResNetStem)
     ->UseRealTime();
 
 void BM_MaxPoolLeNet(benchmark::State& state) {
-  const bool with_indices = state.range(0) != 0;
   Pool2dParams p;
   p.kernel_h = p.kernel_w = 2;
-  auto x = empty(Dims{64, 6, 28, 28}, DType::Float32);
-  for (int64_t i = 0; i < x->numel(); ++i)
-    x->data_ptr<float>()[i] = static_cast<float>((i * 7919) % 1001) * 1e-3f;
-  const Dims ys = max_pool2d_output_shape(x->sizes(), p);
-  auto y = empty(ys, DType::Float32);
-  auto idx = with_indices ? empty(ys, DType::Int64) : TensorImplPtr{};
-  for (auto _ : state) {
-    max_pool2d_out(*x, p, *y, idx.get());
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * (x->nbytes() + y->nbytes()));
+  run_max_pool(state, Dims{64, 6, 28, 28}, p, DType::Float32, state.range(0) != 0);
 }
 BENCHMARK(BM_MaxPoolLeNet)
     ->ArgNames({"indices"})

@@ -867,6 +867,23 @@ TEST(Linalg, Linear) {
   expect_close(values(*out), ref, 1e-4, "linear 37x300x70");
 }
 
+namespace {
+// The float64 product of row-major a [M, K] and b, stored [N, K] (b_nk: a linear's weight) or
+// [K, N].
+std::vector<double> ref_product(const float* a, const float* b, int64_t M, int64_t N, int64_t K,
+                                bool b_nk) {
+  std::vector<double> out(static_cast<size_t>(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += double(a[i * K + k]) * (b_nk ? b[j * K + k] : b[k * N + j]);
+      out[static_cast<size_t>(i * N + j)] = acc;
+    }
+  return out;
+}
+}  // namespace
+
 // A constant weight packed once (prepare_linear_weight, what artifacts and compiled code do) gives
 // act(x Wᵀ + bias + residual) within float32 rounding of a float64 loop, for input rows from one
 // (an RNN step at batch 1) to many, on both thread counts; a weight packed for another shape is
@@ -896,16 +913,13 @@ TEST(Linalg, LinearOnAPreparedWeight) {
         ASSERT_TRUE(kernels::linear_gemm_out(*x, *w, with_bias ? bias.get() : nullptr,
                                              with_res ? res.get() : nullptr, e, *out,
                                              packed.get()));
-        const float *xp = x->data_ptr<float>(), *wp = w->data_ptr<float>();
+        std::vector<double> ref =
+            ref_product(x->data_ptr<float>(), w->data_ptr<float>(), M, N, K, /*b_nk=*/true);
         const float *bp = bias->data_ptr<float>(), *rp = res->data_ptr<float>();
-        std::vector<double> ref(static_cast<size_t>(M * N));
         for (int64_t i = 0; i < M; ++i)
           for (int64_t j = 0; j < N; ++j) {
-            double acc = 0;
-            for (int64_t k = 0; k < K; ++k) acc += double(xp[i * K + k]) * wp[j * K + k];
-            if (with_bias) acc += bp[j];
-            if (with_res) acc += rp[i * N + j];
-            ref[static_cast<size_t>(i * N + j)] = ref_activation(acc, e);
+            double& r = ref[static_cast<size_t>(i * N + j)];
+            r = ref_activation(r + (with_bias ? bp[j] : 0.0) + (with_res ? rp[i * N + j] : 0.0), e);
           }
         expect_close(values(*out), ref, 1e-4 * std::sqrt(double(K)),
                      "packed linear " + std::to_string(M) + "x" + std::to_string(N) + "x" +
@@ -985,14 +999,8 @@ TEST(Linalg, MatmulOnAPreparedRightOperand) {
         auto out = empty(kernels::matmul_shape(*a, *b), DType::Float32);
         ASSERT_TRUE(kernels::matmul_packed_out(*a, *b, *packed, *out));
         const int64_t M = a->numel() / K;
-        const float *ap = a->data_ptr<float>(), *bp = b->data_ptr<float>();
-        std::vector<double> ref(static_cast<size_t>(M * N));
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < N; ++j) {
-            double acc = 0;
-            for (int64_t k = 0; k < K; ++k) acc += double(ap[i * K + k]) * bp[k * N + j];
-            ref[static_cast<size_t>(i * N + j)] = acc;
-          }
+        const std::vector<double> ref =
+            ref_product(a->data_ptr<float>(), b->data_ptr<float>(), M, N, K, /*b_nk=*/false);
         expect_close(values(*out), ref, 1e-4 * std::sqrt(double(K)),
                      "packed matmul " + describe(*a) + " x [64, " + std::to_string(N) + "]");
       }
