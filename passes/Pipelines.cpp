@@ -44,6 +44,8 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   pm.addNestedPass<mlir::func::FuncOp>(create_fold_batch_norm_pass());
   // Before epilogue fusion, which would take the float layers' relu.
   pm.addNestedPass<mlir::func::FuncOp>(create_fold_qdq_pass());
+  // Before elementwise fusion, which would take the scale and the mask add.
+  pm.addNestedPass<mlir::func::FuncOp>(create_fuse_attention_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_epilogues_pass());
   pm.addNestedPass<mlir::func::FuncOp>(
       create_fuse_mbconv_pass(options.mbconv_min_bytes, options.mbconv_small_max_bytes));
@@ -72,7 +74,8 @@ void register_pipelines() {
   done = true;
   mlir::PassPipelineRegistration<>(
       "kiln-inference-pipeline",
-      "freeze folds, cleanup, gradient elimination, bn folding, conv/linear epilogue fusion, "
+      "freeze folds, cleanup, gradient elimination, bn folding, attention fusion, conv/linear "
+      "epilogue fusion, "
       "mbconv fusion, conv + global average pool fusion, channels-last mbconv chains, elementwise "
       "fusion, cleanup, layout",
       [](mlir::OpPassManager& pm) { build_inference_pipeline(pm); });

@@ -650,6 +650,39 @@ LogicalResult mbconv(const Diag& op, Value input, Value expand_weight, Value exp
                        window_out(x[3], dw[3], s->second, p->second, 1)});
 }
 
+LogicalResult attention(const Diag& op, Value query, Value key, Value value, Value mask,
+                        bool seq_first, Result result) {
+  // The fused kernel is float32 only.
+  for (Value v : {query, key, value, mask}) {
+    if (!absent(v) && !tensor(v).getElementType().isF32())
+      return op.emitOpError("expects float32 operands, got ") << v.getType();
+  }
+  if (rank(query) != 3 || rank(key) != 3 || rank(value) != 3)
+    return op.emitOpError("expects query, key and value of rank 3, got ")
+           << query.getType() << ", " << key.getType() << " and " << value.getType();
+  const size_t b = seq_first ? 1 : 0, r = seq_first ? 0 : 1;
+  ArrayRef<int64_t> q = dims(query), k = dims(key), v = dims(value);
+  const int64_t B = q[b], L = q[r], S = k[r];
+  if (!same(k[b], B) || !same(v[b], B))
+    return op.emitOpError("query, key and value must have ") << B << " batches (dim " << b << ")";
+  if (!same(k[2], q[2]))
+    return op.emitOpError("key features ") << k[2] << " differ from the query's " << q[2];
+  if (!same(v[r], S))
+    return op.emitOpError("value rows ") << v[r] << " differ from the key's " << S;
+  if (!absent(mask)) {
+    const int64_t want[3] = {B, L, S};
+    ArrayRef<int64_t> m = dims(mask);
+    bool ok = m.size() <= 3;
+    for (size_t i = 0; ok && i < m.size(); ++i)
+      ok = m[i] == 1 || same(m[i], want[3 - m.size() + i]);
+    if (!ok)
+      return op.emitOpError("mask ")
+             << str(m) << " does not broadcast to the scores " << str({B, L, S});
+  }
+  if (seq_first) return expect_shape(op, result, {L, B, v[2]});
+  return expect_shape(op, result, {B, L, v[2]});
+}
+
 LogicalResult activation(const Diag& op, Activation act, double lo, double hi) {
   if (act == Activation::Clamp && !(lo <= hi))
     return op.emitOpError("clamp bounds are not ordered: min ") << lo << " > max " << hi;

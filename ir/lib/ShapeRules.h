@@ -117,6 +117,8 @@ LogicalResult stack(const Diag& op, ValueRange inputs, int64_t dim, Result resul
 
 // --- linear algebra and convolution
 LogicalResult linear(const Diag& op, Value input, Value weight, Value bias, Result result);
+LogicalResult attention(const Diag& op, Value query, Value key, Value value, Value mask,
+                        bool seq_first, Result result);
 LogicalResult conv2d(const Diag& op, Value input, Value weight, Value bias,
                      ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
                      ArrayRef<int64_t> dilation, int64_t groups, Result result);

@@ -352,7 +352,7 @@ SHAPE_RULES = {
     "adaptive_pool2d": ([2], []), "index_select": ([3], []), "embedding": ([2], []),
     "pad": ([2], []), "one_hot": ([2], []), "topk": ([3, 4], []), "class_loss": ([3], []),
     "elementwise_loss": ([2], []), "random_state": ([1], []), "shape_is": ([0], []),
-    "spatial_size": ([2], []), "mbconv": ([9], []),
+    "spatial_size": ([2], []), "mbconv": ([9], []), "attention": ([5], []),
 }
 FIXED_ELEMENT = {"bool": "mlir::IntegerType::get(ctx, 1)", "i64": "mlir::IntegerType::get(ctx, 64)"}
 

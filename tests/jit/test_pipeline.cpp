@@ -79,7 +79,37 @@ TEST(JitPipeline, MobileNetV2WithFusedBlocks) {
                                           "kiln.mbconv");
 }
 
+// The encoder's attention becomes one kiln.attention (passes/FuseAttention.cpp).
 TEST(JitPipeline, TransformerClassifier) {
   auto m = models::transformer_classifier(50, 5);
-  expect_optimized_compiled_matches_eager(*m, randint(0, 50, {2, 12}), randint(0, 50, {2, 12}));
+  expect_optimized_compiled_matches_eager(*m, randint(0, 50, {2, 12}), randint(0, 50, {2, 12}), {},
+                                          "kiln.attention");
+}
+
+// Self-attention with a causal float mask and a key padding mask (merged by MultiheadAttention
+// into one additive [N * H, L, S] mask): fused with the mask as an operand.
+class MaskedSelfAttention : public nn::Module {
+ public:
+  MaskedSelfAttention() : nn::Module("MaskedSelfAttention") {
+    mha = register_module("mha", std::make_shared<nn::MultiheadAttention>(16, 4));
+    Tensor causal = zeros({6, 6});
+    Tensor padding = zeros({3, 6}, TensorOptions(DType::Bool));
+    for (int64_t i = 0; i < 6; ++i)
+      for (int64_t j = i + 1; j < 6; ++j) causal.data_ptr<float>()[i * 6 + j] = -INFINITY;
+    padding.data_ptr<bool>()[0 * 6 + 5] = true;  // batch 0 ignores its last key
+    padding.data_ptr<bool>()[2 * 6 + 4] = true;
+    attn_mask = register_buffer("attn_mask", causal);
+    key_padding_mask = register_buffer("key_padding_mask", padding);
+  }
+  Tensor forward(const Tensor& x) override {
+    return mha->forward(x, x, x, key_padding_mask, false, attn_mask).first;
+  }
+  std::shared_ptr<nn::MultiheadAttention> mha;
+  Tensor attn_mask, key_padding_mask;
+};
+
+TEST(JitPipeline, MaskedSelfAttentionFusesIntoOneOp) {
+  MaskedSelfAttention m;
+  expect_optimized_compiled_matches_eager(m, rnd({6, 3, 16}, 7), rnd({6, 3, 16}, 8), {},
+                                          "kiln.attention");
 }

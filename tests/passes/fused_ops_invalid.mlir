@@ -107,3 +107,47 @@ func.func @conv2d_avgpool_activation(%x: tensor<2x8x7x7xf32>, %w: tensor<16x8x1x
   %0 = kiln.conv2d_avgpool %x, %w, %n {activation = 3 : i64, clamp_max = 0.0 : f64, clamp_min = 1.0 : f64, dilation = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<2x8x7x7xf32>, tensor<16x8x1x1xf32>, none) -> tensor<2x16x1x1xf32>
   return %0 : tensor<2x16x1x1xf32>
 }
+
+// -----
+
+func.func @attention_key_features(%q: tensor<2x4x8xf32>, %k: tensor<2x5x7xf32>, %v: tensor<2x5x3xf32>) -> tensor<2x4x3xf32> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.attention' op key features 7 differ from the query's 8}}
+  %0 = kiln.attention %q, %k, %v, %n {scale = 1.0 : f64, seq_first = false} : (tensor<2x4x8xf32>, tensor<2x5x7xf32>, tensor<2x5x3xf32>, none) -> tensor<2x4x3xf32>
+  return %0 : tensor<2x4x3xf32>
+}
+
+// -----
+
+func.func @attention_value_rows(%q: tensor<4x2x8xf32>, %k: tensor<5x2x8xf32>, %v: tensor<6x2x3xf32>) -> tensor<4x2x3xf32> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.attention' op value rows 6 differ from the key's 5}}
+  %0 = kiln.attention %q, %k, %v, %n {scale = 1.0 : f64, seq_first = true} : (tensor<4x2x8xf32>, tensor<5x2x8xf32>, tensor<6x2x3xf32>, none) -> tensor<4x2x3xf32>
+  return %0 : tensor<4x2x3xf32>
+}
+
+// -----
+
+func.func @attention_mask(%q: tensor<2x4x8xf32>, %k: tensor<2x5x8xf32>, %v: tensor<2x5x3xf32>, %m: tensor<4x4xf32>) -> tensor<2x4x3xf32> {
+  // expected-error @+1 {{'kiln.attention' op mask [4, 4] does not broadcast to the scores [2, 4, 5]}}
+  %0 = kiln.attention %q, %k, %v, %m {scale = 1.0 : f64, seq_first = false} : (tensor<2x4x8xf32>, tensor<2x5x8xf32>, tensor<2x5x3xf32>, tensor<4x4xf32>) -> tensor<2x4x3xf32>
+  return %0 : tensor<2x4x3xf32>
+}
+
+// -----
+
+func.func @attention_result(%q: tensor<4x2x8xf32>, %k: tensor<5x2x8xf32>, %v: tensor<5x2x3xf32>) -> tensor<2x4x3xf32> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.attention' op result must be [4, 2, 3], got 'tensor<2x4x3xf32>'}}
+  %0 = kiln.attention %q, %k, %v, %n {scale = 1.0 : f64, seq_first = true} : (tensor<4x2x8xf32>, tensor<5x2x8xf32>, tensor<5x2x3xf32>, none) -> tensor<2x4x3xf32>
+  return %0 : tensor<2x4x3xf32>
+}
+
+// -----
+
+func.func @attention_dtype(%q: tensor<2x4x8xf64>, %k: tensor<2x5x8xf64>, %v: tensor<2x5x3xf64>) -> tensor<2x4x3xf64> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.attention' op expects float32 operands, got 'tensor<2x4x8xf64>'}}
+  %0 = kiln.attention %q, %k, %v, %n {scale = 1.0 : f64, seq_first = false} : (tensor<2x4x8xf64>, tensor<2x5x8xf64>, tensor<2x5x3xf64>, none) -> tensor<2x4x3xf64>
+  return %0 : tensor<2x4x3xf64>
+}

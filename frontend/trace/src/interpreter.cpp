@@ -205,6 +205,16 @@ Tensor linear_fused(const TensorList& x, const Attrs& a, mlir::Operation* op) {
   return out;
 }
 
+// softmax(scale · q kᵀ + mask) · v through the eager ops (the fused kernel's reference).
+Tensor attention(const TensorList& x, const Attrs& a) {
+  const bool seq_first = a.b("seq_first");
+  auto batch_major = [&](const Tensor& t) { return seq_first ? t.transpose(0, 1) : t; };
+  Tensor scores = matmul(batch_major(x[0]), batch_major(x[1]).transpose(1, 2)) * a.f("scale");
+  if (x[3].defined()) scores = scores + x[3];
+  Tensor out = matmul(softmax(scores, -1), batch_major(x[2]));
+  return seq_first ? out.transpose(0, 1).contiguous() : out;
+}
+
 const KernelTable& kernels();
 
 // kiln.fused: the body runs op by op on the region's arguments, exactly as if inlined.
@@ -528,6 +538,7 @@ const KernelTable& kernels() {
        [](L x, A a, O op) { return TensorList{conv2d_avgpool(x, a, op)}; }},
       {id<ir::LinearFusedOp>(), [](L x, A a, O op) { return TensorList{linear_fused(x, a, op)}; }},
       {id<ir::MbconvOp>(), [](L x, A a, O op) { return TensorList{mbconv(x, a, op)}; }},
+      {id<ir::AttentionOp>(), [](L x, A a, O) { return TensorList{attention(x, a)}; }},
       {id<ir::FusedOp>(), [](L x, A, O op) { return run_fused(x, op); }},
     };
     add_gradient_kernels(t);

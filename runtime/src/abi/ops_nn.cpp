@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "decode.h"
+#include "kiln/runtime/kernels/attention.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/interpolate.h"
 #include "kiln/runtime/kernels/linalg.h"
@@ -57,6 +58,12 @@ void linear_fused(abi::Args& a, const SgemmPacked* packed) {
 KILN_ABI_OP(matmul, matmul_out(a.t(0), a.t(1), a.t(2)))
 KILN_ABI_OP(linear, linear(a, nullptr))
 KILN_ABI_OP(linear_fused, linear_fused(a, nullptr))
+
+KILN_ABI_OP(attention, {
+  const double scale = a.f();
+  const bool seq_first = a.b();
+  attention_out(a.t(0), a.t(1), a.t(2), a.opt(3), scale, seq_first, a.t(4));
+})
 
 KILN_ABI_OP(conv2d, {
   Conv2dParams p = conv2d_params(a);

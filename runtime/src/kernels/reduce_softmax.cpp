@@ -122,33 +122,36 @@ C row_sum(const C* x, int64_t n) {
 #endif
 }
 
+// Rows [b, e) of a contiguous [rows, D] tensor, on this thread.
 template <typename C>
-void softmax_rows(const C* x, C* y, const Shape3& s, bool log) {
-  const int64_t D = s.d;
+void softmax_row_range(const C* x, C* y, int64_t b, int64_t e, int64_t D, bool log) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<C, float>) {
     if (use_avx512()) {
-      parallel_for(0, s.outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(D, 1)),
-                   [&](int64_t b, int64_t e) { softmax_rows_f32_avx512(x, y, b, e, D, log); });
+      softmax_rows_f32_avx512(x, y, b, e, D, log);
       return;
     }
   }
 #endif
+  for (int64_t r = b; r < e; ++r) {
+    const C* xr = x + r * D;
+    C* yr = y + r * D;
+    const C m = row_max(xr, D);
+    if (log) {
+      const C c = m + std::log(exp_store_sum(xr, nullptr, D, m));
+      for (int64_t i = 0; i < D; ++i) yr[i] = xr[i] - c;
+    } else {
+      const C inv = C(1) / exp_store_sum(xr, yr, D, m);
+      for (int64_t i = 0; i < D; ++i) yr[i] *= inv;
+    }
+  }
+}
+
+template <typename C>
+void softmax_rows(const C* x, C* y, const Shape3& s, bool log) {
+  const int64_t D = s.d;
   parallel_for(0, s.outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(D, 1)),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t r = b; r < e; ++r) {
-                   const C* xr = x + r * D;
-                   C* yr = y + r * D;
-                   const C m = row_max(xr, D);
-                   if (log) {
-                     const C c = m + std::log(exp_store_sum(xr, nullptr, D, m));
-                     for (int64_t i = 0; i < D; ++i) yr[i] = xr[i] - c;
-                   } else {
-                     const C inv = C(1) / exp_store_sum(xr, yr, D, m);
-                     for (int64_t i = 0; i < D; ++i) yr[i] *= inv;
-                   }
-                 }
-               });
+               [&](int64_t b, int64_t e) { softmax_row_range(x, y, b, e, D, log); });
 }
 
 // Column path: for each outer index and tile of columns, the D rows of the tile.
@@ -350,6 +353,9 @@ void backward_impl(const TensorImpl& grad, const TensorImpl& output, int64_t dim
 
 void softmax_out(const TensorImpl& self, int64_t dim, TensorImpl& out) {
   softmax_impl(self, dim, out, false, "softmax");
+}
+void softmax_rows_f32_inplace(float* x, int64_t rows, int64_t D) {
+  softmax_row_range(x, x, 0, rows, D, false);
 }
 void log_softmax_out(const TensorImpl& self, int64_t dim, TensorImpl& out) {
   softmax_impl(self, dim, out, true, "log_softmax");

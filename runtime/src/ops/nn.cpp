@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common.h"
+#include "kiln/runtime/kernels/attention.h"
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/elementwise.h"
 #include "kiln/runtime/kernels/embedding.h"
@@ -181,6 +182,21 @@ void run_linear_fused(const KernelCall& c) {
   e.clamp_max = f.clamp_max;
   kernels::linear_fused_out(in(c, 0), in(c, 1), opt_in(c, 2), opt_in(c, 3), e, out(c),
                             static_cast<const kernels::SgemmPacked*>(c.prepared));
+}
+
+struct AttentionParams : KernelParams {
+  double scale = 1.0;
+  bool seq_first = false;
+};
+std::unique_ptr<KernelParams> decode_attention(const AttrMap& a) {
+  auto p = std::make_unique<AttentionParams>();
+  p->scale = a.f("scale");
+  p->seq_first = a.b("seq_first");
+  return p;
+}
+void run_attention(const KernelCall& c) {
+  const auto& p = params<AttentionParams>(c);
+  kernels::attention_out(in(c, 0), in(c, 1), in(c, 2), opt_in(c, 3), p.scale, p.seq_first, out(c));
 }
 
 void run_matmul(const KernelCall& c) {
@@ -408,6 +424,7 @@ void register_nn(Registry& r) {
                         .run = run_linear_fused,
                         .prepare = prepare_linear}));
   r.add(with_signature({.name = "matmul", .run = run_matmul, .prepare = prepare_matmul}));
+  r.add(with_signature({.name = "attention", .decode = decode_attention, .run = run_attention}));
   // Indices are only computed when something reads them (training); inference discards them.
   r.add(with_signature({.name = "max_pool2d",
                         .decode = decode_pool,

@@ -78,6 +78,10 @@ std::unique_ptr<mlir::Pass> create_insert_qdq_pass();
 // --kiln-fuse-conv-avgpool: a conv2d / conv2d_fused without residual whose only user is an
 // adaptive_avg_pool2d to 1x1 (a classifier head) becomes one kiln.conv2d_avgpool.
 std::unique_ptr<mlir::Pass> create_fuse_conv_avgpool_pass();
+// --kiln-fuse-attention: matmul(q, kᵀ) -> scale -> mask add -> softmax -> matmul(., v), each
+// intermediate used only by the chain, becomes one kiln.attention (seq_first when q, k, v and the
+// result are transposes of a sequence-first layout).
+std::unique_ptr<mlir::Pass> create_fuse_attention_pass();
 // --kiln-mbconv-channels-last: consecutive kiln.mbconv blocks that run channels-last hand their
 // activations over channels-last (channels_last_out / channels_last_in), where only such blocks
 // read them.

@@ -68,6 +68,9 @@ void logsumexp_out(const TensorImpl& self, std::span<const int64_t> dims, bool k
 // subtracted). out may alias self.
 void softmax_out(const TensorImpl& self, int64_t dim, TensorImpl& out);
 void log_softmax_out(const TensorImpl& self, int64_t dim, TensorImpl& out);
+// softmax over each row of a contiguous float32 [rows, D] block (D >= 1), in place, on the calling
+// thread: softmax_out's row kernel, for fused kernels that normalize a tile they hold in cache.
+void softmax_rows_f32_inplace(float* x, int64_t rows, int64_t D);
 // grad_input = output * (grad_output - sum(grad_output * output, dim))
 void softmax_backward_out(const TensorImpl& grad_output, const TensorImpl& output, int64_t dim,
                           TensorImpl& grad_input);

@@ -1,0 +1,153 @@
+// kernels::attention_out: per (batch, block of query rows), scores = scale · q kᵀ by sgemm into a
+// per-thread tile, the mask added, softmax in place, then tile · v by sgemm straight into the
+// output. The separate ops write the [B, L, S] scores to memory, read them back for the softmax,
+// write the probabilities and read them again for the second product; here the tile stays in
+// cache between the three steps, and the layouts the ops around attention produce (the key
+// transposed, heads between sequence and features) are read through strides instead of copied.
+#include "kiln/runtime/kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kiln/runtime/allocator.h"
+#include "kiln/runtime/kernels/copy.h"
+#include "kiln/runtime/kernels/gemm.h"
+#include "kiln/runtime/kernels/reduce.h"
+#include "kiln/runtime/target.h"
+#include "kiln/runtime/thread_pool.h"
+
+namespace kiln::kernels {
+namespace {
+
+constexpr const char* kOp = "attention";
+
+// A [B, rows, cols] operand as sgemm reads it: its batch and row strides (elements), columns
+// contiguous. `owned` holds a contiguous copy when the view's columns are not.
+struct Operand {
+  const float* p = nullptr;
+  int64_t batch = 0, rows = 0, cols = 0, sb = 0, sr = 0;
+  TensorImplPtr owned;
+};
+
+Operand operand(const TensorImpl& t, bool seq_first, const char* what) {
+  KILN_CHECK(t.dim() == 3, kOp, "expected ", what, " of rank 3, got ", describe(t));
+  KILN_CHECK(t.dtype() == DType::Float32, kOp, "expected ", what, " of dtype f32, got ",
+             describe(t));
+  const TensorImpl* src = &t;
+  Operand o;
+  // sgemm needs unit column stride and a row stride of at least a row (else: a copy).
+  const int64_t r = seq_first ? 0 : 1, cols = t.size(2);
+  if ((cols > 1 && t.stride(2) != 1) || (t.size(r) > 1 && t.stride(r) < cols)) {
+    o.owned = empty(t.sizes(), DType::Float32);
+    copy_(*o.owned, t);
+    src = o.owned.get();
+  }
+  const int64_t b = seq_first ? 1 : 0;
+  o.p = static_cast<const float*>(src->data());
+  o.batch = src->size(b);
+  o.rows = src->size(r);
+  o.cols = cols;
+  o.sb = src->stride(b);
+  o.sr = src->stride(r);
+  return o;
+}
+
+// The mask's strides over [B, L, S] (0 along broadcast dims).
+struct Mask {
+  const float* p = nullptr;
+  int64_t sb = 0, sl = 0, ss = 0;
+};
+
+Mask mask_of(const TensorImpl* m, int64_t B, int64_t L, int64_t S) {
+  Mask out;
+  if (!m) return out;
+  KILN_CHECK(m->dtype() == DType::Float32, kOp, "expected an additive mask of dtype f32, got ",
+             describe(*m));
+  KILN_CHECK(m->dim() <= 3, kOp, "expected a mask of rank <= 3, got ", describe(*m));
+  const int64_t want[3] = {B, L, S};
+  int64_t strides[3] = {0, 0, 0};
+  for (int64_t i = 0; i < m->dim(); ++i) {
+    const int64_t d = 3 - m->dim() + i, n = m->size(i);
+    KILN_CHECK(n == 1 || n == want[d], kOp, "expected a mask broadcastable to [", B, ", ", L, ", ",
+               S, "], got ", describe(*m));
+    strides[d] = n == 1 ? 0 : m->stride(i);
+  }
+  out.p = static_cast<const float*>(m->data());
+  out.sb = strides[0];
+  out.sl = strides[1];
+  out.ss = strides[2];
+  return out;
+}
+
+// Query rows per task: the scores tile (rows x S) and the batch's keys and values, which every
+// row block of that batch reads again, within the L2 block of the target description; halved
+// (not below one GEMM tile's worth of rows) until every thread has two tasks.
+int64_t rows_per_task(int64_t B, int64_t L, int64_t S, int64_t D, int64_t Dv) {
+  const int64_t l2 = rt::target_params().l2_block_bytes;
+  const int64_t kv = S * (D + Dv) * int64_t(sizeof(float));
+  const int64_t budget = std::max(l2 - kv, l2 / 4);
+  int64_t rows = std::clamp<int64_t>(budget / std::max<int64_t>(1, S * int64_t(sizeof(float))), 1,
+                                     std::max<int64_t>(L, 1));
+  const int64_t want = 2 * int64_t(num_threads());
+  while (rows > 16 && B * ((L + rows - 1) / rows) < want) rows = (rows + 1) / 2;
+  return rows;
+}
+
+}  // namespace
+
+void attention_out(const TensorImpl& q, const TensorImpl& k, const TensorImpl& v,
+                   const TensorImpl* mask, double scale, bool seq_first, TensorImpl& out) {
+  const Operand Q = operand(q, seq_first, "query"), K = operand(k, seq_first, "key");
+  const Operand V = operand(v, seq_first, "value");
+  const int64_t B = Q.batch, L = Q.rows, D = Q.cols, S = K.rows, Dv = V.cols;
+  KILN_CHECK(K.batch == B && V.batch == B, kOp, "expected query, key and value with ", B,
+             " batches, got ", describe(q), ", ", describe(k), ", ", describe(v));
+  KILN_CHECK(K.cols == D, kOp, "expected key features ", D, " (the query's), got ", describe(k));
+  KILN_CHECK(V.rows == S, kOp, "expected value rows ", S, " (the key's), got ", describe(v));
+  KILN_CHECK(std::isfinite(scale), kOp, "expected a finite scale, got ", scale);
+  const Dims want = seq_first ? Dims{L, B, Dv} : Dims{B, L, Dv};
+  KILN_CHECK(out.sizes() == want && out.dtype() == DType::Float32, kOp, "expected out f32", want,
+             ", got ", describe(out));
+  const Mask M = mask_of(mask, B, L, S);
+  if (B == 0 || L == 0 || Dv == 0) return;
+
+  // The result goes straight into out when sgemm can write it (unit column stride, rows apart).
+  TensorImplPtr tmp;
+  TensorImpl* dst = &out;
+  const int64_t ob = seq_first ? 1 : 0, orow = seq_first ? 0 : 1;
+  if ((Dv > 1 && out.stride(2) != 1) || (L > 1 && out.stride(orow) < Dv)) {
+    tmp = empty(out.sizes(), DType::Float32);
+    dst = tmp.get();
+  }
+  float* O = static_cast<float*>(dst->data());
+  const int64_t o_sb = dst->stride(ob), o_sr = dst->stride(orow);
+
+  const int64_t rows = rows_per_task(B, L, S, D, Dv), blocks = (L + rows - 1) / rows;
+  const float alpha = static_cast<float>(scale);
+  parallel_for(0, B * blocks, 1, [&](int64_t t0, int64_t t1) {
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(rows * S, 1)) * sizeof(float);
+    float* tile = static_cast<float*>(scratch_allocate(bytes));
+    struct Release {
+      float* p;
+      size_t n;
+      ~Release() { scratch_deallocate(p, n); }
+    } release{tile, bytes};
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / blocks, l0 = (t % blocks) * rows, m = std::min(rows, L - l0);
+      sgemm(false, true, m, S, D, alpha, Q.p + b * Q.sb + l0 * Q.sr, Q.sr, K.p + b * K.sb, K.sr,
+            0.0f, tile, S);
+      if (M.p)
+        for (int64_t r = 0; r < m; ++r) {
+          const float* mr = M.p + b * M.sb + (l0 + r) * M.sl;
+          float* row = tile + r * S;
+          for (int64_t s = 0; s < S; ++s) row[s] += mr[s * M.ss];
+        }
+      if (S > 0) softmax_rows_f32_inplace(tile, m, S);
+      sgemm(false, false, m, Dv, S, 1.0f, tile, S, V.p + b * V.sb, V.sr, 0.0f,
+            O + b * o_sb + l0 * o_sr, o_sr);
+    }
+  });
+  if (tmp) copy_(out, *tmp);
+}
+
+}  // namespace kiln::kernels
