@@ -39,6 +39,11 @@ TEST(IndexingOps, SelectGatherScatter) {
         {rnd({2, 3}, 5), rnd({2, 2}, 6)}, "scatter_add");
   check([&](const TensorList& v) { return TensorList{index_add(v[0], 0, idx, v[1], 0.5)}; },
         {rnd({3, 2}, 7), rnd({3, 2}, 8)}, "index_add");
+  check(
+      [&](const TensorList& v) {
+        return TensorList{index_copy(v[0], 1, ints({2, 0}), v[1])};
+      },
+      {rnd({2, 3}, 17), rnd({2, 2}, 18)}, "index_copy");
   Tensor mask = tensor({1.0, 0.0, 1.0}, DType::Bool);
   check([&](const TensorList& v) { return TensorList{masked_fill(v[0], mask, 2.0)}; },
         {rnd({2, 3}, 9)}, "masked_fill");

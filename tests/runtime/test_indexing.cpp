@@ -144,6 +144,52 @@ TEST(Indexing, IndexAddAccumulatesRepeats) {
       "index_add_");
 }
 
+// Each slice written in index order (a repeat keeps the last), the rest untouched; contiguous
+// operands take the row-copy path, strided ones the per-slice copy.
+TEST(Indexing, IndexCopyWritesSlicesInIndexOrder) {
+  std::mt19937 rng(3);
+  for (DType dt : {DType::Float32, DType::Float64, DType::Int64, DType::Float16}) {
+    for (const Dims& shape : {Dims{6}, Dims{4, 6}, Dims{3, 4, 5}}) {
+      const int64_t r = static_cast<int64_t>(shape.size());
+      for (Layout layout : {Layout::Contiguous, Layout::Strided}) {
+        for (int64_t dim = -r; dim < r; ++dim) {
+          const int64_t d = dim < 0 ? dim + r : dim;
+          for (int64_t n : {0, 1, 5}) {
+            std::vector<int64_t> iv(n);
+            for (auto& v : iv) v = static_cast<int64_t>(rng() % shape[d]);
+            auto index = index_tensor(iv, Dims{n}, n % 2 ? DType::Int32 : DType::Int64);
+            Dims ss = shape;
+            ss[d] = n;
+            auto src = make_tensor(ss, dt, layout, rng, -3, 3);
+            auto self = make_tensor(shape, dt, layout, rng, -3, 3);
+            std::vector<double> want = values(*self);
+            for (int64_t l = 0; l < src->numel(); ++l) {
+              auto idx = unravel(l, ss);
+              idx[d] = iv[idx[d]];
+              want[ravel(idx, shape)] = get(*src, l);
+            }
+            kernels::index_copy_(*self, dim, *index, *src);
+            for (int64_t l = 0; l < self->numel(); ++l) ASSERT_EQ(get(*self, l), want[l]);
+          }
+        }
+      }
+    }
+  }
+  auto self = zeros(Dims{3, 2}, DType::Float32);
+  auto src = zeros(Dims{1, 2}, DType::Float32);
+  expect_error(
+      [&] { kernels::index_copy_(*self, 0, *index_tensor({3}, Dims{1}, DType::Int64), *src); },
+      "index_copy_", "index 3 is out of bounds for dim 0 with size 3");
+  auto bad = zeros(Dims{2, 2}, DType::Float32);
+  expect_error(
+      [&] { kernels::index_copy_(*self, 0, *index_tensor({1}, Dims{1}, DType::Int64), *bad); },
+      "index_copy_", "source");
+  auto other = zeros(Dims{1, 2}, DType::Float64);
+  expect_error(
+      [&] { kernels::index_copy_(*self, 0, *index_tensor({1}, Dims{1}, DType::Int64), *other); },
+      "index_copy_");
+}
+
 TEST(Indexing, GatherScatter) {
   std::mt19937 rng(3);
   for (DType dt : {DType::Float32, DType::Int64, DType::Float16, DType::UInt8, DType::Float64}) {

@@ -186,6 +186,10 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, double value);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// torch.index_copy: x with its slices at `index` along dim replaced by source's, in order (a
+// repeated index keeps the last). Gradients: to x except at the copied slices, to source the
+// slices it was copied to.
+Tensor index_copy(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
                  double alpha = 1.0);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);

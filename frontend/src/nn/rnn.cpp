@@ -136,7 +136,7 @@ std::pair<Tensor, TensorList> RNNBase::run_direction(const Tensor& x, TensorList
     // code generators update it in place). Every row is written, so the sequence starts as any
     // tensor of its shape: a view of the projections (a zero constant would be stored in
     // artifacts).
-    const int64_t N = x.size(1), H = options.hidden_size();
+    const int64_t H = options.hidden_size();
     const Tensor last = scalar_tensor(static_cast<double>(T - 1), TensorOptions(DType::Int64));
     state.push_back(xp.narrow(2, 0, H));
     TensorList out = kiln::loop(
@@ -145,8 +145,7 @@ std::pair<Tensor, TensorList> RNNBase::run_direction(const Tensor& x, TensorList
           const Tensor t = (reverse ? kiln::sub(last, i) : i).reshape({1});
           TensorList next =
               cell(kiln::index_select(xp, 0, t).squeeze(0), {carry.begin(), carry.end() - 1}, w);
-          const Tensor rows = t.reshape({1, 1, 1}).expand({1, N, H});
-          next.push_back(kiln::scatter(carry.back(), 0, rows, next[0].unsqueeze(0)));
+          next.push_back(kiln::index_copy(carry.back(), 0, t, next[0].unsqueeze(0)));
           return next;
         },
         state);

@@ -58,6 +58,20 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   return out;
 }
 
+Tensor index_copy(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
+  Tensor out = x.detach().clone();
+  kernels::index_copy_(*out.impl(), dim, *index.impl(), *source.impl());
+  Dims src_sizes = source.sizes();
+  autograd::record(
+      "IndexCopyBackward", {x, source}, {out}, {index}, {},
+      [dim, src_sizes](const TensorList& s, const TensorList& g) {
+        Tensor zero(kiln::zeros(src_sizes, g[0].dtype()));
+        return TensorList{index_copy(g[0], dim, s[0], zero), index_select(g[0], dim, s[0])};
+      });
+  KILN_TRACE("index_copy", TensorList({x, index, source}), {out}, {"dim", dim});
+  return out;
+}
+
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor out = new_tensor(index.sizes(), x.dtype());
   kernels::gather_out(*x.impl(), dim, *index.impl(), *out.impl());

@@ -436,6 +436,8 @@ const KernelTable& kernels() {
        [](L x, A a, O) {
          return TensorList{index_add(x[0], a.i("dim"), x[1], x[2], a.f("alpha", 1.0))};
        }},
+      {id<ir::IndexCopyOp>(),
+       [](L x, A a, O) { return TensorList{index_copy(x[0], a.i("dim"), x[1], x[2])}; }},
       {id<ir::GatherOp>(), [](L x, A a, O) { return TensorList{gather(x[0], a.i("dim"), x[1])}; }},
       {id<ir::ScatterOp>(),
        [](L x, A a, O) { return TensorList{scatter(x[0], a.i("dim"), x[1], x[2])}; }},

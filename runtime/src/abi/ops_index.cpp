@@ -26,6 +26,10 @@ KILN_ABI_OP(index_add, {
   const int64_t dim = a.i();
   index_add_(a.t(3), dim, a.t(1), a.t(2), a.f());
 })
+KILN_ABI_OP(index_copy, {
+  init_from(a, 3);
+  index_copy_(a.t(3), a.i(), a.t(1), a.t(2));
+})
 KILN_ABI_OP(gather, gather_out(a.t(0), a.i(), a.t(1), a.t(2)))
 KILN_ABI_OP(scatter, {
   init_from(a, 3);

@@ -183,9 +183,13 @@ void index_select_out(const TensorImpl& self, int64_t dim, const TensorImpl& ind
   }
 }
 
-void index_add_(TensorImpl& self, int64_t dim, const TensorImpl& index, const TensorImpl& source,
-                double alpha) {
-  constexpr std::string_view op = "index_add_";
+namespace {
+// index_copy_ / index_add_'s checks: a 1-D index within self's dim, source shaped like self with
+// index.numel() along it. Returns the wrapped dim and the index values.
+std::pair<int64_t, std::vector<int64_t>> check_index_source(const TensorImpl& self, int64_t dim,
+                                                            const TensorImpl& index,
+                                                            const TensorImpl& source,
+                                                            std::string_view op) {
   check_index_dtype(index, op);
   KILN_CHECK(index.dim() <= 1, op, "expected index of at most 1 dim, got ", index.sizes());
   const int64_t d = wrap_dim(dim, self.dim(), op);
@@ -193,8 +197,41 @@ void index_add_(TensorImpl& self, int64_t dim, const TensorImpl& index, const Te
   if (self.dim() > 0) want[d] = index.numel();
   check_out(source, want, self.dtype(), op, "source");
   const int64_t size = self.dim() ? self.sizes()[d] : 1;
-  const auto idx = index_vector(index);
+  auto idx = index_vector(index);
   for (int64_t i : idx) check_bound(i, size, dim, op);
+  return {d, std::move(idx)};
+}
+}  // namespace
+
+void index_copy_(TensorImpl& self, int64_t dim, const TensorImpl& index, const TensorImpl& source) {
+  constexpr std::string_view op = "index_copy_";
+  const auto [d, idx] = check_index_source(self, dim, index, source, op);
+  if (self.dim() == 0) {
+    if (!idx.empty()) copy_(self, source);
+    return;
+  }
+  const int64_t n = static_cast<int64_t>(idx.size()), size = self.sizes()[d];
+  if (self.is_contiguous() && source.is_contiguous()) {
+    // Whole rows of `inner` elements (an RNN step writing its output row: one memcpy).
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < d; ++i) outer *= self.sizes()[i];
+    for (int64_t i = d + 1; i < self.dim(); ++i) inner *= self.sizes()[i];
+    const size_t row = static_cast<size_t>(inner) * self.itemsize();
+    const char* src = static_cast<const char*>(source.data());
+    char* dst = static_cast<char*>(self.data());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(dst + (o * size + idx[i]) * row, src + (o * n + i) * row, row);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    copy_(*views::select(self, d, idx[i]), *views::select(source, d, i));
+}
+
+void index_add_(TensorImpl& self, int64_t dim, const TensorImpl& index, const TensorImpl& source,
+                double alpha) {
+  constexpr std::string_view op = "index_add_";
+  const auto [d, idx] = check_index_source(self, dim, index, source, op);
   if (self.dim() == 0) {
     for (size_t i = 0; i < idx.size(); ++i) add_scaled_(self, source, alpha);
     return;

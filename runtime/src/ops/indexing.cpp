@@ -62,6 +62,9 @@ void run_index_add(const KernelCall& c) {
   const auto& p = params<FloatParams>(c);
   kernels::index_add_(init_from_input(c), p.k, in(c, 1), in(c, 2), p.v[0]);
 }
+void run_index_copy(const KernelCall& c) {
+  kernels::index_copy_(init_from_input(c), params<IntParams>(c).v[0], in(c, 1), in(c, 2));
+}
 void run_gather(const KernelCall& c) {
   kernels::gather_out(in(c, 0), params<IntParams>(c).v[0], in(c, 1), out(c));
 }
@@ -149,6 +152,8 @@ void register_indexing(Registry& r) {
   r.add(with_signature({.name = "gather", .decode = decode_dim, .run = run_gather}));
   r.add(with_signature(
       {.name = "scatter", .decode = decode_dim, .run = run_scatter, .update_ok = true}));
+  r.add(with_signature(
+      {.name = "index_copy", .decode = decode_dim, .run = run_index_copy, .update_ok = true}));
   r.add(with_signature({.name = "scatter_value",
                         .decode = decode_dim_value,
                         .run = run_scatter_value,

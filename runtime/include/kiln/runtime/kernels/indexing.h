@@ -25,6 +25,9 @@ void index_select_out(const TensorImpl& self, int64_t dim, const TensorImpl& ind
                       TensorImpl& out);
 // self[.., index[i], ..] += alpha * source[.., i, ..] (repeated indices accumulate): the
 // backward of index_select. source has self's shape with sizes[dim] = index.numel().
+// self's slices at index along dim = source's (source: self's shape with index.numel() along dim;
+// a repeated index takes its last slice), as torch.Tensor.index_copy_.
+void index_copy_(TensorImpl& self, int64_t dim, const TensorImpl& index, const TensorImpl& source);
 void index_add_(TensorImpl& self, int64_t dim, const TensorImpl& index, const TensorImpl& source,
                 double alpha = 1.0);
 
