@@ -14,6 +14,7 @@
 // Every intermediate must have the chain as its only user (attention weights that something else
 // reads stay separate ops); float32 and static shapes only (the kernel's).
 
+#include <array>
 #include <optional>
 
 #include "ConstantData.h"
@@ -36,24 +37,33 @@ bool rank3(mlir::Value v) {
   return t && t.getRank() == 3;
 }
 
-// The rank-3 value `v` is a transpose of (dims a and b swapped), else null.
-mlir::Value transposed_from(mlir::Value v, int64_t a, int64_t b) {
+// The rank-3 value `v` is a transpose or permute of with dims `perm` (v's dim i is the input's
+// dim perm[i]), else null.
+mlir::Value permuted_from(mlir::Value v, std::array<int64_t, 3> perm) {
   mlir::Operation* def = v.getDefiningOp();
   if (!def || !rank3(v)) return {};
+  auto norm = [](int64_t d) { return d < 0 ? d + 3 : d; };
   if (auto t = mlir::dyn_cast<ir::TransposeOp>(def)) {
-    auto norm = [](int64_t d) { return d < 0 ? d + 3 : d; };  // the accessors return uint64_t
-    const int64_t d0 = norm(static_cast<int64_t>(t.getDim0()));
-    const int64_t d1 = norm(static_cast<int64_t>(t.getDim1()));
-    if ((d0 == a && d1 == b) || (d0 == b && d1 == a)) return t.getInput();
+    std::array<int64_t, 3> dims{0, 1, 2};  // the accessors return uint64_t
+    std::swap(dims[norm(static_cast<int64_t>(t.getDim0()))],
+              dims[norm(static_cast<int64_t>(t.getDim1()))]);
+    return dims == perm ? t.getInput() : mlir::Value();
   }
   if (auto p = mlir::dyn_cast<ir::PermuteOp>(def)) {
-    llvm::SmallVector<int64_t, 3> want{0, 1, 2};
-    std::swap(want[a], want[b]);
-    llvm::SmallVector<int64_t, 3> dims;
-    for (int64_t d : p.getDims()) dims.push_back(d < 0 ? d + 3 : d);
-    if (llvm::ArrayRef<int64_t>(dims) == llvm::ArrayRef<int64_t>(want)) return p.getInput();
+    llvm::ArrayRef<int64_t> dims = p.getDims();
+    if (dims.size() != 3) return {};
+    for (size_t i = 0; i < 3; ++i)
+      if (norm(dims[i]) != perm[i]) return {};
+    return p.getInput();
   }
   return {};
+}
+
+// `v` is its input with dims a and b swapped.
+mlir::Value transposed_from(mlir::Value v, int64_t a, int64_t b) {
+  std::array<int64_t, 3> perm{0, 1, 2};
+  std::swap(perm[a], perm[b]);
+  return permuted_from(v, perm);
 }
 
 // A one-element constant (the scale of q or of the scores).
@@ -122,16 +132,20 @@ bool fuse(ir::SoftmaxOp softmax) {
   s = strip_scale(s, scale);
   auto scores_mm = s.getDefiningOp<ir::MatmulOp>();
   if (!scores_mm || !s.hasOneUse() || !rank3(scores_mm.getLhs())) return false;
+  // kᵀ from the batch-major key, or straight from a sequence-first one ([S, B, D] permuted to
+  // [B, D, S]: ONNX exports of MultiheadAttention).
   mlir::Value key = transposed_from(scores_mm.getRhs(), 1, 2);
-  if (!key || !scores_mm.getRhs().hasOneUse()) return false;
+  mlir::Value key_seq_first =
+      key ? transposed_from(key, 0, 1) : permuted_from(scores_mm.getRhs(), {1, 2, 0});
+  if ((!key && !key_seq_first) || !scores_mm.getRhs().hasOneUse()) return false;
   mlir::Value query = strip_scale(scores_mm.getLhs(), scale);
   mlir::Value value = out_mm.getRhs();
-  if (!rank3(query) || !rank3(key) || !rank3(value)) return false;
+  if (!rank3(query) || !rank3(key ? key : key_seq_first) || !rank3(value)) return false;
 
   // The sequence-first layout: every operand a transpose of its first two dims, the result
   // transposed back by its only user.
   mlir::Operation* result_op = out_mm;
-  mlir::Value q0 = transposed_from(query, 0, 1), k0 = transposed_from(key, 0, 1);
+  mlir::Value q0 = transposed_from(query, 0, 1), k0 = key_seq_first;
   mlir::Value v0 = transposed_from(value, 0, 1);
   mlir::Value out = out_mm.getResult();
   mlir::Operation* out_user = out.hasOneUse() ? *out.getUsers().begin() : nullptr;
@@ -146,6 +160,11 @@ bool fuse(ir::SoftmaxOp softmax) {
   }
 
   mlir::OpBuilder b(result_op);
+  if (!key) {  // a sequence-first key among batch-major operands: transposed as before
+    key = b.create<ir::TransposeOp>(softmax.getLoc(), key_seq_first, b.getI64IntegerAttr(0),
+                                    b.getI64IntegerAttr(1))
+              .getResult();
+  }
   mlir::OperationState state(softmax.getLoc(), "kiln.attention");
   state.addOperands({query, key, value, mask ? mask : make_none(b, softmax.getLoc())});
   state.addAttribute("scale", b.getF64FloatAttr(scale));

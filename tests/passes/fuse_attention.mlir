@@ -85,3 +85,34 @@ func.func @not_fused(%q: tensor<2x4x4xf32>, %k: tensor<2x4x4xf32>, %v: tensor<2x
   %o4 = kiln.matmul %p4, %qd : tensor<2x4x4xf64>, tensor<2x4x4xf64>
   return %o0, %p0, %o1, %o2, %o3, %o4 : tensor<2x4x4xf32>, tensor<2x4x4xf32>, tensor<2x4x4xf32>, tensor<2x4x4xf32>, tensor<2x4x4xf32>, tensor<2x4x4xf64>
 }
+
+// ONNX's export of MultiheadAttention: the key permuted from (S, N * H, hd) straight to
+// (N * H, hd, S), the others by perm [1, 0, 2]: sequence-first attention on the permutes' inputs.
+// CHECK-LABEL: func.func @onnx_layout
+// CHECK-NOT: kiln.permute
+// CHECK: kiln.attention %arg0, %arg1, %arg2, %{{.*}} {scale = 1.250000e-01 : f64, seq_first = true} : (tensor<16x4x8xf32>, tensor<16x4x8xf32>, tensor<16x4x8xf32>, none) -> tensor<16x4x8xf32>
+// CHECK-NOT: kiln.permute
+func.func @onnx_layout(%q: tensor<16x4x8xf32>, %k: tensor<16x4x8xf32>, %v: tensor<16x4x8xf32>) -> tensor<16x4x8xf32> {
+  %c = kiln.constant dense<8.0> : tensor<f32> : tensor<f32>
+  %qt = kiln.permute %q {dims = array<i64: 1, 0, 2>} : (tensor<16x4x8xf32>) -> tensor<4x16x8xf32>
+  %qs = kiln.div %qt, %c : tensor<4x16x8xf32>, tensor<f32>
+  %kt = kiln.permute %k {dims = array<i64: 1, 2, 0>} : (tensor<16x4x8xf32>) -> tensor<4x8x16xf32>
+  %vt = kiln.permute %v {dims = array<i64: 1, 0, 2>} : (tensor<16x4x8xf32>) -> tensor<4x16x8xf32>
+  %s = kiln.matmul %qs, %kt : tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  %p = kiln.softmax %s {dim = -1 : i64} : (tensor<4x16x16xf32>) -> tensor<4x16x16xf32>
+  %o = kiln.matmul %p, %vt : tensor<4x16x16xf32>, tensor<4x16x8xf32>
+  %ot = kiln.permute %o {dims = array<i64: 1, 0, 2>} : (tensor<4x16x8xf32>) -> tensor<16x4x8xf32>
+  return %ot : tensor<16x4x8xf32>
+}
+
+// The same key among batch-major query and value: transposed to batch-major for the op.
+// CHECK-LABEL: func.func @sequence_first_key_only
+// CHECK: %[[K:.*]] = kiln.transpose %arg1 {dim0 = 0 : i64, dim1 = 1 : i64}
+// CHECK: kiln.attention %arg0, %[[K]], %arg2, %{{.*}} {scale = 1.000000e+00 : f64, seq_first = false}
+func.func @sequence_first_key_only(%q: tensor<4x16x8xf32>, %k: tensor<16x4x8xf32>, %v: tensor<4x16x8xf32>) -> tensor<4x16x8xf32> {
+  %kt = kiln.permute %k {dims = array<i64: 1, 2, 0>} : (tensor<16x4x8xf32>) -> tensor<4x8x16xf32>
+  %s = kiln.matmul %q, %kt : tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  %p = kiln.softmax %s {dim = -1 : i64} : (tensor<4x16x16xf32>) -> tensor<4x16x16xf32>
+  %o = kiln.matmul %p, %v : tensor<4x16x16xf32>, tensor<4x16x8xf32>
+  return %o : tensor<4x16x8xf32>
+}

@@ -843,6 +843,23 @@ TEST(ElementwiseBinary, ScalarOperandsAndAlpha) {
     expect_matches(
         *out, [&](const Dims& i) { return std::pow(read_idx(*xp, i), e); },
         "pow scalar " + std::to_string(e), t);
+    // The exponent as a one-element tensor (an imported model's constant), f32 and f64, with
+    // negative bases where the exponent is an integer; rank 2 like the base, so no broadcast
+    // grows the result.
+    for (DType et : {DType::Float32, DType::Float64}) {
+      auto et_t = empty(Dims{1, 1}, et);
+      if (et == DType::Float32)
+        et_t->data_ptr<float>()[0] = static_cast<float>(e);
+      else
+        et_t->data_ptr<double>()[0] = e;
+      const bool whole = e == std::floor(e);
+      auto xb = make_input(Dims{5, 8}, DType::Float32, Layout::Contiguous,
+                           whole ? uniform(-3, 3) : uniform(0.1, 3));
+      pow_out(*xb, *et_t, *out);
+      expect_matches(
+          *out, [&](const Dims& i) { return std::pow(read_idx(*xb, i), e); },
+          "pow one-element tensor " + std::to_string(e), t);
+    }
   }
   // Tensor alpha forms.
   auto y = make_input(Dims{8}, DType::Float32, Layout::Contiguous, uniform(-3, 3));

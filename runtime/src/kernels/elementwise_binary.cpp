@@ -1,6 +1,7 @@
 // Binary arithmetic (add, sub, mul, div, pow, maximum, minimum) and the dispatch shared with the
 // comparison and logical ops: promotion, broadcasting, checks, scalar operands.
 #include <cmath>
+#include <optional>
 
 #include "elementwise_engine.h"
 #include "kiln/runtime/cuda/eager.h"
@@ -36,6 +37,17 @@ T ipow(T base, T exp) {
   return result;
 }
 
+// pow's exponent when it is one value for every element: a scalar, or a one-element float
+// tensor (an exponent constant in an imported model, ONNX's Pow(x, 2) of a decomposed layer norm).
+std::optional<double> single_exponent(const ew::BinOperand& a, const ew::BinOperand& b) {
+  if (!a.t) return std::nullopt;
+  if (!b.t) return b.s.to_double();
+  if (b.t->numel() != 1) return std::nullopt;
+  if (b.t->dtype() == DType::Float32) return *static_cast<const float*>(b.t->data());
+  if (b.t->dtype() == DType::Float64) return *static_cast<const double*>(b.t->data());
+  return std::nullopt;
+}
+
 template <typename T>
 void run_arith(BinaryOp op, TensorImpl& out, const ew::BinOperand& a, const ew::BinOperand& b,
                std::span<const int64_t> shape, std::string_view name, const Scalar& alpha_s) {
@@ -64,9 +76,9 @@ void run_arith(BinaryOp op, TensorImpl& out, const ew::BinOperand& a, const ew::
       break;
     case BinaryOp::Pow:
       if constexpr (std::is_floating_point_v<T>) {
-        if (!b.t && a.t) {
+        if (const std::optional<double> exponent = single_exponent(a, b)) {
           // Exponents with exact cheaper forms (as PyTorch does).
-          const double e = b.s.to_double();
+          const double e = *exponent;
           if (e == 2.0) return go([](T x, T) { return x * x; });
           if (e == 3.0) return go([](T x, T) { return x * x * x; });
           if (e == 1.0) return go([](T x, T) { return x; });
