@@ -4,17 +4,17 @@
 //   s = kiln.add(s, mask)                  optional, float32, broadcasting to s
 //   p = kiln.softmax(s) {dim = -1}
 //   o = kiln.matmul(p, v)
-// becomes o = kiln.attention(q, k, v, mask) {scale}: the runtime computes each block of query
-// rows' scores, softmax and product while the tile is in cache (kernels/attention.h) instead of
-// writing and re-reading the [B, L, S] scores twice. When q, k and v each come from a transpose
-// of their first two dims and o's one use transposes it back (torch.nn.MultiheadAttention's
-// (L, N * H, head_dim) layout), the op takes the untransposed values with seq_first and those
+// over [B, L, D] or [B, H, L, D] operands becomes o = kiln.attention(q, k, v, mask) {scale}: the
+// runtime computes each block of query rows' scores, softmax and product while the tile is in
+// cache (kernels/attention.h) instead of writing and re-reading the scores twice. When q, k and v
+// each come from a transpose of their sequence and (inner) batch dims and o's one use transposes
+// it back (torch.nn.MultiheadAttention's (L, N * H, head_dim) layout; [B, L, H, D] reshaped
+// projections in 4-D exports), the op takes the untransposed values with seq_first and those
 // copies disappear too.
 //
 // Every intermediate must have the chain as its only user (attention weights that something else
 // reads stay separate ops); float32 and static shapes only (the kernel's).
 
-#include <array>
 #include <optional>
 
 #include "ConstantData.h"
@@ -32,36 +32,44 @@ mlir::RankedTensorType f32_static(mlir::Value v) {
   return t && t.getElementType().isF32() && t.hasStaticShape() ? t : mlir::RankedTensorType();
 }
 
-bool rank3(mlir::Value v) {
+// The rank of a static float32 value of rank 3 or 4 (the kernel's operands), else 0.
+int64_t attention_rank(mlir::Value v) {
   auto t = f32_static(v);
-  return t && t.getRank() == 3;
+  return t && (t.getRank() == 3 || t.getRank() == 4) ? t.getRank() : 0;
 }
 
-// The rank-3 value `v` is a transpose or permute of with dims `perm` (v's dim i is the input's
-// dim perm[i]), else null.
-mlir::Value permuted_from(mlir::Value v, std::array<int64_t, 3> perm) {
+llvm::SmallVector<int64_t, 4> identity(int64_t n) {
+  llvm::SmallVector<int64_t, 4> dims;
+  for (int64_t i = 0; i < n; ++i) dims.push_back(i);
+  return dims;
+}
+
+// The value `v` is a transpose or permute of with dims `perm` (v's dim i is the input's dim
+// perm[i]), else null.
+mlir::Value permuted_from(mlir::Value v, llvm::ArrayRef<int64_t> perm) {
   mlir::Operation* def = v.getDefiningOp();
-  if (!def || !rank3(v)) return {};
-  auto norm = [](int64_t d) { return d < 0 ? d + 3 : d; };
+  const int64_t n = static_cast<int64_t>(perm.size());
+  if (!def || attention_rank(v) != n) return {};
+  auto norm = [n](int64_t d) { return d < 0 ? d + n : d; };
   if (auto t = mlir::dyn_cast<ir::TransposeOp>(def)) {
-    std::array<int64_t, 3> dims{0, 1, 2};  // the accessors return uint64_t
+    llvm::SmallVector<int64_t, 4> dims = identity(n);  // the accessors return uint64_t
     std::swap(dims[norm(static_cast<int64_t>(t.getDim0()))],
               dims[norm(static_cast<int64_t>(t.getDim1()))]);
-    return dims == perm ? t.getInput() : mlir::Value();
+    return llvm::ArrayRef<int64_t>(dims) == perm ? t.getInput() : mlir::Value();
   }
   if (auto p = mlir::dyn_cast<ir::PermuteOp>(def)) {
     llvm::ArrayRef<int64_t> dims = p.getDims();
-    if (dims.size() != 3) return {};
-    for (size_t i = 0; i < 3; ++i)
+    if (static_cast<int64_t>(dims.size()) != n) return {};
+    for (int64_t i = 0; i < n; ++i)
       if (norm(dims[i]) != perm[i]) return {};
     return p.getInput();
   }
   return {};
 }
 
-// `v` is its input with dims a and b swapped.
-mlir::Value transposed_from(mlir::Value v, int64_t a, int64_t b) {
-  std::array<int64_t, 3> perm{0, 1, 2};
+// `v` (of rank n) is its input with dims a and b swapped.
+mlir::Value transposed_from(mlir::Value v, int64_t n, int64_t a, int64_t b) {
+  llvm::SmallVector<int64_t, 4> perm = identity(n);
   std::swap(perm[a], perm[b]);
   return permuted_from(v, perm);
 }
@@ -91,12 +99,14 @@ mlir::Value strip_scale(mlir::Value v, double& scale) {
   return v;
 }
 
-// The mask may stand in the kernel's [B, L, S] broadcast: float32, rank <= 3, dims 1 or equal.
+// The mask may stand in the kernel's broadcast to the scores: float32, rank <= theirs, dims 1 or
+// equal.
 bool mask_fits(mlir::Value mask, mlir::RankedTensorType scores) {
   auto m = f32_static(mask);
-  if (!m || m.getRank() > 3) return false;
+  if (!m || m.getRank() > scores.getRank()) return false;
   for (int64_t i = 0; i < m.getRank(); ++i) {
-    const int64_t d = m.getDimSize(i), want = scores.getDimSize(3 - m.getRank() + i);
+    const int64_t d = m.getDimSize(i);
+    const int64_t want = scores.getDimSize(scores.getRank() - m.getRank() + i);
     if (d != 1 && d != want) return false;
   }
   return true;
@@ -104,10 +114,11 @@ bool mask_fits(mlir::Value mask, mlir::RankedTensorType scores) {
 
 bool fuse(ir::SoftmaxOp softmax) {
   mlir::Value probs = softmax.getResult();
-  if (!rank3(probs) || (softmax.getDim() != -1 && softmax.getDim() != 2)) return false;
+  const int64_t n = attention_rank(probs);
+  if (!n || (softmax.getDim() != -1 && softmax.getDim() != n - 1)) return false;
   if (!probs.hasOneUse()) return false;
   auto out_mm = mlir::dyn_cast<ir::MatmulOp>(*probs.getUsers().begin());
-  if (!out_mm || out_mm.getLhs() != probs || !rank3(out_mm.getRhs())) return false;
+  if (!out_mm || out_mm.getLhs() != probs || attention_rank(out_mm.getRhs()) != n) return false;
   auto scores_type = mlir::cast<mlir::RankedTensorType>(probs.getType());
 
   // Back from the softmax's input: the mask, a scale, the product.
@@ -131,27 +142,33 @@ bool fuse(ir::SoftmaxOp softmax) {
   }
   s = strip_scale(s, scale);
   auto scores_mm = s.getDefiningOp<ir::MatmulOp>();
-  if (!scores_mm || !s.hasOneUse() || !rank3(scores_mm.getLhs())) return false;
-  // kᵀ from the batch-major key, or straight from a sequence-first one ([S, B, D] permuted to
-  // [B, D, S]: ONNX exports of MultiheadAttention).
-  mlir::Value key = transposed_from(scores_mm.getRhs(), 1, 2);
+  if (!scores_mm || !s.hasOneUse() || attention_rank(scores_mm.getLhs()) != n) return false;
+  // The sequence dim swaps with the (inner) batch dim in the sequence-first layout: dims 0 and 1
+  // of [L, B, D], 1 and 2 of [B, L, H, D].
+  const int64_t sd = n - 3, bd = n - 2;
+  // kᵀ from the batch-major key, or straight from a sequence-first one (ONNX exports: [S, B, D]
+  // permuted [1, 2, 0] to [B, D, S]; [B, S, H, D] permuted [0, 2, 3, 1]).
+  mlir::Value key = transposed_from(scores_mm.getRhs(), n, n - 2, n - 1);
+  llvm::SmallVector<int64_t, 4> key_perm =
+      n == 3 ? llvm::SmallVector<int64_t, 4>{1, 2, 0} : llvm::SmallVector<int64_t, 4>{0, 2, 3, 1};
   mlir::Value key_seq_first =
-      key ? transposed_from(key, 0, 1) : permuted_from(scores_mm.getRhs(), {1, 2, 0});
+      key ? transposed_from(key, n, sd, bd) : permuted_from(scores_mm.getRhs(), key_perm);
   if ((!key && !key_seq_first) || !scores_mm.getRhs().hasOneUse()) return false;
   mlir::Value query = strip_scale(scores_mm.getLhs(), scale);
   mlir::Value value = out_mm.getRhs();
-  if (!rank3(query) || !rank3(key ? key : key_seq_first) || !rank3(value)) return false;
+  if (attention_rank(query) != n || attention_rank(key ? key : key_seq_first) != n ||
+      attention_rank(value) != n)
+    return false;
 
-  // The sequence-first layout: every operand a transpose of its first two dims, the result
-  // transposed back by its only user.
+  // The sequence-first layout: every operand a transpose of its sequence and batch dims, the
+  // result transposed back by its only user.
   mlir::Operation* result_op = out_mm;
-  mlir::Value q0 = transposed_from(query, 0, 1), k0 = key_seq_first;
-  mlir::Value v0 = transposed_from(value, 0, 1);
+  mlir::Value q0 = transposed_from(query, n, sd, bd), k0 = key_seq_first;
+  mlir::Value v0 = transposed_from(value, n, sd, bd);
   mlir::Value out = out_mm.getResult();
   mlir::Operation* out_user = out.hasOneUse() ? *out.getUsers().begin() : nullptr;
   mlir::Value out0 = out_user && out_user->getNumResults() == 1 ? out_user->getResult(0) : nullptr;
-  const bool seq_first =
-      q0 && k0 && v0 && out0 && transposed_from(out0, 0, 1) == out && rank3(out0);
+  const bool seq_first = q0 && k0 && v0 && out0 && transposed_from(out0, n, sd, bd) == out;
   if (seq_first) {
     query = q0;
     key = k0;
@@ -161,8 +178,8 @@ bool fuse(ir::SoftmaxOp softmax) {
 
   mlir::OpBuilder b(result_op);
   if (!key) {  // a sequence-first key among batch-major operands: transposed as before
-    key = b.create<ir::TransposeOp>(softmax.getLoc(), key_seq_first, b.getI64IntegerAttr(0),
-                                    b.getI64IntegerAttr(1))
+    key = b.create<ir::TransposeOp>(softmax.getLoc(), key_seq_first, b.getI64IntegerAttr(sd),
+                                    b.getI64IntegerAttr(bd))
               .getResult();
   }
   mlir::OperationState state(softmax.getLoc(), "kiln.attention");

@@ -44,6 +44,9 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   pm.addNestedPass<mlir::func::FuncOp>(create_fold_batch_norm_pass());
   // Before epilogue fusion, which would take the float layers' relu.
   pm.addNestedPass<mlir::func::FuncOp>(create_fold_qdq_pass());
+  // Before epilogue fusion, which then takes the bias add and activation after the product.
+  pm.addNestedPass<mlir::func::FuncOp>(create_matmul_to_linear_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_recognize_gelu_pass());
   // Before elementwise fusion, which would take the scale and the mask add.
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_attention_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_epilogues_pass());
@@ -74,7 +77,9 @@ void register_pipelines() {
   done = true;
   mlir::PassPipelineRegistration<>(
       "kiln-inference-pipeline",
-      "freeze folds, cleanup, gradient elimination, bn folding, attention fusion, conv/linear "
+      "freeze folds, cleanup, gradient elimination, bn folding, matmul by constants to linear, "
+      "GELU recognition, "
+      "attention fusion, conv/linear "
       "epilogue fusion, "
       "mbconv fusion, conv + global average pool fusion, channels-last mbconv chains, elementwise "
       "fusion, cleanup, layout",

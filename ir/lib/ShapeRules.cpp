@@ -657,30 +657,38 @@ LogicalResult attention(const Diag& op, Value query, Value key, Value value, Val
     if (!absent(v) && !tensor(v).getElementType().isF32())
       return op.emitOpError("expects float32 operands, got ") << v.getType();
   }
-  if (rank(query) != 3 || rank(key) != 3 || rank(value) != 3)
-    return op.emitOpError("expects query, key and value of rank 3, got ")
+  const int64_t n = rank(query);
+  if ((n != 3 && n != 4) || rank(key) != n || rank(value) != n)
+    return op.emitOpError("expects query, key and value of rank 3 or 4 alike, got ")
            << query.getType() << ", " << key.getType() << " and " << value.getType();
-  const size_t b = seq_first ? 1 : 0, r = seq_first ? 0 : 1;
+  // [(outer,) batch, rows, features]; seq_first stores the rows before the batch.
+  const size_t o = n - 3, b = seq_first ? o + 1 : o, r = seq_first ? o : o + 1, f = n - 1;
   ArrayRef<int64_t> q = dims(query), k = dims(key), v = dims(value);
-  const int64_t B = q[b], L = q[r], S = k[r];
-  if (!same(k[b], B) || !same(v[b], B))
-    return op.emitOpError("query, key and value must have ") << B << " batches (dim " << b << ")";
-  if (!same(k[2], q[2]))
-    return op.emitOpError("key features ") << k[2] << " differ from the query's " << q[2];
-  if (!same(v[r], S))
-    return op.emitOpError("value rows ") << v[r] << " differ from the key's " << S;
+  for (size_t d = 0; d <= o; ++d) {
+    const size_t bd = d == o ? b : d;
+    if (!same(k[bd], q[bd]) || !same(v[bd], q[bd]))
+      return op.emitOpError("query, key and value must have ")
+             << q[bd] << " batches (dim " << bd << ")";
+  }
+  if (!same(k[f], q[f]))
+    return op.emitOpError("key features ") << k[f] << " differ from the query's " << q[f];
+  if (!same(v[r], k[r]))
+    return op.emitOpError("value rows ") << v[r] << " differ from the key's " << k[r];
   if (!absent(mask)) {
-    const int64_t want[3] = {B, L, S};
+    Shape scores;
+    if (n == 4) scores.push_back(q[0]);
+    scores.append({q[b], q[r], k[r]});
     ArrayRef<int64_t> m = dims(mask);
-    bool ok = m.size() <= 3;
+    bool ok = m.size() <= scores.size();
     for (size_t i = 0; ok && i < m.size(); ++i)
-      ok = m[i] == 1 || same(m[i], want[3 - m.size() + i]);
+      ok = m[i] == 1 || same(m[i], scores[scores.size() - m.size() + i]);
     if (!ok)
       return op.emitOpError("mask ")
-             << str(m) << " does not broadcast to the scores " << str({B, L, S});
+             << str(m) << " does not broadcast to the scores " << str(scores);
   }
-  if (seq_first) return expect_shape(op, result, {L, B, v[2]});
-  return expect_shape(op, result, {B, L, v[2]});
+  Shape want(q.begin(), q.end());
+  want[f] = v[f];
+  return expect_shape(op, result, want);
 }
 
 LogicalResult activation(const Diag& op, Activation act, double lo, double hi) {

@@ -92,7 +92,14 @@ class ImportMatchesPyTorch(unittest.TestCase):
         self.check("mlp")
 
     def test_transformer_block(self):
-        self.check("transformer")
+        out = self.check("transformer")
+        # The written-out attention (4-D, heads transposed out) is one fused op, the exported
+        # MatMul + Add + erf-GELU one linear with its epilogue.
+        plan = kiln("inspect", out).stdout
+        self.assertIn("attention", plan)
+        self.assertIn("linear_fused", plan)
+        self.assertNotIn("softmax", plan)
+        self.assertNotIn(" erf ", plan)
 
     def test_vgg(self):
         self.check("vgg")

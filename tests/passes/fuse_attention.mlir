@@ -116,3 +116,24 @@ func.func @sequence_first_key_only(%q: tensor<4x16x8xf32>, %k: tensor<16x4x8xf32
   %o = kiln.matmul %p, %v : tensor<4x16x16xf32>, tensor<4x16x8xf32>
   return %o : tensor<4x16x8xf32>
 }
+
+// Four dims, as BERT-style exports give it: [B, L, H, D] projections reshaped, heads transposed
+// out (perm [0, 2, 1, 3]), the key straight to [B, H, D, S] (perm [0, 2, 3, 1]), a [B, 1, 1, S]
+// padding mask: sequence-first attention on the reshaped values, the mask as given.
+// CHECK-LABEL: func.func @four_dims
+// CHECK-NOT: kiln.permute
+// CHECK: kiln.attention %arg0, %arg1, %arg2, %arg3 {scale = 1.250000e-01 : f64, seq_first = true} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x1x1x16xf32>) -> tensor<2x16x4x8xf32>
+// CHECK-NOT: kiln.permute
+func.func @four_dims(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x4x8xf32>, %v: tensor<2x16x4x8xf32>, %m: tensor<2x1x1x16xf32>) -> tensor<2x16x4x8xf32> {
+  %c = kiln.constant dense<8.0> : tensor<f32> : tensor<f32>
+  %qt = kiln.permute %q {dims = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %kt = kiln.permute %k {dims = array<i64: 0, 2, 3, 1>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x8x16xf32>
+  %vt = kiln.permute %v {dims = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %s = kiln.matmul %qt, %kt : tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>
+  %ss = kiln.div %s, %c : tensor<2x4x16x16xf32>, tensor<f32>
+  %sm = kiln.add %ss, %m : tensor<2x4x16x16xf32>, tensor<2x1x1x16xf32>
+  %p = kiln.softmax %sm {dim = 3 : i64} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %o = kiln.matmul %p, %vt : tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>
+  %ot = kiln.transpose %o {dim0 = 1 : i64, dim1 = 2 : i64} : (tensor<2x4x16x8xf32>) -> tensor<2x16x4x8xf32>
+  return %ot : tensor<2x16x4x8xf32>
+}

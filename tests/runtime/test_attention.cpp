@@ -120,6 +120,36 @@ TEST(Attention, MatchesTheDefinitionInFloat64) {
   set_num_threads(saved);
 }
 
+// Two batch dims [B, H, L, D] (heads apart), stored batch-major or with the sequence before the
+// heads ([B, L, H, D], as a reshaped projection is before its heads are transposed out), with a
+// [B, 1, 1, S] padding mask: the rank-3 reference over the B * H flattened batches.
+TEST(Attention, TwoBatchDimsInBothLayouts) {
+  const int64_t B = 2, H = 3, L = 9, S = 11, D = 8, Dv = 5;
+  const Case flat{B * H, L, S, D, Dv};
+  const auto qv = f32(rand_vec(B * H * L * D)), kv = f32(rand_vec(B * H * S * D));
+  const auto vv = f32(rand_vec(B * H * S * Dv));
+  std::vector<double> pad(static_cast<size_t>(B * S), 0.0), pad_full;
+  pad[S - 1] = pad[S + 2] = -std::numeric_limits<double>::infinity();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t l = 0; l < L; ++l)
+        pad_full.insert(pad_full.end(), pad.begin() + b * S, pad.begin() + (b + 1) * S);
+  const std::vector<double> want = reference(flat, qv, kv, vv, pad_full, 0.3);
+  auto mask = from_vec(pad, {B, 1, 1, S}, DType::Float32);
+  for (bool seq_first : {false, true}) {
+    auto store = [&](const std::vector<double>& x, int64_t rows, int64_t cols) {
+      auto t = from_vec(x, {B, H, rows, cols}, DType::Float32);
+      return seq_first ? views::contiguous(*views::transpose(*t, 1, 2)) : t;
+    };
+    auto q = store(qv, L, D), k = store(kv, S, D), v = store(vv, S, Dv);
+    auto out = empty(seq_first ? Dims{B, L, H, Dv} : Dims{B, H, L, Dv}, DType::Float32);
+    kernels::attention_out(*q, *k, *v, mask.get(), 0.3, seq_first, *out);
+    const std::vector<double> got =
+        seq_first ? to_vec(*views::transpose(*out, 1, 2)) : to_vec(*out);
+    expect_close(got, want, 1e-4, 1e-5, seq_first ? "rank 4 seq_first" : "rank 4");
+  }
+}
+
 // A fully masked row has no finite score: NaN, as softmax of all -inf gives.
 TEST(Attention, AFullyMaskedRowIsNaN) {
   auto q = rand_tensor({1, 2, 4}), k = rand_tensor({1, 3, 4}), v = rand_tensor({1, 3, 2});
@@ -145,14 +175,16 @@ TEST(Attention, BadOperandsNameTheExpectedShape) {
   auto v4 = rand_tensor({2, 4, 3});
   EXPECT_NE(run(*q, *k, *v4, nullptr, *out).find("expected value rows 5"), std::string::npos);
   auto k3 = rand_tensor({3, 5, 8});
-  EXPECT_NE(run(*q, *k3, *v, nullptr, *out).find("with 2 batches"), std::string::npos);
+  EXPECT_NE(run(*q, *k3, *v, nullptr, *out).find("with the same batch dims"), std::string::npos);
   auto mask = rand_tensor({4, 4});
-  EXPECT_NE(run(*q, *k, *v, mask.get(), *out).find("broadcastable to [2, 4, 5]"),
+  EXPECT_NE(run(*q, *k, *v, mask.get(), *out).find("broadcastable to [1, 2, 4, 5]"),
             std::string::npos);
   auto qd = rand_tensor({2, 4, 8}, DType::Float64);
   EXPECT_NE(run(*qd, *k, *v, nullptr, *out).find("of dtype f32"), std::string::npos);
   auto q2 = rand_tensor({4, 8});
-  EXPECT_NE(run(*q2, *k, *v, nullptr, *out).find("of rank 3"), std::string::npos);
+  EXPECT_NE(run(*q2, *k, *v, nullptr, *out).find("of rank 3 or 4"), std::string::npos);
+  auto k4 = rand_tensor({1, 2, 5, 8});
+  EXPECT_NE(run(*q, *k4, *v, nullptr, *out).find("key of rank 3 (the query's)"), std::string::npos);
   auto wrong = empty(Dims{2, 4, 4}, DType::Float32);
   EXPECT_NE(run(*q, *k, *v, nullptr, *wrong).find("expected out f32[2, 4, 3]"), std::string::npos);
   EXPECT_NE(error_of([&] {

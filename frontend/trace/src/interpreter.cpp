@@ -208,11 +208,12 @@ Tensor linear_fused(const TensorList& x, const Attrs& a, mlir::Operation* op) {
 // softmax(scale · q kᵀ + mask) · v through the eager ops (the fused kernel's reference).
 Tensor attention(const TensorList& x, const Attrs& a) {
   const bool seq_first = a.b("seq_first");
-  auto batch_major = [&](const Tensor& t) { return seq_first ? t.transpose(0, 1) : t; };
-  Tensor scores = matmul(batch_major(x[0]), batch_major(x[1]).transpose(1, 2)) * a.f("scale");
+  // seq_first: the sequence dim before the (inner) batch dim, the third and second from last.
+  auto batch_major = [&](const Tensor& t) { return seq_first ? t.transpose(-3, -2) : t; };
+  Tensor scores = matmul(batch_major(x[0]), batch_major(x[1]).transpose(-2, -1)) * a.f("scale");
   if (x[3].defined()) scores = scores + x[3];
   Tensor out = matmul(softmax(scores, -1), batch_major(x[2]));
-  return seq_first ? out.transpose(0, 1).contiguous() : out;
+  return seq_first ? out.transpose(-3, -2).contiguous() : out;
 }
 
 const KernelTable& kernels();

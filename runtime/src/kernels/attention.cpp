@@ -7,6 +7,7 @@
 #include "kiln/runtime/kernels/attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "kiln/runtime/allocator.h"
@@ -21,61 +22,79 @@ namespace {
 
 constexpr const char* kOp = "attention";
 
-// A [B, rows, cols] operand as sgemm reads it: its batch and row strides (elements), columns
+// The dims of a rank-3 or rank-4 operand, in the order [outer batch, inner batch, rows, cols]
+// (rank 3 has no outer batch: -1). seq_first swaps the rows with the (inner) batch.
+std::array<int64_t, 4> dims_of(int64_t rank, bool seq_first) {
+  if (rank == 3)
+    return seq_first ? std::array<int64_t, 4>{-1, 1, 0, 2} : std::array<int64_t, 4>{-1, 0, 1, 2};
+  return seq_first ? std::array<int64_t, 4>{0, 2, 1, 3} : std::array<int64_t, 4>{0, 1, 2, 3};
+}
+
+// A [B0, B1, rows, cols] operand as sgemm reads it: its batch and row strides (elements), columns
 // contiguous. `owned` holds a contiguous copy when the view's columns are not.
 struct Operand {
   const float* p = nullptr;
-  int64_t batch = 0, rows = 0, cols = 0, sb = 0, sr = 0;
+  int64_t b0 = 1, b1 = 0, rows = 0, cols = 0, s0 = 0, s1 = 0, sr = 0;
   TensorImplPtr owned;
+  int64_t batch() const { return b0 * b1; }
+  const float* at(int64_t b) const { return p + b / b1 * s0 + b % b1 * s1; }
 };
 
-Operand operand(const TensorImpl& t, bool seq_first, const char* what) {
-  KILN_CHECK(t.dim() == 3, kOp, "expected ", what, " of rank 3, got ", describe(t));
+Operand operand(const TensorImpl& t, int64_t rank, bool seq_first, const char* what) {
+  KILN_CHECK(t.dim() == rank, kOp, "expected ", what, " of rank ", rank, " (the query's), got ",
+             describe(t));
   KILN_CHECK(t.dtype() == DType::Float32, kOp, "expected ", what, " of dtype f32, got ",
              describe(t));
   const TensorImpl* src = &t;
   Operand o;
+  const std::array<int64_t, 4> d = dims_of(rank, seq_first);
   // sgemm needs unit column stride and a row stride of at least a row (else: a copy).
-  const int64_t r = seq_first ? 0 : 1, cols = t.size(2);
-  if ((cols > 1 && t.stride(2) != 1) || (t.size(r) > 1 && t.stride(r) < cols)) {
+  const int64_t cols = t.size(d[3]);
+  if ((cols > 1 && t.stride(d[3]) != 1) || (t.size(d[2]) > 1 && t.stride(d[2]) < cols)) {
     o.owned = empty(t.sizes(), DType::Float32);
     copy_(*o.owned, t);
     src = o.owned.get();
   }
-  const int64_t b = seq_first ? 1 : 0;
   o.p = static_cast<const float*>(src->data());
-  o.batch = src->size(b);
-  o.rows = src->size(r);
+  if (d[0] >= 0) {
+    o.b0 = src->size(d[0]);
+    o.s0 = src->stride(d[0]);
+  }
+  o.b1 = src->size(d[1]);
+  o.s1 = src->stride(d[1]);
+  o.rows = src->size(d[2]);
   o.cols = cols;
-  o.sb = src->stride(b);
-  o.sr = src->stride(r);
+  o.sr = src->stride(d[2]);
   return o;
 }
 
-// The mask's strides over [B, L, S] (0 along broadcast dims).
+// The mask's strides over [B0, B1, L, S] (0 along broadcast dims).
 struct Mask {
   const float* p = nullptr;
-  int64_t sb = 0, sl = 0, ss = 0;
+  int64_t s0 = 0, s1 = 0, sl = 0, ss = 0, b1 = 1;
+  const float* row(int64_t b, int64_t l) const { return p + b / b1 * s0 + b % b1 * s1 + l * sl; }
 };
 
-Mask mask_of(const TensorImpl* m, int64_t B, int64_t L, int64_t S) {
+Mask mask_of(const TensorImpl* m, const Operand& q, int64_t S) {
   Mask out;
   if (!m) return out;
   KILN_CHECK(m->dtype() == DType::Float32, kOp, "expected an additive mask of dtype f32, got ",
              describe(*m));
-  KILN_CHECK(m->dim() <= 3, kOp, "expected a mask of rank <= 3, got ", describe(*m));
-  const int64_t want[3] = {B, L, S};
-  int64_t strides[3] = {0, 0, 0};
+  KILN_CHECK(m->dim() <= 4, kOp, "expected a mask of rank <= 4, got ", describe(*m));
+  const int64_t want[4] = {q.b0, q.b1, q.rows, S};
+  int64_t strides[4] = {0, 0, 0, 0};
   for (int64_t i = 0; i < m->dim(); ++i) {
-    const int64_t d = 3 - m->dim() + i, n = m->size(i);
-    KILN_CHECK(n == 1 || n == want[d], kOp, "expected a mask broadcastable to [", B, ", ", L, ", ",
-               S, "], got ", describe(*m));
+    const int64_t d = 4 - m->dim() + i, n = m->size(i);
+    KILN_CHECK(n == 1 || n == want[d], kOp, "expected a mask broadcastable to [", q.b0, ", ", q.b1,
+               ", ", q.rows, ", ", S, "], got ", describe(*m));
     strides[d] = n == 1 ? 0 : m->stride(i);
   }
   out.p = static_cast<const float*>(m->data());
-  out.sb = strides[0];
-  out.sl = strides[1];
-  out.ss = strides[2];
+  out.s0 = strides[0];
+  out.s1 = strides[1];
+  out.sl = strides[2];
+  out.ss = strides[3];
+  out.b1 = std::max<int64_t>(q.b1, 1);
   return out;
 }
 
@@ -97,30 +116,34 @@ int64_t rows_per_task(int64_t B, int64_t L, int64_t S, int64_t D, int64_t Dv) {
 
 void attention_out(const TensorImpl& q, const TensorImpl& k, const TensorImpl& v,
                    const TensorImpl* mask, double scale, bool seq_first, TensorImpl& out) {
-  const Operand Q = operand(q, seq_first, "query"), K = operand(k, seq_first, "key");
-  const Operand V = operand(v, seq_first, "value");
-  const int64_t B = Q.batch, L = Q.rows, D = Q.cols, S = K.rows, Dv = V.cols;
-  KILN_CHECK(K.batch == B && V.batch == B, kOp, "expected query, key and value with ", B,
-             " batches, got ", describe(q), ", ", describe(k), ", ", describe(v));
+  KILN_CHECK(q.dim() == 3 || q.dim() == 4, kOp, "expected query of rank 3 or 4, got ", describe(q));
+  const int64_t rank = q.dim();
+  const Operand Q = operand(q, rank, seq_first, "query"), K = operand(k, rank, seq_first, "key");
+  const Operand V = operand(v, rank, seq_first, "value");
+  const int64_t B = Q.batch(), L = Q.rows, D = Q.cols, S = K.rows, Dv = V.cols;
+  KILN_CHECK(K.b0 == Q.b0 && K.b1 == Q.b1 && V.b0 == Q.b0 && V.b1 == Q.b1, kOp,
+             "expected query, key and value with the same batch dims, got ", describe(q), ", ",
+             describe(k), ", ", describe(v));
   KILN_CHECK(K.cols == D, kOp, "expected key features ", D, " (the query's), got ", describe(k));
   KILN_CHECK(V.rows == S, kOp, "expected value rows ", S, " (the key's), got ", describe(v));
   KILN_CHECK(std::isfinite(scale), kOp, "expected a finite scale, got ", scale);
-  const Dims want = seq_first ? Dims{L, B, Dv} : Dims{B, L, Dv};
+  Dims want = q.sizes();
+  want[dims_of(rank, seq_first)[3]] = Dv;
   KILN_CHECK(out.sizes() == want && out.dtype() == DType::Float32, kOp, "expected out f32", want,
              ", got ", describe(out));
-  const Mask M = mask_of(mask, B, L, S);
+  const Mask M = mask_of(mask, Q, S);
   if (B == 0 || L == 0 || Dv == 0) return;
 
   // The result goes straight into out when sgemm can write it (unit column stride, rows apart).
   TensorImplPtr tmp;
   TensorImpl* dst = &out;
-  const int64_t ob = seq_first ? 1 : 0, orow = seq_first ? 0 : 1;
-  if ((Dv > 1 && out.stride(2) != 1) || (L > 1 && out.stride(orow) < Dv)) {
+  const std::array<int64_t, 4> od = dims_of(rank, seq_first);
+  if ((Dv > 1 && out.stride(od[3]) != 1) || (L > 1 && out.stride(od[2]) < Dv)) {
     tmp = empty(out.sizes(), DType::Float32);
     dst = tmp.get();
   }
-  float* O = static_cast<float*>(dst->data());
-  const int64_t o_sb = dst->stride(ob), o_sr = dst->stride(orow);
+  Operand O = operand(*dst, rank, seq_first, "out");
+  float* const o_base = static_cast<float*>(dst->data());
 
   const int64_t rows = rows_per_task(B, L, S, D, Dv), blocks = (L + rows - 1) / rows;
   const float alpha = static_cast<float>(scale);
@@ -134,17 +157,16 @@ void attention_out(const TensorImpl& q, const TensorImpl& k, const TensorImpl& v
     } release{tile, bytes};
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / blocks, l0 = (t % blocks) * rows, m = std::min(rows, L - l0);
-      sgemm(false, true, m, S, D, alpha, Q.p + b * Q.sb + l0 * Q.sr, Q.sr, K.p + b * K.sb, K.sr,
-            0.0f, tile, S);
+      sgemm(false, true, m, S, D, alpha, Q.at(b) + l0 * Q.sr, Q.sr, K.at(b), K.sr, 0.0f, tile, S);
       if (M.p)
         for (int64_t r = 0; r < m; ++r) {
-          const float* mr = M.p + b * M.sb + (l0 + r) * M.sl;
+          const float* mr = M.row(b, l0 + r);
           float* row = tile + r * S;
           for (int64_t s = 0; s < S; ++s) row[s] += mr[s * M.ss];
         }
       if (S > 0) softmax_rows_f32_inplace(tile, m, S);
-      sgemm(false, false, m, Dv, S, 1.0f, tile, S, V.p + b * V.sb, V.sr, 0.0f,
-            O + b * o_sb + l0 * o_sr, o_sr);
+      float* ob = o_base + (O.at(b) - O.p) + l0 * O.sr;
+      sgemm(false, false, m, Dv, S, 1.0f, tile, S, V.at(b), V.sr, 0.0f, ob, O.sr);
     }
   });
   if (tmp) copy_(out, *tmp);

@@ -78,6 +78,12 @@ std::unique_ptr<mlir::Pass> create_insert_qdq_pass();
 // --kiln-fuse-conv-avgpool: a conv2d / conv2d_fused without residual whose only user is an
 // adaptive_avg_pool2d to 1x1 (a classifier head) becomes one kiln.conv2d_avgpool.
 std::unique_ptr<mlir::Pass> create_fuse_conv_avgpool_pass();
+// --kiln-matmul-to-linear: kiln.matmul(x, W) with W a constant float32 [K, N] matrix read by
+// nothing else becomes kiln.linear(x, Wᵀ) (a new transposed constant), so its epilogue fuses.
+std::unique_ptr<mlir::Pass> create_matmul_to_linear_pass();
+// --kiln-recognize-gelu: x * 0.5 * (1 + erf(x / sqrt(2))) in elementwise ops (ONNX exports
+// before opset 20) becomes kiln.gelu, which epilogue fusion then takes into a linear.
+std::unique_ptr<mlir::Pass> create_recognize_gelu_pass();
 // --kiln-fuse-attention: matmul(q, kᵀ) -> scale -> mask add -> softmax -> matmul(., v), each
 // intermediate used only by the chain, becomes one kiln.attention (seq_first when q, k, v and the
 // result are transposes of a sequence-first layout).

@@ -7,12 +7,13 @@
 
 namespace kiln::kernels {
 
-// q [B, L, D], k [B, S, D], v [B, S, Dv] -> out [B, L, Dv], all float32; seq_first: each of them
-// stored with its first two dims swapped ([L, B, D], PyTorch's MultiheadAttention layout: the
-// batch of heads between the sequence and the features). mask (optional, float32, rank <= 3)
-// broadcasts to [B, L, S] and is added to the scaled scores (-inf: not attended; a row with no
-// finite score gives NaN, as softmax does). Operands may be strided views; out must not overlap
-// them. Bad shapes or dtypes throw "attention: expected ...".
+// q [B, L, D], k [B, S, D], v [B, S, Dv] -> out [B, L, Dv], all float32, or with two batch dims
+// ([B, H, L, D]: heads apart); seq_first: each of them stored with the sequence before the (inner)
+// batch dim ([L, B, D], PyTorch's MultiheadAttention layout; [B, L, H, D], the layout a reshape of
+// the projection gives before heads are transposed out). mask (optional, float32, rank <= the
+// operands') broadcasts to the scores [(B,) H, L, S] and is added to the scaled scores (-inf: not
+// attended; a row with no finite score gives NaN, as softmax does). Operands may be strided
+// views; out must not overlap them. Bad shapes or dtypes throw "attention: expected ...".
 void attention_out(const TensorImpl& q, const TensorImpl& k, const TensorImpl& v,
                    const TensorImpl* mask, double scale, bool seq_first, TensorImpl& out);
 
