@@ -100,7 +100,7 @@ Mask mask_of(const TensorImpl* m, const Operand& q, int64_t S) {
 
 // Query rows per task: the scores tile (rows x S) and the batch's keys and values, which every
 // row block of that batch reads again, within the L2 block of the target description; halved
-// (not below one GEMM tile's worth of rows) until every thread has two tasks.
+// (not below two of the GEMM microkernel's row tiles) until every thread has two tasks.
 int64_t rows_per_task(int64_t B, int64_t L, int64_t S, int64_t D, int64_t Dv) {
   const int64_t l2 = rt::target_params().l2_block_bytes;
   const int64_t kv = S * (D + Dv) * int64_t(sizeof(float));
@@ -108,7 +108,8 @@ int64_t rows_per_task(int64_t B, int64_t L, int64_t S, int64_t D, int64_t Dv) {
   int64_t rows = std::clamp<int64_t>(budget / std::max<int64_t>(1, S * int64_t(sizeof(float))), 1,
                                      std::max<int64_t>(L, 1));
   const int64_t want = 2 * int64_t(num_threads());
-  while (rows > 16 && B * ((L + rows - 1) / rows) < want) rows = (rows + 1) / 2;
+  const int64_t min_rows = 2 * rt::gemm_micro_tile(rt::active_target().isa).mr;
+  while (rows > min_rows && B * ((L + rows - 1) / rows) < want) rows = (rows + 1) / 2;
   return rows;
 }
 
