@@ -122,12 +122,13 @@ C row_sum(const C* x, int64_t n) {
 #endif
 }
 
-// Rows [b, e) of a contiguous [rows, D] tensor, on this thread.
+// Rows [b, e) of a contiguous [rows, D] tensor, on this thread; avx512: use_avx512(), asked
+// once per kernel call by the caller (it reads the environment).
 template <typename C>
-void softmax_row_range(const C* x, C* y, int64_t b, int64_t e, int64_t D, bool log) {
+void softmax_row_range(const C* x, C* y, int64_t b, int64_t e, int64_t D, bool log, bool avx512) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<C, float>) {
-    if (use_avx512()) {
+    if (avx512) {
       softmax_rows_f32_avx512(x, y, b, e, D, log);
       return;
     }
@@ -151,7 +152,9 @@ template <typename C>
 void softmax_rows(const C* x, C* y, const Shape3& s, bool log) {
   const int64_t D = s.d;
   parallel_for(0, s.outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(D, 1)),
-               [&](int64_t b, int64_t e) { softmax_row_range(x, y, b, e, D, log); });
+               [&, avx512 = use_avx512()](int64_t b, int64_t e) {
+                 softmax_row_range(x, y, b, e, D, log, avx512);
+               });
 }
 
 // Column path: for each outer index and tile of columns, the D rows of the tile.
@@ -355,7 +358,7 @@ void softmax_out(const TensorImpl& self, int64_t dim, TensorImpl& out) {
   softmax_impl(self, dim, out, false, "softmax");
 }
 void softmax_rows_f32_inplace(float* x, int64_t rows, int64_t D) {
-  softmax_row_range(x, x, 0, rows, D, false);
+  softmax_row_range(x, x, 0, rows, D, false, use_avx512());
 }
 void log_softmax_out(const TensorImpl& self, int64_t dim, TensorImpl& out) {
   softmax_impl(self, dim, out, true, "log_softmax");
