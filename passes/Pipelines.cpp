@@ -47,6 +47,7 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   // Before epilogue fusion, which then takes the bias add and activation after the product.
   pm.addNestedPass<mlir::func::FuncOp>(create_matmul_to_linear_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_recognize_gelu_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_recognize_layer_norm_pass());
   // Before elementwise fusion, which would take the scale and the mask add.
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_attention_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_epilogues_pass());
@@ -78,7 +79,7 @@ void register_pipelines() {
   mlir::PassPipelineRegistration<>(
       "kiln-inference-pipeline",
       "freeze folds, cleanup, gradient elimination, bn folding, matmul by constants to linear, "
-      "GELU recognition, "
+      "GELU and layer norm recognition, "
       "attention fusion, conv/linear "
       "epilogue fusion, "
       "mbconv fusion, conv + global average pool fusion, channels-last mbconv chains, elementwise "

@@ -18,6 +18,7 @@ void register_passes() {
   mlir::registerPass([] { return create_fuse_attention_pass(); });
   mlir::registerPass([] { return create_matmul_to_linear_pass(); });
   mlir::registerPass([] { return create_recognize_gelu_pass(); });
+  mlir::registerPass([] { return create_recognize_layer_norm_pass(); });
   mlir::registerPass([] { return create_fold_qdq_pass(); });
   mlir::registerPass([] { return create_insert_qdq_pass(); });
   mlir::registerPass([] { return create_mbconv_channels_last_pass(); });

@@ -40,15 +40,19 @@ class ImportMatchesPyTorch(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp()
 
-    def check(self, name, command="import", shape_args=()):
-        path = models.export(name, self.dir)
-        out = os.path.join(self.dir, name + ".kiln")
+    def check(self, name, command="import", shape_args=(), opset=None):
+        directory = self.dir
+        if opset is not None:  # beside the default export, not over it
+            directory = os.path.join(self.dir, f"opset{opset}")
+            os.makedirs(directory, exist_ok=True)
+        path = models.export(name, directory, opset)
+        out = os.path.join(directory, name + ".kiln")
         t0 = time.perf_counter()
         kiln(command, path, *shape_args, "-o", out)
         seconds = time.perf_counter() - t0
-        y_path = os.path.join(self.dir, name + "_kiln.npy")
-        kiln("run", out, "--input", os.path.join(self.dir, name + "_x.npy"), "--output", y_path)
-        got, want = np.load(y_path), np.load(os.path.join(self.dir, name + "_y.npy"))
+        y_path = os.path.join(directory, name + "_kiln.npy")
+        kiln("run", out, "--input", os.path.join(directory, name + "_x.npy"), "--output", y_path)
+        got, want = np.load(y_path), np.load(os.path.join(directory, name + "_y.npy"))
         self.assertEqual(got.shape, want.shape)
         err = rel_error(got, want)
         print(f"{name}: import {seconds:.2f} s, max relative error {err:.2e}")
@@ -100,6 +104,15 @@ class ImportMatchesPyTorch(unittest.TestCase):
         self.assertIn("linear_fused", plan)
         self.assertNotIn("softmax", plan)
         self.assertNotIn(" erf ", plan)
+
+    def test_transformer_block_opset14_layer_norms(self):
+        # Before opset 17 the export writes each LayerNorm out (ReduceMean, Sub, Pow, ReduceMean,
+        # Add, Sqrt, Div, Mul, Add): the import runs it as one layer_norm again.
+        out = self.check("transformer", opset=14)
+        plan = kiln("inspect", out).stdout
+        self.assertRegex(plan, r"\blayer_norm +x2\b")
+        self.assertNotIn(" sqrt ", plan)
+        self.assertNotIn(" pow ", plan)
 
     def test_vgg(self):
         self.check("vgg")

@@ -84,6 +84,9 @@ std::unique_ptr<mlir::Pass> create_matmul_to_linear_pass();
 // --kiln-recognize-gelu: x * 0.5 * (1 + erf(x / sqrt(2))) in elementwise ops (ONNX exports
 // before opset 20) becomes kiln.gelu, which epilogue fusion then takes into a linear.
 std::unique_ptr<mlir::Pass> create_recognize_gelu_pass();
+// --kiln-recognize-layer-norm: (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) [* w] [+ b]
+// over trailing dims (ONNX exports before opset 17) becomes kiln.layer_norm.
+std::unique_ptr<mlir::Pass> create_recognize_layer_norm_pass();
 // --kiln-fuse-attention: matmul(q, kᵀ) -> scale -> mask add -> softmax -> matmul(., v), each
 // intermediate used only by the chain, becomes one kiln.attention (seq_first when q, k, v and the
 // result are transposes of a sequence-first layout).
