@@ -53,10 +53,13 @@ if [[ " $ENGINES " == *" ort "* ]]; then
     need "onnxruntime-node in $ORT_NODE_MODULES" \
       "mkdir -p /tmp/ortnode && cd /tmp/ortnode && npm init -y && npm install onnxruntime-node --onnxruntime-node-install=skip"
 fi
-if [[ " $ENGINES " == *" ort-py "* || " $ENGINES " == *" torch-compile "* ]]; then
-  "$PY2" -c 'import torch, torchvision, onnxruntime' 2>/dev/null ||
-    need "PyTorch 2.x, torchvision and onnxruntime for $PY2" \
-      "python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install torch torchvision onnxruntime"
+if [[ " $ENGINES " == *" ort-py "* ]]; then
+  "$PY2" -c 'import onnxruntime' 2>/dev/null ||
+    need "onnxruntime for $PY2" "python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install onnxruntime"
+fi
+if [[ " $ENGINES " == *" torch-compile "* ]]; then
+  "$PY2" -c 'import torch, torchvision' 2>/dev/null ||
+    need "PyTorch 2.x and torchvision for $PY2" "/tmp/torch2/bin/pip install torch torchvision"
 fi
 ((missing == 0)) || exit 1
 
