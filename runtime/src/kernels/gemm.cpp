@@ -784,8 +784,17 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
   const int64_t MR = ks.mr, NR = ks.nr;
   const bool epi = has_epilogue(e);
   const bool late_activation = epi && !simple_activation(e.activation);
-  // Below ~1M multiply-adds (a few microseconds) waking another thread costs more than it saves.
-  const int nth = in_parallel_region() || M * N * K < (int64_t(1) << 20) ? 1 : num_threads();
+  const rt::TargetParams& params = rt::target_params();
+  // A packed B (weights) larger than one core's L2 block against one sliver of rows (an RNN step,
+  // a small-batch linear) is a stream of B: the threads split its columns into one contiguous
+  // share each, so each core streams half (a third, ...) of B, and a core that takes the same
+  // share again (the caller claims first, so it usually does) finds it in its L2 (the LSTM step's
+  // 1 MB weight on 1 MB L2s). Otherwise, below ~1M multiply-adds (a few microseconds) waking
+  // another thread costs more than it saves.
+  const bool stream_b = packed_b && M <= ks.mr &&
+                        round_up(N, ks.nr) * K * int64_t(sizeof(float)) > params.l2_block_bytes;
+  const int nth =
+      in_parallel_region() || (M * N * K < (int64_t(1) << 20) && !stream_b) ? 1 : num_threads();
   auto pfor = [nth](int64_t begin, int64_t end, int64_t grain, auto&& fn) {
     if (nth == 1)
       fn(begin, end);
@@ -804,7 +813,9 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
   // B blocks no wider than NC. With several threads, several blocks per thread so that the
   // dynamic task queue balances threads slowed by other load (blocks stay >= 4 panels wide).
   int64_t nblocks = ceil_div(N, ks.nc);
-  if (nth > 1) {
+  if (stream_b && nth > 1) {
+    nblocks = nth;
+  } else if (nth > 1) {
     nblocks = std::max(nblocks, std::min<int64_t>(4 * nth, N / (4 * NR)));
     if (nblocks > 1) nblocks = round_up(nblocks, nth);
   }
@@ -821,7 +832,6 @@ void gemm_packed(const KernelSet& ks, bool ta, bool tb, int64_t M, int64_t N, in
   // second pass over B); only a ragged last panel is packed. Beyond one sliver each panel is read
   // once per sliver, so it must stay in L1 (K x NR floats): MobileNetV2's projections to 16-32
   // channels run 12-19% faster than with B packed.
-  const rt::TargetParams& params = rt::target_params();
   const bool direct_b =
       !packed_b && !tb && (M <= MR || (M <= 3 * MR && K * NR * 4 <= params.l1_panel_bytes));
   // One B block: its packed copy is shared by all threads, which split the A slivers instead.
