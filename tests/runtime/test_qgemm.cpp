@@ -544,14 +544,15 @@ TEST(QConv2d, PreparedWeightsEqualReference) {
   }
 }
 
-// The direct convolution (AMX's implicit GEMM: no im2col, the image read channels-last in
-// place, its rows split into phases at stride > 1), per call and prepared, equals the reference
-// over both activation dtypes and zero points at the ends of their range, padding (the zero
-// point), dilated rows, filter rows padded to whole K blocks (3 x 60 channels, 48 channels, the
-// stem's 7 x 3), strides 2 and 3, output channels and flattened rows at tile edges, one-pixel
-// images, batches, and images wide enough for the transposes' 16x16 blocks and their edges.
-// Every family runs them; where AMX is, forcing it prepares them direct (and the dilated-column,
-// expanding and strided 1x1 shapes not).
+// The direct convolution (AMX's and AVX-512 VNNI's implicit GEMM: no im2col, the image read
+// channels-last in place, its rows split into phases at stride > 1), per call and prepared, equals
+// the reference over both activation dtypes and zero points at the ends of their range, padding
+// (the zero point), dilated rows, filter rows padded to whole K blocks (3 x 60 channels, 48
+// channels, the stem's 7 x 3), strides 2 and 3, output channels and flattened rows at tile edges,
+// one-pixel images, batches, and images wide enough for the transposes' 16x16 blocks and their
+// edges. Every family runs them; where AMX is, forcing it prepares them direct (and the
+// dilated-column, expanding and strided 1x1 shapes not); AVX-512 VNNI's tile takes those with whole
+// tiles of output channels.
 TEST(QConv2d, DirectConvolutionEqualsReference) {
   IsaGuard guard;
   struct Geometry {
@@ -580,8 +581,15 @@ TEST(QConv2d, DirectConvolutionEqualsReference) {
       {1, 64, 10, 11, 24, 3, 3, 3, 1, 1, 1, true},
       {1, 64, 34, 33, 16, 3, 3, 2, 1, 1, 1, true},
       {1, 3, 30, 31, 16, 7, 7, 2, 3, 1, 1, true},
-      {1, 64, 12, 12, 16, 1, 1, 2, 0, 1, 1, false}};  // a strided 1x1: im2col
-  int variant = 0;
+      {1, 64, 12, 12, 16, 1, 1, 2, 0, 1, 1, false},  // a strided 1x1: im2col
+      // Whole 32-column tiles (what VNNI's direct tile takes): padded rows, dilation, 16x16
+      // blocks, strides 2 and 3.
+      {1, 60, 6, 6, 32, 3, 3, 1, 0, 1, 1, true},
+      {1, 64, 9, 8, 64, 3, 3, 1, 2, 2, 1, true},
+      {2, 112, 18, 35, 64, 3, 3, 1, 1, 1, 1, true},
+      {1, 64, 11, 12, 32, 3, 3, 2, 2, 2, 1, true},
+      {1, 64, 10, 11, 32, 3, 3, 3, 1, 1, 1, true}};
+  int variant = 0, vnni_direct = 0;
   for (const Geometry& s : shapes) {
     Conv2dParams p;
     p.stride_h = p.stride_w = s.stride;
@@ -608,14 +616,21 @@ TEST(QConv2d, DirectConvolutionEqualsReference) {
       for (QGemmIsa isa : isas()) {
         set_qgemm_isa(isa);
         const PreparedQWeightPtr pw = prepare_qconv2d_weight(*w, q, p, xd, yd);
-        if (isa == QGemmIsa::Amx)
+        if (isa == QGemmIsa::Amx) {
           EXPECT_STREQ(prepared_family(*pw), s.direct ? "amx-int8-direct" : "amx-int8") << what;
+        }
+        if (isa == QGemmIsa::Avx512Vnni)
+          vnni_direct += std::string(prepared_family(*pw)) == "avx512-vnni-direct";
         auto out = empty(Dims{s.N, s.O, Ho, Wo}, yd);
         qconv2d_out(*x, *w, q, p, *out, pw.get());
         EXPECT_EQ(to_vec(*out), to_vec(*ref)) << what << " prepared " << prepared_family(*pw);
       }
       set_qgemm_isa(QGemmIsa::Auto);
     }
+  }
+  // Which shapes VNNI takes direct is its cost rule's business; that the tile ran is this test's.
+  if (qgemm_isa_available(QGemmIsa::Avx512Vnni)) {
+    EXPECT_GT(vnni_direct, 0);
   }
   // Direct weights are refused for a call they were not prepared for.
   if (qgemm_isa_available(QGemmIsa::Amx)) {

@@ -28,9 +28,8 @@ namespace kiln::kernels::quant_detail {
 
 using conv_detail::ConvScratch;
 
-int64_t direct_row_bytes(const QFamily& f, int64_t KW, int64_t C) {
-  const int64_t block = int64_t(f.a_tile_words) * 4;
-  return ceil_div(KW * C, block) * block;
+int64_t direct_row_bytes(int64_t KW, int64_t C) {
+  return ceil_div(KW * C, kDirectBlockBytes) * kDirectBlockBytes;
 }
 
 // The one cost rule of the choice, in bytes moved per output pixel: im2col writes (and the
@@ -38,29 +37,33 @@ int64_t direct_row_bytes(const QFamily& f, int64_t KW, int64_t C) {
 // (C bytes per input pixel, s x s input pixels per output pixel at stride s) and its results
 // once more (O bytes, transposed to NCHW). Its copies are 16x16 register transposes, about 1.5x
 // cheaper per byte than im2col's gather-and-interleave into byte quads: a ratio of two of
-// kiln's loops, measured with bench_conv's ResNet18Int8 / MobileNetV2Int8 rows on the one CPU
-// class with a direct tile so far (Xeon with AMX; bench/README.md), to re-measure with the next
-// family that gains one. So it is taken where
+// kiln's loops, measured with bench_conv's ResNet18Int8 / MobileNetV2Int8 rows (Xeon with AMX;
+// on Zen 4's AVX-512 VNNI every layer it admits without extra products ran 0.69-0.94x the
+// im2col time; bench/README.md). So it is taken where
 //   C s^2 + O <= 1.5 K
 // (every ResNet-18 convolution but the 1x1 downsampling; MobileNetV2's projections, not its
-// expansions, whose output outweighs their input 6:1, nor its 3-channel stem). Beside that: filter
-// rows read as contiguous bytes (dilation 1 along W), one stride for both dims (at most 64 row
-// phases), one group, and a K padded to at most 3x im2col's (the padding's products on zeros
-// cost less than the copy they replace up to there: the ResNet stem's 7 rows of 21 values take 7
-// blocks where im2col takes 3).
+// expansions, whose output outweighs their input 6:1). Beside that: filter rows read as
+// contiguous bytes (dilation 1 along W), one stride for both dims (at most 64 row phases), one
+// group, and no more extra products than the family's tile pays for with the copy it saves
+// (QFamily::direct_max_products): filter rows are padded to whole K blocks (the ResNet stem's 7
+// rows of 21 values take 7 blocks where im2col takes 3) and the output channels to whole tiles
+// of nr (the direct tile's columns), where im2col's products have them as rows of mr.
 bool direct_conv_fits(const QFamily& f, const TensorImpl& w, const Conv2dParams& p) {
-  if (f.direct_conv == nullptr || f.a_tile_words <= 0 || w.dim() != 4) return false;
+  if (f.direct_conv == nullptr || w.dim() != 4) return false;
   const int64_t O = w.size(0), C = w.size(1), KH = w.size(2), KW = w.size(3), st = p.stride_h;
-  const int64_t block = int64_t(f.a_tile_words) * 4;
-  const int64_t direct_k = KH * direct_row_bytes(f, KW, C),
+  const int64_t block = kDirectBlockBytes;
+  const int64_t direct_k = KH * direct_row_bytes(KW, C),
                 im2col_k = ceil_div(C * KH * KW, block) * block;
+  const double products =
+      double(direct_k * ceil_div(O, f.nr) * f.nr) / double(std::max<int64_t>(1, im2col_k * O));
   return p.groups == 1 && p.dilation_w == 1 && p.stride_h == p.stride_w && st >= 1 && st <= 64 &&
-         C > 0 && direct_k <= 3 * im2col_k && 2 * (C * st * st + O) <= 3 * C * KH * KW;
+         C > 0 && O > 0 && products <= f.direct_max_products &&
+         2 * (C * st * st + O) <= 3 * C * KH * KW;
 }
 
 PreparedQWeightPtr pack_direct_weight(const QFamily& f, const TensorImpl& wc) {
   const int64_t O = wc.size(0), C = wc.size(1), KH = wc.size(2), KW = wc.size(3);
-  const int64_t R = direct_row_bytes(f, KW, C), K = KH * R;
+  const int64_t R = direct_row_bytes(KW, C), K = KH * R;
   std::vector<int8_t> rows(static_cast<size_t>(O * K), 0);  // [o][kh][kw * C + c, padded]
   const int8_t* w = wc.data_ptr<int8_t>();
   for (int64_t o = 0; o < O; ++o)
@@ -167,7 +170,7 @@ void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeig
   RowPhases ph{st, ceil_div(Hp, st), Wq * st};
   for (int64_t kh = 0; kh < g.KH; ++kh) ph.read |= uint64_t(1) << (kh * g.dh % st);
   const int64_t M = g.Ho * Wq, slivers = ceil_div(M, f.mr), panels = ceil_div(g.O, f.nr);
-  const int64_t block = int64_t(f.a_tile_words) * 4;
+  const int64_t block = kDirectBlockBytes;
   ConvScratch<int64_t> offsets(g.KH * (R / block));  // per K block: its row's first byte
   for (int64_t kh = 0, i = 0; kh < g.KH; ++kh)
     for (int64_t b = 0; b < R / block; ++b)

@@ -514,8 +514,7 @@ PreparedQWeightPtr weights_for(std::string_view op, const PreparedQWeight* prepa
 PreparedQWeightPtr checked_direct(std::string_view op, const PreparedQWeight& prepared,
                                   const TensorImpl& wc, const Requant& rq, const Conv2dParams& p) {
   const int64_t O = wc.size(0), C = wc.size(1), taps = wc.size(2) * wc.size(3);
-  KILN_CHECK(prepared.rows == O &&
-                 prepared.channels == direct_row_bytes(*prepared.family, wc.size(3), C) &&
+  KILN_CHECK(prepared.rows == O && prepared.channels == direct_row_bytes(wc.size(3), C) &&
                  prepared.K == wc.size(2) * prepared.channels &&
                  direct_conv_fits(*prepared.family, wc, p) && quads_allowed(wc, rq),
              op, "expected direct weights prepared for ", O, " channels of ", C, "x", taps,

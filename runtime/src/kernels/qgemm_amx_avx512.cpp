@@ -27,6 +27,8 @@ namespace {
 
 constexpr int kMR = 32, kNR = 32;
 constexpr int kTileWords = 16;  // 64 bytes of K per tile row
+static_assert(kTileWords * 4 == kDirectBlockBytes,
+              "the direct convolution loads one tile row per K block");
 
 // Linux's permission to use the tile data state (XFEATURE_XTILEDATA = 18), asked once.
 bool tile_permission() {
@@ -133,8 +135,10 @@ void qconv_direct_amx(int64_t words, const uint8_t* a, int64_t a_stride, const i
 const QFamily* qgemm_amx_family() {
   if (!tile_permission()) return nullptr;
   static const QFamily f{
-      "amx-int8",      kMR, kNR, 4, qkernel_amx<true>, qkernel_amx<false>, kTileWords, false,
-      qconv_direct_amx};
+      "amx-int8", kMR, kNR, 4, qkernel_amx<true>, qkernel_amx<false>, kTileWords, false,
+      qconv_direct_amx,
+      // The stem's 2.3x (padded filter rows) ran twice as fast as im2col (bench/README.md).
+      3.0};
   return &f;
 }
 

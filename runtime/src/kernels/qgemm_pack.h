@@ -223,8 +223,8 @@ struct PreparedQWeight {
 namespace kiln::kernels::quant_detail {
 
 // The direct convolution (qconv_direct.cpp). One filter row's KW x C values in bytes, padded to
-// whole K blocks of f.
-int64_t direct_row_bytes(const QFamily& f, int64_t KW, int64_t C);
+// whole K blocks (kDirectBlockBytes).
+int64_t direct_row_bytes(int64_t KW, int64_t C);
 // Whether f runs a convolution with weights of w's shape [O, C, KH, KW] and `p` directly.
 bool direct_conv_fits(const QFamily& f, const TensorImpl& w, const Conv2dParams& p);
 // wc: contiguous int8 [O, C, KH, KW] with zero points 0.

@@ -204,9 +204,13 @@ inline float dequantize_acc(int32_t acc, int32_t bias, float mult, float fbias) 
 using QMicroKernelFn = void (*)(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
                                 const TileOut& t);
 
+// The direct convolution's K block: 64 bytes of one filter row (an AMX A tile's row; 16 byte
+// quads of the VNNI tile).
+inline constexpr int64_t kDirectBlockBytes = 64;
+
 // The tile of a direct (implicit-GEMM) convolution: A is read where it lies, row r of K block
-// b (16 words: 64 bytes of uint8 activations) at a + a_offsets[b] + r * a_stride bytes, so
-// no im2col copy is made; B is a packed panel as for the GEMM kernels. Every hardware row of A
+// b (16 words: kDirectBlockBytes of uint8 activations) at a + a_offsets[b] + r * a_stride bytes,
+// so no im2col copy is made; B is a packed panel as for the GEMM kernels. Every hardware row of A
 // is read (rows past m too: the caller's buffer holds them); m rows are stored.
 using QDirectKernelFn = void (*)(int64_t words, const uint8_t* a, int64_t a_stride,
                                  const int64_t* a_offsets, const int32_t* b, int m, int n,
@@ -224,8 +228,13 @@ struct QFamily {
   int a_tile_words = 0;
   // Group 4: the activations packed as int8 (uint8 ones offset by -128), not uint8.
   bool signed_quads = false;
-  // The direct convolution tile (K blocks of a_tile_words words), or null.
+  // The direct convolution tile (K blocks of kDirectBlockBytes), or null.
   QDirectKernelFn direct_conv = nullptr;
+  // The most products the direct tile may compute per product of im2col's (its K padded to whole
+  // blocks per filter row, its output channels to whole tiles of nr): where the tile is much
+  // faster than the copies it saves (AMX), padding is cheap; where it is not (VNNI), it is not.
+  // Measured per family with bench_conv's int8 rows (qconv_direct.cpp).
+  double direct_max_products = 0.0;
 };
 const QFamily* qgemm_avx2_family();        // null where the build has no AVX2
 const QFamily* qgemm_avx512vnni_family();  // null where the build has no AVX-512
