@@ -25,6 +25,16 @@ namespace {
 constexpr int kMR = 8;
 constexpr int kNR = 32;
 
+// Requantizes the first m rows of a kRows-row tile of accumulators into t.
+template <int kRows>
+void store_tile(const __m512i (&acc)[kRows][2], int m, int n, const TileOut& t) {
+  store_rows_avx512(m, n, t, [&](int r, __m512i& a0, __m512i& a1) {
+    const int i = r < kRows ? r : kRows - 1;  // r < m <= kRows; said so for the compiler
+    a0 = acc[i][0];
+    a1 = acc[i][1];
+  });
+}
+
 // The first kRows rows of the tile (with_tile_rows): a one-row product costs two `vpdpbusd` per
 // K quad, not sixteen.
 template <bool kAUnsigned, int kRows>
@@ -46,11 +56,7 @@ void qtile_vnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
       }
     }
   }
-  store_rows_avx512(m, n, t, [&](int r, __m512i& a0, __m512i& a1) {
-    const int i = r < kRows ? r : kRows - 1;  // r < m <= kRows; said so for the compiler
-    a0 = acc[i][0];
-    a1 = acc[i][1];
-  });
+  store_tile(acc, m, n, t);
 }
 
 // The direct convolution's tile (QDirectKernelFn): per K block (16 quads of one filter row) the
@@ -78,11 +84,7 @@ void qdirect_tile_vnni(int64_t words, const uint8_t* a, int64_t a_stride, const 
       }
     }
   }
-  store_rows_avx512(m, n, t, [&](int r, __m512i& a0, __m512i& a1) {
-    const int i = r < kRows ? r : kRows - 1;  // r < m <= kRows; said so for the compiler
-    a0 = acc[i][0];
-    a1 = acc[i][1];
-  });
+  store_tile(acc, m, n, t);
 }
 
 void qconv_direct_vnni(int64_t words, const uint8_t* a, int64_t a_stride, const int64_t* a_offsets,
