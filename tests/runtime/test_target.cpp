@@ -219,6 +219,25 @@ TEST(Target, GemmResultsDoNotDependOnTheTarget) {
           }
         EXPECT_LE(worst, 1e-5 * std::sqrt(double(s.K)) * 4);
       }
+      // A weight packed once against few rows (an RNN step): under the tiny caches B outgrows
+      // the L2 block and its columns are split across the threads; under the huge ones not.
+      for (int64_t M : {1, 3, 8}) {
+        const int64_t N = 333, K = 300;
+        SCOPED_TRACE(testing::Message() << "packed B, M " << M << " threads " << nt);
+        std::vector<float> A(M * K), B(K * N), C(M * N, 0.5f);
+        for (float& v : A) v = dist(rng);
+        for (float& v : B) v = dist(rng);
+        const auto packed = kernels::sgemm_pack_b(false, K, N, B.data(), N);
+        kernels::sgemm_packed_b(false, M, 1.0f, A.data(), K, *packed, 0.25f, C.data(), N);
+        double worst = 0.0;
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double acc = 0.25 * 0.5;
+            for (int64_t p = 0; p < K; ++p) acc += double(A[i * K + p]) * double(B[p * N + j]);
+            worst = std::max(worst, std::abs(acc - double(C[i * N + j])));
+          }
+        EXPECT_LE(worst, 1e-5 * std::sqrt(double(K)) * 4);
+      }
     }
   }
   kernels::set_sgemm_isa(saved_isa);
