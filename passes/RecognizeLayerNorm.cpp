@@ -2,7 +2,8 @@
 // ONNX exports before opset 17 give it (and TensorFlow's converters):
 //
 //   m = mean(x, trailing dims, keepdim)      d = x - m
-//   v = mean(d ^ 2 | d * d, same dims)       n = d / sqrt(v + eps)  |  d * rsqrt(v + eps)
+//   v = mean(d ^ 2 | d * d, same dims)       n = d / sqrt(v + eps)  |  d * rsqrt(v + eps)  (or
+//                                            rsqrt(v + eps) * d)
 //   y = n [* w] [+ b]                        (w, b of the normalized shape, either operand order)
 //
 // becomes one kiln.layer_norm(x, w, b) {normalized_shape, eps}: one pass over each row (a row
@@ -98,7 +99,8 @@ bool recognize(ir::MeanOp mean, llvm::DenseSet<mlir::Operation*>& erased) {
         (mlir::isa<ir::MulOp>(user) && user->getOperand(0) == d && user->getOperand(1) == d);
     if (is_square && !square) {
       square = user;
-    } else if (mlir::isa<ir::DivOp, ir::MulOp>(user) && !normalize && user->getOperand(0) == d) {
+    } else if (!normalize && (mlir::isa<ir::MulOp>(user) ||
+                              (mlir::isa<ir::DivOp>(user) && user->getOperand(0) == d))) {
       normalize = user;
     } else {
       return false;
@@ -123,7 +125,7 @@ bool recognize(ir::MeanOp mean, llvm::DenseSet<mlir::Operation*>& erased) {
   mlir::Operation* root = *add_eps.getResult().getUsers().begin();
   const bool division = mlir::isa<ir::DivOp>(normalize);
   if (!(division ? mlir::isa<ir::SqrtOp>(root) : mlir::isa<ir::RsqrtOp>(root)) ||
-      !root->getResult(0).hasOneUse() || normalize->getOperand(1) != root->getResult(0) ||
+      !root->getResult(0).hasOneUse() || other_operand(normalize, d) != root->getResult(0) ||
       normalize->getResult(0).getType() != x.getType())
     return false;
 

@@ -22,8 +22,8 @@ func.func @onnx_export(%x: tensor<2x4x8xf32>, %w: tensor<8xf32>, %b: tensor<8xf3
   return %z : tensor<2x4x8xf32>
 }
 
-// Two trailing dims named positively, the square as a product, rsqrt, the parameters first, eps
-// on the left; no bias.
+// Two trailing dims named positively, the square as a product, rsqrt (first in its product), the
+// parameters first, eps on the left; no bias.
 // CHECK-LABEL: func.func @two_dims_rsqrt
 // CHECK: %[[NONE:.*]] = kiln.none
 // CHECK: kiln.layer_norm %arg0, %arg1, %[[NONE]] {eps = 0.0{{.*}}, normalized_shape = array<i64: 3, 4>}
@@ -36,7 +36,7 @@ func.func @two_dims_rsqrt(%x: tensor<2x3x4xf32>, %w: tensor<3x4xf32>) -> tensor<
   %v = kiln.mean %p {dims = array<i64: 1, 2>, keepdim = true} : (tensor<2x3x4xf32>) -> tensor<2x1x1xf32>
   %e = kiln.add %eps, %v : tensor<f32>, tensor<2x1x1xf32>
   %s = kiln.rsqrt %e : tensor<2x1x1xf32> -> tensor<2x1x1xf32>
-  %n = kiln.mul %d, %s : tensor<2x3x4xf32>, tensor<2x1x1xf32>
+  %n = kiln.mul %s, %d : tensor<2x1x1xf32>, tensor<2x3x4xf32>
   %y = kiln.mul %w, %n : tensor<3x4xf32>, tensor<2x3x4xf32>
   return %y : tensor<2x3x4xf32>
 }

@@ -45,19 +45,20 @@ int64_t direct_row_bytes(int64_t KW, int64_t C) {
 // expansions, whose output outweighs their input 6:1). Beside that: filter rows read as
 // contiguous bytes (dilation 1 along W), one stride for both dims (at most 64 row phases), one
 // group, and no more extra products than the family's tile pays for with the copy it saves
-// (QFamily::direct_max_products): filter rows are padded to whole K blocks (the ResNet stem's 7
-// rows of 21 values take 7 blocks where im2col takes 3) and the output channels to whole tiles
-// of nr (the direct tile's columns), where im2col's products have them as rows of mr.
+// (QFamily::direct_max_k_ratio, direct_max_column_ratio): filter rows are padded to whole K
+// blocks (the ResNet stem's 7 rows of 21 values take 7 blocks where im2col takes 3) and the
+// output channels to whole tiles of nr (the direct tile's columns), where im2col's products have
+// them as rows of mr.
 bool direct_conv_fits(const QFamily& f, const TensorImpl& w, const Conv2dParams& p) {
   if (f.direct_conv == nullptr || w.dim() != 4) return false;
   const int64_t O = w.size(0), C = w.size(1), KH = w.size(2), KW = w.size(3), st = p.stride_h;
   const int64_t block = kDirectBlockBytes;
   const int64_t direct_k = KH * direct_row_bytes(KW, C),
                 im2col_k = ceil_div(C * KH * KW, block) * block;
-  const double products =
-      double(direct_k * ceil_div(O, f.nr) * f.nr) / double(std::max<int64_t>(1, im2col_k * O));
+  auto within = [](double ratio, double bound) { return bound <= 0.0 || ratio <= bound; };
   return p.groups == 1 && p.dilation_w == 1 && p.stride_h == p.stride_w && st >= 1 && st <= 64 &&
-         C > 0 && O > 0 && products <= f.direct_max_products &&
+         C > 0 && O > 0 && within(double(direct_k) / double(im2col_k), f.direct_max_k_ratio) &&
+         within(double(ceil_div(O, f.nr) * f.nr) / double(O), f.direct_max_column_ratio) &&
          2 * (C * st * st + O) <= 3 * C * KH * KW;
 }
 

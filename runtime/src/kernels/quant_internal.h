@@ -230,11 +230,12 @@ struct QFamily {
   bool signed_quads = false;
   // The direct convolution tile (K blocks of kDirectBlockBytes), or null.
   QDirectKernelFn direct_conv = nullptr;
-  // The most products the direct tile may compute per product of im2col's (its K padded to whole
-  // blocks per filter row, its output channels to whole tiles of nr): where the tile is much
-  // faster than the copies it saves (AMX), padding is cheap; where it is not (VNNI), it is not.
-  // Measured per family with bench_conv's int8 rows (qconv_direct.cpp).
-  double direct_max_products = 0.0;
+  // The most extra products the direct tile may compute, relative to im2col's, per kind: its K
+  // (filter rows padded to whole blocks) over im2col's, and its output channels padded to whole
+  // tiles of nr over the channels (im2col's products have them as rows of mr). 0: no bound.
+  // Where the tile is much faster than the copies it saves (AMX) padding is cheap; where it is
+  // not (VNNI) it is not. Measured per family with bench_conv's int8 rows (qconv_direct.cpp).
+  double direct_max_k_ratio = 0.0, direct_max_column_ratio = 0.0;
 };
 const QFamily* qgemm_avx2_family();        // null where the build has no AVX2
 const QFamily* qgemm_avx512vnni_family();  // null where the build has no AVX-512
