@@ -122,6 +122,7 @@ BENCHMARK(BM_SgemmPackedB)
     // bench_codegen's LSTM step at batch 1 and 8: h [B, 256] times the recurrent weight [1024, 256]
     ->Args({1, 1024, 256})
     ->Args({8, 1024, 256})
+    // ... and that product with a weight of 512 KB and 256 KB: its rate from L2
     ->Args({1, 512, 256})
     ->Args({1, 256, 256})
     ->UseRealTime();

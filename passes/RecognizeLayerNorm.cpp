@@ -18,6 +18,7 @@
 #include "kiln/ir/KilnDialect.h"
 #include "kiln/passes/Passes.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/Pass/Pass.h"
@@ -153,10 +154,11 @@ bool recognize(ir::MeanOp mean, llvm::DenseSet<mlir::Operation*>& erased) {
   state.addTypes(x.getType());
   mlir::Operation* layer_norm = b.create(state);
   y.replaceAllUsesWith(layer_norm->getResult(0));
-  llvm::SmallVector<mlir::Operation*, 4> constants;
+  // Each constant once: one constant may feed two ops of the chain (eps and the exponent 2).
+  llvm::SetVector<mlir::Operation*> constants;
   for (mlir::Operation* op : chain)
     for (mlir::Value operand : op->getOperands())
-      if (is_constant(operand)) constants.push_back(operand.getDefiningOp());
+      if (is_constant(operand)) constants.insert(operand.getDefiningOp());
   erased.insert(chain.begin(), chain.end());
   // From the root down: each op is used only by ops erased before it.
   for (mlir::Operation* op : chain) op->erase();

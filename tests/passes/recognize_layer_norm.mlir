@@ -59,6 +59,23 @@ func.func @plain_then_broadcast(%x: tensor<4x8xf32>, %w: tensor<1x8xf32>) -> ten
   return %y : tensor<4x8xf32>
 }
 
+// One constant feeding two ops of the chain (eps 2 and the exponent 2): replaced once, erased once.
+// CHECK-LABEL: func.func @shared_constant
+// CHECK: kiln.layer_norm %arg0, %{{.*}}, %{{.*}} {eps = 2.000000e+00 : f64, normalized_shape = array<i64: 8>}
+// CHECK-NOT: kiln.constant
+// CHECK: return
+func.func @shared_constant(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %two = kiln.constant dense<2.0> : tensor<f32> : tensor<f32>
+  %m = kiln.mean %x {dims = array<i64: -1>, keepdim = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %d = kiln.sub %x, %m : tensor<4x8xf32>, tensor<4x1xf32>
+  %p = kiln.pow %d, %two : tensor<4x8xf32>, tensor<f32>
+  %v = kiln.mean %p {dims = array<i64: -1>, keepdim = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %e = kiln.add %v, %two : tensor<4x1xf32>, tensor<f32>
+  %s = kiln.sqrt %e : tensor<4x1xf32> -> tensor<4x1xf32>
+  %n = kiln.div %d, %s : tensor<4x8xf32>, tensor<4x1xf32>
+  return %n : tensor<4x8xf32>
+}
+
 // Left alone: a leading dim's mean (not trailing), an exponent of 3, the centred value also
 // returned, and a product by the square root.
 // CHECK-LABEL: func.func @not_layer_norm

@@ -37,9 +37,9 @@ int64_t direct_row_bytes(int64_t KW, int64_t C) {
 // (C bytes per input pixel, s x s input pixels per output pixel at stride s) and its results
 // once more (O bytes, transposed to NCHW). Its copies are 16x16 register transposes, about 1.5x
 // cheaper per byte than im2col's gather-and-interleave into byte quads: a ratio of two of
-// kiln's loops, measured with bench_conv's ResNet18Int8 / MobileNetV2Int8 rows (Xeon with AMX;
-// on Zen 4's AVX-512 VNNI every layer it admits without extra products ran 0.69-0.94x the
-// im2col time; bench/README.md). So it is taken where
+// kiln's loops, measured with bench_conv's ResNet18Int8 / MobileNetV2Int8 rows (a Xeon with AMX,
+// then Zen 4's AVX-512 VNNI, where every layer it admits without extra products ran faster than
+// im2col; bench/README.md). So it is taken where
 //   C s^2 + O <= 1.5 K
 // (every ResNet-18 convolution but the 1x1 downsampling; MobileNetV2's projections, not its
 // expansions, whose output outweighs their input 6:1). Beside that: filter rows read as

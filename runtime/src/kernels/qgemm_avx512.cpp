@@ -105,8 +105,9 @@ const QFamily* qgemm_avx512vnni_family() {
   static const QFamily f{
       "avx512-vnni", kMR, kNR, 4, qkernel_vnni<true>, qkernel_vnni<false>, 0, false,
       qconv_direct_vnni,
-      // Zen 4 (bench_conv, one thread): no padding ran 0.69-0.94x im2col's time; the stem's K
-      // ratio 2.3 ran 1.9x, column ratios 1.33 (24 channels) and 2 (16) 1.2x and 2.2x.
+      // Between the ratios bench_conv's int8 rows ran faster direct (1) and slower (the stem's K
+      // ratio 2.3; 24 and 16 channels' column ratios 1.33 and 2), on Zen 4, the one VNNI-only
+      // CPU measured so far (bench/README.md): to re-measure on the next.
       1.2, 1.2};
   return &f;
 }
