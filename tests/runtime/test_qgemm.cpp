@@ -487,13 +487,24 @@ TEST(QConv2d, DepthwiseEveryPathAndRowLength) {
   struct Geometry {
     int64_t H, W, K, stride, pad, dilation;
   };
-  const Geometry shapes[] = {{7, 7, 3, 1, 1, 1},   {9, 20, 3, 1, 1, 1},  {6, 6, 5, 1, 2, 1},
-                             {11, 18, 5, 1, 2, 1}, {9, 9, 3, 2, 1, 1},   {12, 33, 3, 2, 1, 1},
-                             {10, 10, 3, 2, 2, 2}, {13, 21, 3, 1, 2, 2}, {5, 17, 1, 1, 0, 1}};
+  const Geometry shapes[] = {{7, 7, 3, 1, 1, 1},
+                             {9, 20, 3, 1, 1, 1},
+                             {6, 6, 5, 1, 2, 1},
+                             {11, 18, 5, 1, 2, 1},
+                             {9, 9, 3, 2, 1, 1},
+                             {12, 33, 3, 2, 1, 1},
+                             {10, 10, 3, 2, 2, 2},
+                             {13, 21, 3, 1, 2, 2},
+                             {5, 17, 1, 1, 0, 1},
+                             // Past the channel-interleaved path's widths: per-plane loops.
+                             {6, 40, 5, 1, 2, 1},
+                             {4, 140, 3, 1, 1, 1},
+                             {5, 75, 3, 2, 1, 1}};
   int variant = 0;
   for (const Geometry& s : shapes)
     for (DType xd : {DType::UInt8, DType::Int8}) {
-      const int64_t C = 5;
+      // One partial block of 8 channels, then two whole ones and a partial one.
+      const int64_t C = variant % 2 ? 5 : 27;
       Conv2dParams p;
       p.stride_h = p.stride_w = s.stride;
       p.pad_h = p.pad_w = s.pad;

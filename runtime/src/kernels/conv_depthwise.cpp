@@ -222,11 +222,12 @@ inline void store_first(float* dst, const __m256* r, int64_t n) {
   }
 }
 
-// B[(ih+ph)*Wb + iw+pw][j] = x_j[ih][iw] for the cb <= 8 planes x_j = src + j*HW.
-// `plane`: the floats between two channels' planes of src.
-void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const float* src, int64_t plane, int cb,
-                 float* B) {
+// B[(ih+ph)*Wb + iw+pw][j] = x_j[ih][iw] for the cb <= 8 planes of `in` from row `first` on.
+void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const DepthwiseInput& in, int64_t plane0,
+                 int64_t first, int cb, float* B) {
   const int64_t rows = std::min(g.H, ng.Hb - g.ph), cols = std::min(g.W, ng.Wb - g.pw);
+  const int64_t plane = in.plane;
+  const int64_t start = plane0 * plane + first * in.width;
   const __m256 zero = _mm256_setzero_ps();
   for (int64_t ih = 0; ih < rows; ++ih) {
     float* brow = B + ((ih + g.ph) * ng.Wb + g.pw) * kV;
@@ -235,8 +236,16 @@ void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const float* src, int6
       const __m256i m = tail_mask(n);
       __m256 r[8];
       for (int j = 0; j < 8; ++j) {
-        const float* p = src + j * plane + ih * g.W + iw;
-        r[j] = j >= cb ? zero : n == kV ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m);
+        const int64_t at = start + j * plane + ih * in.width + iw;
+        if (j >= cb) {
+          r[j] = zero;
+        } else if (in.f32) {
+          r[j] = n == kV ? _mm256_loadu_ps(in.f32 + at) : _mm256_maskload_ps(in.f32 + at, m);
+        } else if (in.u8) {
+          r[j] = simd::bytes_minus_zero_point(in.u8, at, n, in.count, in.zero_point);
+        } else {
+          r[j] = simd::bytes_minus_zero_point(in.s8, at, n, in.count, in.zero_point);
+        }
       }
       transpose8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
       store_first(brow + iw * kV, r, n);
@@ -375,12 +384,11 @@ int64_t narrow_band_rows(const ConvGeom& g, const NarrowGeom& ng) {
   return std::clamp<int64_t>(fit > eff_h ? (fit - eff_h) / g.sh + 1 : 1, 1, g.Ho);
 }
 
-// y = depthwise(x), or with nr > 0 (g.N == 1, no residual, a vector activation or none) the
-// output in panels of nr pixels (depthwise_to_panels) at y. With `xi`, the input is already
-// channel-interleaved and padded (depthwise_interleaved_to_panels): x is not read.
-bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const float* bias,
-                      const float* residual, float* y, const ConvEpilogue& ep, int64_t nr = 0,
-                      const float* xi = nullptr, int64_t xi_block = 0) {
+// The narrow path over every 8-channel block of `in` (or, with `xi`, of the already interleaved
+// and padded input: `in` is not read), in bands of R output rows, each band's sums handed to
+// `sink`.
+bool narrow_blocks(const ConvGeom& g, const DepthwiseInput& in, const float* w, const float* bias,
+                   bool one_band, const float* xi, int64_t xi_block, const DepthwiseSink& sink) {
   NarrowGeom ng;
   // Both within the padded input (make_geom): no overflow.
   ng.Hb = (g.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1;
@@ -392,7 +400,7 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
   // input, top padding only where lo < 0), run through the same fill/compute/store.
   // Panels: one band (a panel's pixels may span two bands' rows). The mbconv block's bands are
   // already small.
-  const int64_t R = nr > 0 || xi ? g.Ho : narrow_band_rows(g, ng);
+  const int64_t R = one_band || xi ? g.Ho : narrow_band_rows(g, ng);
   const int64_t band_hb = (R - 1) * g.sh + (g.KH - 1) * g.dh + 1;
   const int64_t b_floats = band_hb * ng.Wb * kV;
   const int64_t howo = g.HoWo(), KK = g.KH * g.KW;
@@ -403,10 +411,6 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
       tap_off8[kh * g.KW + kw] = (kh * g.dh * ng.Wb + kw * g.dw) * kV;
   const int64_t cblocks = (g.C + kV - 1) / kV, blocks = g.N * cblocks;
   const bool k3x3 = g.KH == 3 && g.KW == 3 && g.dh == 1 && g.dw == 1;
-  // Without a residual a vector activation is applied in registers on the way out; otherwise
-  // residual and activation run over each finished band.
-  const bool act_in_store = !residual && vector_activation(ep.activation);
-  const bool has_epi = !act_in_store && (residual || ep.activation != Activation::None);
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kV * howo * KK, 1));
   parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
     const size_t b_bytes =
@@ -453,8 +457,7 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
           const int64_t below = gb.ph + gb.H;
           if (below < nb.Hb)
             std::memset(B + below * nb.Wb * kV, 0, sizeof(float) * (nb.Hb - below) * nb.Wb * kV);
-          if (gb.H > 0)
-            narrow_fill(gb, nb, x + plane0 * g.XPlane() + first * g.W, g.XPlane(), cb, B);
+          if (gb.H > 0) narrow_fill(gb, nb, in, plane0, first, cb, B);
         }
         if (k3x3 && g.sw == 1) {
           narrow_compute_3x3<1>(gb, nb, Bb, wv.data(), bv, O);
@@ -465,14 +468,7 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
         } else {
           narrow_compute<0>(gb, nb, Bb, wv.data(), static_cast<int>(KK), tap_off8.data(), bv, O);
         }
-        const int64_t off = oh0 * g.Wo, count = gb.Ho * g.Wo;
-        const NarrowOut out = nr > 0 ? NarrowOut{y + c0 * nr, nr, nr, g.C * nr}
-                                     : NarrowOut{y + plane0 * howo + off, howo};
-        narrow_store(count, out, O, cb, act_in_store ? &ep : nullptr);
-        if (has_epi)
-          for (int j = 0; j < cb; ++j)
-            plane_epilogue(y + (plane0 + j) * howo + off,
-                           residual ? residual + (plane0 + j) * howo + off : nullptr, count, ep);
+        sink.store(plane0, c0, cb, oh0 * g.Wo, gb.Ho * g.Wo, O);
       }
     }
     if (B) cpu_allocator().deallocate(B, b_bytes);
@@ -481,12 +477,70 @@ bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const f
   return true;
 }
 
+// Float results to NCHW planes (with the residual and activation) or, with nr > 0 (g.N == 1, no
+// residual, a vector activation or none), to panels of nr pixels (depthwise_to_panels).
+class FloatSink final : public DepthwiseSink {
+ public:
+  FloatSink(const ConvGeom& g, const float* residual, float* y, const ConvEpilogue& ep, int64_t nr)
+      : g_(g), residual_(residual), y_(y), ep_(ep), nr_(nr) {
+    // Without a residual a vector activation is applied in registers on the way out; otherwise
+    // residual and activation run over each finished band.
+    act_in_store_ = !residual && vector_activation(ep.activation);
+    has_epi_ = !act_in_store_ && (residual || ep.activation != Activation::None);
+  }
+  void store(int64_t plane0, int64_t c0, int cb, int64_t off, int64_t count,
+             const float* O) const override {
+    const int64_t howo = g_.HoWo();
+    const NarrowOut out = nr_ > 0 ? NarrowOut{y_ + c0 * nr_, nr_, nr_, g_.C * nr_}
+                                  : NarrowOut{y_ + plane0 * howo + off, howo};
+    narrow_store(count, out, O, cb, act_in_store_ ? &ep_ : nullptr);
+    if (has_epi_)
+      for (int j = 0; j < cb; ++j)
+        plane_epilogue(y_ + (plane0 + j) * howo + off,
+                       residual_ ? residual_ + (plane0 + j) * howo + off : nullptr, count, ep_);
+  }
+
+ private:
+  const ConvGeom& g_;
+  const float* residual_;
+  float* y_;
+  const ConvEpilogue& ep_;
+  int64_t nr_;
+  bool act_in_store_ = false, has_epi_ = false;
+};
+
+DepthwiseInput float_input(const ConvGeom& g, const float* x) {
+  DepthwiseInput in;
+  in.f32 = x;
+  in.plane = g.XPlane();
+  in.width = g.W;
+  return in;
+}
+
+// y = depthwise(x), or with nr > 0 the output in panels (FloatSink). With `xi`, the input is
+// already channel-interleaved and padded (depthwise_interleaved_to_panels): x is not read.
+bool depthwise_narrow(const ConvGeom& g, const float* x, const float* w, const float* bias,
+                      const float* residual, float* y, const ConvEpilogue& ep, int64_t nr = 0,
+                      const float* xi = nullptr, int64_t xi_block = 0) {
+  return narrow_blocks(g, float_input(g, x), w, bias, nr > 0, xi, xi_block,
+                       FloatSink(g, residual, y, ep, nr));
+}
+
 }  // namespace
 
-bool depthwise_panels_fit(const ConvGeom& g, const ConvEpilogue& ep, int64_t nr) {
+bool depthwise_narrow_fits(const ConvGeom& g) {
   const bool fast_3x3 = g.KH == 3 && g.KW == 3 && g.dh == 1 && g.dw == 1 && g.sw <= 2;
-  const bool narrow = g.Wo <= kNarrowWo || (fast_3x3 && g.Wo <= kNarrow3x3Wo);
-  return narrow && g.N == 1 && nr > 0 && nr % kV == 0 && vector_activation(ep.activation);
+  return g.Wo <= kNarrowWo || (fast_3x3 && g.Wo <= kNarrow3x3Wo);
+}
+
+bool depthwise_narrow_to(const ConvGeom& g, const DepthwiseInput& x, const float* w,
+                         const float* bias, const DepthwiseSink& sink) {
+  return depthwise_narrow_fits(g) && narrow_blocks(g, x, w, bias, false, nullptr, 0, sink);
+}
+
+bool depthwise_panels_fit(const ConvGeom& g, const ConvEpilogue& ep, int64_t nr) {
+  return depthwise_narrow_fits(g) && g.N == 1 && nr > 0 && nr % kV == 0 &&
+         vector_activation(ep.activation);
 }
 
 bool depthwise_to_panels(const ConvGeom& g, const float* x, const float* w, const float* bias,
@@ -510,9 +564,7 @@ bool depthwise_interleaved_to_panels(const ConvGeom& g, const float* xi, int64_t
 
 bool depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, const float* bias,
                           const float* residual, float* y, const ConvEpilogue& ep) {
-  const bool fast_3x3 = g.KH == 3 && g.KW == 3 && g.dh == 1 && g.dw == 1 && g.sw <= 2;
-  if (g.Wo <= kNarrowWo || (fast_3x3 && g.Wo <= kNarrow3x3Wo))
-    return depthwise_narrow(g, x, w, bias, residual, y, ep);
+  if (depthwise_narrow_fits(g)) return depthwise_narrow(g, x, w, bias, residual, y, ep);
   PlaneBuf proto;
   proto.rows = (g.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1;
   proto.phases = g.sw;

@@ -123,6 +123,37 @@ bool depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, con
 void transpose_epilogue(const float* yt, int64_t ldt, int64_t cols, int64_t rows, float* y,
                         int64_t ldy, const float* res, int64_t ld_res, const Epilogue& act);
 
+// The input planes of the channel-interleaved depthwise path: float32, or bytes read as their
+// value minus `zero_point` (the int8 convolution: every value an integer, the sums of at most
+// 256 products of two bytes below 2^24, so the float arithmetic is exact). Exactly one pointer
+// set; channel c's row h starts at element c * plane + h * width; bytes are read only within the
+// first `count` elements.
+struct DepthwiseInput {
+  const float* f32 = nullptr;
+  const uint8_t* u8 = nullptr;
+  const int8_t* s8 = nullptr;
+  int32_t zero_point = 0;
+  int64_t plane = 0, width = 0, count = 0;
+};
+// Where that path's sums go: per block of cb <= 8 channels (planes plane0 .. plane0 + cb, channel
+// c0 onward) and band of `count` output pixels starting at pixel `off` of each plane,
+// O[p * 8 + j] = channel j's sum at pixel off + p, bias included (O holds whole vectors of 8
+// pixels past count). Called from several threads at once, for different blocks.
+class DepthwiseSink {
+ public:
+  virtual ~DepthwiseSink() = default;
+  virtual void store(int64_t plane0, int64_t c0, int cb, int64_t off, int64_t count,
+                     const float* O) const = 0;
+};
+// Whether the channel-interleaved path takes g: outputs up to 32 wide, 3x3 (dilation 1, stride
+// <= 2) up to 128 wide.
+bool depthwise_narrow_fits(const ConvGeom& g);
+// depthwise(x, w) + bias through that path, the sums handed to `sink`; w [C][KH * KW] float32,
+// bias C values or null. False (nothing written) where it does not fit or its buffers would
+// exceed the plane bound.
+bool depthwise_narrow_to(const ConvGeom& g, const DepthwiseInput& x, const float* w,
+                         const float* bias, const DepthwiseSink& sink);
+
 // The depthwise conv of one image (g.N == 1; x's planes g.XPlane() apart) written as the right
 // operand of a GEMM: panels of nr output pixels, [ceil(Ho * Wo / nr)][C][nr] (the layout
 // sgemm_packed_ab reads), with bias and `ep`'s activation, which must have a vector form or be

@@ -1,18 +1,26 @@
 // Depthwise int8 convolution (groups == in channels == out channels): each output channel reads
 // one input plane, so there is no GEMM to speak of; as a grouped GEMM it would run one 1-row
-// product per channel. Instead, per (image, channel) plane, in parallel: the plane minus its zero
-// point with the padding as zeros (padding reads x_zp, which is 0 after the subtraction), then
-// each output is the sum of KH x KW taps times the weights minus their zero point, requantized by
-// requantize_value. The arithmetic is float32 (FMA, where int32 multiplies are several times
-// slower) and still exact: every value is an integer, each product at most 255 x 255 and the
-// sum of at most kMaxDepthwiseTaps (256) of them below 2^24, so the result equals
-// qconv2d_reference_out bit for bit.
+// product per channel. Each output is the sum of KH x KW taps of (x - x_zp) times the weights
+// minus their zero point, requantized by requantize_value. The arithmetic is float32 (FMA, where
+// int32 multiplies are several times slower) and still exact: every value is an integer, each
+// product at most 255 x 255 and the sum of at most kMaxDepthwiseTaps (256) of them below 2^24,
+// so the result equals qconv2d_reference_out bit for bit.
+//
+// Where the float kernel's channel-interleaved path takes the geometry (MobileNet's 3x3 layers),
+// it runs that path: 8 channels across the vector lanes, the bytes converted on the way into its
+// band buffer, its sums requantized in registers on the way out (QuantSink). Otherwise, per
+// (image, channel) plane: the plane minus its zero point with the padding as zeros, then
+// vectorized loops over the plane.
 
 #include <algorithm>
+#include <cstring>
 
 #include "conv_internal.h"
 #include "kiln/runtime/thread_pool.h"
 #include "quant_internal.h"
+#if defined(__x86_64__) || defined(_M_X64)
+#include "qgemm_avx2_epilogue.h"
+#endif
 
 namespace kiln::kernels::quant_detail {
 namespace {
@@ -27,6 +35,99 @@ void requantize_block(const float* __restrict sums, int32_t* __restrict a, int64
   for (int64_t i = 0; i < n; ++i)
     a[i] = requantize_value(static_cast<int32_t>(sums[i]), bias, mult, lo, hi, zp);
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<uint8_t>(a[i]);  // int8 too: two's complement
+}
+
+// The channel-interleaved path's sums (exact integers in float) requantized into the output
+// planes. On x86 per 8 pixels: requantize_value's steps on each pixel's 8 channel lanes (the
+// channel constants loaded once per block), the 64 results narrowed to bytes and transposed to 8
+// bytes per channel in registers (packs, one byte shuffle, unpacks), 8 stores.
+class QuantSink final : public conv_detail::DepthwiseSink {
+ public:
+  QuantSink(const conv_detail::ConvGeom& g, const Requant& rq, void* out)
+      : howo_(g.HoWo()), rq_(rq), out_(static_cast<uint8_t*>(out)) {}
+  void store(int64_t plane0, int64_t c0, int cb, int64_t off, int64_t count,
+             const float* O) const override {
+    uint8_t* const y = out_ + plane0 * howo_ + off;
+#if defined(__x86_64__) || defined(_M_X64)
+    alignas(32) int32_t bias[8] = {};
+    alignas(32) float mult[8] = {};
+    for (int j = 0; j < cb; ++j) bias[j] = rq_.bias[c0 + j], mult[j] = rq_.mult[c0 + j];
+    const __m256i vbias = _mm256_load_si256(reinterpret_cast<const __m256i*>(bias));
+    const __m256 vmult = _mm256_load_ps(mult), lo = _mm256_set1_ps(rq_.lo),
+                 hi = _mm256_set1_ps(rq_.hi);
+    const __m256i zp = _mm256_set1_epi32(rq_.y_zp);
+    const bool out_signed = rq_.out_signed;
+    // Within each 128-bit lane, 4 pixels x 4 channels of bytes -> 4 channels x 4 pixels.
+    const __m256i to_channels =
+        _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9,
+                         13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (int64_t p = 0; p < count; p += 8) {
+      __m256i q[8];
+      for (int k = 0; k < 8; ++k)
+        q[k] = requantize8(_mm256_cvtps_epi32(_mm256_loadu_ps(O + (p + k) * 8)), vbias, vmult, lo,
+                           hi, zp);
+      // int16 [pixel k, k+1] per 128-bit lane: channels 0-3 in the low lane, 4-7 in the high.
+      const __m256i w01 = _mm256_packs_epi32(q[0], q[1]), w23 = _mm256_packs_epi32(q[2], q[3]);
+      const __m256i w45 = _mm256_packs_epi32(q[4], q[5]), w67 = _mm256_packs_epi32(q[6], q[7]);
+      // Bytes of pixels 0-3 (a) and 4-7 (b), each lane 4 pixels x 4 channels.
+      __m256i a = out_signed ? _mm256_packs_epi16(w01, w23) : _mm256_packus_epi16(w01, w23);
+      __m256i b = out_signed ? _mm256_packs_epi16(w45, w67) : _mm256_packus_epi16(w45, w67);
+      a = _mm256_shuffle_epi8(a, to_channels);
+      b = _mm256_shuffle_epi8(b, to_channels);
+      // Channel j's 8 pixels as the 8-byte word j of `rows`: 0-1, 2-3 low lane; 4-7 high lane.
+      alignas(32) uint64_t rows[8];
+      const __m256i lo_pair = _mm256_unpacklo_epi32(a, b), hi_pair = _mm256_unpackhi_epi32(a, b);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(rows),
+                         _mm256_permute2x128_si256(lo_pair, hi_pair, 0x20));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(rows + 4),
+                         _mm256_permute2x128_si256(lo_pair, hi_pair, 0x31));
+      const int64_t n = std::min<int64_t>(8, count - p);
+      if (n == 8) {
+        for (int j = 0; j < cb; ++j) std::memcpy(y + j * howo_ + p, rows + j, 8);
+      } else {
+        for (int j = 0; j < cb; ++j) std::memcpy(y + j * howo_ + p, rows + j, n);
+      }
+    }
+#else
+    for (int64_t p = 0; p < count; p += 8) {
+      const int64_t n = std::min<int64_t>(8, count - p);
+      for (int64_t k = 0; k < n; ++k)
+        for (int j = 0; j < cb; ++j) {
+          const int64_t c = c0 + j;
+          y[j * howo_ + p + k] = static_cast<uint8_t>(
+              requantize_value(static_cast<int32_t>(O[(p + k) * 8 + j]), rq_.bias[c], rq_.mult[c],
+                               rq_.lo, rq_.hi, rq_.y_zp));
+        }
+    }
+#endif
+  }
+
+ private:
+  int64_t howo_;
+  const Requant& rq_;
+  uint8_t* out_;
+};
+
+// The channel-interleaved path, if it takes g: weights minus their zero points as float32.
+bool depthwise_interleaved(const conv_detail::ConvGeom& g, const TensorImpl& x, const int8_t* w,
+                           const Requant& rq, void* out) {
+  if (!conv_detail::depthwise_narrow_fits(g)) return false;
+  const int64_t KK = g.KH * g.KW;
+  conv_detail::ConvScratch<float> wf(g.C * KK);
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t t = 0; t < KK; ++t)
+      wf.get()[c * KK + t] = static_cast<float>(w[c * KK + t] - rq.w_zp[c]);
+  conv_detail::DepthwiseInput in;
+  if (x.dtype() == DType::Int8) {
+    in.s8 = x.data_ptr<int8_t>();
+  } else {
+    in.u8 = x.data_ptr<uint8_t>();
+  }
+  in.zero_point = rq.x_zp;
+  in.plane = g.HW();
+  in.width = g.W;
+  in.count = x.numel();
+  return conv_detail::depthwise_narrow_to(g, in, wf.get(), nullptr, QuantSink(g, rq, out));
 }
 
 template <typename X>
@@ -153,6 +254,7 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
 
 void qconv2d_depthwise(const conv_detail::ConvGeom& g, const TensorImpl& x, const int8_t* w,
                        const Requant& rq, void* out) {
+  if (depthwise_interleaved(g, x, w, rq, out)) return;
   if (x.dtype() == DType::Int8)
     depthwise_planes(g, x.data_ptr<int8_t>(), w, rq, out);
   else

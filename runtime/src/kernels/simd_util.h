@@ -5,6 +5,8 @@
 #include "simd_compat.h"
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace kiln::kernels::simd {
 
@@ -52,6 +54,38 @@ inline void deinterleave2(const float* s, __m256& even, __m256& odd) {
 inline __m256i tail_mask(int64_t n) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n < 0 ? 0 : n > 8 ? 8 : n)), idx);
+}
+
+// Bytes base[at, at + n) (n <= 8), each minus zp, as floats; lanes past n hold any value. Reads
+// only within base[0, total): 8 bytes from `at` where they exist, else the 8 ending at at + n
+// (shifted down), else byte by byte. No partial copy through memory: a vector load of narrower
+// stores stalls on store forwarding.
+template <typename Byte>
+inline __m256 bytes_minus_zero_point(const Byte* base, int64_t at, int64_t n, int64_t total,
+                                     int32_t zp) {
+  static_assert(sizeof(Byte) == 1);
+  uint64_t bits = 0;
+  if (at + 8 <= total) {
+    std::memcpy(&bits, base + at, 8);
+  } else if (at + n >= 8) {
+    std::memcpy(&bits, base + at + n - 8, 8);
+    bits >>= 8 * (8 - n);
+  } else {
+    for (int64_t k = 0; k < n; ++k)
+      bits |= static_cast<uint64_t>(static_cast<uint8_t>(base[at + k])) << (8 * k);
+  }
+#if defined(__x86_64__) || defined(_M_X64)
+  const __m128i b = _mm_cvtsi64_si128(static_cast<long long>(bits));
+  const __m256i v = std::is_signed_v<Byte> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+  return _mm256_cvtepi32_ps(_mm256_sub_epi32(v, _mm256_set1_epi32(zp)));
+#else
+  alignas(32) float f[8];
+  for (int k = 0; k < 8; ++k) {
+    const auto byte = static_cast<Byte>(static_cast<uint8_t>(bits >> (8 * k)));
+    f[k] = static_cast<float>(static_cast<int32_t>(byte) - zp);
+  }
+  return _mm256_load_ps(f);
+#endif
 }
 
 }  // namespace kiln::kernels::simd
