@@ -196,6 +196,34 @@ static void BM_EagerScaledSoftmax(benchmark::State& state) {
 }
 BENCHMARK(BM_EagerScaledSoftmax)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// logsumexp over the same scores (a log-partition, as in a CRF or a log-softmax loss): the
+// generated row kernel (two passes, the tree recomputed) against eager's mul, add and the
+// runtime's one-pass reduction.
+Tensor scaled_logsumexp(const TensorList& t) {
+  const int64_t last[] = {-1};
+  return logsumexp(t[0] * 0.125 + t[1], last);
+}
+static void BM_CompiledScaledLogsumexp(benchmark::State& state) {
+  const TensorList in = scores_inputs();
+  jit::CompiledFunction f = jit::compile(
+      jit::trace([](const TensorList& t) { return TensorList{scaled_logsumexp(t)}; }, in),
+      bench_options());
+  for (auto _ : state) {
+    Tensor y = f(in)[0];
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+BENCHMARK(BM_CompiledScaledLogsumexp)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+static void BM_EagerScaledLogsumexp(benchmark::State& state) {
+  const TensorList in = scores_inputs();
+  for (auto _ : state) {
+    Tensor y = scaled_logsumexp(in);
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+BENCHMARK(BM_EagerScaledLogsumexp)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // A transformer block's residual add and layer norm: layer_norm(x + r) over d = 256, 8 x 128
 // tokens (#24: the add computed inside the norm's kernel).
 static void BM_CompiledResidualLayerNorm(benchmark::State& state) {

@@ -1,8 +1,8 @@
-// Softmax and log-softmax over the last dim as generated row kernels (#24): the compiled values
-// against eager's (the runtime kernel) and a float64 reference, with their elementwise inputs
-// computed in the same kernel — broadcast masks, strided views, -inf and NaN rows, one column,
-// one dimension, float64, rows spread over threads; a softmax over another dim still calls the
-// runtime.
+// Softmax, log-softmax, layer norm and logsumexp over the last dim as generated row kernels
+// (#24): the compiled values against eager's (the runtime kernel) and a float64 reference, with
+// their elementwise inputs computed in the same kernel — broadcast masks, strided views, -inf,
+// +inf and NaN rows, one column, one dimension, float64, rows spread over threads; over another
+// dim they still call the runtime.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -199,6 +199,69 @@ TEST(RowKernels, LayerNormOverTheLastDimMatchesEagerAndFloat64) {
       expect_matches(got, fn({x})[0], tol, c.name + " vs eager");
       if (pshape.size() == 1)
         expect_matches(got, layer_norm_reference(tree(x), w, b, eps), tol, c.name + " vs float64");
+    }
+  }
+}
+
+namespace {
+// logsumexp over the last dim in float64 with PyTorch's shift: the maximum, or 0 where it is
+// infinite (a row of -inf gives -inf, a row with +inf gives +inf); NaN propagates.
+Tensor logsumexp_reference(const Tensor& x) {
+  Tensor d = x.to(DType::Float64).contiguous();
+  const int64_t cols = d.size(-1), rows = d.numel() / cols;
+  Tensor out = zeros({rows}).to(DType::Float64);
+  const double* in = d.data_ptr<double>();
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = -INFINITY;
+    for (int64_t j = 0; j < cols; ++j)
+      m = std::isnan(in[r * cols + j]) || std::isnan(m) ? NAN : std::max(m, in[r * cols + j]);
+    const double shift = std::isinf(m) ? 0.0 : m;
+    double s = 0;
+    for (int64_t j = 0; j < cols; ++j) s += std::exp(in[r * cols + j] - shift);
+    out.data_ptr<double>()[r] = shift + std::log(s);
+  }
+  return out;
+}
+}  // namespace
+
+TEST(RowKernels, LogsumexpOverTheLastDimMatchesEagerAndFloat64) {
+  struct LseCase {
+    std::string name;
+    Tensor x;
+    int64_t dim;  // the last (generated) or another (the runtime's kernel)
+    bool keepdim;
+  };
+  Tensor special = rnd({6, 5}, 31);
+  float* sp = special.data_ptr<float>();
+  for (int j = 0; j < 5; ++j) sp[j] = -INFINITY;  // a row of -inf
+  sp[5 + 2] = -INFINITY;                          // one -inf
+  sp[10 + 1] = INFINITY;                          // one +inf
+  sp[15 + 3] = NAN;                               // a NaN
+  sp[20 + 4] = 1e4f;                              // exp would overflow unshifted
+  sp[25] = sp[26] = INFINITY;                     // two +inf
+  const std::vector<LseCase> cases = {
+      {"a tree over [3, 5, 17]", rnd({3, 5, 17}, 32, 3.0), -1, false},
+      {"keepdim, dim given as rank - 1", rnd({4, 9}, 33, 3.0), 1, true},
+      {"-inf, +inf, NaN and large values", special, -1, false},
+      {"one dimension (a scalar result)", rnd({33}, 34), 0, false},
+      {"float64", rnd({6, 11}, 35).to(DType::Float64), -1, true},
+      {"rows over threads", rnd({512, 1000}, 36, 2.0), -1, false},
+      {"over another dim (the runtime's kernel)", rnd({6, 5}, 37), 0, false},
+  };
+  auto tree = [](const Tensor& x) { return x * 0.5 + 0.25; };  // computed inside the kernel
+  for (const LseCase& c : cases) {
+    const int64_t dims[] = {c.dim};
+    auto fn = [&](const TensorList& t) {
+      return TensorList{logsumexp(tree(t[0]), dims, c.keepdim)};
+    };
+    jit::CompiledFunction f = jit::compile(jit::trace(fn, {c.x}), no_disk());
+    for (const Tensor& x : {c.x, c.x * 1.5 - 0.5}) {
+      const Tensor got = f({x})[0];
+      const double tol = x.dtype() == DType::Float64 ? 1e-12 : 2e-6;
+      expect_matches(got, fn({x})[0], tol, c.name + " vs eager");
+      if (c.dim == -1 || c.dim == x.dim() - 1)
+        expect_matches(got.reshape({-1}), logsumexp_reference(tree(x)), tol,
+                       c.name + " vs float64");
     }
   }
 }

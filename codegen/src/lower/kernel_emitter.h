@@ -4,8 +4,9 @@
 // bodies) below it is computed per element from its leaves (materialized views, read through their
 // strides with NumPy broadcasting) and splat constants. Dims every operand walks in step are
 // coalesced, so a dense chain is one flat loop that LLVM vectorizes; the outermost dim is split
-// over the thread pool when the kernel is large. A row kernel (softmax, log-softmax, layer norm
-// over the last dim) keeps the last dim and makes passes over each row (row_kernels.cpp).
+// over the thread pool when the kernel is large. A row kernel (softmax, log-softmax, layer norm,
+// logsumexp over the last dim) keeps the last dim and makes passes over each row
+// (row_kernels.cpp).
 //
 // The kernel is its own function  void kiln_kernel_N(void** ctx, i64 begin, i64 end)  over
 // [begin, end) of the outermost dim; ctx holds the outputs' and the leaves' base pointers.
@@ -23,8 +24,9 @@ class KernelEmitter {
   KernelEmitter(Lowering& low, Value root, const View& dest)
       : low_(low), root_(root), dest_(dest), b_(low.module().getContext()), loc_(low.loc()) {}
   // A row kernel: dest = softmax, log-softmax or layer norm (with an optional weight and bias
-  // over the row) over the last dim of `root`'s elementwise tree.
-  enum class Row { None, Softmax, LogSoftmax, LayerNorm };
+  // over the row) over the last dim of `root`'s elementwise tree; or logsumexp, one value per row
+  // (dest: the root's sizes, its last dim at stride 0).
+  enum class Row { None, Softmax, LogSoftmax, LayerNorm, LogSumExp };
   KernelEmitter(Lowering& low, Value root, const View& dest, Row row, Value weight = {},
                 Value bias = {}, double eps = 0)
       : KernelEmitter(low, root, dest) {
@@ -79,6 +81,7 @@ class KernelEmitter {
   void leaves_at_element();
   void softmax_row(bool log);
   void layer_norm_row();
+  void logsumexp_row();
 
   void call_function();
 

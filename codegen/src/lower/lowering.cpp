@@ -333,10 +333,12 @@ bool Lowering::lower_op(mlir::Operation* op) {
       const int64_t n = numel(mlir::cast<mlir::RankedTensorType>(r.getType()).getShape());
       if (options_.fuse_elementwise && r.hasOneUse()) {
         mlir::Operation* user = *r.getUsers().begin();
-        if ((is_elementwise(user) || has_row_kernel(user)) && user->getNumResults() > 0 &&
+        // A row kernel's loops run over its input (a logsumexp's result is smaller).
+        const bool row = has_row_kernel(user);
+        auto span = [&] { return row ? user->getOperand(0) : user->getResult(0); };
+        if ((is_elementwise(user) || row) && user->getNumResults() > 0 &&
             user->getBlock() == op->getBlock() &&
-            numel(mlir::cast<mlir::RankedTensorType>(user->getResult(0).getType()).getShape()) ==
-                n) {
+            numel(mlir::cast<mlir::RankedTensorType>(span().getType()).getShape()) == n) {
           deferred_[r] = true;
           continue;
         }

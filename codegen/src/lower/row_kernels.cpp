@@ -1,12 +1,14 @@
-// Row kernels (kernel_emitter.h): softmax, log-softmax and layer norm over the last dim, generated
-// with their input's elementwise tree computed in the first pass over each row. Each follows the
-// runtime kernel's formula, so compiled and eager values agree to rounding.
+// Row kernels (kernel_emitter.h): softmax, log-softmax, layer norm and logsumexp over the last dim,
+// generated with their input's elementwise tree computed in the passes over each row. Each follows
+// the runtime kernel's formula (logsumexp: its result), so compiled and eager values agree to
+// rounding.
 
 #include <cmath>
 
 #include "kernel_emitter.h"
 #include "kiln/ir/KilnDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 namespace kiln::codegen::detail {
@@ -37,7 +39,32 @@ void KernelEmitter::leaves_at_element() {
 
 void KernelEmitter::emit_row() {
   if (row_ == Row::LayerNorm) return layer_norm_row();
+  if (row_ == Row::LogSumExp) return logsumexp_row();
   softmax_row(row_ == Row::LogSoftmax);
+}
+
+// Two passes over the row, the tree evaluated in each (nothing stored: the result is one value):
+// the maximum m (NaN-propagating), then the sum s of exp(x - shift) with shift = m, or 0 where m
+// is infinite (PyTorch's rule: a row of -inf gives log(0) = -inf, one with +inf gives +inf, where
+// x - m would be NaN); the result shift + log(s), stored once per row. The runtime's kernel
+// computes the same value in one pass, rescaling its sum whenever the maximum grows.
+void KernelEmitter::logsumexp_row() {
+  const Type t = dest_.elem;
+  auto reassoc = arith::FastMathFlagsAttr::get(b_.getContext(), arith::FastMathFlags::reassoc);
+  Value m = row_pass(constant(-INFINITY, t), [&](Value, Value acc) {
+    leaves_at_element();
+    return b_.create<arith::MaximumFOp>(loc_, acc, convert(eval(root_), t)).getResult();
+  });
+  Value infinite = b_.create<arith::CmpFOp>(
+      loc_, arith::CmpFPredicate::OEQ, b_.create<math::AbsFOp>(loc_, m), constant(INFINITY, t));
+  Value shift = b_.create<arith::SelectOp>(loc_, infinite, constant(0, t), m);
+  Value sum = row_pass(constant(0, t), [&](Value, Value acc) {
+    leaves_at_element();
+    Value e = exp(b_.create<arith::SubFOp>(loc_, convert(eval(root_), t), shift));
+    return b_.create<arith::AddFOp>(loc_, acc, e, reassoc).getResult();
+  });
+  Value y = b_.create<arith::AddFOp>(loc_, shift, b_.create<math::LogOp>(loc_, sum));
+  store(out_ptr_, offset(dest_.offset, out_strides_), y, t);  // the row dim's stride is 0
 }
 
 // Three passes, as the runtime's kernel: y = x (the tree evaluated, stored) and its maximum m
@@ -109,6 +136,17 @@ void KernelEmitter::layer_norm_row() {
 }
 
 bool Lowering::has_row_kernel(mlir::Operation* op) {
+  if (mlir::isa<ir::LogsumexpOp>(op)) {
+    // Over the last dim only, of a float input with rows (an empty row is the runtime's: -inf).
+    auto in = mlir::dyn_cast<mlir::RankedTensorType>(op->getOperand(0).getType());
+    auto out = mlir::dyn_cast<mlir::RankedTensorType>(op->getResult(0).getType());
+    if (!in || !out || !in.hasStaticShape() || !out.hasStaticShape() || in.getRank() == 0 ||
+        in.getNumElements() == 0 || in.getElementType() != out.getElementType())
+      return false;
+    if (!in.getElementType().isF32() && !in.getElementType().isF64()) return false;
+    auto dims = op->getAttrOfType<mlir::DenseI64ArrayAttr>("dims");
+    return dims && dims.size() == 1 && (dims[0] == -1 || dims[0] == in.getRank() - 1);
+  }
   if (!mlir::isa<ir::SoftmaxOp, ir::LogSoftmaxOp, ir::LayerNormOp>(op)) return false;
   auto type = mlir::dyn_cast<mlir::RankedTensorType>(op->getResult(0).getType());
   if (!type || !type.hasStaticShape() || type.getRank() == 0 || type.getNumElements() == 0)
@@ -134,6 +172,18 @@ bool Lowering::has_row_kernel(mlir::Operation* op) {
 void Lowering::emit_row_kernel(mlir::Operation* op) {
   mlir::Value result = op->getResult(0);
   View d = destination(result);
+  if (mlir::isa<ir::LogsumexpOp>(op)) {
+    // The loops run over the input's shape; every element of a row maps to the row's result.
+    View rows = d;
+    auto in = mlir::cast<mlir::RankedTensorType>(op->getOperand(0).getType());
+    const size_t outer = static_cast<size_t>(in.getRank()) - 1;
+    rows.sizes.assign(in.getShape().begin(), in.getShape().end());
+    rows.strides.assign(d.strides.begin(), d.strides.begin() + outer);  // keepdim: drops the 1
+    rows.strides.push_back(0);
+    KernelEmitter(*this, op->getOperand(0), rows, KernelEmitter::Row::LogSumExp).emit();
+    views_[result] = d;
+    return;
+  }
   if (mlir::isa<ir::LayerNormOp>(op)) {
     auto param = [&](unsigned i) {
       mlir::Value v = op->getOperand(i);
