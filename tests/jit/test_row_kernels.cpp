@@ -230,6 +230,7 @@ TEST(RowKernels, LogsumexpOverTheLastDimMatchesEagerAndFloat64) {
     Tensor x;
     int64_t dim;  // the last (generated) or another (the runtime's kernel)
     bool keepdim;
+    bool transposed = false;  // reads its argument's dims 1 and 2 swapped (strided rows)
   };
   Tensor special = rnd({6, 5}, 31);
   float* sp = special.data_ptr<float>();
@@ -246,10 +247,13 @@ TEST(RowKernels, LogsumexpOverTheLastDimMatchesEagerAndFloat64) {
       {"one dimension (a scalar result)", rnd({33}, 34), 0, false},
       {"float64", rnd({6, 11}, 35).to(DType::Float64), -1, true},
       {"rows over threads", rnd({512, 1000}, 36, 2.0), -1, false},
+      {"strided rows (a transposed argument)", rnd({3, 7, 9}, 38, 3.0), -1, true, true},
       {"over another dim (the runtime's kernel)", rnd({6, 5}, 37), 0, false},
   };
-  auto tree = [](const Tensor& x) { return x * 0.5 + 0.25; };  // computed inside the kernel
   for (const LseCase& c : cases) {
+    auto tree = [&](const Tensor& x) {  // computed inside the kernel
+      return (c.transposed ? x.transpose(1, 2) : x) * 0.5 + 0.25;
+    };
     const int64_t dims[] = {c.dim};
     auto fn = [&](const TensorList& t) {
       return TensorList{logsumexp(tree(t[0]), dims, c.keepdim)};
