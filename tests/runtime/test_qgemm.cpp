@@ -599,7 +599,9 @@ TEST(QConv2d, DirectConvolutionEqualsReference) {
       {1, 64, 9, 8, 64, 3, 3, 1, 2, 2, 1, true},
       {2, 112, 18, 35, 64, 3, 3, 1, 1, 1, 1, true},
       {1, 64, 11, 12, 32, 3, 3, 2, 2, 2, 1, true},
-      {1, 64, 10, 11, 32, 3, 3, 3, 1, 1, 1, true}};
+      {1, 64, 10, 11, 32, 3, 3, 3, 1, 1, 1, true},
+      // A batch in one loop of tiles: three strided images.
+      {3, 64, 9, 10, 32, 3, 3, 2, 1, 1, 1, true}};
   int variant = 0, vnni_direct = 0;
   for (const Geometry& s : shapes) {
     Conv2dParams p;
