@@ -44,6 +44,7 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   pm.addNestedPass<mlir::func::FuncOp>(create_fold_batch_norm_pass());
   // Before epilogue fusion, which would take the float layers' relu.
   pm.addNestedPass<mlir::func::FuncOp>(create_fold_qdq_pass());
+  pm.addNestedPass<mlir::func::FuncOp>(create_fuse_qconv_add_pass());
   // Before epilogue fusion, which then takes the bias add and activation after the product.
   pm.addNestedPass<mlir::func::FuncOp>(create_matmul_to_linear_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_recognize_gelu_pass());

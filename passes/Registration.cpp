@@ -20,6 +20,7 @@ void register_passes() {
   mlir::registerPass([] { return create_recognize_gelu_pass(); });
   mlir::registerPass([] { return create_recognize_layer_norm_pass(); });
   mlir::registerPass([] { return create_fold_qdq_pass(); });
+  mlir::registerPass([] { return create_fuse_qconv_add_pass(); });
   mlir::registerPass([] { return create_insert_qdq_pass(); });
   mlir::registerPass([] { return create_mbconv_channels_last_pass(); });
   mlir::registerPass([] { return create_eliminate_gradients_pass(); });

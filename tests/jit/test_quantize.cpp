@@ -218,5 +218,35 @@ TEST(QuantizeOps, IntegerAddPoolAndDynamicLinearInEveryBackend) {
   EXPECT_GT(max_abs_diff(eager[4], full_like(eager[4], -5.0)), 0.0);
 }
 
+// A residual block's int8 convolution and add, traced as two ops: the inference pipeline fuses
+// them (--kiln-fuse-qconv-add) in the JIT and the saved artifact, whose bytes stay those of
+// eager's two kernels; the interpreter runs the trace as recorded.
+TensorList conv_add_chain(const TensorList& in) {
+  const Tensor xs = scalar_of(0.04, DType::Float32), xz = scalar_of(120, DType::Int32);
+  const Tensor q = quantize(in[0], xs, xz, DType::UInt8);
+  const QuantizedOutput conv_out{scalar_of(0.05, DType::Float32), scalar_of(3, DType::Int32),
+                                 DType::UInt8, false};
+  const Tensor c = qconv2d(q, xs, xz, conv_weight(), Tensor(), conv_out, {1, 1}, {1, 1});
+  const Tensor rs = scalar_of(0.03, DType::Float32), rz = scalar_of(-3, DType::Int32);
+  const Tensor residual =
+      quantize(in[0].slice(1, 0, 1).expand({-1, 4, -1, -1}) * -0.7, rs, rz, DType::Int8);
+  const Tensor sum = qadd(c, conv_out.scale, conv_out.zero_point, residual, rs, rz, add_out());
+  return TensorList{sum};
+}
+
+TEST(QuantizeOps, ConvolutionAndResidualAddFuseInEveryBackend) {
+  conv_weight(), add_out();  // made before tracing
+  const Tensor x = rnd({2, 3, 5, 6}, 18, 3.0), x2 = rnd({2, 3, 5, 6}, 19, 3.0);
+  jit::TracedFunction t = jit::trace(conv_add_chain, {x});
+  const TensorList eager = conv_add_chain({x2});
+  expect_every_backend_equals(t, eager, x2);
+  const auto model = rt::Model::from_bytes(jit::save_to_bytes(t));
+  std::map<std::string, size_t> ops;
+  for (const auto& [name, n] : model->stats().op_counts) ops[name] = n;
+  EXPECT_EQ(ops["qconv2d_add"], 1u);
+  EXPECT_EQ(ops["qadd"] + ops["qconv2d"], 0u);
+  EXPECT_GT(max_abs_diff(eager[0], full_like(eager[0], 10.0)), 0.0);  // not all at the zero point
+}
+
 }  // namespace
 }  // namespace kiln

@@ -505,6 +505,15 @@ const KernelTable& kernels() {
          return TensorList{qconv2d(x[0], x[1], x[2], {x[3], x[4], x[5]}, x[6], y, Dims{s.h, s.w},
                                    Dims{p.h, p.w}, Dims{d.h, d.w}, a.i("groups"))};
        }},
+      {id<ir::Qconv2dAddOp>(),
+       [](L x, A a, O) {  // the two ops it fuses
+         const QuantizedOutput c{x[7], x[8], static_cast<DType>(a.i("conv_dtype")), a.b("relu")};
+         const Pair2 s = a.pair("stride"), p = a.pair("padding"), d = a.pair("dilation");
+         const Tensor conv = qconv2d(x[0], x[1], x[2], {x[3], x[4], x[5]}, x[6], c, Dims{s.h, s.w},
+                                     Dims{p.h, p.w}, Dims{d.h, d.w}, a.i("groups"));
+         const QuantizedOutput y{x[12], x[13], static_cast<DType>(a.i("dtype")), a.b("add_relu")};
+         return TensorList{qadd(conv, x[7], x[8], x[9], x[10], x[11], y)};
+       }},
       {id<ir::DropoutOp>(),
        [](L x, A a, O) {
          const double p = a.f("p");

@@ -50,6 +50,18 @@ KILN_ABI_OP(qconv2d, {
   const bool relu = a.b();
   qconv2d_out(a.t(0), a.t(3), qoperands(a, relu), p, a.t(9));
 })
+// Tensors: qconv2d's operands, other, other_scale, other_zero_point, output_scale,
+// output_zero_point, result; attributes stride, padding, dilation, groups, conv_dtype, relu,
+// dtype (the result's, read from it), add_relu.
+KILN_ABI_OP(qconv2d_add, {
+  const Conv2dParams p = abi::conv2d_params(a);
+  const auto conv_dtype = static_cast<DType>(a.i());
+  const bool relu = a.b();
+  (void)a.i();
+  const bool add_relu = a.b();
+  qconv2d_add_out(a.t(0), a.t(3), qoperands(a, relu), p, conv_dtype, a.t(9),
+                  {&a.t(10), &a.t(11), &a.t(12), &a.t(13), add_relu}, a.t(14));
+})
 // Tensors: input, input_scale, input_zero_point, other, other_scale, other_zero_point,
 // output_scale, output_zero_point, result; attributes dtype (the result's, read from it), relu.
 KILN_ABI_OP(qadd, {

@@ -43,8 +43,8 @@ void requantize_block(const float* __restrict sums, int32_t* __restrict a, int64
 // bytes per channel in registers (packs, one byte shuffle, unpacks), 8 stores.
 class QuantSink final : public conv_detail::DepthwiseSink {
  public:
-  QuantSink(const conv_detail::ConvGeom& g, const Requant& rq, void* out)
-      : howo_(g.HoWo()), rq_(rq), out_(static_cast<uint8_t*>(out)) {}
+  QuantSink(const conv_detail::ConvGeom& g, const Requant& rq, void* out, const ResidualAdd* add)
+      : howo_(g.HoWo()), rq_(rq), out_(static_cast<uint8_t*>(out)), add_(add) {}
   void store(int64_t plane0, int64_t c0, int cb, int64_t off, int64_t count,
              const float* O) const override {
     uint8_t* const y = out_ + plane0 * howo_ + off;
@@ -100,17 +100,20 @@ class QuantSink final : public conv_detail::DepthwiseSink {
         }
     }
 #endif
+    if (add_)
+      for (int j = 0; j < cb; ++j) add_->apply(out_, (plane0 + j) * howo_ + off, count);
   }
 
  private:
   int64_t howo_;
   const Requant& rq_;
   uint8_t* out_;
+  const ResidualAdd* add_;
 };
 
 // The channel-interleaved path, if it takes g: weights minus their zero points as float32.
 bool depthwise_interleaved(const conv_detail::ConvGeom& g, const TensorImpl& x, const int8_t* w,
-                           const Requant& rq, void* out) {
+                           const Requant& rq, void* out, const ResidualAdd* add) {
   if (!conv_detail::depthwise_narrow_fits(g)) return false;
   const int64_t KK = g.KH * g.KW;
   conv_detail::ConvScratch<float> wf(g.C * KK);
@@ -127,12 +130,12 @@ bool depthwise_interleaved(const conv_detail::ConvGeom& g, const TensorImpl& x, 
   in.plane = g.HW();
   in.width = g.W;
   in.count = x.numel();
-  return conv_detail::depthwise_narrow_to(g, in, wf.get(), nullptr, QuantSink(g, rq, out));
+  return conv_detail::depthwise_narrow_to(g, in, wf.get(), nullptr, QuantSink(g, rq, out, add));
 }
 
 template <typename X>
 void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* w,
-                      const Requant& rq, void* out) {
+                      const Requant& rq, void* out, const ResidualAdd* add) {
   const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw, HoWo = g.HoWo();
   // Stride and dilation 1: each tap is one loop over the whole plane, output rows laid out at
   // the padded width (columns past Wo are computed and dropped), instead of KH x KW short loops
@@ -152,7 +155,7 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
     float* const plane_data = plane_buf.get();
     float* const converted = plane_data + Hp * Wp;  // short rows: the plane minus x_zp, unpadded
     uint8_t* const bytes = bytes_buf.get();
-    for (int64_t p = p0; p < p1; ++p) {
+    auto one_plane = [&](int64_t p) {
       const int64_t c = p % g.C;
       uint8_t* const y = static_cast<uint8_t*>(out) + p * HoWo;
       std::fill(plane_data, plane_data + Hp * Wp, 0.0f);
@@ -207,7 +210,7 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
           for (int64_t oh = 0; oh < g.Ho; ++oh)
             requantize_block(a + oh * Wp, q, g.Wo, c, rq, y + oh * g.Wo);
         }
-        continue;
+        return;
       }
       if (g.sw == 2 && g.sh == 2 && g.dh == 1 && g.dw == 1 && g.KH == 3 && g.KW == 3) {
         float k[9];
@@ -225,7 +228,7 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
           }
         }
         requantize_block(a, q, HoWo, c, rq, y);
-        continue;
+        return;
       }
       std::fill(a, a + HoWo, 0.0f);
       for (int64_t oh = 0; oh < g.Ho; ++oh) {
@@ -246,6 +249,10 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
         }
       }
       requantize_block(a, q, HoWo, c, rq, y);
+    };
+    for (int64_t p = p0; p < p1; ++p) {
+      one_plane(p);
+      if (add) add->apply(out, p * HoWo, HoWo);
     }
   });
 }
@@ -253,12 +260,12 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
 }  // namespace
 
 void qconv2d_depthwise(const conv_detail::ConvGeom& g, const TensorImpl& x, const int8_t* w,
-                       const Requant& rq, void* out) {
-  if (depthwise_interleaved(g, x, w, rq, out)) return;
+                       const Requant& rq, void* out, const ResidualAdd* add) {
+  if (depthwise_interleaved(g, x, w, rq, out, add)) return;
   if (x.dtype() == DType::Int8)
-    depthwise_planes(g, x.data_ptr<int8_t>(), w, rq, out);
+    depthwise_planes(g, x.data_ptr<int8_t>(), w, rq, out, add);
   else
-    depthwise_planes(g, x.data_ptr<uint8_t>(), w, rq, out);
+    depthwise_planes(g, x.data_ptr<uint8_t>(), w, rq, out, add);
 }
 
 }  // namespace kiln::kernels::quant_detail

@@ -164,7 +164,8 @@ void fill_channels_last(const ConvGeom& g, const uint8_t* x, uint8_t flip, const
 }  // namespace
 
 void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeight& pw,
-                    const Requant& rq, const std::vector<int32_t>& bias, int32_t q_zp, void* out) {
+                    const Requant& rq, const std::vector<int32_t>& bias, int32_t q_zp, void* out,
+                    const ResidualAdd* add) {
   const QFamily& f = *pw.family;
   const int64_t st = g.sh, C = g.C, R = pw.channels, Hp = g.H + 2 * g.ph;
   const int64_t Wq = ceil_div(g.W + 2 * g.pw, st);
@@ -210,8 +211,12 @@ void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeig
     uint8_t* y = static_cast<uint8_t*>(out) + n * g.O * g.HoWo();
     const uint8_t* src = yl.get();
     parallel_for(0, g.Ho, 1, [=, &g](int64_t h0, int64_t h1) {
-      for (int64_t oh = h0; oh < h1; ++oh)
+      for (int64_t oh = h0; oh < h1; ++oh) {
         transpose_bytes(src + oh * Wq * g.O, g.O, y + oh * g.Wo, g.HoWo(), g.Wo, g.O, 0);
+        if (add)
+          for (int64_t o = 0; o < g.O; ++o)
+            add->apply(out, (n * g.O + o) * g.HoWo() + oh * g.Wo, g.Wo);
+      }
     });
   }
 }

@@ -222,8 +222,11 @@ Requant requant_of(std::string_view op, const TensorImpl& x, const TensorImpl& w
 
 // out[M, N] (row stride t.ld) = requantize(A . B) from packed operands; `t` describes tile (0, 0)
 // and its constants advance with the tile's rows and columns.
+// `add` (or null): applied to each tile's rows as soon as they are written, at their offset
+// from `add_base` (the output's first byte).
 void run_tiles(const QFamily& f, QMicroKernelFn kernel, int64_t M, int64_t N, int64_t words,
-               const int32_t* a, const int32_t* b, const TileOut& t) {
+               const int32_t* a, const int32_t* b, const TileOut& t,
+               const ResidualAdd* add = nullptr, void* add_base = nullptr) {
   const int64_t slivers = ceil_div(M, f.mr), panels = ceil_div(N, f.nr);
   // The larger operand is read once, in order, and the smaller one again per tile from cache:
   // panel-major (consecutive tiles of a thread share a B panel; A re-read) when B is larger,
@@ -246,6 +249,10 @@ void run_tiles(const QFamily& f, QMicroKernelFn kernel, int64_t M, int64_t N, in
       const int m = static_cast<int>(std::min<int64_t>(f.mr, M - s * f.mr));
       const int n = static_cast<int>(std::min<int64_t>(f.nr, N - q * f.nr));
       kernel(words, a + s * words * f.mr, b + q * words * f.nr, m, n, tile);
+      if (add) {
+        const int64_t at = static_cast<char*>(tile.out) - static_cast<char*>(add_base);
+        for (int r = 0; r < m; ++r) add->apply(add_base, at + r * t.ld, n);
+      }
     }
   });
 }
@@ -640,11 +647,15 @@ PreparedQWeightPtr prepare_qlinear_dynamic_weight(const TensorImpl& w, const Ten
   return pw;
 }
 
-void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
-                 const Conv2dParams& p, TensorImpl& out, const PreparedQWeight* prepared) {
-  constexpr std::string_view op = "qconv2d";
+namespace {
+
+// qconv2d_out, its result requantized to conv_dtype; with `add` the residual added to each span
+// of out as it is written (out then holds the add's dtype, one byte per element either way).
+void qconv2d_impl(std::string_view op, const TensorImpl& x, const TensorImpl& w,
+                  const QuantizedOperands& q, const Conv2dParams& p, DType conv_dtype,
+                  TensorImpl& out, const PreparedQWeight* prepared, const ResidualAdd* add) {
   const ConvGeom g = qconv_geom(op, x, w, p, out);
-  const Requant rq = requant_of(op, x, w, g.K(), q, out.dtype());
+  const Requant rq = requant_of(op, x, w, g.K(), q, conv_dtype);
   nn_detail::OutTarget y(&out);
   if (g.N == 0 || g.O == 0) return y.finish();
   auto xc = views::contiguous(x);
@@ -653,7 +664,7 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
   const int64_t K = g.K(), HoWo = g.HoWo();
   // A: the weights (rows: output channels of one group); B: one image's columns of one group.
   if (direct_depthwise(*wc, g.G)) {
-    qconv2d_depthwise(g, *xc, wc->data_ptr<int8_t>(), rq, y.ptr);
+    qconv2d_depthwise(g, *xc, wc->data_ptr<int8_t>(), rq, y.ptr, add);
     return y.finish();
   }
   const bool quads_ok = quads_allowed(*wc, rq);
@@ -661,7 +672,7 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
     const PreparedQWeightPtr pd = prepared ? checked_direct(op, *prepared, *wc, rq, p)
                                            : pack_direct_weight(family_for(true), *wc);
     const int32_t q_zp = quad_zero_point(*pd->family, rq, x_signed);
-    qconv2d_direct(g, *xc, *pd, rq, quad_bias(rq, pd->sums, q_zp), q_zp, y.ptr);
+    qconv2d_direct(g, *xc, *pd, rq, quad_bias(rq, pd->sums, q_zp), q_zp, y.ptr, add);
     return y.finish();
   }
   const PreparedQWeightPtr pw = weights_for(op, prepared, *wc, rq, g.G, K, true);
@@ -690,10 +701,33 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
       t.mult += grp * g.Og;
       t.bias += grp * g.Og;
       run_tiles(f, quads ? f.kernel_b_u8 : f.kernel, g.Og, HoWo, la.words(),
-                a + grp * la.total_words(), b.get(), t);
+                a + grp * la.total_words(), b.get(), t, add, y.ptr);
     }
   }
   y.finish();
+}
+
+}  // namespace
+
+void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
+                 const Conv2dParams& p, TensorImpl& out, const PreparedQWeight* prepared) {
+  qconv2d_impl("qconv2d", x, w, q, p, out.dtype(), out, prepared, nullptr);
+}
+
+void qconv2d_add_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
+                     const Conv2dParams& p, DType conv_dtype, const TensorImpl& other,
+                     const QResidualOperands& r, TensorImpl& out, const PreparedQWeight* prepared) {
+  constexpr std::string_view op = "qconv2d_add";
+  ResidualAdd add;
+  add.k =
+      add_constants(op, conv_dtype, q.y_scale, q.y_zero_point, other.dtype(), r.other_scale,
+                    r.other_zero_point, out.dtype(), r.output_scale, r.output_zero_point, r.relu);
+  KILN_CHECK(std::ranges::equal(other.sizes(), out.sizes()), op,
+             "expected other of the output's shape ", dims_str(out.sizes()), ", got ",
+             dims_str(other.sizes()));
+  auto oc = views::contiguous(other);
+  add.other = static_cast<const uint8_t*>(oc->data());
+  qconv2d_impl(op, x, w, q, p, conv_dtype, out, prepared, &add);
 }
 
 // ---- References: the formula as written ---------------------------------------------------------

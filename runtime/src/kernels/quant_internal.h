@@ -128,6 +128,36 @@ void with_byte_type(DType d, Fn&& fn) {
     fn(uint8_t{});
 }
 
+// ---- The integer add (qadd.cpp): kiln.qadd, and the residual add of kiln.qconv2d_add ---------
+
+// y = quantize(relu?(dequantize(a) + dequantize(b))), every parameter per tensor.
+struct AddConstants {
+  DType a = DType::UInt8, b = DType::UInt8, y = DType::UInt8;
+  float a_scale = 1.0f, b_scale = 1.0f, y_scale = 1.0f;
+  int32_t a_zp = 0, b_zp = 0;
+  float y_zp = 0.0f, lo = 0.0f, hi = 0.0f;
+  bool relu = false;
+};
+// The checked constants (8-bit dtypes, positive finite scales, zero points in range).
+AddConstants add_constants(std::string_view op, DType a, const TensorImpl* a_scale,
+                           const TensorImpl* a_zero_point, DType b, const TensorImpl* b_scale,
+                           const TensorImpl* b_zero_point, DType y, const TensorImpl* y_scale,
+                           const TensorImpl* y_zero_point, bool relu);
+// y[i] = the add of a[i] and b[i] for i < n, serial; a may be y (in place). The float32 steps
+// of the dequantize, add and quantize kernels in their order, so the bytes are theirs.
+void add_span(const void* a, const void* b, void* y, int64_t n, const AddConstants& k);
+
+// kiln.qconv2d_add's residual: out[i] = add(out[i] as the convolution wrote it, other[i]) over
+// each span of the output as soon as the convolution has written it (while it is in cache).
+struct ResidualAdd {
+  const uint8_t* other = nullptr;  // contiguous, the output's layout; one byte per element
+  AddConstants k;
+  void apply(void* out, int64_t offset, int64_t n) const {
+    uint8_t* y = static_cast<uint8_t*>(out) + offset;
+    add_span(y, other + offset, y, n, k);
+  }
+};
+
 // ---- The requantize formula (kernels/qgemm.h), one implementation per lane type ----------------
 
 // The per-output-channel constants of the epilogue: v = (acc + bias) * mult clamped to
@@ -154,10 +184,11 @@ struct Requant {
 
 // Depthwise qconv2d (groups == channels, one input channel per group; qconv_depthwise.cpp): x
 // contiguous uint8 or int8, w contiguous int8 [C, 1, KH, KW] with KH * KW <= kMaxDepthwiseTaps
-// (its float32 sums stay exact), out contiguous of rq's dtype.
+// (its float32 sums stay exact), out contiguous of rq's dtype; `add` (or null) applied to each
+// span as it is written.
 constexpr int64_t kMaxDepthwiseTaps = 256;
 void qconv2d_depthwise(const conv_detail::ConvGeom& g, const TensorImpl& x, const int8_t* w,
-                       const Requant& rq, void* out);
+                       const Requant& rq, void* out, const ResidualAdd* add = nullptr);
 
 // ---- Packed operands of the integer GEMM --------------------------------------------------------
 // C[M, N] = A[M, K] B[K, N], K taken in groups of `group` values per int32 word:

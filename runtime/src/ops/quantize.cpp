@@ -99,6 +99,41 @@ PreparedInputs prepare_qgemm(const KernelCall& c, uint32_t constant_inputs) {
   return {std::move(w), bytes, family};
 }
 
+// qconv2d_add: qconv2d's operands (its output_scale / output_zero_point the convolution's, 7 and
+// 8), then other, other_scale, other_zero_point, output_scale, output_zero_point (9-13);
+// attributes conv2d's, conv_dtype, relu (the convolution's), dtype (the result's), add_relu.
+struct QConvAdd : QGemm {
+  DType conv_dtype = DType::UInt8;
+  bool add_relu = false;
+};
+std::unique_ptr<KernelParams> decode_qconv2d_add(const AttrMap& a) {
+  auto p = std::make_unique<QConvAdd>();
+  p->conv = conv2d_params(a);
+  p->conv_dtype = static_cast<DType>(a.i("conv_dtype"));
+  p->relu = a.b("relu");
+  p->out_dtype = static_cast<DType>(a.i("dtype"));
+  p->add_relu = a.b("add_relu");
+  return p;
+}
+void run_qconv2d_add(const KernelCall& c) {
+  const auto& p = params<QConvAdd>(c);
+  kernels::qconv2d_add_out(in(c, 0), in(c, 3), qoperands(c, p.relu), p.conv, p.conv_dtype, in(c, 9),
+                           {&in(c, 10), &in(c, 11), &in(c, 12), &in(c, 13), p.add_relu}, out(c),
+                           prepared(c));
+}
+// The convolution's weights packed once, as qconv2d's (for its result's dtype, conv_dtype).
+PreparedInputs prepare_qconv2d_add(const KernelCall& c, uint32_t constant_inputs) {
+  parallel_for(0, num_threads(), 1, [](int64_t, int64_t) {});  // start the pool's workers now
+  constexpr uint32_t kNeeded = 0b110111110u;
+  if ((constant_inputs & kNeeded) != kNeeded) return {};
+  const auto& p = params<QConvAdd>(c);
+  kernels::PreparedQWeightPtr w = kernels::prepare_qconv2d_weight(
+      in(c, 3), qoperands(c, p.relu), p.conv, in(c, 0).dtype(), p.conv_dtype);
+  const size_t bytes = kernels::prepared_nbytes(*w);
+  const char* family = kernels::prepared_family(*w);
+  return {std::move(w), bytes, family};
+}
+
 // qadd: operands input, input_scale, input_zero_point, other, other_scale, other_zero_point,
 // output_scale, output_zero_point; attributes dtype (the result's, read from `out`), relu.
 std::unique_ptr<KernelParams> decode_qadd(const AttrMap& a) {
@@ -150,6 +185,10 @@ void register_quantize(Registry& r) {
   r.add(with_signature(
       {.name = "qlinear_dynamic", .run = run_qlinear_dynamic, .prepare = prepare_qlinear_dynamic}));
   r.add(with_signature({.name = "qadd", .decode = decode_qadd, .run = run_qadd}));
+  r.add(with_signature({.name = "qconv2d_add",
+                        .decode = decode_qconv2d_add,
+                        .run = run_qconv2d_add,
+                        .prepare = prepare_qconv2d_add}));
   r.add(with_signature(
       {.name = "qavg_pool2d", .decode = decode_qavg_pool2d, .run = run_qavg_pool2d}));
   r.add(with_signature({.name = "qlinear",

@@ -63,6 +63,10 @@ std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes = kMBConvM
 // x_scale * w_scale when the scales and bias are constants); an average pool between them,
 // kiln.qavg_pool2d.
 std::unique_ptr<mlir::Pass> create_fold_qdq_pass();
+// --kiln-fuse-qconv-add: kiln.qadd of a kiln.qconv2d's single-use result, read at the
+// convolution's own scale and zero point, becomes one kiln.qconv2d_add (the add applied to each
+// span of the convolution's output while it is in cache).
+std::unique_ptr<mlir::Pass> create_fuse_qconv_add_pass();
 // Whether --kiln-fold-qdq runs `op` on the bytes when it reads a per-tensor dequantize: it only
 // moves or selects its one input's values (the schema's view ops; max_pool2d without its
 // indices). kiln::quant's report asks the same question.

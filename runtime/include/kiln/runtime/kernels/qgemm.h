@@ -62,6 +62,19 @@ void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
 // quantized zero), as PyTorch's and ONNX Runtime's int8 convolutions pad.
 void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
                  const Conv2dParams& p, TensorImpl& out, const PreparedQWeight* prepared = nullptr);
+// kiln.qconv2d_add, a residual block's convolution and add in one pass: out = qadd(qconv2d(x, w)
+// as conv_dtype at q.y_scale / q.y_zero_point, other) with other of out's shape and the add's
+// parameters `r` (other's scale and zero point, out's, relu after the add). Each span of the
+// convolution's output is added while it is in cache; the bytes are the two ops'.
+struct QResidualOperands {
+  const TensorImpl *other_scale = nullptr, *other_zero_point = nullptr;
+  const TensorImpl *output_scale = nullptr, *output_zero_point = nullptr;
+  bool relu = false;
+};
+void qconv2d_add_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
+                     const Conv2dParams& p, DType conv_dtype, const TensorImpl& other,
+                     const QResidualOperands& r, TensorImpl& out,
+                     const PreparedQWeight* prepared = nullptr);
 
 // Dynamic quantization (PyTorch's quantized::linear_dynamic, ONNX DynamicQuantizeLinear +
 // MatMulInteger): x float32 is quantized per call to uint8 with affine_qparams(min(x), max(x),
