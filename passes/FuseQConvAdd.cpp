@@ -5,7 +5,7 @@
 // bytes are the same) becomes
 //   y = kiln.qconv2d_add(x, xs, xz, w, ws, wz, bias, cs, cz, other, os, oz, ys, yz)
 //       {conv2d's, conv_dtype = D, relu = r, dtype = E, add_relu = s}
-// whose kernel adds each span of the convolution's output while it is in cache (ResNet's and
+// whose kernel adds each image's output as soon as the convolution has written it (ResNet's and
 // MobileNetV2's int8 residual adds: one pass over the bytes and one buffer fewer). The add must
 // read c at the convolution's own scale and zero point (the same values, as --kiln-fold-qdq
 // makes them); anything else stays as it is.

@@ -4,6 +4,7 @@
 // ops into this one changes no byte. Built with -ffp-contract=off (runtime/CMakeLists.txt): a
 // multiply-add fusing one dequantized value into the sum would round once where the three
 // kernels round twice.
+#include <algorithm>
 #include <cmath>
 
 #include "kiln/runtime/kernels/quantize.h"
@@ -72,6 +73,12 @@ void add_span(const void* a, const void* b, void* y, int64_t n, const AddConstan
       });
     });
   });
+}
+
+void ResidualAdd::apply_planes(void* out, int64_t first, int64_t count, int64_t plane) const {
+  parallel_for(
+      0, count, std::max<int64_t>(1, 16384 / std::max<int64_t>(plane, 1)),
+      [&](int64_t p0, int64_t p1) { apply(out, (first + p0) * plane, (p1 - p0) * plane); });
 }
 
 }  // namespace quant_detail

@@ -211,13 +211,10 @@ void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeig
     uint8_t* y = static_cast<uint8_t*>(out) + n * g.O * g.HoWo();
     const uint8_t* src = yl.get();
     parallel_for(0, g.Ho, 1, [=, &g](int64_t h0, int64_t h1) {
-      for (int64_t oh = h0; oh < h1; ++oh) {
+      for (int64_t oh = h0; oh < h1; ++oh)
         transpose_bytes(src + oh * Wq * g.O, g.O, y + oh * g.Wo, g.HoWo(), g.Wo, g.O, 0);
-        if (add)
-          for (int64_t o = 0; o < g.O; ++o)
-            add->apply(out, (n * g.O + o) * g.HoWo() + oh * g.Wo, g.Wo);
-      }
     });
+    if (add) add->apply_planes(out, n * g.O, g.O, g.HoWo());
   }
 }
 

@@ -222,11 +222,8 @@ Requant requant_of(std::string_view op, const TensorImpl& x, const TensorImpl& w
 
 // out[M, N] (row stride t.ld) = requantize(A . B) from packed operands; `t` describes tile (0, 0)
 // and its constants advance with the tile's rows and columns.
-// `add` (or null): applied to each tile's rows as soon as they are written, at their offset
-// from `add_base` (the output's first byte).
 void run_tiles(const QFamily& f, QMicroKernelFn kernel, int64_t M, int64_t N, int64_t words,
-               const int32_t* a, const int32_t* b, const TileOut& t,
-               const ResidualAdd* add = nullptr, void* add_base = nullptr) {
+               const int32_t* a, const int32_t* b, const TileOut& t) {
   const int64_t slivers = ceil_div(M, f.mr), panels = ceil_div(N, f.nr);
   // The larger operand is read once, in order, and the smaller one again per tile from cache:
   // panel-major (consecutive tiles of a thread share a B panel; A re-read) when B is larger,
@@ -249,10 +246,6 @@ void run_tiles(const QFamily& f, QMicroKernelFn kernel, int64_t M, int64_t N, in
       const int m = static_cast<int>(std::min<int64_t>(f.mr, M - s * f.mr));
       const int n = static_cast<int>(std::min<int64_t>(f.nr, N - q * f.nr));
       kernel(words, a + s * words * f.mr, b + q * words * f.nr, m, n, tile);
-      if (add) {
-        const int64_t at = static_cast<char*>(tile.out) - static_cast<char*>(add_base);
-        for (int r = 0; r < m; ++r) add->apply(add_base, at + r * t.ld, n);
-      }
     }
   });
 }
@@ -649,8 +642,9 @@ PreparedQWeightPtr prepare_qlinear_dynamic_weight(const TensorImpl& w, const Ten
 
 namespace {
 
-// qconv2d_out, its result requantized to conv_dtype; with `add` the residual added to each span
-// of out as it is written (out then holds the add's dtype, one byte per element either way).
+// qconv2d_out, its result requantized to conv_dtype; with `add` the residual added to each
+// image's output as soon as it is written, while it is in cache (out then holds the add's
+// dtype, one byte per element either way).
 void qconv2d_impl(std::string_view op, const TensorImpl& x, const TensorImpl& w,
                   const QuantizedOperands& q, const Conv2dParams& p, DType conv_dtype,
                   TensorImpl& out, const PreparedQWeight* prepared, const ResidualAdd* add) {
@@ -701,8 +695,9 @@ void qconv2d_impl(std::string_view op, const TensorImpl& x, const TensorImpl& w,
       t.mult += grp * g.Og;
       t.bias += grp * g.Og;
       run_tiles(f, quads ? f.kernel_b_u8 : f.kernel, g.Og, HoWo, la.words(),
-                a + grp * la.total_words(), b.get(), t, add, y.ptr);
+                a + grp * la.total_words(), b.get(), t);
     }
+    if (add) add->apply_planes(y.ptr, n * g.O, g.O, HoWo);
   }
   y.finish();
 }

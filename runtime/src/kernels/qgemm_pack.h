@@ -231,7 +231,8 @@ bool direct_conv_fits(const QFamily& f, const TensorImpl& w, const Conv2dParams&
 PreparedQWeightPtr pack_direct_weight(const QFamily& f, const TensorImpl& wc);
 // out (NCHW, rq's dtype) = the convolution of xc (contiguous NCHW, uint8 or int8) with pw;
 // `bias`: the quads' per-channel bias (the zero-point correction in it), q_zp the activations'
-// zero point as uint8 quads hold it; `add` (or null) applied to each output row as it is written.
+// zero point as uint8 quads hold it; `add` (or null) applied to each image's output as soon as
+// it is written.
 void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeight& pw,
                     const Requant& rq, const std::vector<int32_t>& bias, int32_t q_zp, void* out,
                     const ResidualAdd* add = nullptr);

@@ -148,7 +148,8 @@ AddConstants add_constants(std::string_view op, DType a, const TensorImpl* a_sca
 void add_span(const void* a, const void* b, void* y, int64_t n, const AddConstants& k);
 
 // kiln.qconv2d_add's residual: out[i] = add(out[i] as the convolution wrote it, other[i]) over
-// each span of the output as soon as the convolution has written it (while it is in cache).
+// each part of the output as soon as the convolution has written it (while it is in cache),
+// in spans long enough to run as vector loops.
 struct ResidualAdd {
   const uint8_t* other = nullptr;  // contiguous, the output's layout; one byte per element
   AddConstants k;
@@ -156,6 +157,8 @@ struct ResidualAdd {
     uint8_t* y = static_cast<uint8_t*>(out) + offset;
     add_span(y, other + offset, y, n, k);
   }
+  // Planes [first, first + count) of `plane` bytes each, over the thread pool.
+  void apply_planes(void* out, int64_t first, int64_t count, int64_t plane) const;
 };
 
 // ---- The requantize formula (kernels/qgemm.h), one implementation per lane type ----------------

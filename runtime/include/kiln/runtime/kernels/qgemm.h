@@ -64,8 +64,9 @@ void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperan
                  const Conv2dParams& p, TensorImpl& out, const PreparedQWeight* prepared = nullptr);
 // kiln.qconv2d_add, a residual block's convolution and add in one pass: out = qadd(qconv2d(x, w)
 // as conv_dtype at q.y_scale / q.y_zero_point, other) with other of out's shape and the add's
-// parameters `r` (other's scale and zero point, out's, relu after the add). Each span of the
-// convolution's output is added while it is in cache; the bytes are the two ops'.
+// parameters `r` (other's scale and zero point, out's, relu after the add). Each image's output
+// is added as soon as the convolution has written it, while it is in cache; the bytes are the
+// two ops'.
 struct QResidualOperands {
   const TensorImpl *other_scale = nullptr, *other_zero_point = nullptr;
   const TensorImpl *output_scale = nullptr, *output_zero_point = nullptr;
