@@ -486,6 +486,7 @@ TEST(QConv2d, PreparedDepthwiseEqualsReference) {
 TEST(QConv2d, DepthwiseEveryPathAndRowLength) {
   struct Geometry {
     int64_t H, W, K, stride, pad, dilation;
+    int64_t N = 2, C = 0;  // C 0: 27 and 5 channels in turn
   };
   const Geometry shapes[] = {{7, 7, 3, 1, 1, 1},
                              {9, 20, 3, 1, 1, 1},
@@ -499,12 +500,14 @@ TEST(QConv2d, DepthwiseEveryPathAndRowLength) {
                              // Past the channel-interleaved path's widths: per-plane loops.
                              {6, 40, 5, 1, 2, 1},
                              {4, 140, 3, 1, 1, 1},
-                             {5, 75, 3, 2, 1, 1}};
+                             {5, 75, 3, 2, 1, 1},
+                             // A 6-byte input: rows read byte by byte (no 8 bytes to load).
+                             {1, 3, 3, 1, 1, 1, 1, 2}};
   int variant = 0;
   for (const Geometry& s : shapes)
     for (DType xd : {DType::UInt8, DType::Int8}) {
       // One partial block of 8 channels, then two whole ones and a partial one.
-      const int64_t C = variant % 2 ? 5 : 27;
+      const int64_t C = s.C > 0 ? s.C : variant % 2 ? 5 : 27;
       Conv2dParams p;
       p.stride_h = p.stride_w = s.stride;
       p.pad_h = p.pad_w = s.pad;
@@ -515,9 +518,9 @@ TEST(QConv2d, DepthwiseEveryPathAndRowLength) {
       const DType yd = variant % 2 ? DType::Int8 : DType::UInt8;
       Case c = random_case(C, true, xd, DType::Int8, yd, variant % 3 != 0, variant % 4 == 1);
       ++variant;
-      auto x = rand_int({2, C, s.H, s.W}, xd), w = rand_int({C, 1, s.K, s.K}, DType::Int8);
+      auto x = rand_int({s.N, C, s.H, s.W}, xd), w = rand_int({C, 1, s.K, s.K}, DType::Int8);
       auto q = c.operands();
-      auto ref = empty(Dims{2, C, Ho, Wo}, yd), out = empty(Dims{2, C, Ho, Wo}, yd);
+      auto ref = empty(Dims{s.N, C, Ho, Wo}, yd), out = empty(Dims{s.N, C, Ho, Wo}, yd);
       qconv2d_reference_out(*x, *w, q, p, *ref);
       qconv2d_out(*x, *w, q, p, *out);
       EXPECT_EQ(to_vec(*out), to_vec(*ref)) << s.H << "x" << s.W << " k" << s.K << " s" << s.stride

@@ -222,12 +222,13 @@ inline void store_first(float* dst, const __m256* r, int64_t n) {
   }
 }
 
-// B[(ih+ph)*Wb + iw+pw][j] = x_j[ih][iw] for the cb <= 8 planes of `in` from row `first` on.
-void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const DepthwiseInput& in, int64_t plane0,
-                 int64_t first, int cb, float* B) {
+// B[(ih+ph)*Wb + iw+pw][j] = x_j[ih][iw] for the cb <= 8 planes of an input whose element `at`
+// load(at, n, mask) reads as floats (n <= 8 of them), channel j's row ih at start + j * plane +
+// ih * width. One instantiation per input type: no per-vector dispatch in the copy.
+template <typename Load>
+void narrow_fill_with(const ConvGeom& g, const NarrowGeom& ng, int64_t start, int64_t plane,
+                      int64_t width, int cb, float* B, Load load) {
   const int64_t rows = std::min(g.H, ng.Hb - g.ph), cols = std::min(g.W, ng.Wb - g.pw);
-  const int64_t plane = in.plane;
-  const int64_t start = plane0 * plane + first * in.width;
   const __m256 zero = _mm256_setzero_ps();
   for (int64_t ih = 0; ih < rows; ++ih) {
     float* brow = B + ((ih + g.ph) * ng.Wb + g.pw) * kV;
@@ -235,21 +236,34 @@ void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const DepthwiseInput& 
       const int64_t n = std::min<int64_t>(kV, cols - iw);
       const __m256i m = tail_mask(n);
       __m256 r[8];
-      for (int j = 0; j < 8; ++j) {
-        const int64_t at = start + j * plane + ih * in.width + iw;
-        if (j >= cb) {
-          r[j] = zero;
-        } else if (in.f32) {
-          r[j] = n == kV ? _mm256_loadu_ps(in.f32 + at) : _mm256_maskload_ps(in.f32 + at, m);
-        } else if (in.u8) {
-          r[j] = simd::bytes_minus_zero_point(in.u8, at, n, in.count, in.zero_point);
-        } else {
-          r[j] = simd::bytes_minus_zero_point(in.s8, at, n, in.count, in.zero_point);
-        }
-      }
+      for (int j = 0; j < 8; ++j)
+        r[j] = j >= cb ? zero : load(start + j * plane + ih * width + iw, n, m);
       transpose8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
       store_first(brow + iw * kV, r, n);
     }
+  }
+}
+
+// The band's rows of the cb <= 8 planes of `in` from plane0, row `first` on, into B.
+void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const DepthwiseInput& in, int64_t plane0,
+                 int64_t first, int cb, float* B) {
+  const int64_t start = plane0 * in.plane + first * in.width;
+  if (in.f32) {
+    const float* x = in.f32;
+    narrow_fill_with(g, ng, start, in.plane, in.width, cb, B,
+                     [x](int64_t at, int64_t n, __m256i m) {
+                       return n == kV ? _mm256_loadu_ps(x + at) : _mm256_maskload_ps(x + at, m);
+                     });
+  } else if (in.u8) {
+    narrow_fill_with(g, ng, start, in.plane, in.width, cb, B,
+                     [&in](int64_t at, int64_t n, __m256i) {
+                       return simd::bytes_minus_zero_point(in.u8, at, n, in.count, in.zero_point);
+                     });
+  } else {
+    narrow_fill_with(g, ng, start, in.plane, in.width, cb, B,
+                     [&in](int64_t at, int64_t n, __m256i) {
+                       return simd::bytes_minus_zero_point(in.s8, at, n, in.count, in.zero_point);
+                     });
   }
 }
 
@@ -387,8 +401,11 @@ int64_t narrow_band_rows(const ConvGeom& g, const NarrowGeom& ng) {
 // The narrow path over every 8-channel block of `in` (or, with `xi`, of the already interleaved
 // and padded input: `in` is not read), in bands of R output rows, each band's sums handed to
 // `sink`.
+// A template over the sink: the float path's (FloatSink, final) is called directly and inlined
+// as the store was before the sinks; the int8 kernel's through DepthwiseSink, once per band.
+template <typename Sink>
 bool narrow_blocks(const ConvGeom& g, const DepthwiseInput& in, const float* w, const float* bias,
-                   bool one_band, const float* xi, int64_t xi_block, const DepthwiseSink& sink) {
+                   bool one_band, const float* xi, int64_t xi_block, const Sink& sink) {
   NarrowGeom ng;
   // Both within the padded input (make_geom): no overflow.
   ng.Hb = (g.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1;

@@ -35,20 +35,6 @@ inline void store_row16(__m256i v0, __m256i v1, bool out_signed, void* dst, int 
   }
 }
 
-// The first n (<= 8) of 8 int32 lanes as bytes.
-inline void store_row8(__m256i v, bool out_signed, void* dst, int64_t n) {
-  const __m128i w =
-      _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packs_epi32(v, v), 0xD8));
-  const __m128i b = out_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
-  if (n == 8) {
-    _mm_storel_epi64(static_cast<__m128i*>(dst), b);
-  } else {
-    alignas(16) uint8_t tmp[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b);
-    std::memcpy(dst, tmp, static_cast<size_t>(n));
-  }
-}
-
 // dequantize_acc on 8 lanes: fma(float(acc + bias), mult, fbias).
 inline __m256 dequantize8(__m256i acc, __m256i bias, __m256 mult, __m256 fbias) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(acc, bias)), mult, fbias);
