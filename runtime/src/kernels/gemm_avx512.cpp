@@ -23,12 +23,11 @@ constexpr int kMR = 12;
 constexpr int kNV = 2;  // zmm vectors per row of the tile
 constexpr int kNR = 16 * kNV;
 
-// R rows (R <= kMR; the packed sliver stride is always kMR), NV vectors of 16 columns. N edges use
-// masked loads and stores; the epilogue (bias, residual, relu/clamp) runs on the registers.
-template <int R, int NV>
-void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-               int n, float alpha, float beta, const TileEpilogue* ep) {
-  __m512 acc[R][NV];
+// A packed (a[p * kMR + r]), or read in place (kRowsA: a[r * lda + p], row-major op(A)): R rows
+// (R <= kMR), NV vectors of 16 columns of B.
+template <int R, int NV, bool kRowsA>
+[[gnu::always_inline]] inline void accumulate(int64_t kc, const float* a, int64_t lda,
+                                              const float* b, int64_t ldb, __m512 (&acc)[R][NV]) {
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
@@ -40,14 +39,20 @@ void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_set1_ps(a[r]);
+      const __m512 av = _mm512_set1_ps(kRowsA ? a[r * lda] : a[r]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
-    a += kMR;
+    a += kRowsA ? 1 : kMR;
     b += ldb;
   }
+}
 
+// C = alpha * acc + beta * C for the tile's first n columns (masked loads and stores), then the
+// epilogue (bias, residual, relu/clamp) on the registers before the one store.
+template <int R, int NV>
+[[gnu::always_inline]] inline void store_tile(__m512 (&acc)[R][NV], float* c, int64_t ldc, int n,
+                                              float alpha, float beta, const TileEpilogue* ep) {
   __mmask16 mask[NV];
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
@@ -70,7 +75,7 @@ void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c
     float* cr = c + r * ldc;
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      __m512 x = _mm512_mul_ps(acc[r][v], va);
+      __m512 x = alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(acc[r][v], va);
       if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], cr + 16 * v), x);
       if (ep) {
         if (ep->row_bias) x = _mm512_add_ps(x, _mm512_set1_ps(ep->row_bias[r]));
@@ -89,11 +94,48 @@ void kernel_rn(int64_t kc, const float* a, const float* b, int64_t ldb, float* c
   }
 }
 
-// Wrapper with the MicroKernelFn signature (m is taken by the table index instead).
+// One tile (the MicroKernelFn signature; m is taken by the table index instead).
 template <int R, int NV>
 void kernel_entry(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                   int /*m*/, int n, float alpha, float beta, const TileEpilogue* ep) {
-  kernel_rn<R, NV>(kc, a, b, ldb, c, ldc, n, alpha, beta, ep);
+  __m512 acc[R][NV];
+  accumulate<R, NV, false>(kc, a, 0, b, ldb, acc);
+  store_tile<R, NV>(acc, c, ldc, n, alpha, beta, ep);
+}
+
+// A row of tiles with A read in place (KernelSet::kernel_row_rows): row r of the sliver at
+// a + r * lda, unit stride along K. Packing one or a few rows of A cost a 16 x 16 transpose per 16
+// values of K (a tenth of a batch-1 LSTM step). (No kernel_row for packed A: on full-size
+// products a row per call measured no faster than a tile per call.)
+template <int R>
+void kernel_row_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t b_next,
+                     int64_t ldb, float* c, int64_t ldc, int /*m*/, int64_t n, float alpha,
+                     float beta, const TileEpilogue* ep) {
+  TileEpilogue e;
+  if (ep) e = *ep;
+  auto at = [&](int64_t j) {  // the epilogue of the tile at column j
+    TileEpilogue t = e;
+    if (t.col_bias) t.col_bias += j;
+    if (t.residual) t.residual += j;
+    return t;
+  };
+  for (int64_t j = 0; j < n; j += kNR, b += b_next) {
+    const int rest = static_cast<int>(std::min<int64_t>(kNR, n - j));
+    const TileEpilogue t = at(j);
+    // Opaque per tile: otherwise GCC hoists the R row addresses out of the loop, spills them, and
+    // reloads them in every tile's epilogue.
+    int64_t ld = ldc;
+    asm("" : "+r"(ld));
+    if (rest > 16) {
+      __m512 acc[R][kNV];
+      accumulate<R, kNV, true>(kc, a, lda, b, ldb, acc);
+      store_tile<R, kNV>(acc, c + j, ld, rest, alpha, beta, ep ? &t : nullptr);
+    } else {
+      __m512 acc[R][1];
+      accumulate<R, 1, true>(kc, a, lda, b, ldb, acc);
+      store_tile<R, 1>(acc, c + j, ld, rest, alpha, beta, ep ? &t : nullptr);
+    }
+  }
 }
 
 template <int NV, int... Rs>
@@ -101,12 +143,19 @@ constexpr void fill(MicroKernelFn* out, std::integer_sequence<int, Rs...>) {
   ((out[Rs + 1] = &kernel_entry<Rs + 1, NV>), ...);
 }
 
+template <int... Rs>
+constexpr void fill_rows_a(MicroKernelRowAFn* out, std::integer_sequence<int, Rs...>) {
+  ((out[Rs + 1] = &kernel_row_rows<Rs + 1>), ...);
+}
+
 struct Tables {
   MicroKernelFn full[kMR + 1]{};  // NV = 2
   MicroKernelFn half[kMR + 1]{};  // NV = 1, for tiles with n <= 16
+  MicroKernelRowAFn rows_a[kMR + 1]{};
   constexpr Tables() {
     fill<kNV>(full, std::make_integer_sequence<int, kMR>{});
     fill<1>(half, std::make_integer_sequence<int, kMR>{});
+    fill_rows_a(rows_a, std::make_integer_sequence<int, kMR>{});
   }
 };
 // Constant-initialized: no static constructor runs code compiled for an ISA the CPU may lack
@@ -117,6 +166,12 @@ void micro(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, in
            int n, float alpha, float beta, const TileEpilogue* ep) {
   const MicroKernelFn* t = n > 16 ? kTables.full : kTables.half;
   t[m](kc, a, b, ldb, c, ldc, m, n, alpha, beta, ep);
+}
+
+void micro_row_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t b_next,
+                    int64_t ldb, float* c, int64_t ldc, int m, int64_t n, float alpha, float beta,
+                    const TileEpilogue* ep) {
+  kTables.rows_a[m](kc, a, lda, b, b_next, ldb, c, ldc, m, n, alpha, beta, ep);
 }
 
 // In-register transpose of a 16 x 16 block (r[i] = row i on entry, column i on exit): pairs of
@@ -262,8 +317,18 @@ void dot_tile(int m, int n, int64_t K, float alpha, const float* A, int64_t lda,
 }
 
 // Blocking 0: the GEMM driver fills it from the target description (target_params.cpp).
-const KernelSet kSet{"avx512", kMR,    kNR,     /*kc=*/0, /*mc=*/0,
-                     /*nc=*/0, &micro, &pack_a, &pack_b,  &dot_tile};
+const KernelSet kSet{"avx512",
+                     kMR,
+                     kNR,
+                     /*kc=*/0,
+                     /*mc=*/0,
+                     /*nc=*/0,
+                     &micro,
+                     &pack_a,
+                     &pack_b,
+                     &dot_tile,
+                     /*kernel_row=*/nullptr,
+                     &micro_row_rows};
 
 }  // namespace
 
