@@ -122,9 +122,13 @@ BENCHMARK(BM_SgemmPackedB)
     // bench_codegen's LSTM step at batch 1 and 8: h [B, 256] times the recurrent weight [1024, 256]
     ->Args({1, 1024, 256})
     ->Args({8, 1024, 256})
+    ->Args({8, 512, 256})
     // ... and that product with a weight of 512 KB and 256 KB: its rate from L2
     ->Args({1, 512, 256})
     ->Args({1, 256, 256})
+    // ... and its input projection over all 64 steps at once (x [64 B, 128] times [1024, 128])
+    ->Args({64, 1024, 128})
+    ->Args({512, 1024, 128})
     ->UseRealTime();
 
 // OpenBLAS's cblas_sgemm on the same operands (row-major), for the same-run ratio. Skipped when

@@ -1,24 +1,31 @@
 // kiln::loop / kiln::cond regions stay loops and branches in the entry point: the carried value
 // is a buffer initialized before the loop and rewritten at the end of each iteration; buffers
-// made inside the body are freed inside it.
+// made inside the body share one arena laid out at compile time and allocated before the loop
+// (inside the entry block's arena), so an iteration allocates and frees nothing.
 // RUN: kiln-opt --kiln-lower-to-loops %s | FileCheck %s
 
 // CHECK-LABEL: func.func @kiln_entry
+// CHECK: %[[ARENA:.*]] = call @kiln_abi_alloc(%{{.*}})
+// CHECK: %[[BODY:.*]] = llvm.getelementptr %[[ARENA]][{{[0-9]+}}]
 // The kernels' pointer arrays live at the top, outside the loop.
 // CHECK-COUNT-3: llvm.alloca
 // CHECK-NOT: llvm.alloca
 // CHECK: call @kiln_kernel_0
+// CHECK-NOT: kiln_abi_alloc
 // CHECK: scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NOT: kiln_abi_alloc
 // CHECK:   arith.index_cast %[[I]] : index to i64
-// CHECK:   %[[T:.*]] = func.call @kiln_abi_alloc
+// The scalar tensor and the sum are alive together: two slots of the body's arena.
+// CHECK:   %[[T:.*]] = llvm.getelementptr %[[BODY]][0]
 // CHECK:   llvm.store
-// CHECK:   %[[N:.*]] = func.call @kiln_abi_alloc
+// CHECK:   %[[N:.*]] = llvm.getelementptr %[[BODY]][64]
 // CHECK:   call @kiln_kernel_1
-// CHECK:   call @kiln_abi_free(%[[T]]
+// CHECK-NOT: kiln_abi_free
 // CHECK:   call @kiln_kernel_2
-// CHECK:   call @kiln_abi_free(%[[N]]
+// CHECK-NOT: kiln_abi_free
 // CHECK: }
-// CHECK: return
+// CHECK: call @kiln_abi_free(%[[ARENA]]
+// CHECK-NEXT: return
 func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
   %c0 = arith.constant 0 : index
   %c5 = arith.constant 5 : index

@@ -140,6 +140,16 @@ mlir::Value Lowering::stack_array(int64_t n) {
   return builder_.create<LLVM::AllocaOp>(loc_, ptr_type(), ptr_type(), count, 8);
 }
 
+mlir::Value Lowering::byte_offset(mlir::Value base, int64_t offset) {
+  // A GEP's constant index is 32-bit: an arena past 2 GiB takes its offset as a value.
+  if (offset <= INT32_MAX)
+    return builder_.create<LLVM::GEPOp>(loc_, ptr_type(), builder_.getI8Type(), base,
+                                        llvm::ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(offset)});
+  mlir::Value at = builder_.create<mlir::arith::ConstantIntOp>(loc_, offset, 64);
+  return builder_.create<LLVM::GEPOp>(loc_, ptr_type(), builder_.getI8Type(), base,
+                                      mlir::ValueRange{at});
+}
+
 void Lowering::note_use(mlir::Value base, mlir::Operation* user) {
   auto it = owned_.find(base);
   if (it == owned_.end()) return;
@@ -362,40 +372,18 @@ bool Lowering::lower_op(mlir::Operation* op) {
   return false;
 }
 
-// The buffers made in the entry block share one arena laid out now, at compile time, from their
-// lifetimes in the lowered code (allocation to last use, in op order; greedy by size, first fit,
-// 64-byte aligned): one kiln_abi_alloc per call, and memory that stays hot from op to op as in the
-// artifact executor's planned arena. (The IR's memory plan does not fit here: codegen computes
-// single-use elementwise values inside their consumers' loops, later than the plan assumes.)
-// Buffers made inside loops and branches keep their own allocation, freed after their last use.
-void Lowering::emit_frees() {
-  declare("kiln_abi_free", builder_.getFunctionType({ptr_type(), builder_.getI64Type()}, {}));
-  auto free_after = [&](mlir::Operation* at, mlir::Value base, int64_t nbytes) {
-    builder_.setInsertionPointAfter(at);
-    auto size = builder_.create<mlir::arith::ConstantIntOp>(loc_, nbytes, 64);
-    builder_.create<mlir::func::CallOp>(loc_, "kiln_abi_free", mlir::TypeRange{},
-                                        mlir::ValueRange{base, size});
-  };
-  mlir::Block& block = entry_.getBody().front();
-  llvm::DenseMap<mlir::Operation*, int64_t> pos;
-  int64_t index = 0;
-  for (mlir::Operation& op : block) pos[&op] = index++;
-  struct Placed {
-    mlir::Value base;
-    mlir::Operation* alloc;
-    int64_t start, end, bytes, offset = 0;
-  };
-  std::vector<Placed> items;
-  for (auto& [base, owned] : owned_) {
-    if (owned.alloc->getBlock() != &block) {
-      free_after(owned.last_use, base, owned.nbytes);
-      continue;
-    }
-    const int64_t start = pos.lookup(owned.alloc);
-    const int64_t end = owned.last_use ? std::max(start, pos.lookup(owned.last_use)) : start;
-    items.push_back({base, owned.alloc, start, end, (owned.nbytes + 63) / 64 * 64});
-  }
-  if (items.empty()) return;
+namespace {
+// A buffer to place in its block's arena: alive from op `start` to op `end` (positions in the
+// block), `bytes` rounded to 64.
+struct Placed {
+  mlir::Value base;
+  mlir::Operation* alloc;
+  int64_t start, end, bytes, offset = 0;
+};
+
+// Greedy by size, first fit: each buffer at the lowest offset clear of every placed buffer alive
+// at the same time. Returns the arena's size.
+int64_t place(std::vector<Placed>& items) {
   std::vector<size_t> order(items.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -404,7 +392,6 @@ void Lowering::emit_frees() {
   std::vector<size_t> placed;
   for (size_t i : order) {
     Placed& it = items[i];
-    // The lowest offset clear of every placed buffer alive at the same time.
     std::vector<std::pair<int64_t, int64_t>> busy;
     for (size_t j : placed) {
       const Placed& o = items[j];
@@ -420,6 +407,85 @@ void Lowering::emit_frees() {
     total = std::max(total, offset + it.bytes);
     placed.push_back(i);
   }
+  return total;
+}
+
+int nesting_depth(mlir::Block* block) {
+  int depth = 0;
+  for (mlir::Operation* op = block->getParentOp(); op; op = op->getBlock()->getParentOp()) {
+    if (mlir::isa<mlir::func::FuncOp>(op)) break;
+    ++depth;
+  }
+  return depth;
+}
+}  // namespace
+
+// The buffers made in the entry block share one arena laid out now, at compile time, from their
+// lifetimes in the lowered code (allocation to last use, in op order; greedy by size, first fit,
+// 64-byte aligned): one kiln_abi_alloc per call, and memory that stays hot from op to op as in the
+// artifact executor's planned arena. (The IR's memory plan does not fit here: codegen computes
+// single-use elementwise values inside their consumers' loops, later than the plan assumes.)
+// A loop's or branch's body is laid out the same way, innermost first: its arena is one more
+// buffer of the enclosing block, alive across the region op, so a loop allocates nothing per
+// iteration (every buffer made in a body dies in it: carried and yielded values are copied to
+// buffers made before the region).
+void Lowering::emit_frees() {
+  declare("kiln_abi_free", builder_.getFunctionType({ptr_type(), builder_.getI64Type()}, {}));
+  mlir::Block& block = entry_.getBody().front();
+  llvm::MapVector<mlir::Block*, std::vector<mlir::Value>> by_block;
+  for (auto& [base, owned] : owned_) by_block[owned.alloc->getBlock()].push_back(base);
+  auto items_of = [&](mlir::Block* b) {
+    llvm::DenseMap<mlir::Operation*, int64_t> pos;
+    int64_t index = 0;
+    for (mlir::Operation& op : *b) pos[&op] = index++;
+    std::vector<Placed> items;
+    for (mlir::Value base : by_block.lookup(b)) {
+      const Owned& owned = owned_.find(base)->second;
+      const int64_t start = pos.lookup(owned.alloc);
+      const int64_t end = owned.last_use ? std::max(start, pos.lookup(owned.last_use)) : start;
+      items.push_back({base, owned.alloc, start, end, (owned.nbytes + 63) / 64 * 64});
+    }
+    return std::make_pair(std::move(items), std::move(pos));
+  };
+  auto replace_with_arena = [&](std::vector<Placed>& items, mlir::Value arena, bool at_alloc) {
+    for (Placed& it : items) {
+      if (at_alloc) builder_.setInsertionPoint(it.alloc);
+      mlir::Value at = byte_offset(arena, it.offset);
+      it.base.replaceAllUsesWith(at);
+      mlir::Operation* size = it.alloc->getOperand(0).getDefiningOp();
+      it.alloc->erase();
+      if (size && size->use_empty()) size->erase();
+    }
+  };
+
+  // The deepest body not yet laid out, until only the entry block is left (a body's arena may be
+  // the first buffer of the body around it).
+  llvm::DenseSet<mlir::Block*> done;
+  auto next_body = [&]() -> mlir::Block* {
+    mlir::Block* deepest = nullptr;
+    for (auto& [b, bases] : by_block)
+      if (b != &block && !done.count(b) && (!deepest || nesting_depth(b) > nesting_depth(deepest)))
+        deepest = b;
+    return deepest;
+  };
+  while (mlir::Block* body = next_body()) {
+    done.insert(body);
+    std::vector<Placed> items = items_of(body).first;
+    const int64_t total = place(items);
+    mlir::Operation* region_op = body->getParentOp();
+    builder_.setInsertionPoint(region_op);
+    auto size = builder_.create<mlir::arith::ConstantIntOp>(loc_, total, 64);
+    auto call = builder_.create<mlir::func::CallOp>(
+        loc_, "kiln_abi_alloc", mlir::TypeRange{ptr_type()}, mlir::ValueRange{size});
+    const mlir::Value arena = call.getResult(0);
+    owned_[arena] = Owned{total, call, region_op};
+    by_block[region_op->getBlock()].push_back(arena);
+    replace_with_arena(items, arena, /*at_alloc=*/true);
+  }
+
+  auto [items, pos] = items_of(&block);
+  if (items.empty()) return;
+  const int64_t total = place(items);
   builder_.setInsertionPointToStart(&block);
   auto size = builder_.create<mlir::arith::ConstantIntOp>(loc_, total, 64);
   mlir::Value arena =
@@ -427,12 +493,7 @@ void Lowering::emit_frees() {
           .create<mlir::func::CallOp>(loc_, "kiln_abi_alloc", mlir::TypeRange{ptr_type()},
                                       mlir::ValueRange{size})
           .getResult(0);
-  for (Placed& it : items) {
-    mlir::Value at = builder_.create<LLVM::GEPOp>(loc_, ptr_type(), builder_.getI8Type(), arena,
-                                                  llvm::ArrayRef<LLVM::GEPArg>{it.offset});
-    it.base.replaceAllUsesWith(at);
-    it.alloc->erase();
-  }
+  replace_with_arena(items, arena, /*at_alloc=*/false);
   // Each kernel call in the entry block borrows the largest stretch of the arena that no buffer
   // alive across it holds, for its scratch: memory the previous ops just touched, where the
   // allocator's blocks would be cold (as the executor lends its planned arena's gaps).
@@ -458,8 +519,7 @@ void Lowering::emit_frees() {
     consider(total);
     if (best_bytes < kMinLease) continue;
     builder_.setInsertionPoint(call);
-    mlir::Value base = builder_.create<LLVM::GEPOp>(loc_, ptr_type(), builder_.getI8Type(), arena,
-                                                    llvm::ArrayRef<LLVM::GEPArg>{best_offset});
+    mlir::Value base = byte_offset(arena, best_offset);
     mlir::Value bytes = builder_.create<mlir::arith::ConstantIntOp>(loc_, best_bytes, 64);
     builder_.create<mlir::func::CallOp>(loc_, "kiln_abi_lease_begin", mlir::TypeRange{},
                                         mlir::ValueRange{base, bytes});
@@ -467,9 +527,10 @@ void Lowering::emit_frees() {
     builder_.create<mlir::func::CallOp>(loc_, "kiln_abi_lease_end", mlir::TypeRange{},
                                         mlir::ValueRange{});
   }
-  free_after(block.getTerminator()->getPrevNode() ? block.getTerminator()->getPrevNode()
-                                                  : size.getOperation(),
-             arena, total);
+  builder_.setInsertionPoint(block.getTerminator());
+  auto bytes = builder_.create<mlir::arith::ConstantIntOp>(loc_, total, 64);
+  builder_.create<mlir::func::CallOp>(loc_, "kiln_abi_free", mlir::TypeRange{},
+                                      mlir::ValueRange{arena, bytes});
 }
 
 // `<entry>_release()`: frees what the *_prepared call sites prepared into their slots (the JIT

@@ -110,6 +110,8 @@ class Lowering {
   bool lower_view_op(mlir::Operation* op);
   View constant_view(mlir::Operation* op);
   void emit_frees();
+  // base + offset bytes (a GEP; offsets of any size).
+  mlir::Value byte_offset(mlir::Value base, int64_t offset);
   static size_t first_result_slot(mlir::func::ReturnOp ret, mlir::Value v);
 
   mlir::ModuleOp module_;
