@@ -96,7 +96,30 @@ void BM_SgemmPackedB(benchmark::State& state) {
   set_flops(state, M, N, K);
 }
 
+// The same with an activation in the epilogue (a transformer's FFN up-projection and its GELU):
+// the product against the activation pass over C's rows.
+void BM_SgemmPackedBActivation(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  auto A = random_vec(M * K, 1), B = random_vec(K * N, 2), C = random_vec(M * N, 3);
+  auto packed = kernels::sgemm_pack_b(false, K, N, B.data(), N);
+  kernels::Epilogue e;
+  e.activation = static_cast<kernels::Activation>(state.range(3));
+  for (auto _ : state) {
+    kernels::sgemm_packed_b(false, M, 1.0f, A.data(), K, *packed, 0.0f, C.data(), N, e);
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_flops(state, M, N, K);
+}
+
 }  // namespace
+
+// Activation 0: none, 4: GELU (erf), 6: SiLU (kernels::Activation).
+BENCHMARK(BM_SgemmPackedBActivation)
+    ->ArgNames({"M", "N", "K", "act"})
+    ->Args({128, 1024, 256, 0})
+    ->Args({128, 1024, 256, 4})
+    ->Args({128, 1024, 256, 6})
+    ->UseRealTime();
 
 BENCHMARK(BM_SgemmPackedB)
     ->ArgNames({"M", "N", "K"})
