@@ -35,7 +35,8 @@ inline constexpr int kAbiVersion = 2;
 //   4: kernel calls get the arena bytes no live buffer holds as scratch (kiln_abi_lease_begin).
 //   5: loop-carried values updated in place; a kiln.fused's stored results in one loop nest.
 //   6: softmax / log-softmax over the last dim as generated row kernels.
-inline constexpr int kCodegenRevision = 6;
+//   7: logsumexp as a row kernel; loop and branch bodies' buffers in compile-time arenas.
+inline constexpr int kCodegenRevision = 7;
 
 // A stable key for compiled code: (module bytes, target triple, CPU, features, options, ABI,
 // code generator revision).
