@@ -159,6 +159,48 @@ struct ReshapeOfReshape : mlir::RewritePattern {
   }
 };
 
+// A transpose or permute that moves only size-1 dims past the others keeps every element where it
+// was (the non-unit dims stay in order): a reshape, which is a view, where the transpose copied
+// (a batch-first transformer traced seq-first: [1, T, D] <-> [T, 1, D] around its attention).
+struct UnitDimPermuteToReshape : mlir::RewritePattern {
+  explicit UnitDimPermuteToReshape(mlir::MLIRContext* ctx)
+      : RewritePattern(MatchAnyOpTypeTag(), 1, ctx) {}
+  // result dim i = input dim perm[i], or empty when op is neither.
+  static llvm::SmallVector<int64_t> permutation(mlir::Operation* op, int64_t rank) {
+    auto norm = [rank](int64_t d) { return (d % rank + rank) % rank; };
+    llvm::SmallVector<int64_t> perm;
+    if (auto t = mlir::dyn_cast<ir::TransposeOp>(op)) {
+      for (int64_t i = 0; i < rank; ++i) perm.push_back(i);
+      std::swap(perm[norm(t.getDim0())], perm[norm(t.getDim1())]);
+    } else if (auto p = mlir::dyn_cast<ir::PermuteOp>(op)) {
+      if (static_cast<int64_t>(p.getDims().size()) != rank) return {};
+      for (int64_t d : p.getDims()) perm.push_back(norm(d));
+    }
+    return perm;
+  }
+  mlir::LogicalResult matchAndRewrite(mlir::Operation* op,
+                                      mlir::PatternRewriter& rewriter) const override {
+    if (!mlir::isa<ir::TransposeOp, ir::PermuteOp>(op)) return mlir::failure();
+    auto in = mlir::dyn_cast<mlir::RankedTensorType>(op->getOperand(0).getType());
+    auto out = mlir::dyn_cast<mlir::RankedTensorType>(op->getResult(0).getType());
+    if (!in || !out || !in.hasStaticShape() || !out.hasStaticShape() || in.getRank() == 0)
+      return mlir::failure();
+    const llvm::SmallVector<int64_t> perm = permutation(op, in.getRank());
+    if (perm.empty()) return mlir::failure();
+    int64_t last = -1;
+    bool moves = false;
+    for (size_t i = 0; i < perm.size(); ++i) {
+      moves |= perm[i] != static_cast<int64_t>(i);
+      if (in.getDimSize(perm[i]) == 1) continue;
+      if (perm[i] < last) return mlir::failure();  // two non-unit dims swap: a real transpose
+      last = perm[i];
+    }
+    if (!moves) return mlir::failure();  // the identity: RemoveNoOp's
+    rewriter.replaceOpWithNewOp<ir::ReshapeOp>(op, out, op->getOperand(0), out.getShape());
+    return mlir::success();
+  }
+};
+
 }  // namespace
 
 // A guard of a value that folded to a constant holds or fails at compile time: one that holds
@@ -179,8 +221,8 @@ struct GuardOfConstant : mlir::OpRewritePattern<ir::GuardOp> {
 
 void populate_cleanup_patterns(mlir::RewritePatternSet& patterns) {
   mlir::MLIRContext* ctx = patterns.getContext();
-  patterns.add<RemoveNoOp, DoubleTranspose, PermuteOfPermute, ReshapeOfReshape, GuardOfConstant>(
-      ctx);
+  patterns.add<RemoveNoOp, DoubleTranspose, PermuteOfPermute, ReshapeOfReshape, GuardOfConstant,
+               UnitDimPermuteToReshape>(ctx);
 }
 
 }  // namespace kiln::passes

@@ -64,6 +64,22 @@ mlir::Value permuted_from(mlir::Value v, llvm::ArrayRef<int64_t> perm) {
       if (norm(dims[i]) != perm[i]) return {};
     return p.getInput();
   }
+  // A permute that moves only size-1 dims is a reshape after --kiln-cleanup (one head at batch 1:
+  // [T, 1, D] -> [1, T, D]): the same layout when its shapes are the permuted ones and the
+  // non-unit dims keep their order.
+  if (mlir::isa<ir::ReshapeOp, ir::ViewOp>(def)) {
+    auto in = mlir::dyn_cast<mlir::RankedTensorType>(def->getOperand(0).getType());
+    auto out = mlir::cast<mlir::RankedTensorType>(v.getType());
+    if (!in || in.getRank() != n || !in.hasStaticShape() || !out.hasStaticShape()) return {};
+    int64_t last = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      if (out.getDimSize(i) != in.getDimSize(perm[i])) return {};
+      if (in.getDimSize(perm[i]) == 1) continue;
+      if (perm[i] < last) return {};
+      last = perm[i];
+    }
+    return def->getOperand(0);
+  }
   return {};
 }
 
@@ -199,8 +215,8 @@ bool fuse(ir::SoftmaxOp softmax) {
     llvm::SmallVector<mlir::Operation*> defs;
     for (mlir::Value v : op->getOperands())
       if (mlir::Operation* d = v.getDefiningOp();
-          mlir::isa_and_nonnull<ir::TransposeOp, ir::PermuteOp, ir::MatmulOp, ir::SoftmaxOp,
-                                ir::AddOp, ir::MulOp, ir::DivOp>(d))
+          mlir::isa_and_nonnull<ir::TransposeOp, ir::PermuteOp, ir::ReshapeOp, ir::ViewOp,
+                                ir::MatmulOp, ir::SoftmaxOp, ir::AddOp, ir::MulOp, ir::DivOp>(d))
         defs.push_back(d);
     op->erase();
     for (mlir::Operation* d : defs)

@@ -97,3 +97,19 @@ func.func @clones(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
   %2 = kiln.clone %x : tensor<4xf32> -> tensor<4xf32>
   return %1, %2 : tensor<4xf32>, tensor<4xf32>
 }
+
+// A transpose or permute moving only size-1 dims keeps every element in place: a reshape (a view).
+// One that swaps two non-unit dims stays.
+// CHECK-LABEL: func.func @unit_dim_transposes
+// CHECK-NEXT: %[[A:.*]] = kiln.reshape %arg0 {shape = array<i64: 128, 1, 256>}
+// CHECK-NEXT: %[[B:.*]] = kiln.reshape %arg1 {shape = array<i64: 4, 1, 1, 8>}
+// CHECK-NEXT: %[[C:.*]] = kiln.transpose %arg2
+// CHECK-NEXT: return %[[A]], %[[B]], %[[C]]
+func.func @unit_dim_transposes(%x: tensor<1x128x256xf32>, %y: tensor<1x4x8x1xf32>,
+                               %z: tensor<1x4x8xf32>)
+    -> (tensor<128x1x256xf32>, tensor<4x1x1x8xf32>, tensor<1x8x4xf32>) {
+  %0 = kiln.transpose %x {dim0 = 0 : i64, dim1 = 1 : i64} : (tensor<1x128x256xf32>) -> tensor<128x1x256xf32>
+  %1 = kiln.permute %y {dims = array<i64: 1, 0, 3, 2>} : (tensor<1x4x8x1xf32>) -> tensor<4x1x1x8xf32>
+  %2 = kiln.transpose %z {dim0 = 1 : i64, dim1 = 2 : i64} : (tensor<1x4x8xf32>) -> tensor<1x8x4xf32>
+  return %0, %1, %2 : tensor<128x1x256xf32>, tensor<4x1x1x8xf32>, tensor<1x8x4xf32>
+}
