@@ -130,17 +130,11 @@ void kernel_row_impl(int64_t kc, const float* a, int64_t lda, const float* b, in
                      const TileEpilogue* ep) {
   TileEpilogue e;
   if (ep) e = *ep;
-  auto at = [&](int64_t j) {  // the epilogue of the tile at column j
-    TileEpilogue t = e;
-    if (t.col_bias) t.col_bias += j;
-    if (t.residual) t.residual += j;
-    return t;
-  };
   int64_t j = 0;
   for (; j + kNR <= n; j += kNR, b += b_next) {
     __m256 acc[R][kNV];
     accumulate<R, kNV, kRowsA>(kc, a, lda, b, ldb, acc);
-    const TileEpilogue t = at(j);
+    const TileEpilogue t = columns_from(e, j);
     // Opaque per tile: otherwise GCC hoists the R row addresses (and the residual's) out of the
     // loop, spills them, and reloads them in every tile's epilogue.
     int64_t ld = ldc;
@@ -148,7 +142,7 @@ void kernel_row_impl(int64_t kc, const float* a, int64_t lda, const float* b, in
     store_tile<R, kNV, false>(acc, c + j, ld, kNR, alpha, beta, ep ? &t : nullptr);
   }
   if (j < n) {
-    const TileEpilogue t = at(j);
+    const TileEpilogue t = columns_from(e, j);
     const int rest = static_cast<int>(n - j);
     if (rest > 8) {
       __m256 acc[R][kNV];

@@ -113,15 +113,9 @@ void kernel_row_rows(int64_t kc, const float* a, int64_t lda, const float* b, in
                      float beta, const TileEpilogue* ep) {
   TileEpilogue e;
   if (ep) e = *ep;
-  auto at = [&](int64_t j) {  // the epilogue of the tile at column j
-    TileEpilogue t = e;
-    if (t.col_bias) t.col_bias += j;
-    if (t.residual) t.residual += j;
-    return t;
-  };
   for (int64_t j = 0; j < n; j += kNR, b += b_next) {
     const int rest = static_cast<int>(std::min<int64_t>(kNR, n - j));
-    const TileEpilogue t = at(j);
+    const TileEpilogue t = columns_from(e, j);
     // Opaque per tile: otherwise GCC hoists the R row addresses out of the loop, spills them, and
     // reloads them in every tile's epilogue.
     int64_t ld = ldc;

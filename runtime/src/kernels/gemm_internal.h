@@ -41,6 +41,13 @@ struct TileEpilogue {
   float lo = 0.0f, hi = 0.0f;
 };
 
+// The epilogue of the tile j columns right of the one `e` describes (a row of tiles).
+inline TileEpilogue columns_from(TileEpilogue e, int64_t j) {
+  if (e.col_bias) e.col_bias += j;
+  if (e.residual) e.residual += j;
+  return e;
+}
+
 // The portable form of the above, for kernels that store first (NEON, scalar).
 // A local copy of the epilogue: C's stores could alias the caller's, and the compiler would reload
 // every field per element (on AVX2 that made the epilogue 4x the cost of a K = 16 product).
