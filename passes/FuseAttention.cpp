@@ -69,8 +69,9 @@ mlir::Value permuted_from(mlir::Value v, llvm::ArrayRef<int64_t> perm) {
   // non-unit dims keep their order.
   if (mlir::isa<ir::ReshapeOp, ir::ViewOp>(def)) {
     auto in = mlir::dyn_cast<mlir::RankedTensorType>(def->getOperand(0).getType());
-    auto out = mlir::cast<mlir::RankedTensorType>(v.getType());
-    if (!in || in.getRank() != n || !in.hasStaticShape() || !out.hasStaticShape()) return {};
+    auto out = mlir::dyn_cast<mlir::RankedTensorType>(v.getType());
+    if (!in || !out || in.getRank() != n || !in.hasStaticShape() || !out.hasStaticShape())
+      return {};
     int64_t last = -1;
     for (int64_t i = 0; i < n; ++i) {
       if (out.getDimSize(i) != in.getDimSize(perm[i])) return {};

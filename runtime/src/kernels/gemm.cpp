@@ -775,12 +775,12 @@ void sliver_row(const KernelSet& ks, int64_t kb, const float* ap, int64_t a_ld, 
     for (int r = 0; r < m; ++r) activate_row(c + r * ldc, n, *e);
 }
 
-// Whether `rows` rows of floats `ld` apart, read side by side, crowd into the same L1 sets: an L1
-// cache is indexed by address bits within the 4 KiB page (its size / ways is at most a page, so
-// that it can be indexed before translation), so rows whose starts share their page offset share
-// sets. More than four rows per offset (a power-of-two row length of 1024 or 512 floats) leave
-// too few ways for the rest: 12 rows of a 1024-float A read in place ran 6-12% slower than
-// packed, of a 1008-float A 4-7% faster (128 x 256 x K against a packed B, Zen 4).
+// Whether `rows` rows of floats `ld` apart, read side by side, crowd into the same L1 sets. x86
+// L1s are indexed by address bits within the 4 KiB page (a way is at most a page: 32 KiB 8-way,
+// 48 KiB 12-way), so rows whose starts share their page offset share sets; more than four of them
+// (half of an 8-way set: a power-of-two row length of 512 or more floats) leave too few ways for
+// B's panel and C. (A way larger than a page, as on arm64 cores, only spreads such rows further.)
+// Measured in bench/README.md (Zen 4, seventh session).
 bool rows_crowd_l1_sets(int64_t ld, int64_t rows) {
   constexpr int64_t kPage = 4096, kLine = 64;
   int per_line[kPage / kLine] = {};

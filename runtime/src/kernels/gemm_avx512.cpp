@@ -104,9 +104,10 @@ void kernel_entry(int64_t kc, const float* a, const float* b, int64_t ldb, float
 }
 
 // A row of tiles with A read in place (KernelSet::kernel_row_rows): row r of the sliver at
-// a + r * lda, unit stride along K. Packing one or a few rows of A cost a 16 x 16 transpose per 16
-// values of K (a tenth of a batch-1 LSTM step). (No kernel_row for packed A: on full-size
-// products a row per call measured no faster than a tile per call.)
+// a + r * lda, unit stride along K. Packing one or a few rows of A costs a 16 x 16 transpose per 16
+// values of K for those few rows (an RNN step's product against its packed weight). (No
+// kernel_row for packed A: on full-size products a row per call measured no faster than a tile
+// per call.)
 template <int R>
 void kernel_row_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t b_next,
                      int64_t ldb, float* c, int64_t ldc, int /*m*/, int64_t n, float alpha,
