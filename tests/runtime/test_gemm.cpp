@@ -392,18 +392,22 @@ TEST(Gemm, PackedBWithARowsInPlaceOrPacked) {
     for_each_config([&] {
       uint32_t seed = 1300;
       // {13, 40, 1300}: two K blocks of the packed B; {2000, 20, 600}: M past the small-A path,
-      // the blocked driver's A blocks shrunk for the packed B's long K block.
-      for (auto [M, N, K] : {std::array<int64_t, 3>{1, 17, 5},
-                             {5, 40, 3},
-                             {11, 16, 600},
-                             {13, 40, 1300},
-                             {196, 96, 576},
-                             {49, 330, 160},
-                             {2000, 20, 600}}) {
+      // the blocked driver's A blocks shrunk for the packed B's long K block. {30, 64, 1024} and
+      // {12, 33, 512} unpadded: rows a multiple of 2 KiB apart, which crowd the same L1 sets (A is
+      // packed even where it may be read in place).
+      for (auto [M, N, K, pad] : {std::array<int64_t, 4>{1, 17, 5, -1},
+                                  {5, 40, 3, -1},
+                                  {11, 16, 600, -1},
+                                  {13, 40, 1300, -1},
+                                  {196, 96, 576, -1},
+                                  {49, 330, 160, -1},
+                                  {2000, 20, 600, -1},
+                                  {30, 64, 1024, 0},
+                                  {12, 33, 512, 0}}) {
         Case c;
         c.packed = Case::Packed::B;
         c.M = M, c.N = N, c.K = K;
-        c.pad_a = 1 + seed % 5, c.pad_c = 2;
+        c.pad_a = pad >= 0 ? pad : 1 + seed % 5, c.pad_c = 2;
         c.beta = (seed & 1) ? -0.5f : 0.0f;
         c.e.activation = (seed & 2) ? Activation::Relu : Activation::Silu;
         c.e.bias_kind = Epilogue::Bias::PerCol;
