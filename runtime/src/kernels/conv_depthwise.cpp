@@ -244,6 +244,59 @@ void narrow_fill_with(const ConvGeom& g, const NarrowGeom& ng, int64_t start, in
   }
 }
 
+#if defined(__x86_64__) || defined(_M_X64)
+// narrow_fill_with for bytes (the int8 kernel's input): 8 bytes of each of the 8 planes are
+// transposed as bytes (three rounds of unpacks, one 8 x 8 byte block in four registers), then
+// each pixel's 8 channel bytes widened, minus the zero point, converted. Converting each plane's
+// 8 pixels first and transposing floats took three times the shuffles and spilled the block to
+// the stack: the fill was two thirds of a stride-2 int8 layer.
+template <typename Byte>
+void narrow_fill_bytes(const ConvGeom& g, const NarrowGeom& ng, const Byte* x, int64_t total,
+                       int32_t zero_point, int64_t start, int64_t plane, int64_t width, int cb,
+                       float* B) {
+  const int64_t rows = std::min(g.H, ng.Hb - g.ph), cols = std::min(g.W, ng.Wb - g.pw);
+  const __m256i zp = _mm256_set1_epi32(zero_point);
+  auto pixel = [&](__m128i quads) {
+    const __m256i v =
+        std::is_signed_v<Byte> ? _mm256_cvtepi8_epi32(quads) : _mm256_cvtepu8_epi32(quads);
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(v, zp));
+  };
+  for (int64_t ih = 0; ih < rows; ++ih) {
+    float* brow = B + ((ih + g.ph) * ng.Wb + g.pw) * kV;
+    const int64_t row_at = start + ih * width;
+    for (int64_t iw = 0; iw < cols; iw += kV) {
+      const int64_t n = std::min<int64_t>(kV, cols - iw);
+      __m128i r[8];
+      const Byte* const at = x + row_at + iw;
+      if (cb == 8 && n == kV && row_at + 7 * plane + iw + 8 <= total) {  // whole 8-byte loads
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j)
+          r[j] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(at + j * plane));
+      } else {
+        for (int j = 0; j < 8; ++j)
+          r[j] = j < cb ? _mm_cvtsi64_si128(static_cast<long long>(
+                              simd::load8_bytes(x, row_at + j * plane + iw, n, total)))
+                        : _mm_setzero_si128();
+      }
+      // Byte pairs of channels (0,1), (2,3), ... per pixel; then quads; then each pixel's 8
+      // channels as one 64-bit half: c[k] holds pixels 2k and 2k + 1.
+      const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]);
+      const __m128i a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
+      const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
+      const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
+      const __m128i c[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2),
+                            _mm_unpacklo_epi32(b1, b3), _mm_unpackhi_epi32(b1, b3)};
+      __m256 px[8];
+      for (int k = 0; k < 4; ++k) {
+        px[2 * k] = pixel(c[k]);
+        px[2 * k + 1] = pixel(_mm_unpackhi_epi64(c[k], c[k]));
+      }
+      store_first(brow + iw * kV, px, n);
+    }
+  }
+}
+#endif
+
 // The band's rows of the cb <= 8 planes of `in` from plane0, row `first` on, into B.
 void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const DepthwiseInput& in, int64_t plane0,
                  int64_t first, int cb, float* B) {
@@ -254,6 +307,13 @@ void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const DepthwiseInput& 
                      [x](int64_t at, int64_t n, __m256i m) {
                        return n == kV ? _mm256_loadu_ps(x + at) : _mm256_maskload_ps(x + at, m);
                      });
+#if defined(__x86_64__) || defined(_M_X64)
+  } else if (in.u8) {
+    narrow_fill_bytes(g, ng, in.u8, in.count, in.zero_point, start, in.plane, in.width, cb, B);
+  } else {
+    narrow_fill_bytes(g, ng, in.s8, in.count, in.zero_point, start, in.plane, in.width, cb, B);
+  }
+#else
   } else if (in.u8) {
     narrow_fill_with(g, ng, start, in.plane, in.width, cb, B,
                      [&in](int64_t at, int64_t n, __m256i) {
@@ -265,6 +325,7 @@ void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const DepthwiseInput& 
                        return simd::bytes_minus_zero_point(in.s8, at, n, in.count, in.zero_point);
                      });
   }
+#endif
 }
 
 template <int kTaps>

@@ -75,18 +75,25 @@ class QuantSink final : public conv_detail::DepthwiseSink {
       a = _mm256_shuffle_epi8(a, to_channels);
       b = _mm256_shuffle_epi8(b, to_channels);
       // Channel j's 8 pixels as the 8-byte word j of `rows`: 0-1, 2-3 low lane; 4-7 high lane.
-      alignas(32) uint64_t rows[8];
       const __m256i lo_pair = _mm256_unpacklo_epi32(a, b), hi_pair = _mm256_unpackhi_epi32(a, b);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(rows),
-                         _mm256_permute2x128_si256(lo_pair, hi_pair, 0x20));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(rows + 4),
-                         _mm256_permute2x128_si256(lo_pair, hi_pair, 0x31));
+      const __m256i rows03 = _mm256_permute2x128_si256(lo_pair, hi_pair, 0x20);
+      const __m256i rows47 = _mm256_permute2x128_si256(lo_pair, hi_pair, 0x31);
       const int64_t n = std::min<int64_t>(8, count - p);
-      if (n == 8) {
-        for (int j = 0; j < cb; ++j) std::memcpy(y + j * howo_ + p, rows + j, 8);
-      } else {
-        for (int j = 0; j < cb; ++j) std::memcpy(y + j * howo_ + p, rows + j, n);
+      if (n == 8 && cb == 8) {  // straight from the registers: no round trip through memory
+        const __m128i pairs[4] = {
+            _mm256_castsi256_si128(rows03), _mm256_extracti128_si256(rows03, 1),
+            _mm256_castsi256_si128(rows47), _mm256_extracti128_si256(rows47, 1)};
+        for (int k = 0; k < 4; ++k) {
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(y + 2 * k * howo_ + p), pairs[k]);
+          _mm_storeh_pd(reinterpret_cast<double*>(y + (2 * k + 1) * howo_ + p),
+                        _mm_castsi128_pd(pairs[k]));
+        }
+        continue;
       }
+      alignas(32) uint64_t rows[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(rows), rows03);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(rows + 4), rows47);
+      for (int j = 0; j < cb; ++j) std::memcpy(y + j * howo_ + p, rows + j, n);
     }
 #else
     for (int64_t p = 0; p < count; p += 8) {

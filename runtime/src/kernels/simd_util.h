@@ -56,13 +56,12 @@ inline __m256i tail_mask(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n < 0 ? 0 : n > 8 ? 8 : n)), idx);
 }
 
-// Bytes base[at, at + n) (n <= 8), each minus zp, as floats; lanes past n hold any value. Reads
+// Bytes base[at, at + n) (n <= 8) in the low bytes of a word; bytes past n hold any value. Reads
 // only within base[0, total): 8 bytes from `at` where they exist, else the 8 ending at at + n
 // (shifted down), else byte by byte. No partial copy through memory: a vector load of narrower
 // stores stalls on store forwarding.
 template <typename Byte>
-inline __m256 bytes_minus_zero_point(const Byte* base, int64_t at, int64_t n, int64_t total,
-                                     int32_t zp) {
+inline uint64_t load8_bytes(const Byte* base, int64_t at, int64_t n, int64_t total) {
   static_assert(sizeof(Byte) == 1);
   uint64_t bits = 0;
   if (at + 8 <= total) {
@@ -74,6 +73,14 @@ inline __m256 bytes_minus_zero_point(const Byte* base, int64_t at, int64_t n, in
     for (int64_t k = 0; k < n; ++k)
       bits |= static_cast<uint64_t>(static_cast<uint8_t>(base[at + k])) << (8 * k);
   }
+  return bits;
+}
+
+// The same bytes, each minus zp, as floats.
+template <typename Byte>
+inline __m256 bytes_minus_zero_point(const Byte* base, int64_t at, int64_t n, int64_t total,
+                                     int32_t zp) {
+  const uint64_t bits = load8_bytes(base, at, n, total);
 #if defined(__x86_64__) || defined(_M_X64)
   const __m128i b = _mm_cvtsi64_si128(static_cast<long long>(bits));
   const __m256i v = std::is_signed_v<Byte> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
