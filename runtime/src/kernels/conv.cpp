@@ -195,6 +195,9 @@ ConvGeom conv_detail::make_geom(std::string_view op, std::span<const int64_t> in
   KILN_CHECK(wt.size() == 4, op, "expected weight of 4 dims (C_out, C_in/groups, KH, KW), got ",
              dims_str(wt));
   check_params(op, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups);
+  KILN_CHECK(!p.channels_last, op,
+             "expected NCHW activations: channels-last is implemented for the int8 convolutions "
+             "(qconv2d) only");
   ConvGeom g;
   g.N = in[0], g.C = in[1], g.H = in[2], g.W = in[3];
   g.O = wt[0], g.KH = wt[2], g.KW = wt[3];

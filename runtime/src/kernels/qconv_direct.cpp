@@ -89,11 +89,7 @@ PreparedQWeightPtr pack_direct_weight(const QFamily& f, const TensorImpl& wc) {
   return pw;
 }
 
-namespace {
-
-// d[c * ld + r] = s[r * ls + c] ^ flip for r < rows, c < cols: 16 x 16 blocks transposed in
-// registers (four rounds of interleaving bytes, pairs, quads and halves), scalar at the edges.
-// flip 0x80 turns int8 values into the quads' uint8 (v + 128).
+// Four rounds of interleaving (bytes, pairs, quads, halves) per 16 x 16 block, scalar at the edges.
 void transpose_bytes(const uint8_t* s, int64_t ls, uint8_t* d, int64_t ld, int64_t rows,
                      int64_t cols, uint8_t flip) {
   int64_t r0 = 0;
@@ -135,6 +131,8 @@ void transpose_bytes(const uint8_t* s, int64_t ls, uint8_t* d, int64_t ld, int64
     for (int64_t r = r0; r < rows; ++r) d[c * ld + r] = s[r * ls + c] ^ flip;
 }
 
+namespace {
+
 // The layout above for one padded image of C channels: s row phases of Hq rows, each row
 // `pitch` pixels.
 struct RowPhases {
@@ -146,17 +144,24 @@ struct RowPhases {
 };
 
 // xp (`bytes`, `zp` everywhere first) from one NCHW image of uint8 or int8 (flip 0x80) values:
-// each image row's [C][W] block transposed into place as W pixels of C bytes.
+// each image row's [C][W] block transposed into place as W pixels of C bytes; from a
+// channels-last image (`nhwc`) each row is already W pixels of C bytes.
 void fill_channels_last(const ConvGeom& g, const uint8_t* x, uint8_t flip, const RowPhases& ph,
-                        uint8_t zp, int64_t bytes, uint8_t* xp) {
+                        uint8_t zp, int64_t bytes, uint8_t* xp, bool nhwc) {
   parallel_for(0, bytes, 1 << 16, [=](int64_t b0, int64_t b1) {
     std::memset(xp + b0, zp, static_cast<size_t>(b1 - b0));
   });
   parallel_for(0, g.H, 1, [=, &g](int64_t h0, int64_t h1) {
     for (int64_t ih = h0; ih < h1; ++ih) {
       const int64_t r = ih + g.ph;
-      if (ph.read >> (r % ph.s) & 1)
-        transpose_bytes(x + ih * g.W, g.HW(), xp + ph.pixel(r, g.pw) * g.C, g.C, g.C, g.W, flip);
+      if (!(ph.read >> (r % ph.s) & 1)) continue;
+      uint8_t* dst = xp + ph.pixel(r, g.pw) * g.C;
+      if (!nhwc) {
+        transpose_bytes(x + ih * g.W, g.HW(), dst, g.C, g.C, g.W, flip);
+        continue;
+      }
+      const uint8_t* src = x + ih * g.W * g.C;
+      for (int64_t i = 0, e = g.W * g.C; i < e; ++i) dst[i] = src[i] ^ flip;
     }
   });
 }
@@ -165,7 +170,7 @@ void fill_channels_last(const ConvGeom& g, const uint8_t* x, uint8_t flip, const
 
 void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeight& pw,
                     const Requant& rq, const std::vector<int32_t>& bias, int32_t q_zp, void* out,
-                    const ResidualAdd* add) {
+                    const ResidualAdd* add, bool channels_last) {
   const QFamily& f = *pw.family;
   const int64_t st = g.sh, C = g.C, R = pw.channels, Hp = g.H + 2 * g.ph;
   const int64_t Wq = ceil_div(g.W + 2 * g.pw, st);
@@ -191,7 +196,7 @@ void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeig
   for (int64_t n = 0; n < g.N; ++n) {
     const bool x_signed = xc.dtype() == DType::Int8;
     fill_channels_last(g, static_cast<const uint8_t*>(xc.data()) + n * C * g.HW(),
-                       x_signed ? 0x80 : 0, ph, uint8_t(q_zp), bytes, xp.get());
+                       x_signed ? 0x80 : 0, ph, uint8_t(q_zp), bytes, xp.get(), channels_last);
     const TileOut t = tile_out(rq, bias, yl.get(), g.O, false);
     parallel_for(0, slivers * panels, grain, [&](int64_t t0, int64_t t1) {
       for (int64_t i = t0; i < t1; ++i) {
@@ -207,12 +212,16 @@ void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeig
                       pw.words.data() + q * words * f.nr, m, nn, tile);
       }
     });
-    // Channels-last rows of Wq columns -> NCHW, dropping the columns past Wo.
+    // Channels-last rows of Wq columns -> NCHW (or the rows' first Wo columns as they are),
+    // dropping the columns past Wo.
     uint8_t* y = static_cast<uint8_t*>(out) + n * g.O * g.HoWo();
     const uint8_t* src = yl.get();
     parallel_for(0, g.Ho, 1, [=, &g](int64_t h0, int64_t h1) {
       for (int64_t oh = h0; oh < h1; ++oh)
-        transpose_bytes(src + oh * Wq * g.O, g.O, y + oh * g.Wo, g.HoWo(), g.Wo, g.O, 0);
+        if (channels_last)
+          std::memcpy(y + oh * g.Wo * g.O, src + oh * Wq * g.O, static_cast<size_t>(g.Wo * g.O));
+        else
+          transpose_bytes(src + oh * Wq * g.O, g.O, y + oh * g.Wo, g.HoWo(), g.Wo, g.O, 0);
     });
     if (add) add->apply_planes(out, n * g.O, g.O, g.HoWo());
   }

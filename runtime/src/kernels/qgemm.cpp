@@ -442,11 +442,30 @@ DynamicCall dynamic_call(std::string_view op, const TensorImpl& x, const TensorI
 
 // ---- qconv2d ------------------------------------------------------------------------------------
 
+// The geometry in NCHW terms for either layout (channels-last sizes read as their NCHW dims).
 ConvGeom qconv_geom(std::string_view op, const TensorImpl& x, const TensorImpl& w,
                     const Conv2dParams& p, const TensorImpl& out) {
-  const ConvGeom g = conv_detail::make_geom(op, x.sizes(), w.sizes(), p);
-  nn_detail::check_shape(op, out, std::vector<int64_t>{g.N, g.O, g.Ho, g.Wo}, "out");
+  Conv2dParams nchw = p;
+  nchw.channels_last = false;
+  Dims in(x.sizes());
+  if (p.channels_last) {
+    KILN_CHECK(in.size() == 4, op, "expected channels-last input of 4 dims (N,H,W,C), got ",
+               dims_str(x.sizes()));
+    in = Dims{in[0], in[3], in[1], in[2]};
+  }
+  const ConvGeom g = conv_detail::make_geom(op, in, w.sizes(), nchw);
+  nn_detail::check_shape(op, out,
+                         p.channels_last ? std::vector<int64_t>{g.N, g.Ho, g.Wo, g.O}
+                                         : std::vector<int64_t>{g.N, g.O, g.Ho, g.Wo},
+                         "out");
   return g;
+}
+
+// A channels-last 1x1 convolution of stride 1 without padding or groups: the product of the
+// images' pixel rows (C bytes each) with the weights, as qlinear computes it.
+bool pointwise_rows(const Conv2dParams& p, const TensorImpl& w) {
+  return p.channels_last && p.groups == 1 && w.dim() == 4 && w.size(2) == 1 && w.size(3) == 1 &&
+         p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
 }
 
 }  // namespace
@@ -552,6 +571,7 @@ PreparedQWeightPtr prepare_qconv2d_weight(const TensorImpl& w, const QuantizedOp
   auto wc = views::contiguous(w);
   const bool quads_ok = quads_allowed(*wc, rq);
   const QFamily& f = family_for(quads_ok);
+  if (pointwise_rows(p, w)) return pack_weight(f, *wc, rq, 1, K, false);  // qlinear's operand
   if (quads_ok && direct_conv_fits(f, w, p)) return pack_direct_weight(f, *wc);
   return pack_weight(f, *wc, rq, p.groups, K, true);
 }
@@ -642,6 +662,55 @@ PreparedQWeightPtr prepare_qlinear_dynamic_weight(const TensorImpl& w, const Ten
 
 namespace {
 
+void qconv2d_impl(std::string_view op, const TensorImpl& x, const TensorImpl& w,
+                  const QuantizedOperands& q, const Conv2dParams& p, DType conv_dtype,
+                  TensorImpl& out, const PreparedQWeight* prepared, const ResidualAdd* add);
+
+// Images of `rows` x `cols` bytes each transposed to `cols` x `rows` (NHWC <-> NCHW).
+void transpose_images(const void* src, void* dst, int64_t N, int64_t rows, int64_t cols) {
+  parallel_for(0, N, 1, [=](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      transpose_bytes(static_cast<const uint8_t*>(src) + n * rows * cols, cols,
+                      static_cast<uint8_t*>(dst) + n * rows * cols, rows, rows, cols, 0);
+  });
+}
+
+// qconv2d_impl on channels-last xc (contiguous) into channels-last out: the depthwise, 1x1 and
+// direct kernels read and write that layout; any other convolution runs on NCHW copies.
+void qconv2d_channels_last(std::string_view op, const ConvGeom& g, const TensorImpl& xc,
+                           const TensorImpl& wc, const QuantizedOperands& q, const Conv2dParams& p,
+                           const Requant& rq, DType conv_dtype, void* out,
+                           const PreparedQWeight* prepared, const ResidualAdd* add) {
+  const int64_t image = g.O * g.HoWo();
+  if (direct_depthwise(wc, g.G) &&
+      qconv2d_depthwise_channels_last(g, xc, wc.data_ptr<int8_t>(), rq, out, add))
+    return;
+  const bool quads_ok = quads_allowed(wc, rq);
+  if (pointwise_rows(p, wc)) {
+    const LinearShape s{g.N * g.HW(), g.C, g.O};
+    const PreparedQWeightPtr pw = weights_for(op, prepared, wc, rq, 1, g.C, false, s.M);
+    linear_tiles(*pw, rq, xc, s, out, nullptr);
+    if (add) add->apply_planes(out, 0, g.N, image);
+    return;
+  }
+  if (prepared ? prepared->direct : quads_ok && direct_conv_fits(family_for(true), wc, p)) {
+    const PreparedQWeightPtr pd = prepared ? checked_direct(op, *prepared, wc, rq, p)
+                                           : pack_direct_weight(family_for(true), wc);
+    const int32_t q_zp = quad_zero_point(*pd->family, rq, xc.dtype() == DType::Int8);
+    qconv2d_direct(g, xc, *pd, rq, quad_bias(rq, pd->sums, q_zp), q_zp, out, add, true);
+    return;
+  }
+  // Everything else (grouped, im2col, depthwise beyond the interleaved path) on NCHW copies.
+  auto xn = empty(Dims{g.N, g.C, g.H, g.W}, xc.dtype());
+  auto yn = empty(Dims{g.N, g.O, g.Ho, g.Wo}, conv_dtype);
+  transpose_images(xc.data(), xn->data(), g.N, g.HW(), g.C);
+  Conv2dParams nchw = p;
+  nchw.channels_last = false;
+  qconv2d_impl(op, *xn, wc, q, nchw, conv_dtype, *yn, prepared, nullptr);
+  transpose_images(yn->data(), out, g.N, g.O, g.HoWo());
+  if (add) add->apply_planes(out, 0, g.N, image);
+}
+
 // qconv2d_out, its result requantized to conv_dtype; with `add` the residual added to each
 // image's output as soon as it is written, while it is in cache (out then holds the add's
 // dtype, one byte per element either way).
@@ -654,6 +723,10 @@ void qconv2d_impl(std::string_view op, const TensorImpl& x, const TensorImpl& w,
   if (g.N == 0 || g.O == 0) return y.finish();
   auto xc = views::contiguous(x);
   auto wc = views::contiguous(w);
+  if (p.channels_last) {
+    qconv2d_channels_last(op, g, *xc, *wc, q, p, rq, conv_dtype, y.ptr, prepared, add);
+    return y.finish();
+  }
   const bool x_signed = xc->dtype() == DType::Int8;
   const int64_t K = g.K(), HoWo = g.HoWo();
   // A: the weights (rows: output channels of one group); B: one image's columns of one group.
@@ -787,15 +860,17 @@ void qconv2d_reference_out(const TensorImpl& x, const TensorImpl& w, const Quant
             for (int64_t kh = 0; kh < g.KH; ++kh) {
               for (int64_t kw = 0; kw < g.KW; ++kw) {
                 const int64_t ih = oh * g.sh - g.ph + kh * g.dh, iw = ow * g.sw - g.pw + kw * g.dw;
-                const int32_t xv = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W
-                                       ? xd[((n * g.C + grp * g.Cg + c) * g.H + ih) * g.W + iw]
-                                       : rq.x_zp;
+                const int64_t ch = grp * g.Cg + c;
+                const int64_t at = p.channels_last ? ((n * g.H + ih) * g.W + iw) * g.C + ch
+                                                   : ((n * g.C + ch) * g.H + ih) * g.W + iw;
+                const int32_t xv = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W ? xd[at] : rq.x_zp;
                 acc += (xv - rq.x_zp) * (wd[((o * g.Cg + c) * g.KH + kh) * g.KW + kw] - rq.w_zp[o]);
               }
             }
           }
           const int32_t v = requantize_value(acc, rq.bias[o], rq.mult[o], rq.lo, rq.hi, rq.y_zp);
-          const int64_t i = ((n * g.O + o) * g.Ho + oh) * g.Wo + ow;
+          const int64_t i = p.channels_last ? ((n * g.Ho + oh) * g.Wo + ow) * g.O + o
+                                            : ((n * g.O + o) * g.Ho + oh) * g.Wo + ow;
           store_int8(y.ptr, i, rq.out_signed, v);
         }
       }

@@ -232,9 +232,14 @@ PreparedQWeightPtr pack_direct_weight(const QFamily& f, const TensorImpl& wc);
 // out (NCHW, rq's dtype) = the convolution of xc (contiguous NCHW, uint8 or int8) with pw;
 // `bias`: the quads' per-channel bias (the zero-point correction in it), q_zp the activations'
 // zero point as uint8 quads hold it; `add` (or null) applied to each image's output as soon as
-// it is written.
+// it is written. With channels_last both xc and out are NHWC.
 void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeight& pw,
                     const Requant& rq, const std::vector<int32_t>& bias, int32_t q_zp, void* out,
-                    const ResidualAdd* add = nullptr);
+                    const ResidualAdd* add = nullptr, bool channels_last = false);
+
+// d[c * ld + r] = s[r * ls + c] ^ flip for r < rows, c < cols (flip 0x80: int8 <-> the quads'
+// uint8), 16 x 16 blocks in registers.
+void transpose_bytes(const uint8_t* s, int64_t ls, uint8_t* d, int64_t ld, int64_t rows,
+                     int64_t cols, uint8_t flip);
 
 }  // namespace kiln::kernels::quant_detail

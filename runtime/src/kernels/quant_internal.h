@@ -192,6 +192,11 @@ struct Requant {
 constexpr int64_t kMaxDepthwiseTaps = 256;
 void qconv2d_depthwise(const conv_detail::ConvGeom& g, const TensorImpl& x, const int8_t* w,
                        const Requant& rq, void* out, const ResidualAdd* add = nullptr);
+// The same on channels-last x and out ([N, H, W, C]) where the channel-interleaved path takes
+// the geometry (false, nothing written, where it does not).
+bool qconv2d_depthwise_channels_last(const conv_detail::ConvGeom& g, const TensorImpl& x,
+                                     const int8_t* w, const Requant& rq, void* out,
+                                     const ResidualAdd* add = nullptr);
 
 // ---- Packed operands of the integer GEMM --------------------------------------------------------
 // C[M, N] = A[M, K] B[K, N], K taken in groups of `group` values per int32 word:

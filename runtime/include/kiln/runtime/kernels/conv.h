@@ -23,6 +23,10 @@ struct Conv2dParams {
   int64_t pad_h = 0, pad_w = 0;
   int64_t dilation_h = 1, dilation_w = 1;
   int64_t groups = 1;
+  // Channels-last activations: input [N, H, W, C] and result [N, OH, OW, OC] (the weight stays
+  // [OC, C / groups, KH, KW]). The int8 convolutions (qconv2d_out, qconv2d_add_out) only; the
+  // float32 ones refuse it.
+  bool channels_last = false;
 };
 
 // What runs on each output element after the bias, while the tile is still hot:

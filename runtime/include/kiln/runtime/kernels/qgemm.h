@@ -59,7 +59,10 @@ const char* prepared_family(const PreparedQWeight& w);  // "avx512-vnni", "avx2"
 void qlinear_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
                  TensorImpl& out, const PreparedQWeight* prepared = nullptr);
 // y[N, OC, OH, OW] from x[N, C, H, W] and w[OC, C / groups, KH, KW]; padding reads x_zp (the
-// quantized zero), as PyTorch's and ONNX Runtime's int8 convolutions pad.
+// quantized zero), as PyTorch's and ONNX Runtime's int8 convolutions pad. With p.channels_last,
+// y[N, OH, OW, OC] from x[N, H, W, C] (what MLAS, oneDNN and XNNPACK keep between int8 layers):
+// depthwise, 1x1 and direct convolutions then run without a layout change (a 1x1 one is the
+// product of the image's pixel rows with the weights), other geometries through NCHW copies.
 void qconv2d_out(const TensorImpl& x, const TensorImpl& w, const QuantizedOperands& q,
                  const Conv2dParams& p, TensorImpl& out, const PreparedQWeight* prepared = nullptr);
 // kiln.qconv2d_add, a residual block's convolution and add in one pass: out = qadd(qconv2d(x, w)
