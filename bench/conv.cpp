@@ -385,12 +385,15 @@ void BM_FmaPeak(benchmark::State& state) {
 // weights, int32 bias, uint8 output with relu. "GOP/s" counts multiply-adds as 2 ops like the
 // float rows' GFLOP/s; "fp32peak%" divides by the fp32 FMA peak so the rows compare directly.
 // Arg: 0 the target's microkernel family, weights packed per call; 1 the portable family; 2 the
-// target's family with the weights prepared once (as artifacts run their constant weights).
+// target's family with the weights prepared once (as artifacts run their constant weights); 4
+// as 2 on channels-last activations.
 void BM_QConv(benchmark::State& state, Shape s) {
   const Buffers f = make(s);
-  auto x = empty(f.x->sizes(), DType::UInt8);
+  const int64_t mode = state.range(0);
+  auto nhwc = [&](Dims d) { return mode == 4 ? Dims{d[0], d[2], d[3], d[1]} : d; };
+  auto x = empty(nhwc(f.x->sizes()), DType::UInt8);
   auto w = empty(f.w->sizes(), DType::Int8);
-  auto y = empty(f.y->sizes(), DType::UInt8);
+  auto y = empty(nhwc(f.y->sizes()), DType::UInt8);
   auto bias = empty(Dims{s.O}, DType::Int32);
   for (int64_t i = 0; i < x->numel(); ++i) x->data_ptr<uint8_t>()[i] = uint8_t((i * 7919) % 251);
   for (int64_t i = 0; i < w->numel(); ++i) w->data_ptr<int8_t>()[i] = int8_t((i * 31) % 255 - 127);
@@ -413,13 +416,13 @@ void BM_QConv(benchmark::State& state, Shape s) {
   const QuantizedOperands q{xs.get(),   xz.get(), ws.get(), wz.get(),
                             bias.get(), ys.get(), yz.get(), true};
   // mode 0: auto, packed per call; 1: portable; 2: auto, prepared; 3: VNNI, prepared (beside
-  // AMX where the CPU has both).
-  const int64_t mode = state.range(0);
+  // AMX where the CPU has both); 4: auto, prepared, channels-last.
   if (mode == 3 && !qgemm_isa_available(QGemmIsa::Avx512Vnni))
     return state.SkipWithError("no AVX-512 VNNI on this CPU");
   set_qgemm_isa(mode == 1 ? QGemmIsa::Portable : mode == 3 ? QGemmIsa::Avx512Vnni : QGemmIsa::Auto);
   state.SetLabel(qgemm_isa_name(qgemm_isa()));
-  const Conv2dParams p = params(s);
+  Conv2dParams p = params(s);
+  p.channels_last = mode == 4;
   const PreparedQWeightPtr prepared =
       mode >= 2 ? prepare_qconv2d_weight(*w, q, p, DType::UInt8, DType::UInt8) : nullptr;
   for (auto _ : state) {
@@ -458,6 +461,7 @@ const int kRegistered = [] {
         ->Arg(0)
         ->Arg(2)
         ->Arg(3)
+        ->Arg(4)
         ->Unit(benchmark::kMicrosecond);
   for (const Shape& s : {kResNet18[1], kResNet18[9]}) {  // batch 8: the weights shared by 8 images
     Shape b8 = s;
@@ -494,6 +498,7 @@ const int kRegistered = [] {
                                           BM_QConv, s))
           ->ArgName("mode")
           ->Arg(2)
+          ->Arg(4)
           ->Unit(benchmark::kMicrosecond);
   for (const Block& b : kMobileNetBlocks) {
     auto* r = timing(benchmark::RegisterBenchmark((std::string("MBConv/") + b.name).c_str(),

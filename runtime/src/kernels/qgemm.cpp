@@ -273,10 +273,39 @@ int32_t quad_zero_point(const QFamily& f, const Requant& rq, bool x_signed) {
   if (f.signed_quads) return rq.x_zp - (x_signed ? 0 : 128);
   return rq.x_zp + (x_signed ? 128 : 0);
 }
+// Rows of K % 4 == 0 bytes as slivers of quads: each word is 4 bytes of one row as they lie,
+// XORed with `flip` (0x80 per byte turns int8 into uint8 quads and back: v + 128 = v - 128 =
+// v ^ 0x80 modulo 256). A word at a time where the generic pack converts byte by byte: the
+// packing would cost more than a channels-last 1x1 convolution's product with few outputs.
+void pack_row_quads(const Layout& l, const uint8_t* x, uint32_t flip, int32_t* dst) {
+  const int64_t words = l.words(), width = l.width, lines = l.lines, row_words = l.K / 4;
+  parallel_for(0, l.blocks(), 1, [=](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int32_t* const o = dst + b * words * width;
+      for (int64_t r = 0; r < width; ++r) {
+        const int64_t line = b * width + r;
+        const uint8_t* row = x + line * l.K;
+        int64_t p = 0;
+        if (line < lines) {
+          for (; p < row_words; ++p) {
+            uint32_t v;
+            std::memcpy(&v, row + 4 * p, 4);
+            o[p * width + r] = static_cast<int32_t>(v ^ flip);
+          }
+        }
+        for (; p < words; ++p) o[p * width + r] = 0;
+      }
+    }
+  });
+}
+
 // Packs a uint8 or int8 tensor's rows (contiguous, K per row) as the family's quads: uint8
 // (int8 + 128), or for signed_quads int8 (uint8 - 128).
 void pack_activations_quads(const QFamily& f, const Layout& l, const TensorImpl& x, int32_t* dst) {
   const bool x_signed = x.dtype() == DType::Int8;
+  if (!l.rows && l.group == 4 && l.K % 4 == 0)
+    return pack_row_quads(l, static_cast<const uint8_t*>(x.data()),
+                          x_signed != f.signed_quads ? 0x80808080u : 0u, dst);
   if (f.signed_quads && x_signed)
     pack<int8_t>(
         l, x.data_ptr<int8_t>(), l.K, [](int64_t, int8_t v) { return v; }, dst);
@@ -462,10 +491,19 @@ ConvGeom qconv_geom(std::string_view op, const TensorImpl& x, const TensorImpl& 
 }
 
 // A channels-last 1x1 convolution of stride 1 without padding or groups: the product of the
-// images' pixel rows (C bytes each) with the weights, as qlinear computes it.
+// images' pixel rows (C bytes each) with the weights.
 bool pointwise_rows(const Conv2dParams& p, const TensorImpl& w) {
   return p.channels_last && p.groups == 1 && w.dim() == 4 && w.size(2) == 1 && w.size(3) == 1 &&
          p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
+}
+// Its orientation: as qlinear computes it (pixel rows as A, the output channels across B's
+// columns, results already channels-last) unless the channels would fill whole tiles of nr
+// columns worse than the family's column bound (16 or 24 of 32): then the weights are A and the
+// pixels B's columns (both packs a word per quad from the rows: byte quads with K % 4 == 0), the
+// results transposed afterwards.
+bool pointwise_by_rows(const QFamily& f, int64_t O, int64_t K) {
+  if (f.group != 4 || K % 4 != 0 || f.direct_max_column_ratio <= 0.0) return true;
+  return double(ceil_div(O, f.nr) * f.nr) <= f.direct_max_column_ratio * double(O);
 }
 
 }  // namespace
@@ -571,7 +609,8 @@ PreparedQWeightPtr prepare_qconv2d_weight(const TensorImpl& w, const QuantizedOp
   auto wc = views::contiguous(w);
   const bool quads_ok = quads_allowed(*wc, rq);
   const QFamily& f = family_for(quads_ok);
-  if (pointwise_rows(p, w)) return pack_weight(f, *wc, rq, 1, K, false);  // qlinear's operand
+  if (pointwise_rows(p, w))  // qlinear's operand, or the weights as A
+    return pack_weight(f, *wc, rq, 1, K, !pointwise_by_rows(f, w.size(0), K));
   if (quads_ok && direct_conv_fits(f, w, p)) return pack_direct_weight(f, *wc);
   return pack_weight(f, *wc, rq, p.groups, K, true);
 }
@@ -688,8 +727,24 @@ void qconv2d_channels_last(std::string_view op, const ConvGeom& g, const TensorI
   const bool quads_ok = quads_allowed(wc, rq);
   if (pointwise_rows(p, wc)) {
     const LinearShape s{g.N * g.HW(), g.C, g.O};
-    const PreparedQWeightPtr pw = weights_for(op, prepared, wc, rq, 1, g.C, false, s.M);
-    linear_tiles(*pw, rq, xc, s, out, nullptr);
+    const bool by_rows =
+        prepared ? !prepared->a_operand : pointwise_by_rows(family_for(quads_ok, s.M), g.O, g.C);
+    const PreparedQWeightPtr pw = weights_for(op, prepared, wc, rq, 1, g.C, !by_rows, s.M);
+    if (by_rows) {
+      linear_tiles(*pw, rq, xc, s, out, nullptr);
+    } else {  // out^T [O, M] = weights . pixel columns, then transposed
+      const QFamily& f = *pw->family;
+      const Layout lb = b_layout(f, s.M, s.K);
+      ConvScratch<int32_t> b(lb.total_words());
+      const bool x_signed = xc.dtype() == DType::Int8;
+      pack_row_quads(lb, static_cast<const uint8_t*>(xc.data()),
+                     x_signed != f.signed_quads ? 0x80808080u : 0u, b.get());
+      const std::vector<int32_t> bias = quad_bias(rq, pw->sums, quad_zero_point(f, rq, x_signed));
+      ConvScratch<uint8_t> yt(g.O * s.M);
+      run_tiles(f, f.kernel_b_u8, g.O, s.M, pw->layout().words(), pw->words.data(), b.get(),
+                tile_out(rq, bias, yt.get(), s.M, true));
+      transpose_images(yt.get(), out, 1, g.O, s.M);
+    }
     if (add) add->apply_planes(out, 0, g.N, image);
     return;
   }

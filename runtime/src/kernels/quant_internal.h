@@ -274,6 +274,8 @@ struct QFamily {
   // tiles of nr over the channels (im2col's products have them as rows of mr). 0: no bound.
   // Where the tile is much faster than the copies it saves (AMX) padding is cheap; where it is
   // not (VNNI) it is not. Measured per family with bench_conv's int8 rows (qconv_direct.cpp).
+  // The column bound also decides a channels-last 1x1 convolution's orientation (qgemm.cpp
+  // pointwise_by_rows): output channels across B's columns within it, else across A's rows.
   double direct_max_k_ratio = 0.0, direct_max_column_ratio = 0.0;
 };
 const QFamily* qgemm_avx2_family();        // null where the build has no AVX2
