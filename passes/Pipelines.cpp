@@ -60,6 +60,8 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_elementwise_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_choose_layout_pass());
+  // The layout's conversions between consecutive channels-last layers cancel.
+  pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
   append_memory_plan(pm, options);
 }
 

@@ -528,9 +528,10 @@ int64_t window_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
 }  // namespace
 
 namespace {
-// A convolution's input [N, C_in, ...] against its weight [C_out, C_in / groups, ...] and bias.
-LogicalResult conv_channels(const Diag& op, Value input, Value weight, Value bias, int64_t groups) {
-  const int64_t c_in = dims(input)[1], per_group = dims(weight)[1], c_out = dims(weight)[0];
+// A convolution's input of c_in channels against its weight [C_out, C_in / groups, ...] and bias.
+LogicalResult conv_channels_of(const Diag& op, int64_t c_in, Value weight, Value bias,
+                               int64_t groups) {
+  const int64_t per_group = dims(weight)[1], c_out = dims(weight)[0];
   if (c_in != kDyn && per_group != kDyn && c_in != per_group * groups)
     return op.emitOpError("input channels ")
            << c_in << " differ from weight channels " << per_group << " x groups " << groups;
@@ -538,11 +539,14 @@ LogicalResult conv_channels(const Diag& op, Value input, Value weight, Value bia
     return op.emitOpError("bias must be [") << c_out << "], got " << bias.getType();
   return success();
 }
-}  // namespace
+LogicalResult conv_channels(const Diag& op, Value input, Value weight, Value bias, int64_t groups) {
+  return conv_channels_of(op, dims(input)[1], weight, bias, groups);
+}
 
-LogicalResult conv2d(const Diag& op, Value input, Value weight, Value bias,
-                     ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
-                     ArrayRef<int64_t> dilation, int64_t groups, Result result) {
+// conv2d's checks on input dims x [N, C, H, W]; its result's [N, C_out, H_out, W_out] in want.
+LogicalResult conv2d_shape(const Diag& op, ArrayRef<int64_t> x, Value input, Value weight,
+                           Value bias, ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
+                           ArrayRef<int64_t> dilation, int64_t groups, Shape& want) {
   if (rank(input) != 4 || rank(weight) != 4)
     return op.emitOpError("expects a 4-d input and weight, got ")
            << input.getType() << " and " << weight.getType();
@@ -551,15 +555,42 @@ LogicalResult conv2d(const Diag& op, Value input, Value weight, Value bias,
   if (groups < 1 || stride[0] < 1 || stride[1] < 1 || dilation[0] < 1 || dilation[1] < 1 ||
       padding[0] < 0 || padding[1] < 0)
     return op.emitOpError("expects groups, strides and dilations >= 1 and padding >= 0");
-  if (failed(conv_channels(op, input, weight, bias, groups))) return failure();
-  ArrayRef<int64_t> x = dims(input), w = dims(weight);
-  Shape want{x[0], w[0], 0, 0};
+  if (failed(conv_channels_of(op, x[1], weight, bias, groups))) return failure();
+  ArrayRef<int64_t> w = dims(weight);
+  want = Shape{x[0], w[0], 0, 0};
   for (int k = 0; k < 2; ++k) {
     want[2 + k] = window_out(x[2 + k], w[2 + k], stride[k], padding[k], dilation[k]);
     if (want[2 + k] < 0 && want[2 + k] != kDyn)
       return op.emitOpError("the dilated kernel is larger than the padded input in dim ") << 2 + k;
   }
+  return success();
+}
+}  // namespace
+
+LogicalResult conv2d(const Diag& op, Value input, Value weight, Value bias,
+                     ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
+                     ArrayRef<int64_t> dilation, int64_t groups, Result result) {
+  Shape want;
+  if (failed(conv2d_shape(op, rank(input) == 4 ? dims(input) : ArrayRef<int64_t>(), input, weight,
+                          bias, stride, padding, dilation, groups, want)))
+    return failure();
   return expect_shape(op, result, want);
+}
+
+LogicalResult conv2d_layout(const Diag& op, Value input, Value weight, Value bias,
+                            ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
+                            ArrayRef<int64_t> dilation, int64_t groups, bool channels_last,
+                            Result result) {
+  if (!channels_last)
+    return conv2d(op, input, weight, bias, stride, padding, dilation, groups, result);
+  Shape x, want;
+  if (rank(input) == 4) {
+    ArrayRef<int64_t> nhwc = dims(input);
+    x = Shape{nhwc[0], nhwc[3], nhwc[1], nhwc[2]};
+  }
+  if (failed(conv2d_shape(op, x, input, weight, bias, stride, padding, dilation, groups, want)))
+    return failure();
+  return expect_shape(op, result, {want[0], want[2], want[3], want[1]});
 }
 
 LogicalResult conv2d_avgpool(const Diag& op, Value input, Value weight, Value bias, int64_t groups,

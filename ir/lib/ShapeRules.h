@@ -122,6 +122,11 @@ LogicalResult attention(const Diag& op, Value query, Value key, Value value, Val
 LogicalResult conv2d(const Diag& op, Value input, Value weight, Value bias,
                      ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
                      ArrayRef<int64_t> dilation, int64_t groups, Result result);
+// conv2d, or with channels_last on input [N, H, W, C_in] into result [N, H_out, W_out, C_out].
+LogicalResult conv2d_layout(const Diag& op, Value input, Value weight, Value bias,
+                            ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
+                            ArrayRef<int64_t> dilation, int64_t groups, bool channels_last,
+                            Result result);
 LogicalResult conv2d_avgpool(const Diag& op, Value input, Value weight, Value bias, int64_t groups,
                              Result result);
 LogicalResult conv1d(const Diag& op, Value input, Value weight, Value bias, int64_t stride,

@@ -347,7 +347,7 @@ SHAPE_RULES = {
     "channels": ([2], []), "transposed_channels": ([2], []), "reduce_dims": ([3], []), "reduce_dim": ([4, 5], []),
     "reshape": ([2], []), "transpose": ([3], []), "permute": ([2], []), "slice": ([5], []),
     "select": ([3], []), "expand": ([2], []), "as_strided": ([4], []), "cat": ([2], [2]),
-    "stack": ([2], [2]), "linear": ([3], []), "conv2d": ([7], []), "conv2d_avgpool": ([4], []),
+    "stack": ([2], [2]), "linear": ([3], []), "conv2d": ([7], []), "conv2d_layout": ([8], []), "conv2d_avgpool": ([4], []),
     "conv1d": ([7], []), "conv_transpose2d": ([8], []), "pool2d": ([6], []),
     "adaptive_pool2d": ([2], []), "index_select": ([3], []), "embedding": ([2], []),
     "pad": ([2], []), "one_hot": ([2], []), "topk": ([3, 4], []), "class_loss": ([3], []),

@@ -396,3 +396,20 @@ func.func @qconv2d_result_shape(%x: tensor<1x3x8x8xui8>, %xs: tensor<f32>, %xz: 
   %0 = kiln.qconv2d %x, %xs, %xz, %w, %ws, %wz, %b, %ys, %yz {dilation = array<i64: 1, 1>, dtype = 5 : i64, groups = 1 : i64, padding = array<i64: 0, 0>, relu = true, stride = array<i64: 1, 1>} : (tensor<1x3x8x8xui8>, tensor<f32>, tensor<i32>, tensor<4x3x3x3xi8>, tensor<4xf32>, tensor<4xi32>, tensor<4xi32>, tensor<f32>, tensor<i32>) -> tensor<1x4x8x8xui8>
   return
 }
+
+// -----
+
+// Channels-last: input [N, H, W, C], result [N, H_out, W_out, C_out] (here the NCHW shape).
+func.func @qconv2d_channels_last_result_shape(%x: tensor<1x8x8x3xui8>, %xs: tensor<f32>, %xz: tensor<i32>, %w: tensor<4x3x3x3xi8>, %ws: tensor<4xf32>, %wz: tensor<4xi32>, %b: tensor<4xi32>, %ys: tensor<f32>, %yz: tensor<i32>) {
+  // expected-error @+1 {{'kiln.qconv2d' op result must be [1, 6, 6, 4], got 'tensor<1x4x6x6xui8>'}}
+  %0 = kiln.qconv2d %x, %xs, %xz, %w, %ws, %wz, %b, %ys, %yz {channels_last = true, dilation = array<i64: 1, 1>, dtype = 5 : i64, groups = 1 : i64, padding = array<i64: 0, 0>, relu = true, stride = array<i64: 1, 1>} : (tensor<1x8x8x3xui8>, tensor<f32>, tensor<i32>, tensor<4x3x3x3xi8>, tensor<4xf32>, tensor<4xi32>, tensor<4xi32>, tensor<f32>, tensor<i32>) -> tensor<1x4x6x6xui8>
+  return
+}
+
+// -----
+
+func.func @qconv2d_channels_last_channels(%x: tensor<1x3x8x8xui8>, %xs: tensor<f32>, %xz: tensor<i32>, %w: tensor<4x3x3x3xi8>, %ws: tensor<4xf32>, %wz: tensor<4xi32>, %b: tensor<4xi32>, %ys: tensor<f32>, %yz: tensor<i32>) {
+  // expected-error @+1 {{'kiln.qconv2d' op input channels 8 differ from weight channels 3 x groups 1}}
+  %0 = kiln.qconv2d %x, %xs, %xz, %w, %ws, %wz, %b, %ys, %yz {channels_last = true, dilation = array<i64: 1, 1>, dtype = 5 : i64, groups = 1 : i64, padding = array<i64: 0, 0>, relu = true, stride = array<i64: 1, 1>} : (tensor<1x3x8x8xui8>, tensor<f32>, tensor<i32>, tensor<4x3x3x3xi8>, tensor<4xf32>, tensor<4xi32>, tensor<4xi32>, tensor<f32>, tensor<i32>) -> tensor<1x1x6x4xui8>
+  return
+}

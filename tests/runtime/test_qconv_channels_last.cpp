@@ -1,5 +1,5 @@
 // qconv2d_out / qconv2d_add_out on channels-last activations (Conv2dParams::channels_last): the
-// bytes of the NCHW reference, laid out NHWC, on every path (the depthwise interleaved kernel,
+// bytes of the NCHW reference, laid out NHWC, on every path (the channels-last depthwise kernel,
 // 1x1 convolutions as pixel rows times the weights, the direct convolution, and the geometries
 // that run on NCHW copies), for every family this CPU has, packed and unpacked weights, both
 // activation dtypes and a residual add; and the errors naming the layout.
@@ -53,7 +53,9 @@ TEST(QConv2dChannelsLast, SameBytesAsNchwOnEveryPath) {
       {"grouped (NCHW copies)", 1, 8, 6, 6, 12, 3, 1, 1, 4, false},
       {"depthwise 3x3, 27 channels (interleaved)", 2, 27, 14, 13, 27, 3, 1, 1, 27, true},
       {"depthwise 3x3 stride 2, 16 channels", 1, 16, 15, 17, 16, 3, 2, 1, 16, true},
-      {"depthwise 3x3, 140 wide (NCHW copies)", 1, 9, 4, 140, 9, 3, 1, 1, 9, true},
+      {"depthwise 3x3, 140 wide", 1, 9, 4, 140, 9, 3, 1, 1, 9, true},
+      {"depthwise 5x5, asymmetric weights", 2, 12, 9, 8, 12, 5, 1, 2, 12, false},
+      {"depthwise 3x3 stride 2 into 1 x 1", 1, 40, 2, 2, 40, 3, 2, 1, 40, true},
   };
   int variant = 0;
   for (const Geometry& s : shapes) {

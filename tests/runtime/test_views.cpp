@@ -148,11 +148,20 @@ TEST(Copy, LargeStridedCopyIsExact) {
 
 // Permuted copies (the tiled transpose path and the element path) for every element width,
 // shapes that are and are not multiples of the tile, the contiguous source dim in any position,
-// a broadcast dim: each destination element against the source element its index names.
+// layout changes whose dims merge, a broadcast dim: each destination element against the source
+// element its index names.
 TEST(Copy, PermutedCopiesMatchTheIndexFormula) {
   const std::vector<std::pair<Dims, Dims>> cases = {
-      {{4, 64, 128}, {0, 2, 1}}, {{3, 17, 33}, {0, 2, 1}}, {{2, 5, 40, 24}, {0, 3, 1, 2}},
-      {{40, 3, 24}, {2, 1, 0}},  {{7, 9}, {1, 0}},         {{2, 16, 16, 3}, {3, 1, 2, 0}}};
+      {{4, 64, 128}, {0, 2, 1}},
+      {{3, 17, 33}, {0, 2, 1}},
+      {{2, 5, 40, 24}, {0, 3, 1, 2}},
+      {{40, 3, 24}, {2, 1, 0}},
+      {{7, 9}, {1, 0}},
+      {{2, 16, 16, 3}, {3, 1, 2, 0}},
+      // NCHW <-> NHWC with few channels or a small plane: dims merged into [C][HW] per image.
+      {{2, 3, 20, 21}, {0, 2, 3, 1}},
+      {{1, 7, 7, 40}, {0, 3, 1, 2}},
+      {{2, 33, 5, 7}, {0, 2, 3, 1}}};
   for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::UInt8}) {
     for (const auto& [sizes, perm] : cases) {
       auto src = empty(sizes, DType::Int64);

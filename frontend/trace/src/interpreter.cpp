@@ -499,18 +499,24 @@ const KernelTable& kernels() {
                                        a.b("count_include_pad"))};
        }},
       {id<ir::Qconv2dOp>(),
-       [](L x, A a, O) {
+       [](L x, A a, O) {  // channels-last: the NCHW op between permutes
          const QuantizedOutput y{x[7], x[8], static_cast<DType>(a.i("dtype")), a.b("relu")};
          const Pair2 s = a.pair("stride"), p = a.pair("padding"), d = a.pair("dilation");
-         return TensorList{qconv2d(x[0], x[1], x[2], {x[3], x[4], x[5]}, x[6], y, Dims{s.h, s.w},
-                                   Dims{p.h, p.w}, Dims{d.h, d.w}, a.i("groups"))};
+         const bool nhwc = a.b("channels_last");
+         const Tensor in = nhwc ? x[0].permute({0, 3, 1, 2}) : x[0];
+         const Tensor conv = qconv2d(in, x[1], x[2], {x[3], x[4], x[5]}, x[6], y, Dims{s.h, s.w},
+                                     Dims{p.h, p.w}, Dims{d.h, d.w}, a.i("groups"));
+         return TensorList{nhwc ? conv.permute({0, 2, 3, 1}).contiguous() : conv};
        }},
       {id<ir::Qconv2dAddOp>(),
        [](L x, A a, O) {  // the two ops it fuses
          const QuantizedOutput c{x[7], x[8], static_cast<DType>(a.i("conv_dtype")), a.b("relu")};
          const Pair2 s = a.pair("stride"), p = a.pair("padding"), d = a.pair("dilation");
-         const Tensor conv = qconv2d(x[0], x[1], x[2], {x[3], x[4], x[5]}, x[6], c, Dims{s.h, s.w},
-                                     Dims{p.h, p.w}, Dims{d.h, d.w}, a.i("groups"));
+         const bool nhwc = a.b("channels_last");
+         const Tensor in = nhwc ? x[0].permute({0, 3, 1, 2}) : x[0];
+         Tensor conv = qconv2d(in, x[1], x[2], {x[3], x[4], x[5]}, x[6], c, Dims{s.h, s.w},
+                               Dims{p.h, p.w}, Dims{d.h, d.w}, a.i("groups"));
+         if (nhwc) conv = conv.permute({0, 2, 3, 1}).contiguous();
          const QuantizedOutput y{x[12], x[13], static_cast<DType>(a.i("dtype")), a.b("add_relu")};
          return TensorList{qadd(conv, x[7], x[8], x[9], x[10], x[11], y)};
        }},

@@ -43,22 +43,24 @@ KILN_ABI_OP(qlinear, {
   const bool relu = a.b();
   qlinear_out(a.t(0), a.t(3), qoperands(a, relu), a.t(9));
 })
-// Attributes: stride, padding, dilation, groups, dtype, relu.
+// Attributes: stride, padding, dilation, groups, dtype, relu, channels_last.
 KILN_ABI_OP(qconv2d, {
-  const Conv2dParams p = abi::conv2d_params(a);
+  Conv2dParams p = abi::conv2d_params(a);
   (void)a.i();
   const bool relu = a.b();
+  p.channels_last = a.b();
   qconv2d_out(a.t(0), a.t(3), qoperands(a, relu), p, a.t(9));
 })
 // Tensors: qconv2d's operands, other, other_scale, other_zero_point, output_scale,
 // output_zero_point, result; attributes stride, padding, dilation, groups, conv_dtype, relu,
-// dtype (the result's, read from it), add_relu.
+// dtype (the result's, read from it), add_relu, channels_last.
 KILN_ABI_OP(qconv2d_add, {
-  const Conv2dParams p = abi::conv2d_params(a);
+  Conv2dParams p = abi::conv2d_params(a);
   const auto conv_dtype = static_cast<DType>(a.i());
   const bool relu = a.b();
   (void)a.i();
   const bool add_relu = a.b();
+  p.channels_last = a.b();
   qconv2d_add_out(a.t(0), a.t(3), qoperands(a, relu), p, conv_dtype, a.t(9),
                   {&a.t(10), &a.t(11), &a.t(12), &a.t(13), add_relu}, a.t(14));
 })

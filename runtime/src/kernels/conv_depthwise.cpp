@@ -297,34 +297,9 @@ void narrow_fill_bytes(const ConvGeom& g, const NarrowGeom& ng, const Byte* x, i
 }
 #endif
 
-// narrow_fill_with for channels-last bytes: each pixel's cb channels are consecutive bytes, B's
-// 8 lanes without a transpose. `start`: pixel (first row, column 0)'s channel c0.
-template <typename Byte>
-void narrow_fill_pixels(const ConvGeom& g, const NarrowGeom& ng, const Byte* x, int64_t total,
-                        int32_t zero_point, int64_t start, int64_t width, int64_t channels, int cb,
-                        float* B) {
-  const int64_t rows = std::min(g.H, ng.Hb - g.ph), cols = std::min(g.W, ng.Wb - g.pw);
-  for (int64_t ih = 0; ih < rows; ++ih) {
-    float* brow = B + ((ih + g.ph) * ng.Wb + g.pw) * kV;
-    const int64_t row_at = start + ih * width * channels;
-    for (int64_t iw = 0; iw < cols; ++iw)
-      _mm256_storeu_ps(brow + iw * kV, simd::bytes_minus_zero_point(x, row_at + iw * channels, cb,
-                                                                    total, zero_point));
-  }
-}
-
 // The band's rows of the cb <= 8 planes of `in` from plane0, row `first` on, into B.
 void narrow_fill(const ConvGeom& g, const NarrowGeom& ng, const DepthwiseInput& in, int64_t plane0,
                  int64_t first, int cb, float* B) {
-  if (in.channels > 0) {  // plane0 = n * C + c0: image n's row `first`, channel c0
-    const int64_t C = in.channels;
-    const int64_t start = (plane0 / C * in.plane + first * in.width) * C + plane0 % C;
-    if (in.u8)
-      narrow_fill_pixels(g, ng, in.u8, in.count, in.zero_point, start, in.width, C, cb, B);
-    else
-      narrow_fill_pixels(g, ng, in.s8, in.count, in.zero_point, start, in.width, C, cb, B);
-    return;
-  }
   const int64_t start = plane0 * in.plane + first * in.width;
   if (in.f32) {
     const float* x = in.f32;

@@ -127,15 +127,13 @@ void transpose_epilogue(const float* yt, int64_t ldt, int64_t cols, int64_t rows
 // value minus `zero_point` (the int8 convolution: every value an integer, the sums of at most
 // 256 products of two bytes below 2^24, so the float arithmetic is exact). Exactly one pointer
 // set; channel c's row h starts at element c * plane + h * width; bytes are read only within the
-// first `count` elements. Bytes with `channels` > 0 are channels-last instead: pixel (h, w) of
-// image n holds its `channels` values at (n * plane + h * width + w) * channels.
+// first `count` elements.
 struct DepthwiseInput {
   const float* f32 = nullptr;
   const uint8_t* u8 = nullptr;
   const int8_t* s8 = nullptr;
   int32_t zero_point = 0;
   int64_t plane = 0, width = 0, count = 0;
-  int64_t channels = 0;
 };
 // Where that path's sums go: per block of cb <= 8 channels (planes plane0 .. plane0 + cb, channel
 // c0 onward) and band of `count` output pixels starting at pixel `off` of each plane,

@@ -7,6 +7,7 @@
 #include "kiln/runtime/cuda/eager.h"
 #include "kiln/runtime/kernels/loop.h"
 #include "kiln/runtime/thread_pool.h"
+#include "transpose_bytes.h"
 
 namespace kiln::kernels {
 
@@ -70,27 +71,45 @@ void copy_tile(char* dst, const char* src, int64_t rows, int64_t cols, int64_t d
 // feeds a whole tile (16 x 16 elements, at most 2 KiB: an L1-sized block on any CPU, the
 // classic blocked transpose), over the thread pool.
 bool copy_transposed(TensorImpl& dst, const TensorImpl& src, const Dims& src_strides) {
-  const int64_t r = dst.dim();
-  if (r < 2 || dst.dtype() != src.dtype() || !dst.is_contiguous() || src_strides[r - 1] == 1)
-    return false;
+  if (dst.dim() < 2 || dst.dtype() != src.dtype() || !dst.is_contiguous()) return false;
+  // Dims that are one run in both tensors merged (NCHW <-> NHWC is then a transpose of [C][HW]
+  // per image, however small H, W or C), size-1 dims dropped.
+  Dims sizes, dst_strides, strides;
+  for (int64_t d = 0; d < dst.dim(); ++d) {
+    const int64_t n = dst.sizes()[d];
+    if (n == 1) continue;
+    const size_t k = sizes.size();
+    if (k > 0 && dst_strides[k - 1] == dst.strides()[d] * n &&
+        strides[k - 1] == src_strides[d] * n) {
+      sizes[k - 1] *= n;
+      dst_strides[k - 1] = dst.strides()[d];
+      strides[k - 1] = src_strides[d];
+      continue;
+    }
+    sizes.push_back(n);
+    dst_strides.push_back(dst.strides()[d]);
+    strides.push_back(src_strides[d]);
+  }
+  const int64_t r = static_cast<int64_t>(sizes.size());
+  if (r < 2 || strides[r - 1] == 1) return false;
   int64_t j = -1;  // the dim along which the source is contiguous
   for (int64_t d = r - 2; d >= 0 && j < 0; --d)
-    if (src_strides[d] == 1 && dst.sizes()[d] > 1) j = d;
+    if (strides[d] == 1) j = d;
   constexpr int64_t kTile = 16;
-  if (j < 0 || dst.sizes()[j] < kTile / 2 || dst.sizes()[r - 1] < kTile / 2) return false;
+  if (j < 0 || sizes[j] * sizes[r - 1] < kTile * kTile) return false;
   const int64_t item = static_cast<int64_t>(dst.itemsize());
   if (item != 1 && item != 2 && item != 4 && item != 8) return false;
   Dims outer, outer_dst, outer_src;  // every dim but j and the innermost
   for (int64_t d = 0; d < r - 1; ++d) {
     if (d == j) continue;
-    outer.push_back(dst.sizes()[d]);
-    outer_dst.push_back(dst.strides()[d]);
-    outer_src.push_back(src_strides[d]);
+    outer.push_back(sizes[d]);
+    outer_dst.push_back(dst_strides[d]);
+    outer_src.push_back(strides[d]);
   }
   int64_t n_outer = 1;
   for (int64_t n : outer) n_outer *= n;
-  const int64_t rows = dst.sizes()[j], cols = dst.sizes()[r - 1];
-  const int64_t dst_row = dst.strides()[j], src_col = src_strides[r - 1];
+  const int64_t rows = sizes[j], cols = sizes[r - 1];
+  const int64_t dst_row = dst_strides[j], src_col = strides[r - 1];
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
   char* const dbase = static_cast<char*>(dst.data());
   const char* const sbase = static_cast<const char*>(src.data());
@@ -110,9 +129,15 @@ bool copy_transposed(TensorImpl& dst, const TensorImpl& src, const Dims& src_str
         const int64_t a0 = (t % row_tiles) * kTile, a1 = std::min(rows, a0 + kTile);
         for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
           const int64_t c1 = std::min(cols, c0 + kTile);
-          copy_tile<T>(dbase + (doff + a0 * dst_row + c0) * item,
-                       sbase + (soff + a0 + c0 * src_col) * item, a1 - a0, c1 - c0, dst_row,
-                       src_col);
+          if constexpr (sizeof(T) == 1) {  // bytes (int8 activations): in registers
+            transpose_bytes(reinterpret_cast<const uint8_t*>(sbase) + soff + a0 + c0 * src_col,
+                            src_col, reinterpret_cast<uint8_t*>(dbase) + doff + a0 * dst_row + c0,
+                            dst_row, c1 - c0, a1 - a0, 0);
+          } else {
+            copy_tile<T>(dbase + (doff + a0 * dst_row + c0) * item,
+                         sbase + (soff + a0 + c0 * src_col) * item, a1 - a0, c1 - c0, dst_row,
+                         src_col);
+          }
         }
       }
     });

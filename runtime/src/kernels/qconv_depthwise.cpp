@@ -47,7 +47,6 @@ class QuantSink final : public conv_detail::DepthwiseSink {
       : howo_(g.HoWo()), rq_(rq), out_(static_cast<uint8_t*>(out)), add_(add) {}
   void store(int64_t plane0, int64_t c0, int cb, int64_t off, int64_t count,
              const float* O) const override {
-    if (channels_ > 0) return store_pixels(plane0, c0, cb, off, count, O);
     uint8_t* const y = out_ + plane0 * howo_ + off;
 #if defined(__x86_64__) || defined(_M_X64)
     alignas(32) int32_t bias[8] = {};
@@ -111,48 +110,8 @@ class QuantSink final : public conv_detail::DepthwiseSink {
     if (add_)
       for (int j = 0; j < cb; ++j) add_->apply(out_, (plane0 + j) * howo_ + off, count);
   }
-  // Channels-last output of `channels` per pixel (no residual: the caller adds it afterwards).
-  QuantSink& channels_last(int64_t channels) {
-    channels_ = channels;
-    return *this;
-  }
 
  private:
-  // Each pixel's cb sums requantized into its cb consecutive bytes: no transpose.
-  void store_pixels(int64_t plane0, int64_t c0, int cb, int64_t off, int64_t count,
-                    const float* O) const {
-    const int64_t C = channels_;
-    uint8_t* y = out_ + (plane0 / C * howo_ + off) * C + c0;
-#if defined(__x86_64__) || defined(_M_X64)
-    alignas(32) int32_t bias[8] = {};
-    alignas(32) float mult[8] = {};
-    for (int j = 0; j < cb; ++j) bias[j] = rq_.bias[c0 + j], mult[j] = rq_.mult[c0 + j];
-    const __m256i vbias = _mm256_load_si256(reinterpret_cast<const __m256i*>(bias));
-    const __m256 vmult = _mm256_load_ps(mult), lo = _mm256_set1_ps(rq_.lo),
-                 hi = _mm256_set1_ps(rq_.hi);
-    const __m256i zp = _mm256_set1_epi32(rq_.y_zp);
-    for (int64_t p = 0; p < count; ++p, y += C) {
-      const __m256i q =
-          requantize8(_mm256_cvtps_epi32(_mm256_loadu_ps(O + p * 8)), vbias, vmult, lo, hi, zp);
-      const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-      const __m128i b = rq_.out_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
-      if (cb == 8) {
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(y), b);
-      } else {
-        const uint64_t bytes = static_cast<uint64_t>(_mm_cvtsi128_si64(b));
-        std::memcpy(y, &bytes, static_cast<size_t>(cb));  // little-endian: the first cb
-      }
-    }
-#else
-    for (int64_t p = 0; p < count; ++p, y += C)
-      for (int j = 0; j < cb; ++j)
-        y[j] = static_cast<uint8_t>(requantize_value(static_cast<int32_t>(O[p * 8 + j]),
-                                                     rq_.bias[c0 + j], rq_.mult[c0 + j], rq_.lo,
-                                                     rq_.hi, rq_.y_zp));
-#endif
-  }
-
-  int64_t channels_ = 0;
   int64_t howo_;
   const Requant& rq_;
   uint8_t* out_;
@@ -160,9 +119,8 @@ class QuantSink final : public conv_detail::DepthwiseSink {
 };
 
 // The channel-interleaved path, if it takes g: weights minus their zero points as float32.
-// Channels-last x and out with `nhwc`.
 bool depthwise_interleaved(const conv_detail::ConvGeom& g, const TensorImpl& x, const int8_t* w,
-                           const Requant& rq, void* out, const ResidualAdd* add, bool nhwc) {
+                           const Requant& rq, void* out, const ResidualAdd* add) {
   if (!conv_detail::depthwise_narrow_fits(g)) return false;
   const int64_t KK = g.KH * g.KW;
   conv_detail::ConvScratch<float> wf(g.C * KK);
@@ -179,14 +137,7 @@ bool depthwise_interleaved(const conv_detail::ConvGeom& g, const TensorImpl& x, 
   in.plane = g.HW();
   in.width = g.W;
   in.count = x.numel();
-  if (!nhwc)
-    return conv_detail::depthwise_narrow_to(g, in, wf.get(), nullptr, QuantSink(g, rq, out, add));
-  in.channels = g.C;
-  QuantSink sink(g, rq, out, nullptr);
-  if (!conv_detail::depthwise_narrow_to(g, in, wf.get(), nullptr, sink.channels_last(g.C)))
-    return false;
-  if (add) add->apply_planes(out, 0, g.N, g.C * g.HoWo());  // same layout: one span per image
-  return true;
+  return conv_detail::depthwise_narrow_to(g, in, wf.get(), nullptr, QuantSink(g, rq, out, add));
 }
 
 template <typename X>
@@ -317,17 +268,11 @@ void depthwise_planes(const conv_detail::ConvGeom& g, const X* x, const int8_t* 
 
 void qconv2d_depthwise(const conv_detail::ConvGeom& g, const TensorImpl& x, const int8_t* w,
                        const Requant& rq, void* out, const ResidualAdd* add) {
-  if (depthwise_interleaved(g, x, w, rq, out, add, false)) return;
+  if (depthwise_interleaved(g, x, w, rq, out, add)) return;
   if (x.dtype() == DType::Int8)
     depthwise_planes(g, x.data_ptr<int8_t>(), w, rq, out, add);
   else
     depthwise_planes(g, x.data_ptr<uint8_t>(), w, rq, out, add);
-}
-
-bool qconv2d_depthwise_channels_last(const conv_detail::ConvGeom& g, const TensorImpl& x,
-                                     const int8_t* w, const Requant& rq, void* out,
-                                     const ResidualAdd* add) {
-  return depthwise_interleaved(g, x, w, rq, out, add, true);
 }
 
 }  // namespace kiln::kernels::quant_detail

@@ -299,6 +299,31 @@ void pack_row_quads(const Layout& l, const uint8_t* x, uint32_t flip, int32_t* d
   });
 }
 
+// Rows of K % 2 == 0 bytes as slivers of int16 pairs minus the zero point, a word at a time (the
+// int16-pair families' operand: as pack_row_quads, the generic pack went byte by byte).
+template <typename Byte>
+void pack_row_pairs(const Layout& l, const Byte* x, int32_t zp, int32_t* dst) {
+  const int64_t words = l.words(), width = l.width, lines = l.lines, row_words = l.K / 2;
+  parallel_for(0, l.blocks(), 1, [=](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int32_t* const o = dst + b * words * width;
+      for (int64_t r = 0; r < width; ++r) {
+        const int64_t line = b * width + r;
+        const Byte* row = x + line * l.K;
+        int64_t p = 0;
+        if (line < lines) {
+          for (; p < row_words; ++p) {
+            const auto lo = static_cast<uint16_t>(int32_t(row[2 * p]) - zp);
+            const auto hi = static_cast<uint16_t>(int32_t(row[2 * p + 1]) - zp);
+            o[p * width + r] = static_cast<int32_t>(uint32_t(lo) | uint32_t(hi) << 16);
+          }
+        }
+        for (; p < words; ++p) o[p * width + r] = 0;
+      }
+    }
+  });
+}
+
 // Packs a uint8 or int8 tensor's rows (contiguous, K per row) as the family's quads: uint8
 // (int8 + 128), or for signed_quads int8 (uint8 - 128).
 void pack_activations_quads(const QFamily& f, const Layout& l, const TensorImpl& x, int32_t* dst) {
@@ -639,6 +664,12 @@ void linear_tiles(const PreparedQWeight& pw, const Requant& rq, const TensorImpl
     // The activations as the family's quads, their zero point through the bias.
     pack_activations_quads(f, la, xc, a.get());
     bias = quad_bias(rq, pw.sums, quad_zero_point(f, rq, xc.dtype() == DType::Int8));
+  } else if (!la.rows && la.group == 2 && la.K % 2 == 0) {
+    if (xc.dtype() == DType::Int8)
+      pack_row_pairs(la, xc.data_ptr<int8_t>(), rq.x_zp, a.get());
+    else
+      pack_row_pairs(la, xc.data_ptr<uint8_t>(), rq.x_zp, a.get());
+    bias = rq.bias;
   } else {
     pack_minus_zero_point(
         la, xc, [zp = rq.x_zp](int64_t) { return zp; }, a.get());

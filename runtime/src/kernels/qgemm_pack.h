@@ -13,6 +13,7 @@
 #include "kiln/runtime/kernels/qgemm.h"
 #include "kiln/runtime/thread_pool.h"
 #include "quant_internal.h"
+#include "transpose_bytes.h"
 
 namespace kiln::kernels::quant_detail {
 
@@ -237,9 +238,5 @@ void qconv2d_direct(const ConvGeom& g, const TensorImpl& xc, const PreparedQWeig
                     const Requant& rq, const std::vector<int32_t>& bias, int32_t q_zp, void* out,
                     const ResidualAdd* add = nullptr, bool channels_last = false);
 
-// d[c * ld + r] = s[r * ls + c] ^ flip for r < rows, c < cols (flip 0x80: int8 <-> the quads'
-// uint8), 16 x 16 blocks in registers.
-void transpose_bytes(const uint8_t* s, int64_t ls, uint8_t* d, int64_t ld, int64_t rows,
-                     int64_t cols, uint8_t flip);
 
 }  // namespace kiln::kernels::quant_detail

@@ -192,8 +192,9 @@ struct Requant {
 constexpr int64_t kMaxDepthwiseTaps = 256;
 void qconv2d_depthwise(const conv_detail::ConvGeom& g, const TensorImpl& x, const int8_t* w,
                        const Requant& rq, void* out, const ResidualAdd* add = nullptr);
-// The same on channels-last x and out ([N, H, W, C]) where the channel-interleaved path takes
-// the geometry (false, nothing written, where it does not).
+// The same on channels-last x and out ([N, H, W, C]; qconv_depthwise_nhwc.cpp), `add` applied
+// once the whole output is written; false (nothing written) where its row buffers would exceed
+// a bound set by the image.
 bool qconv2d_depthwise_channels_last(const conv_detail::ConvGeom& g, const TensorImpl& x,
                                      const int8_t* w, const Requant& rq, void* out,
                                      const ResidualAdd* add = nullptr);

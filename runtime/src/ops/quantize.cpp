@@ -62,7 +62,10 @@ struct QGemm : KernelParams {
 };
 std::unique_ptr<KernelParams> decode_qgemm(const AttrMap& a) {
   auto p = std::make_unique<QGemm>();
-  if (a.op() == "qconv2d") p->conv = conv2d_params(a);
+  if (a.op() == "qconv2d") {
+    p->conv = conv2d_params(a);
+    p->conv.channels_last = a.b("channels_last");
+  }
   p->out_dtype = static_cast<DType>(a.i("dtype"));
   p->relu = a.b("relu");
   return p;
@@ -101,7 +104,8 @@ PreparedInputs prepare_qgemm(const KernelCall& c, uint32_t constant_inputs) {
 
 // qconv2d_add: qconv2d's operands (its output_scale / output_zero_point the convolution's, 7 and
 // 8), then other, other_scale, other_zero_point, output_scale, output_zero_point (9-13);
-// attributes conv2d's, conv_dtype, relu (the convolution's), dtype (the result's), add_relu.
+// attributes conv2d's, conv_dtype, relu (the convolution's), dtype (the result's), add_relu,
+// channels_last.
 struct QConvAdd : QGemm {
   DType conv_dtype = DType::UInt8;
   bool add_relu = false;
@@ -109,6 +113,7 @@ struct QConvAdd : QGemm {
 std::unique_ptr<KernelParams> decode_qconv2d_add(const AttrMap& a) {
   auto p = std::make_unique<QConvAdd>();
   p->conv = conv2d_params(a);
+  p->conv.channels_last = a.b("channels_last");
   p->conv_dtype = static_cast<DType>(a.i("conv_dtype"));
   p->relu = a.b("relu");
   p->out_dtype = static_cast<DType>(a.i("dtype"));
