@@ -8,11 +8,16 @@
 #include <string>
 
 #include "helpers.h"
+#include "kiln/jit/compile.h"
 #include "kiln/jit/quantize.h"
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
+#include "kiln/passes/Passes.h"
 #include "kiln/runtime/model.h"
+#include "kiln/trace/freeze.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/PassManager.h"
 
 namespace kiln {
 namespace {
@@ -382,6 +387,36 @@ TEST(QuantFlow, SqnrSumsOverBatches) {
 TEST(QuantFlow, TrainingStepIsRefused) {
   nn::Linear fc(3, 2);
   EXPECT_THROW(quant::prepare(test::trace_sgd_step(fc, rnd({2, 3}, 1))), Error);
+}
+
+// MobileNetV2's int8 depthwise and 1x1 layers run channels-last (--kiln-choose-layout in the
+// inference pipeline): the artifact and the JIT-compiled function give the bytes of the
+// interpreter, which runs each channels-last convolution as the NCHW one between permutes.
+TEST(QuantFlow, ChannelsLastLayersGiveTheNchwBytes) {
+  auto net = models::mobilenet_v2(10, 0.25);
+  net->eval();
+  autograd::NoGradGuard no_grad;
+  const Tensor example = rnd({2, 3, 64, 64}, 11);
+  quant::Prepared prepared = quant::prepare(jit::trace(*net, {example}));
+  for (uint32_t s = 0; s < 4; ++s) prepared.calibrate({rnd({2, 3, 64, 64}, 400 + s)});
+  jit::TracedFunction q = quant::convert(std::move(prepared));
+  const std::vector<uint8_t> bytes = jit::save_to_bytes(q);
+  EXPECT_EQ(op_counts(bytes)["permute"], 2u);  // after the stem, before the pooling
+
+  jit::freeze(q);
+  mlir::PassManager pm(&q.context());
+  passes::build_inference_pipeline(pm);
+  ASSERT_TRUE(mlir::succeeded(pm.run(q.module())));
+  EXPECT_NE(q.str().find("channels_last = true"), std::string::npos);
+  jit::CompileOptions o;
+  o.disk_cache = false;
+  const jit::CompiledFunction compiled = jit::compile(q, o);
+  for (uint32_t s = 0; s < 2; ++s) {
+    const Tensor x = rnd({2, 3, 64, 64}, 500 + s);
+    const Tensor interpreted = q({x})[0];
+    EXPECT_EQ(test::max_abs_diff(run_artifact(bytes, x), interpreted), 0.0);
+    EXPECT_EQ(test::max_abs_diff(compiled({x})[0], interpreted), 0.0);
+  }
 }
 
 }  // namespace
