@@ -3,10 +3,12 @@
 // with no transpose in or out (the NCHW kernel, qconv_depthwise.cpp, transposes 8 x 8 blocks
 // both ways). Per thread and run of output rows, the input rows a window reaches are converted
 // once into a ring of float32 rows (bytes minus x_zp, the padding columns 0: what x_zp reads
-// as), each row read by up to KH output rows; per 8-channel block the taps' weights (minus
-// their zero points) are loaded once per output row, and every output pixel's block is KH x KW
-// multiply-adds and one requantize. The arithmetic is exact, as in the NCHW kernel: integer
-// products of at most 255 x 255, at most kMaxDepthwiseTaps of them, below 2^24.
+// as), each row read by up to KH output rows and laid out block major (each block of 8
+// channels one contiguous run of pixels, as the NCHW kernel's band buffer); per block the
+// taps' weights (minus their zero points) stay in registers over the output row, four pixels
+// at a time are KH x KW multiply-adds each, requantized and stored together. The arithmetic is
+// exact, as in the NCHW kernel: integer products of at most 255 x 255, at most kMaxDepthwiseTaps of
+// them, below 2^24.
 
 #include <algorithm>
 #include <cstring>
@@ -94,80 +96,75 @@ inline void store_4_blocks(const Epilogue8& e, const int32_t* bias, const float*
 #endif
 }
 
-// Row `row` of the image (W pixels of C bytes, within x[0, count)) as floats minus zp into dst
-// (pixel iw at dst + iw * Cp).
+// Row `row` of the image (W pixels of C bytes, within x[0, count)) as floats minus zp, block
+// major: channel c of pixel iw at dst[(c / 8 * Wp + iw) * 8 + c % 8], so each block of 8 channels
+// is one run of pixels (the pixels' other channels elsewhere).
 template <typename Byte>
-void convert_row(const Byte* x, int64_t row, int64_t W, int64_t C, int64_t Cp, int64_t count,
+void convert_row(const Byte* x, int64_t row, int64_t W, int64_t C, int64_t Wp, int64_t count,
                  int32_t zp, float* dst) {
   const int64_t at = row * W * C;
-  if (C == Cp) {  // whole blocks: the row is one run of W * C values
-    for (int64_t i = 0, e = W * C; i < e; i += kLanes)
-      _mm256_storeu_ps(dst + i, simd::bytes_minus_zero_point(x, at + i, kLanes, count, zp));
-    return;
-  }
   for (int64_t iw = 0; iw < W; ++iw)
     for (int64_t c0 = 0; c0 < C; c0 += kLanes)
-      _mm256_storeu_ps(dst + iw * Cp + c0,
+      _mm256_storeu_ps(dst + (c0 / kLanes * Wp + iw) * kLanes,
                        simd::bytes_minus_zero_point(x, at + iw * C + c0,
                                                     std::min<int64_t>(kLanes, C - c0), count, zp));
 }
 
-// One output row: per block of 8 channels, its taps' weights loaded once, then each pixel's
-// KH x KW multiply-adds (3 x 3 unrolled with the weights in registers).
-// One output row, four pixels at a time: per block of 8 channels, the taps' weights (in L1) and
-// the pixels' KH x KW multiply-adds (3 x 3 unrolled), then one requantize of the four. Pixels
-// outer and channels inner, so the converted rows are read in order, a few pixels at a time.
+// One output row: per block of 8 channels (outer), its taps' weights in registers (3 x 3) and
+// the block's rows read as contiguous runs of pixels, the row's sums into `sums_buf` (Wo x 8
+// floats); then four pixels at a time requantized and stored together. Two passes: the nine
+// weights, four accumulators and the requantize constants would not fit AVX2's 16 registers
+// at once (the constants were spilled and reloaded per pixel).
 template <int kTaps>
-void output_row(const conv_detail::ConvGeom& g, const float* const* rows, const float* wf,
-                int64_t Cp, const Requant& rq, const int32_t* bias, const float* mult, uint8_t* y) {
+void output_row(const conv_detail::ConvGeom& g, const float* const* rows, int64_t Wp,
+                const float* wf, int64_t Cp, const Requant& rq, const int32_t* bias,
+                const float* mult, float* sums_buf, uint8_t* y) {
   const Epilogue8 e(rq);
-  const int64_t C = g.C, KW = g.KW, taps = g.KH * g.KW, step = g.sw * Cp, dil = g.dw * Cp;
-  auto sums = [&](int64_t ow, int64_t c0, const __m256* k) {
-    const int64_t o = ow * step + c0;
-    if constexpr (kTaps == 9) {
-      const float *r0 = rows[0] + o, *r1 = rows[1] + o, *r2 = rows[2] + o;
-      __m256 a = _mm256_mul_ps(k[0], _mm256_loadu_ps(r0));
-      a = _mm256_fmadd_ps(k[1], _mm256_loadu_ps(r0 + dil), a);
-      a = _mm256_fmadd_ps(k[2], _mm256_loadu_ps(r0 + 2 * dil), a);
-      a = _mm256_fmadd_ps(k[3], _mm256_loadu_ps(r1), a);
-      a = _mm256_fmadd_ps(k[4], _mm256_loadu_ps(r1 + dil), a);
-      a = _mm256_fmadd_ps(k[5], _mm256_loadu_ps(r1 + 2 * dil), a);
-      a = _mm256_fmadd_ps(k[6], _mm256_loadu_ps(r2), a);
-      a = _mm256_fmadd_ps(k[7], _mm256_loadu_ps(r2 + dil), a);
-      return _mm256_fmadd_ps(k[8], _mm256_loadu_ps(r2 + 2 * dil), a);
-    } else {
-      __m256 a = _mm256_setzero_ps();
-      for (int64_t t = 0; t < taps; ++t)
-        a = _mm256_fmadd_ps(_mm256_loadu_ps(wf + t * Cp + c0),
-                            _mm256_loadu_ps(rows[t / KW] + o + t % KW * dil), a);
-      return a;
-    }
-  };
-  __m256 k[9];
-  auto load_taps = [&](int64_t c0) {
+  const int64_t C = g.C, KW = g.KW, taps = g.KH * g.KW, step = g.sw * kLanes, dil = g.dw * kLanes,
+                block = Wp * kLanes;
+  for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
+    const int64_t off = c0 / kLanes * block;  // the block's run within each row
+    const int cb = static_cast<int>(std::min<int64_t>(kLanes, C - c0));
+    __m256 k[9];
     if constexpr (kTaps == 9)
       for (int t = 0; t < 9; ++t) k[t] = _mm256_loadu_ps(wf + t * Cp + c0);
-  };
-  int64_t ow = 0;
-  for (; ow + 4 <= g.Wo; ow += 4) {
-    for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
-      load_taps(c0);
-      const __m256 a[4] = {sums(ow, c0, k), sums(ow + 1, c0, k), sums(ow + 2, c0, k),
-                           sums(ow + 3, c0, k)};
-      const int cb = static_cast<int>(std::min<int64_t>(kLanes, C - c0));
+    const float *r0 = rows[0] + off, *r1 = kTaps == 9 ? rows[1] + off : nullptr,
+                *r2 = kTaps == 9 ? rows[2] + off : nullptr;
+    auto sums = [&](int64_t ow) {
+      const int64_t o = ow * step;
+      if constexpr (kTaps == 9) {
+        __m256 a = _mm256_mul_ps(k[0], _mm256_loadu_ps(r0 + o));
+        a = _mm256_fmadd_ps(k[1], _mm256_loadu_ps(r0 + o + dil), a);
+        a = _mm256_fmadd_ps(k[2], _mm256_loadu_ps(r0 + o + 2 * dil), a);
+        a = _mm256_fmadd_ps(k[3], _mm256_loadu_ps(r1 + o), a);
+        a = _mm256_fmadd_ps(k[4], _mm256_loadu_ps(r1 + o + dil), a);
+        a = _mm256_fmadd_ps(k[5], _mm256_loadu_ps(r1 + o + 2 * dil), a);
+        a = _mm256_fmadd_ps(k[6], _mm256_loadu_ps(r2 + o), a);
+        a = _mm256_fmadd_ps(k[7], _mm256_loadu_ps(r2 + o + dil), a);
+        return _mm256_fmadd_ps(k[8], _mm256_loadu_ps(r2 + o + 2 * dil), a);
+      } else {
+        __m256 a = _mm256_setzero_ps();
+        for (int64_t t = 0; t < taps; ++t)
+          a = _mm256_fmadd_ps(_mm256_loadu_ps(wf + t * Cp + c0),
+                              _mm256_loadu_ps(rows[t / KW] + off + o + t % KW * dil), a);
+        return a;
+      }
+    };
+    for (int64_t ow = 0; ow < g.Wo; ++ow) _mm256_storeu_ps(sums_buf + ow * kLanes, sums(ow));
+    int64_t ow = 0;
+    for (; ow + 4 <= g.Wo; ow += 4) {
+      const float* p = sums_buf + ow * kLanes;
+      const __m256 a[4] = {_mm256_loadu_ps(p), _mm256_loadu_ps(p + kLanes),
+                           _mm256_loadu_ps(p + 2 * kLanes), _mm256_loadu_ps(p + 3 * kLanes)};
       if (cb == kLanes) {
         store_4_blocks(e, bias, mult, c0, a, y + ow * C + c0, C);
       } else {
         for (int j = 0; j < 4; ++j) store_block(e, bias, mult, c0, cb, a[j], y + (ow + j) * C + c0);
       }
     }
+    for (; ow < g.Wo; ++ow)
+      store_block(e, bias, mult, c0, cb, _mm256_loadu_ps(sums_buf + ow * kLanes), y + ow * C + c0);
   }
-  for (; ow < g.Wo; ++ow)
-    for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
-      load_taps(c0);
-      store_block(e, bias, mult, c0, static_cast<int>(std::min<int64_t>(kLanes, C - c0)),
-                  sums(ow, c0, k), y + ow * C + c0);
-    }
 }
 
 template <typename Byte>
@@ -194,17 +191,19 @@ void depthwise_nhwc(const conv_detail::ConvGeom& g, const Byte* x, int64_t count
   const bool k3x3 = g.KH == 3 && g.KW == 3;
   const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(g.Wo * C * KK, 1));
   parallel_for(0, g.N * g.Ho, grain, [&](int64_t r0, int64_t r1) {
-    // The ring: `span` rows of Wp pixels x Cp floats, slot s holding input row held[s] (-1:
-    // none), then one row of zeros (a padding row). The padding columns stay 0.
-    conv_detail::ConvScratch<float> ring_buf((span + 1) * Wp * Cp);
+    // The ring: `span` rows of Cp x Wp floats (block major), slot s holding input row held[s]
+    // (-1: none), then one row of zeros (a padding row). The padding columns stay 0.
+    const int64_t row_floats = Wp * Cp;
+    conv_detail::ConvScratch<float> ring_buf((span + 1) * row_floats);
     float* const ring = ring_buf.get();
-    std::fill(ring, ring + (span + 1) * Wp * Cp, 0.0f);
-    const float* const zeros = ring + span * Wp * Cp;
+    std::fill(ring, ring + (span + 1) * row_floats, 0.0f);
+    const float* const zeros = ring + span * row_floats;
     conv_detail::ConvScratch<int64_t> held_buf(span);
     int64_t* const held = held_buf.get();
     std::fill(held, held + span, int64_t(-1));
-    conv_detail::ConvScratch<const float*> rows_buf(KK);  // per tap: its row at padded column 0
+    conv_detail::ConvScratch<const float*> rows_buf(KK);  // per kh: its row at padded column 0
     const float** const rows = rows_buf.get();
+    conv_detail::ConvScratch<float> sums_buf(g.Wo * kLanes);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t n = r / g.Ho, oh = r % g.Ho;
       for (int64_t kh = 0; kh < g.KH; ++kh) {
@@ -212,9 +211,9 @@ void depthwise_nhwc(const conv_detail::ConvGeom& g, const Byte* x, int64_t count
         const float* row = zeros;  // a padding row reads x_zp: adds 0
         if (ih >= 0 && ih < g.H) {
           const int64_t key = n * g.H + ih, slot = ih % span;
-          float* slot_row = ring + slot * Wp * Cp;
+          float* slot_row = ring + slot * row_floats;
           if (held[slot] != key) {
-            convert_row(x, key, g.W, C, Cp, count, rq.x_zp, slot_row + g.pw * Cp);
+            convert_row(x, key, g.W, C, Wp, count, rq.x_zp, slot_row + g.pw * kLanes);
             held[slot] = key;
           }
           row = slot_row;
@@ -223,9 +222,9 @@ void depthwise_nhwc(const conv_detail::ConvGeom& g, const Byte* x, int64_t count
       }
       uint8_t* y = out + r * g.Wo * C;
       if (k3x3)
-        output_row<9>(g, rows, wf, Cp, rq, bias, mult, y);
+        output_row<9>(g, rows, Wp, wf, Cp, rq, bias, mult, sums_buf.get(), y);
       else
-        output_row<0>(g, rows, wf, Cp, rq, bias, mult, y);
+        output_row<0>(g, rows, Wp, wf, Cp, rq, bias, mult, sums_buf.get(), y);
     }
   });
 }
