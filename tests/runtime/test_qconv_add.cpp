@@ -10,8 +10,8 @@
 #include "kiln/runtime/kernels/qgemm.h"
 #include "kiln/runtime/kernels/quantize.h"
 #include "nn_test_util.h"
+#include "qconv_test_util.h"
 #include "qgemm_test_util.h"
-#include "quant_test_util.h"
 
 using namespace kiln;
 using namespace kiln::kernels;
@@ -19,12 +19,6 @@ using namespace nn_test;
 using namespace quant_test;
 
 namespace {
-
-struct Geometry {
-  const char* name;
-  int64_t N, C, H, W, O, K, stride, pad, groups;
-  bool symmetric;  // weight zero points 0 (byte quads, the direct convolution), else random
-};
 
 TensorImplPtr rand_bytes_tensor(Dims sizes, DType d) {
   return from_vec(rand_bytes(numel(sizes), d), sizes, d);
@@ -34,7 +28,7 @@ TensorImplPtr rand_bytes_tensor(Dims sizes, DType d) {
 
 TEST(QConv2dAdd, SameBytesAsTheConvolutionThenTheAdd) {
   qgemm_test::IsaGuard guard;
-  const Geometry shapes[] = {
+  const ConvGeometry shapes[] = {
       {"3x3 64 -> 32, a batch (direct where the family has it)", 2, 64, 9, 10, 32, 3, 1, 1, 1,
        true},
       {"3x3 stride 2, 64 -> 64", 1, 64, 13, 12, 64, 3, 2, 1, 1, true},
@@ -45,27 +39,19 @@ TEST(QConv2dAdd, SameBytesAsTheConvolutionThenTheAdd) {
       {"depthwise 5x5, 40 wide (per plane)", 1, 9, 6, 40, 9, 5, 1, 2, 9, true},
   };
   int variant = 0;
-  for (const Geometry& s : shapes) {
+  for (const ConvGeometry& s : shapes) {
     for (const DType conv_dtype : {DType::UInt8, DType::Int8}) {
       const DType x_dtype = variant % 2 ? DType::Int8 : DType::UInt8;
       const DType other_dtype = variant % 3 ? DType::UInt8 : DType::Int8;
       const DType out_dtype = variant % 4 < 2 ? DType::UInt8 : DType::Int8;
       const bool conv_relu = variant % 5 == 1, add_relu = variant % 2 == 0;
       ++variant;
-      Conv2dParams p;
-      p.stride_h = p.stride_w = s.stride;
-      p.pad_h = p.pad_w = s.pad;
-      p.groups = s.groups;
-      const int64_t Ho = (s.H + 2 * s.pad - s.K) / s.stride + 1;
-      const int64_t Wo = (s.W + 2 * s.pad - s.K) / s.stride + 1;
-      const Dims out_shape{s.N, s.O, Ho, Wo};
+      const Conv2dParams p = s.params();
+      const Dims out_shape{s.N, s.O, s.Ho(), s.Wo()};
       auto x = rand_bytes_tensor({s.N, s.C, s.H, s.W}, x_dtype);
       auto w = rand_bytes_tensor({s.O, s.C / s.groups, s.K, s.K}, DType::Int8);
       auto other = rand_bytes_tensor(out_shape, other_dtype);
-      // Scales that keep the convolution's sums in range: mostly unsaturated bytes.
-      const Side xs = side(0.02f, lo_of(x_dtype) + 5), ws = side(0.01f, s.symmetric ? 0 : 3);
-      const Side cs = side(0.02f * 0.01f * float(s.C / s.groups * s.K * s.K) / 8.0f,
-                           conv_dtype == DType::UInt8 ? 120 : -4);
+      const auto [xs, ws, cs] = conv_sides(s, x_dtype, conv_dtype);
       const Side os = side(0.3f, other_dtype == DType::UInt8 ? 128 : 2);
       const Side ys = side(0.45f, out_dtype == DType::UInt8 ? 100 : -10);
       QuantizedOperands q{xs.s.get(), xs.z.get(), ws.s.get(), ws.z.get(),

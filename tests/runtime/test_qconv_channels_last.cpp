@@ -11,8 +11,8 @@
 #include "kiln/runtime/kernels/qgemm.h"
 #include "kiln/runtime/kernels/quantize.h"
 #include "nn_test_util.h"
+#include "qconv_test_util.h"
 #include "qgemm_test_util.h"
-#include "quant_test_util.h"
 
 using namespace kiln;
 using namespace kiln::kernels;
@@ -20,12 +20,6 @@ using namespace nn_test;
 using namespace quant_test;
 
 namespace {
-
-struct Geometry {
-  const char* name;
-  int64_t N, C, H, W, O, K, stride, pad, groups;
-  bool symmetric;  // weight zero points 0 (byte quads, the direct convolution), else random
-};
 
 // [N, C, H, W] values as [N, H, W, C] (by index arithmetic, independent of the kernels).
 std::vector<double> nhwc_of(const std::vector<double>& v, int64_t N, int64_t C, int64_t H,
@@ -43,7 +37,7 @@ std::vector<double> nhwc_of(const std::vector<double>& v, int64_t N, int64_t C, 
 
 TEST(QConv2dChannelsLast, SameBytesAsNchwOnEveryPath) {
   qgemm_test::IsaGuard guard;
-  const Geometry shapes[] = {
+  const ConvGeometry shapes[] = {
       {"1x1 16 -> 96 (pixel rows)", 2, 16, 6, 7, 96, 1, 1, 0, 1, true},
       {"1x1 144 -> 24 (pixel rows)", 1, 144, 5, 5, 24, 1, 1, 0, 1, true},
       {"1x1 asymmetric weights (int16 pairs)", 1, 12, 4, 5, 20, 1, 1, 0, 1, false},
@@ -58,18 +52,14 @@ TEST(QConv2dChannelsLast, SameBytesAsNchwOnEveryPath) {
       {"depthwise 3x3 stride 2 into 1 x 1", 1, 40, 2, 2, 40, 3, 2, 1, 40, true},
   };
   int variant = 0;
-  for (const Geometry& s : shapes) {
+  for (const ConvGeometry& s : shapes) {
     for (const bool with_add : {false, true}) {
       const DType x_dtype = variant % 2 ? DType::Int8 : DType::UInt8;
       const DType conv_dtype = variant % 3 ? DType::UInt8 : DType::Int8;
       const DType out_dtype = variant % 4 < 2 ? DType::UInt8 : DType::Int8;
       ++variant;
-      Conv2dParams p;
-      p.stride_h = p.stride_w = s.stride;
-      p.pad_h = p.pad_w = s.pad;
-      p.groups = s.groups;
-      const int64_t Ho = (s.H + 2 * s.pad - s.K) / s.stride + 1;
-      const int64_t Wo = (s.W + 2 * s.pad - s.K) / s.stride + 1;
+      const Conv2dParams p = s.params();
+      const int64_t Ho = s.Ho(), Wo = s.Wo();
       const std::vector<double> xv = rand_bytes(s.N * s.C * s.H * s.W, x_dtype);
       auto x = from_vec(xv, Dims{s.N, s.C, s.H, s.W}, x_dtype);
       auto x_nhwc = from_vec(nhwc_of(xv, s.N, s.C, s.H, s.W), Dims{s.N, s.H, s.W, s.C}, x_dtype);
@@ -79,9 +69,7 @@ TEST(QConv2dChannelsLast, SameBytesAsNchwOnEveryPath) {
       auto other = from_vec(other_v, Dims{s.N, s.O, Ho, Wo}, DType::UInt8);
       auto other_nhwc =
           from_vec(nhwc_of(other_v, s.N, s.O, Ho, Wo), Dims{s.N, Ho, Wo, s.O}, DType::UInt8);
-      const Side xs = side(0.02f, lo_of(x_dtype) + 5), ws = side(0.01f, s.symmetric ? 0 : 3);
-      const Side cs = side(0.02f * 0.01f * float(s.C / s.groups * s.K * s.K) / 8.0f,
-                           conv_dtype == DType::UInt8 ? 120 : -4);
+      const auto [xs, ws, cs] = conv_sides(s, x_dtype, conv_dtype);
       const Side os = side(0.3f, 128), ys = side(0.45f, out_dtype == DType::UInt8 ? 100 : -10);
       QuantizedOperands q{xs.s.get(), xs.z.get(), ws.s.get(), ws.z.get(),
                           nullptr,    cs.s.get(), cs.z.get(), variant % 5 == 1};

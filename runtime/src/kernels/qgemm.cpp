@@ -273,55 +273,54 @@ int32_t quad_zero_point(const QFamily& f, const Requant& rq, bool x_signed) {
   if (f.signed_quads) return rq.x_zp - (x_signed ? 0 : 128);
   return rq.x_zp + (x_signed ? 128 : 0);
 }
-// Rows of K % 4 == 0 bytes as slivers of quads: each word is 4 bytes of one row as they lie,
-// XORed with `flip` (0x80 per byte turns int8 into uint8 quads and back: v + 128 = v - 128 =
-// v ^ 0x80 modulo 256). A word at a time where the generic pack converts byte by byte: the
-// packing would cost more than a channels-last 1x1 convolution's product with few outputs.
-void pack_row_quads(const Layout& l, const uint8_t* x, uint32_t flip, int32_t* dst) {
-  const int64_t words = l.words(), width = l.width, lines = l.lines, row_words = l.K / 4;
+// Slivers of whole words straight from the rows (no padding in K beyond `row_words`): word p of
+// line `line` is word(line, p), zeros past the rows and their words. A word at a time where
+// the generic pack converts byte by byte: packing would cost more than a channels-last 1x1
+// convolution's product with few outputs.
+template <typename Word>
+void pack_row_words(const Layout& l, int64_t row_words, Word word, int32_t* dst) {
+  const int64_t words = l.words(), width = l.width, lines = l.lines;
   parallel_for(0, l.blocks(), 1, [=](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int32_t* const o = dst + b * words * width;
       for (int64_t r = 0; r < width; ++r) {
         const int64_t line = b * width + r;
-        const uint8_t* row = x + line * l.K;
         int64_t p = 0;
-        if (line < lines) {
-          for (; p < row_words; ++p) {
-            uint32_t v;
-            std::memcpy(&v, row + 4 * p, 4);
-            o[p * width + r] = static_cast<int32_t>(v ^ flip);
-          }
-        }
+        if (line < lines)
+          for (; p < row_words; ++p) o[p * width + r] = word(line, p);
         for (; p < words; ++p) o[p * width + r] = 0;
       }
     }
   });
 }
 
-// Rows of K % 2 == 0 bytes as slivers of int16 pairs minus the zero point, a word at a time (the
-// int16-pair families' operand: as pack_row_quads, the generic pack went byte by byte).
+// Rows of K % 4 == 0 bytes as quads: 4 bytes of a row as they lie, XORed with `flip` (0x80 per
+// byte turns int8 into uint8 quads and back: v + 128 = v - 128 = v ^ 0x80 modulo 256).
+void pack_row_quads(const Layout& l, const uint8_t* x, uint32_t flip, int32_t* dst) {
+  const int64_t K = l.K;
+  pack_row_words(
+      l, K / 4,
+      [=](int64_t line, int64_t p) {
+        uint32_t v;
+        std::memcpy(&v, x + line * K + 4 * p, 4);
+        return static_cast<int32_t>(v ^ flip);
+      },
+      dst);
+}
+
+// Rows of K % 2 == 0 bytes as int16 pairs minus the zero point (the int16-pair families).
 template <typename Byte>
 void pack_row_pairs(const Layout& l, const Byte* x, int32_t zp, int32_t* dst) {
-  const int64_t words = l.words(), width = l.width, lines = l.lines, row_words = l.K / 2;
-  parallel_for(0, l.blocks(), 1, [=](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      int32_t* const o = dst + b * words * width;
-      for (int64_t r = 0; r < width; ++r) {
-        const int64_t line = b * width + r;
-        const Byte* row = x + line * l.K;
-        int64_t p = 0;
-        if (line < lines) {
-          for (; p < row_words; ++p) {
-            const auto lo = static_cast<uint16_t>(int32_t(row[2 * p]) - zp);
-            const auto hi = static_cast<uint16_t>(int32_t(row[2 * p + 1]) - zp);
-            o[p * width + r] = static_cast<int32_t>(uint32_t(lo) | uint32_t(hi) << 16);
-          }
-        }
-        for (; p < words; ++p) o[p * width + r] = 0;
-      }
-    }
-  });
+  const int64_t K = l.K;
+  pack_row_words(
+      l, K / 2,
+      [=](int64_t line, int64_t p) {
+        const Byte* pair = x + line * K + 2 * p;
+        const auto lo = static_cast<uint16_t>(int32_t(pair[0]) - zp);
+        const auto hi = static_cast<uint16_t>(int32_t(pair[1]) - zp);
+        return static_cast<int32_t>(uint32_t(lo) | uint32_t(hi) << 16);
+      },
+      dst);
 }
 
 // Packs a uint8 or int8 tensor's rows (contiguous, K per row) as the family's quads: uint8
