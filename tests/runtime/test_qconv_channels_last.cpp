@@ -99,16 +99,22 @@ TEST(QConv2dChannelsLast, SameBytesAsNchwOnEveryPath) {
       }
       for (QGemmIsa isa : qgemm_test::isas()) {
         set_qgemm_isa(isa);
-        for (bool packed : {false, true}) {
+        // Unpacked, prepared for this call, and prepared for the NCHW convolution (its 1x1
+        // weights are the transposed orientation's A; without byte quads they run on copies).
+        for (int packed : {0, 1, 2}) {
           const PreparedQWeightPtr pw =
-              packed ? prepare_qconv2d_weight(*w, q, pl, x_dtype, conv_dtype) : nullptr;
+              packed ? prepare_qconv2d_weight(*w, q, packed == 1 ? pl : p, x_dtype, conv_dtype)
+                     : nullptr;
           auto got = empty(out_shape, y_dtype);
           if (with_add)
             qconv2d_add_out(*x_nhwc, *w, q, pl, conv_dtype, *other_nhwc, r, *got, pw.get());
           else
             qconv2d_out(*x_nhwc, *w, q, pl, *got, pw.get());
           EXPECT_EQ(to_vec(*got), expected)
-              << s.name << ", isa " << qgemm_isa_name(isa) << (packed ? ", packed " : ", ")
+              << s.name << ", isa " << qgemm_isa_name(isa)
+              << (packed == 2 ? ", packed for NCHW "
+                  : packed    ? ", packed "
+                              : ", ")
               << (pw ? prepared_family(*pw) : "") << (with_add ? ", with the add" : "") << ", x "
               << dtype_name(x_dtype);
         }

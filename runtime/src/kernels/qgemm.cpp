@@ -760,10 +760,13 @@ void qconv2d_channels_last(std::string_view op, const ConvGeom& g, const TensorI
     const bool by_rows =
         prepared ? !prepared->a_operand : pointwise_by_rows(family_for(quads_ok, s.M), g.O, g.C);
     const PreparedQWeightPtr pw = weights_for(op, prepared, wc, rq, 1, g.C, !by_rows, s.M);
+    const QFamily& f = *pw->family;
+    // Weights prepared as A for a family without byte quads (an NCHW preparation) run on the
+    // NCHW copies below.
+    const bool transposed = !by_rows && f.group == 4 && s.K % 4 == 0;
     if (by_rows) {
       linear_tiles(*pw, rq, xc, s, out, nullptr);
-    } else {  // out^T [O, M] = weights . pixel columns, then transposed
-      const QFamily& f = *pw->family;
+    } else if (transposed) {  // out^T [O, M] = weights . pixel columns, then transposed
       const Layout lb = b_layout(f, s.M, s.K);
       ConvScratch<int32_t> b(lb.total_words());
       const bool x_signed = xc.dtype() == DType::Int8;
@@ -775,17 +778,20 @@ void qconv2d_channels_last(std::string_view op, const ConvGeom& g, const TensorI
                 tile_out(rq, bias, yt.get(), s.M, true));
       transpose_images(yt.get(), out, 1, g.O, s.M);
     }
-    if (add) add->apply_planes(out, 0, g.N, image);
-    return;
+    if (by_rows || transposed) {
+      if (add) add->apply_planes(out, 0, g.N, image);
+      return;
+    }
   }
-  if (prepared ? prepared->direct : quads_ok && direct_conv_fits(family_for(true), wc, p)) {
+  if (!pointwise_rows(p, wc) &&
+      (prepared ? prepared->direct : quads_ok && direct_conv_fits(family_for(true), wc, p))) {
     const PreparedQWeightPtr pd = prepared ? checked_direct(op, *prepared, wc, rq, p)
                                            : pack_direct_weight(family_for(true), wc);
     const int32_t q_zp = quad_zero_point(*pd->family, rq, xc.dtype() == DType::Int8);
     qconv2d_direct(g, xc, *pd, rq, quad_bias(rq, pd->sums, q_zp), q_zp, out, add, true);
     return;
   }
-  // Everything else (grouped, im2col, depthwise beyond the interleaved path) on NCHW copies.
+  // Everything else (grouped, im2col, depthwise beyond the ring's bound) on NCHW copies.
   auto xn = empty(Dims{g.N, g.C, g.H, g.W}, xc.dtype());
   auto yn = empty(Dims{g.N, g.O, g.Ho, g.Wo}, conv_dtype);
   transpose_images(xc.data(), xn->data(), g.N, g.HW(), g.C);
