@@ -103,11 +103,31 @@ template <typename Byte>
 void convert_row(const Byte* x, int64_t row, int64_t W, int64_t C, int64_t Wp, int64_t count,
                  int32_t zp, float* dst) {
   const int64_t at = row * W * C;
-  for (int64_t iw = 0; iw < W; ++iw)
-    for (int64_t c0 = 0; c0 < C; c0 += kLanes)
+  // Whole blocks whose 8 bytes lie within x: loaded as they are (bytes_minus_zero_point decides
+  // per block where its bytes may end, a branch and a copy each).
+  const int64_t whole = C / kLanes * kLanes;
+  const bool in_bounds = at + W * C + kLanes <= count;
+#if defined(__x86_64__) || defined(_M_X64)
+  const __m256i vzp = _mm256_set1_epi32(zp);
+#endif
+  for (int64_t iw = 0; iw < W; ++iw) {
+    int64_t c0 = 0;
+#if defined(__x86_64__) || defined(_M_X64)
+    if (in_bounds) {
+      for (; c0 < whole; c0 += kLanes) {
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + at + iw * C + c0));
+        const __m256i v =
+            std::is_signed_v<Byte> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+        _mm256_storeu_ps(dst + (c0 / kLanes * Wp + iw) * kLanes,
+                         _mm256_cvtepi32_ps(_mm256_sub_epi32(v, vzp)));
+      }
+    }
+#endif
+    for (; c0 < C; c0 += kLanes)
       _mm256_storeu_ps(dst + (c0 / kLanes * Wp + iw) * kLanes,
                        simd::bytes_minus_zero_point(x, at + iw * C + c0,
                                                     std::min<int64_t>(kLanes, C - c0), count, zp));
+  }
 }
 
 // One output row: per block of 8 channels (outer), its taps' weights in registers (3 x 3) and
