@@ -5,10 +5,10 @@
 // once into a ring of float32 rows (bytes minus x_zp, the padding columns 0: what x_zp reads
 // as), each row read by up to KH output rows and laid out block major (each block of 8
 // channels one contiguous run of pixels, as the NCHW kernel's band buffer); per block the
-// taps' weights (minus their zero points) stay in registers over the output row, four pixels
-// at a time are KH x KW multiply-adds each, requantized and stored together. The arithmetic is
-// exact, as in the NCHW kernel: integer products of at most 255 x 255, at most kMaxDepthwiseTaps of
-// them, below 2^24.
+// taps' weights (minus their zero points) stay in registers while the output row's sums are
+// computed, then four pixels at a time are requantized and stored together. The arithmetic is
+// exact, as in the NCHW kernel: integer products of at most 255 x 255, at most
+// kMaxDepthwiseTaps of them, below 2^24.
 
 #include <algorithm>
 #include <cstring>
