@@ -256,11 +256,6 @@ void narrow_fill_bytes(const ConvGeom& g, const NarrowGeom& ng, const Byte* x, i
                        float* B) {
   const int64_t rows = std::min(g.H, ng.Hb - g.ph), cols = std::min(g.W, ng.Wb - g.pw);
   const __m256i zp = _mm256_set1_epi32(zero_point);
-  auto pixel = [&](__m128i quads) {
-    const __m256i v =
-        std::is_signed_v<Byte> ? _mm256_cvtepi8_epi32(quads) : _mm256_cvtepu8_epi32(quads);
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(v, zp));
-  };
   for (int64_t ih = 0; ih < rows; ++ih) {
     float* brow = B + ((ih + g.ph) * ng.Wb + g.pw) * kV;
     const int64_t row_at = start + ih * width;
@@ -288,8 +283,8 @@ void narrow_fill_bytes(const ConvGeom& g, const NarrowGeom& ng, const Byte* x, i
                             _mm_unpacklo_epi32(b1, b3), _mm_unpackhi_epi32(b1, b3)};
       __m256 px[8];
       for (int k = 0; k < 4; ++k) {
-        px[2 * k] = pixel(c[k]);
-        px[2 * k + 1] = pixel(_mm_unpackhi_epi64(c[k], c[k]));
+        px[2 * k] = simd::widen_minus_zero_point<Byte>(c[k], zp);
+        px[2 * k + 1] = simd::widen_minus_zero_point<Byte>(_mm_unpackhi_epi64(c[k], c[k]), zp);
       }
       store_first(brow + iw * kV, px, n);
     }

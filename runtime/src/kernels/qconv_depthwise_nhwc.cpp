@@ -103,25 +103,20 @@ template <typename Byte>
 void convert_row(const Byte* x, int64_t row, int64_t W, int64_t C, int64_t Wp, int64_t count,
                  int32_t zp, float* dst) {
   const int64_t at = row * W * C;
-  // Whole blocks whose 8 bytes lie within x: loaded as they are (bytes_minus_zero_point decides
-  // per block where its bytes may end, a branch and a copy each).
+  // Whole blocks lie within their pixel's bytes: loaded as they are (bytes_minus_zero_point, for
+  // a last partial block, decides where its bytes may end: a branch and a copy per block).
   const int64_t whole = C / kLanes * kLanes;
-  const bool in_bounds = at + W * C + kLanes <= count;
 #if defined(__x86_64__) || defined(_M_X64)
   const __m256i vzp = _mm256_set1_epi32(zp);
 #endif
   for (int64_t iw = 0; iw < W; ++iw) {
     int64_t c0 = 0;
 #if defined(__x86_64__) || defined(_M_X64)
-    if (in_bounds) {
-      for (; c0 < whole; c0 += kLanes) {
-        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + at + iw * C + c0));
-        const __m256i v =
-            std::is_signed_v<Byte> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
-        _mm256_storeu_ps(dst + (c0 / kLanes * Wp + iw) * kLanes,
-                         _mm256_cvtepi32_ps(_mm256_sub_epi32(v, vzp)));
-      }
-    }
+    for (; c0 < whole; c0 += kLanes)
+      _mm256_storeu_ps(
+          dst + (c0 / kLanes * Wp + iw) * kLanes,
+          simd::widen_minus_zero_point<Byte>(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + at + iw * C + c0)), vzp));
 #endif
     for (; c0 < C; c0 += kLanes)
       _mm256_storeu_ps(dst + (c0 / kLanes * Wp + iw) * kLanes,
@@ -221,7 +216,7 @@ void depthwise_nhwc(const conv_detail::ConvGeom& g, const Byte* x, int64_t count
     conv_detail::ConvScratch<int64_t> held_buf(span);
     int64_t* const held = held_buf.get();
     std::fill(held, held + span, int64_t(-1));
-    conv_detail::ConvScratch<const float*> rows_buf(KK);  // per kh: its row at padded column 0
+    conv_detail::ConvScratch<const float*> rows_buf(g.KH);  // per kh: its row at padded column 0
     const float** const rows = rows_buf.get();
     conv_detail::ConvScratch<float> sums_buf(g.Wo * kLanes);
     for (int64_t r = r0; r < r1; ++r) {

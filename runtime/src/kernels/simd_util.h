@@ -76,15 +76,23 @@ inline uint64_t load8_bytes(const Byte* base, int64_t at, int64_t n, int64_t tot
   return bits;
 }
 
+#if defined(__x86_64__) || defined(_M_X64)
+// The low 8 bytes of `b` (uint8 or int8 as Byte), each minus zp, as floats.
+template <typename Byte>
+inline __m256 widen_minus_zero_point(__m128i b, __m256i zp) {
+  const __m256i v = std::is_signed_v<Byte> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+  return _mm256_cvtepi32_ps(_mm256_sub_epi32(v, zp));
+}
+#endif
+
 // The same bytes, each minus zp, as floats.
 template <typename Byte>
 inline __m256 bytes_minus_zero_point(const Byte* base, int64_t at, int64_t n, int64_t total,
                                      int32_t zp) {
   const uint64_t bits = load8_bytes(base, at, n, total);
 #if defined(__x86_64__) || defined(_M_X64)
-  const __m128i b = _mm_cvtsi64_si128(static_cast<long long>(bits));
-  const __m256i v = std::is_signed_v<Byte> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
-  return _mm256_cvtepi32_ps(_mm256_sub_epi32(v, _mm256_set1_epi32(zp)));
+  return widen_minus_zero_point<Byte>(_mm_cvtsi64_si128(static_cast<long long>(bits)),
+                                      _mm256_set1_epi32(zp));
 #else
   alignas(32) float f[8];
   for (int k = 0; k < 8; ++k) {
