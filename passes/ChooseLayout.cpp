@@ -13,8 +13,8 @@
 // the way in or out. Where a function has two or more of them: each converted op gets
 // permute(x, [0, 2, 3, 1]) before and permute(y, [0, 3, 1, 2]) after; between two converted
 // layers the pair cancels, so only a chain's ends convert (MobileNetV2: after the stem and
-// before the pooling). A single convolution keeps NCHW: its two conversions would cost what
-// they save.
+// before the pooling). A single convolution keeps NCHW: it would need a conversion on each side
+// for one layer (not measured either way).
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"

@@ -27,7 +27,7 @@ func.func @chain(%x: tensor<1x3x9x9xui8>) -> tensor<1x8x1x1xui8> {
   return %3 : tensor<1x8x1x1xui8>
 }
 
-// One convolution alone keeps NCHW: its two conversions would cost what they save.
+// One convolution alone keeps NCHW (it would need a conversion on each side).
 // CHECK-LABEL: func.func @single
 // CHECK-NOT: kiln.permute
 // CHECK-NOT: channels_last
