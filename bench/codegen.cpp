@@ -33,6 +33,8 @@ namespace {
 jit::CompileOptions bench_options() {
   jit::CompileOptions o;
   o.disk_cache = false;  // measure the compiler, not a previous run's objects
+  // KILN_BENCH_VECTOR_BITS=-1 measures the scalar loops LLVM vectorizes (CompileOptions).
+  if (const char* bits = std::getenv("KILN_BENCH_VECTOR_BITS")) o.vector_bits = std::atoi(bits);
   return o;
 }
 

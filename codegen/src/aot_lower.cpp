@@ -17,11 +17,13 @@ namespace kiln::codegen {
 std::string lower_to_object(mlir::ModuleOp module, const Target& target,
                             const LowerOptions& options, int opt_level, EntrySignature* signature) {
   std::string error;
-  if (!lower_to_llvm_dialect(module, options, &error, signature)) throw AotError(error);
+  auto tm = create_target_machine(target, opt_level);
+  LowerOptions lower = options;
+  if (lower.vector_bits == 0) lower.vector_bits = vector_register_bits(*tm);
+  if (!lower_to_llvm_dialect(module, lower, &error, signature)) throw AotError(error);
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> ir = translate_to_llvm_ir(module, ctx, &error);
   if (!ir) throw AotError(error);
-  auto tm = create_target_machine(target, opt_level);
   optimize_llvm_module(*ir, *tm, opt_level);
   // After O3, so the optimized code is exactly the JIT's (internalizing first lets the inliner
   // fold every loop-nest function into the entry: 25x the optimization time on a transformer).

@@ -101,14 +101,16 @@ bool compile_to_object(mlir::ModuleOp module, const Target& target, const LowerO
                  std::chrono::duration<double, std::milli>(now - last).count());
     last = now;
   };
-  if (!lower_to_llvm_dialect(module, options, error, signature)) return false;
+  std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(target, error);
+  if (!tm) return false;
+  LowerOptions lower = options;
+  if (lower.vector_bits == 0) lower.vector_bits = vector_register_bits(*tm);
+  if (!lower_to_llvm_dialect(module, lower, error, signature)) return false;
   phase("lower");
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> ir = translate_to_llvm_ir(module, ctx, error);
   if (!ir) return false;
   phase("translate");
-  std::unique_ptr<llvm::TargetMachine> tm = make_target_machine(target, error);
-  if (!tm) return false;
   optimize_llvm_module(*ir, *tm, opt_level);
   phase("optimize");
   // KILN_CODEGEN_DUMP=file writes the optimized LLVM IR there (inspecting vectorization).
@@ -135,7 +137,8 @@ std::string cache_key(const std::string& module_bytes, const Target& target,
   const Target t = target.triple.empty() ? host_target() : target;
   std::string salt = t.triple + "|" + t.cpu + "|" + t.features + "|" + options.entry_name + "|" +
                      std::to_string(options.parallel_min_elements) + "|" +
-                     std::to_string(options.fuse_elementwise) + "|" + std::to_string(opt_level) +
+                     std::to_string(options.fuse_elementwise) + "|" +
+                     std::to_string(options.vector_bits) + "|" + std::to_string(opt_level) +
                      "|kiln-codegen-abi-" + std::to_string(kAbiVersion) + "|kiln-codegen-rev-" +
                      std::to_string(kCodegenRevision);
   const uint64_t a = llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(

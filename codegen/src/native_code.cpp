@@ -134,6 +134,7 @@ std::unique_ptr<llvm::Module> compile_group(const GeneratedGroup& g, llvm::LLVMC
   mlir::OwningOpRef<mlir::ModuleOp> module = outline(g);
   LowerOptions options;
   options.entry_name = g.symbol;
+  options.vector_bits = vector_register_bits(tm);
   if (!lower_to_llvm_dialect(*module, options, why)) return nullptr;
   std::unique_ptr<llvm::Module> ir = translate_to_llvm_ir(*module, ctx, why);
   if (!ir) return nullptr;

@@ -1,8 +1,12 @@
 #include "kiln/codegen/target.h"
 
+#include "kiln/codegen/lower.h"
+
 #include "llvm/ADT/StringMap.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
 
 namespace kiln::codegen {
@@ -31,6 +35,14 @@ Target host_target() {
   }
   t.features = std::move(features);
   return t;
+}
+
+int vector_register_bits(const llvm::TargetMachine& tm) {
+  const llvm::MCSubtargetInfo* sti = tm.getMCSubtargetInfo();
+  if (tm.getTargetTriple().isAArch64()) return 128;  // NEON
+  if (sti->checkFeatures("+avx512f")) return 512;
+  if (sti->checkFeatures("+avx")) return 256;
+  return 128;  // SSE2, the x86-64 baseline
 }
 
 bool target_available(const std::string& triple, std::string* error) {

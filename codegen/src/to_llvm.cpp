@@ -9,19 +9,25 @@
 #include "llvm/Target/TargetMachine.h"
 #include "lower/f32_math.h"
 #include "lower/lowering.h"
+#include "lower/vectorize.h"
+#include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
 #include "mlir/Conversion/LLVMCommon/ConversionTarget.h"
 #include "mlir/Conversion/LLVMCommon/TypeConverter.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
+#include "mlir/Conversion/VectorToSCF/VectorToSCF.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Pass/Pass.h"
@@ -38,6 +44,7 @@ namespace kiln::codegen {
 void register_lowering_dialects(mlir::DialectRegistry& registry) {
   registry.insert<mlir::LLVM::LLVMDialect, mlir::scf::SCFDialect, mlir::arith::ArithDialect,
                   mlir::math::MathDialect, mlir::func::FuncDialect, mlir::cf::ControlFlowDialect>();
+  detail::register_vector_dialects(registry);
   mlir::registerBuiltinDialectTranslation(registry);
   mlir::registerLLVMDialectTranslation(registry);
 }
@@ -72,7 +79,11 @@ std::string diagnostics_of(mlir::MLIRContext* ctx, const std::function<bool()>& 
 bool loops_to_llvm(mlir::ModuleOp module) {
   mlir::MLIRContext* ctx = module.getContext();
   {
+    // The vector kernels' transfers (to 1-D loads, masked or strided ones to loops), their
+    // tiles' affine index arithmetic, then every loop to branches.
     mlir::PassManager pm(ctx);
+    pm.addPass(mlir::createConvertVectorToSCFPass());
+    pm.addPass(mlir::createLowerAffinePass());
     pm.addPass(mlir::createConvertSCFToCFPass());
     if (mlir::failed(pm.run(module))) return false;
   }
@@ -85,6 +96,16 @@ bool loops_to_llvm(mlir::ModuleOp module) {
     if (mlir::failed(mlir::applyPatternsAndFoldGreedily(module, std::move(patterns)))) {
       return false;
     }
+  }
+  {
+    // Vector and memref ops (the vector kernels) to the LLVM dialect first: the memref
+    // descriptors the kernels built from raw pointers fold back into them.
+    mlir::PassManager pm(ctx);
+    pm.addPass(mlir::memref::createExpandStridedMetadataPass());
+    pm.addPass(mlir::createLowerAffinePass());
+    pm.addPass(mlir::createConvertVectorToLLVMPass());
+    pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass());
+    if (mlir::failed(pm.run(module))) return false;
   }
   mlir::LLVMTypeConverter converter(ctx);
   mlir::RewritePatternSet patterns(ctx);
@@ -104,6 +125,7 @@ bool loops_to_llvm(mlir::ModuleOp module) {
 bool lower_to_llvm_dialect(mlir::ModuleOp module, const LowerOptions& options, std::string* error,
                            EntrySignature* signature) {
   if (!lower_to_loops(module, options, error, signature)) return false;
+  if (!detail::vectorize_kernels(module, error)) return false;
   bool ok = false;
   std::string diags = diagnostics_of(
       module.getContext(), [&] { return loops_to_llvm(module); }, &ok);
@@ -164,17 +186,26 @@ void optimize_llvm_module(llvm::Module& module, llvm::TargetMachine& tm, int opt
 }
 
 namespace {
-// kiln-opt passes: the same lowering as the JIT, stopping at loops or at the LLVM dialect.
-template <bool ToLLVM>
-struct LowerPass
-    : public mlir::PassWrapper<LowerPass<ToLLVM>, mlir::OperationPass<mlir::ModuleOp>> {
+// kiln-opt passes: the same lowering as the JIT, stopping at loops (the vector kernels as linalg
+// on tensors), at vectors (tiled, vectorized, bufferized) or at the LLVM dialect. The vector
+// width is an option (0: scalar loops for LLVM's vectorizer), never the host's.
+enum class Stage { Loops, Vectors, LLVM };
+template <Stage S>
+struct LowerPass : public mlir::PassWrapper<LowerPass<S>, mlir::OperationPass<mlir::ModuleOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(LowerPass)
+  LowerPass() = default;
+  LowerPass(const LowerPass& other)
+      : mlir::PassWrapper<LowerPass<S>, mlir::OperationPass<mlir::ModuleOp>>(other) {}
   llvm::StringRef getArgument() const override {
-    return ToLLVM ? "kiln-lower-to-llvm" : "kiln-lower-to-loops";
+    return S == Stage::LLVM      ? "kiln-lower-to-llvm"
+           : S == Stage::Vectors ? "kiln-lower-to-vectors"
+                                 : "kiln-lower-to-loops";
   }
   llvm::StringRef getDescription() const override {
-    return ToLLVM ? "Lower @forward to an LLVM-dialect entry point (kiln_entry)"
-                  : "Lower @forward to loops and runtime calls (kiln_entry), before LLVM";
+    return S == Stage::LLVM ? "Lower @forward to an LLVM-dialect entry point (kiln_entry)"
+           : S == Stage::Vectors
+               ? "Lower @forward to loops, runtime calls and bufferized vector kernels"
+               : "Lower @forward to loops and runtime calls (kiln_entry), before LLVM";
   }
   void getDependentDialects(mlir::DialectRegistry& registry) const override {
     register_lowering_dialects(registry);
@@ -182,19 +213,31 @@ struct LowerPass
   void runOnOperation() override {
     std::string error;
     LowerOptions options;
-    const bool ok = ToLLVM ? lower_to_llvm_dialect(this->getOperation(), options, &error)
-                           : lower_to_loops(this->getOperation(), options, &error);
+    options.vector_bits = vector_bits;
+    bool ok = false;
+    if (S == Stage::LLVM) {
+      ok = lower_to_llvm_dialect(this->getOperation(), options, &error);
+    } else {
+      ok = lower_to_loops(this->getOperation(), options, &error);
+      if (ok && S == Stage::Vectors) ok = detail::vectorize_kernels(this->getOperation(), &error);
+    }
     if (!ok) {
       this->getOperation().emitError(error);
       this->signalPassFailure();
     }
   }
+  mlir::Pass::Option<int> vector_bits{
+      *this, "vector-bits",
+      llvm::cl::desc("Vector register width the elementwise kernels are tiled for (0: scalar "
+                     "loops)"),
+      llvm::cl::init(0)};
 };
 }  // namespace
 
 void register_lowering_passes() {
-  mlir::PassRegistration<LowerPass<false>>();
-  mlir::PassRegistration<LowerPass<true>>();
+  mlir::PassRegistration<LowerPass<Stage::Loops>>();
+  mlir::PassRegistration<LowerPass<Stage::Vectors>>();
+  mlir::PassRegistration<LowerPass<Stage::LLVM>>();
 }
 
 }  // namespace kiln::codegen

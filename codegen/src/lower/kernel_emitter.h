@@ -68,6 +68,15 @@ class KernelEmitter {
 
   // ---- the kernel function ----
   void build_function();
+  // Whether this kernel goes through the vector pipeline (linalg_kernels.cpp): a plain
+  // elementwise nest (not a row kernel) over more than one element, when the options give a
+  // vector width.
+  bool vector_kernel() const;
+  // The kernel function as one linalg.generic on tensors over [begin, end) of the outermost dim:
+  // each leaf a strided memref view of its buffer (broadcast dims projected out of its indexing
+  // map), each result materialized in its destination; vectorize.cpp tiles, vectorizes and
+  // bufferizes it.
+  void build_vector_function();
   // Offset of an element in the kernel's loops (ivs_): base + sum ivs_[d] * strides[d].
   Value offset(int64_t base, llvm::ArrayRef<int64_t> strides);
 
@@ -128,6 +137,7 @@ class KernelEmitter {
   llvm::DenseMap<Value, size_t> leaf_index_;
   llvm::DenseSet<Value> visited_;
   llvm::DenseMap<Value, Value> memo_;
+  llvm::DenseMap<Value, Value> leaf_args_;  // vector kernels: a leaf's element in the generic
   llvm::SmallVector<int64_t> sizes_, out_strides_;
   Value out_ptr_;
   llvm::SmallVector<Value> ivs_;  // the loops' induction variables, outermost first

@@ -109,6 +109,10 @@ bool KernelEmitter::merge_ok(size_t d,
 
 // ---- the kernel function ----
 void KernelEmitter::build_function() {
+  if (vector_kernel()) {
+    build_vector_function();
+    return;
+  }
   name_ = "kiln_kernel_" + std::to_string(low_.next_kernel_id());
   Type ptr = low_.ptr_type(), i64 = b_.getI64Type();
   b_.setInsertionPointToEnd(low_.module().getBody());
@@ -299,6 +303,7 @@ Value KernelEmitter::compute(Value v) {
   if (auto splat = Lowering::splat_value(v)) {
     return b_.create<arith::ConstantOp>(loc_, *splat);
   }
+  if (auto it = leaf_args_.find(v); it != leaf_args_.end()) return it->second;
   if (auto it = leaf_index_.find(v); it != leaf_index_.end()) {
     Leaf& leaf = leaves_[it->second];
     return load(leaf.ptr, leaf.offset, leaf.view.elem);

@@ -4,6 +4,7 @@
 // their consumer's loop, and frees each intermediate buffer after its last use.
 
 #include "lowering.h"
+#include "vectorize.h"
 
 #include "kiln/ir/KilnDialect.h"
 
@@ -555,6 +556,7 @@ bool Lowering::run(std::string* error_out, EntrySignature* signature) {
   mlir::MLIRContext* ctx = module_.getContext();
   ctx->loadDialect<LLVM::LLVMDialect, mlir::scf::SCFDialect, mlir::arith::ArithDialect,
                    mlir::math::MathDialect, mlir::func::FuncDialect>();
+  if (options_.vector_bits > 0) load_vector_dialects(ctx);
   forward_ = module_.lookupSymbol<mlir::func::FuncOp>("forward");
   if (!forward_ || forward_.getBody().empty()) {
     if (error_out) *error_out = "the module has no func.func @forward with a body";

@@ -212,6 +212,7 @@ std::shared_ptr<const Code> code_for(const std::string& fingerprint,
   codegen::LowerOptions lower;
   lower.fuse_elementwise = options.fuse_elementwise;
   lower.parallel_min_elements = options.parallel_min_elements;
+  lower.vector_bits = options.vector_bits;
   const codegen::Target host = codegen::host_target();
   const std::string key = codegen::cache_key(
       options.optimize ? fingerprint + "\n#optimize" : fingerprint, host, lower, options.opt_level);

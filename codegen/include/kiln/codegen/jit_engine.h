@@ -36,7 +36,8 @@ inline constexpr int kAbiVersion = 2;
 //   5: loop-carried values updated in place; a kiln.fused's stored results in one loop nest.
 //   6: softmax / log-softmax over the last dim as generated row kernels.
 //   7: logsumexp as a row kernel; loop and branch bodies' buffers in compile-time arenas.
-inline constexpr int kCodegenRevision = 7;
+//   8: elementwise loop nests tiled and vectorized through linalg → vector (vector_bits).
+inline constexpr int kCodegenRevision = 8;
 
 // A stable key for compiled code: (module bytes, target triple, CPU, features, options, ABI,
 // code generator revision).

@@ -41,7 +41,18 @@ struct LowerOptions {
   int64_t parallel_min_elements = 1 << 16;
   // Fuse chains of single-use elementwise ops into one loop nest.
   bool fuse_elementwise = true;
+  // Width of the target's vector registers in bits. When positive, elementwise loop nests go
+  // through upstream MLIR: linalg.generic on tensors, tiled and vectorized to this width,
+  // bufferized (codegen/src/lower/vectorize.cpp). 0: the code generators (compile_to_object,
+  // lower_to_object, native code) take it from their target (vector_register_bits); negative:
+  // scalar loops that LLVM's loop vectorizer widens (the path before the vector pipeline,
+  // kept for comparison).
+  int vector_bits = 0;
 };
+
+// The vector register width the lowering tiles for on a target machine (its CPU's features and
+// the explicit ones): AVX-512 512, AVX 256, SSE2 and NEON 128.
+int vector_register_bits(const llvm::TargetMachine& tm);
 
 // One buffer of the entry point: dtype is kiln::DType's value (the runtime's numbering, also used
 // by the C ABI), sizes row-major.

@@ -43,6 +43,10 @@ struct CompileOptions {
   bool fuse_elementwise = true;
   // Split elementwise loop nests of at least this many elements over the thread pool (0: never).
   int64_t parallel_min_elements = 1 << 16;
+  // Elementwise loop nests: 0 tiles and vectorizes them for the target's vector width through
+  // upstream MLIR (linalg → vector); a positive width overrides it; negative leaves scalar loops
+  // to LLVM's loop vectorizer (the earlier path, kept for comparison).
+  int vector_bits = 0;
   bool memory_cache = true;
   bool disk_cache = true;
   std::string cache_dir;  // empty: $XDG_CACHE_HOME/kiln or ~/.cache/kiln

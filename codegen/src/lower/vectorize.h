@@ -1,0 +1,30 @@
+#pragma once
+// Internal: the vector pipeline's middle stages (vectorize.cpp), between the kernel emitter's
+// linalg.generic on tensors (linalg_kernels.cpp) and the conversion to the LLVM dialect
+// (to_llvm.cpp).
+
+#include <string>
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectRegistry.h"
+
+namespace kiln::codegen::detail {
+
+// Marks a kernel function built as linalg on tensors; its value is the target's vector register
+// width in bits.
+inline constexpr const char* kVectorKernelAttr = "kiln.vector_bits";
+
+// Dialects and interface models the vector pipeline needs (linalg, tensor, bufferization, memref,
+// vector, affine; tiling, bufferization, subset and value-bounds models).
+void register_vector_dialects(mlir::DialectRegistry& registry);
+// Loads them into ctx (the kernel emitter builds their ops; register them first).
+void load_vector_dialects(mlir::MLIRContext* ctx);
+
+// In every function marked kVectorKernelAttr: tiles each linalg.generic with scf.for to one tile
+// of vector registers along its innermost dim (the outer dims one at a time), peels the
+// remainder, vectorizes the whole tiles (the remainder stays a scalar loop), then eliminates the
+// empty output tensors and bufferizes the function with one-shot bufferization, so the vectors are
+// read from and written to the kernel's buffers. Returns false (with `error`) when a stage fails.
+bool vectorize_kernels(mlir::ModuleOp module, std::string* error);
+
+}  // namespace kiln::codegen::detail
