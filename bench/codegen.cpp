@@ -140,6 +140,46 @@ static void BM_CompiledChain16M(benchmark::State& state) {
 }
 BENCHMARK(BM_CompiledChain16M)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// An LSTM cell's gate math on a [B, 4H] product (H = 256): four strided gate slices, sigmoid and
+// tanh, the new cell and hidden state in one kernel; small enough that a kernel's fixed costs show.
+static void BM_CompiledLstmCell(benchmark::State& state) {
+  const int64_t batch = state.range(0), hidden = 256;
+  Tensor gates = randn({batch, 4 * hidden});
+  Tensor c = randn({batch, hidden});
+  auto fn = [hidden](const TensorList& t) {
+    const Tensor& g = t[0];
+    Tensor i = sigmoid(g.slice(1, 0, hidden)), f = sigmoid(g.slice(1, hidden, 2 * hidden));
+    Tensor cell = tanh(g.slice(1, 2 * hidden, 3 * hidden));
+    Tensor o = sigmoid(g.slice(1, 3 * hidden, 4 * hidden));
+    Tensor c_next = f * t[1] + i * cell;
+    return TensorList{o * tanh(c_next), c_next};
+  };
+  jit::CompiledFunction f = jit::compile(jit::trace(fn, {gates, c}), bench_options());
+  for (auto _ : state) {
+    TensorList y = f({gates, c});
+    benchmark::DoNotOptimize(y[0].impl());
+  }
+}
+BENCHMARK(BM_CompiledLstmCell)->Arg(1)->Arg(8)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Attention's layout copies, 128 tokens x 4 heads x 64: the heads split out (rows of 64 stay
+// contiguous) and the keys transposed (the inner dim read at a stride of 256 floats), each plus 1
+// so that the copy is a kernel, not a view.
+static void BM_CompiledHeadCopies(benchmark::State& state) {
+  Tensor x = randn({128, 4, 64});
+  auto fn = [](const TensorList& t) {
+    Tensor heads = t[0].permute({1, 0, 2}) + 1.0;
+    Tensor keys_t = t[0].permute({1, 2, 0}) + 1.0;
+    return TensorList{heads, keys_t};
+  };
+  jit::CompiledFunction f = jit::compile(jit::trace(fn, {x}), bench_options());
+  for (auto _ : state) {
+    TensorList y = f({x});
+    benchmark::DoNotOptimize(y[0].impl());
+  }
+}
+BENCHMARK(BM_CompiledHeadCopies)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // The machine's memory bandwidth as STREAM measures it (McCalpin's triad a = b + s*c on arrays
 // far larger than the caches, 24 bytes per element counted, the same threads as kiln): the
 // reference #24 states the generated chain's bandwidth against (>= 85%).

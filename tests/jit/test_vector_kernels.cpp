@@ -31,7 +31,8 @@ jit::CompileOptions at_width(int bits) {
 }
 
 // Broadcast over a 37-wide inner dim (two whole 16-float tiles, a remainder of 5), a comparison
-// stored as bytes, integer arithmetic and a dense chain of 100003 elements.
+// stored as bytes, integer arithmetic, a dense chain of 100003 elements and a transposed read
+// (left to the scalar loops) in the same function.
 TensorList mixed(const TensorList& in) {
   const Tensor& x = in[0];  // [3, 37]
   const Tensor& a = in[1];  // [37]
@@ -42,7 +43,8 @@ TensorList mixed(const TensorList& in) {
   Tensor positive = x > a;
   Tensor ints = i * 3 - (i - 5) * i;
   Tensor dense = where(d > 0.0, d * d, -d) + 1.0;
-  return {chain, smooth, positive, ints, dense};
+  Tensor strided = x.transpose(0, 1) * 2.0 + a.unsqueeze(1);  // scalar loops: a strided read
+  return {chain, smooth, positive, ints, dense, strided};
 }
 
 TensorList mixed_inputs() {
@@ -72,6 +74,7 @@ TEST(VectorKernels, EveryWidthComputesWhatEagerComputes) {
     ASSERT_EQ(got[3].dtype(), DType::Int64);
     EXPECT_EQ(max_abs_diff(got[3], want[3]), 0.0);
     EXPECT_LE(max_abs_diff(got[4], dense64) / amax(abs(dense64)).item<double>(), 1e-6);
+    EXPECT_EQ(max_abs_diff(got[5], want[5]), 0.0);
   }
 }
 

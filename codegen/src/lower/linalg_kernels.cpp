@@ -25,6 +25,13 @@ bool KernelEmitter::vector_kernel() const {
   // A single element (the coalesced dims are one dim of size 1 at stride 0): scalar code.
   for (int64_t s : out_strides_)
     if (s == 0) return false;
+  // Vectors run along the innermost dim: every operand must be contiguous (or broadcast) there.
+  // A strided operand (a transposing copy) would be read lane by lane into a register, 7.6x the
+  // scalar loops' time on attention's key transpose (bench_codegen HeadCopies); its kernel stays
+  // scalar loops until tiles transpose in registers.
+  if (out_strides_.back() != 1) return false;
+  for (const Leaf& leaf : leaves_)
+    if (leaf.strides.back() != 0 && leaf.strides.back() != 1) return false;
   return true;
 }
 

@@ -10,8 +10,9 @@
 // row-major buffers of the shapes and dtypes entry_signature() reports (the caller allocates the
 // results). Heavy ops (GEMM, conv, pooling, norms, softmax, reductions, losses, indexing) become
 // calls to the runtime's C ABI (kiln/runtime/abi.h, symbols kiln_abi_*); elementwise chains and
-// kiln.fused regions become fused loop nests (vectorized by LLVM, split over the runtime's thread
-// pool through kiln_abi_parallel_for when large). Intermediate buffers come from kiln_abi_alloc.
+// kiln.fused regions become fused loop nests (linalg.generic tiled and vectorized for the target's
+// vector width, or scalar loops LLVM vectorizes; split over the runtime's thread pool through
+// kiln_abi_parallel_for when large). Intermediate buffers come from kiln_abi_alloc.
 // Frozen constants become internal LLVM globals, so the code needs no weights at run time.
 //
 // This header names MLIR/LLVM types by forward declaration only.
