@@ -12,6 +12,7 @@
 #include "kiln/control_flow.h"
 #include "kiln/jit/compile.h"
 #include "kiln/kiln.h"
+#include "kiln/runtime/thread_pool.h"
 #include "kiln/trace/trace.h"
 
 using namespace kiln;
@@ -25,14 +26,23 @@ constexpr int kWidths[] = {-1, 128, 256, 512};
 jit::CompileOptions at_width(int bits) {
   jit::CompileOptions o = kiln::test::no_disk();
   o.vector_bits = bits;
-  // Small kernels split over the threads too: each share's remainder is masked.
-  o.parallel_min_elements = 1000;
+  // Small kernels split over the threads too (two, see ThreadsForTheTest): shares start past 0,
+  // and a 1-D share's remainder is masked.
+  o.parallel_min_elements = 64;
   return o;
 }
 
+// At least two threads while a test runs, so that kernels run on shares of their outer dim.
+struct ThreadsForTheTest {
+  ThreadsForTheTest() : saved(num_threads()) { set_num_threads(std::max(saved, 2)); }
+  ~ThreadsForTheTest() { set_num_threads(saved); }
+  int saved;
+};
+
 // Broadcast over a 37-wide inner dim (two whole 16-float tiles, a remainder of 5), a comparison
-// stored as bytes, integer arithmetic, a dense chain of 100003 elements and a transposed read
-// (left to the scalar loops) in the same function.
+// stored as bytes, integer arithmetic, a dense chain of 100003 elements, a transposed read (left
+// to the scalar loops), float64 arithmetic that vectorizes, and 1-D integer and byte chains of
+// 1003 elements (masked remainders) in the same function.
 TensorList mixed(const TensorList& in) {
   const Tensor& x = in[0];  // [3, 37]
   const Tensor& a = in[1];  // [37]
@@ -44,17 +54,22 @@ TensorList mixed(const TensorList& in) {
   Tensor ints = i * 3 - (i - 5) * i;
   Tensor dense = where(d > 0.0, d * d, -d) + 1.0;
   Tensor strided = x.transpose(0, 1) * 2.0 + a.unsqueeze(1);  // scalar loops: a strided read
-  return {chain, smooth, positive, ints, dense, strided};
+  Tensor f64 = in[4] * in[4] - in[4] * 0.5;                   // [1003] float64
+  Tensor ints1d = in[5] * in[5] - 7;                          // [1003] int64
+  Tensor bytes = logical_not(in[5] > 3);                      // [1003] bool
+  return {chain, smooth, positive, ints, dense, strided, f64, ints1d, bytes};
 }
 
 TensorList mixed_inputs() {
   Tensor i = (rnd({3, 37}, 3) * 100.0).to(DType::Int64);
-  return {rnd({3, 37}, 1), rnd({37}, 2), i, rnd({100003}, 4)};
+  Tensor j = (rnd({1003}, 9) * 10.0).to(DType::Int64);
+  return {rnd({3, 37}, 1), rnd({37}, 2), i, rnd({100003}, 4), rnd({1003}, 8).to(DType::Float64), j};
 }
 
 }  // namespace
 
 TEST(VectorKernels, EveryWidthComputesWhatEagerComputes) {
+  ThreadsForTheTest threads;
   const TensorList in = mixed_inputs();
   const TensorList want = mixed(in);
   // float64 references of the exact ones.
@@ -75,10 +90,15 @@ TEST(VectorKernels, EveryWidthComputesWhatEagerComputes) {
     EXPECT_EQ(max_abs_diff(got[3], want[3]), 0.0);
     EXPECT_LE(max_abs_diff(got[4], dense64) / amax(abs(dense64)).item<double>(), 1e-6);
     EXPECT_EQ(max_abs_diff(got[5], want[5]), 0.0);
+    for (size_t k : {6, 7, 8}) {
+      ASSERT_EQ(got[k].dtype(), want[k].dtype());
+      EXPECT_EQ(max_abs_diff(got[k], want[k]), 0.0) << "result " << k;
+    }
   }
 }
 
 TEST(VectorKernels, Float64LibmCallsAndFusedResults) {
+  ThreadsForTheTest threads;
   // tanh of float64 calls libm: that tile stays a scalar loop; the rest of the kernel does not
   // change. Two results of one elementwise chain share their subexpression.
   auto fn = [](const TensorList& in) {
@@ -104,26 +124,45 @@ TEST(VectorKernels, Float64LibmCallsAndFusedResults) {
 
 TEST(VectorKernels, UpdateInTheCarriedBufferIsInPlaceAndExact) {
   // masked_fill of the carried value, yielded back: computed in the carry's own buffer (its
-  // kernel reads and writes one buffer). A kernel that read another operand, or a stale copy, in
-  // place of the carry would change the unmasked elements.
+  // kernel reads and writes one buffer). The mask is carried too and flips every step, so the
+  // result (every element filled after two steps) needs each step to read the previous step's
+  // fills: a kernel that read another operand, the input or a stale copy in place of the carry
+  // would leave elements unfilled.
+  ThreadsForTheTest threads;
   auto fn = [](const TensorList& in) {
     return loop(3,
                 [&](const Tensor&, const TensorList& c) {
-                  return TensorList{masked_fill(c[0], in[1], 7.0)};
+                  return TensorList{masked_fill(c[0], c[1], 7.0), logical_not(c[1])};
                 },
-                {in[0]});
+                {in[0], in[1]});
   };
   const int64_t n = 1003;
   Tensor x = rnd({n}, 7);
   Tensor mask = kiln::empty({n}, DType::Bool);
   for (int64_t k = 0; k < n; ++k) mask.data_ptr<bool>()[k] = k % 3 == 1;
   const TensorList in = {x, mask};
-  Tensor want = x.clone();
-  for (int64_t k = 0; k < n; ++k)
-    if (k % 3 == 1) want.data_ptr<float>()[k] = 7.0f;
+  const Tensor want = kiln::full({n}, 7.0);
   for (int bits : kWidths) {
     SCOPED_TRACE("vector_bits " + std::to_string(bits));
     jit::CompiledFunction f = jit::compile(jit::trace(fn, in), at_width(bits));
     EXPECT_EQ(max_abs_diff(f(in)[0], want), 0.0);
+  }
+}
+
+TEST(VectorKernels, ZeroSizeAndSingleElementKernels) {
+  // Nothing to tile (a zero-size inner or outer dim) and a single element: scalar code, no
+  // compile error, eager's results.
+  ThreadsForTheTest threads;
+  auto fn = [](const TensorList& in) {
+    return TensorList{in[0] * 2.0 + 1.0, in[1] * 2.0 + 1.0, in[2] * 2.0 + 1.0};
+  };
+  const TensorList in = {kiln::empty({4, 0}), kiln::empty({0, 4}), rnd({1, 1}, 10)};
+  for (int bits : kWidths) {
+    SCOPED_TRACE("vector_bits " + std::to_string(bits));
+    jit::CompiledFunction f = jit::compile(jit::trace(fn, in), at_width(bits));
+    const TensorList got = f(in);
+    EXPECT_EQ(got[0].sizes(), (Dims{4, 0}));
+    EXPECT_EQ(got[1].sizes(), (Dims{0, 4}));
+    EXPECT_EQ(max_abs_diff(got[2], fn(in)[2]), 0.0);
   }
 }

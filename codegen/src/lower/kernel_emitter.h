@@ -3,10 +3,12 @@
 // a kiln.fused's results) over its shape: the tree of deferred elementwise ops (and kiln.fused
 // bodies) below it is computed per element from its leaves (materialized views, read through their
 // strides with NumPy broadcasting) and splat constants. Dims every operand walks in step are
-// coalesced, so a dense chain is one flat loop that LLVM vectorizes; the outermost dim is split
-// over the thread pool when the kernel is large. A row kernel (softmax, log-softmax, layer norm,
-// logsumexp over the last dim) keeps the last dim and makes passes over each row
-// (row_kernels.cpp).
+// coalesced, so a dense chain is one flat loop; the outermost dim is split over the thread pool
+// when the kernel is large. With a vector width (LowerOptions::vector_bits) the body becomes a
+// linalg.generic that vectorize.cpp tiles and vectorizes (linalg_kernels.cpp); else, and for
+// kernels it does not take, scalar loops that LLVM's loop vectorizer widens. A row kernel (softmax,
+// log-softmax, layer norm, logsumexp over the last dim) keeps the last dim and makes passes over
+// each row (row_kernels.cpp).
 //
 // The kernel is its own function  void kiln_kernel_N(void** ctx, i64 begin, i64 end)  over
 // [begin, end) of the outermost dim; ctx holds the outputs' and the leaves' base pointers.
@@ -69,8 +71,8 @@ class KernelEmitter {
   // ---- the kernel function ----
   void build_function();
   // Whether this kernel goes through the vector pipeline (linalg_kernels.cpp): a plain
-  // elementwise nest (not a row kernel) over more than one element, when the options give a
-  // vector width.
+  // elementwise nest (not a row kernel) over more than one element, every operand contiguous or
+  // broadcast along the innermost dim, when the options give a vector width.
   bool vector_kernel() const;
   // The kernel function as one linalg.generic on tensors over [begin, end) of the outermost dim:
   // each leaf a strided memref view of its buffer (broadcast dims projected out of its indexing

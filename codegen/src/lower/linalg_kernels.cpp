@@ -15,6 +15,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/AffineMap.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "vectorize.h"
 
 namespace kiln::codegen::detail {
 namespace LLVM = mlir::LLVM;
@@ -22,7 +23,9 @@ namespace arith = mlir::arith;
 
 bool KernelEmitter::vector_kernel() const {
   if (row_ != Row::None || low_.options().vector_bits <= 0) return false;
-  // A single element (the coalesced dims are one dim of size 1 at stride 0): scalar code.
+  // No element (a zero-size dim: nothing to tile) or a single one (the coalesced dims are one
+  // dim of size 1 at stride 0): scalar code.
+  if (numel(sizes_) == 0) return false;
   for (int64_t s : out_strides_)
     if (s == 0) return false;
   // Vectors run along the innermost dim: every operand must be contiguous (or broadcast) there.
@@ -34,8 +37,6 @@ bool KernelEmitter::vector_kernel() const {
     if (leaf.strides.back() != 0 && leaf.strides.back() != 1) return false;
   return true;
 }
-
-const char* const kVectorKernelAttr = "kiln.vector_bits";
 
 void KernelEmitter::build_vector_function() {
   name_ = "kiln_kernel_" + std::to_string(low_.next_kernel_id());

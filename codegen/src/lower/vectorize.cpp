@@ -52,9 +52,9 @@ namespace kiln::codegen::detail {
 namespace {
 
 // Vector registers per tile along the innermost dim: while one register's loads wait on memory
-// the others compute (LLVM's loop vectorizer interleaves likewise). Four where the ISA has 32
-// vector registers (AVX-512), two where it has 16 (AVX2, SSE), so that the tile's live values
-// of a long chain (GELU's erf) stay in registers.
+// the others compute (LLVM's loop vectorizer interleaves likewise). Four on 512-bit vectors
+// (AVX-512, 32 registers), two on narrower ones (AVX2 and SSE have 16; NEON's 32 would allow
+// four, not measured), so that the live values of a long chain (GELU's erf) stay in registers.
 int64_t registers_per_tile(int64_t vector_bits) {
   return vector_bits >= 512 ? 4 : 2;
 }
@@ -197,8 +197,9 @@ bool bufferize(mlir::func::FuncOp fn, const Patterns& patterns, std::string* err
   canonicalize(fn, patterns);
   // Results written where they are materialized bufferize to copies of a buffer onto itself:
   // gone. A tile that only copies (its generic folded into its input) bufferizes to memref.copy,
-  // which would lower to a call of MLIR's C runtime: as linalg.copy, vectorized like the rest.
-  // Tiles vectorization did not take: scalar loops over the buffers.
+  // which would lower to a call of MLIR's C runtime: as linalg.copy, vectorized when its shape is
+  // static (a copy's dynamic remainder has lost its tile width: a scalar loop). Tiles
+  // vectorization did not take: scalar loops over the buffers.
   fn.walk([&](mlir::memref::CopyOp copy) {
     if (copy.getSource() == copy.getTarget()) {
       rewriter.eraseOp(copy);

@@ -20,11 +20,14 @@ void register_vector_dialects(mlir::DialectRegistry& registry);
 // Loads them into ctx (the kernel emitter builds their ops; register them first).
 void load_vector_dialects(mlir::MLIRContext* ctx);
 
-// In every function marked kVectorKernelAttr: tiles each linalg.generic with scf.for to one tile
-// of vector registers along its innermost dim (the outer dims one at a time), peels the
-// remainder, vectorizes the whole tiles (the remainder stays a scalar loop), then eliminates the
-// empty output tensors and bufferizes the function with one-shot bufferization, so the vectors are
-// read from and written to the kernel's buffers. Returns false (with `error`) when a stage fails.
+// In every function marked kVectorKernelAttr: eliminates the empty output tensors (each result
+// computed in its destination's tensor), expands f32 transcendental functions (f32_math.h), tiles
+// each linalg.generic with scf.for to one tile of vector registers along its innermost dim (the
+// outer dims one at a time), peels the remainder, vectorizes the tiles (a remainder of static
+// size as a shorter vector, one known only at run time with masks), bufferizes the function with
+// one-shot bufferization, so the vectors are read from and written to the kernel's buffers, and
+// lowers what vectorization did not take to scalar loops. Returns false (with `error`) when a
+// stage fails.
 bool vectorize_kernels(mlir::ModuleOp module, std::string* error);
 
 }  // namespace kiln::codegen::detail
