@@ -29,8 +29,8 @@ bool KernelEmitter::vector_kernel() const {
   for (int64_t s : out_strides_)
     if (s == 0) return false;
   // Vectors run along the innermost dim: every operand must be contiguous (or broadcast) there.
-  // A strided operand (a transposing copy) would be read lane by lane into a register, 7.6x the
-  // scalar loops' time on attention's key transpose (bench_codegen HeadCopies); its kernel stays
+  // A strided operand (a transposing copy) would be read lane by lane into a register, several
+  // times the scalar loops' time (bench/README.md, bench_codegen HeadCopies); its kernel stays
   // scalar loops until tiles transpose in registers.
   if (out_strides_.back() != 1) return false;
   for (const Leaf& leaf : leaves_)

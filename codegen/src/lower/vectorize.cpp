@@ -206,9 +206,7 @@ bool bufferize(mlir::func::FuncOp fn, const Patterns& patterns, std::string* err
       return;
     }
     rewriter.setInsertionPoint(copy);
-    auto linalg_copy =
-        rewriter.replaceOpWithNewOp<mlir::linalg::CopyOp>(copy, copy.getSource(), copy.getTarget());
-    (void)linalg_copy;
+    rewriter.replaceOpWithNewOp<mlir::linalg::CopyOp>(copy, copy.getSource(), copy.getTarget());
   });
   llvm::SmallVector<mlir::linalg::LinalgOp> rest;
   fn.walk([&](mlir::linalg::LinalgOp op) { rest.push_back(op); });
