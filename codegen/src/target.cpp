@@ -40,7 +40,9 @@ Target host_target() {
 int vector_register_bits(const llvm::TargetMachine& tm) {
   const llvm::MCSubtargetInfo* sti = tm.getMCSubtargetInfo();
   if (tm.getTargetTriple().isAArch64()) return 128;  // NEON
-  if (sti->checkFeatures("+avx512f")) return 512;
+  // LLVM's own tuning for the CPU: AVX-512 parts it tunes for 256-bit vectors (Intel's, where
+  // 512-bit code may lower the clock) get 256 here too, as its loop vectorizer would use.
+  if (sti->checkFeatures("+avx512f") && !sti->checkFeatures("+prefer-256-bit")) return 512;
   if (sti->checkFeatures("+avx")) return 256;
   return 128;  // SSE2, the x86-64 baseline
 }

@@ -2,11 +2,13 @@
 // and for aarch64, cache keys.
 #include <gtest/gtest.h>
 
+#include "kiln/codegen/aot.h"
 #include "kiln/codegen/jit_engine.h"
 #include "kiln/codegen/lower.h"
 #include "kiln/ir/KilnDialect.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
+#include "llvm/Target/TargetMachine.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
@@ -91,6 +93,25 @@ TEST(CodegenLower, ObjectsForHostAndAarch64) {
     const int machine =
         static_cast<unsigned char>(object[18]) | (static_cast<unsigned char>(object[19]) << 8);
     if (*triple) EXPECT_EQ(machine, 183);
+  }
+}
+
+TEST(CodegenLower, VectorWidthFollowsTheTargetsCpu) {
+  // Named CPUs, not the host: the width each class of machine gets.
+  struct Case {
+    const char* triple;
+    const char* cpu;
+    int bits;
+  };
+  for (const Case& c :
+       {Case{"x86_64-linux-gnu", "znver4", 512},
+        Case{"x86_64-linux-gnu", "sapphirerapids", 256},  // prefer-256-bit
+        Case{"x86_64-linux-gnu", "skylake-avx512", 256}, Case{"x86_64-linux-gnu", "znver3", 256},
+        Case{"x86_64-linux-gnu", "haswell", 256}, Case{"x86_64-linux-gnu", "x86-64", 128},
+        Case{"aarch64-linux-gnu", "generic", 128}}) {
+    auto tm = kiln::codegen::create_target_machine({c.triple, c.cpu, ""}, 2);
+    ASSERT_TRUE(tm) << c.cpu;
+    EXPECT_EQ(kiln::codegen::vector_register_bits(*tm), c.bits) << c.cpu;
   }
 }
 

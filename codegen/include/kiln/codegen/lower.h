@@ -51,8 +51,9 @@ struct LowerOptions {
   int vector_bits = 0;
 };
 
-// The vector register width the lowering tiles for on a target machine (its CPU's features and
-// the explicit ones): AVX-512 512, AVX 256, SSE2 and NEON 128.
+// The vector width the lowering tiles for on a target machine (its CPU's features and the
+// explicit ones): AVX-512 512 unless LLVM tunes the CPU for 256-bit vectors (prefer-256-bit:
+// Intel's AVX-512 parts), AVX 256, SSE2 and NEON 128.
 int vector_register_bits(const llvm::TargetMachine& tm);
 
 // One buffer of the entry point: dtype is kiln::DType's value (the runtime's numbering, also used
