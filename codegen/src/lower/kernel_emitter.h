@@ -70,6 +70,12 @@ class KernelEmitter {
 
   // ---- the kernel function ----
   void build_function();
+  // A new kernel function void(ptr ctx, i64 begin, i64 end) named name_; the builder at the start
+  // of its entry block, which it returns.
+  mlir::Block* begin_function();
+  // The pointer in slot `slot` of the kernel's context array (0: the result, then the further
+  // results, then the leaves).
+  Value context_pointer(Value ctx, int64_t slot);
   // Whether this kernel goes through the vector pipeline (linalg_kernels.cpp): a plain
   // elementwise nest (not a row kernel) over more than one element, every operand contiguous or
   // broadcast along the innermost dim, when the options give a vector width.

@@ -113,18 +113,9 @@ void KernelEmitter::build_function() {
     build_vector_function();
     return;
   }
-  name_ = "kiln_kernel_" + std::to_string(low_.next_kernel_id());
-  Type ptr = low_.ptr_type(), i64 = b_.getI64Type();
-  b_.setInsertionPointToEnd(low_.module().getBody());
-  auto fn = b_.create<mlir::func::FuncOp>(loc_, name_, b_.getFunctionType({ptr, i64, i64}, {}));
-  fn.setPrivate();
-  mlir::Block* block = fn.addEntryBlock();
-  b_.setInsertionPointToStart(block);
+  mlir::Block* block = begin_function();
   Value ctx = block->getArgument(0);
-  auto load_ptr = [&](int64_t i) -> Value {
-    auto gep = b_.create<LLVM::GEPOp>(loc_, ptr, ptr, ctx, llvm::ArrayRef<LLVM::GEPArg>{i});
-    return b_.create<LLVM::LoadOp>(loc_, ptr, gep);
-  };
+  auto load_ptr = [&](int64_t slot) { return context_pointer(ctx, slot); };
   out_ptr_ = load_ptr(0);
   llvm::SmallVector<Value> more_ptrs;
   for (size_t k = 0; k < more_.size(); ++k) more_ptrs.push_back(load_ptr(k + 1));
@@ -159,6 +150,23 @@ void KernelEmitter::build_function() {
   b_.setInsertionPointToEnd(block);
   b_.create<mlir::func::ReturnOp>(loc_);
 }
+mlir::Block* KernelEmitter::begin_function() {
+  name_ = "kiln_kernel_" + std::to_string(low_.next_kernel_id());
+  Type ptr = low_.ptr_type(), i64 = b_.getI64Type();
+  b_.setInsertionPointToEnd(low_.module().getBody());
+  auto fn = b_.create<mlir::func::FuncOp>(loc_, name_, b_.getFunctionType({ptr, i64, i64}, {}));
+  fn.setPrivate();
+  mlir::Block* block = fn.addEntryBlock();
+  b_.setInsertionPointToStart(block);
+  return block;
+}
+
+Value KernelEmitter::context_pointer(Value ctx, int64_t slot) {
+  Type ptr = low_.ptr_type();
+  auto gep = b_.create<LLVM::GEPOp>(loc_, ptr, ptr, ctx, llvm::ArrayRef<LLVM::GEPArg>{slot});
+  return b_.create<LLVM::LoadOp>(loc_, ptr, gep);
+}
+
 Value KernelEmitter::offset(int64_t base, llvm::ArrayRef<int64_t> strides) {
   Value off = b_.create<arith::ConstantIntOp>(loc_, base, 64);
   for (size_t d = 0; d < strides.size(); ++d) {

@@ -39,20 +39,13 @@ bool KernelEmitter::vector_kernel() const {
 }
 
 void KernelEmitter::build_vector_function() {
-  name_ = "kiln_kernel_" + std::to_string(low_.next_kernel_id());
+  mlir::Block* block = begin_function();
+  block->getParentOp()->setAttr(kVectorKernelAttr,
+                                b_.getI64IntegerAttr(low_.options().vector_bits));
   mlir::MLIRContext* ctx_mlir = low_.module().getContext();
   Type ptr = low_.ptr_type(), i64 = b_.getI64Type();
-  b_.setInsertionPointToEnd(low_.module().getBody());
-  auto fn = b_.create<mlir::func::FuncOp>(loc_, name_, b_.getFunctionType({ptr, i64, i64}, {}));
-  fn.setPrivate();
-  fn->setAttr(kVectorKernelAttr, b_.getI64IntegerAttr(low_.options().vector_bits));
-  mlir::Block* block = fn.addEntryBlock();
-  b_.setInsertionPointToStart(block);
   Value ctx = block->getArgument(0), begin = block->getArgument(1), end = block->getArgument(2);
-  auto load_ptr = [&](int64_t i) -> Value {
-    auto gep = b_.create<LLVM::GEPOp>(loc_, ptr, ptr, ctx, llvm::ArrayRef<LLVM::GEPArg>{i});
-    return b_.create<LLVM::LoadOp>(loc_, ptr, gep);
-  };
+  auto load_ptr = [&](int64_t slot) { return context_pointer(ctx, slot); };
   auto i64_const = [&](int64_t v) -> Value {
     return b_.create<LLVM::ConstantOp>(loc_, i64, b_.getI64IntegerAttr(v));
   };
