@@ -103,7 +103,10 @@ bool loops_to_llvm(mlir::ModuleOp module) {
     mlir::PassManager pm(ctx);
     pm.addPass(mlir::memref::createExpandStridedMetadataPass());
     pm.addPass(mlir::createLowerAffinePass());
-    pm.addPass(mlir::createConvertVectorToLLVMPass());
+    // Reductions reassociate (the row kernels' sums are declared reassociable).
+    mlir::ConvertVectorToLLVMPassOptions vector_options;
+    vector_options.reassociateFPReductions = true;
+    pm.addPass(mlir::createConvertVectorToLLVMPass(vector_options));
     pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass());
     if (mlir::failed(pm.run(module))) return false;
   }

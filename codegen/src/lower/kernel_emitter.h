@@ -13,6 +13,8 @@
 // The kernel is its own function  void kiln_kernel_N(void** ctx, i64 begin, i64 end)  over
 // [begin, end) of the outermost dim; ctx holds the outputs' and the leaves' base pointers.
 
+#include <optional>
+
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "lowering.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -85,6 +87,23 @@ class KernelEmitter {
   // map), each result materialized in its destination; vectorize.cpp tiles, vectorizes and
   // bufferizes it.
   void build_vector_function();
+  // A strided memref of `elem` over the buffer at `base` (the LLVM dialect's memref descriptor,
+  // cast to the memref type; the memref lowering reads the struct back, so the pair folds away):
+  // `shape` (kDynamic: `dynamic_size`), `strides`, its offset in elements `offset` (an i64),
+  // `static_offset` in the layout when known (else dynamic).
+  Value strided_memref(Value base, Value offset, std::optional<int64_t> static_offset,
+                       llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<int64_t> strides,
+                       Value dynamic_size, Type elem);
+  // Whether this row kernel goes through the vector pipeline (linalg_rows.cpp): every operand
+  // contiguous or broadcast along the row, rows of more than one element, a vector width given.
+  bool vector_row_kernel() const;
+  // The row kernel's function: loops over the rows, and in each the kernel's passes as
+  // linalg.generic on tensors over the row (reductions into rank-0 tensors), which vectorize.cpp
+  // tiles (reductions into one tile of partial results), vectorizes and bufferizes.
+  void build_vector_row_function();
+  // Opens the scalar loops over the kernel's first `dims` dims (the first over [begin, end) of
+  // `block`'s arguments); ivs_ holds their induction variables, the builder is in the innermost.
+  void open_loops(mlir::Block* block, size_t dims);
   // Offset of an element in the kernel's loops (ivs_): base + sum ivs_[d] * strides[d].
   Value offset(int64_t base, llvm::ArrayRef<int64_t> strides);
 

@@ -113,6 +113,10 @@ void KernelEmitter::build_function() {
     build_vector_function();
     return;
   }
+  if (vector_row_kernel()) {
+    build_vector_row_function();
+    return;
+  }
   mlir::Block* block = begin_function();
   Value ctx = block->getArgument(0);
   auto load_ptr = [&](int64_t slot) { return context_pointer(ctx, slot); };
@@ -121,19 +125,7 @@ void KernelEmitter::build_function() {
   for (size_t k = 0; k < more_.size(); ++k) more_ptrs.push_back(load_ptr(k + 1));
   const size_t first_leaf = more_.size() + 1;
   for (size_t k = 0; k < leaves_.size(); ++k) leaves_[k].ptr = load_ptr(k + first_leaf);
-  ivs_.clear();
-  Value one = b_.create<arith::ConstantIntOp>(loc_, 1, 64);
-  const size_t loop_dims = sizes_.size() - (row_ != Row::None ? 1 : 0);
-  for (size_t d = 0; d < loop_dims; ++d) {
-    Value lb = d == 0 ? Value(block->getArgument(1))
-                      : b_.create<arith::ConstantIntOp>(loc_, 0, 64).getResult();
-    Value ub = d == 0 ? Value(block->getArgument(2))
-                      : b_.create<arith::ConstantIntOp>(loc_, sizes_[d], 64).getResult();
-    auto loop = b_.create<mlir::scf::ForOp>(loc_, lb, ub, one);
-    ivs_.push_back(loop.getInductionVar());
-    b_.setInsertionPointToStart(loop.getBody());
-  }
-
+  open_loops(block, sizes_.size() - (row_ != Row::None ? 1 : 0));
   if (row_ != Row::None) {
     emit_row();
     b_.setInsertionPointToEnd(block);
@@ -150,6 +142,20 @@ void KernelEmitter::build_function() {
   b_.setInsertionPointToEnd(block);
   b_.create<mlir::func::ReturnOp>(loc_);
 }
+void KernelEmitter::open_loops(mlir::Block* block, size_t dims) {
+  ivs_.clear();
+  Value one = b_.create<arith::ConstantIntOp>(loc_, 1, 64);
+  for (size_t d = 0; d < dims; ++d) {
+    Value lb = d == 0 ? Value(block->getArgument(1))
+                      : b_.create<arith::ConstantIntOp>(loc_, 0, 64).getResult();
+    Value ub = d == 0 ? Value(block->getArgument(2))
+                      : b_.create<arith::ConstantIntOp>(loc_, sizes_[d], 64).getResult();
+    auto loop = b_.create<mlir::scf::ForOp>(loc_, lb, ub, one);
+    ivs_.push_back(loop.getInductionVar());
+    b_.setInsertionPointToStart(loop.getBody());
+  }
+}
+
 mlir::Block* KernelEmitter::begin_function() {
   name_ = "kiln_kernel_" + std::to_string(low_.next_kernel_id());
   Type ptr = low_.ptr_type(), i64 = b_.getI64Type();

@@ -43,7 +43,7 @@ void KernelEmitter::build_vector_function() {
   block->getParentOp()->setAttr(kVectorKernelAttr,
                                 b_.getI64IntegerAttr(low_.options().vector_bits));
   mlir::MLIRContext* ctx_mlir = low_.module().getContext();
-  Type ptr = low_.ptr_type(), i64 = b_.getI64Type();
+  Type i64 = b_.getI64Type();
   Value ctx = block->getArgument(0), begin = block->getArgument(1), end = block->getArgument(2);
   auto load_ptr = [&](int64_t slot) { return context_pointer(ctx, slot); };
   auto i64_const = [&](int64_t v) -> Value {
@@ -54,8 +54,7 @@ void KernelEmitter::build_vector_function() {
   Value count_index = b_.create<arith::IndexCastOp>(loc_, b_.getIndexType(), count);
 
   // A buffer as a memref over the dims it steps through (a broadcast dim, stride 0, is projected
-  // out of its indexing map), built as the LLVM dialect's memref descriptor: the memref lowering
-  // reads that struct back, so the cast pair folds away.
+  // out of its indexing map), starting at `begin` of the outermost dim when it steps through it.
   auto memref_of = [&](Value base, int64_t offset, llvm::ArrayRef<int64_t> strides, Type elem,
                        mlir::AffineMap* map) -> Value {
     llvm::SmallVector<int64_t> shape, kept_strides;
@@ -68,34 +67,13 @@ void KernelEmitter::build_vector_function() {
     }
     *map = mlir::AffineMap::get(rank, 0, exprs, ctx_mlir);
     const bool spans_outer = strides[0] != 0;
-    auto layout = mlir::StridedLayoutAttr::get(
-        ctx_mlir, spans_outer ? mlir::ShapedType::kDynamic : offset, kept_strides);
-    auto type = mlir::MemRefType::get(shape, memory_type(elem), layout);
-    const size_t kept = shape.size();
-    llvm::SmallVector<Type> fields = {ptr, ptr, i64};
-    if (kept > 0) {
-      auto array = LLVM::LLVMArrayType::get(i64, kept);
-      fields.push_back(array);
-      fields.push_back(array);
-    }
-    Type desc_type = LLVM::LLVMStructType::getLiteral(ctx_mlir, fields);
-    Value desc = b_.create<LLVM::UndefOp>(loc_, desc_type);
-    desc = b_.create<LLVM::InsertValueOp>(loc_, desc, base, llvm::ArrayRef<int64_t>{0});
-    desc = b_.create<LLVM::InsertValueOp>(loc_, desc, base, llvm::ArrayRef<int64_t>{1});
     Value off = i64_const(offset);
     if (spans_outer) {
       off = b_.create<LLVM::AddOp>(loc_, off,
                                    b_.create<LLVM::MulOp>(loc_, begin, i64_const(strides[0])));
     }
-    desc = b_.create<LLVM::InsertValueOp>(loc_, desc, off, llvm::ArrayRef<int64_t>{2});
-    for (size_t k = 0; k < kept; ++k) {
-      const int64_t pos = static_cast<int64_t>(k);
-      Value size = shape[k] == mlir::ShapedType::kDynamic ? count : i64_const(shape[k]);
-      desc = b_.create<LLVM::InsertValueOp>(loc_, desc, size, llvm::ArrayRef<int64_t>{3, pos});
-      desc = b_.create<LLVM::InsertValueOp>(loc_, desc, i64_const(kept_strides[k]),
-                                            llvm::ArrayRef<int64_t>{4, pos});
-    }
-    return b_.create<mlir::UnrealizedConversionCastOp>(loc_, type, desc).getResult(0);
+    return strided_memref(base, off, spans_outer ? std::nullopt : std::optional<int64_t>(offset),
+                          shape, kept_strides, count, elem);
   };
 
   // A result written over a leaf it reads (an in-place update: the same buffer and layout) takes
@@ -191,6 +169,39 @@ void KernelEmitter::build_vector_function() {
         /*restrict=*/updated_leaf[d] < 0, /*writable=*/true);
   }
   b_.create<mlir::func::ReturnOp>(loc_);
+}
+
+Value KernelEmitter::strided_memref(Value base, Value offset, std::optional<int64_t> static_offset,
+                                    llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<int64_t> strides,
+                                    Value dynamic_size, Type elem) {
+  mlir::MLIRContext* ctx = low_.module().getContext();
+  Type ptr = low_.ptr_type(), i64 = b_.getI64Type();
+  auto i64_const = [&](int64_t v) -> Value {
+    return b_.create<LLVM::ConstantOp>(loc_, i64, b_.getI64IntegerAttr(v));
+  };
+  auto layout = mlir::StridedLayoutAttr::get(
+      ctx, static_offset ? *static_offset : mlir::ShapedType::kDynamic, strides);
+  auto type = mlir::MemRefType::get(shape, memory_type(elem), layout);
+  const size_t rank = shape.size();
+  llvm::SmallVector<Type> fields = {ptr, ptr, i64};
+  if (rank > 0) {
+    auto array = LLVM::LLVMArrayType::get(i64, rank);
+    fields.push_back(array);
+    fields.push_back(array);
+  }
+  Type desc_type = LLVM::LLVMStructType::getLiteral(ctx, fields);
+  Value desc = b_.create<LLVM::UndefOp>(loc_, desc_type);
+  desc = b_.create<LLVM::InsertValueOp>(loc_, desc, base, llvm::ArrayRef<int64_t>{0});
+  desc = b_.create<LLVM::InsertValueOp>(loc_, desc, base, llvm::ArrayRef<int64_t>{1});
+  desc = b_.create<LLVM::InsertValueOp>(loc_, desc, offset, llvm::ArrayRef<int64_t>{2});
+  for (size_t k = 0; k < rank; ++k) {
+    const int64_t pos = static_cast<int64_t>(k);
+    Value size = shape[k] == mlir::ShapedType::kDynamic ? dynamic_size : i64_const(shape[k]);
+    desc = b_.create<LLVM::InsertValueOp>(loc_, desc, size, llvm::ArrayRef<int64_t>{3, pos});
+    desc = b_.create<LLVM::InsertValueOp>(loc_, desc, i64_const(strides[k]),
+                                          llvm::ArrayRef<int64_t>{4, pos});
+  }
+  return b_.create<mlir::UnrealizedConversionCastOp>(loc_, type, desc).getResult(0);
 }
 
 }  // namespace kiln::codegen::detail

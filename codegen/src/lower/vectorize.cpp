@@ -21,6 +21,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Linalg/Transforms/Hoisting.h"
 #include "mlir/Dialect/Linalg/Transforms/SubsetInsertionOpInterfaceImpl.h"
 #include "mlir/Dialect/Linalg/Transforms/TilingInterfaceImpl.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
@@ -88,6 +89,9 @@ struct Patterns {
     mlir::tensor::populateFoldTensorSubsetIntoVectorTransferPatterns(vector_set);
     // The remainder's vector.mask regions as masked transfers.
     mlir::vector::populateVectorMaskLoweringPatternsForSideEffectingOps(vector_set);
+    // A reduction's merge as one horizontal reduction of its tile (vector.reduction).
+    mlir::vector::populateVectorMultiReductionLoweringPatterns(
+        vector_set, mlir::vector::VectorMultiReductionLowering::InnerReduction);
     vector_cleanup = mlir::FrozenRewritePatternSet(std::move(vector_set));
   }
   mlir::FrozenRewritePatternSet canonical, f32_math, vector_cleanup;
@@ -116,10 +120,62 @@ unsigned widest_element_bits(mlir::linalg::GenericOp g) {
   return bits;
 }
 
+bool has_reduction(mlir::linalg::GenericOp g) {
+  return llvm::any_of(g.getIteratorTypesArray(), [](mlir::utils::IteratorType t) {
+    return t == mlir::utils::IteratorType::reduction;
+  });
+}
+
+// Peels the last iteration of a tile loop whose trip count does not divide the extent (known only
+// at run time: `dynamic`), so that the other iterations see whole tiles.
+void peel_remainder(mlir::RewriterBase& rewriter, mlir::Operation* loop_op, bool dynamic,
+                    int64_t extent, int64_t width) {
+  if (!dynamic && extent % width == 0) return;
+  auto loop = mlir::dyn_cast_or_null<mlir::scf::ForOp>(loop_op);
+  mlir::scf::ForOp partial;
+  if (loop) (void)mlir::scf::peelForLoopAndSimplifyBounds(rewriter, loop, partial);
+}
+
+// A reduction (a row kernel's, over its one dim) into one tile of partial results, a vector
+// register's lanes times registers_per_tile wide: each tile combines element-wise into it (a
+// parallel generic, vectorized like an elementwise tile), and after the loop one merge reduces the
+// tile (scf::tileReductionUsingScf). The remainder peeled.
+bool tile_reductions(mlir::func::FuncOp fn, int64_t vector_bits, std::string* error) {
+  mlir::IRRewriter rewriter(fn.getContext());
+  llvm::SmallVector<mlir::linalg::GenericOp> reductions;
+  fn.walk([&](mlir::linalg::GenericOp g) {
+    if (has_reduction(g)) reductions.push_back(g);
+  });
+  for (mlir::linalg::GenericOp g : reductions) {
+    const int64_t lanes = std::max<int64_t>(1, vector_bits / widest_element_bits(g));
+    const llvm::SmallVector<int64_t> ranges = g.getStaticLoopRanges();
+    if (ranges.size() != 1 || ranges[0] == mlir::ShapedType::kDynamic) {
+      *error = "a generated reduction is not over one static dim";
+      return false;
+    }
+    const int64_t width = std::min(lanes * registers_per_tile(vector_bits), ranges[0]);
+    rewriter.setInsertionPoint(g);
+    auto tiled = mlir::scf::tileReductionUsingScf(
+        rewriter, mlir::cast<mlir::PartialReductionOpInterface>(g.getOperation()),
+        {rewriter.getIndexAttr(width)});
+    if (mlir::failed(tiled)) {
+      *error = "tiling a generated reduction failed";
+      return false;
+    }
+    for (mlir::Operation* op : tiled->parallelTiledOps)
+      op->setAttr(kTileWidthAttr, rewriter.getI64IntegerAttr(width));
+    if (!tiled->loops.empty())
+      peel_remainder(rewriter, tiled->loops.back().getOperation(), false, ranges[0], width);
+  }
+  return true;
+}
+
 bool tile_and_peel(mlir::func::FuncOp fn, int64_t vector_bits, std::string* error) {
   mlir::IRRewriter rewriter(fn.getContext());
   llvm::SmallVector<mlir::linalg::GenericOp> generics;
-  fn.walk([&](mlir::linalg::GenericOp g) { generics.push_back(g); });
+  fn.walk([&](mlir::linalg::GenericOp g) {
+    if (!g->hasAttr(kTileWidthAttr)) generics.push_back(g);  // not a reduction's tile
+  });
   for (mlir::linalg::GenericOp g : generics) {
     const int64_t lanes = std::max<int64_t>(1, vector_bits / widest_element_bits(g));
     const llvm::SmallVector<int64_t> ranges = g.getStaticLoopRanges();
@@ -141,11 +197,8 @@ bool tile_and_peel(mlir::func::FuncOp fn, int64_t vector_bits, std::string* erro
     for (mlir::Operation* op : tiled->tiledOps)
       op->setAttr(kTileWidthAttr, rewriter.getI64IntegerAttr(width));
     rewriter.replaceOp(g, tiled->replacements);
-    if (!tiled->loops.empty() && (dynamic || inner % width != 0)) {
-      auto loop = mlir::dyn_cast<mlir::scf::ForOp>(tiled->loops.back().getOperation());
-      mlir::scf::ForOp partial;
-      if (loop) (void)mlir::scf::peelForLoopAndSimplifyBounds(rewriter, loop, partial);
-    }
+    if (!tiled->loops.empty())
+      peel_remainder(rewriter, tiled->loops.back().getOperation(), dynamic, inner, width);
   }
   return true;
 }
@@ -177,10 +230,10 @@ bool vectorize_tile(mlir::RewriterBase& rewriter, mlir::linalg::LinalgOp op) {
 // body vectorization does not take (a call of libm) is lowered to loops after bufferization.
 void vectorize_tiles(mlir::func::FuncOp fn, const Patterns& patterns) {
   mlir::IRRewriter rewriter(fn.getContext());
-  llvm::SmallVector<mlir::linalg::GenericOp> generics;
-  fn.walk([&](mlir::linalg::GenericOp g) { generics.push_back(g); });
-  for (mlir::linalg::GenericOp g : generics)
-    if (g.hasPureTensorSemantics()) (void)vectorize_tile(rewriter, g);
+  llvm::SmallVector<mlir::linalg::LinalgOp> tiles;  // with the reductions' fills and merges
+  fn.walk([&](mlir::linalg::LinalgOp op) { tiles.push_back(op); });
+  for (mlir::linalg::LinalgOp op : tiles)
+    if (op.hasPureTensorSemantics()) (void)vectorize_tile(rewriter, op);
   (void)mlir::applyPatternsAndFoldGreedily(fn, patterns.vector_cleanup);
   canonicalize(fn, patterns);
 }
@@ -190,6 +243,20 @@ bool bufferize(mlir::func::FuncOp fn, const Patterns& patterns, std::string* err
   mlir::bufferization::OneShotBufferizationOptions options;
   options.bufferizeFunctionBoundaries = false;
   options.allowUnknownOps = true;  // the LLVM dialect ops reading the kernel's context
+  // The only buffers a kernel allocates are a row kernel's reduction results and partial tiles,
+  // of static size: on the stack, once, at the function's entry (not per row: an alloca in a
+  // loop grows the stack each iteration), where LLVM promotes them to registers.
+  options.allocationFn = [](mlir::OpBuilder& b, mlir::Location loc, mlir::MemRefType type,
+                            mlir::ValueRange, unsigned alignment) -> mlir::FailureOr<mlir::Value> {
+    if (!type.hasStaticShape()) return mlir::failure();
+    mlir::Operation* parent = b.getInsertionBlock()->getParentOp();
+    auto fn = mlir::isa<mlir::func::FuncOp>(parent) ? mlir::cast<mlir::func::FuncOp>(parent)
+                                                     : parent->getParentOfType<mlir::func::FuncOp>();
+    mlir::OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&fn.getBody().front());
+    return b.create<mlir::memref::AllocaOp>(loc, type, b.getI64IntegerAttr(alignment))
+        .getResult();
+  };
   if (mlir::failed(mlir::bufferization::runOneShotBufferize(fn, options))) {
     *error = "bufferizing a generated kernel failed";
     return false;
@@ -219,6 +286,10 @@ bool bufferize(mlir::func::FuncOp fn, const Patterns& patterns, std::string* err
     }
     rewriter.eraseOp(op);
   }
+  canonicalize(fn, patterns);
+  // A reduction's partial tile read and written by each iteration of its loop: carried in
+  // registers instead.
+  mlir::linalg::hoistRedundantVectorTransfers(fn);
   canonicalize(fn, patterns);
   return true;
 }
@@ -266,6 +337,7 @@ bool vectorize_kernels(mlir::ModuleOp module, std::string* error) {
       return false;
     }
     (void)mlir::applyPatternsAndFoldGreedily(fn, patterns.f32_math);
+    if (!tile_reductions(fn, bits, error)) return false;
     if (!tile_and_peel(fn, bits, error)) return false;
     canonicalize(fn, patterns);
     vectorize_tiles(fn, patterns);
