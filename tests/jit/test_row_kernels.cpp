@@ -2,7 +2,9 @@
 // (#24): the compiled values against eager's (the runtime kernel) and a float64 reference, with
 // their elementwise inputs computed in the same kernel — broadcast masks, strided views, -inf,
 // +inf and NaN rows, one column, one dimension, float64, rows spread over threads; over another
-// dim they still call the runtime.
+// dim they still call the runtime. Each at every vector width: the scalar loops (-1) and the
+// linalg reductions of the vector pipeline at 128, 256 and 512 bits (rows of 17, 33, 1000: whole
+// tiles and remainders).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +20,14 @@ using kiln::test::no_disk;
 using kiln::test::rnd;
 
 namespace {
+
+constexpr int kWidths[] = {-1, 128, 256, 512};
+
+jit::CompileOptions at_width(int bits) {
+  jit::CompileOptions o = no_disk();
+  o.vector_bits = bits;
+  return o;
+}
 
 // Compares element by element in float64: NaN where the reference is NaN, equal infinities,
 // else within tol relative to max(1, |reference|).
@@ -124,21 +134,23 @@ std::vector<Case> cases() {
 }  // namespace
 
 TEST(RowKernels, SoftmaxOverTheLastDimMatchesEagerAndFloat64) {
-  for (const Case& c : cases()) {
-    jit::CompiledFunction f = jit::compile(jit::trace(c.fn, c.inputs), no_disk());
-    // The example, then other values of the same shapes.
-    for (int round = 0; round < 2; ++round) {
-      TensorList in = c.inputs;
-      if (round == 1)
-        for (size_t k = 0; k < in.size(); ++k) in[k] = in[k] * 0.5 - 0.25;
-      const Tensor got = f(in)[0];
-      const double tol = in[0].dtype() == DType::Float64 ? 1e-12 : 2e-6;
-      expect_matches(got, c.fn(in)[0], tol, c.name + " vs eager");
-      if (c.softmax_input) {
-        expect_matches(got, reference(c.softmax_input(in), c.log), tol, c.name + " vs float64");
+  for (int bits : kWidths)
+    for (const Case& c : cases()) {
+      SCOPED_TRACE("vector_bits " + std::to_string(bits));
+      jit::CompiledFunction f = jit::compile(jit::trace(c.fn, c.inputs), at_width(bits));
+      // The example, then other values of the same shapes.
+      for (int round = 0; round < 2; ++round) {
+        TensorList in = c.inputs;
+        if (round == 1)
+          for (size_t k = 0; k < in.size(); ++k) in[k] = in[k] * 0.5 - 0.25;
+        const Tensor got = f(in)[0];
+        const double tol = in[0].dtype() == DType::Float64 ? 1e-12 : 2e-6;
+        expect_matches(got, c.fn(in)[0], tol, c.name + " vs eager");
+        if (c.softmax_input) {
+          expect_matches(got, reference(c.softmax_input(in), c.log), tol, c.name + " vs float64");
+        }
       }
     }
-  }
 }
 
 namespace {
@@ -183,24 +195,27 @@ TEST(RowKernels, LayerNormOverTheLastDimMatchesEagerAndFloat64) {
       {"over two dims (the runtime's kernel)", {3, 4, 6}, true, true, DType::Float32, {4, 6}},
   };
   const double eps = 1e-5;
-  for (const LnCase& c : cases) {
-    const Dims pshape = c.normalized;
-    Tensor w = c.weight ? rnd(pshape, 21).to(c.dtype) : Tensor();
-    Tensor b = c.bias ? rnd(pshape, 22).to(c.dtype) : Tensor();
-    auto tree = [](const Tensor& x) { return x * 3.0 + 0.5; };  // computed inside the kernel
-    auto fn = [&](const TensorList& t) {
-      return TensorList{layer_norm(tree(t[0]), pshape, w, b, eps)};
-    };
-    const Tensor example = rnd(c.shape, 23, 2.0).to(c.dtype);
-    jit::CompiledFunction f = jit::compile(jit::trace(fn, {example}), no_disk());
-    for (const Tensor& x : {example, rnd(c.shape, 24, 5.0).to(c.dtype)}) {
-      const Tensor got = f({x})[0];
-      const double tol = c.dtype == DType::Float64 ? 1e-12 : 2e-5;
-      expect_matches(got, fn({x})[0], tol, c.name + " vs eager");
-      if (pshape.size() == 1)
-        expect_matches(got, layer_norm_reference(tree(x), w, b, eps), tol, c.name + " vs float64");
+  for (int bits : kWidths)
+    for (const LnCase& c : cases) {
+      SCOPED_TRACE("vector_bits " + std::to_string(bits));
+      const Dims pshape = c.normalized;
+      Tensor w = c.weight ? rnd(pshape, 21).to(c.dtype) : Tensor();
+      Tensor b = c.bias ? rnd(pshape, 22).to(c.dtype) : Tensor();
+      auto tree = [](const Tensor& x) { return x * 3.0 + 0.5; };  // computed inside the kernel
+      auto fn = [&](const TensorList& t) {
+        return TensorList{layer_norm(tree(t[0]), pshape, w, b, eps)};
+      };
+      const Tensor example = rnd(c.shape, 23, 2.0).to(c.dtype);
+      jit::CompiledFunction f = jit::compile(jit::trace(fn, {example}), at_width(bits));
+      for (const Tensor& x : {example, rnd(c.shape, 24, 5.0).to(c.dtype)}) {
+        const Tensor got = f({x})[0];
+        const double tol = c.dtype == DType::Float64 ? 1e-12 : 2e-5;
+        expect_matches(got, fn({x})[0], tol, c.name + " vs eager");
+        if (pshape.size() == 1)
+          expect_matches(got, layer_norm_reference(tree(x), w, b, eps), tol,
+                         c.name + " vs float64");
+      }
     }
-  }
 }
 
 namespace {
@@ -250,22 +265,24 @@ TEST(RowKernels, LogsumexpOverTheLastDimMatchesEagerAndFloat64) {
       {"strided rows (a transposed argument)", rnd({3, 7, 9}, 38, 3.0), -1, true, true},
       {"over another dim (the runtime's kernel)", rnd({6, 5}, 37), 0, false},
   };
-  for (const LseCase& c : cases) {
-    auto tree = [&](const Tensor& x) {  // computed inside the kernel
-      return (c.transposed ? x.transpose(1, 2) : x) * 0.5 + 0.25;
-    };
-    const int64_t dims[] = {c.dim};
-    auto fn = [&](const TensorList& t) {
-      return TensorList{logsumexp(tree(t[0]), dims, c.keepdim)};
-    };
-    jit::CompiledFunction f = jit::compile(jit::trace(fn, {c.x}), no_disk());
-    for (const Tensor& x : {c.x, c.x * 1.5 - 0.5}) {
-      const Tensor got = f({x})[0];
-      const double tol = x.dtype() == DType::Float64 ? 1e-12 : 2e-6;
-      expect_matches(got, fn({x})[0], tol, c.name + " vs eager");
-      if (c.dim == -1 || c.dim == x.dim() - 1)
-        expect_matches(got.reshape({-1}), logsumexp_reference(tree(x)), tol,
-                       c.name + " vs float64");
+  for (int bits : kWidths)
+    for (const LseCase& c : cases) {
+      SCOPED_TRACE("vector_bits " + std::to_string(bits));
+      auto tree = [&](const Tensor& x) {  // computed inside the kernel
+        return (c.transposed ? x.transpose(1, 2) : x) * 0.5 + 0.25;
+      };
+      const int64_t dims[] = {c.dim};
+      auto fn = [&](const TensorList& t) {
+        return TensorList{logsumexp(tree(t[0]), dims, c.keepdim)};
+      };
+      jit::CompiledFunction f = jit::compile(jit::trace(fn, {c.x}), at_width(bits));
+      for (const Tensor& x : {c.x, c.x * 1.5 - 0.5}) {
+        const Tensor got = f({x})[0];
+        const double tol = x.dtype() == DType::Float64 ? 1e-12 : 2e-6;
+        expect_matches(got, fn({x})[0], tol, c.name + " vs eager");
+        if (c.dim == -1 || c.dim == x.dim() - 1)
+          expect_matches(got.reshape({-1}), logsumexp_reference(tree(x)), tol,
+                         c.name + " vs float64");
+      }
     }
-  }
 }

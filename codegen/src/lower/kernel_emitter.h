@@ -8,7 +8,8 @@
 // linalg.generic that vectorize.cpp tiles and vectorizes (linalg_kernels.cpp); else, and for
 // kernels it does not take, scalar loops that LLVM's loop vectorizer widens. A row kernel (softmax,
 // log-softmax, layer norm, logsumexp over the last dim) keeps the last dim and makes passes over
-// each row (row_kernels.cpp).
+// each row: with a vector width, each a linalg.generic over the row (linalg_rows.cpp), else scalar
+// loops (row_kernels.cpp).
 //
 // The kernel is its own function  void kiln_kernel_N(void** ctx, i64 begin, i64 end)  over
 // [begin, end) of the outermost dim; ctx holds the outputs' and the leaves' base pointers.

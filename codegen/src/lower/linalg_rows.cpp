@@ -106,8 +106,7 @@ void KernelEmitter::build_vector_row_function() {
   // A reduction over the row into a scalar of `type`, starting at `init`.
   auto reduce = [&](Type type, double init, llvm::ArrayRef<Value> extra, Body body) -> Value {
     Value empty = b_.create<mlir::tensor::EmptyOp>(loc_, llvm::ArrayRef<int64_t>{}, type);
-    Value start =
-        b_.create<mlir::linalg::FillOp>(loc_, constant(init, type), empty).getResult(0);
+    Value start = b_.create<mlir::linalg::FillOp>(loc_, constant(init, type), empty).getResult(0);
     Value r = pass(start, extra, body);
     return b_.create<mlir::tensor::ExtractOp>(loc_, r, mlir::ValueRange{});
   };
@@ -131,13 +130,11 @@ void KernelEmitter::build_vector_row_function() {
   switch (row_) {
     case Row::Softmax:
     case Row::LogSoftmax: {
-      Value m = reduce(t, -INFINITY, {}, [&](mlir::ValueRange, Value acc) {
-        return maximum(acc, x());
-      });
+      Value m =
+          reduce(t, -INFINITY, {}, [&](mlir::ValueRange, Value acc) { return maximum(acc, x()); });
       if (row_ == Row::LogSoftmax) {
-        Value s = reduce(t, 0, {}, [&](mlir::ValueRange, Value acc) {
-          return sum(acc, exp(sub(x(), m)));
-        });
+        Value s = reduce(t, 0, {},
+                         [&](mlir::ValueRange, Value acc) { return sum(acc, exp(sub(x(), m))); });
         Value shift = b_.create<arith::AddFOp>(loc_, m, b_.create<math::LogOp>(loc_, s));
         finish(pass(empty_row(), {}, [&](mlir::ValueRange, Value) { return sub(x(), shift); }));
         break;
@@ -152,9 +149,8 @@ void KernelEmitter::build_vector_row_function() {
     }
     case Row::LayerNorm: {
       const Type f64 = b_.getF64Type();
-      Value total = reduce(f64, 0, {}, [&](mlir::ValueRange, Value acc) {
-        return sum(acc, convert(x(), f64));
-      });
+      Value total = reduce(
+          f64, 0, {}, [&](mlir::ValueRange, Value acc) { return sum(acc, convert(x(), f64)); });
       Value count = constant(static_cast<double>(n), f64);
       Value mean = b_.create<arith::DivFOp>(loc_, total, count);
       Value squares = reduce(f64, 0, {}, [&](mlir::ValueRange, Value acc) {
@@ -177,15 +173,13 @@ void KernelEmitter::build_vector_row_function() {
       break;
     }
     case Row::LogSumExp: {
-      Value m = reduce(t, -INFINITY, {}, [&](mlir::ValueRange, Value acc) {
-        return maximum(acc, x());
-      });
+      Value m =
+          reduce(t, -INFINITY, {}, [&](mlir::ValueRange, Value acc) { return maximum(acc, x()); });
       Value infinite = b_.create<arith::CmpFOp>(
           loc_, arith::CmpFPredicate::OEQ, b_.create<math::AbsFOp>(loc_, m), constant(INFINITY, t));
       Value shift = b_.create<arith::SelectOp>(loc_, infinite, constant(0, t), m);
-      Value s = reduce(t, 0, {}, [&](mlir::ValueRange, Value acc) {
-        return sum(acc, exp(sub(x(), shift)));
-      });
+      Value s = reduce(t, 0, {},
+                       [&](mlir::ValueRange, Value acc) { return sum(acc, exp(sub(x(), shift))); });
       Value y = b_.create<arith::AddFOp>(loc_, shift, b_.create<math::LogOp>(loc_, s));
       store(out_ptr_, offset(dest_.offset, outer(out_strides_)), y, t);
       break;

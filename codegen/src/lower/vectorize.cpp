@@ -251,11 +251,10 @@ bool bufferize(mlir::func::FuncOp fn, const Patterns& patterns, std::string* err
     if (!type.hasStaticShape()) return mlir::failure();
     mlir::Operation* parent = b.getInsertionBlock()->getParentOp();
     auto fn = mlir::isa<mlir::func::FuncOp>(parent) ? mlir::cast<mlir::func::FuncOp>(parent)
-                                                     : parent->getParentOfType<mlir::func::FuncOp>();
+                                                    : parent->getParentOfType<mlir::func::FuncOp>();
     mlir::OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&fn.getBody().front());
-    return b.create<mlir::memref::AllocaOp>(loc, type, b.getI64IntegerAttr(alignment))
-        .getResult();
+    return b.create<mlir::memref::AllocaOp>(loc, type, b.getI64IntegerAttr(alignment)).getResult();
   };
   if (mlir::failed(mlir::bufferization::runOneShotBufferize(fn, options))) {
     *error = "bufferizing a generated kernel failed";
