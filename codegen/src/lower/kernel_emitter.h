@@ -83,6 +83,14 @@ class KernelEmitter {
   // elementwise nest (not a row kernel) over more than one element, every operand contiguous or
   // broadcast along the innermost dim, when the options give a vector width.
   bool vector_kernel() const;
+  // The dim along which the leaves read across the innermost dim
+  // are contiguous, when the vector pipeline tiles them as transposes; -1 when there are none or
+  // it does not.
+  int transposed_dim() const;
+  // The side of a transposed tile: one vector register's lanes.
+  int64_t transpose_tile() const;
+  // The widest element (in memory) the kernel reads or writes.
+  unsigned element_bits() const;
   // The kernel function as one linalg.generic on tensors over [begin, end) of the outermost dim:
   // each leaf a strided memref view of its buffer (broadcast dims projected out of its indexing
   // map), each result materialized in its destination; vectorize.cpp tiles, vectorizes and

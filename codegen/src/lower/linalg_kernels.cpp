@@ -28,14 +28,54 @@ bool KernelEmitter::vector_kernel() const {
   if (numel(sizes_) == 0) return false;
   for (int64_t s : out_strides_)
     if (s == 0) return false;
-  // Vectors run along the innermost dim: every operand must be contiguous (or broadcast) there.
-  // A strided operand (a transposing copy) would be read lane by lane into a register, several
-  // times the scalar loops' time (bench/README.md, bench_codegen HeadCopies); its kernel stays
-  // scalar loops until tiles transpose in registers.
+  // Vectors run along the innermost dim: every operand must be contiguous (or broadcast) there,
+  // or contiguous along another dim, read by transposed tiles (transposed_dim). Any other
+  // strided operand would be read lane by lane into a register, several times the scalar loops'
+  // time (bench/README.md, bench_codegen HeadCopies): scalar loops.
   if (out_strides_.back() != 1) return false;
+  const int transposed = transposed_dim();
   for (const Leaf& leaf : leaves_)
-    if (leaf.strides.back() != 0 && leaf.strides.back() != 1) return false;
+    if (leaf.strides.back() != 0 && leaf.strides.back() != 1 && transposed < 0) return false;
   return true;
+}
+
+// A leaf read across the innermost dim (stride > 1 there) is contiguous along another dim t;
+// tiles of t x innermost then read it row by row along t and transpose in registers. Taken when
+// every such leaf has the same t and both dims span at least one register's lanes (the outermost
+// dim, split over the threads, may be t: its shares' remainders are scalar loops).
+int KernelEmitter::transposed_dim() const {
+  const int64_t rank = static_cast<int64_t>(sizes_.size());
+  int t = -1;
+  for (const Leaf& leaf : leaves_) {
+    const int64_t inner = leaf.strides.back();
+    if (inner == 0 || inner == 1) continue;
+    int found = -1;
+    for (int64_t d = 0; d + 1 < rank; ++d)
+      if (leaf.strides[d] == 1) found = static_cast<int>(d);
+    if (found < 0 || (t >= 0 && found != t)) return -1;
+    t = found;
+  }
+  if (t < 0) return -1;
+  // Tiles of 32- and 64-bit elements only: a tile of bytes (64 x 64 on 512-bit vectors) is one
+  // shuffle of thousands of lanes that LLVM takes seconds to compile.
+  if (element_bits() < 32) return -1;
+  const int64_t lanes = transpose_tile();
+  if ((t > 0 && sizes_[t] < lanes) || sizes_.back() < lanes) return -1;
+  return t;
+}
+
+// A transposed tile's side: one register's lanes of the widest element the kernel touches.
+int64_t KernelEmitter::transpose_tile() const {
+  return std::max<int64_t>(1, low_.options().vector_bits / element_bits());
+}
+
+unsigned KernelEmitter::element_bits() const {
+  unsigned bits = 8;
+  auto consider = [&](Type t) { bits = std::max(bits, memory_type(t).getIntOrFloatBitWidth()); };
+  consider(dest_.elem);
+  for (const auto& [root, dest] : more_) consider(dest.elem);
+  for (const Leaf& leaf : leaves_) consider(leaf.view.elem);
+  return bits;
 }
 
 void KernelEmitter::build_vector_function() {
@@ -55,11 +95,20 @@ void KernelEmitter::build_vector_function() {
 
   // A buffer as a memref over the dims it steps through (a broadcast dim, stride 0, is projected
   // out of its indexing map), starting at `begin` of the outermost dim when it steps through it.
+  // A leaf read across the innermost dim lists the dim it is contiguous along (transposed) last:
+  // its indexing map permutes the two, so that the tile's reads are rows along that dim.
+  const int transposed = transposed_dim();
   auto memref_of = [&](Value base, int64_t offset, llvm::ArrayRef<int64_t> strides, Type elem,
                        mlir::AffineMap* map) -> Value {
+    llvm::SmallVector<int64_t> order;
+    for (int64_t d = 0; d < rank; ++d) order.push_back(d);
+    if (transposed >= 0 && strides.back() != 0 && strides.back() != 1) {
+      order.erase(order.begin() + transposed);
+      order.push_back(transposed);
+    }
     llvm::SmallVector<int64_t> shape, kept_strides;
     llvm::SmallVector<mlir::AffineExpr> exprs;
-    for (int64_t d = 0; d < rank; ++d) {
+    for (int64_t d : order) {
       if (strides[d] == 0) continue;
       shape.push_back(d == 0 ? mlir::ShapedType::kDynamic : sizes_[d]);
       kept_strides.push_back(strides[d]);
@@ -162,6 +211,7 @@ void KernelEmitter::build_vector_function() {
         for (const auto& [root, dest] : more_) result(root, dest.elem);
         b_.create<mlir::linalg::YieldOp>(loc_, results);
       });
+  if (transposed >= 0) generic->setAttr(kTransposedDimAttr, b_.getI64IntegerAttr(transposed));
   // (An updated buffer is also its init's: not `restrict`, which promises one tensor per buffer.)
   for (size_t d = 0; d < num_dests; ++d) {
     b_.create<mlir::bufferization::MaterializeInDestinationOp>(

@@ -89,6 +89,18 @@ struct Patterns {
     mlir::tensor::populateFoldTensorSubsetIntoVectorTransferPatterns(vector_set);
     // The remainder's vector.mask regions as masked transfers.
     mlir::vector::populateVectorMaskLoweringPatternsForSideEffectingOps(vector_set);
+    // A transposed read as a read of rows and a vector.transpose, lowered to shuffles (on
+    // 16 x 16 tiles the AVX-512 sequence of unpacks and lane permutes; else one shuffle of the
+    // flattened tile, which LLVM's shuffle lowering splits).
+    mlir::vector::populateVectorTransferPermutationMapLoweringPatterns(vector_set);
+    mlir::vector::populateVectorTransposeLoweringPatterns(
+        vector_set, mlir::vector::VectorTransformsOptions().setVectorTransposeLowering(
+                        mlir::vector::VectorTransposeLowering::Shuffle16x16));
+    mlir::vector::populateVectorTransposeLoweringPatterns(
+        vector_set,
+        mlir::vector::VectorTransformsOptions().setVectorTransposeLowering(
+            mlir::vector::VectorTransposeLowering::Shuffle1D),
+        /*benefit=*/0);
     // A reduction's merge as one horizontal reduction of its tile (vector.reduction).
     mlir::vector::populateVectorMultiReductionLoweringPatterns(
         vector_set, mlir::vector::VectorMultiReductionLowering::InnerReduction);
@@ -181,10 +193,16 @@ bool tile_and_peel(mlir::func::FuncOp fn, int64_t vector_bits, std::string* erro
     const llvm::SmallVector<int64_t> ranges = g.getStaticLoopRanges();
     const int64_t inner = ranges.back();
     const bool dynamic = inner == mlir::ShapedType::kDynamic;
-    const int64_t tile = lanes * registers_per_tile(vector_bits);
+    // A transposing kernel's tiles are a register's lanes square (one register per row of the
+    // tile, transposed by shuffles); others one tile of registers along the innermost dim.
+    auto transposed = g->getAttrOfType<mlir::IntegerAttr>(kTransposedDimAttr);
+    const int64_t tile = transposed ? lanes : lanes * registers_per_tile(vector_bits);
     const int64_t width = dynamic ? tile : std::min(tile, inner);
     llvm::SmallVector<mlir::OpFoldResult> sizes(ranges.size(), rewriter.getIndexAttr(1));
     sizes.back() = rewriter.getIndexAttr(width);
+    if (transposed) sizes[transposed.getInt()] = rewriter.getIndexAttr(tile);
+    // (A transposing kernel's remainders, static or not, become scalar loops:
+    // transposing_remainder.)
     mlir::scf::SCFTilingOptions options;
     options.setTileSizes(sizes);
     rewriter.setInsertionPoint(g);
@@ -199,6 +217,11 @@ bool tile_and_peel(mlir::func::FuncOp fn, int64_t vector_bits, std::string* erro
     rewriter.replaceOp(g, tiled->replacements);
     if (!tiled->loops.empty())
       peel_remainder(rewriter, tiled->loops.back().getOperation(), dynamic, inner, width);
+    if (transposed) {
+      const int64_t t = transposed.getInt();  // one loop per dim
+      peel_remainder(rewriter, tiled->loops[t].getOperation(),
+                     ranges[t] == mlir::ShapedType::kDynamic, ranges[t], tile);
+    }
   }
   return true;
 }
@@ -215,7 +238,18 @@ llvm::SmallVector<int64_t> vector_sizes(mlir::linalg::LinalgOp op) {
   return sizes;
 }
 
+// Whether the tile is a transposing kernel's remainder (not a whole square): transposing it
+// would be one shuffle of an odd shape that LLVM compiles slowly, for a few elements.
+bool transposing_remainder(mlir::linalg::LinalgOp op) {
+  auto transposed = op->getAttrOfType<mlir::IntegerAttr>(kTransposedDimAttr);
+  auto width = op->getAttrOfType<mlir::IntegerAttr>(kTileWidthAttr);
+  if (!transposed || !width) return false;
+  const llvm::SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  return ranges[transposed.getInt()] != width.getInt() || ranges.back() != width.getInt();
+}
+
 bool vectorize_tile(mlir::RewriterBase& rewriter, mlir::linalg::LinalgOp op) {
+  if (transposing_remainder(op)) return false;  // scalar loops
   const llvm::SmallVector<int64_t> sizes = vector_sizes(op);
   if (op.hasDynamicShape() && sizes.empty()) return false;
   // Scalable flags given explicitly: with none, MLIR 19 types a mask differently from the

@@ -13,6 +13,9 @@ namespace kiln::codegen::detail {
 // Marks a kernel function built as linalg on tensors; its value is the target's vector register
 // width in bits.
 inline constexpr const char* kVectorKernelAttr = "kiln.vector_bits";
+// On a kernel's linalg.generic: the loop dim along which a leaf read across the innermost dim is
+// contiguous; its tiles are square (a register's lanes along both) and transposed in registers.
+inline constexpr const char* kTransposedDimAttr = "kiln.transposed_dim";
 
 // Dialects and interface models the vector pipeline needs (linalg, tensor, bufferization, memref,
 // vector, affine; tiling, bufferization, subset and value-bounds models).

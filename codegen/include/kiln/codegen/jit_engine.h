@@ -37,7 +37,8 @@ inline constexpr int kAbiVersion = 2;
 //   6: softmax / log-softmax over the last dim as generated row kernels.
 //   7: logsumexp as a row kernel; loop and branch bodies' buffers in compile-time arenas.
 //   8: elementwise loop nests tiled and vectorized through linalg → vector (vector_bits).
-//   9: row kernels' passes as linalg reductions and maps through the same pipeline.
+//   9: row kernels' passes as linalg reductions and maps through the same pipeline;
+//      operands read across the innermost dim in square tiles transposed in registers.
 inline constexpr int kCodegenRevision = 9;
 
 // A stable key for compiled code: (module bytes, target triple, CPU, features, options, ABI,
