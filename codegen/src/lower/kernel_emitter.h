@@ -74,8 +74,9 @@ class KernelEmitter {
   // ---- the kernel function ----
   void build_function();
   // A new kernel function void(ptr ctx, i64 begin, i64 end) named name_; the builder at the start
-  // of its entry block, which it returns.
-  mlir::Block* begin_function();
+  // of its entry block, which it returns. A vector kernel's is marked for the vector pipeline
+  // (kVectorKernelAttr: the options' width).
+  mlir::Block* begin_function(bool vector = false);
   // The pointer in slot `slot` of the kernel's context array (0: the result, then the further
   // results, then the leaves).
   Value context_pointer(Value ctx, int64_t slot);

@@ -10,6 +10,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "vectorize.h"
 
 namespace kiln::codegen::detail {
 namespace LLVM = mlir::LLVM;
@@ -156,12 +157,13 @@ void KernelEmitter::open_loops(mlir::Block* block, size_t dims) {
   }
 }
 
-mlir::Block* KernelEmitter::begin_function() {
+mlir::Block* KernelEmitter::begin_function(bool vector) {
   name_ = "kiln_kernel_" + std::to_string(low_.next_kernel_id());
   Type ptr = low_.ptr_type(), i64 = b_.getI64Type();
   b_.setInsertionPointToEnd(low_.module().getBody());
   auto fn = b_.create<mlir::func::FuncOp>(loc_, name_, b_.getFunctionType({ptr, i64, i64}, {}));
   fn.setPrivate();
+  if (vector) fn->setAttr(kVectorKernelAttr, b_.getI64IntegerAttr(low_.options().vector_bits));
   mlir::Block* block = fn.addEntryBlock();
   b_.setInsertionPointToStart(block);
   return block;

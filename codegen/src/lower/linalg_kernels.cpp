@@ -79,9 +79,7 @@ unsigned KernelEmitter::element_bits() const {
 }
 
 void KernelEmitter::build_vector_function() {
-  mlir::Block* block = begin_function();
-  block->getParentOp()->setAttr(kVectorKernelAttr,
-                                b_.getI64IntegerAttr(low_.options().vector_bits));
+  mlir::Block* block = begin_function(/*vector=*/true);
   mlir::MLIRContext* ctx_mlir = low_.module().getContext();
   Type i64 = b_.getI64Type();
   Value ctx = block->getArgument(0), begin = block->getArgument(1), end = block->getArgument(2);

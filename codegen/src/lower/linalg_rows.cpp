@@ -19,7 +19,6 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/AffineMap.h"
-#include "vectorize.h"
 
 namespace kiln::codegen::detail {
 namespace arith = mlir::arith;
@@ -37,9 +36,7 @@ bool KernelEmitter::vector_row_kernel() const {
 }
 
 void KernelEmitter::build_vector_row_function() {
-  mlir::Block* block = begin_function();
-  block->getParentOp()->setAttr(kVectorKernelAttr,
-                                b_.getI64IntegerAttr(low_.options().vector_bits));
+  mlir::Block* block = begin_function(/*vector=*/true);
   mlir::MLIRContext* ctx_mlir = low_.module().getContext();
   Value ctx = block->getArgument(0);
   out_ptr_ = context_pointer(ctx, 0);  // a row kernel has one result
