@@ -266,6 +266,34 @@ static void BM_EagerScaledLogsumexp(benchmark::State& state) {
 }
 BENCHMARK(BM_EagerScaledLogsumexp)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// RMSNorm's statistic mean(x * x) over d = 256, 8 x 128 tokens, one value per token: the
+// generated row reduction (the square computed in the pass, summed in float64) against eager's
+// mul and the runtime's reduction (a stored square, then pairwise float32 sums).
+Tensor mean_of_squares(const TensorList& t) {
+  const int64_t last[] = {-1};
+  return mean(t[0] * t[0], last, /*keepdim=*/true);
+}
+static void BM_CompiledMeanOfSquares(benchmark::State& state) {
+  const TensorList in{randn({8, 128, 256})};
+  jit::CompiledFunction f = jit::compile(
+      jit::trace([](const TensorList& t) { return TensorList{mean_of_squares(t)}; }, in),
+      bench_options());
+  for (auto _ : state) {
+    Tensor y = f(in)[0];
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+BENCHMARK(BM_CompiledMeanOfSquares)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+static void BM_EagerMeanOfSquares(benchmark::State& state) {
+  const TensorList in{randn({8, 128, 256})};
+  for (auto _ : state) {
+    Tensor y = mean_of_squares(in);
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+BENCHMARK(BM_EagerMeanOfSquares)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // A transformer block's residual add and layer norm: layer_norm(x + r) over d = 256, 8 x 128
 // tokens (#24: the add computed inside the norm's kernel).
 static void BM_CompiledResidualLayerNorm(benchmark::State& state) {

@@ -286,3 +286,88 @@ TEST(RowKernels, LogsumexpOverTheLastDimMatchesEagerAndFloat64) {
       }
     }
 }
+
+namespace {
+// sum, mean, amax or amin over the last dim in float64, NaN propagating through all four.
+Tensor reduction_reference(const Tensor& x, const std::string& op) {
+  Tensor d = x.to(DType::Float64).contiguous();
+  const int64_t cols = d.size(-1), rows = d.numel() / cols;
+  Tensor out = zeros({rows}).to(DType::Float64);
+  const double* in = d.data_ptr<double>();
+  for (int64_t r = 0; r < rows; ++r) {
+    double acc = op == "amax" ? -INFINITY : op == "amin" ? INFINITY : 0.0;
+    for (int64_t j = 0; j < cols; ++j) {
+      const double v = in[r * cols + j];
+      if (std::isnan(v) || std::isnan(acc))
+        acc = NAN;
+      else if (op == "amax")
+        acc = std::max(acc, v);
+      else if (op == "amin")
+        acc = std::min(acc, v);
+      else
+        acc += v;
+    }
+    out.data_ptr<double>()[r] = op == "mean" ? acc / cols : acc;
+  }
+  return out;
+}
+}  // namespace
+
+TEST(RowKernels, SumMeanAmaxAminOverTheLastDimMatchEagerAndFloat64) {
+  // Each reduction of a tree (x * x - 0.25: mean(x * x) is RMSNorm's) over the last dim, one
+  // value per row computed in the kernel without storing the tree; rows of 1000 (whole tiles and
+  // a remainder), 37, a 1-D input reduced whole, keepdim, NaN and infinite values, float64, rows
+  // over threads; over another dim, the runtime's kernel.
+  Tensor special = rnd({5, 40}, 41);
+  float* sp = special.data_ptr<float>();
+  sp[3] = NAN;             // row 0: NaN
+  sp[40 + 7] = INFINITY;   // row 1: +inf
+  sp[80 + 9] = -INFINITY;  // row 2: -inf (x * x: +inf)
+  sp[120 + 1] = 1e20f;     // row 3: a value whose square overflows float32
+  struct RedCase {
+    std::string name;
+    Tensor x;
+    int64_t dim;  // INT64_MIN: none given (all dims)
+    bool keepdim;
+  };
+  const std::vector<RedCase> cases = {
+      {"rows of 1000 over threads", rnd({256, 1000}, 42, 2.0), -1, false},
+      {"rows of 37, keepdim", rnd({3, 7, 37}, 43), 2, true},
+      {"NaN and infinite values", special, -1, false},
+      {"one dimension reduced whole", rnd({301}, 44), INT64_MIN, false},
+      {"float64", rnd({6, 50}, 45).to(DType::Float64), -1, true},
+      {"over another dim (the runtime's kernel)", rnd({6, 5}, 46), 0, false},
+  };
+  for (const char* op : {"sum", "mean", "amax", "amin"}) {
+    for (int bits : kWidths) {
+      for (const RedCase& c : cases) {
+        SCOPED_TRACE(std::string(op) + " " + c.name + ", vector_bits " + std::to_string(bits));
+        const std::string name = op;
+        auto fn = [&](const TensorList& t) {
+          Tensor tree = t[0] * t[0] - 0.25;  // computed inside the kernel
+          std::vector<int64_t> dims;
+          if (c.dim != INT64_MIN) dims.push_back(c.dim);
+          Tensor r = name == "sum"    ? sum(tree, dims, c.keepdim)
+                     : name == "mean" ? mean(tree, dims, c.keepdim)
+                     : name == "amax" ? amax(tree, dims, c.keepdim)
+                                      : amin(tree, dims, c.keepdim);
+          return TensorList{r};
+        };
+        jit::CompiledFunction f = jit::compile(jit::trace(fn, {c.x}), at_width(bits));
+        for (const Tensor& x : {c.x, c.x * 0.5 + 0.125}) {
+          const Tensor got = f({x})[0];
+          const double tol = x.dtype() == DType::Float64 ? 1e-12 : 2e-6;
+          expect_matches(got, fn({x})[0], tol, c.name + " vs eager");
+          if (c.dim == -1 || c.dim == x.dim() - 1 || (c.dim == INT64_MIN && x.dim() == 1)) {
+            // The tree in the input's dtype (where x * x overflows float32, so does the kernel),
+            // reduced in float64.
+            const Tensor tree = (x * x - 0.25).to(DType::Float64);
+            Tensor want = reduction_reference(tree, name);
+            if (x.dtype() == DType::Float32) want = want.to(DType::Float32);  // its rounding
+            expect_matches(got.reshape({-1}), want, tol, c.name + " vs float64");
+          }
+        }
+      }
+    }
+  }
+}

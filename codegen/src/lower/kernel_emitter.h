@@ -29,9 +29,15 @@ class KernelEmitter {
   KernelEmitter(Lowering& low, Value root, const View& dest)
       : low_(low), root_(root), dest_(dest), b_(low.module().getContext()), loc_(low.loc()) {}
   // A row kernel: dest = softmax, log-softmax or layer norm (with an optional weight and bias
-  // over the row) over the last dim of `root`'s elementwise tree; or logsumexp, one value per row
-  // (dest: the root's sizes, its last dim at stride 0).
-  enum class Row { None, Softmax, LogSoftmax, LayerNorm, LogSumExp };
+  // over the row) over the last dim of `root`'s elementwise tree; or a reduction of each row to
+  // one value (logsumexp, sum, mean, amax, amin; dest: the root's sizes, its last dim at
+  // stride 0).
+  enum class Row { None, Softmax, LogSoftmax, LayerNorm, LogSumExp, Sum, Mean, Amax, Amin };
+  // Whether the row kernel stores one value per row (a reduction).
+  static bool reduces_row(Row row) {
+    return row == Row::LogSumExp || row == Row::Sum || row == Row::Mean || row == Row::Amax ||
+           row == Row::Amin;
+  }
   KernelEmitter(Lowering& low, Value root, const View& dest, Row row, Value weight = {},
                 Value bias = {}, double eps = 0)
       : KernelEmitter(low, root, dest) {
@@ -128,6 +134,7 @@ class KernelEmitter {
   void softmax_row(bool log);
   void layer_norm_row();
   void logsumexp_row();
+  void reduce_row();  // sum, mean (summed in float64), amax, amin (NaN-propagating)
 
   void call_function();
 

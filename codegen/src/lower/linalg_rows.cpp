@@ -1,5 +1,6 @@
-// Row kernels (softmax, log-softmax, layer norm, logsumexp over the last dim; row_kernels.cpp
-// has their scalar loops and formulas) in the vector pipeline (DESIGN.md §5). The kernel function
+// Row kernels (softmax, log-softmax, layer norm, and the reductions of a row to one value:
+// logsumexp, sum, mean, amax, amin; all over the last dim; row_kernels.cpp has their scalar loops
+// and formulas) in the vector pipeline (DESIGN.md §5). The kernel function
 // keeps its signature and its scalar loops over the rows; inside them each pass over a row is one
 // linalg.generic on tensors: a reduction into a rank-0 tensor (the maximum, a sum) or a parallel
 // map into the row (the result, or softmax's exponentials). Every operand's row is a 1-D strided
@@ -29,7 +30,7 @@ bool KernelEmitter::vector_row_kernel() const {
   if (sizes_.back() < 2) return false;  // one element per row: nothing to vectorize
   // The result is written along the row (logsumexp: one value per row, stride 0); every input
   // is read along it contiguously or broadcast (a strided row would be gathered lane by lane).
-  if (out_strides_.back() != (row_ == Row::LogSumExp ? 0 : 1)) return false;
+  if (out_strides_.back() != (reduces_row(row_) ? 0 : 1)) return false;
   for (const Leaf& leaf : leaves_)
     if (leaf.strides.back() != 0 && leaf.strides.back() != 1) return false;
   return true;
@@ -56,7 +57,7 @@ void KernelEmitter::build_vector_row_function() {
     return strided_memref(base, offset, std::nullopt, shape, strides, Value(), elem);
   };
   Value dest_row;
-  if (row_ != Row::LogSumExp)
+  if (!reduces_row(row_))
     dest_row = row_memref(out_ptr_, offset(dest_.offset, outer(out_strides_)), true, t);
   llvm::SmallVector<Value> leaf_rows;
   llvm::SmallVector<mlir::AffineMap> leaf_maps;
@@ -178,6 +179,30 @@ void KernelEmitter::build_vector_row_function() {
       Value s = reduce(t, 0, {},
                        [&](mlir::ValueRange, Value acc) { return sum(acc, exp(sub(x(), shift))); });
       Value y = b_.create<arith::AddFOp>(loc_, shift, b_.create<math::LogOp>(loc_, s));
+      store(out_ptr_, offset(dest_.offset, outer(out_strides_)), y, t);
+      break;
+    }
+    case Row::Sum:
+    case Row::Mean:
+    case Row::Amax:
+    case Row::Amin: {
+      // As reduce_row: sums in float64; amax / amin NaN-propagating.
+      Value y;
+      if (row_ == Row::Sum || row_ == Row::Mean) {
+        const Type f64 = b_.getF64Type();
+        y = reduce(f64, 0, {},
+                   [&](mlir::ValueRange, Value acc) { return sum(acc, convert(x(), f64)); });
+        if (row_ == Row::Mean)
+          y = b_.create<arith::DivFOp>(loc_, y, constant(static_cast<double>(n), f64));
+        y = convert(y, t);
+      } else if (row_ == Row::Amax) {
+        y = reduce(t, -INFINITY, {},
+                   [&](mlir::ValueRange, Value acc) { return maximum(acc, x()); });
+      } else {
+        y = reduce(t, INFINITY, {}, [&](mlir::ValueRange, Value acc) {
+          return b_.create<arith::MinimumFOp>(loc_, acc, x()).getResult();
+        });
+      }
       store(out_ptr_, offset(dest_.offset, outer(out_strides_)), y, t);
       break;
     }

@@ -1,7 +1,7 @@
-// Row kernels (kernel_emitter.h): softmax, log-softmax, layer norm and logsumexp over the last dim,
-// generated with their input's elementwise tree computed in the passes over each row. Each follows
-// the runtime kernel's formula (logsumexp: its result), so compiled and eager values agree to
-// rounding.
+// Row kernels (kernel_emitter.h) as scalar loops: softmax, log-softmax, layer norm, logsumexp,
+// sum, mean, amax and amin over the last dim, generated with their input's elementwise tree
+// computed in the passes over each row. Each follows the runtime kernel's formula (logsumexp: its
+// result; sums: in float64), so compiled and eager values agree to rounding.
 
 #include <cmath>
 
@@ -40,7 +40,37 @@ void KernelEmitter::leaves_at_element() {
 void KernelEmitter::emit_row() {
   if (row_ == Row::LayerNorm) return layer_norm_row();
   if (row_ == Row::LogSumExp) return logsumexp_row();
+  if (reduces_row(row_)) return reduce_row();
   softmax_row(row_ == Row::LogSoftmax);
+}
+
+// One pass over the row, the tree evaluated, one value stored per row: a sum (or a mean) in
+// float64, more accurate than the runtime's pairwise float32 sums; the maximum or minimum,
+// NaN-propagating as PyTorch's amax / amin.
+void KernelEmitter::reduce_row() {
+  const Type t = dest_.elem;
+  Value y;
+  if (row_ == Row::Sum || row_ == Row::Mean) {
+    const Type f64 = b_.getF64Type();
+    auto reassoc = arith::FastMathFlagsAttr::get(b_.getContext(), arith::FastMathFlags::reassoc);
+    Value sum = row_pass(constant(0, f64), [&](Value, Value acc) {
+      leaves_at_element();
+      Value x = convert(convert(eval(root_), t), f64);
+      return b_.create<arith::AddFOp>(loc_, acc, x, reassoc).getResult();
+    });
+    if (row_ == Row::Mean)
+      sum = b_.create<arith::DivFOp>(loc_, sum, constant(static_cast<double>(sizes_.back()), f64));
+    y = convert(sum, t);
+  } else {
+    const bool max = row_ == Row::Amax;
+    y = row_pass(constant(max ? -INFINITY : INFINITY, t), [&](Value, Value acc) {
+      leaves_at_element();
+      Value x = convert(eval(root_), t);
+      if (max) return b_.create<arith::MaximumFOp>(loc_, acc, x).getResult();
+      return b_.create<arith::MinimumFOp>(loc_, acc, x).getResult();
+    });
+  }
+  store(out_ptr_, offset(dest_.offset, out_strides_), y, t);  // the row dim's stride is 0
 }
 
 // Two passes over the row, the tree evaluated in each (nothing stored: the result is one value):
@@ -135,9 +165,23 @@ void KernelEmitter::layer_norm_row() {
   });
 }
 
+namespace {
+// The row kernel that reduces each row of `op`'s input to one value, if any.
+KernelEmitter::Row reduction_row(mlir::Operation* op) {
+  using Row = KernelEmitter::Row;
+  if (mlir::isa<ir::LogsumexpOp>(op)) return Row::LogSumExp;
+  if (mlir::isa<ir::SumOp>(op)) return Row::Sum;
+  if (mlir::isa<ir::MeanOp>(op)) return Row::Mean;
+  if (mlir::isa<ir::AmaxOp>(op)) return Row::Amax;
+  if (mlir::isa<ir::AminOp>(op)) return Row::Amin;
+  return Row::None;
+}
+}  // namespace
+
 bool Lowering::has_row_kernel(mlir::Operation* op) {
-  if (mlir::isa<ir::LogsumexpOp>(op)) {
-    // Over the last dim only, of a float input with rows (an empty row is the runtime's: -inf).
+  if (reduction_row(op) != KernelEmitter::Row::None) {
+    // Over the last dim only (a 1-D input: dims may be empty, all), of a float input with rows
+    // (an empty row is the runtime's: -inf, 0, NaN or an error), the result of its dtype.
     auto in = mlir::dyn_cast<mlir::RankedTensorType>(op->getOperand(0).getType());
     auto out = mlir::dyn_cast<mlir::RankedTensorType>(op->getResult(0).getType());
     if (!in || !out || !in.hasStaticShape() || !out.hasStaticShape() || in.getRank() == 0 ||
@@ -145,7 +189,9 @@ bool Lowering::has_row_kernel(mlir::Operation* op) {
       return false;
     if (!in.getElementType().isF32() && !in.getElementType().isF64()) return false;
     auto dims = op->getAttrOfType<mlir::DenseI64ArrayAttr>("dims");
-    return dims && dims.size() == 1 && (dims[0] == -1 || dims[0] == in.getRank() - 1);
+    if (!dims) return false;
+    if (dims.empty()) return in.getRank() == 1;
+    return dims.size() == 1 && (dims[0] == -1 || dims[0] == in.getRank() - 1);
   }
   if (!mlir::isa<ir::SoftmaxOp, ir::LogSoftmaxOp, ir::LayerNormOp>(op)) return false;
   auto type = mlir::dyn_cast<mlir::RankedTensorType>(op->getResult(0).getType());
@@ -172,7 +218,7 @@ bool Lowering::has_row_kernel(mlir::Operation* op) {
 void Lowering::emit_row_kernel(mlir::Operation* op) {
   mlir::Value result = op->getResult(0);
   View d = destination(result);
-  if (mlir::isa<ir::LogsumexpOp>(op)) {
+  if (const auto row = reduction_row(op); row != KernelEmitter::Row::None) {
     // The loops run over the input's shape; every element of a row maps to the row's result.
     View rows = d;
     auto in = mlir::cast<mlir::RankedTensorType>(op->getOperand(0).getType());
@@ -180,7 +226,7 @@ void Lowering::emit_row_kernel(mlir::Operation* op) {
     rows.sizes.assign(in.getShape().begin(), in.getShape().end());
     rows.strides.assign(d.strides.begin(), d.strides.begin() + outer);  // keepdim: drops the 1
     rows.strides.push_back(0);
-    KernelEmitter(*this, op->getOperand(0), rows, KernelEmitter::Row::LogSumExp).emit();
+    KernelEmitter(*this, op->getOperand(0), rows, row).emit();
     views_[result] = d;
     return;
   }
