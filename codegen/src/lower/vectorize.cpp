@@ -278,11 +278,15 @@ bool bufferize(mlir::func::FuncOp fn, const Patterns& patterns, std::string* err
   options.bufferizeFunctionBoundaries = false;
   options.allowUnknownOps = true;  // the LLVM dialect ops reading the kernel's context
   // The only buffers a kernel allocates are a row kernel's reduction results and partial tiles,
-  // of static size: on the stack, once, at the function's entry (not per row: an alloca in a
-  // loop grows the stack each iteration), where LLVM promotes them to registers.
+  // a few registers' worth: on the stack, once, at the function's entry (not per row: an alloca
+  // in a loop grows the stack each iteration), where LLVM promotes them to registers. Anything
+  // larger (a copy the analysis would insert) fails the compile rather than risk the stack.
   options.allocationFn = [](mlir::OpBuilder& b, mlir::Location loc, mlir::MemRefType type,
                             mlir::ValueRange, unsigned alignment) -> mlir::FailureOr<mlir::Value> {
-    if (!type.hasStaticShape()) return mlir::failure();
+    constexpr int64_t kMaxStackBytes = 4096;
+    if (!type.hasStaticShape() || !type.getElementType().isIntOrFloat() ||
+        type.getNumElements() * type.getElementTypeBitWidth() / 8 > kMaxStackBytes)
+      return mlir::failure();
     mlir::Operation* parent = b.getInsertionBlock()->getParentOp();
     auto fn = mlir::isa<mlir::func::FuncOp>(parent) ? mlir::cast<mlir::func::FuncOp>(parent)
                                                     : parent->getParentOfType<mlir::func::FuncOp>();
