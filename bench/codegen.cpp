@@ -208,6 +208,20 @@ static void BM_EagerChain16M(benchmark::State& state) {
 }
 BENCHMARK(BM_EagerChain16M)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// One value computed from `in` by `fn`, compiled (traced, jit::compile) or eager, per iteration.
+void time_one(benchmark::State& state, Tensor (*fn)(const TensorList&), const TensorList& in,
+              bool compiled) {
+  jit::CompiledFunction f;
+  if (compiled) {
+    auto traced = [fn](const TensorList& t) { return TensorList{fn(t)}; };
+    f = jit::compile(jit::trace(traced, in), bench_options());
+  }
+  for (auto _ : state) {
+    Tensor y = compiled ? f(in)[0] : fn(in);
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+
 // Attention's scores: softmax(s * scale + mask) over the keys, batch 8, 4 heads, 128 x 128
 // (#24: the scale and mask computed inside the softmax's kernel, one pass over memory less).
 Tensor scaled_softmax(const TensorList& t) {
@@ -218,23 +232,12 @@ TensorList scores_inputs() {
 }
 
 static void BM_CompiledScaledSoftmax(benchmark::State& state) {
-  const TensorList in = scores_inputs();
-  jit::CompiledFunction f = jit::compile(
-      jit::trace([](const TensorList& t) { return TensorList{scaled_softmax(t)}; }, in),
-      bench_options());
-  for (auto _ : state) {
-    Tensor y = f(in)[0];
-    benchmark::DoNotOptimize(y.impl());
-  }
+  time_one(state, scaled_softmax, scores_inputs(), true);
 }
 BENCHMARK(BM_CompiledScaledSoftmax)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 static void BM_EagerScaledSoftmax(benchmark::State& state) {
-  const TensorList in = scores_inputs();
-  for (auto _ : state) {
-    Tensor y = scaled_softmax(in);
-    benchmark::DoNotOptimize(y.impl());
-  }
+  time_one(state, scaled_softmax, scores_inputs(), false);
 }
 BENCHMARK(BM_EagerScaledSoftmax)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
@@ -246,23 +249,12 @@ Tensor scaled_logsumexp(const TensorList& t) {
   return logsumexp(t[0] * 0.125 + t[1], last);
 }
 static void BM_CompiledScaledLogsumexp(benchmark::State& state) {
-  const TensorList in = scores_inputs();
-  jit::CompiledFunction f = jit::compile(
-      jit::trace([](const TensorList& t) { return TensorList{scaled_logsumexp(t)}; }, in),
-      bench_options());
-  for (auto _ : state) {
-    Tensor y = f(in)[0];
-    benchmark::DoNotOptimize(y.impl());
-  }
+  time_one(state, scaled_logsumexp, scores_inputs(), true);
 }
 BENCHMARK(BM_CompiledScaledLogsumexp)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 static void BM_EagerScaledLogsumexp(benchmark::State& state) {
-  const TensorList in = scores_inputs();
-  for (auto _ : state) {
-    Tensor y = scaled_logsumexp(in);
-    benchmark::DoNotOptimize(y.impl());
-  }
+  time_one(state, scaled_logsumexp, scores_inputs(), false);
 }
 BENCHMARK(BM_EagerScaledLogsumexp)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
@@ -274,23 +266,12 @@ Tensor mean_of_squares(const TensorList& t) {
   return mean(t[0] * t[0], last, /*keepdim=*/true);
 }
 static void BM_CompiledMeanOfSquares(benchmark::State& state) {
-  const TensorList in{randn({8, 128, 256})};
-  jit::CompiledFunction f = jit::compile(
-      jit::trace([](const TensorList& t) { return TensorList{mean_of_squares(t)}; }, in),
-      bench_options());
-  for (auto _ : state) {
-    Tensor y = f(in)[0];
-    benchmark::DoNotOptimize(y.impl());
-  }
+  time_one(state, mean_of_squares, {randn({8, 128, 256})}, true);
 }
 BENCHMARK(BM_CompiledMeanOfSquares)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 static void BM_EagerMeanOfSquares(benchmark::State& state) {
-  const TensorList in{randn({8, 128, 256})};
-  for (auto _ : state) {
-    Tensor y = mean_of_squares(in);
-    benchmark::DoNotOptimize(y.impl());
-  }
+  time_one(state, mean_of_squares, {randn({8, 128, 256})}, false);
 }
 BENCHMARK(BM_EagerMeanOfSquares)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
