@@ -317,7 +317,7 @@ TEST(RowKernels, SumMeanAmaxAminOverTheLastDimMatchEagerAndFloat64) {
   // Each reduction of a tree (x * x - 0.25: mean(x * x) is RMSNorm's) over the last dim, one
   // value per row computed in the kernel without storing the tree; rows of 1000 (whole tiles and
   // a remainder), 37, a 1-D input reduced whole, keepdim, NaN and infinite values, float64, rows
-  // over threads; over another dim, the runtime's kernel.
+  // over threads; over another dim, and one row too long for one thread, the runtime's kernel.
   Tensor special = rnd({5, 40}, 41);
   float* sp = special.data_ptr<float>();
   sp[3] = NAN;             // row 0: NaN
@@ -337,6 +337,7 @@ TEST(RowKernels, SumMeanAmaxAminOverTheLastDimMatchEagerAndFloat64) {
       {"one dimension reduced whole", rnd({301}, 44), INT64_MIN, false},
       {"float64", rnd({6, 50}, 45).to(DType::Float64), -1, true},
       {"over another dim (the runtime's kernel)", rnd({6, 5}, 46), 0, false},
+      {"one row of 140000 (the runtime's, split over threads)", rnd({140000}, 47), -1, false},
   };
   for (const char* op : {"sum", "mean", "amax", "amin"}) {
     for (int bits : kWidths) {

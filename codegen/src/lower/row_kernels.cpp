@@ -190,8 +190,14 @@ bool Lowering::has_row_kernel(mlir::Operation* op) {
     if (!in.getElementType().isF32() && !in.getElementType().isF64()) return false;
     auto dims = op->getAttrOfType<mlir::DenseI64ArrayAttr>("dims");
     if (!dims) return false;
-    if (dims.empty()) return in.getRank() == 1;
-    return dims.size() == 1 && (dims[0] == -1 || dims[0] == in.getRank() - 1);
+    if (dims.empty() ? in.getRank() != 1
+                     : dims.size() != 1 || (dims[0] != -1 && dims[0] != in.getRank() - 1))
+      return false;
+    // A row kernel splits its rows over the threads, never a row. A few very long rows stay
+    // the runtime's, which splits each into fixed chunks merged pairwise (runtime/src/kernels/
+    // reduce.cpp: rows of 2 x 65536 elements or more when there are at most 16 of them).
+    const int64_t row = in.getShape().back(), rows = in.getNumElements() / row;
+    return row < 2 * 65536 || rows > 16;
   }
   if (!mlir::isa<ir::SoftmaxOp, ir::LogSoftmaxOp, ir::LayerNormOp>(op)) return false;
   auto type = mlir::dyn_cast<mlir::RankedTensorType>(op->getResult(0).getType());
