@@ -124,6 +124,16 @@ std::vector<Case> cases() {
                [=](const TensorList& t) { return TensorList{softmax(scaled(t), -1)}; },
                {rnd({512, 1000}, 10, 2.0), rnd({1000}, 11)},
                scaled});
+  // A causal mask of bytes (a bool leaf in the kernel, read as i8 and truncated), row 0 masked
+  // but for its first element; 70 keys: a remainder at every width.
+  Tensor causal = kiln::empty({70, 70}, DType::Bool);
+  for (int64_t i = 0; i < 70; ++i)
+    for (int64_t j = 0; j < 70; ++j) causal.data_ptr<bool>()[i * 70 + j] = j > i;
+  auto masked_scores = [](const TensorList& t) { return masked_fill(t[0] * 0.5, t[1], -INFINITY); };
+  c.push_back({"a causal mask of bools",
+               [=](const TensorList& t) { return TensorList{softmax(masked_scores(t), -1)}; },
+               {rnd({2, 70, 70}, 14, 3.0), causal},
+               masked_scores});
   c.push_back({"over another dim (the runtime's kernel)",
                [=](const TensorList& t) { return TensorList{softmax(scaled(t), 0)}; },
                {rnd({6, 5}, 12), rnd({5}, 13)},
@@ -142,7 +152,8 @@ TEST(RowKernels, SoftmaxOverTheLastDimMatchesEagerAndFloat64) {
       for (int round = 0; round < 2; ++round) {
         TensorList in = c.inputs;
         if (round == 1)
-          for (size_t k = 0; k < in.size(); ++k) in[k] = in[k] * 0.5 - 0.25;
+          for (size_t k = 0; k < in.size(); ++k)
+            if (in[k].dtype() != DType::Bool) in[k] = in[k] * 0.5 - 0.25;
         const Tensor got = f(in)[0];
         const double tol = in[0].dtype() == DType::Float64 ? 1e-12 : 2e-6;
         expect_matches(got, c.fn(in)[0], tol, c.name + " vs eager");
