@@ -218,6 +218,23 @@ TEST(JitAotAarch64, DISABLED_LeNetUnderQemuMatchesEager) {
   EXPECT_LE(max_rel_error(got, eager), 1e-4);
 }
 
+// A transformer classifier for aarch64 under qemu: its layer norms as row kernels and its
+// elementwise chains through the vector pipeline at NEON's 128 bits.
+TEST(JitAotAarch64, DISABLED_TransformerUnderQemuMatchesEager) {
+  const char* dir = std::getenv("KILN_AARCH64_RUNTIME_DIR");
+  if (!dir || !*dir) GTEST_SKIP() << "KILN_AARCH64_RUNTIME_DIR not set";
+  auto m = models::transformer_classifier(50, 5);
+  m->eval();
+  autograd::NoGradGuard no_grad;
+  Tensor x = randint(0, 50, {2, 12});
+  Tensor eager = m->forward(x);
+  Tensor got = run_aot(*m, randint(0, 50, {2, 12}), x, "aarch64-linux-gnu",
+                       "qemu-aarch64 -L /usr/aarch64-linux-gnu ");
+  ASSERT_TRUE(got.defined());
+  ASSERT_EQ(got.sizes(), eager.sizes());
+  EXPECT_LE(max_rel_error(got, eager), 1e-4);
+}
+
 // `kiln compile` on the trace's text with its weights in a .safetensors file: the arguments named
 // like the file's tensors are frozen, the rest are the executable's inputs.
 TEST(JitAot, CliCompilesTracedModuleWithSafetensorsWeights) {
