@@ -19,6 +19,15 @@ inline jit::CompileOptions no_disk() {
   return o;
 }
 
+// The vector widths kernel tests compile at: the scalar loops LLVM vectorizes (-1) and the
+// vector pipeline at 128, 256 and 512 bits, whatever this machine's own width.
+inline constexpr int kVectorWidths[] = {-1, 128, 256, 512};
+inline jit::CompileOptions at_vector_width(int bits) {
+  jit::CompileOptions o = no_disk();
+  o.vector_bits = bits;
+  return o;
+}
+
 inline Tensor rnd(Dims sizes, uint32_t seed, double scale = 1.0) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> dist(0.0f, static_cast<float>(scale));

@@ -16,18 +16,11 @@
 #include "kiln/trace/trace.h"
 
 using namespace kiln;
-using kiln::test::no_disk;
+using kiln::test::at_vector_width;
+using kiln::test::kVectorWidths;
 using kiln::test::rnd;
 
 namespace {
-
-constexpr int kWidths[] = {-1, 128, 256, 512};
-
-jit::CompileOptions at_width(int bits) {
-  jit::CompileOptions o = no_disk();
-  o.vector_bits = bits;
-  return o;
-}
 
 // Compares element by element in float64: NaN where the reference is NaN, equal infinities,
 // else within tol relative to max(1, |reference|).
@@ -144,10 +137,10 @@ std::vector<Case> cases() {
 }  // namespace
 
 TEST(RowKernels, SoftmaxOverTheLastDimMatchesEagerAndFloat64) {
-  for (int bits : kWidths)
+  for (int bits : kVectorWidths)
     for (const Case& c : cases()) {
       SCOPED_TRACE("vector_bits " + std::to_string(bits));
-      jit::CompiledFunction f = jit::compile(jit::trace(c.fn, c.inputs), at_width(bits));
+      jit::CompiledFunction f = jit::compile(jit::trace(c.fn, c.inputs), at_vector_width(bits));
       // The example, then other values of the same shapes.
       for (int round = 0; round < 2; ++round) {
         TensorList in = c.inputs;
@@ -206,7 +199,7 @@ TEST(RowKernels, LayerNormOverTheLastDimMatchesEagerAndFloat64) {
       {"over two dims (the runtime's kernel)", {3, 4, 6}, true, true, DType::Float32, {4, 6}},
   };
   const double eps = 1e-5;
-  for (int bits : kWidths)
+  for (int bits : kVectorWidths)
     for (const LnCase& c : cases) {
       SCOPED_TRACE("vector_bits " + std::to_string(bits));
       const Dims pshape = c.normalized;
@@ -217,7 +210,7 @@ TEST(RowKernels, LayerNormOverTheLastDimMatchesEagerAndFloat64) {
         return TensorList{layer_norm(tree(t[0]), pshape, w, b, eps)};
       };
       const Tensor example = rnd(c.shape, 23, 2.0).to(c.dtype);
-      jit::CompiledFunction f = jit::compile(jit::trace(fn, {example}), at_width(bits));
+      jit::CompiledFunction f = jit::compile(jit::trace(fn, {example}), at_vector_width(bits));
       for (const Tensor& x : {example, rnd(c.shape, 24, 5.0).to(c.dtype)}) {
         const Tensor got = f({x})[0];
         const double tol = c.dtype == DType::Float64 ? 1e-12 : 2e-5;
@@ -276,7 +269,7 @@ TEST(RowKernels, LogsumexpOverTheLastDimMatchesEagerAndFloat64) {
       {"strided rows (a transposed argument)", rnd({3, 7, 9}, 38, 3.0), -1, true, true},
       {"over another dim (the runtime's kernel)", rnd({6, 5}, 37), 0, false},
   };
-  for (int bits : kWidths)
+  for (int bits : kVectorWidths)
     for (const LseCase& c : cases) {
       SCOPED_TRACE("vector_bits " + std::to_string(bits));
       auto tree = [&](const Tensor& x) {  // computed inside the kernel
@@ -286,7 +279,7 @@ TEST(RowKernels, LogsumexpOverTheLastDimMatchesEagerAndFloat64) {
       auto fn = [&](const TensorList& t) {
         return TensorList{logsumexp(tree(t[0]), dims, c.keepdim)};
       };
-      jit::CompiledFunction f = jit::compile(jit::trace(fn, {c.x}), at_width(bits));
+      jit::CompiledFunction f = jit::compile(jit::trace(fn, {c.x}), at_vector_width(bits));
       for (const Tensor& x : {c.x, c.x * 1.5 - 0.5}) {
         const Tensor got = f({x})[0];
         const double tol = x.dtype() == DType::Float64 ? 1e-12 : 2e-6;
@@ -351,7 +344,7 @@ TEST(RowKernels, SumMeanAmaxAminOverTheLastDimMatchEagerAndFloat64) {
       {"one row of 140000 (the runtime's, split over threads)", rnd({140000}, 47), -1, false},
   };
   for (const char* op : {"sum", "mean", "amax", "amin"}) {
-    for (int bits : kWidths) {
+    for (int bits : kVectorWidths) {
       for (const RedCase& c : cases) {
         SCOPED_TRACE(std::string(op) + " " + c.name + ", vector_bits " + std::to_string(bits));
         const std::string name = op;
@@ -365,7 +358,7 @@ TEST(RowKernels, SumMeanAmaxAminOverTheLastDimMatchEagerAndFloat64) {
                                       : amin(tree, dims, c.keepdim);
           return TensorList{r};
         };
-        jit::CompiledFunction f = jit::compile(jit::trace(fn, {c.x}), at_width(bits));
+        jit::CompiledFunction f = jit::compile(jit::trace(fn, {c.x}), at_vector_width(bits));
         for (const Tensor& x : {c.x, c.x * 0.5 + 0.125}) {
           const Tensor got = f({x})[0];
           const double tol = x.dtype() == DType::Float64 ? 1e-12 : 2e-6;

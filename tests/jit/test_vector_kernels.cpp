@@ -21,11 +21,10 @@ using kiln::test::rnd;
 
 namespace {
 
-constexpr int kWidths[] = {-1, 128, 256, 512};
+constexpr auto& kWidths = kiln::test::kVectorWidths;
 
 jit::CompileOptions at_width(int bits) {
-  jit::CompileOptions o = kiln::test::no_disk();
-  o.vector_bits = bits;
+  jit::CompileOptions o = kiln::test::at_vector_width(bits);
   // Small kernels split over the threads too (two, see ThreadsForTheTest): shares start past 0,
   // and a 1-D share's remainder is masked.
   o.parallel_min_elements = 64;
