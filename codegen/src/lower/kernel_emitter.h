@@ -7,9 +7,9 @@
 // when the kernel is large. With a vector width (LowerOptions::vector_bits) the body becomes a
 // linalg.generic that vectorize.cpp tiles and vectorizes (linalg_kernels.cpp); else, and for
 // kernels it does not take, scalar loops that LLVM's loop vectorizer widens. A row kernel (softmax,
-// log-softmax, layer norm, logsumexp over the last dim) keeps the last dim and makes passes over
-// each row: with a vector width, each a linalg.generic over the row (linalg_rows.cpp), else scalar
-// loops (row_kernels.cpp).
+// log-softmax, layer norm over the last dim, or logsumexp, sum, mean, amax, amin reducing it) keeps
+// the last dim and makes passes over each row: with a vector width, each a linalg.generic over the
+// row (linalg_rows.cpp), else scalar loops (row_kernels.cpp).
 //
 // The kernel is its own function  void kiln_kernel_N(void** ctx, i64 begin, i64 end)  over
 // [begin, end) of the outermost dim; ctx holds the outputs' and the leaves' base pointers.
@@ -88,11 +88,11 @@ class KernelEmitter {
   Value context_pointer(Value ctx, int64_t slot);
   // Whether this kernel goes through the vector pipeline (linalg_kernels.cpp): a plain
   // elementwise nest (not a row kernel) over more than one element, every operand contiguous or
-  // broadcast along the innermost dim, when the options give a vector width.
+  // broadcast along the innermost dim or read in transposed tiles (transposed_dim), when the
+  // options give a vector width.
   bool vector_kernel() const;
-  // The dim along which the leaves read across the innermost dim
-  // are contiguous, when the vector pipeline tiles them as transposes; -1 when there are none or
-  // it does not.
+  // The dim along which the leaves read across the innermost dim are contiguous, when the vector
+  // pipeline tiles them as transposes; -1 when there are none or it does not.
   int transposed_dim() const;
   // The side of a transposed tile: one vector register's lanes.
   int64_t transpose_tile() const;
