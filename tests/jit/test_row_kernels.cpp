@@ -292,13 +292,22 @@ TEST(RowKernels, LogsumexpOverTheLastDimMatchesEagerAndFloat64) {
 }
 
 namespace {
-// sum, mean, amax or amin over the last dim in float64, NaN propagating through all four.
+// sum, mean, amax, amin or var (unbiased; "var_biased") over the last dim in float64, NaN
+// propagating through all of them.
 Tensor reduction_reference(const Tensor& x, const std::string& op) {
   Tensor d = x.to(DType::Float64).contiguous();
   const int64_t cols = d.size(-1), rows = d.numel() / cols;
   Tensor out = zeros({rows}).to(DType::Float64);
   const double* in = d.data_ptr<double>();
   for (int64_t r = 0; r < rows; ++r) {
+    if (op == "var" || op == "var_biased") {
+      double mean = 0, sq = 0;
+      for (int64_t j = 0; j < cols; ++j) mean += in[r * cols + j] / cols;
+      for (int64_t j = 0; j < cols; ++j)
+        sq += (in[r * cols + j] - mean) * (in[r * cols + j] - mean);
+      out.data_ptr<double>()[r] = sq / std::max<double>(0, cols - (op == "var" ? 1 : 0));
+      continue;
+    }
     double acc = op == "amax" ? -INFINITY : op == "amin" ? INFINITY : 0.0;
     for (int64_t j = 0; j < cols; ++j) {
       const double v = in[r * cols + j];
@@ -317,7 +326,7 @@ Tensor reduction_reference(const Tensor& x, const std::string& op) {
 }
 }  // namespace
 
-TEST(RowKernels, SumMeanAmaxAminOverTheLastDimMatchEagerAndFloat64) {
+TEST(RowKernels, SumMeanAmaxAminVarOverTheLastDimMatchEagerAndFloat64) {
   // Each reduction of a tree (x * x - 0.25: mean(x * x) is RMSNorm's) over the last dim, one
   // value per row computed in the kernel without storing the tree; rows of 1000 (whole tiles and
   // a remainder), 37, a 1-D input reduced whole, keepdim, NaN and infinite values, float64, rows
@@ -340,10 +349,11 @@ TEST(RowKernels, SumMeanAmaxAminOverTheLastDimMatchEagerAndFloat64) {
       {"NaN and infinite values", special, -1, false},
       {"one dimension reduced whole", rnd({301}, 44), INT64_MIN, false},
       {"float64", rnd({6, 50}, 45).to(DType::Float64), -1, true},
+      {"rows of one (an unbiased variance: 0 / 0)", rnd({5, 1}, 48), -1, false},
       {"over another dim (the runtime's kernel)", rnd({6, 5}, 46), 0, false},
       {"one row of 140000 (the runtime's, split over threads)", rnd({140000}, 47), -1, false},
   };
-  for (const char* op : {"sum", "mean", "amax", "amin"}) {
+  for (const char* op : {"sum", "mean", "amax", "amin", "var", "var_biased"}) {
     for (int bits : kVectorWidths) {
       for (const RedCase& c : cases) {
         SCOPED_TRACE(std::string(op) + " " + c.name + ", vector_bits " + std::to_string(bits));
@@ -355,7 +365,9 @@ TEST(RowKernels, SumMeanAmaxAminOverTheLastDimMatchEagerAndFloat64) {
           Tensor r = name == "sum"    ? sum(tree, dims, c.keepdim)
                      : name == "mean" ? mean(tree, dims, c.keepdim)
                      : name == "amax" ? amax(tree, dims, c.keepdim)
-                                      : amin(tree, dims, c.keepdim);
+                     : name == "amin" ? amin(tree, dims, c.keepdim)
+                     : name == "var"  ? var(tree, dims, true, c.keepdim)
+                                      : var(tree, dims, false, c.keepdim);
           return TensorList{r};
         };
         jit::CompiledFunction f = jit::compile(jit::trace(fn, {c.x}), at_vector_width(bits));

@@ -30,18 +30,18 @@ class KernelEmitter {
       : low_(low), root_(root), dest_(dest), b_(low.module().getContext()), loc_(low.loc()) {}
   // A row kernel: dest = softmax, log-softmax or layer norm (with an optional weight and bias
   // over the row) over the last dim of `root`'s elementwise tree; or a reduction of each row to
-  // one value (logsumexp, sum, mean, amax, amin; dest: the root's sizes, its last dim at
-  // stride 0).
-  enum class Row { None, Softmax, LogSoftmax, LayerNorm, LogSumExp, Sum, Mean, Amax, Amin };
+  // one value (logsumexp, sum, mean, amax, amin, var; dest: the root's sizes, its last dim at
+  // stride 0). `param`: a layer norm's eps, a variance's correction (1: unbiased).
+  enum class Row { None, Softmax, LogSoftmax, LayerNorm, LogSumExp, Sum, Mean, Amax, Amin, Var };
   // Whether the row kernel stores one value per row (a reduction).
   static bool reduces_row(Row row) {
     return row == Row::LogSumExp || row == Row::Sum || row == Row::Mean || row == Row::Amax ||
-           row == Row::Amin;
+           row == Row::Amin || row == Row::Var;
   }
   KernelEmitter(Lowering& low, Value root, const View& dest, Row row, Value weight = {},
-                Value bias = {}, double eps = 0)
+                Value bias = {}, double param = 0)
       : KernelEmitter(low, root, dest) {
-    row_ = row, row_weight_ = weight, row_bias_ = bias, eps_ = eps;
+    row_ = row, row_weight_ = weight, row_bias_ = bias, param_ = param;
   }
   // More results computed by the same loop nest, each into a destination laid out like dest.
   KernelEmitter(Lowering& low, llvm::ArrayRef<Value> roots, llvm::ArrayRef<View> dests)
@@ -134,7 +134,7 @@ class KernelEmitter {
   void softmax_row(bool log);
   void layer_norm_row();
   void logsumexp_row();
-  void reduce_row();  // sum, mean (summed in float64), amax, amin (NaN-propagating)
+  void reduce_row();  // sum, mean, var (summed in float64), amax, amin (NaN-propagating)
 
   void call_function();
 
@@ -173,7 +173,7 @@ class KernelEmitter {
   llvm::SmallVector<std::pair<Value, View>> more_;
   Row row_ = Row::None;
   Value row_weight_, row_bias_;  // a layer norm's (absent: null)
-  double eps_ = 0;
+  double param_ = 0;             // a layer norm's eps, a variance's correction
   mlir::OpBuilder b_;
   mlir::Location loc_;
   std::string name_;

@@ -1,7 +1,7 @@
 // Row kernels (softmax, log-softmax, layer norm, and the reductions of a row to one value:
-// logsumexp, sum, mean, amax, amin; all over the last dim; row_kernels.cpp has their scalar loops
-// and formulas) in the vector pipeline (DESIGN.md §5). The kernel function
-// keeps its signature and its scalar loops over the rows; inside them each pass over a row is one
+// logsumexp, sum, mean, amax, amin, var; all over the last dim; row_kernels.cpp has their scalar
+// loops and formulas) in the vector pipeline (DESIGN.md §5). The kernel function keeps its
+// signature and its scalar loops over the rows; inside them each pass over a row is one
 // linalg.generic on tensors: a reduction into a rank-0 tensor (the maximum, a sum) or a parallel
 // map into the row (the result, or softmax's exponentials). Every operand's row is a 1-D strided
 // memref read as a tensor (rank 0 where the row broadcasts one value); the input's elementwise tree
@@ -11,6 +11,7 @@
 // row, and the maps as elementwise kernels; the formulas and their rounding are the scalar
 // kernels'.
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernel_emitter.h"
@@ -158,7 +159,8 @@ void KernelEmitter::build_vector_row_function() {
       Value var = b_.create<arith::DivFOp>(loc_, squares, count);
       Value rstd = b_.create<arith::DivFOp>(
           loc_, constant(1, f64),
-          b_.create<math::SqrtOp>(loc_, b_.create<arith::AddFOp>(loc_, var, constant(eps_, f64))));
+          b_.create<math::SqrtOp>(loc_,
+                                  b_.create<arith::AddFOp>(loc_, var, constant(param_, f64))));
       Value a = convert(rstd, t);
       Value c =
           convert(b_.create<arith::NegFOp>(loc_, b_.create<arith::MulFOp>(loc_, mean, rstd)), t);
@@ -185,10 +187,23 @@ void KernelEmitter::build_vector_row_function() {
     case Row::Sum:
     case Row::Mean:
     case Row::Amax:
-    case Row::Amin: {
-      // As reduce_row: sums in float64; amax / amin NaN-propagating.
+    case Row::Amin:
+    case Row::Var: {
+      // As reduce_row: sums in float64 (a variance's two passes: the mean, then the squared
+      // deviations); amax / amin NaN-propagating.
       Value y;
-      if (row_ == Row::Sum || row_ == Row::Mean) {
+      if (row_ == Row::Var) {
+        const Type f64 = b_.getF64Type();
+        Value total = reduce(
+            f64, 0, {}, [&](mlir::ValueRange, Value acc) { return sum(acc, convert(x(), f64)); });
+        Value mean = b_.create<arith::DivFOp>(loc_, total, constant(static_cast<double>(n), f64));
+        Value squares = reduce(f64, 0, {}, [&](mlir::ValueRange, Value acc) {
+          Value d = sub(convert(x(), f64), mean);
+          return sum(acc, b_.create<arith::MulFOp>(loc_, d, d));
+        });
+        const double divisor = std::max(0.0, static_cast<double>(n) - param_);
+        y = convert(b_.create<arith::DivFOp>(loc_, squares, constant(divisor, f64)), t);
+      } else if (row_ == Row::Sum || row_ == Row::Mean) {
         const Type f64 = b_.getF64Type();
         y = reduce(f64, 0, {},
                    [&](mlir::ValueRange, Value acc) { return sum(acc, convert(x(), f64)); });

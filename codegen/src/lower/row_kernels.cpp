@@ -1,8 +1,9 @@
 // Row kernels (kernel_emitter.h) as scalar loops: softmax, log-softmax, layer norm, logsumexp,
-// sum, mean, amax and amin over the last dim, generated with their input's elementwise tree
+// sum, mean, amax, amin and var over the last dim, generated with their input's elementwise tree
 // computed in the passes over each row. Each follows the runtime kernel's formula (logsumexp: its
 // result; sums: in float64), so compiled and eager values agree to rounding.
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernel_emitter.h"
@@ -46,11 +47,30 @@ void KernelEmitter::emit_row() {
 
 // One pass over the row, the tree evaluated, one value stored per row: a sum (or a mean) in
 // float64, more accurate than the runtime's pairwise float32 sums; the maximum or minimum,
-// NaN-propagating as PyTorch's amax / amin.
+// NaN-propagating as PyTorch's amax / amin. A variance takes two: the mean, then the squared
+// deviations from it, in float64, over max(0, n - correction) (the runtime's divisor).
 void KernelEmitter::reduce_row() {
   const Type t = dest_.elem;
   Value y;
-  if (row_ == Row::Sum || row_ == Row::Mean) {
+  if (row_ == Row::Var) {
+    const Type f64 = b_.getF64Type();
+    auto reassoc = arith::FastMathFlagsAttr::get(b_.getContext(), arith::FastMathFlags::reassoc);
+    auto x64 = [&] {
+      leaves_at_element();
+      return convert(convert(eval(root_), t), f64);
+    };
+    Value sum = row_pass(constant(0, f64), [&](Value, Value acc) {
+      return b_.create<arith::AddFOp>(loc_, acc, x64(), reassoc).getResult();
+    });
+    const double n = static_cast<double>(sizes_.back());
+    Value mean = b_.create<arith::DivFOp>(loc_, sum, constant(n, f64));
+    Value sq = row_pass(constant(0, f64), [&](Value, Value acc) {
+      Value d = b_.create<arith::SubFOp>(loc_, x64(), mean);
+      return b_.create<arith::AddFOp>(loc_, acc, b_.create<arith::MulFOp>(loc_, d, d), reassoc)
+          .getResult();
+    });
+    y = convert(b_.create<arith::DivFOp>(loc_, sq, constant(std::max(0.0, n - param_), f64)), t);
+  } else if (row_ == Row::Sum || row_ == Row::Mean) {
     const Type f64 = b_.getF64Type();
     auto reassoc = arith::FastMathFlagsAttr::get(b_.getContext(), arith::FastMathFlags::reassoc);
     Value sum = row_pass(constant(0, f64), [&](Value, Value acc) {
@@ -151,7 +171,7 @@ void KernelEmitter::layer_norm_row() {
   Value var = b_.create<arith::DivFOp>(loc_, sq, n);
   Value rstd = b_.create<arith::DivFOp>(
       loc_, constant(1, f64),
-      b_.create<math::SqrtOp>(loc_, b_.create<arith::AddFOp>(loc_, var, constant(eps_, f64))));
+      b_.create<math::SqrtOp>(loc_, b_.create<arith::AddFOp>(loc_, var, constant(param_, f64))));
   Value a = convert(rstd, t);
   Value c = convert(b_.create<arith::NegFOp>(loc_, b_.create<arith::MulFOp>(loc_, mean, rstd)), t);
   row_pass(Value(), [&](Value at, Value) {
@@ -174,6 +194,7 @@ KernelEmitter::Row reduction_row(mlir::Operation* op) {
   if (mlir::isa<ir::MeanOp>(op)) return Row::Mean;
   if (mlir::isa<ir::AmaxOp>(op)) return Row::Amax;
   if (mlir::isa<ir::AminOp>(op)) return Row::Amin;
+  if (mlir::isa<ir::VarOp>(op)) return Row::Var;
   return Row::None;
 }
 }  // namespace
@@ -232,7 +253,10 @@ void Lowering::emit_row_kernel(mlir::Operation* op) {
     rows.sizes.assign(in.getShape().begin(), in.getShape().end());
     rows.strides.assign(d.strides.begin(), d.strides.begin() + outer);  // keepdim: drops the 1
     rows.strides.push_back(0);
-    KernelEmitter(*this, op->getOperand(0), rows, row).emit();
+    double correction = 0;  // a variance's divisor n - correction
+    if (auto unbiased = op->getAttrOfType<mlir::BoolAttr>("unbiased"))
+      correction = unbiased.getValue() ? 1 : 0;
+    KernelEmitter(*this, op->getOperand(0), rows, row, {}, {}, correction).emit();
     views_[result] = d;
     return;
   }
