@@ -24,7 +24,43 @@ def idxA(m, k):  # index expression list for A element (m,k) given SSA names
 
 ao = ", ".join(["!transform.any_op"] * (nl1 + 1))
 ao2 = ", ".join(["!transform.any_op"] * (nl2 + 1))
-# helper: f(m,k) = ((3m+5k) % 7) - 3 ; g(k,n) = ((2k+7n) % 5) - 2   (exact small ints)
+# The operands' values, small integers so that every product and sum is exact:
+# fa(m, k) = ((3m + 5k) % 7) - 3 and fb(k, n) = ((2k + 7n) % 5) - 2, 0 in the padding past M or N.
+# Fills operand X (A: rows m, B: columns n) with fn's values, packed by index `at`.
+def fill_packed(x, d, tiles, tile, fn, at, t):
+    return f"""  // pack {x}
+  scf.for %{d}1 = %c0 to {tiles} step %c1 {{
+    scf.for %{d}0 = %c0 to {tile} step %c1 {{
+      %{d}b = arith.muli %{d}1, {tile} : index
+      %{d} = arith.addi %{d}b, %{d}0 : index
+      scf.for %k = %c0 to %cK step %c1 {{
+        %v = func.call {fn} : (index, index) -> f32
+        memref.store %v, %{x}{at} : {t}
+      }}
+    }}
+  }}"""
+
+def value_fn(name, ci, cj, mod, off, bound, bounded_first):
+    padded = "%i" if bounded_first else "%j"
+    return f"""func.func @{name}(%i: index, %j: index) -> f32 {{
+  %ci = arith.constant {ci} : index
+  %cj = arith.constant {cj} : index
+  %cmod = arith.constant {mod} : index
+  %cbound = arith.constant {bound} : index
+  %z = arith.constant 0.0 : f32
+  %a = arith.muli %i, %ci : index
+  %b = arith.muli %j, %cj : index
+  %s = arith.addi %a, %b : index
+  %r = arith.remui %s, %cmod : index
+  %n = arith.index_cast %r : index to i32
+  %f = arith.sitofp %n : i32 to f32
+  %o = arith.constant {off}.0 : f32
+  %v = arith.subf %f, %o : f32
+  %in = arith.cmpi ult, {padded}, %cbound : index
+  %res = arith.select %in, %v, %z : f32
+  return %res : f32
+}}"""
+
 print(f"""// GEMM C[{M}x{N}] += A[{M}x{K}] * B[{K}x{N}], f32, kind={kind}, register tile {mr}x{nr}
 // padded M1={M1} N1={N1}; reps={reps}
 func.func private @rtclock() -> f64
@@ -36,42 +72,8 @@ func.func @kernel(%A: {tA}, %B: {tB}, %C: {tC}) {{
   return
 }}
 
-func.func @fa(%m: index, %k: index) -> f32 {{
-  %c3 = arith.constant 3 : index
-  %c5 = arith.constant 5 : index
-  %c7 = arith.constant 7 : index
-  %cM = arith.constant {M} : index
-  %z = arith.constant 0.0 : f32
-  %a = arith.muli %m, %c3 : index
-  %b = arith.muli %k, %c5 : index
-  %s = arith.addi %a, %b : index
-  %r = arith.remui %s, %c7 : index
-  %i = arith.index_cast %r : index to i32
-  %f = arith.sitofp %i : i32 to f32
-  %o = arith.constant 3.0 : f32
-  %v = arith.subf %f, %o : f32
-  %in = arith.cmpi ult, %m, %cM : index
-  %res = arith.select %in, %v, %z : f32
-  return %res : f32
-}}
-func.func @fb(%k: index, %n: index) -> f32 {{
-  %c2 = arith.constant 2 : index
-  %c7 = arith.constant 7 : index
-  %c5 = arith.constant 5 : index
-  %cN = arith.constant {N} : index
-  %z = arith.constant 0.0 : f32
-  %a = arith.muli %k, %c2 : index
-  %b = arith.muli %n, %c7 : index
-  %s = arith.addi %a, %b : index
-  %r = arith.remui %s, %c5 : index
-  %i = arith.index_cast %r : index to i32
-  %f = arith.sitofp %i : i32 to f32
-  %o = arith.constant 2.0 : f32
-  %v = arith.subf %f, %o : f32
-  %in = arith.cmpi ult, %n, %cN : index
-  %res = arith.select %in, %v, %z : f32
-  return %res : f32
-}}
+{value_fn("fa", 3, 5, 7, 3, M, bounded_first=True)}
+{value_fn("fb", 2, 7, 5, 2, N, bounded_first=False)}
 
 func.func @main() {{
   %c0 = arith.constant 0 : index
@@ -88,28 +90,8 @@ func.func @main() {{
   %B = memref.alloc() {{alignment = 64}} : {tB}
   %C = memref.alloc() {{alignment = 64}} : {tC}
   linalg.fill ins(%zero : f32) outs(%C : {tC})
-  // pack A
-  scf.for %m1 = %c0 to %cM1 step %c1 {{
-    scf.for %m0 = %c0 to %cmr step %c1 {{
-      %mb = arith.muli %m1, %cmr : index
-      %m = arith.addi %mb, %m0 : index
-      scf.for %k = %c0 to %cK step %c1 {{
-        %v = func.call @fa(%m, %k) : (index, index) -> f32
-        memref.store %v, %A{idxA('%m', '%k')} : {tA}
-      }}
-    }}
-  }}
-  // pack B
-  scf.for %n1 = %c0 to %cN1 step %c1 {{
-    scf.for %n0 = %c0 to %cnr step %c1 {{
-      %nb = arith.muli %n1, %cnr : index
-      %n = arith.addi %nb, %n0 : index
-      scf.for %k = %c0 to %cK step %c1 {{
-        %v = func.call @fb(%k, %n) : (index, index) -> f32
-        memref.store %v, %B{"[%n1, %k, %n0, %c0]" if kind == "mmt4d" else "[%k, %n]"} : {tB}
-      }}
-    }}
-  }}
+{fill_packed("A", "m", "%cM1", "%cmr", "@fa(%m, %k)", idxA("%m", "%k"), tA)}
+{fill_packed("B", "n", "%cN1", "%cnr", "@fb(%k, %n)", "[%n1, %k, %n0, %c0]" if kind == "mmt4d" else "[%k, %n]", tB)}
   func.call @kernel(%A, %B, %C) : ({tA}, {tB}, {tC}) -> ()
   // verify every element against a naive scalar reference
   %err = scf.for %m = %c0 to %cM step %c1 iter_args(%e0 = %zero) -> (f32) {{
