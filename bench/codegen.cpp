@@ -277,16 +277,12 @@ BENCHMARK(BM_EagerMeanOfSquares)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // A transformer block's residual add and layer norm: layer_norm(x + r) over d = 256, 8 x 128
 // tokens (#24: the add computed inside the norm's kernel).
+Tensor residual_layer_norm(const TensorList& t) {
+  return layer_norm(t[0] + t[1], std::vector<int64_t>{256}, t[2], t[3]);
+}
 static void BM_CompiledResidualLayerNorm(benchmark::State& state) {
-  const TensorList in{randn({8, 128, 256}), randn({8, 128, 256}), randn({256}), randn({256})};
-  auto fn = [](const TensorList& t) {
-    return TensorList{layer_norm(t[0] + t[1], std::vector<int64_t>{256}, t[2], t[3])};
-  };
-  jit::CompiledFunction f = jit::compile(jit::trace(fn, in), bench_options());
-  for (auto _ : state) {
-    Tensor y = f(in)[0];
-    benchmark::DoNotOptimize(y.impl());
-  }
+  time_one(state, residual_layer_norm,
+           {randn({8, 128, 256}), randn({8, 128, 256}), randn({256}), randn({256})}, true);
 }
 BENCHMARK(BM_CompiledResidualLayerNorm)->Unit(benchmark::kMicrosecond)->UseRealTime();
 

@@ -92,7 +92,9 @@ TEST(CodegenLower, ObjectsForHostAndAarch64) {
     // e_machine: 62 = x86-64, 183 = AArch64 (little endian).
     const int machine =
         static_cast<unsigned char>(object[18]) | (static_cast<unsigned char>(object[19]) << 8);
-    if (*triple) EXPECT_EQ(machine, 183);
+    if (*triple) {
+      EXPECT_EQ(machine, 183);
+    }
   }
 }
 

@@ -57,7 +57,8 @@ int KernelEmitter::transposed_dim() const {
   }
   if (t < 0) return -1;
   // Tiles of 32- and 64-bit elements only: a tile of bytes (64 x 64 on 512-bit vectors) is one
-  // shuffle of thousands of lanes that LLVM takes seconds to compile.
+  // shuffle of thousands of lanes, which LLVM's instruction selection handles very slowly
+  // (bench/README.md, Zen 4, the transposing kernels).
   if (element_bits() < 32) return -1;
   const int64_t lanes = transpose_tile();
   if ((t > 0 && sizes_[t] < lanes) || sizes_.back() < lanes) return -1;

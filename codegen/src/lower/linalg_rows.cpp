@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "kernel_emitter.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -121,6 +122,19 @@ void KernelEmitter::build_vector_row_function() {
   auto maximum = [&](Value acc, Value v) {
     return b_.create<arith::MaximumFOp>(loc_, acc, v).getResult();  // NaN-propagating
   };
+  // The row's mean and the sum of its squared deviations from it, in float64 (two passes): a
+  // layer norm's and a variance's.
+  auto moments = [&]() -> std::pair<Value, Value> {
+    const Type f64 = b_.getF64Type();
+    Value total = reduce(f64, 0, {},
+                         [&](mlir::ValueRange, Value acc) { return sum(acc, convert(x(), f64)); });
+    Value mean = b_.create<arith::DivFOp>(loc_, total, constant(static_cast<double>(n), f64));
+    Value squares = reduce(f64, 0, {}, [&](mlir::ValueRange, Value acc) {
+      Value d = sub(convert(x(), f64), mean);
+      return sum(acc, b_.create<arith::MulFOp>(loc_, d, d));
+    });
+    return {mean, squares};
+  };
   auto finish = [&](Value row) {
     b_.create<mlir::bufferization::MaterializeInDestinationOp>(
         loc_, mlir::Type(), row, dest_row, /*restrict=*/true, /*writable=*/true);
@@ -148,15 +162,8 @@ void KernelEmitter::build_vector_row_function() {
     }
     case Row::LayerNorm: {
       const Type f64 = b_.getF64Type();
-      Value total = reduce(
-          f64, 0, {}, [&](mlir::ValueRange, Value acc) { return sum(acc, convert(x(), f64)); });
-      Value count = constant(static_cast<double>(n), f64);
-      Value mean = b_.create<arith::DivFOp>(loc_, total, count);
-      Value squares = reduce(f64, 0, {}, [&](mlir::ValueRange, Value acc) {
-        Value d = sub(convert(x(), f64), mean);
-        return sum(acc, b_.create<arith::MulFOp>(loc_, d, d));
-      });
-      Value var = b_.create<arith::DivFOp>(loc_, squares, count);
+      auto [mean, squares] = moments();
+      Value var = b_.create<arith::DivFOp>(loc_, squares, constant(static_cast<double>(n), f64));
       Value rstd = b_.create<arith::DivFOp>(
           loc_, constant(1, f64),
           b_.create<math::SqrtOp>(loc_,
@@ -194,13 +201,7 @@ void KernelEmitter::build_vector_row_function() {
       Value y;
       if (row_ == Row::Var) {
         const Type f64 = b_.getF64Type();
-        Value total = reduce(
-            f64, 0, {}, [&](mlir::ValueRange, Value acc) { return sum(acc, convert(x(), f64)); });
-        Value mean = b_.create<arith::DivFOp>(loc_, total, constant(static_cast<double>(n), f64));
-        Value squares = reduce(f64, 0, {}, [&](mlir::ValueRange, Value acc) {
-          Value d = sub(convert(x(), f64), mean);
-          return sum(acc, b_.create<arith::MulFOp>(loc_, d, d));
-        });
+        Value squares = moments().second;
         const double divisor = std::max(0.0, static_cast<double>(n) - param_);
         y = convert(b_.create<arith::DivFOp>(loc_, squares, constant(divisor, f64)), t);
       } else if (row_ == Row::Sum || row_ == Row::Mean) {
