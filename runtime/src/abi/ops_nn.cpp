@@ -35,13 +35,16 @@ TensorImplPtr contiguous(TensorImpl& t) {
 }
 
 // linear: x, w, bias?, out. The weight packed in `packed` (a prepared call site) or per call.
-void linear(abi::Args& a, const SgemmPacked* packed) {
-  linear_fused_out(a.t(0), a.t(1), a.opt(2), nullptr, {}, a.t(3), packed);
+// `block`: an epilogue the compiler generated (none: fn null).
+void linear(abi::Args& a, const SgemmPacked* packed, const BlockEpilogue& block = {}) {
+  Epilogue e;
+  e.block = block;
+  linear_fused_out(a.t(0), a.t(1), a.opt(2), nullptr, e, a.t(3), packed);
 }
 
 // linear_fused: x, w, bias?, residual?, out; activation, clamp_min, clamp_max. Strided operands
 // are copied so that the fused GEMM takes them.
-void linear_fused(abi::Args& a, const SgemmPacked* packed) {
+void linear_fused(abi::Args& a, const SgemmPacked* packed, const BlockEpilogue& block = {}) {
   TensorImplPtr x = contiguous(a.t(0)), w = contiguous(a.t(1));
   TensorImplPtr b = a.opt(2) ? contiguous(*a.opt(2)) : TensorImplPtr();
   TensorImplPtr residual = a.opt(3) ? contiguous(*a.opt(3)) : TensorImplPtr();
@@ -50,6 +53,7 @@ void linear_fused(abi::Args& a, const SgemmPacked* packed) {
   e.activation = static_cast<Activation>(a.i());
   e.clamp_min = static_cast<float>(a.f());
   e.clamp_max = static_cast<float>(a.f());
+  e.block = block;
   linear_fused_out(*x, *w, b.get(), residual.get(), e, out, packed);
 }
 
@@ -344,3 +348,63 @@ KILN_ABI_OP(batch_norm_update_stats, {
   const double momentum = a.f();
   batch_norm_update_stats_out(a.t(0), a.t(1), a.t(2), momentum, a.t(3), a.t(4));
 })
+
+// ---- the products with an epilogue the compiler generated ----
+
+namespace {
+
+BlockEpilogue block_epilogue(kiln_abi_block_epilogue fn, const void* ctx) {
+  BlockEpilogue b;
+  b.fn = fn;
+  b.ctx = ctx;
+  return b;
+}
+
+const SgemmPacked* linear_weight(void** slot, abi::Args& a) {
+  if (slot == nullptr) return nullptr;
+  return prepared_in_slot<SgemmPacked>(slot, [&] { return prepare_linear_weight(a.t(1)); });
+}
+
+const PreparedConv2dWeight* conv_weight(void** slot, abi::Args& a, const Conv2dParams& p) {
+  return slot ? prepared_weight(slot, a.t(0), a.t(1), p) : nullptr;
+}
+
+}  // namespace
+
+extern "C" void kiln_abi_linear_epilogue(void* const* data, const int64_t* desc, void** slot,
+                                         kiln_abi_block_epilogue fn, const void* ctx) {
+  abi::guarded("linear", [&] {
+    abi::Args a(data, desc, "linear");
+    linear(a, linear_weight(slot, a), block_epilogue(fn, ctx));
+  });
+}
+
+extern "C" void kiln_abi_linear_fused_epilogue(void* const* data, const int64_t* desc, void** slot,
+                                               kiln_abi_block_epilogue fn, const void* ctx) {
+  abi::guarded("linear_fused", [&] {
+    abi::Args a(data, desc, "linear_fused");
+    linear_fused(a, linear_weight(slot, a), block_epilogue(fn, ctx));
+  });
+}
+
+extern "C" void kiln_abi_conv2d_epilogue(void* const* data, const int64_t* desc, void** slot,
+                                         kiln_abi_block_epilogue fn, const void* ctx) {
+  abi::guarded("conv2d", [&] {
+    abi::Args a(data, desc, "conv2d");
+    const Conv2dParams p = conv2d_params(a);
+    ConvEpilogue e;
+    e.block = block_epilogue(fn, ctx);
+    conv2d_out(a.t(0), a.t(1), a.opt(2), p, a.t(3), e, conv_weight(slot, a, p));
+  });
+}
+
+extern "C" void kiln_abi_conv2d_fused_epilogue(void* const* data, const int64_t* desc, void** slot,
+                                               kiln_abi_block_epilogue fn, const void* ctx) {
+  abi::guarded("conv2d_fused", [&] {
+    abi::Args a(data, desc, "conv2d_fused");
+    const Conv2dParams p = conv2d_params(a);
+    ConvEpilogue e = conv_epilogue(a, a.opt(3));
+    e.block = block_epilogue(fn, ctx);
+    conv2d_out(a.t(0), a.t(1), a.opt(2), p, a.t(4), e, conv_weight(slot, a, p));
+  });
+}

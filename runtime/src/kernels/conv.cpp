@@ -117,7 +117,17 @@ Epilogue to_gemm_epilogue(const ConvEpilogue& ep) {
   e.activation = ep.activation;
   e.clamp_min = ep.clamp_min;
   e.clamp_max = ep.clamp_max;
+  e.block = ep.block;
   return e;
+}
+
+// The generated epilogue on every channel plane of y [N, O, Ho, Wo], for the paths that do not
+// run it on the blocks they finish (Winograd, direct, depthwise).
+void block_epilogue_planes(const ConvGeom& g, float* y, const BlockEpilogue& b) {
+  if (!b) return;
+  const int64_t planes = g.N * g.O, howo = g.HoWo();
+  parallel_for(0, planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(howo, 1)),
+               [&](int64_t p0, int64_t p1) { b.apply(y + p0 * howo, howo, p1 - p0, howo); });
 }
 
 // y[rows, cols] (row stride ld) = act(y + bias[row] + residual) for the paths that do not go
@@ -518,6 +528,7 @@ void item_gemm(const SgemmPacked* packed, int64_t Og, int64_t cols, int64_t K, c
                          yt.get() + o0, Og, cols, o1 - o0, Y + o0 * ldy, ldy,
                          e.residual ? e.residual + o0 * e.ld_residual : nullptr, e.ld_residual,
                          after);
+                     e.block.apply(Y + o0 * ldy, ldy, o1 - o0, cols);
                    });
       return;
     }
@@ -606,6 +617,7 @@ void forward_item(const ConvGeom& g, int64_t n, int64_t grp, int64_t c0, int64_t
   if (K == 0) {
     for (int64_t o = 0; o < g.Og; ++o) std::fill(yg + o * howo + c0, yg + o * howo + c1, T(0));
     apply_epilogue_block<T>(yg + c0, g.Og, cols, howo, bg, rg ? rg + c0 : nullptr, howo, ep);
+    if constexpr (kF32) e.block.apply(yg + c0, howo, g.Og, cols);
     return;
   }
   if (g.direct_1x1()) {
@@ -676,23 +688,30 @@ class PreparedConv final : public PreparedConv2dWeight {
 
 template <typename T>
 void conv_forward(const ConvGeom& g, const T* x, const T* w, const T* bias, const T* res, T* y,
-                  const ConvEpilogue& ep, const PreparedConv* prep = nullptr) {
+                  const ConvEpilogue& ep_in, const PreparedConv* prep = nullptr) {
   if (g.N == 0 || g.O == 0 || g.HoWo() == 0) return;
+  ConvEpilogue ep = ep_in;
   if constexpr (std::is_same_v<T, float>) {
+    ep.block.origin = y;
     // (false: padding or dilation too large for its plane buffers; the im2col path follows.)
-    if (g.depthwise() && conv_detail::depthwise_conv2d_f32(g, x, w, bias, res, y, ep)) return;
+    if (g.depthwise() && conv_detail::depthwise_conv2d_f32(g, x, w, bias, res, y, ep))
+      return block_epilogue_planes(g, y, ep.block);
     if (prep && prep->winograd) {
       conv_detail::winograd_conv2d_f32(g, *prep->winograd, x, bias, res, y, ep);
-      return;
+      return block_epilogue_planes(g, y, ep.block);
     }
     // Prepared for an input size the direct kernel takes, run at one it does not (too narrow, or
     // a band buffer past its bound): the raw weight, through im2col + GEMM.
     if (prep && !prep->direct.empty() && !conv_detail::direct_conv_applicable(g)) prep = nullptr;
     if (prep ? !prep->direct.empty() : conv_detail::direct_conv_applicable(g)) {
-      if (prep) return conv_detail::direct_conv2d_f32(g, prep->direct.data(), x, bias, res, y, ep);
-      Scratch<float> wr(conv_detail::direct_weight_floats(g));
-      conv_detail::direct_pack_weight(g, w, wr.get());
-      return conv_detail::direct_conv2d_f32(g, wr.get(), x, bias, res, y, ep);
+      if (prep) {
+        conv_detail::direct_conv2d_f32(g, prep->direct.data(), x, bias, res, y, ep);
+      } else {
+        Scratch<float> wr(conv_detail::direct_weight_floats(g));
+        conv_detail::direct_pack_weight(g, w, wr.get());
+        conv_detail::direct_conv2d_f32(g, wr.get(), x, bias, res, y, ep);
+      }
+      return block_epilogue_planes(g, y, ep.block);
     }
   } else {
     prep = nullptr;
@@ -1013,6 +1032,9 @@ void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorI
     check_same_dtype(op, input, *ep.residual, "residual");
     check_shape(op, *ep.residual, out_shape, "residual");
   }
+  KILN_CHECK(!ep.block || input.dtype() == DType::Float32, op,
+             "expected a float32 convolution for a generated epilogue, got ",
+             dtype_name(input.dtype()));
   if (is_lowp(input.dtype())) {
     auto x = to_f32(&input), w = to_f32(&weight), b = to_f32(bias), r = to_f32(ep.residual);
     auto y = empty(out.sizes(), DType::Float32);

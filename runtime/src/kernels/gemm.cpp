@@ -447,7 +447,7 @@ void map_row(float* row, int64_t n, const Epilogue& e, F&& f) {
 
 bool has_epilogue(const Epilogue& e) {
   return e.bias_kind != Epilogue::Bias::None || e.residual != nullptr ||
-         e.activation != Activation::None;
+         e.activation != Activation::None || e.block;
 }
 
 void activate_row(float* row, int64_t n, const Epilogue& e) {
@@ -498,6 +498,7 @@ void epilogue_block(float* C, int64_t ldc, int64_t i0, int64_t j0, int64_t m, in
     }
     activate_row(row, n, e);
   }
+  e.block.apply(C + i0 * ldc + j0, ldc, m, n);
 }
 
 // C = beta * C, then the epilogue (alpha == 0 or K == 0).
@@ -773,6 +774,7 @@ void sliver_row(const KernelSet& ks, int64_t kb, const float* ap, int64_t a_ld, 
   }
   if (e && late_activation)
     for (int r = 0; r < m; ++r) activate_row(c + r * ldc, n, *e);
+  if (e) e->block.apply(c, ldc, m, n);
 }
 
 // Whether `rows` rows of floats `ld` apart, read side by side, crowd into the same L1 sets. x86
@@ -1042,6 +1044,9 @@ bool gemm_prologue(int64_t M, int64_t N, int64_t K, float alpha, float beta, flo
   if (e.residual != nullptr)
     KILN_CHECK(M == 1 || e.ld_residual >= N, "sgemm", "expected ld_residual >= N (", N, "), got ",
                e.ld_residual);
+  if (e.block)
+    KILN_CHECK(e.block.origin != nullptr, "sgemm",
+               "expected the output's origin for a generated epilogue, got nullptr");
   if (K == 0 || alpha == 0.0f) {
     scale_and_epilogue(M, N, beta, C, ldc, e);
     return false;

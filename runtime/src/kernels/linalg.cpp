@@ -480,6 +480,7 @@ bool linear_gemm_out(const TensorImpl& x, const TensorImpl& w, const TensorImpl*
     e.residual = res->data_ptr<float>();
     e.ld_residual = N;
   }
+  e.block.origin = o.data_ptr<float>();
   if (packed && packed->is_b() && packed->outer() == N && packed->depth() == K)
     sgemm_packed_b(false, M, 1.0f, x.data_ptr<float>(), K, *packed, 0.0f, o.data_ptr<float>(), N,
                    e);
@@ -493,6 +494,8 @@ void linear_fused_out(const TensorImpl& x, const TensorImpl& w, const TensorImpl
                       const TensorImpl* res, const Epilogue& e, TensorImpl& o,
                       const SgemmPacked* packed) {
   if (linear_gemm_out(x, w, bias, res, e, o, packed)) return;
+  KILN_CHECK(!e.block || (o.dtype() == DType::Float32 && o.is_contiguous()), "linear",
+             "expected a dense float32 out for a generated epilogue, got ", describe(o));
   // Other dtypes and layouts: the unfused steps.
   linear_out(x, w, bias, o);
   if (res) add_out(o, *res, o);
@@ -523,6 +526,13 @@ void linear_fused_out(const TensorImpl& x, const TensorImpl& w, const TensorImpl
     case Activation::Tanh:
       tanh_out(o, o);
       break;
+  }
+  if (e.block && o.numel() > 0) {
+    float* y = o.data_ptr<float>();
+    const int64_t n = o.size(-1);
+    BlockEpilogue b = e.block;
+    b.origin = y;
+    b.apply(y, n, o.numel() / n, n);
   }
 }
 

@@ -71,6 +71,22 @@ void kiln_abi_conv2d_prepared(void* const* data, const int64_t* desc, void** slo
 void kiln_abi_conv2d_fused_prepared(void* const* data, const int64_t* desc, void** slot);
 void kiln_abi_conv2d_avgpool_prepared(void* const* data, const int64_t* desc, void** slot);
 void kiln_abi_mbconv_prepared(void* const* data, const int64_t* desc, void** slot);
+// An elementwise epilogue generated code runs in place on each block of a product's output the
+// kernel finishes (kiln::kernels::BlockEpilogue): c[r * ldc + j] for r < rows, j < cols, where c[0]
+// is element `offset` of the (dense, float32) output; ctx is the generated code's.
+typedef void (*kiln_abi_block_epilogue)(const void* ctx, float* c, int64_t offset, int64_t ldc,
+                                        int64_t rows, int64_t cols);
+// linear, linear_fused, conv2d and conv2d_fused with such an epilogue after their own: tensors and
+// attributes as the op's entry point, `slot` as the *_prepared ones' or null (a weight that is not
+// constant), fn and ctx the epilogue.
+void kiln_abi_linear_epilogue(void* const* data, const int64_t* desc, void** slot,
+                              kiln_abi_block_epilogue fn, const void* ctx);
+void kiln_abi_linear_fused_epilogue(void* const* data, const int64_t* desc, void** slot,
+                                    kiln_abi_block_epilogue fn, const void* ctx);
+void kiln_abi_conv2d_epilogue(void* const* data, const int64_t* desc, void** slot,
+                              kiln_abi_block_epilogue fn, const void* ctx);
+void kiln_abi_conv2d_fused_epilogue(void* const* data, const int64_t* desc, void** slot,
+                                    kiln_abi_block_epilogue fn, const void* ctx);
 // Frees what a *_prepared call site stored in its slot and resets the slot (the JIT calls the
 // generated <entry>_release(), which calls this for every slot, before unloading the code).
 void kiln_abi_release_prepared(void** slot);

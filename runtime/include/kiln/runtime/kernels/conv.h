@@ -38,6 +38,10 @@ struct ConvEpilogue {
   Activation activation = Activation::None;
   float clamp_min = 0.0f;  // Activation::Clamp
   float clamp_max = 0.0f;
+  // After the activation (float32 only): on each block of the output the GEMM finishes (im2col
+  // and 1x1 paths), else on each channel plane once the convolution is done (Winograd, direct,
+  // depthwise). conv2d_out sets its origin.
+  BlockEpilogue block;
 };
 
 // [N, C_out, H_out, W_out] from input [N, C_in, H, W] and weight [C_out, C_in/groups, KH, KW];

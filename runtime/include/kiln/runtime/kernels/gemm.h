@@ -15,6 +15,26 @@ namespace kiln::kernels {
 
 enum class Activation : uint8_t { None, Relu, Relu6, Clamp, Gelu, GeluTanh, Silu, Sigmoid, Tanh };
 
+// An elementwise epilogue the compiler generated (the chain that follows a product in the model,
+// any chain of elementwise ops), run in place on each finished block of the output after the
+// fixed part of the epilogue, while the block is still in cache:
+//   fn(ctx, c, offset, ldc, rows, cols)
+// c[r * ldc + j] (r < rows, j < cols) hold final values of the product; `offset` is the element
+// index of c[0] in the output tensor (dense, row-major), from which the function finds the other
+// operands' elements (ctx: their base pointers). The kernel calling the GEMM sets `origin` to the
+// output's first element: offset = c - origin.
+struct BlockEpilogue {
+  using Fn = void (*)(const void* ctx, float* c, int64_t offset, int64_t ldc, int64_t rows,
+                      int64_t cols);
+  Fn fn = nullptr;
+  const void* ctx = nullptr;
+  const float* origin = nullptr;
+  explicit operator bool() const { return fn != nullptr; }
+  void apply(float* c, int64_t ldc, int64_t rows, int64_t cols) const {
+    if (fn && rows > 0 && cols > 0) fn(ctx, c, c - origin, ldc, rows, cols);
+  }
+};
+
 struct Epilogue {
   enum class Bias : uint8_t { None, PerRow, PerCol };
   Bias bias_kind = Bias::None;
@@ -24,6 +44,7 @@ struct Epilogue {
   Activation activation = Activation::None;
   float clamp_min = 0.0f;  // for Activation::Clamp
   float clamp_max = 0.0f;
+  BlockEpilogue block;  // after the activation (none: fn null)
 };
 
 // alpha == 0 or K == 0 still apply beta and the epilogue. beta == 0 never reads C. The residual

@@ -1,0 +1,197 @@
+// The generated epilogue of GEMM-based kernels (kernels::BlockEpilogue): every output element
+// passes through it exactly once, after the fixed epilogue, at the offset its block reports,
+// whichever GEMM driver or convolution algorithm runs.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/gemm.h"
+#include "kiln/runtime/kernels/linalg.h"
+#include "kiln/runtime/thread_pool.h"
+#include "nn_test_util.h"
+
+using namespace kiln;
+using namespace kiln::kernels;
+using namespace nn_test;
+
+namespace {
+
+// The stand-in for generated code: c = tanh(c) * 0.5 + aux[i] at output element i, counting
+// visits (blocks are disjoint, so threads never count the same element).
+struct Aux {
+  const float* aux;
+  int* visits;
+};
+
+void test_epilogue(const void* ctx, float* c, int64_t offset, int64_t ldc, int64_t rows,
+                   int64_t cols) {
+  const Aux& a = *static_cast<const Aux*>(ctx);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t i = offset + r * ldc + j;
+      float& v = c[r * ldc + j];
+      v = std::tanh(v) * 0.5f + a.aux[i];
+      ++a.visits[i];
+    }
+}
+
+// What test_epilogue makes of `plain` (the same kernel's output without it).
+void expect_epilogue_applied(const std::vector<float>& plain, const float* got,
+                             const std::vector<float>& aux, const std::vector<int>& visits) {
+  for (size_t i = 0; i < plain.size(); ++i) {
+    ASSERT_EQ(visits[i], 1) << "element " << i;
+    ASSERT_EQ(got[i], std::tanh(plain[i]) * 0.5f + aux[i]) << "element " << i;
+  }
+}
+
+std::vector<float> rand_floats(int64_t n) {
+  std::vector<double> v = rand_vec(n);
+  return std::vector<float>(v.begin(), v.end());
+}
+
+}  // namespace
+
+// Every sgemm driver (a vector product, few rows, the blocked product with packed or unpacked
+// operands, K = 0), with and without the fixed epilogue, on one and two threads.
+TEST(BlockEpilogue, SgemmAppliesItOnceToEveryElement) {
+  const int saved = num_threads();
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {{1, 67, 33}, {3, 50, 17}, {37, 53, 19}, {130, 300, 150},
+                          {64, 1, 40}, {20, 24, 0}, {9, 700, 64}};
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    for (const Shape& s : shapes) {
+      for (int variant = 0; variant < 4; ++variant) {  // plain, packed A, packed B, + bias/gelu
+        SCOPED_TRACE(testing::Message() << "M" << s.M << " N" << s.N << " K" << s.K << " variant "
+                                        << variant << " threads " << nt);
+        const std::vector<float> A = rand_floats(s.M * s.K), B = rand_floats(s.K * s.N);
+        const std::vector<float> bias = rand_floats(s.N), aux = rand_floats(s.M * s.N);
+        Epilogue e;
+        if (variant == 3) {
+          e.bias_kind = Epilogue::Bias::PerCol;
+          e.bias = bias.data();
+          e.activation = Activation::Gelu;
+        }
+        auto run = [&](float* C, const Epilogue& ep) {
+          if (variant == 1 && s.K > 0) {
+            sgemm_packed_a(*sgemm_pack_a(false, s.M, s.K, A.data(), s.K), false, s.N, 1.0f,
+                           B.data(), s.N, 0.0f, C, s.N, ep);
+          } else if (variant == 2 && s.K > 0) {
+            sgemm_packed_b(false, s.M, 1.0f, A.data(), s.K,
+                           *sgemm_pack_b(false, s.K, s.N, B.data(), s.N), 0.0f, C, s.N, ep);
+          } else {
+            sgemm(false, false, s.M, s.N, s.K, 1.0f, A.data(), std::max<int64_t>(s.K, 1), B.data(),
+                  s.N, 0.0f, C, s.N, ep);
+          }
+        };
+        std::vector<float> plain(s.M * s.N), got(s.M * s.N);
+        run(plain.data(), e);
+        std::vector<int> visits(s.M * s.N, 0);
+        Aux ctx{aux.data(), visits.data()};
+        e.block.fn = test_epilogue;
+        e.block.ctx = &ctx;
+        e.block.origin = got.data();
+        run(got.data(), e);
+        expect_epilogue_applied(plain, got.data(), aux, visits);
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
+// conv2d_out with the generated epilogue, prepared and not, on one and two threads: the shapes
+// send it down every algorithm the heuristics choose among (Winograd, direct, depthwise, 1x1,
+// im2col with positions or channels across the lanes), which the test does not name.
+TEST(BlockEpilogue, Conv2dAppliesItOnceToEveryElement) {
+  const int saved = num_threads();
+  struct Case {
+    int64_t N, C, H, W, O, K, stride, pad, groups;
+  };
+  const Case cases[] = {
+      {2, 16, 20, 20, 24, 3, 1, 1, 1},   // 3x3 stride 1 on a large map
+      {1, 3, 40, 41, 32, 3, 2, 1, 1},    // few input channels (a stem)
+      {2, 12, 14, 14, 12, 3, 1, 1, 12},  // depthwise
+      {2, 40, 9, 9, 70, 1, 1, 0, 1},     // 1x1
+      {2, 24, 7, 7, 96, 3, 1, 1, 1},     // a small map, many channels
+      {1, 8, 11, 13, 10, 5, 2, 2, 2},    // grouped, strided
+  };
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    for (const Case& c : cases) {
+      for (bool prepare : {false, true}) {
+        for (bool fused : {false, true}) {
+          SCOPED_TRACE(testing::Message()
+                       << "N" << c.N << " C" << c.C << " " << c.H << "x" << c.W << " O" << c.O
+                       << " k" << c.K << " g" << c.groups << " prepared " << prepare
+                       << " relu+residual " << fused << " threads " << nt);
+          Conv2dParams p;
+          p.stride_h = p.stride_w = c.stride;
+          p.pad_h = p.pad_w = c.pad;
+          p.groups = c.groups;
+          const Dims xs{c.N, c.C, c.H, c.W};
+          auto x = rand_tensor(xs), w = rand_tensor(Dims{c.O, c.C / c.groups, c.K, c.K});
+          auto b = rand_tensor(Dims{c.O});
+          const Dims ys = conv2d_output_shape(xs, w->sizes(), p);
+          auto res = rand_tensor(ys);
+          auto prepared = prepare ? prepare_conv2d_weight(*w, p, xs) : nullptr;
+          ConvEpilogue ep;
+          if (fused) {
+            ep.residual = res.get();
+            ep.activation = Activation::Relu;
+          }
+          auto plain = empty(ys, DType::Float32), got = empty(ys, DType::Float32);
+          conv2d_out(*x, *w, b.get(), p, *plain, ep, prepared.get());
+          const std::vector<float> aux = rand_floats(got->numel());
+          std::vector<int> visits(got->numel(), 0);
+          Aux ctx{aux.data(), visits.data()};
+          ep.block.fn = test_epilogue;
+          ep.block.ctx = &ctx;
+          conv2d_out(*x, *w, b.get(), p, *got, ep, prepared.get());
+          const float* pp = plain->data_ptr<float>();
+          expect_epilogue_applied(std::vector<float>(pp, pp + plain->numel()),
+                                  got->data_ptr<float>(), aux, visits);
+        }
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
+// linear_fused_out: the GEMM path, and the unfused steps a zero-width input takes.
+TEST(BlockEpilogue, LinearAppliesItOnceToEveryElement) {
+  for (int64_t K : {0, 24}) {
+    SCOPED_TRACE(testing::Message() << "K " << K);
+    auto x = rand_tensor(Dims{3, 5, K}), w = rand_tensor(Dims{33, K}), b = rand_tensor(Dims{33});
+    auto plain = empty(Dims{3, 5, 33}, DType::Float32), got = empty(Dims{3, 5, 33}, DType::Float32);
+    Epilogue e;
+    e.activation = Activation::Silu;
+    linear_fused_out(*x, *w, b.get(), nullptr, e, *plain, nullptr);
+    const std::vector<float> aux = rand_floats(got->numel());
+    std::vector<int> visits(got->numel(), 0);
+    Aux ctx{aux.data(), visits.data()};
+    e.block.fn = test_epilogue;
+    e.block.ctx = &ctx;
+    linear_fused_out(*x, *w, b.get(), nullptr, e, *got, nullptr);
+    const float* pp = plain->data_ptr<float>();
+    expect_epilogue_applied(std::vector<float>(pp, pp + plain->numel()), got->data_ptr<float>(),
+                            aux, visits);
+  }
+}
+
+// Kernels that cannot run it say so instead of skipping it.
+TEST(BlockEpilogue, RefusedWhereItCannotRun) {
+  auto x = rand_tensor(Dims{1, 2, 5, 5}, DType::Float64),
+       w = rand_tensor(Dims{3, 2, 3, 3}, DType::Float64);
+  auto y = empty(Dims{1, 3, 3, 3}, DType::Float64);
+  ConvEpilogue ep;
+  ep.block.fn = test_epilogue;
+  EXPECT_NE(error_of([&] {
+              conv2d_out(*x, *w, nullptr, Conv2dParams{}, *y, ep);
+            }).find("expected a float32 convolution for a generated epilogue, got float64"),
+            std::string::npos);
+}
