@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -285,6 +286,65 @@ static void BM_CompiledResidualLayerNorm(benchmark::State& state) {
            {randn({8, 128, 256}), randn({8, 128, 256}), randn({256}), randn({256})}, true);
 }
 BENCHMARK(BM_CompiledResidualLayerNorm)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// #24's epilogues for any chain: a product followed by elementwise ops no fixed epilogue takes,
+// compiled with the chain as the product's block epilogue (Arg 1: run on each block of the
+// output the GEMM finishes, in cache) or as a kernel of its own (Arg 0: a second pass over the
+// output from memory). Weights frozen (prepared for the GEMM), 2-D batch as the models have it.
+void time_block_epilogue(benchmark::State& state,
+                         const std::function<TensorList(const TensorList&)>& fn,
+                         const TensorList& in) {
+  jit::TracedFunction traced = jit::trace(fn, in);
+  jit::freeze(traced);
+  jit::CompileOptions o = bench_options();
+  o.block_epilogues = state.range(0) != 0;
+  jit::CompiledFunction f = jit::compile(traced, o);
+  for (auto _ : state) {
+    Tensor y = f(in)[0];
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+
+// A 3x3 conv, 64 -> 64 channels at 56 x 56, batch 8 (ResNet-18's first stage), then hardswish
+// written out and a per-channel scale: y * clamp(y + 3, 0, 6) / 6 * s.
+static void BM_CompiledConvChain(benchmark::State& state) {
+  Tensor w = randn({64, 64, 3, 3}) * 0.05, b = randn({64}), s = randn({64, 1, 1});
+  auto fn = [&](const TensorList& t) {
+    Tensor y = conv2d(t[0], w, b, 1, 1);
+    return TensorList{y * clamp(y + 3.0, 0.0, 6.0) / 6.0 * s};
+  };
+  time_block_epilogue(state, fn, {randn({8, 64, 56, 56})});
+}
+BENCHMARK(BM_CompiledConvChain)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// A feed-forward layer's first product, 256 -> 1024 over 8 x 128 tokens (a 4 MB output), then
+// QuickGELU (x * sigmoid(1.702 x), CLIP's activation: arithmetic enough to hide the second pass's
+// memory traffic).
+static void BM_CompiledLinearChain(benchmark::State& state) {
+  Tensor w = randn({1024, 256}) * 0.05, b = randn({1024});
+  auto fn = [&](const TensorList& t) {
+    Tensor y = linear(t[0], w, b);
+    return TensorList{y * sigmoid(y * 1.702)};
+  };
+  time_block_epilogue(state, fn, {randn({8, 128, 256})});
+}
+BENCHMARK(BM_CompiledLinearChain)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// 256 -> 4096 over 8 x 512 tokens (a 64 MB output: past the L3 of most CPUs), then a
+// per-feature scale and shift with a floor, max(y * s + t, -1): two loads and a store per
+// element in the second pass, little arithmetic.
+static void BM_CompiledLinearChainLarge(benchmark::State& state) {
+  Tensor w = randn({4096, 256}) * 0.05, s = randn({4096}), t = randn({4096});
+  auto fn = [&](const TensorList& in) {
+    return TensorList{clamp(linear(in[0], w) * s + t, -1.0, std::nullopt)};
+  };
+  time_block_epilogue(state, fn, {randn({8, 512, 256})});
+}
+BENCHMARK(BM_CompiledLinearChainLarge)
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // One float32 transcendental over 1M floats (in cache on most CPUs: the math, not memory):
 // the JIT's generated loop against eager's vector kernel.

@@ -13,6 +13,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/Pass.h"
 
+#include "FusedRegion.h"
 #include "kiln/ir/KilnDialect.h"
 #include "kiln/passes/Passes.h"
 
@@ -44,44 +45,6 @@ bool can_join(const Group& group, int id, mlir::Operation* op,
 // smaller and broadcast into it.
 llvm::ArrayRef<int64_t> shape_of(mlir::Operation* op) {
   return mlir::cast<mlir::RankedTensorType>(op->getResult(0).getType()).getShape();
-}
-
-void materialize(const Group& group) {
-  llvm::SmallPtrSet<mlir::Operation*, 8> members(group.begin(), group.end());
-  llvm::SetVector<mlir::Value> inputs;
-  llvm::SmallVector<mlir::Value> outputs;
-  for (mlir::Operation* op : group) {
-    for (mlir::Value v : op->getOperands()) {
-      if (!members.contains(v.getDefiningOp())) inputs.insert(v);
-    }
-    for (mlir::Value r : op->getResults()) {
-      if (llvm::any_of(r.getUsers(), [&](mlir::Operation* u) { return !members.contains(u); }))
-        outputs.push_back(r);
-    }
-  }
-  mlir::Operation* last = group.back();
-  mlir::OpBuilder b(last);
-  mlir::OperationState state(last->getLoc(), "kiln.fused");
-  state.addOperands(inputs.getArrayRef());
-  for (mlir::Value v : outputs) state.addTypes(v.getType());
-  mlir::Region* region = state.addRegion();
-  mlir::Block* body = new mlir::Block();
-  region->push_back(body);
-  mlir::IRMapping map;
-  for (mlir::Value v : inputs) map.map(v, body->addArgument(v.getType(), v.getLoc()));
-  mlir::OpBuilder inner(last->getContext());  // the region has no parent op yet
-  inner.setInsertionPointToEnd(body);
-  for (mlir::Operation* op : group) inner.clone(*op, map);
-  llvm::SmallVector<mlir::Value> yielded;
-  for (mlir::Value v : outputs) yielded.push_back(map.lookup(v));
-  inner.create<ir::YieldOp>(last->getLoc(), yielded);
-  mlir::Operation* fused = b.create(state);
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    outputs[i].replaceUsesWithIf(fused->getResult(i), [&](mlir::OpOperand& use) {
-      return !members.contains(use.getOwner());
-    });
-  }
-  for (auto it = group.rbegin(); it != group.rend(); ++it) (*it)->erase();
 }
 
 struct FuseElementwisePass
@@ -132,7 +95,7 @@ struct FuseElementwisePass
       group_of[&op] = chosen;
     }
     for (const Group& g : groups) {
-      if (g.size() >= 2) materialize(g);
+      if (g.size() >= 2) materialize_fused(g);
     }
   }
 };

@@ -62,6 +62,9 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   pm.addNestedPass<mlir::func::FuncOp>(create_choose_layout_pass());
   // The layout's conversions between consecutive channels-last layers cancel.
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
+  // Last: it moves products next to their chains, which cleanup's CSE could move apart again.
+  if (options.block_epilogues)
+    pm.addNestedPass<mlir::func::FuncOp>(create_fuse_block_epilogues_pass());
   append_memory_plan(pm, options);
 }
 
@@ -72,6 +75,8 @@ void build_training_pipeline(mlir::OpPassManager& pm, const PipelineOptions& opt
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_elementwise_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_choose_layout_pass());
+  if (options.block_epilogues)
+    pm.addNestedPass<mlir::func::FuncOp>(create_fuse_block_epilogues_pass());
   append_memory_plan(pm, options);
 }
 
@@ -86,10 +91,11 @@ void register_pipelines() {
       "attention fusion, conv/linear "
       "epilogue fusion, "
       "mbconv fusion, conv + global average pool fusion, channels-last mbconv chains, elementwise "
-      "fusion, cleanup, layout",
+      "fusion, cleanup, layout, block epilogues",
       [](mlir::OpPassManager& pm) { build_inference_pipeline(pm); });
   mlir::PassPipelineRegistration<>("kiln-training-pipeline",
-                                   "cleanup, epilogue and elementwise fusion for training steps",
+                                   "cleanup, epilogue and elementwise fusion, layout and block "
+                                   "epilogues for training steps",
                                    [](mlir::OpPassManager& pm) { build_training_pipeline(pm); });
 }
 

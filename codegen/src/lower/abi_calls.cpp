@@ -55,7 +55,7 @@ bool Lowering::has_constant_weight(mlir::Operation* op, llvm::StringRef name) {
   return false;
 }
 
-bool Lowering::emit_abi_call(mlir::Operation* op) {
+bool Lowering::emit_abi_call(mlir::Operation* op, const BlockEpilogueFn* epilogue) {
   llvm::StringRef name = op->getName().getStringRef();
   if (!name.consume_front("kiln.")) return false;
   auto it = abi_ops().find(name);
@@ -115,7 +115,9 @@ bool Lowering::emit_abi_call(mlir::Operation* op) {
       present.push_back(false);
       continue;
     }
-    View d = destination(r);
+    // (A product with a block epilogue writes into its chain's destination, given beforehand.)
+    auto given = views_.find(r);
+    View d = given != views_.end() ? given->second : destination(r);
     views_[r] = d;
     tensors.push_back(d);
     present.push_back(true);
@@ -155,9 +157,10 @@ bool Lowering::emit_abi_call(mlir::Operation* op) {
     builder_.create<LLVM::StoreOp>(loc_, present[k] ? tensors[k].base : null, gep);
   }
   mlir::Value desc_ptr = builder_.create<LLVM::AddressOfOp>(loc_, ptr, desc_name);
-  mlir::func::CallOp call;
+  // A constant weight: the runtime prepares it on the first call and keeps it in a slot of this
+  // call site (null: no slot).
+  mlir::Value slot = null;
   if (has_constant_weight(op, name)) {
-    // The runtime prepares the weight on the first call and keeps it in a slot of this call site.
     const std::string slot_name = "kiln_prepared_" + std::to_string(num_descs_ - 1);
     prepared_slots_.push_back(slot_name);
     {
@@ -167,7 +170,23 @@ bool Lowering::emit_abi_call(mlir::Operation* op) {
                                       LLVM::Linkage::Internal, slot_name,
                                       builder_.getI64IntegerAttr(0), /*alignment=*/8);
     }
-    mlir::Value slot = builder_.create<LLVM::AddressOfOp>(loc_, ptr, slot_name);
+    slot = builder_.create<LLVM::AddressOfOp>(loc_, ptr, slot_name);
+  }
+  mlir::func::CallOp call;
+  if (epilogue) {
+    // kiln_abi_<op>_epilogue(data, desc, slot or null, fn, ctx).
+    mlir::Type i64 = builder_.getI64Type();
+    auto fn_type = builder_.getFunctionType({ptr, ptr, i64, i64, i64, i64}, {});
+    mlir::Value fn = builder_.create<mlir::func::ConstantOp>(loc_, fn_type, epilogue->name);
+    mlir::Value fn_ptr =
+        builder_.create<mlir::UnrealizedConversionCastOp>(loc_, ptr, fn).getResult(0);
+    const std::string entry = ("kiln_abi_" + name + "_epilogue").str();
+    declare(entry, builder_.getFunctionType({ptr, ptr, ptr, ptr, ptr}, {}));
+    call = builder_.create<mlir::func::CallOp>(
+        loc_, entry, mlir::TypeRange{},
+        mlir::ValueRange{data, desc_ptr, slot, fn_ptr, epilogue->ctx});
+    for (mlir::Value base : epilogue->bases) note_use(base, call);
+  } else if (slot != null) {
     const std::string fn = ("kiln_abi_" + name + "_prepared").str();
     declare(fn, builder_.getFunctionType({ptr, ptr, ptr}, {}));
     call = builder_.create<mlir::func::CallOp>(loc_, fn, mlir::TypeRange{},

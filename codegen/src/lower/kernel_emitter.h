@@ -49,6 +49,16 @@ class KernelEmitter {
     for (size_t k = 1; k < roots.size(); ++k) more_.push_back({roots[k], dests[k]});
   }
 
+  // The kernel as a product's block epilogue (a kiln.fused marked ir::kBlockEpilogueAttr; root:
+  // its result, `product`: the product's result, already given dest as its view, read in place):
+  //   void kiln_epilogue_N(ptr ctx, ptr c, i64 offset, i64 ldc, i64 rows, i64 cols)
+  // maps c[r * ldc + j] (element offset + r * ldc + j of dest) for r < rows, j < cols, as
+  // kernels::BlockEpilogue calls it; ctx holds the leaves' base pointers. Nothing is emitted, and
+  // nullopt returned, when another leaf shares dest's buffer (its elements would be overwritten
+  // by the product before the epilogue reads them).
+  using BlockFunction = BlockEpilogueFn;
+  std::optional<BlockFunction> emit_block_epilogue(Value product);
+
   void emit() {
     collect(root_, /*is_root=*/true);
     for (const auto& [root, dest] : more_) collect(root, /*is_root=*/true);
@@ -137,6 +147,15 @@ class KernelEmitter {
   void reduce_row();  // sum, mean, var (summed in float64), amax, amin (NaN-propagating)
 
   void call_function();
+  // ---- block epilogues (block_epilogue.cpp) ----
+  // Inside the epilogue's loops over the block's rows: the run of `count` elements of dest from
+  // flat index `start` (i64 values), split where it crosses the kernel's innermost dim.
+  void block_run(Value start, Value count);
+  // Whether the runs are 1-D linalg.generic maps for the vector pipeline: a vector width given,
+  // every leaf read along the run or broadcast over it.
+  bool vector_block_epilogue() const;
+  // The run's segment of `n` elements at the indices ivs_ (its first element) as such a map.
+  void vector_segment(Value n);
 
   // ---- scalar code ----
   Value load(Value base, Value off, Type elem);

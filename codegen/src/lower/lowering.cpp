@@ -339,6 +339,9 @@ bool Lowering::lower_op(mlir::Operation* op) {
     return true;
   }
   if (is_elementwise(op)) {
+    // A block epilogue's results, computed by its product's call.
+    if (llvm::all_of(op->getResults(), [&](mlir::Value r) { return views_.count(r) != 0; }))
+      return true;
     llvm::SmallVector<mlir::Value> stored;
     for (mlir::Value r : op->getResults()) {
       const int64_t n = numel(mlir::cast<mlir::RankedTensorType>(r.getType()).getShape());
@@ -368,6 +371,7 @@ bool Lowering::lower_op(mlir::Operation* op) {
   }
   if (lower_view_op(op)) return true;
   if (lower_control_flow(op)) return true;
+  if (emit_product_with_block_epilogue(op)) return true;
   if (emit_abi_call(op)) return true;
   error(op, "no lowering for this op (neither generated loops nor a runtime kernel)");
   return false;

@@ -44,6 +44,14 @@ const llvm::StringSet<>& elementwise_ops();
 const llvm::StringSet<>& view_ops();
 bool has_abi_kernel(llvm::StringRef op);
 
+// A generated block epilogue (block_epilogue.cpp) for a product's runtime call: its function,
+// its context array, and the buffers it reads while the product runs.
+struct BlockEpilogueFn {
+  std::string name;
+  mlir::Value ctx;
+  llvm::SmallVector<mlir::Value> bases;
+};
+
 class Lowering {
  public:
   Lowering(mlir::ModuleOp module, const LowerOptions& options);
@@ -87,8 +95,12 @@ class Lowering {
   // (kernels.cpp) that also computes its input's elementwise tree, instead of a runtime call.
   static bool has_row_kernel(mlir::Operation* op);
   void emit_row_kernel(mlir::Operation* op);
-  // Emits a runtime call for op (false if the op is not an ABI op).
-  bool emit_abi_call(mlir::Operation* op);
+  // Emits a runtime call for op (false if the op is not an ABI op); with `epilogue`, the op's
+  // kiln_abi_<op>_epilogue entry point, which runs it on each block of the result.
+  bool emit_abi_call(mlir::Operation* op, const BlockEpilogueFn* epilogue = nullptr);
+  // A conv2d / linear whose only user is a kiln.fused marked ir::kBlockEpilogueAttr: the product
+  // with the chain as its block epilogue, both results in one buffer (false: not such a product).
+  bool emit_product_with_block_epilogue(mlir::Operation* op);
   bool has_constant_weight(mlir::Operation* op, llvm::StringRef name);
   void error(mlir::Operation* op, const std::string& message);
   // Per-module counters: symbol names are deterministic for a given module.

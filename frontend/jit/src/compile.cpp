@@ -214,8 +214,9 @@ std::shared_ptr<const Code> code_for(const std::string& fingerprint,
   lower.parallel_min_elements = options.parallel_min_elements;
   lower.vector_bits = options.vector_bits;
   const codegen::Target host = codegen::host_target();
-  const std::string key = codegen::cache_key(
-      options.optimize ? fingerprint + "\n#optimize" : fingerprint, host, lower, options.opt_level);
+  std::string keyed = fingerprint;
+  if (options.optimize) keyed += options.block_epilogues ? "\n#optimize" : "\n#optimize-unblocked";
+  const std::string key = codegen::cache_key(keyed, host, lower, options.opt_level);
   *key_out = key;
   std::shared_ptr<const Code> code;
   *source = CompiledFunction::Source::Compiled;
@@ -249,7 +250,8 @@ std::shared_ptr<const Code> code_for(const std::string& fingerprint,
     // A private context: compiling never touches the caller's module, and compiles may overlap.
     std::unique_ptr<mlir::MLIRContext> ctx = make_context();
     mlir::ModuleOp module = parse_module(*ctx, bytes_of());
-    if (options.optimize) optimize_for_codegen(*ctx, module, "jit::compile");
+    if (options.optimize)
+      optimize_for_codegen(*ctx, module, "jit::compile", options.block_epilogues);
     std::string object, error;
     codegen::EntrySignature signature;
     const bool ok = codegen::compile_to_object(module, {}, lower, options.opt_level, &object,

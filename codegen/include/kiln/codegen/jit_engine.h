@@ -40,7 +40,7 @@ inline constexpr int kAbiVersion = 2;
 //   9: row kernels' passes as linalg reductions and maps through the same pipeline;
 //      operands read across the innermost dim in square tiles transposed in registers; sum,
 //      mean, amax, amin, var over the last dim as row kernels.
-inline constexpr int kCodegenRevision = 9;
+inline constexpr int kCodegenRevision = 10;
 
 // A stable key for compiled code: (module bytes, target triple, CPU, features, options, ABI,
 // code generator revision).

@@ -31,6 +31,11 @@ bool compatible_result_types(mlir::TypeRange inferred, mlir::TypeRange declared)
 #include "kiln/ir/KilnOps.h.inc"
 
 namespace kiln::ir {
+// A unit attribute on a kiln.fused: its chain runs as the epilogue of the conv2d / linear that
+// computes its one float32 operand of the result's type, on each block of the output the GEMM
+// finishes (passes/FuseBlockEpilogues.cpp decides; codegen emits it, the portable plan ignores it).
+inline constexpr const char* kBlockEpilogueAttr = "kiln.block_epilogue";
+
 // Registers kiln plus the upstream dialects kiln modules use (func, arith, tensor, scf).
 void register_dialects(mlir::DialectRegistry& registry);
 }  // namespace kiln::ir

@@ -47,6 +47,12 @@ std::unique_ptr<mlir::Pass> create_fold_batch_norm_pass();
 // activation into kiln.conv2d_fused / kiln.linear_fused.
 std::unique_ptr<mlir::Pass> create_fuse_epilogues_pass();
 
+// --kiln-fuse-block-epilogues: the elementwise chain (kiln.fused, or one elementwise op) that is
+// the only user of a float32 conv2d / linear (fused or not) and maps its result in place is marked
+// kiln.block_epilogue, to run on each block of the output the GEMM finishes (after elementwise
+// fusion).
+std::unique_ptr<mlir::Pass> create_fuse_block_epilogues_pass();
+
 // --kiln-fuse-mbconv: expand 1x1 -> depthwise -> project 1x1 chains of kiln.conv2d_fused
 // (MobileNetV2's inverted residual) become one kiln.mbconv when the expanded tensor holds at least
 // `min_bytes` (without an expansion: x, and at least kMBConvNoExpandMinBytes; the runtime runs it
@@ -116,6 +122,9 @@ struct PipelineOptions {
   // --kiln-fuse-mbconv's thresholds (min 0: fuse every matching block; small -1: no small ones).
   int64_t mbconv_min_bytes = kMBConvMinBytes;
   int64_t mbconv_small_max_bytes = kMBConvSmallMaxBytes;
+  // --kiln-fuse-block-epilogues (false: the chains after convs and linears stay their own kernels;
+  // benchmarks compare the two).
+  bool block_epilogues = true;
   // Memory planning runs last (it annotates the final values): `memory_plan` when set, else the
   // hook from set_memory_plan_hook(), else --kiln-plan-memory. plan_memory = false skips it.
   bool plan_memory = true;
@@ -124,8 +133,8 @@ struct PipelineOptions {
 
 // Module-level pipelines (pm anchored on builtin.module). Inference: freeze folds, cleanup,
 // gradient elimination, cleanup, bn folding, epilogue fusion, mbconv fusion, cleanup, elementwise
-// fusion, cleanup, layout, memory plan. Training: cleanup, epilogue fusion, elementwise fusion,
-// cleanup, layout, memory plan.
+// fusion, cleanup, layout, block epilogues, memory plan. Training: cleanup, epilogue fusion,
+// elementwise fusion, cleanup, layout, block epilogues, memory plan.
 void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& options = {});
 void build_training_pipeline(mlir::OpPassManager& pm, const PipelineOptions& options = {});
 

@@ -47,6 +47,9 @@ struct CompileOptions {
   // upstream MLIR (linalg → vector); a positive width overrides it; negative leaves scalar loops
   // to LLVM's loop vectorizer (the earlier path, kept for comparison).
   int vector_bits = 0;
+  // The elementwise chain after a conv or linear runs as its GEMM's epilogue on each finished
+  // block of the output (passes::create_fuse_block_epilogues_pass); false: as its own kernel.
+  bool block_epilogues = true;
   bool memory_cache = true;
   bool disk_cache = true;
   std::string cache_dir;  // empty: $XDG_CACHE_HOME/kiln or ~/.cache/kiln

@@ -1,0 +1,75 @@
+// --kiln-fuse-block-epilogues: an elementwise chain after a convolution or linear layer runs as
+// that product's epilogue, on each block of the output its GEMM finishes while the block is in
+// cache, instead of as a second pass over the whole output from memory. --kiln-fuse-epilogues
+// already takes a bias, a residual and one of eight activations; this takes any chain the
+// elementwise fusion grouped after them (hardswish, x * sigmoid(1.702 x), a scale and shift, ...),
+// with operands of any broadcast shape.
+//
+//   y = kiln.conv2d / conv2d_fused / linear / linear_fused (...)      float32, y used only by z
+//   z = kiln.fused (y, a, b) { ... }  (or a single elementwise op, which becomes one)
+//
+// z must have y's type (one result: the chain maps each element of y in place). z is marked
+// kiln.block_epilogue and the product moves down to just before it, so every other input of the
+// chain is computed when the GEMM runs. Code generation emits the chain as a function the
+// runtime's kernel calls on each finished block (codegen kernels.cpp, kernels::BlockEpilogue);
+// the artifact's portable plan runs the two ops one after the other, as before.
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Pass/Pass.h"
+
+#include "FusedRegion.h"
+#include "kiln/ir/KilnDialect.h"
+#include "kiln/passes/Passes.h"
+
+namespace kiln::passes {
+namespace {
+
+bool is_product(mlir::Operation* op) {
+  return mlir::isa<ir::Conv2dOp, ir::Conv2dFusedOp, ir::LinearOp, ir::LinearFusedOp>(op);
+}
+
+bool is_static_f32(mlir::Type t) {
+  auto r = mlir::dyn_cast<mlir::RankedTensorType>(t);
+  return r && r.getElementType().isF32() && r.hasStaticShape();
+}
+
+void fuse(mlir::Operation* product) {
+  mlir::Value y = product->getResult(0);
+  if (y.use_empty() || !is_static_f32(y.getType())) return;
+  mlir::Operation* user = *y.getUsers().begin();
+  if (!llvm::all_of(y.getUsers(), [&](mlir::Operation* u) { return u == user; })) return;
+  if (user->getBlock() != product->getBlock() || user->getNumResults() != 1 ||
+      user->getResult(0).getType() != y.getType())
+    return;
+  if (!mlir::isa<ir::FusedOp>(user)) {
+    if (!user->hasTrait<ir::traits::ScalarLoop>()) return;
+    user = materialize_fused({user});
+  }
+  user->setAttr(ir::kBlockEpilogueAttr, mlir::UnitAttr::get(user->getContext()));
+  product->moveBefore(user);
+}
+
+struct FuseBlockEpiloguesPass
+    : mlir::PassWrapper<FuseBlockEpiloguesPass, mlir::OperationPass<mlir::func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FuseBlockEpiloguesPass)
+  llvm::StringRef getArgument() const override { return "kiln-fuse-block-epilogues"; }
+  llvm::StringRef getDescription() const override {
+    return "Run the elementwise chain after a conv2d / linear as its GEMM's block epilogue";
+  }
+  void runOnOperation() override {
+    llvm::SmallVector<mlir::Operation*> products;
+    getOperation().walk([&](mlir::Operation* op) {
+      if (is_product(op)) products.push_back(op);
+    });
+    for (mlir::Operation* op : products) fuse(op);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<mlir::Pass> create_fuse_block_epilogues_pass() {
+  return std::make_unique<FuseBlockEpiloguesPass>();
+}
+
+}  // namespace kiln::passes

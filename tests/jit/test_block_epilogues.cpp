@@ -1,0 +1,108 @@
+// Elementwise chains after convolutions and linear layers compiled as the products' block
+// epilogues (passes/FuseBlockEpilogues.cpp, codegen/src/lower/block_epilogue.cpp): the same
+// results as eager and as the chains compiled as kernels of their own, for every convolution
+// algorithm the heuristics may pick (weights frozen and prepared, or not), operands broadcast
+// per channel, per row and per column, and runs that cross rows of the innermost dim.
+
+#include <gtest/gtest.h>
+
+#include "helpers.h"
+#include "kiln/jit/compile.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime/thread_pool.h"
+#include "kiln/trace/freeze.h"
+#include "kiln/trace/trace.h"
+
+using namespace kiln;
+using kiln::test::max_rel_error;
+using kiln::test::rnd;
+
+namespace {
+
+struct ThreadsForTheTest {
+  ThreadsForTheTest() : saved(num_threads()) { set_num_threads(std::max(saved, 2)); }
+  ~ThreadsForTheTest() { set_num_threads(saved); }
+  int saved;
+};
+
+jit::CompileOptions blocked(bool on, int vector_bits) {
+  jit::CompileOptions o = kiln::test::at_vector_width(vector_bits);
+  o.block_epilogues = on;
+  return o;
+}
+
+struct ConvCase {
+  int64_t N, C, H, W, O, K, stride, pad, groups;
+};
+
+}  // namespace
+
+// conv -> (y * scale[c] + r) * sigmoid(y) + row[w]: five ops no fixed epilogue takes, the conv's
+// value read twice; row[w] broadcasts over the rows, so the chain's innermost dim is the width and
+// the GEMM's blocks (runs of output positions) cross it.
+TEST(BlockEpilogues, ConvChainsMatchEagerOnEveryAlgorithm) {
+  ThreadsForTheTest threads;
+  const ConvCase cases[] = {
+      {2, 16, 20, 20, 24, 3, 1, 1, 1},   // 3x3 stride 1 on a large map
+      {1, 3, 40, 41, 32, 3, 2, 1, 1},    // few input channels (a stem)
+      {2, 12, 14, 14, 12, 3, 1, 1, 12},  // depthwise
+      {2, 40, 9, 9, 70, 1, 1, 0, 1},     // 1x1
+      {2, 24, 7, 7, 96, 3, 1, 1, 1},     // a small map, many channels
+      {1, 8, 11, 13, 10, 5, 2, 2, 2},    // grouped, strided
+  };
+  uint32_t seed = 1;
+  for (const ConvCase& c : cases) {
+    const int64_t Ho = (c.H + 2 * c.pad - c.K) / c.stride + 1;
+    const int64_t Wo = (c.W + 2 * c.pad - c.K) / c.stride + 1;
+    Tensor w = rnd({c.O, c.C / c.groups, c.K, c.K}, seed++, 0.3), b = rnd({c.O}, seed++);
+    Tensor scale = rnd({c.O, 1, 1}, seed++), row = rnd({Wo}, seed++);
+    auto fn = [&](const TensorList& in) {
+      Tensor y = conv2d(in[0], w, b, c.stride, c.pad, 1, c.groups);
+      return TensorList{(y * scale + in[1]) * sigmoid(y) + row};
+    };
+    const TensorList in = {rnd({c.N, c.C, c.H, c.W}, seed++), rnd({c.N, c.O, Ho, Wo}, seed++)};
+    const Tensor want = fn(in)[0];
+    for (bool frozen : {false, true}) {
+      jit::TracedFunction traced = jit::trace(fn, in);
+      if (frozen) jit::freeze(traced);
+      for (int bits : kiln::test::kVectorWidths) {
+        SCOPED_TRACE(testing::Message() << "N" << c.N << " C" << c.C << " " << c.H << "x" << c.W
+                                        << " O" << c.O << " k" << c.K << " g" << c.groups
+                                        << (frozen ? " frozen" : "") << " vector_bits " << bits);
+        const Tensor separate = jit::compile(traced, blocked(false, bits))(in)[0];
+        const Tensor got = jit::compile(traced, blocked(true, bits))(in)[0];
+        EXPECT_LE(max_rel_error(got, want), 1e-5);
+        EXPECT_LE(max_rel_error(got, separate), 1e-6);
+      }
+    }
+  }
+}
+
+// linear (its bias and GELU taken by the fixed epilogue) -> hardswish written out, times a
+// per-feature gain, plus a per-row offset: the fused linear's block epilogue, on a 3-D input,
+// with several products in one function, one of whose chains reads another product's value.
+TEST(BlockEpilogues, LinearChainsMatchEager) {
+  ThreadsForTheTest threads;
+  Tensor w1 = rnd({96, 40}, 11, 0.2), b1 = rnd({96}, 12), gain = rnd({96}, 13);
+  Tensor w2 = rnd({33, 96}, 14, 0.2);
+  auto fn = [&](const TensorList& in) {
+    Tensor h = gelu(linear(in[0], w1, b1));
+    Tensor hs = h * clamp(h + 3.0, 0.0, 6.0) / 6.0 * gain + in[1];
+    Tensor z = linear(hs, w2);
+    return TensorList{leaky_relu(z, 0.2) - tanh(z) * 0.5};
+  };
+  const TensorList in = {rnd({3, 50, 40}, 15), rnd({3, 50, 1}, 16)};
+  const Tensor want = fn(in)[0];
+  for (bool frozen : {false, true}) {
+    jit::TracedFunction traced = jit::trace(fn, in);
+    if (frozen) jit::freeze(traced);
+    for (int bits : kiln::test::kVectorWidths) {
+      SCOPED_TRACE(testing::Message()
+                   << (frozen ? "frozen" : "weights as arguments") << " vector_bits " << bits);
+      const Tensor separate = jit::compile(traced, blocked(false, bits))(in)[0];
+      const Tensor got = jit::compile(traced, blocked(true, bits))(in)[0];
+      EXPECT_LE(max_rel_error(got, want), 1e-5);
+      EXPECT_LE(max_rel_error(got, separate), 1e-6);
+    }
+  }
+}
