@@ -114,6 +114,8 @@ TEST(BlockEpilogue, Conv2dAppliesItOnceToEveryElement) {
   };
   const Case cases[] = {
       {2, 16, 20, 20, 24, 3, 1, 1, 1},   // 3x3 stride 1 on a large map
+      {2, 20, 13, 11, 14, 3, 1, 1, 1},   // 3x3 stride 1, a height not a multiple of 4
+      {2, 256, 30, 30, 12, 3, 1, 1, 1},  // 3x3 stride 1, several blocks of rows
       {1, 3, 40, 41, 32, 3, 2, 1, 1},    // few input channels (a stem)
       {2, 12, 14, 14, 12, 3, 1, 1, 12},  // depthwise
       {2, 40, 9, 9, 70, 1, 1, 0, 1},     // 1x1

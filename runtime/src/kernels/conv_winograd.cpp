@@ -291,6 +291,9 @@ void output_transform(const ConvGeom& g, const Plan& p, const float* m, int64_t 
         }
       }
     }
+    // The generated epilogue on the tile row's output rows of this channel, still in cache.
+    const int64_t oh0 = 4 * th;
+    ep.block.apply(y + plane + oh0 * g.Wo, g.Wo, std::min<int64_t>(4, g.Ho - oh0), g.Wo);
   }
 }
 
