@@ -117,7 +117,8 @@ TEST(BlockEpilogue, Conv2dAppliesItOnceToEveryElement) {
       {2, 20, 13, 11, 14, 3, 1, 1, 1},   // 3x3 stride 1, a height not a multiple of 4
       {2, 256, 30, 30, 12, 3, 1, 1, 1},  // 3x3 stride 1, several blocks of rows
       {1, 3, 40, 41, 32, 3, 2, 1, 1},    // few input channels (a stem)
-      {2, 12, 14, 14, 12, 3, 1, 1, 12},  // depthwise
+      {2, 12, 14, 14, 12, 3, 1, 1, 12},  // depthwise, a narrow map
+      {1, 8, 30, 50, 8, 5, 1, 2, 8},     // depthwise 5x5, a wide map
       {2, 40, 9, 9, 70, 1, 1, 0, 1},     // 1x1
       {2, 24, 7, 7, 96, 3, 1, 1, 1},     // a small map, many channels
       {1, 8, 11, 13, 10, 5, 2, 2, 2},    // grouped, strided

@@ -121,8 +121,8 @@ Epilogue to_gemm_epilogue(const ConvEpilogue& ep) {
   return e;
 }
 
-// The generated epilogue on every channel plane of y [N, O, Ho, Wo], for the paths that do not
-// run it on the blocks they finish (direct, depthwise).
+// The generated epilogue on every channel plane of y [N, O, Ho, Wo], for the path that does not
+// run it on the blocks it finishes (direct).
 void block_epilogue_planes(const ConvGeom& g, float* y, const BlockEpilogue& b) {
   if (!b) return;
   const int64_t planes = g.N * g.O, howo = g.HoWo();
@@ -694,8 +694,7 @@ void conv_forward(const ConvGeom& g, const T* x, const T* w, const T* bias, cons
   if constexpr (std::is_same_v<T, float>) {
     ep.block.origin = y;
     // (false: padding or dilation too large for its plane buffers; the im2col path follows.)
-    if (g.depthwise() && conv_detail::depthwise_conv2d_f32(g, x, w, bias, res, y, ep))
-      return block_epilogue_planes(g, y, ep.block);
+    if (g.depthwise() && conv_detail::depthwise_conv2d_f32(g, x, w, bias, res, y, ep)) return;
     if (prep && prep->winograd)
       return conv_detail::winograd_conv2d_f32(g, *prep->winograd, x, bias, res, y, ep);
     // Prepared for an input size the direct kernel takes, run at one it does not (too narrow, or

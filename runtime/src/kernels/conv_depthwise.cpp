@@ -637,7 +637,19 @@ bool depthwise_interleaved_to_panels(const ConvGeom& g, const float* xi, int64_t
 
 bool depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, const float* bias,
                           const float* residual, float* y, const ConvEpilogue& ep) {
-  if (depthwise_narrow_fits(g)) return depthwise_narrow(g, x, w, bias, residual, y, ep);
+  if (depthwise_narrow_fits(g)) {
+    if (!depthwise_narrow(g, x, w, bias, residual, y, ep)) return false;
+    // The generated epilogue: the narrow kernel writes channel blocks across the lanes, so it
+    // runs on each plane afterwards.
+    if (ep.block) {
+      const int64_t howo = g.HoWo();
+      parallel_for(0, g.N * g.C, std::max<int64_t>(1, 16384 / std::max<int64_t>(howo, 1)),
+                   [&](int64_t p0, int64_t p1) {
+                     ep.block.apply(y + p0 * howo, howo, p1 - p0, howo);
+                   });
+    }
+    return true;
+  }
   PlaneBuf proto;
   proto.rows = (g.Ho - 1) * g.sh + (g.KH - 1) * g.dh + 1;
   proto.phases = g.sw;
@@ -674,6 +686,7 @@ bool depthwise_conv2d_f32(const ConvGeom& g, const float* x, const float* w, con
       } else {
         plane<0>(g, b, tap_off.data(), wc, bv, res, y + p * howo, ep, vec_act);
       }
+      ep.block.apply(y + p * howo, howo, 1, howo);  // the generated epilogue, the plane in cache
     }
     cpu_allocator().deallocate(b.data, bytes);
   });

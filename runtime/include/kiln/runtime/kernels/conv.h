@@ -39,8 +39,9 @@ struct ConvEpilogue {
   float clamp_min = 0.0f;  // Activation::Clamp
   float clamp_max = 0.0f;
   // After the activation (float32 only): on each block of the output the GEMM finishes (im2col
-  // and 1x1 paths; Winograd: each tile row's output rows of a channel), else on each channel
-  // plane once the convolution is done (direct, depthwise). conv2d_out sets its origin.
+  // and 1x1 paths; Winograd: each tile row's output rows of a channel; depthwise: each plane as
+  // it is written, or after the channel-interleaved kernel for narrow maps), else on each channel
+  // plane once the convolution is done (direct). conv2d_out sets its origin.
   BlockEpilogue block;
 };
 
