@@ -42,6 +42,17 @@ bool is_static_tensor(mlir::Type t) {
   return r && r.hasStaticShape();
 }
 
+// A view op the portable plan runs as a copy (its values are dense; only reshapes alias): a
+// generated copy instead, tiled in registers where it transposes (view and reshape stay free).
+bool copies_view(mlir::Operation* op) {
+  return mlir::isa<ir::PermuteOp, ir::TransposeOp, ir::SliceOp, ir::SelectOp, ir::ExpandOp>(op);
+}
+
+// An absent optional operand (kiln.none: a layer norm without weight or bias).
+bool is_none(mlir::Value v) {
+  return mlir::isa<mlir::NoneType>(v.getType());
+}
+
 bool is_row_kernel(mlir::Operation* op) {
   return detail::Lowering::has_row_kernel(op);
 }
@@ -49,16 +60,16 @@ bool is_elementwise(mlir::Operation* op) {
   return detail::Lowering::is_elementwise(op);
 }
 
-// An op that can start or join a group: computed in generated loops, tensors of static shape in
+// An op that can start or join a group: computed in generated loops (or a copying view op),
 // and out, and (a kiln.fused) yielding only values its body computes from its arguments, so that
 // every output of the group is a value its portable form writes.
 bool candidate(mlir::Operation* op) {
-  if (!is_elementwise(op) && !is_row_kernel(op)) return false;
+  if (!is_elementwise(op) && !is_row_kernel(op) && !copies_view(op)) return false;
   if (op->getNumResults() == 0) return false;
   for (mlir::Type t : op->getResultTypes())
     if (!is_static_tensor(t)) return false;
-  for (mlir::Type t : op->getOperandTypes())
-    if (!is_static_tensor(t)) return false;
+  for (mlir::Value v : op->getOperands())
+    if (!is_none(v) && !is_static_tensor(v.getType())) return false;
   if (auto fused = mlir::dyn_cast<ir::FusedOp>(op)) {
     mlir::Block& body = fused->getRegion(0).front();
     for (mlir::Value v : body.getTerminator()->getOperands())
@@ -116,6 +127,9 @@ mlir::OwningOpRef<mlir::ModuleOp> outline(const GeneratedGroup& g) {
   mlir::IRMapping map;
   for (size_t i = 0; i < g.inputs.size(); ++i) map.map(g.inputs[i], entry->getArgument(i));
   b.setInsertionPointToEnd(entry);
+  for (mlir::Operation* op : g.ops)
+    for (mlir::Value v : op->getOperands())
+      if (is_none(v) && !map.contains(v)) map.map(v, b.clone(*v.getDefiningOp())->getResult(0));
   for (mlir::Operation* op : g.ops) {
     mlir::Operation* copy = b.clone(*op, map);
     copy->removeAttr(kSymbolAttr);
@@ -227,7 +241,7 @@ GeneratedGroup generated_group(mlir::Operation* first) {
   mlir::Block* block = first->getBlock();
   for (mlir::Operation* op : g.ops) {
     for (mlir::Value v : op->getOperands()) {
-      if (in_group.count(v.getDefiningOp())) continue;
+      if (in_group.count(v.getDefiningOp()) || is_none(v)) continue;  // none: made in the code
       if (std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end()) g.inputs.push_back(v);
     }
     for (mlir::Value r : op->getResults()) {

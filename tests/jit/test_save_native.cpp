@@ -153,6 +153,41 @@ TEST(NativeCode, GroupsInsideALoopBody) {
   }
 }
 
+// The copies the portable plan makes of views (a permute, a strided slice, a select, an expand:
+// its values are dense) and a layer norm without weight or bias (absent operands) are generated
+// too; the portable form computes the same.
+TEST(NativeCode, ViewCopiesAndNormsWithoutAffine) {
+  auto fn = [](const TensorList& in) {
+    const int64_t d[] = {24};
+    const Tensor t = in[0].permute({1, 0, 2});                            // [5, 3, 24], transposed
+    const Tensor s = in[0].slice(2, 1, 24, 2);                            // [3, 5, 12], strided
+    const Tensor e = in[0].select(1, 2).unsqueeze(1).expand({3, 4, 24});  // broadcast
+    return TensorList{t, s, e, layer_norm(in[0], d)};
+  };
+  const TensorList in = {rnd({3, 5, 24}, 21)};
+  autograd::NoGradGuard no_grad;
+  jit::TracedFunction traced = jit::trace(fn, in);
+  jit::SaveOptions so;
+  so.native_code = {"host"};
+  const std::vector<uint8_t> bytes = jit::save_to_bytes(traced, so);
+  const TensorList want = fn(in);
+  for (bool native : {true, false}) {
+    rt::LoadOptions lo;
+    lo.allow_native_code = native;
+    auto model = rt::Model::from_bytes(bytes, rt::builtin_registry(), lo);
+    if (native) {
+      EXPECT_GE(model->stats().generated_instructions, 5u);
+      EXPECT_EQ(model->stats().native_instructions, model->stats().generated_instructions);
+    }
+    rt::Session session(model);
+    auto out = session.run({in[0].impl()});
+    ASSERT_EQ(out.size(), 4u);
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_LE(max_rel_error(Tensor(out[i]), want[i]), 1e-5)
+          << (native ? "native" : "portable") << ", output " << i;
+  }
+}
+
 TEST(NativeCode, AnUnknownTargetIsAnErrorNamingIt) {
   try {
     Block().save({"sparc-sun-solaris"});
