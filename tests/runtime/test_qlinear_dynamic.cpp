@@ -28,10 +28,13 @@ struct Weight {
 std::vector<double> reference(const std::vector<double>& x, int64_t M, int64_t K, int64_t N,
                               const std::vector<double>& w, const std::vector<double>& ws,
                               const std::vector<double>& wz, const std::vector<double>& bias) {
-  double lo = 0, hi = 0;
-  for (double v : x) lo = std::min(lo, v), hi = std::max(hi, v);
-  const float scale = std::max(float(hi - lo) / 255.0f, std::numeric_limits<float>::epsilon());
-  const double zp = std::clamp(0.0 - round_half_even(double(float(lo) / scale)), 0.0, 255.0);
+  // The range of the float32 input, its width in float32 (as the kernel rounds it: a width
+  // taken in double can differ by an ulp, and an element near a rounding tie then quantizes one
+  // step apart, moving its whole row).
+  float lo = 0, hi = 0;
+  for (double v : x) lo = std::min(lo, float(v)), hi = std::max(hi, float(v));
+  const float scale = std::max((hi - lo) / 255.0f, std::numeric_limits<float>::epsilon());
+  const double zp = std::clamp(0.0 - round_half_even(double(lo / scale)), 0.0, 255.0);
   std::vector<double> y(size_t(M * N));
   for (int64_t i = 0; i < M; ++i)
     for (int64_t o = 0; o < N; ++o) {

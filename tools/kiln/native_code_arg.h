@@ -6,8 +6,9 @@ namespace kiln::cli {
 inline constexpr const char* kNativeCodeHelp =
     "  --native-code T   also embed code generated for CPU target T (repeatable, most\n"
     "                    specialized first): host, x86-64-v3, x86-64-v4, aarch64, or\n"
-    "                    TRIPLE[:CPU]. Fused elementwise chains, softmax and layer norm then\n"
-    "                    run that code on a CPU it suits, the runtime's kernels elsewhere\n"
-    "                    (kiln inspect lists it). Links with the system toolchain.\n";
+    "                    TRIPLE[:CPU]. Fused elementwise chains, softmax, layer norm, row\n"
+    "                    reductions and the copies of permutes and slices then run that\n"
+    "                    code on a CPU it suits, the runtime's kernels elsewhere (kiln\n"
+    "                    inspect lists it). Links with the system toolchain.\n";
 
 }  // namespace kiln::cli

@@ -31,9 +31,11 @@ struct SaveOptions {
   std::vector<std::pair<std::string, std::string>> metadata;
   // Embed generated code for these CPU targets next to the portable plan ("host", "x86-64-v3",
   // "x86-64-v4", "aarch64", or a triple[:cpu]; kiln/codegen/native_code.h): fused elementwise
-  // chains, softmax, log-softmax and layer norm then run code compiled for the CPU when a
-  // runtime's CPU can run one of them (and LoadOptions::allow_native_code), runtime kernels
-  // otherwise. Most specialized first. Needs the system toolchain to link (as kiln compile).
+  // chains, softmax, log-softmax, layer norm, reductions over the last dim and the copies the
+  // portable plan makes of permutes, transposes, slices, selects and expands then run code
+  // compiled for the CPU when a runtime's CPU can run one of them (and
+  // LoadOptions::allow_native_code), runtime kernels otherwise. Most specialized first. Needs the
+  // system toolchain to link (as kiln compile).
   std::vector<std::string> native_code;
   // The kernels of the runtime that will run the artifact (a program may register only what its
   // models need); null: every builtin kernel. Saving fails, before anything is written, with one
