@@ -121,15 +121,6 @@ Epilogue to_gemm_epilogue(const ConvEpilogue& ep) {
   return e;
 }
 
-// The generated epilogue on every channel plane of y [N, O, Ho, Wo], for the path that does not
-// run it on the blocks it finishes (direct).
-void block_epilogue_planes(const ConvGeom& g, float* y, const BlockEpilogue& b) {
-  if (!b) return;
-  const int64_t planes = g.N * g.O, howo = g.HoWo();
-  parallel_for(0, planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(howo, 1)),
-               [&](int64_t p0, int64_t p1) { b.apply(y + p0 * howo, howo, p1 - p0, howo); });
-}
-
 // y[rows, cols] (row stride ld) = act(y + bias[row] + residual) for the paths that do not go
 // through the GEMM epilogue.
 template <typename T>
@@ -701,14 +692,10 @@ void conv_forward(const ConvGeom& g, const T* x, const T* w, const T* bias, cons
     // a band buffer past its bound): the raw weight, through im2col + GEMM.
     if (prep && !prep->direct.empty() && !conv_detail::direct_conv_applicable(g)) prep = nullptr;
     if (prep ? !prep->direct.empty() : conv_detail::direct_conv_applicable(g)) {
-      if (prep) {
-        conv_detail::direct_conv2d_f32(g, prep->direct.data(), x, bias, res, y, ep);
-      } else {
-        Scratch<float> wr(conv_detail::direct_weight_floats(g));
-        conv_detail::direct_pack_weight(g, w, wr.get());
-        conv_detail::direct_conv2d_f32(g, wr.get(), x, bias, res, y, ep);
-      }
-      return block_epilogue_planes(g, y, ep.block);
+      if (prep) return conv_detail::direct_conv2d_f32(g, prep->direct.data(), x, bias, res, y, ep);
+      Scratch<float> wr(conv_detail::direct_weight_floats(g));
+      conv_detail::direct_pack_weight(g, w, wr.get());
+      return conv_detail::direct_conv2d_f32(g, wr.get(), x, bias, res, y, ep);
     }
   } else {
     prep = nullptr;

@@ -273,6 +273,8 @@ void direct_conv2d_f32(const ConvGeom& g, const float* wr, const float* x, const
           for (int64_t i = 0; i < (oh1 - oh0) * g.Wo; ++i) p[i] = apply_activation(p[i], e);
         }
       }
+      // The generated epilogue on the band's rows of every channel, still in cache.
+      ep.block.apply(y + n * g.O * g.HoWo() + oh0 * g.Wo, g.HoWo(), g.O, (oh1 - oh0) * g.Wo);
       r += oh1 - oh0;
     }
   });

@@ -38,10 +38,10 @@ struct ConvEpilogue {
   Activation activation = Activation::None;
   float clamp_min = 0.0f;  // Activation::Clamp
   float clamp_max = 0.0f;
-  // After the activation (float32 only): on each block of the output the GEMM finishes (im2col
-  // and 1x1 paths; Winograd: each tile row's output rows of a channel; depthwise: each plane as
-  // it is written, or after the channel-interleaved kernel for narrow maps), else on each channel
-  // plane once the convolution is done (direct). conv2d_out sets its origin.
+  // After the activation (float32 only), on each block of the output as the algorithm finishes
+  // it: the GEMM's blocks (im2col and 1x1 paths), each tile row's output rows of a channel
+  // (Winograd), each band of rows (direct), each plane (depthwise; after the channel-interleaved
+  // kernel for narrow maps). conv2d_out sets its origin.
   BlockEpilogue block;
 };
 
