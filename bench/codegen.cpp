@@ -346,6 +346,25 @@ BENCHMARK(BM_CompiledLinearChainLarge)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// Masked mean pooling over the sequence, mean(x * mask, 1) for [8, 128, 256] tokens and an [8,
+// 128, 1] mask (a sentence embedding's head): a generated column kernel with the product in its
+// pass, against eager's stored product and the runtime's reduction.
+Tensor masked_mean(const TensorList& t) {
+  const int64_t seq[] = {1};
+  return mean(t[0] * t[1], seq);
+}
+TensorList masked_mean_inputs() {
+  return {randn({8, 128, 256}), (randn({8, 128, 1}) > 0.0).to(DType::Float32)};
+}
+static void BM_CompiledMaskedMean(benchmark::State& state) {
+  time_one(state, masked_mean, masked_mean_inputs(), true);
+}
+BENCHMARK(BM_CompiledMaskedMean)->Unit(benchmark::kMicrosecond)->UseRealTime();
+static void BM_EagerMaskedMean(benchmark::State& state) {
+  time_one(state, masked_mean, masked_mean_inputs(), false);
+}
+BENCHMARK(BM_EagerMaskedMean)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // One float32 transcendental over 1M floats (in cache on most CPUs: the math, not memory):
 // the JIT's generated loop against eager's vector kernel.
 Tensor unary(const std::string& op, const Tensor& x) {

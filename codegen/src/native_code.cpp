@@ -53,8 +53,10 @@ bool is_none(mlir::Value v) {
   return mlir::isa<mlir::NoneType>(v.getType());
 }
 
+// A row kernel, or a column kernel (a reduction over leading dims; one whose operands do not
+// coalesce calls the runtime, and compile_group then leaves it portable).
 bool is_row_kernel(mlir::Operation* op) {
-  return detail::Lowering::has_row_kernel(op);
+  return detail::Lowering::has_row_kernel(op) || detail::Lowering::has_column_kernel(op);
 }
 bool is_elementwise(mlir::Operation* op) {
   return detail::Lowering::is_elementwise(op);

@@ -1,12 +1,13 @@
 // Softmax, log-softmax, layer norm and logsumexp over the last dim as generated row kernels
 // (#24): the compiled values against eager's (the runtime kernel) and a float64 reference, with
 // their elementwise inputs computed in the same kernel — broadcast masks, strided views, -inf,
-// +inf and NaN rows, one column, one dimension, float64, rows spread over threads; over another
-// dim they still call the runtime. Each at every vector width: the scalar loops (-1) and the
-// linalg reductions of the vector pipeline at 128, 256 and 512 bits (rows of 17, 33, 1000: whole
-// tiles and remainders).
+// +inf and NaN rows, one column, one dimension, float64, rows spread over threads; and sum, mean,
+// amax and amin over leading dims as column kernels. Each at every vector width: the scalar loops
+// (-1) and the linalg reductions of the vector pipeline at 128, 256 and 512 bits (rows of 17, 33,
+// 1000: whole tiles and remainders).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -330,7 +331,7 @@ TEST(RowKernels, SumMeanAmaxAminVarOverTheLastDimMatchEagerAndFloat64) {
   // Each reduction of a tree (x * x - 0.25: mean(x * x) is RMSNorm's) over the last dim, one
   // value per row computed in the kernel without storing the tree; rows of 1000 (whole tiles and
   // a remainder), 37, a 1-D input reduced whole, keepdim, NaN and infinite values, float64, rows
-  // over threads; over another dim, and one row too long for one thread, the runtime's kernel.
+  // over threads; one row too long for one thread, the runtime's kernel.
   Tensor special = rnd({5, 40}, 41);
   float* sp = special.data_ptr<float>();
   sp[3] = NAN;             // row 0: NaN
@@ -350,7 +351,7 @@ TEST(RowKernels, SumMeanAmaxAminVarOverTheLastDimMatchEagerAndFloat64) {
       {"one dimension reduced whole", rnd({301}, 44), INT64_MIN, false},
       {"float64", rnd({6, 50}, 45).to(DType::Float64), -1, true},
       {"rows of one (an unbiased variance: 0 / 0)", rnd({5, 1}, 48), -1, false},
-      {"over another dim (the runtime's kernel)", rnd({6, 5}, 46), 0, false},
+      {"over another dim (a column kernel; var: the runtime's)", rnd({6, 5}, 46), 0, false},
       {"one row of 140000 (the runtime's, split over threads)", rnd({140000}, 47), -1, false},
   };
   for (const char* op : {"sum", "mean", "amax", "amin", "var", "var_biased"}) {
@@ -384,6 +385,97 @@ TEST(RowKernels, SumMeanAmaxAminVarOverTheLastDimMatchEagerAndFloat64) {
             expect_matches(got.reshape({-1}), want, tol, c.name + " vs float64");
           }
         }
+      }
+    }
+  }
+}
+
+namespace {
+// sum / mean / amax / amin of t over the consecutive dims [first, last] in float64: the input
+// as [A, R, I], each column of I reduced over R.
+Tensor column_reference(const Tensor& t, int64_t first, int64_t last, const std::string& op) {
+  const Tensor d = t.to(DType::Float64).contiguous();
+  int64_t A = 1, R = 1, I = 1;
+  for (int64_t k = 0; k < d.dim(); ++k) (k < first ? A : k <= last ? R : I) *= d.size(k);
+  Tensor out = kiln::empty({A * I}, DType::Float64);
+  const double* in = d.data_ptr<double>();
+  double* o = out.data_ptr<double>();
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t i = 0; i < I; ++i) {
+      double acc = op == "amax" ? -INFINITY : op == "amin" ? INFINITY : 0.0;
+      for (int64_t r = 0; r < R; ++r) {
+        const double v = in[(a * R + r) * I + i];
+        acc = op == "amax"   ? (std::isnan(v) || std::isnan(acc) ? NAN : std::max(acc, v))
+              : op == "amin" ? (std::isnan(v) || std::isnan(acc) ? NAN : std::min(acc, v))
+                             : acc + v;
+      }
+      o[a * I + i] = op == "mean" ? acc / double(R) : acc;
+    }
+  return out;
+}
+}  // namespace
+
+TEST(RowKernels, ColumnReductionsMatchEagerAndFloat64) {
+  // sum / mean / amax / amin of a tree (x * x + b, the broadcast b along the kept last dim) over
+  // consecutive leading dims that keep the last: generated column kernels, the tree computed in
+  // the pass. A bias gradient's [N, F] over N, a sequence mean of [B, T, D] over T with keepdim,
+  // two dims at once, columns in several chunks with a ragged last one (900 = 3 x 256 + 132),
+  // units over threads, NaN and infinities, a transposed (strided) input, float64; and an input
+  // whose reduced dims do not merge (a permute inside the block), which the runtime reduces.
+  Tensor special = rnd({40, 6}, 51);
+  special.data_ptr<float>()[7] = NAN;
+  special.data_ptr<float>()[13] = INFINITY;
+  struct ColCase {
+    std::string name;
+    Tensor x;  // the input's values (their layout: `view` below)
+    std::vector<int64_t> dims;
+    bool keepdim;
+    int view;  // 0: as is, 1: transposed (last two dims), 2: the first two dims permuted
+  };
+  const std::vector<ColCase> cases = {
+      {"[512, 37] over 0", rnd({512, 37}, 52), {0}, false, 0},
+      {"[4, 50, 37] over 1, keepdim", rnd({4, 50, 37}, 53), {1}, true, 0},
+      {"[3, 5, 40] over 0 and 1", rnd({3, 5, 40}, 54), {0, -2}, false, 0},
+      {"[2, 7, 900] over 1: chunks", rnd({2, 7, 900}, 55, 2.0), {1}, false, 0},
+      {"NaN and infinity", special, {0}, true, 0},
+      {"transposed [37, 64] read as [64, 37]", rnd({37, 64}, 56), {0}, false, 1},
+      {"float64", rnd({30, 11}, 57).to(DType::Float64), {0}, false, 0},
+      {"reduced dims that do not merge (the runtime's)", rnd({5, 6, 7}, 58), {0, 1}, false, 2},
+  };
+  for (const char* op : {"sum", "mean", "amax", "amin"}) {
+    for (int bits : {-1, 512}) {
+      for (const ColCase& c : cases) {
+        SCOPED_TRACE(std::string(op) + " " + c.name + ", vector_bits " + std::to_string(bits));
+        const std::string name = op;
+        auto fn = [&](const TensorList& t) {
+          Tensor x = c.view == 1   ? t[0].transpose(0, 1)
+                     : c.view == 2 ? t[0].permute({1, 0, 2})
+                                   : t[0];
+          Tensor tree = x * x + t[1];  // computed inside the kernel
+          Tensor r = name == "sum"    ? sum(tree, c.dims, c.keepdim)
+                     : name == "mean" ? mean(tree, c.dims, c.keepdim)
+                     : name == "amax" ? amax(tree, c.dims, c.keepdim)
+                                      : amin(tree, c.dims, c.keepdim);
+          return TensorList{r};
+        };
+        const int64_t last = c.view == 1 ? c.x.size(0) : c.x.size(-1);
+        const Tensor b = rnd({last}, 59).to(c.x.dtype());
+        jit::CompileOptions o = at_vector_width(bits);
+        o.parallel_min_elements = 64;  // units over the threads even for these sizes
+        jit::CompiledFunction f = jit::compile(jit::trace(fn, {c.x, b}), o);
+        const Tensor got = f({c.x, b})[0];
+        const double tol = c.x.dtype() == DType::Float64 ? 1e-12 : 2e-6;
+        expect_matches(got, fn({c.x, b})[0], tol, c.name + " vs eager");
+        // The tree in the input's dtype, reduced in float64.
+        const Tensor x = c.view == 1   ? c.x.transpose(0, 1)
+                         : c.view == 2 ? c.x.permute({1, 0, 2})
+                                       : c.x;
+        std::vector<int64_t> d;
+        for (int64_t v : c.dims) d.push_back(v < 0 ? v + x.dim() : v);
+        std::sort(d.begin(), d.end());
+        Tensor want = column_reference((x * x + b).to(DType::Float64), d.front(), d.back(), name);
+        if (c.x.dtype() == DType::Float32) want = want.to(DType::Float32);  // its rounding
+        expect_matches(got.reshape({-1}), want, tol, c.name + " vs float64");
       }
     }
   }

@@ -147,6 +147,17 @@ class KernelEmitter {
   void reduce_row();  // sum, mean, var (summed in float64), amax, amin (NaN-propagating)
 
   void call_function();
+  // ---- column kernels (column_kernels.cpp) ----
+ public:
+  // Collects the tree and views dest's dims as [A, R, I]: before `first`, [first, last], after
+  // `last`. False when an operand does not step over one of them as over one dim.
+  bool can_emit_columns(int64_t first, int64_t last);
+  // The column kernel (row_: Sum, Mean, Amax or Amin) into `dest` (dest_ with its buffer).
+  void emit_columns(int64_t first, int64_t last, const View& dest);
+
+ private:
+  bool coalesce_columns(int64_t first, int64_t last);
+
   // ---- block epilogues (block_epilogue.cpp) ----
   // Inside the epilogue's loops over the block's rows: the run of `count` elements of dest from
   // flat index `start` (i64 values), split where it crosses the kernel's innermost dim.

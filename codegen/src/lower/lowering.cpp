@@ -347,8 +347,8 @@ bool Lowering::lower_op(mlir::Operation* op) {
       const int64_t n = numel(mlir::cast<mlir::RankedTensorType>(r.getType()).getShape());
       if (options_.fuse_elementwise && r.hasOneUse()) {
         mlir::Operation* user = *r.getUsers().begin();
-        // A row kernel's loops run over its input (a logsumexp's result is smaller).
-        const bool row = has_row_kernel(user);
+        // A row or column kernel's loops run over its input (a reduction's result is smaller).
+        const bool row = has_row_kernel(user) || has_column_kernel(user);
         auto span = [&] { return row ? user->getOperand(0) : user->getResult(0); };
         if ((is_elementwise(user) || row) && user->getNumResults() > 0 &&
             user->getBlock() == op->getBlock() &&
@@ -369,6 +369,7 @@ bool Lowering::lower_op(mlir::Operation* op) {
     emit_row_kernel(op);
     return true;
   }
+  if (emit_column_kernel(op)) return true;
   if (lower_view_op(op)) return true;
   if (lower_control_flow(op)) return true;
   if (emit_product_with_block_epilogue(op)) return true;

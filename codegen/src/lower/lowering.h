@@ -95,6 +95,12 @@ class Lowering {
   // (kernels.cpp) that also computes its input's elementwise tree, instead of a runtime call.
   static bool has_row_kernel(mlir::Operation* op);
   void emit_row_kernel(mlir::Operation* op);
+  // sum / mean / amax / amin over a block of consecutive dims that keeps the last dim (float32/64,
+  // static shape) as a generated column kernel (column_kernels.cpp) that also computes its
+  // input's elementwise tree. emit_column_kernel is false (nothing emitted) when an operand of
+  // the tree does not step over each group of dims as over one: the runtime's kernel then.
+  static bool has_column_kernel(mlir::Operation* op);
+  bool emit_column_kernel(mlir::Operation* op);
   // Emits a runtime call for op (false if the op is not an ABI op); with `epilogue`, the op's
   // kiln_abi_<op>_epilogue entry point, which runs it on each block of the result.
   bool emit_abi_call(mlir::Operation* op, const BlockEpilogueFn* epilogue = nullptr);
