@@ -25,13 +25,11 @@ namespace {
 // Columns per unit: the accumulators of one unit (2 KiB of float64) stay in L1.
 constexpr int64_t kChunk = 256;
 
+// The reductions a column kernel takes: sum, mean, amax, amin (not var or logsumexp).
 KernelEmitter::Row column_reduction(mlir::Operation* op) {
   using Row = KernelEmitter::Row;
-  if (mlir::isa<ir::SumOp>(op)) return Row::Sum;
-  if (mlir::isa<ir::MeanOp>(op)) return Row::Mean;
-  if (mlir::isa<ir::AmaxOp>(op)) return Row::Amax;
-  if (mlir::isa<ir::AminOp>(op)) return Row::Amin;
-  return Row::None;
+  const Row row = reduction_row(op);
+  return row == Row::LogSumExp || row == Row::Var ? Row::None : row;
 }
 
 // The reduced block [first, last] of op's dims when they are consecutive and keep the last dim.

@@ -217,4 +217,8 @@ class KernelEmitter {
   llvm::SmallVector<Value> ivs_;  // the loops' induction variables, outermost first
 };
 
+// The reduction `op` computes of each row (or column) of its input, if it is one a row kernel
+// takes: logsumexp, sum, mean, amax, amin, var (row_kernels.cpp).
+KernelEmitter::Row reduction_row(mlir::Operation* op);
+
 }  // namespace kiln::codegen::detail

@@ -185,8 +185,6 @@ void KernelEmitter::layer_norm_row() {
   });
 }
 
-namespace {
-// The row kernel that reduces each row of `op`'s input to one value, if any.
 KernelEmitter::Row reduction_row(mlir::Operation* op) {
   using Row = KernelEmitter::Row;
   if (mlir::isa<ir::LogsumexpOp>(op)) return Row::LogSumExp;
@@ -197,7 +195,6 @@ KernelEmitter::Row reduction_row(mlir::Operation* op) {
   if (mlir::isa<ir::VarOp>(op)) return Row::Var;
   return Row::None;
 }
-}  // namespace
 
 bool Lowering::has_row_kernel(mlir::Operation* op) {
   if (reduction_row(op) != KernelEmitter::Row::None) {
