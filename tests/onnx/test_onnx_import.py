@@ -124,10 +124,13 @@ class ImportMatchesPyTorch(unittest.TestCase):
         self.check("densenet")
 
     def test_lstm(self):
-        self.check("lstm")
+        out = self.check("lstm")
+        # The recurrence is one loop whose body is the cell, not a copy of the cell per step.
+        self.assertRegex(kiln("inspect", out).stdout, r"\n\s+for\s+x1\n")
 
     def test_bidirectional_two_layer_gru(self):
-        self.check("bigru")
+        out = self.check("bigru")
+        self.assertRegex(kiln("inspect", out).stdout, r"\n\s+for\s+x4\n")  # layers x directions
 
     def test_pads_slices_concat_transposed_conv(self):
         self.check("pad_slice_concat")

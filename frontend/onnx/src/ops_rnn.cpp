@@ -1,9 +1,14 @@
-// LSTM and GRU of ONNX's default domain, unrolled over the (static) sequence with kiln's eager
-// ops: the input projection for every step at once, then one recurrent step per time step.
-// Layout 0 ([seq, batch, features]), the default activations, no peepholes, no clipping: what
-// PyTorch exports; anything else is refused by name.
+// LSTM and GRU of ONNX's default domain over the (static) sequence with kiln's eager ops: the
+// input projection for every step at once, then one recurrent step per time step. Traced (kiln
+// import), the steps are one kiln::loop whose body is the cell, compiled once, as nn::LSTM and
+// nn::GRU record theirs; evaluated eagerly, a C++ loop. Layout 0 ([seq, batch, features]), the
+// default activations, no peepholes, no clipping: what PyTorch exports; anything else is refused
+// by name.
 
 #include "graph.h"
+#include "kiln/autograd.h"
+#include "kiln/control_flow.h"
+#include "kiln/dispatch.h"
 
 namespace kiln::onnx::detail {
 namespace {
@@ -59,56 +64,83 @@ Tensor project_inputs(C c, const Tensor& x, int64_t d, const Rnn& r, Tensor& rec
   return xw;
 }
 
-std::vector<int64_t> steps(const Rnn& r, int64_t d, int64_t seq) {
-  std::vector<int64_t> t(static_cast<size_t>(seq));
-  for (int64_t i = 0; i < seq; ++i) t[i] = i;
-  const bool backwards = r.direction == "reverse" || (r.direction == "bidirectional" && d == 1);
-  if (backwards) std::reverse(t.begin(), t.end());
-  return t;
+// The recurrence over the sequence: state = step(x_t's row of the projections, state) for t in
+// time order (backwards for a reverse direction); state[0] is each step's output. Returns the
+// outputs [seq, batch, hidden] in time order and the final state. Traced: one kiln::loop whose
+// carry is the state and the output sequence, step t overwriting row t of the latter (every row
+// is written, so it starts as any tensor of its shape: a view of the projections); not when
+// gradients are recorded (they do not flow through a traced loop: `weights`, the step's own).
+using Step = std::function<TensorList(const Tensor& xw_t, const TensorList& state)>;
+std::pair<Tensor, TensorList> recur(const Tensor& xw, TensorList state, const TensorList& weights,
+                                    bool backwards, const Step& step) {
+  const int64_t seq = xw.size(0), H = state[0].size(1);
+  bool differentiable = xw.requires_grad();
+  for (const TensorList* list : {static_cast<const TensorList*>(&state), &weights})
+    for (const Tensor& t : *list) differentiable |= t.defined() && t.requires_grad();
+  if (dispatch::tracer() && !(autograd::grad_enabled() && differentiable)) {
+    const Tensor last = scalar_tensor(static_cast<double>(seq - 1), TensorOptions(DType::Int64));
+    state.push_back(xw.narrow(2, 0, H));
+    TensorList out = kiln::loop(
+        seq,
+        [&](const Tensor& i, const TensorList& carry) {
+          const Tensor t = (backwards ? sub(last, i) : i).reshape({1});
+          TensorList next =
+              step(index_select(xw, 0, t).squeeze(0), {carry.begin(), carry.end() - 1});
+          next.push_back(index_copy(carry.back(), 0, t, next[0].unsqueeze(0)));
+          return next;
+        },
+        state);
+    Tensor ys = out.back();
+    out.pop_back();
+    return {ys, out};
+  }
+  TensorList ys(static_cast<size_t>(seq));
+  for (int64_t s = 0; s < seq; ++s) {
+    const int64_t t = backwards ? seq - 1 - s : s;
+    state = step(xw.select(0, t), state);
+    ys[static_cast<size_t>(t)] = state[0];
+  }
+  return {stack(ys, 0), state};
 }
 
-// Y [seq, directions, batch, hidden] from the per-direction outputs in time order.
-Tensor stack_outputs(const std::vector<TensorList>& per_direction) {
-  TensorList dirs;
-  for (const auto& ys : per_direction) dirs.push_back(stack(ys, 0));  // [seq, batch, hidden]
-  return stack(dirs, 1);
+bool backwards(const Rnn& r, int64_t d) {
+  return r.direction == "reverse" || (r.direction == "bidirectional" && d == 1);
 }
 
 TensorList lstm(C c) {
   const Rnn r = check(c, 4, "Sigmoid, Tanh, Tanh");
   if (c.has(7)) c.fail("peepholes (P) are not supported");
   const Tensor& x = c.in(0);
-  const int64_t seq = x.size(0), H = r.hidden;
-  std::vector<TensorList> ys(static_cast<size_t>(r.directions));
-  TensorList hs, cs;
+  const int64_t H = r.hidden;
+  TensorList ys, hs, cs;
   for (int64_t d = 0; d < r.directions; ++d) {
     Tensor rb;
     const Tensor xw = project_inputs(c, x, d, r, rb);
     const Tensor rt = c.in(2).select(0, d).transpose(0, 1);  // [hidden, 4 * hidden]
-    Tensor h = initial(c, 5, d, x, H), cell = initial(c, 6, d, x, H);
-    ys[d].resize(static_cast<size_t>(seq));
-    for (int64_t t : steps(r, d, seq)) {
-      Tensor g = add(xw.select(0, t), matmul(h, rt));
+    auto step = [&](const Tensor& xw_t, const TensorList& state) {
+      Tensor g = add(xw_t, matmul(state[0], rt));
       if (rb.defined()) g = add(g, rb);
       const TensorList parts = chunk(g, 4, 1);  // ONNX's gate order: i, o, f, c
       const Tensor i = sigmoid(parts[0]), o = sigmoid(parts[1]), f = sigmoid(parts[2]);
-      cell = add(mul(f, cell), mul(i, tanh(parts[3])));
-      h = mul(o, tanh(cell));
-      ys[d][t] = h;
-    }
-    hs.push_back(h);
-    cs.push_back(cell);
+      const Tensor cell = add(mul(f, state[1]), mul(i, tanh(parts[3])));
+      return TensorList{mul(o, tanh(cell)), cell};
+    };
+    auto [y, last] = recur(xw, {initial(c, 5, d, x, H), initial(c, 6, d, x, H)}, {rt, rb},
+                           backwards(r, d), step);
+    ys.push_back(y);
+    hs.push_back(last[0]);
+    cs.push_back(last[1]);
   }
-  return {stack_outputs(ys), stack(hs, 0), stack(cs, 0)};
+  // Y [seq, directions, batch, hidden].
+  return {stack(ys, 1), stack(hs, 0), stack(cs, 0)};
 }
 
 TensorList gru(C c) {
   const Rnn r = check(c, 3, "Sigmoid, Tanh");
   const bool linear_before_reset = c.i("linear_before_reset", 0) != 0;
   const Tensor& x = c.in(0);
-  const int64_t seq = x.size(0), H = r.hidden;
-  std::vector<TensorList> ys(static_cast<size_t>(r.directions));
-  TensorList hs;
+  const int64_t H = r.hidden;
+  TensorList ys, hs;
   for (int64_t d = 0; d < r.directions; ++d) {
     Tensor rb;
     const Tensor xw = project_inputs(c, x, d, r, rb);
@@ -116,11 +148,10 @@ TensorList gru(C c) {
     const Tensor rzr = rt.slice(1, 0, 2 * H), rh = rt.slice(1, 2 * H, 3 * H);
     const Tensor rb_zr = rb.defined() ? rb.slice(0, 0, 2 * H) : Tensor(),
                  rb_h = rb.defined() ? rb.slice(0, 2 * H, 3 * H) : Tensor();
-    Tensor h = initial(c, 5, d, x, H);
-    ys[d].resize(static_cast<size_t>(seq));
-    for (int64_t t : steps(r, d, seq)) {
-      const TensorList xs = chunk(xw.select(0, t), 3, 1);  // ONNX's gate order: z, r, h
-      Tensor zr = add(xw.select(0, t).slice(1, 0, 2 * H), matmul(h, rzr));
+    auto step = [&](const Tensor& xw_t, const TensorList& state) {
+      const Tensor& h = state[0];
+      const TensorList xs = chunk(xw_t, 3, 1);  // ONNX's gate order: z, r, h
+      Tensor zr = add(xw_t.slice(1, 0, 2 * H), matmul(h, rzr));
       if (rb_zr.defined()) zr = add(zr, rb_zr);
       const Tensor z = sigmoid(zr.slice(1, 0, H)), reset = sigmoid(zr.slice(1, H, 2 * H));
       Tensor candidate;
@@ -133,12 +164,13 @@ TensorList gru(C c) {
         if (rb_h.defined()) hr = add(hr, rb_h);
         candidate = tanh(add(xs[2], hr));
       }
-      h = add(mul(rsub(z, 1.0), candidate), mul(z, h));  // (1 - z) * candidate + z * h
-      ys[d][t] = h;
-    }
-    hs.push_back(h);
+      return TensorList{add(mul(rsub(z, 1.0), candidate), mul(z, h))};  // (1 - z) cand + z h
+    };
+    auto [y, last] = recur(xw, {initial(c, 5, d, x, H)}, {rt, rb}, backwards(r, d), step);
+    ys.push_back(y);
+    hs.push_back(last[0]);
   }
-  return {stack_outputs(ys), stack(hs, 0)};
+  return {stack(ys, 1), stack(hs, 0)};
 }
 
 }  // namespace
