@@ -26,6 +26,15 @@ TensorList loop(int64_t n,
                 const std::function<TensorList(const Tensor& i, const TensorList& carry)>& body,
                 const TensorList& carry);
 
+// A recurrent network's time steps: state = step(xs[t], state) for t = 0 .. T-1 (T-1 .. 0 when
+// `reverse`), xs [T, ...] (the input projections of every step); state[0] is each step's output.
+// Returns the outputs stacked in time order ([T, state[0]'s shape]) and the final state. Under a
+// tracer that records no gradients through it (`weights`: the tensors `step` reads besides its
+// arguments) the steps are one kiln::loop whose body is `step`, recorded once; else a C++ loop.
+std::pair<Tensor, TensorList> recurrence(
+    const Tensor& xs, TensorList state, const TensorList& weights, bool reverse,
+    const std::function<TensorList(const Tensor& x_t, const TensorList& state)>& step);
+
 namespace detail {
 // Shape/dtype agreement of two value lists (branch results, or a loop body's result vs carry).
 void check_same_signature(const char* op, const char* what, const TensorList& expected,

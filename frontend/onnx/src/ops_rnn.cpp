@@ -6,9 +6,7 @@
 // by name.
 
 #include "graph.h"
-#include "kiln/autograd.h"
 #include "kiln/control_flow.h"
-#include "kiln/dispatch.h"
 
 namespace kiln::onnx::detail {
 namespace {
@@ -64,45 +62,6 @@ Tensor project_inputs(C c, const Tensor& x, int64_t d, const Rnn& r, Tensor& rec
   return xw;
 }
 
-// The recurrence over the sequence: state = step(x_t's row of the projections, state) for t in
-// time order (backwards for a reverse direction); state[0] is each step's output. Returns the
-// outputs [seq, batch, hidden] in time order and the final state. Traced: one kiln::loop whose
-// carry is the state and the output sequence, step t overwriting row t of the latter (every row
-// is written, so it starts as any tensor of its shape: a view of the projections); not when
-// gradients are recorded (they do not flow through a traced loop: `weights`, the step's own).
-using Step = std::function<TensorList(const Tensor& xw_t, const TensorList& state)>;
-std::pair<Tensor, TensorList> recur(const Tensor& xw, TensorList state, const TensorList& weights,
-                                    bool backwards, const Step& step) {
-  const int64_t seq = xw.size(0), H = state[0].size(1);
-  bool differentiable = xw.requires_grad();
-  for (const TensorList* list : {static_cast<const TensorList*>(&state), &weights})
-    for (const Tensor& t : *list) differentiable |= t.defined() && t.requires_grad();
-  if (dispatch::tracer() && !(autograd::grad_enabled() && differentiable)) {
-    const Tensor last = scalar_tensor(static_cast<double>(seq - 1), TensorOptions(DType::Int64));
-    state.push_back(xw.narrow(2, 0, H));
-    TensorList out = kiln::loop(
-        seq,
-        [&](const Tensor& i, const TensorList& carry) {
-          const Tensor t = (backwards ? sub(last, i) : i).reshape({1});
-          TensorList next =
-              step(index_select(xw, 0, t).squeeze(0), {carry.begin(), carry.end() - 1});
-          next.push_back(index_copy(carry.back(), 0, t, next[0].unsqueeze(0)));
-          return next;
-        },
-        state);
-    Tensor ys = out.back();
-    out.pop_back();
-    return {ys, out};
-  }
-  TensorList ys(static_cast<size_t>(seq));
-  for (int64_t s = 0; s < seq; ++s) {
-    const int64_t t = backwards ? seq - 1 - s : s;
-    state = step(xw.select(0, t), state);
-    ys[static_cast<size_t>(t)] = state[0];
-  }
-  return {stack(ys, 0), state};
-}
-
 bool backwards(const Rnn& r, int64_t d) {
   return r.direction == "reverse" || (r.direction == "bidirectional" && d == 1);
 }
@@ -125,8 +84,8 @@ TensorList lstm(C c) {
       const Tensor cell = add(mul(f, state[1]), mul(i, tanh(parts[3])));
       return TensorList{mul(o, tanh(cell)), cell};
     };
-    auto [y, last] = recur(xw, {initial(c, 5, d, x, H), initial(c, 6, d, x, H)}, {rt, rb},
-                           backwards(r, d), step);
+    auto [y, last] = recurrence(xw, {initial(c, 5, d, x, H), initial(c, 6, d, x, H)}, {rt, rb},
+                                backwards(r, d), step);
     ys.push_back(y);
     hs.push_back(last[0]);
     cs.push_back(last[1]);
@@ -166,7 +125,7 @@ TensorList gru(C c) {
       }
       return TensorList{add(mul(rsub(z, 1.0), candidate), mul(z, h))};  // (1 - z) cand + z h
     };
-    auto [y, last] = recur(xw, {initial(c, 5, d, x, H)}, {rt, rb}, backwards(r, d), step);
+    auto [y, last] = recurrence(xw, {initial(c, 5, d, x, H)}, {rt, rb}, backwards(r, d), step);
     ys.push_back(y);
     hs.push_back(last[0]);
   }

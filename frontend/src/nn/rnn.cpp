@@ -3,9 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "kiln/autograd.h"
 #include "kiln/control_flow.h"
-#include "kiln/dispatch.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"
@@ -113,53 +111,15 @@ RNNOutput RNNBase::run(const Tensor& input, const Tensor& h0_in, const Tensor& c
   return out;
 }
 
-namespace {
 // A trace without gradients records the time steps as one kiln::loop (an scf.for whose body is
-// the cell, compiled once) instead of T copies of the cell. Eager runs, and traces that record
-// gradients (they do not flow through a traced loop), iterate in C++.
-bool record_as_loop(const Tensor& x, const TensorList& state, const TensorList& w) {
-  if (!dispatch::tracer()) return false;
-  if (!autograd::grad_enabled()) return true;
-  for (const TensorList* list : {&state, &w})
-    for (const Tensor& t : *list)
-      if (t.defined() && t.requires_grad()) return false;
-  return !x.requires_grad();
-}
-}  // namespace
-
+// the cell, compiled once) instead of T copies of the cell; eager runs, and traces that record
+// gradients, iterate in C++ (kiln::recurrence).
 std::pair<Tensor, TensorList> RNNBase::run_direction(const Tensor& x, TensorList state,
                                                      const TensorList& w, bool reverse) {
-  const int64_t T = x.size(0);
-  Tensor xp = kiln::linear(x, w[0], w[2]);  // (T, N, gates * H): all input projections at once
-  if (record_as_loop(x, state, w)) {
-    // The carry is the state and the output sequence; step t overwrites row t of the latter (the
-    // code generators update it in place). Every row is written, so the sequence starts as any
-    // tensor of its shape: a view of the projections (a zero constant would be stored in
-    // artifacts).
-    const int64_t H = options.hidden_size();
-    const Tensor last = scalar_tensor(static_cast<double>(T - 1), TensorOptions(DType::Int64));
-    state.push_back(xp.narrow(2, 0, H));
-    TensorList out = kiln::loop(
-        T,
-        [&](const Tensor& i, const TensorList& carry) {
-          const Tensor t = (reverse ? kiln::sub(last, i) : i).reshape({1});
-          TensorList next =
-              cell(kiln::index_select(xp, 0, t).squeeze(0), {carry.begin(), carry.end() - 1}, w);
-          next.push_back(kiln::index_copy(carry.back(), 0, t, next[0].unsqueeze(0)));
-          return next;
-        },
-        state);
-    Tensor output = out.back();
-    out.pop_back();
-    return {output, out};
-  }
-  TensorList outs(static_cast<size_t>(T));
-  for (int64_t s = 0; s < T; ++s) {
-    const int64_t t = reverse ? T - 1 - s : s;
-    state = cell(xp.select(0, t), state, w);
-    outs[static_cast<size_t>(t)] = state[0];
-  }
-  return {kiln::stack(outs, 0), state};
+  const Tensor xp = kiln::linear(x, w[0], w[2]);  // (T, N, gates * H): all input projections
+  return kiln::recurrence(
+      xp, std::move(state), w, reverse,
+      [&](const Tensor& xp_t, const TensorList& s) { return cell(xp_t, s, w); });
 }
 
 Tensor RNNBase::forward(const Tensor& input) {
