@@ -86,7 +86,7 @@ bool Lowering::emit_column_kernel(mlir::Operation* op) {
   if (!columns.can_emit_columns(first, last)) return false;  // leaves it to the runtime's kernel
   View d = destination(result);
   cols.base = d.base;
-  columns.emit_columns(first, last, cols);
+  columns.emit_columns(cols);
   views_[result] = d;
   return true;
 }
@@ -133,8 +133,7 @@ bool KernelEmitter::can_emit_columns(int64_t first, int64_t last) {
   return coalesce_columns(first, last);
 }
 
-void KernelEmitter::emit_columns(int64_t first, int64_t last, const View& dest) {
-  (void)first, (void)last;
+void KernelEmitter::emit_columns(const View& dest) {
   dest_ = dest;
   const int64_t A = sizes_[0], R = sizes_[1], I = sizes_[2];
   const int64_t chunks = (I + kChunk - 1) / kChunk, chunk = std::min(I, kChunk);

@@ -152,8 +152,9 @@ class KernelEmitter {
   // Collects the tree and views dest's dims as [A, R, I]: before `first`, [first, last], after
   // `last`. False when an operand does not step over one of them as over one dim.
   bool can_emit_columns(int64_t first, int64_t last);
-  // The column kernel (row_: Sum, Mean, Amax or Amin) into `dest` (dest_ with its buffer).
-  void emit_columns(int64_t first, int64_t last, const View& dest);
+  // After can_emit_columns: the column kernel (row_: Sum, Mean, Amax or Amin) into `dest`
+  // (dest_ with its buffer).
+  void emit_columns(const View& dest);
 
  private:
   bool coalesce_columns(int64_t first, int64_t last);
