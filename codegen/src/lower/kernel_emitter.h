@@ -120,6 +120,9 @@ class KernelEmitter {
   Value strided_memref(Value base, Value offset, std::optional<int64_t> static_offset,
                        llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<int64_t> strides,
                        Value dynamic_size, Type elem);
+  // Inside a linalg.generic's body: leaf k's element is `element` (a byte read as a bool is
+  // truncated to i1), for eval().
+  void bind_leaf(size_t k, Value element);
   // Whether this row kernel goes through the vector pipeline (linalg_rows.cpp): every operand
   // contiguous or broadcast along the row, rows of more than one element, a vector width given.
   bool vector_row_kernel() const;

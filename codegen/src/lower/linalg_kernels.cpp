@@ -191,15 +191,9 @@ void KernelEmitter::build_vector_function() {
       [&](mlir::OpBuilder& nested, mlir::Location, mlir::ValueRange args) {
         mlir::OpBuilder::InsertionGuard guard(b_);
         b_.setInsertionPoint(nested.getInsertionBlock(), nested.getInsertionPoint());
-        auto bind = [&](size_t k, Value element) {
-          if (leaves_[k].view.elem.isInteger(1)) {
-            element = b_.create<arith::TruncIOp>(loc_, leaves_[k].view.elem, element);
-          }
-          leaf_args_[leaves_[k].value] = element;
-        };
-        for (size_t i = 0; i < input_leaves.size(); ++i) bind(input_leaves[i], args[i]);
+        for (size_t i = 0; i < input_leaves.size(); ++i) bind_leaf(input_leaves[i], args[i]);
         for (size_t d = 0; d < num_dests; ++d)
-          if (updated_leaf[d] >= 0) bind(updated_leaf[d], args[ins.size() + d]);
+          if (updated_leaf[d] >= 0) bind_leaf(updated_leaf[d], args[ins.size() + d]);
         llvm::SmallVector<Value> results;
         auto result = [&](Value root, Type elem) {
           Value v = convert(eval(root), elem);
@@ -218,6 +212,12 @@ void KernelEmitter::build_vector_function() {
         /*restrict=*/updated_leaf[d] < 0, /*writable=*/true);
   }
   b_.create<mlir::func::ReturnOp>(loc_);
+}
+
+void KernelEmitter::bind_leaf(size_t k, Value element) {
+  if (leaves_[k].view.elem.isInteger(1))
+    element = b_.create<arith::TruncIOp>(loc_, leaves_[k].view.elem, element);
+  leaf_args_[leaves_[k].value] = element;
 }
 
 Value KernelEmitter::strided_memref(Value base, Value offset, std::optional<int64_t> static_offset,

@@ -92,12 +92,7 @@ void KernelEmitter::build_vector_row_function() {
           mlir::OpBuilder::InsertionGuard guard(b_);
           b_.setInsertionPoint(nested.getInsertionBlock(), nested.getInsertionPoint());
           memo_.clear();  // values of another pass's body are out of scope here
-          for (size_t k = 0; k < leaves_.size(); ++k) {
-            Value element = args[k];
-            if (leaves_[k].view.elem.isInteger(1))
-              element = b_.create<arith::TruncIOp>(loc_, leaves_[k].view.elem, element);
-            leaf_args_[leaves_[k].value] = element;
-          }
+          for (size_t k = 0; k < leaves_.size(); ++k) bind_leaf(k, args[k]);
           Value y = body(args.slice(leaves_.size(), extra.size()), args.back());
           b_.create<mlir::linalg::YieldOp>(loc_, y);
         });
