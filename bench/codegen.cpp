@@ -346,6 +346,23 @@ BENCHMARK(BM_CompiledLinearChainLarge)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// Attention scores for 8 x 4 heads of 256 queries and keys, 64 wide (an 8 MB output), then a
+// chain: /x/0 logit soft-capping (Gemma 2), 30 * tanh(s / 30); /x/1 a scale and a floor, max(s *
+// 0.125, -4) (little arithmetic). A batched matmul's block epilogue (/1/) against the chain as its
+// own kernel (/0/).
+static void BM_CompiledMatmulChain(benchmark::State& state) {
+  const bool capped = state.range(1) == 0;
+  auto fn = [capped](const TensorList& in) {
+    Tensor s = matmul(in[0], in[1]);
+    return TensorList{capped ? tanh(s / 30.0) * 30.0 : clamp(s * 0.125, -4.0, std::nullopt)};
+  };
+  time_block_epilogue(state, fn, {randn({8, 4, 256, 64}), randn({8, 4, 64, 256})});
+}
+BENCHMARK(BM_CompiledMatmulChain)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // Masked mean pooling over the sequence, mean(x * mask, 1) for [8, 128, 256] tokens and an [8,
 // 128, 1] mask (a sentence embedding's head): a generated column kernel with the product in its
 // pass, against eager's stored product and the runtime's reduction.

@@ -1,12 +1,12 @@
-// --kiln-fuse-block-epilogues: an elementwise chain after a convolution or linear layer runs as
-// that product's epilogue, on each block of the output its GEMM finishes while the block is in
-// cache, instead of as a second pass over the whole output from memory. --kiln-fuse-epilogues
+// --kiln-fuse-block-epilogues: an elementwise chain after a convolution, linear layer or matmul
+// runs as that product's epilogue, on each block of the output its GEMM finishes while the block is
+// in cache, instead of as a second pass over the whole output from memory. --kiln-fuse-epilogues
 // already takes a bias, a residual and one of eight activations; this takes any chain the
 // elementwise fusion grouped after them (hardswish, x * sigmoid(1.702 x), a scale and shift, ...),
 // with operands of any broadcast shape.
 //
-//   y = kiln.conv2d / conv2d_fused / linear / linear_fused (...)      float32, y used only by z
-//   z = kiln.fused (y, a, b) { ... }  (or a single elementwise op, which becomes one)
+//   y = kiln.conv2d / conv2d_fused / linear / linear_fused / matmul (...)   float32, y used only by
+//   z z = kiln.fused (y, a, b) { ... }  (or a single elementwise op, which becomes one)
 //
 // z must have y's type (one result: the chain maps each element of y in place). z is marked
 // kiln.block_epilogue and the product moves down to just before it, so every other input of the
@@ -26,12 +26,14 @@ namespace kiln::passes {
 namespace {
 
 bool is_product(mlir::Operation* op) {
-  return mlir::isa<ir::Conv2dOp, ir::Conv2dFusedOp, ir::LinearOp, ir::LinearFusedOp>(op);
+  return mlir::isa<ir::Conv2dOp, ir::Conv2dFusedOp, ir::LinearOp, ir::LinearFusedOp, ir::MatmulOp>(
+      op);
 }
 
+// (A matmul of two vectors, rank 0, has no blocks to run a chain on.)
 bool is_static_f32(mlir::Type t) {
   auto r = mlir::dyn_cast<mlir::RankedTensorType>(t);
-  return r && r.getElementType().isF32() && r.hasStaticShape();
+  return r && r.getElementType().isF32() && r.hasStaticShape() && r.getRank() >= 1;
 }
 
 void fuse(mlir::Operation* product) {
@@ -55,7 +57,8 @@ struct FuseBlockEpiloguesPass
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FuseBlockEpiloguesPass)
   llvm::StringRef getArgument() const override { return "kiln-fuse-block-epilogues"; }
   llvm::StringRef getDescription() const override {
-    return "Run the elementwise chain after a conv2d / linear as its GEMM's block epilogue";
+    return "Run the elementwise chain after a conv2d / linear / matmul as its GEMM's block "
+           "epilogue";
   }
   void runOnOperation() override {
     llvm::SmallVector<mlir::Operation*> products;

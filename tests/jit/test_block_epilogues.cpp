@@ -1,4 +1,4 @@
-// Elementwise chains after convolutions and linear layers compiled as the products' block
+// Elementwise chains after convolutions, linear layers and matmuls compiled as the products' block
 // epilogues (passes/FuseBlockEpilogues.cpp, codegen/src/lower/block_epilogue.cpp): the same
 // results as eager and as the chains compiled as kernels of their own, for every convolution
 // algorithm the heuristics may pick (weights frozen and prepared, or not), operands broadcast
@@ -104,5 +104,58 @@ TEST(BlockEpilogues, LinearChainsMatchEager) {
       EXPECT_LE(max_rel_error(got, want), 1e-5);
       EXPECT_LE(max_rel_error(got, separate), 1e-6);
     }
+  }
+}
+
+// matmul -> 30 * tanh(y / 30) * gain + offset (logit soft-capping, then a scale per column and
+// an offset per row): on every shape rule of torch.matmul (one GEMM, a batch folded into the rows,
+// broadcast batches, vector x matrix; matrix x vector, which no GEMM runs), with operands as
+// arguments, and a frozen right operand read by two products (so it stays a matmul, its packed
+// form kept by the call site).
+TEST(BlockEpilogues, MatmulChainsMatchEager) {
+  ThreadsForTheTest threads;
+  struct Case {
+    std::vector<int64_t> a, b;
+  };
+  const Case cases[] = {
+      {{37, 20}, {20, 45}},       {{3, 17, 20}, {20, 45}}, {{2, 1, 9, 20}, {3, 20, 33}},
+      {{4, 17, 20}, {4, 20, 45}}, {{20}, {20, 45}},        {{37, 20}, {20}}};
+  uint32_t seed = 100;
+  auto capped = [](const Tensor& y) { return tanh(y / 30.0) * 30.0; };
+  for (const Case& c : cases) {
+    const Tensor probe = matmul(rnd(c.a, seed), rnd(c.b, seed + 1));
+    const int64_t cols = probe.size(-1);
+    const int64_t rows = probe.dim() >= 2 ? probe.size(-2) : 1;
+    Tensor gain = rnd({cols}, seed + 2),
+           offset = probe.dim() >= 2 ? rnd({rows, 1}, seed + 3) : rnd({1}, seed + 3);
+    auto fn = [&](const TensorList& in) {
+      return TensorList{capped(matmul(in[0], in[1]) * 4.0) * gain + offset};
+    };
+    const TensorList in = {rnd(c.a, seed + 4), rnd(c.b, seed + 5)};
+    seed += 6;
+    const Tensor want = fn(in)[0];
+    jit::TracedFunction traced = jit::trace(fn, in);
+    for (int bits : kiln::test::kVectorWidths) {
+      SCOPED_TRACE(testing::Message() << "a rank " << c.a.size() << " b rank " << c.b.size()
+                                      << " vector_bits " << bits);
+      const Tensor separate = jit::compile(traced, blocked(false, bits))(in)[0];
+      const Tensor got = jit::compile(traced, blocked(true, bits))(in)[0];
+      EXPECT_LE(max_rel_error(got, want), 1e-5);
+      EXPECT_LE(max_rel_error(got, separate), 1e-6);
+    }
+  }
+  Tensor w = rnd({40, 56}, 200, 0.3), gain = rnd({56}, 201);
+  auto fn = [&](const TensorList& in) {
+    return TensorList{capped(matmul(in[0], w) * 4.0) * gain, relu(matmul(in[1], w))};
+  };
+  const TensorList in = {rnd({2, 30, 40}, 202), rnd({7, 40}, 203)};
+  const TensorList want = fn(in);
+  jit::TracedFunction traced = jit::trace(fn, in);
+  jit::freeze(traced);
+  for (int bits : kiln::test::kVectorWidths) {
+    SCOPED_TRACE(testing::Message() << "frozen right operand, vector_bits " << bits);
+    const TensorList got = jit::compile(traced, blocked(true, bits))(in);
+    EXPECT_LE(max_rel_error(got[0], want[0]), 1e-5);
+    EXPECT_LE(max_rel_error(got[1], want[1]), 1e-5);
   }
 }

@@ -36,6 +36,34 @@ func.func @linear_single_op(%x: tensor<3x5xf32>, %w: tensor<8x5xf32>, %b: tensor
   return %1 : tensor<3x8xf32>
 }
 
+// A batched matmul's chain (soft-capping its scores) is marked the same way.
+// CHECK-LABEL: func.func @batched_matmul_chain
+// CHECK: %[[M:.*]] = kiln.matmul %arg0, %arg1
+// CHECK-NEXT: %[[F:.*]] = kiln.fused(%[[M]], %{{.*}}) {kiln.block_epilogue}
+// CHECK: return %[[F]]
+func.func @batched_matmul_chain(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x16x8xf32>) -> tensor<2x4x8x8xf32> {
+  %c = kiln.constant dense<30.0> : tensor<f32> : tensor<f32>
+  %0 = kiln.matmul %q, %k : tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>
+  %1 = kiln.fused(%0, %c) : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32> {
+  ^bb0(%y: tensor<2x4x8x8xf32>, %s: tensor<f32>):
+    %2 = kiln.div %y, %s : tensor<2x4x8x8xf32>, tensor<f32>
+    %3 = kiln.tanh %2 : tensor<2x4x8x8xf32> -> tensor<2x4x8x8xf32>
+    %4 = kiln.mul %3, %s : tensor<2x4x8x8xf32>, tensor<f32>
+    kiln.yield %4 : tensor<2x4x8x8xf32>
+  }
+  return %1 : tensor<2x4x8x8xf32>
+}
+
+// A dot product's chain is left alone: a rank-0 value has no blocks.
+// CHECK-LABEL: func.func @dot_chain
+// CHECK-NOT: kiln.block_epilogue
+// CHECK: return
+func.func @dot_chain(%a: tensor<16xf32>, %b: tensor<16xf32>) -> tensor<f32> {
+  %0 = kiln.matmul %a, %b : tensor<16xf32>, tensor<16xf32>
+  %1 = kiln.exp %0 : tensor<f32> -> tensor<f32>
+  return %1 : tensor<f32>
+}
+
 // Left alone: a product whose value has another user (both are needed), a chain that broadcasts
 // the product into a larger shape, a chain of another element type, and float64.
 // CHECK-LABEL: func.func @not_taken

@@ -11,6 +11,7 @@
 #include "kiln/runtime/kernels/gemm.h"
 #include "kiln/runtime/kernels/linalg.h"
 #include "kiln/runtime/thread_pool.h"
+#include "kiln/runtime/views.h"
 #include "nn_test_util.h"
 
 using namespace kiln;
@@ -45,6 +46,12 @@ void expect_epilogue_applied(const std::vector<float>& plain, const float* got,
     ASSERT_EQ(visits[i], 1) << "element " << i;
     ASSERT_EQ(got[i], std::tanh(plain[i]) * 0.5f + aux[i]) << "element " << i;
   }
+}
+
+std::string shape_str(const Dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
 }
 
 std::vector<float> rand_floats(int64_t n) {
@@ -184,6 +191,65 @@ TEST(BlockEpilogue, LinearAppliesItOnceToEveryElement) {
     expect_epilogue_applied(std::vector<float>(pp, pp + plain->numel()), got->data_ptr<float>(),
                             aux, visits);
   }
+}
+
+// matmul_epilogue_out on each of torch.matmul's shape rules: one GEMM, a batch folded into the
+// rows, broadcast batches (one product per thread, and products that use every thread), a vector
+// times a matrix, a right operand packed once, and the products no GEMM runs (matrix x vector, a
+// dot), where it runs over the whole result after it.
+TEST(BlockEpilogue, MatmulAppliesItOnceToEveryElement) {
+  const int saved = num_threads();
+  struct Case {
+    Dims a, b;
+  };
+  const Case cases[] = {
+      {{37, 20}, {20, 45}},
+      {{3, 17, 20}, {20, 45}},
+      {{4, 17, 20}, {4, 20, 45}},
+      {{2, 1, 9, 20}, {3, 20, 7}},
+      {{2, 130, 128}, {128, 140}},
+      {{2, 128, 130}, {2, 130, 140}},
+      {{20}, {20, 45}},
+      {{37, 20}, {20}},
+      {{20}, {20}},
+      {{5, 0}, {0, 6}},
+      {{2, 3, 17, 20}, {1, 20, 1}},
+  };
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    for (const Case& c : cases) {
+      for (bool pack : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "a " << shape_str(c.a) << " b " << shape_str(c.b)
+                                        << (pack ? " packed" : "") << " threads " << nt);
+        auto a = rand_tensor(c.a), b = rand_tensor(c.b);
+        const Dims shape = matmul_shape(*a, *b);
+        auto plain = empty(shape, DType::Float32), got = empty(shape, DType::Float32);
+        auto packed = pack ? prepare_matmul_operand(*b) : nullptr;
+        // (The packed product's own rounding where it applies.)
+        if (!packed || !matmul_packed_out(*a, *b, *packed, *plain)) matmul_out(*a, *b, *plain);
+        const std::vector<float> aux = rand_floats(got->numel());
+        std::vector<int> visits(got->numel(), 0);
+        Aux ctx{aux.data(), visits.data()};
+        BlockEpilogue block;
+        block.fn = test_epilogue;
+        block.ctx = &ctx;
+        matmul_epilogue_out(*a, *b, *got, block, packed.get());
+        const float* pp = plain->data_ptr<float>();
+        expect_epilogue_applied(std::vector<float>(pp, pp + plain->numel()), got->data_ptr<float>(),
+                                aux, visits);
+      }
+    }
+  }
+  set_num_threads(saved);
+  // A strided output has no flat offsets to report.
+  auto a = rand_tensor(Dims{4, 3}), b = rand_tensor(Dims{3, 5});
+  auto t = empty(Dims{5, 4}, DType::Float32);
+  BlockEpilogue block;
+  block.fn = test_epilogue;
+  EXPECT_NE(error_of([&] {
+              matmul_epilogue_out(*a, *b, *views::transpose(*t, 0, 1), block);
+            }).find("matmul: expected a dense float32 out on the CPU for a generated epilogue"),
+            std::string::npos);
 }
 
 // Kernels that cannot run it say so instead of skipping it.

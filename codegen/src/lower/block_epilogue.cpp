@@ -1,4 +1,4 @@
-// Block epilogues: the elementwise chain after a conv2d / linear (a kiln.fused the pass
+// Block epilogues: the elementwise chain after a conv2d / linear / matmul (a kiln.fused the pass
 // --kiln-fuse-block-epilogues marked) emitted as a function the runtime's kernel calls on each
 // block of the output its GEMM finishes (kernels::BlockEpilogue), instead of a kernel of its own
 // that reads the whole output back from memory.
@@ -167,7 +167,8 @@ void KernelEmitter::vector_segment(Value n) {
 // ---- Lowering ----
 
 bool Lowering::emit_product_with_block_epilogue(mlir::Operation* op) {
-  if (!mlir::isa<ir::Conv2dOp, ir::Conv2dFusedOp, ir::LinearOp, ir::LinearFusedOp>(op))
+  if (!mlir::isa<ir::Conv2dOp, ir::Conv2dFusedOp, ir::LinearOp, ir::LinearFusedOp, ir::MatmulOp>(
+          op))
     return false;
   mlir::Value y = op->getResult(0);
   if (y.use_empty()) return false;

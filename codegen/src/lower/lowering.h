@@ -104,8 +104,9 @@ class Lowering {
   // Emits a runtime call for op (false if the op is not an ABI op); with `epilogue`, the op's
   // kiln_abi_<op>_epilogue entry point, which runs it on each block of the result.
   bool emit_abi_call(mlir::Operation* op, const BlockEpilogueFn* epilogue = nullptr);
-  // A conv2d / linear whose only user is a kiln.fused marked ir::kBlockEpilogueAttr: the product
-  // with the chain as its block epilogue, both results in one buffer (false: not such a product).
+  // A conv2d / linear / matmul whose only user is a kiln.fused marked ir::kBlockEpilogueAttr: the
+  // product with the chain as its block epilogue, both results in one buffer (false: not such a
+  // product).
   bool emit_product_with_block_epilogue(mlir::Operation* op);
   bool has_constant_weight(mlir::Operation* op, llvm::StringRef name);
   void error(mlir::Operation* op, const std::string& message);

@@ -31,6 +31,7 @@ const std::vector<std::pair<std::string, void*>>& abi_symbols() {
       KILN_SYM(kiln_abi_conv2d_avgpool_prepared),
       KILN_SYM(kiln_abi_mbconv_prepared),
       KILN_SYM(kiln_abi_release_prepared),
+      KILN_SYM(kiln_abi_matmul_epilogue),
       KILN_SYM(kiln_abi_linear_epilogue),
       KILN_SYM(kiln_abi_linear_fused_epilogue),
       KILN_SYM(kiln_abi_conv2d_epilogue),

@@ -371,6 +371,17 @@ const PreparedConv2dWeight* conv_weight(void** slot, abi::Args& a, const Conv2dP
 
 }  // namespace
 
+extern "C" void kiln_abi_matmul_epilogue(void* const* data, const int64_t* desc, void** slot,
+                                         kiln_abi_block_epilogue fn, const void* ctx) {
+  abi::guarded("matmul", [&] {
+    abi::Args a(data, desc, "matmul");
+    const SgemmPacked* packed =
+        slot ? prepared_in_slot<SgemmPacked>(slot, [&] { return prepare_matmul_operand(a.t(1)); })
+             : nullptr;
+    matmul_epilogue_out(a.t(0), a.t(1), a.t(2), block_epilogue(fn, ctx), packed);
+  });
+}
+
 extern "C" void kiln_abi_linear_epilogue(void* const* data, const int64_t* desc, void** slot,
                                          kiln_abi_block_epilogue fn, const void* ctx) {
   abi::guarded("linear", [&] {

@@ -104,7 +104,9 @@ void gemm_f32(const Mat& a, const Mat& b, const Mat& out, float alpha, float bet
           e);
     return;
   }
-  // Output with another layout: compute contiguous, then scatter.
+  // Output with another layout: compute contiguous, then scatter. (A block epilogue's offsets
+  // are the output's: matmul_epilogue_out only takes a dense output, which the branch above takes.)
+  KILN_CHECK(!e.block, "matmul", "expected a dense output for a block epilogue");
   float* o = reinterpret_cast<float*>(out.data);
   if (beta != 0.0f)
     gather(out, cbuf);
@@ -154,17 +156,19 @@ void gemm_f64(const Mat& a, const Mat& b, const Mat& out, double alpha, double b
   });
 }
 
-// One 2-D product for f32/f64 (half types were converted by the caller).
-void gemm_2d(DType dt, const Mat& a, const Mat& b, const Mat& out, double alpha, double beta) {
+// One 2-D product for f32/f64 (half types were converted by the caller); `e` for float32 only.
+void gemm_2d(DType dt, const Mat& a, const Mat& b, const Mat& out, double alpha, double beta,
+             const Epilogue& e = {}) {
   if (dt == DType::Float32)
-    gemm_f32(a, b, out, float(alpha), float(beta));
+    gemm_f32(a, b, out, float(alpha), float(beta), e);
   else
     gemm_f64(a, b, out, alpha, beta);
 }
 
 // Batched product over the leading dims of same-rank a [..., n, k], b [..., k, m] (broadcast
 // strides allowed) into out [..., n, m].
-void gemm_batched(DType dt, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+void gemm_batched(DType dt, const TensorImpl& a, const TensorImpl& b, TensorImpl& out,
+                  const Epilogue& e = {}) {
   const int64_t r = out.dim();
   const int64_t nb_dims = r - 2;
   int64_t batch = 1;
@@ -182,7 +186,7 @@ void gemm_batched(DType dt, const TensorImpl& a, const TensorImpl& b, TensorImpl
     return Mat{static_cast<char*>(t.data()) + off * item, rows, cols, t.stride(-2), t.stride(-1)};
   };
   auto one = [&](int64_t bi) {
-    gemm_2d(dt, mat_at(a, bi, n, k), mat_at(b, bi, k, m), mat_at(out, bi, n, m), 1.0, 0.0);
+    gemm_2d(dt, mat_at(a, bi, n, k), mat_at(b, bi, k, m), mat_at(out, bi, n, m), 1.0, 0.0, e);
   };
   // Many small products: one per thread (sgemm runs serially inside). Large ones: each product
   // uses all threads.
@@ -295,33 +299,46 @@ void dot_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   gemm_2d(a.dtype(), am, bm, om, 1.0, 0.0);
 }
 
-void matmul_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+namespace {
+
+// matmul_out with `e` (float32: its block epilogue only) on every sgemm the product runs; false
+// when it ran none (a dot, a matrix-vector product, half types), so the caller applies it after.
+bool matmul_into(const TensorImpl& a, const TensorImpl& b, TensorImpl& out, const Epilogue& e) {
   if (a.device() != Device::CPU || b.device() != Device::CPU || out.device() != Device::CPU)
       [[unlikely]] {
     cuda::check_same_device("matmul", a, "self", b, "other");
     cuda::check_same_device("matmul", a, "self", out, "out");
-    return cuda::matmul_out(a, b, nullptr, false, out, cuda::matmul_options(),
-                            cuda::current_stream());
+    cuda::matmul_out(a, b, nullptr, false, out, cuda::matmul_options(), cuda::current_stream());
+    return false;
   }
   const Dims shape = matmul_shape(a, b);
   check_dtypes("matmul", a, b, out);
   check_out_shape("matmul", out, shape);
   const int64_t da = a.dim(), db = b.dim();
-  if (da == 1 && db == 1) return dot_out(a, b, out);
-  if (da == 2 && db == 1) return mv_out(a, b, out);
-  if (da == 2 && db == 2) return mm_out(a, b, out);
-  if (out.numel() == 0) return;
+  if (da == 1 && db == 1) {
+    dot_out(a, b, out);
+    return false;
+  }
+  if (da == 2 && db == 1) {
+    mv_out(a, b, out);
+    return false;
+  }
+  if (out.numel() == 0) return true;
   if (is_half(a.dtype())) {
     auto o = empty(out.sizes(), DType::Float32);
     matmul_out(*to_f32(a), *to_f32(b), *o);
     copy_(out, *o);
-    return;
+    return false;
+  }
+  if (da == 2 && db == 2) {
+    gemm_2d(a.dtype(), mat_of(a), mat_of(b), mat_of(out), 1.0, 0.0, e);
+    return true;
   }
   if (da == 1 && db == 2) {  // [k] x [k, m] = [1, k] x [k, m] with the 1 removed
     auto a2 = views::unsqueeze(a, 0);
     auto o2 = views::unsqueeze(out, 0);
-    gemm_2d(a.dtype(), mat_of(*a2), mat_of(b), mat_of(*o2), 1.0, 0.0);
-    return;
+    gemm_2d(a.dtype(), mat_of(*a2), mat_of(b), mat_of(*o2), 1.0, 0.0, e);
+    return true;
   }
   const int64_t k = a.size(-1);
   // [..., n, k] x [k, m]: fold the batch into the rows of one GEMM when the views allow.
@@ -333,8 +350,8 @@ void matmul_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
         views::compute_view_strides(out, o_shape, o_strides)) {
       auto a2 = views::view(a, a_shape);
       auto o2 = views::view(out, o_shape);
-      gemm_2d(a.dtype(), mat_of(*a2), mat_of(b), mat_of(*o2), 1.0, 0.0);
-      return;
+      gemm_2d(a.dtype(), mat_of(*a2), mat_of(b), mat_of(*o2), 1.0, 0.0, e);
+      return true;
     }
   }
   // General batched case: promote 1-D operands, broadcast the batch dims.
@@ -354,7 +371,28 @@ void matmul_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   b_full[r - 1] = b3->size(-1);
   auto ae = views::expand(*a3, a_full);
   auto be = views::expand(*b3, b_full);
-  gemm_batched(a.dtype(), *ae, *be, *o3);
+  gemm_batched(a.dtype(), *ae, *be, *o3, e);
+  return true;
+}
+
+}  // namespace
+
+void matmul_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  matmul_into(a, b, out, {});
+}
+
+void matmul_epilogue_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out,
+                         const BlockEpilogue& block, const SgemmPacked* packed) {
+  KILN_CHECK(out.dtype() == DType::Float32 && out.is_contiguous() && out.device() == Device::CPU,
+             "matmul", "expected a dense float32 out on the CPU for a generated epilogue, got ",
+             describe(out));
+  if (packed && matmul_packed_out(a, b, *packed, out, block)) return;
+  Epilogue e;
+  e.block = block;
+  e.block.origin = out.data_ptr<float>();
+  if (matmul_into(a, b, out, e) || out.numel() == 0) return;
+  // No sgemm ran it (a dot or matrix-vector product): the whole result as one run.
+  e.block.apply(out.data_ptr<float>(), out.numel(), 1, out.numel());
 }
 
 void addmm_out(const TensorImpl& bias, const TensorImpl& a, const TensorImpl& b, double beta,
@@ -429,7 +467,7 @@ std::shared_ptr<const SgemmPacked> prepare_matmul_operand(const TensorImpl& b) {
 }
 
 bool matmul_packed_out(const TensorImpl& a, const TensorImpl& b, const SgemmPacked& packed,
-                       TensorImpl& out) {
+                       TensorImpl& out, const BlockEpilogue& block) {
   if (a.dtype() != DType::Float32 || out.dtype() != DType::Float32 || b.dim() != 2 || a.dim() < 1 ||
       !a.is_contiguous() || !out.is_contiguous() || a.device() != Device::CPU ||
       out.device() != Device::CPU)
@@ -439,7 +477,10 @@ bool matmul_packed_out(const TensorImpl& a, const TensorImpl& b, const SgemmPack
   check_out_shape("matmul", out, matmul_shape(a, b));
   if (out.numel() == 0) return true;
   const int64_t M = a.numel() / K;
-  sgemm_packed_b(false, M, 1.0f, a.data_ptr<float>(), K, packed, 0.0f, out.data_ptr<float>(), N);
+  Epilogue e;
+  e.block = block;
+  e.block.origin = out.data_ptr<float>();
+  sgemm_packed_b(false, M, 1.0f, a.data_ptr<float>(), K, packed, 0.0f, out.data_ptr<float>(), N, e);
   return true;
 }
 

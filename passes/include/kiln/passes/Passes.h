@@ -48,9 +48,9 @@ std::unique_ptr<mlir::Pass> create_fold_batch_norm_pass();
 std::unique_ptr<mlir::Pass> create_fuse_epilogues_pass();
 
 // --kiln-fuse-block-epilogues: the elementwise chain (kiln.fused, or one elementwise op) that is
-// the only user of a float32 conv2d / linear (fused or not) and maps its result in place is marked
-// kiln.block_epilogue, to run on each block of the output the GEMM finishes (after elementwise
-// fusion).
+// the only user of a float32 conv2d / linear (fused or not) / matmul (rank >= 1) and maps its
+// result in place is marked kiln.block_epilogue, to run on each block of the output the GEMM
+// finishes (after elementwise fusion).
 std::unique_ptr<mlir::Pass> create_fuse_block_epilogues_pass();
 
 // --kiln-fuse-mbconv: expand 1x1 -> depthwise -> project 1x1 chains of kiln.conv2d_fused

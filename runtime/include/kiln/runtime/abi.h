@@ -76,9 +76,11 @@ void kiln_abi_mbconv_prepared(void* const* data, const int64_t* desc, void** slo
 // is element `offset` of the (dense, float32) output; ctx is the generated code's.
 typedef void (*kiln_abi_block_epilogue)(const void* ctx, float* c, int64_t offset, int64_t ldc,
                                         int64_t rows, int64_t cols);
-// linear, linear_fused, conv2d and conv2d_fused with such an epilogue after their own: tensors and
-// attributes as the op's entry point, `slot` as the *_prepared ones' or null (a weight that is not
-// constant), fn and ctx the epilogue.
+// matmul, linear, linear_fused, conv2d and conv2d_fused with such an epilogue after their own:
+// tensors and attributes as the op's entry point, `slot` as the *_prepared ones' or null (a weight
+// that is not constant), fn and ctx the epilogue.
+void kiln_abi_matmul_epilogue(void* const* data, const int64_t* desc, void** slot,
+                              kiln_abi_block_epilogue fn, const void* ctx);
 void kiln_abi_linear_epilogue(void* const* data, const int64_t* desc, void** slot,
                               kiln_abi_block_epilogue fn, const void* ctx);
 void kiln_abi_linear_fused_epilogue(void* const* data, const int64_t* desc, void** slot,

@@ -41,7 +41,15 @@ void addmm_out(const TensorImpl& bias, const TensorImpl& a, const TensorImpl& b,
 // nothing done, when those do not hold (then matmul_out).
 std::shared_ptr<const SgemmPacked> prepare_matmul_operand(const TensorImpl& b);
 bool matmul_packed_out(const TensorImpl& a, const TensorImpl& b, const SgemmPacked& packed,
-                       TensorImpl& out);
+                       TensorImpl& out, const BlockEpilogue& block = {});
+
+// matmul_out, then `block` (an epilogue generated code runs in place, gemm.h) on the result: on
+// each block an sgemm finishes where the product is one GEMM or a batch of them, else (a dot, a
+// matrix-vector product) over the whole result once it is computed. `out` must be dense float32
+// on the CPU ("matmul: expected a dense float32 out ..."). `packed`: b from
+// prepare_matmul_operand, or null.
+void matmul_epilogue_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& out,
+                         const BlockEpilogue& block, const SgemmPacked* packed = nullptr);
 
 // torch.nn.functional.linear: out [..., out_features] = input [..., in] x weight [out, in]^T +
 // bias.
