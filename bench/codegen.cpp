@@ -293,11 +293,14 @@ BENCHMARK(BM_CompiledResidualLayerNorm)->Unit(benchmark::kMicrosecond)->UseRealT
 // output from memory). Weights frozen (prepared for the GEMM), 2-D batch as the models have it.
 void time_block_epilogue(benchmark::State& state,
                          const std::function<TensorList(const TensorList&)>& fn,
-                         const TensorList& in) {
+                         const TensorList& in, bool prologues = false) {
   jit::TracedFunction traced = jit::trace(fn, in);
   jit::freeze(traced);
   jit::CompileOptions o = bench_options();
-  o.block_epilogues = state.range(0) != 0;
+  if (prologues)
+    o.block_prologues = state.range(0) != 0;
+  else
+    o.block_epilogues = state.range(0) != 0;
   jit::CompiledFunction f = jit::compile(traced, o);
   for (auto _ : state) {
     Tensor y = f(in)[0];
@@ -362,6 +365,22 @@ BENCHMARK(BM_CompiledMatmulChain)
     ->ArgsProduct({{0, 1}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// A projection 1024 -> 256 over 8 x 1024 tokens whose input is relu(x + r) * mask[token] (a 32
+// MB input: past the L3 of most CPUs): the chain as the linear's block prologue (/1), each
+// block of input rows computed just before the GEMM reads it, against the chain as its own kernel
+// (/0).
+static void BM_CompiledLinearPrologue(benchmark::State& state) {
+  Tensor w = randn({256, 1024}) * 0.03;
+  auto fn = [&](const TensorList& in) {
+    return TensorList{linear(relu(in[0] + in[1]) * in[2], w)};
+  };
+  time_block_epilogue(state, fn,
+                      {randn({8, 1024, 1024}), randn({8, 1024, 1024}),
+                       (randn({8, 1024, 1}) > 0.0).to(DType::Float32)},
+                      /*prologues=*/true);
+}
+BENCHMARK(BM_CompiledLinearPrologue)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Masked mean pooling over the sequence, mean(x * mask, 1) for [8, 128, 256] tokens and an [8,
 // 128, 1] mask (a sentence embedding's head): a generated column kernel with the product in its

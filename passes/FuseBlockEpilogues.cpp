@@ -5,8 +5,10 @@
 // elementwise fusion grouped after them (hardswish, x * sigmoid(1.702 x), a scale and shift, ...),
 // with operands of any broadcast shape.
 //
-//   y = kiln.conv2d / conv2d_fused / linear / linear_fused / matmul (...)   float32, y used only by
-//   z z = kiln.fused (y, a, b) { ... }  (or a single elementwise op, which becomes one)
+//   y = kiln.conv2d / conv2d_fused / linear / linear_fused / matmul (...)   (float32)
+//   z = kiln.fused (y, a, b) { ... }  (or a single elementwise op, which becomes one)
+//
+// where y is used only by z.
 //
 // z must have y's type (one result: the chain maps each element of y in place). z is marked
 // kiln.block_epilogue and the product moves down to just before it, so every other input of the

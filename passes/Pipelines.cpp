@@ -65,6 +65,8 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   // Last: it moves products next to their chains, which cleanup's CSE could move apart again.
   if (options.block_epilogues)
     pm.addNestedPass<mlir::func::FuncOp>(create_fuse_block_epilogues_pass());
+  if (options.block_prologues)
+    pm.addNestedPass<mlir::func::FuncOp>(create_fuse_block_prologues_pass());
   append_memory_plan(pm, options);
 }
 
@@ -77,6 +79,8 @@ void build_training_pipeline(mlir::OpPassManager& pm, const PipelineOptions& opt
   pm.addNestedPass<mlir::func::FuncOp>(create_choose_layout_pass());
   if (options.block_epilogues)
     pm.addNestedPass<mlir::func::FuncOp>(create_fuse_block_epilogues_pass());
+  if (options.block_prologues)
+    pm.addNestedPass<mlir::func::FuncOp>(create_fuse_block_prologues_pass());
   append_memory_plan(pm, options);
 }
 
@@ -91,11 +95,11 @@ void register_pipelines() {
       "attention fusion, conv/linear "
       "epilogue fusion, "
       "mbconv fusion, conv + global average pool fusion, channels-last mbconv chains, elementwise "
-      "fusion, cleanup, layout, block epilogues",
+      "fusion, cleanup, layout, block epilogues and prologues",
       [](mlir::OpPassManager& pm) { build_inference_pipeline(pm); });
   mlir::PassPipelineRegistration<>("kiln-training-pipeline",
-                                   "cleanup, epilogue and elementwise fusion, layout and block "
-                                   "epilogues for training steps",
+                                   "cleanup, epilogue and elementwise fusion, layout, block "
+                                   "epilogues and prologues for training steps",
                                    [](mlir::OpPassManager& pm) { build_training_pipeline(pm); });
 }
 

@@ -14,6 +14,7 @@ void register_passes() {
   mlir::registerPass([] { return create_fold_batch_norm_pass(); });
   mlir::registerPass([] { return create_fuse_epilogues_pass(); });
   mlir::registerPass([] { return create_fuse_block_epilogues_pass(); });
+  mlir::registerPass([] { return create_fuse_block_prologues_pass(); });
   mlir::registerPass([] { return create_fuse_mbconv_pass(); });
   mlir::registerPass([] { return create_fuse_conv_avgpool_pass(); });
   mlir::registerPass([] { return create_fuse_attention_pass(); });

@@ -4,9 +4,12 @@
 // RUN: kiln-opt --kiln-fuse-block-epilogues --kiln-lower-to-loops %s | FileCheck %s
 
 // CHECK-LABEL: func.func @kiln_entry
+// CHECK-NOT: call @kiln_kernel_
+// CHECK: %[[NULL:.*]] = llvm.mlir.zero
 // CHECK: %[[FN:.*]] = constant @kiln_epilogue_[[N:[0-9]+]]
 // CHECK: %[[PTR:.*]] = builtin.unrealized_conversion_cast %[[FN]]
-// CHECK: call @kiln_abi_matmul_epilogue(%{{.*}}, %{{.*}}, %[[NULL:.*]], %[[PTR]], %{{.*}})
+// CHECK: call @kiln_abi_matmul_epilogue(%{{.*}}, %{{.*}}, %[[NULL]], %[[PTR]], %{{.*}})
+// CHECK-NOT: call @kiln_kernel_
 // CHECK: %[[SLOT:.*]] = llvm.mlir.addressof @kiln_prepared_
 // CHECK: call @kiln_abi_matmul_epilogue(%{{.*}}, %{{.*}}, %[[SLOT]], %{{.*}}, %{{.*}})
 // CHECK-NOT: call @kiln_kernel_

@@ -1,17 +1,24 @@
 // Elementwise chains after convolutions, linear layers and matmuls compiled as the products' block
-// epilogues (passes/FuseBlockEpilogues.cpp, codegen/src/lower/block_epilogue.cpp): the same
+// epilogues (passes/FuseBlockEpilogues.cpp, codegen/src/lower/block_epilogue.cpp), and chains
+// computing a linear's input as its block prologue (passes/FuseBlockPrologues.cpp): the same
 // results as eager and as the chains compiled as kernels of their own, for every convolution
 // algorithm the heuristics may pick (weights frozen and prepared, or not), operands broadcast
-// per channel, per row and per column, and runs that cross rows of the innermost dim.
+// per channel, per row and per column, and runs that cross rows of the innermost dim. Each test
+// also counts the chains the pipeline marks, since the results alone would match if a chain
+// stopped taking the block path.
 
 #include <gtest/gtest.h>
 
 #include "helpers.h"
 #include "kiln/jit/compile.h"
 #include "kiln/kiln.h"
+#include "kiln/passes/Passes.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 #include "kiln/trace/freeze.h"
 #include "kiln/trace/trace.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/PassManager.h"
 
 using namespace kiln;
 using kiln::test::max_rel_error;
@@ -30,6 +37,25 @@ jit::CompileOptions blocked(bool on, int vector_bits) {
   o.block_epilogues = on;
   return o;
 }
+
+// How many ops the pipeline jit::compile runs (the training pipeline, without a memory plan)
+// marks with `attr` (ir::kBlockEpilogueAttr or kBlockPrologueAttr).
+int marked(const std::function<TensorList(const TensorList&)>& fn, const TensorList& in,
+           bool frozen, const char* attr) {
+  jit::TracedFunction traced = jit::trace(fn, in);
+  if (frozen) jit::freeze(traced);
+  mlir::PassManager pm(&traced.context());
+  passes::PipelineOptions po;
+  po.plan_memory = false;
+  passes::build_training_pipeline(pm, po);
+  EXPECT_TRUE(mlir::succeeded(pm.run(traced.module())));
+  const std::string text = traced.str();
+  int n = 0;
+  for (size_t at = text.find(attr); at != std::string::npos; at = text.find(attr, at + 1)) ++n;
+  return n;
+}
+constexpr const char* kEpilogue = "kiln.block_epilogue";
+constexpr const char* kPrologue = "kiln.block_prologue";
 
 struct ConvCase {
   int64_t N, C, H, W, O, K, stride, pad, groups;
@@ -63,6 +89,7 @@ TEST(BlockEpilogues, ConvChainsMatchEagerOnEveryAlgorithm) {
     const TensorList in = {rnd({c.N, c.C, c.H, c.W}, seed++), rnd({c.N, c.O, Ho, Wo}, seed++)};
     const Tensor want = fn(in)[0];
     for (bool frozen : {false, true}) {
+      EXPECT_EQ(marked(fn, in, frozen, kEpilogue), 1);
       jit::TracedFunction traced = jit::trace(fn, in);
       if (frozen) jit::freeze(traced);
       for (int bits : kiln::test::kVectorWidths) {
@@ -94,6 +121,8 @@ TEST(BlockEpilogues, LinearChainsMatchEager) {
   const TensorList in = {rnd({3, 50, 40}, 15), rnd({3, 50, 1}, 16)};
   const Tensor want = fn(in)[0];
   for (bool frozen : {false, true}) {
+    EXPECT_EQ(marked(fn, in, frozen, kEpilogue), 2);
+    EXPECT_EQ(marked(fn, in, frozen, kPrologue), 0);  // hs stays the first linear's epilogue
     jit::TracedFunction traced = jit::trace(fn, in);
     if (frozen) jit::freeze(traced);
     for (int bits : kiln::test::kVectorWidths) {
@@ -134,6 +163,7 @@ TEST(BlockEpilogues, MatmulChainsMatchEager) {
     const TensorList in = {rnd(c.a, seed + 4), rnd(c.b, seed + 5)};
     seed += 6;
     const Tensor want = fn(in)[0];
+    EXPECT_EQ(marked(fn, in, false, kEpilogue), 1);
     jit::TracedFunction traced = jit::trace(fn, in);
     for (int bits : kiln::test::kVectorWidths) {
       SCOPED_TRACE(testing::Message() << "a rank " << c.a.size() << " b rank " << c.b.size()
@@ -150,6 +180,7 @@ TEST(BlockEpilogues, MatmulChainsMatchEager) {
   };
   const TensorList in = {rnd({2, 30, 40}, 202), rnd({7, 40}, 203)};
   const TensorList want = fn(in);
+  EXPECT_EQ(marked(fn, in, true, kEpilogue), 2);
   jit::TracedFunction traced = jit::trace(fn, in);
   jit::freeze(traced);
   for (int bits : kiln::test::kVectorWidths) {
@@ -157,5 +188,46 @@ TEST(BlockEpilogues, MatmulChainsMatchEager) {
     const TensorList got = jit::compile(traced, blocked(true, bits))(in);
     EXPECT_LE(max_rel_error(got[0], want[0]), 1e-5);
     EXPECT_LE(max_rel_error(got[1], want[1]), 1e-5);
+  }
+}
+
+// A linear's input computed by an elementwise chain, as the linear's block prologue: relu(x + r) *
+// mask[row] before the first linear (whose own epilogue chain runs too), exp(u * 0.1) * 0.5
+// before the second. On the host's description (one block of rows) and one with small caches
+// (many blocks, the last partial), frozen and not, at every vector width: the same as eager and as
+// the chains as kernels of their own.
+TEST(BlockPrologues, LinearInputsMatchEager) {
+  ThreadsForTheTest threads;
+  Tensor w1 = rnd({96, 40}, 31, 0.2), b1 = rnd({96}, 32), w2 = rnd({24, 96}, 33, 0.2);
+  auto fn = [&](const TensorList& in) {
+    Tensor h = linear(relu(in[0] + in[1]) * in[2], w1, b1);
+    return TensorList{tanh(h) * 0.5 + h, linear(exp(in[3] * 0.1) * 0.5, w2)};
+  };
+  const TensorList in = {rnd({3, 70, 40}, 34), rnd({3, 70, 40}, 35), rnd({3, 70, 1}, 36),
+                         rnd({3, 70, 96}, 37)};
+  const TensorList want = fn(in);
+  const rt::TargetDescription saved = rt::active_target();
+  for (bool frozen : {false, true}) {
+    EXPECT_EQ(marked(fn, in, frozen, kPrologue), 2);
+    EXPECT_EQ(marked(fn, in, frozen, kEpilogue), 1);
+    jit::TracedFunction traced = jit::trace(fn, in);
+    if (frozen) jit::freeze(traced);
+    for (int bits : kiln::test::kVectorWidths) {
+      jit::CompileOptions separate_options = blocked(false, bits);
+      separate_options.block_prologues = false;
+      const jit::CompiledFunction separate = jit::compile(traced, separate_options);
+      const jit::CompiledFunction blocks = jit::compile(traced, blocked(true, bits));
+      for (const char* spec : {"host", "host,l1d=4K,l2=8K,l3=64K"}) {
+        SCOPED_TRACE(testing::Message() << (frozen ? "frozen" : "weights as arguments")
+                                        << " vector_bits " << bits << " " << spec);
+        rt::set_active_target(rt::parse_target(spec));
+        const TensorList sep = separate(in), got = blocks(in);
+        for (size_t k = 0; k < 2; ++k) {
+          EXPECT_LE(max_rel_error(got[k], want[k]), 1e-5);
+          EXPECT_LE(max_rel_error(got[k], sep[k]), 1e-5);
+        }
+      }
+      rt::set_active_target(saved);
+    }
   }
 }

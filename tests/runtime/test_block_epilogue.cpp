@@ -10,6 +10,7 @@
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/gemm.h"
 #include "kiln/runtime/kernels/linalg.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 #include "kiln/runtime/views.h"
 #include "nn_test_util.h"
@@ -249,6 +250,111 @@ TEST(BlockEpilogue, MatmulAppliesItOnceToEveryElement) {
   EXPECT_NE(error_of([&] {
               matmul_epilogue_out(*a, *b, *views::transpose(*t, 0, 1), block);
             }).find("matmul: expected a dense float32 out on the CPU for a generated epilogue"),
+            std::string::npos);
+}
+
+namespace {
+
+// The stand-in for a generated prologue: x[i] = src[i] * 2 - 1 at input element i, counting
+// visits, and checking that no element is filled twice.
+struct Source {
+  const float* src;
+  int* visits;
+};
+void test_prologue(const void* ctx, float* c, int64_t offset, int64_t ldc, int64_t rows,
+                   int64_t cols) {
+  const Source& s = *static_cast<const Source*>(ctx);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t i = offset + r * ldc + j;
+      c[r * ldc + j] = s.src[i] * 2.0f - 1.0f;
+      ++s.visits[i];
+    }
+}
+
+}  // namespace
+
+// linear_prologue_out: each input element computed by the prologue once, before the product
+// reads it (the results are the product of that input, to rounding); on one block of rows
+// and, under a description with small caches, on many (the last one partial), with a bias, a
+// residual, the fixed and the generated epilogue, a packed weight, one and two threads; and K = 0.
+TEST(BlockEpilogue, LinearPrologueFillsTheInputOnceBeforeTheProduct) {
+  const int saved = num_threads();
+  const rt::TargetDescription saved_target = rt::active_target();
+  for (const char* spec : {"host", "host,l1d=4K,l2=8K,l3=64K"}) {
+    rt::set_active_target(rt::parse_target(spec));
+    for (int nt : {1, 2}) {
+      set_num_threads(nt);
+      struct Shape {
+        Dims x;
+        int64_t N;
+      };
+      for (const Shape& sh :
+           {Shape{{3, 50, 40}, 33}, Shape{{301, 64}, 70}, Shape{{1, 24}, 9}, Shape{{7, 0}, 5}}) {
+        for (int variant = 0; variant < 3; ++variant) {  // plain; residual + relu; packed + block
+          SCOPED_TRACE(testing::Message() << spec << " x " << shape_str(sh.x) << " N " << sh.N
+                                          << " variant " << variant << " threads " << nt);
+          const int64_t K = sh.x.back();
+          auto w = rand_tensor(Dims{sh.N, K}), b = rand_tensor(Dims{sh.N});
+          auto src = rand_tensor(sh.x);
+          Dims out_shape = sh.x;
+          out_shape.back() = sh.N;
+          auto res = variant == 1 ? rand_tensor(out_shape) : nullptr;
+          Epilogue e;
+          if (variant == 1) e.activation = Activation::Relu;
+          auto packed = variant == 2 ? prepare_linear_weight(*w) : nullptr;
+          // The reference: the filled input computed first, then the same product.
+          auto x_ref = empty(sh.x, DType::Float32);
+          for (int64_t i = 0; i < x_ref->numel(); ++i)
+            x_ref->data_ptr<float>()[i] = src->data_ptr<float>()[i] * 2.0f - 1.0f;
+          auto plain = empty(out_shape, DType::Float32), got = empty(out_shape, DType::Float32);
+          const std::vector<float> aux = rand_floats(plain->numel());
+          std::vector<int> epilogue_visits(plain->numel(), 0);
+          Aux actx{aux.data(), epilogue_visits.data()};
+          if (variant == 2) {
+            e.block.fn = test_epilogue;
+            e.block.ctx = &actx;
+          }
+          std::vector<int> ref_visits(plain->numel(), 0);
+          Aux ref_ctx{aux.data(), ref_visits.data()};
+          Epilogue e_ref = e;
+          if (variant == 2) e_ref.block.ctx = &ref_ctx;
+          linear_fused_out(*x_ref, *w, b.get(), res.get(), e_ref, *plain, packed.get());
+          std::vector<int> visits(x_ref->numel(), 0);
+          Source sctx{src->data_ptr<float>(), visits.data()};
+          BlockEpilogue prologue;
+          prologue.fn = test_prologue;
+          prologue.ctx = &sctx;
+          linear_prologue_out(sh.x, prologue, *w, b.get(), res.get(), e, *got, packed.get());
+          for (int64_t i = 0; i < x_ref->numel(); ++i)
+            ASSERT_EQ(visits[i], 1) << "input element " << i;
+          for (int64_t i = 0; i < got->numel(); ++i) {
+            // (Blocks of rows may take another GEMM driver than the whole: another summation
+            // order.)
+            const float want = plain->data_ptr<float>()[i];
+            ASSERT_NEAR(got->data_ptr<float>()[i], want, 1e-5f * (1.0f + std::fabs(want)))
+                << "element " << i;
+            if (variant == 2) ASSERT_EQ(epilogue_visits[i], 1) << "element " << i;
+          }
+        }
+      }
+    }
+  }
+  rt::set_active_target(saved_target);
+  set_num_threads(saved);
+  // Shapes from generated code are checked like linear's.
+  auto w = rand_tensor(Dims{4, 6});
+  auto out = empty(Dims{5, 4}, DType::Float32), t = empty(Dims{4, 5}, DType::Float32);
+  BlockEpilogue prologue;
+  prologue.fn = test_prologue;
+  EXPECT_NE(error_of([&] {
+              linear_prologue_out(Dims{5, 7}, prologue, *w, nullptr, nullptr, {}, *out);
+            }).find("linear: expected input [..., 6] for weight"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              linear_prologue_out(Dims{5, 6}, prologue, *w, nullptr, nullptr, {},
+                                  *views::transpose(*t, 0, 1));
+            }).find("linear: expected a dense float32 out on the CPU for a generated prologue"),
             std::string::npos);
 }
 

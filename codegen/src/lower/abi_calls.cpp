@@ -55,7 +55,8 @@ bool Lowering::has_constant_weight(mlir::Operation* op, llvm::StringRef name) {
   return false;
 }
 
-bool Lowering::emit_abi_call(mlir::Operation* op, const BlockEpilogueFn* epilogue) {
+bool Lowering::emit_abi_call(mlir::Operation* op, const BlockEpilogueFn* epilogue,
+                             const BlockEpilogueFn* prologue) {
   llvm::StringRef name = op->getName().getStringRef();
   if (!name.consume_front("kiln.")) return false;
   auto it = abi_ops().find(name);
@@ -173,13 +174,28 @@ bool Lowering::emit_abi_call(mlir::Operation* op, const BlockEpilogueFn* epilogu
     slot = builder_.create<LLVM::AddressOfOp>(loc_, ptr, slot_name);
   }
   mlir::func::CallOp call;
-  if (epilogue) {
-    // kiln_abi_<op>_epilogue(data, desc, slot or null, fn, ctx).
-    mlir::Type i64 = builder_.getI64Type();
+  mlir::Type i64 = builder_.getI64Type();
+  auto function_pointer = [&](const BlockEpilogueFn& f) {
     auto fn_type = builder_.getFunctionType({ptr, ptr, i64, i64, i64, i64}, {});
-    mlir::Value fn = builder_.create<mlir::func::ConstantOp>(loc_, fn_type, epilogue->name);
-    mlir::Value fn_ptr =
-        builder_.create<mlir::UnrealizedConversionCastOp>(loc_, ptr, fn).getResult(0);
+    mlir::Value fn = builder_.create<mlir::func::ConstantOp>(loc_, fn_type, f.name);
+    return builder_.create<mlir::UnrealizedConversionCastOp>(loc_, ptr, fn).getResult(0);
+  };
+  if (prologue) {
+    // kiln_abi_<op>_prologue(data, desc, slot or null, prologue fn, ctx, epilogue fn or null,
+    // ctx or null).
+    const std::string entry = ("kiln_abi_" + name + "_prologue").str();
+    declare(entry, builder_.getFunctionType({ptr, ptr, ptr, ptr, ptr, ptr, ptr}, {}));
+    call = builder_.create<mlir::func::CallOp>(
+        loc_, entry, mlir::TypeRange{},
+        mlir::ValueRange{data, desc_ptr, slot, function_pointer(*prologue), prologue->ctx,
+                         epilogue ? function_pointer(*epilogue) : null,
+                         epilogue ? epilogue->ctx : null});
+    for (mlir::Value base : prologue->bases) note_use(base, call);
+    if (epilogue)
+      for (mlir::Value base : epilogue->bases) note_use(base, call);
+  } else if (epilogue) {
+    // kiln_abi_<op>_epilogue(data, desc, slot or null, fn, ctx).
+    mlir::Value fn_ptr = function_pointer(*epilogue);
     const std::string entry = ("kiln_abi_" + name + "_epilogue").str();
     declare(entry, builder_.getFunctionType({ptr, ptr, ptr, ptr, ptr}, {}));
     call = builder_.create<mlir::func::CallOp>(

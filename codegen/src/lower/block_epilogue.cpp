@@ -30,7 +30,7 @@ std::optional<KernelEmitter::BlockFunction> KernelEmitter::emit_block_epilogue(V
     if (leaf.value != product && leaf.view.base == dest_.base) return std::nullopt;
   coalesce();
 
-  name_ = "kiln_epilogue_" + std::to_string(low_.next_kernel_id());
+  name_ = (product ? "kiln_epilogue_" : "kiln_prologue_") + std::to_string(low_.next_kernel_id());
   Type ptr = low_.ptr_type(), i64 = b_.getI64Type();
   b_.setInsertionPointToEnd(low_.module().getBody());
   auto fn = b_.create<mlir::func::FuncOp>(loc_, name_,
@@ -166,31 +166,64 @@ void KernelEmitter::vector_segment(Value n) {
 
 // ---- Lowering ----
 
-bool Lowering::emit_product_with_block_epilogue(mlir::Operation* op) {
+bool Lowering::is_block_prologue(mlir::Operation* op) const {
+  if (!mlir::isa<ir::FusedOp>(op) || !op->hasAttr(ir::kBlockPrologueAttr) ||
+      op->getNumResults() != 1 || !op->getResult(0).hasOneUse())
+    return false;
+  mlir::Value x = op->getResult(0);
+  mlir::Operation* user = *x.getUsers().begin();
+  return mlir::isa<ir::LinearOp, ir::LinearFusedOp>(user) && user->getOperand(0) == x &&
+         user == op->getNextNode() && !in_place_.count(x);
+}
+
+bool Lowering::emit_product_with_blocks(mlir::Operation* op) {
   if (!mlir::isa<ir::Conv2dOp, ir::Conv2dFusedOp, ir::LinearOp, ir::LinearFusedOp, ir::MatmulOp>(
           op))
     return false;
+  // The input's prologue: its chain, deferred where it stood, computed by the call into the
+  // runtime's blocks of rows. The input is described to the runtime without a buffer (null base).
+  std::optional<BlockEpilogueFn> prologue;
+  mlir::Operation* producer = op->getOperand(0).getDefiningOp();
+  if (producer && is_block_prologue(producer)) {
+    mlir::Value x = op->getOperand(0);
+    View unstored = destination_shape(x);
+    unstored.base = builder_.create<LLVM::ZeroOp>(loc_, ptr_type());
+    KernelEmitter chain(*this, x, unstored);
+    prologue = chain.emit_block_epilogue(mlir::Value());
+    if (prologue) {
+      views_[x] = unstored;
+    } else {  // stored whole by a kernel of its own, then the plain call
+      const View dx = destination(x);
+      emit_kernel(x, dx);
+      views_[x] = dx;
+    }
+  }
+  // The result's epilogue.
   mlir::Value y = op->getResult(0);
-  if (y.use_empty()) return false;
-  mlir::Operation* user = *y.getUsers().begin();
-  if (!mlir::isa<ir::FusedOp>(user) || !user->hasAttr(ir::kBlockEpilogueAttr) ||
-      user->getBlock() != op->getBlock() || user->getNumResults() != 1 ||
-      user->getResult(0).getType() != y.getType() ||
-      !llvm::all_of(y.getUsers(), [&](mlir::Operation* u) { return u == user; }))
-    return false;
+  mlir::Operation* user = y.use_empty() ? nullptr : *y.getUsers().begin();
+  const bool has_epilogue =
+      user && mlir::isa<ir::FusedOp>(user) && user->hasAttr(ir::kBlockEpilogueAttr) &&
+      user->getBlock() == op->getBlock() && user->getNumResults() == 1 &&
+      user->getResult(0).getType() == y.getType() &&
+      llvm::all_of(y.getUsers(), [&](mlir::Operation* u) { return u == user; }) &&
+      !in_place_.count(user->getResult(0));  // a loop's carried buffer: the chain may read it
+  if (!has_epilogue) {
+    if (!prologue) return false;
+    emit_abi_call(op, nullptr, &*prologue);
+    return true;
+  }
   mlir::Value z = user->getResult(0);
-  if (in_place_.count(z)) return false;  // a loop's carried buffer: the chain may read it
-  const View dest = destination(z);      // otherwise dense, at offset 0 (the function's base)
+  const View dest = destination(z);  // otherwise dense, at offset 0 (the function's base)
   views_[y] = dest;
   KernelEmitter chain(*this, z, dest);
-  std::optional<KernelEmitter::BlockFunction> fn = chain.emit_block_epilogue(y);
+  std::optional<BlockEpilogueFn> fn = chain.emit_block_epilogue(y);
   if (!fn) {
     // The product into a buffer of its own, then the chain as its own kernel.
     views_.erase(y);
-    emit_abi_call(op);
+    emit_abi_call(op, nullptr, prologue ? &*prologue : nullptr);
     emit_kernel(z, dest);
   } else {
-    emit_abi_call(op, &*fn);
+    emit_abi_call(op, &*fn, prologue ? &*prologue : nullptr);
   }
   views_[z] = dest;
   return true;

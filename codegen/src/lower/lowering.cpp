@@ -162,12 +162,17 @@ void Lowering::note_use(mlir::Value base, mlir::Operation* user) {
   if (!last || last->isBeforeInBlock(user)) last = user;
 }
 
-View Lowering::destination(mlir::Value v) {
+View Lowering::destination_shape(mlir::Value v) {
   auto type = mlir::cast<mlir::RankedTensorType>(v.getType());
   View d;
   d.sizes.assign(type.getShape().begin(), type.getShape().end());
   d.strides = contiguous_strides(d.sizes);
   d.elem = type.getElementType();
+  return d;
+}
+
+View Lowering::destination(mlir::Value v) {
+  View d = destination_shape(v);
   if (auto in_place = in_place_.find(v); in_place != in_place_.end()) return in_place->second;
   auto it = result_buffers_.find(v);
   if (it != result_buffers_.end() && it->second) {
@@ -342,6 +347,12 @@ bool Lowering::lower_op(mlir::Operation* op) {
     // A block epilogue's results, computed by its product's call.
     if (llvm::all_of(op->getResults(), [&](mlir::Value r) { return views_.count(r) != 0; }))
       return true;
+    // A block prologue, computed by the linear's call after it (or, where that cannot be, by a
+    // kernel when the call needs it).
+    if (is_block_prologue(op)) {
+      deferred_[op->getResult(0)] = true;
+      return true;
+    }
     llvm::SmallVector<mlir::Value> stored;
     for (mlir::Value r : op->getResults()) {
       const int64_t n = numel(mlir::cast<mlir::RankedTensorType>(r.getType()).getShape());
@@ -372,7 +383,7 @@ bool Lowering::lower_op(mlir::Operation* op) {
   if (emit_column_kernel(op)) return true;
   if (lower_view_op(op)) return true;
   if (lower_control_flow(op)) return true;
-  if (emit_product_with_block_epilogue(op)) return true;
+  if (emit_product_with_blocks(op)) return true;
   if (emit_abi_call(op)) return true;
   error(op, "no lowering for this op (neither generated loops nor a runtime kernel)");
   return false;

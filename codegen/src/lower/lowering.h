@@ -67,6 +67,8 @@ class Lowering {
   // A fresh buffer (kiln_abi_alloc) for a value of `type`, or the caller's result buffer when v
   // is a result of @forward.
   View destination(mlir::Value v);
+  // v's dense, contiguous geometry at offset 0, without a buffer (base unset).
+  View destination_shape(mlir::Value v);
   // Records that the generated op `user` reads/writes the buffer behind `base` (frees go after
   // the last such op).
   void note_use(mlir::Value base, mlir::Operation* user);
@@ -102,12 +104,18 @@ class Lowering {
   static bool has_column_kernel(mlir::Operation* op);
   bool emit_column_kernel(mlir::Operation* op);
   // Emits a runtime call for op (false if the op is not an ABI op); with `epilogue`, the op's
-  // kiln_abi_<op>_epilogue entry point, which runs it on each block of the result.
-  bool emit_abi_call(mlir::Operation* op, const BlockEpilogueFn* epilogue = nullptr);
-  // A conv2d / linear / matmul whose only user is a kiln.fused marked ir::kBlockEpilogueAttr: the
-  // product with the chain as its block epilogue, both results in one buffer (false: not such a
-  // product).
-  bool emit_product_with_block_epilogue(mlir::Operation* op);
+  // kiln_abi_<op>_epilogue entry point, which runs it on each block of the result; with
+  // `prologue` (a linear's), kiln_abi_<op>_prologue, which computes the input (tensor 0) block by
+  // block with it, and runs the epilogue (or none).
+  bool emit_abi_call(mlir::Operation* op, const BlockEpilogueFn* epilogue = nullptr,
+                     const BlockEpilogueFn* prologue = nullptr);
+  // A conv2d / linear / matmul whose only user is a kiln.fused marked ir::kBlockEpilogueAttr (the
+  // product with the chain as its block epilogue, both results in one buffer), and a linear whose
+  // input is a deferred kiln.fused marked ir::kBlockPrologueAttr (computed block by block by the
+  // linear's call into its buffer). False: not such a product.
+  bool emit_product_with_blocks(mlir::Operation* op);
+  // A kiln.fused marked ir::kBlockPrologueAttr whose value the next op, a linear, computes.
+  bool is_block_prologue(mlir::Operation* op) const;
   bool has_constant_weight(mlir::Operation* op, llvm::StringRef name);
   void error(mlir::Operation* op, const std::string& message);
   // Per-module counters: symbol names are deterministic for a given module.

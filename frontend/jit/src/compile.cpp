@@ -215,7 +215,10 @@ std::shared_ptr<const Code> code_for(const std::string& fingerprint,
   lower.vector_bits = options.vector_bits;
   const codegen::Target host = codegen::host_target();
   std::string keyed = fingerprint;
-  if (options.optimize) keyed += options.block_epilogues ? "\n#optimize" : "\n#optimize-unblocked";
+  if (options.optimize) {
+    keyed += options.block_epilogues ? "\n#optimize" : "\n#optimize-unblocked";
+    if (!options.block_prologues) keyed += "-no-prologues";
+  }
   const std::string key = codegen::cache_key(keyed, host, lower, options.opt_level);
   *key_out = key;
   std::shared_ptr<const Code> code;
@@ -251,7 +254,8 @@ std::shared_ptr<const Code> code_for(const std::string& fingerprint,
     std::unique_ptr<mlir::MLIRContext> ctx = make_context();
     mlir::ModuleOp module = parse_module(*ctx, bytes_of());
     if (options.optimize)
-      optimize_for_codegen(*ctx, module, "jit::compile", options.block_epilogues);
+      optimize_for_codegen(*ctx, module, "jit::compile", options.block_epilogues,
+                           options.block_prologues);
     std::string object, error;
     codegen::EntrySignature signature;
     const bool ok = codegen::compile_to_object(module, {}, lower, options.opt_level, &object,

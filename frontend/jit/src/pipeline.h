@@ -33,11 +33,12 @@ std::string run_pipeline(mlir::MLIRContext& ctx, mlir::ModuleOp module, Build bu
 // training pipeline's passes, which hold for any trace, frozen or not, forward or training step;
 // no memory plan (code generation lays out its own buffers).
 inline void optimize_for_codegen(mlir::MLIRContext& ctx, mlir::ModuleOp module, const char* op,
-                                 bool block_epilogues = true) {
+                                 bool block_epilogues = true, bool block_prologues = true) {
   const std::string err = run_pipeline(ctx, module, [&](mlir::OpPassManager& pm) {
     passes::PipelineOptions po;
     po.plan_memory = false;
     po.block_epilogues = block_epilogues;
+    po.block_prologues = block_prologues;
     passes::build_training_pipeline(pm, po);
   });
   KILN_CHECK(err.empty(), op, "pass pipeline: ", err);

@@ -16,6 +16,7 @@ Args::Args(void* const* data, const int64_t* desc, const char* op) : op_(op) {
     desc += rank;
     const int64_t offset = *desc++;
     if (dtype < 0 || data[k] == nullptr) {
+      if (dtype >= 0) unbacked_.push_back({static_cast<size_t>(k), dtype, std::move(sizes)});
       tensors_.push_back(nullptr);
       continue;
     }
@@ -34,6 +35,18 @@ Args::Args(void* const* data, const int64_t* desc, const char* op) : op_(op) {
                                                   std::move(strides), offset, dt));
   }
   attr_ = desc;
+}
+
+const Dims& Args::shape_without_data(size_t i, DType want) const {
+  for (const Unbacked& u : unbacked_) {
+    if (u.index != i) continue;
+    KILN_CHECK(u.dtype == static_cast<int64_t>(want), op_, "expected operand ", i, " of dtype ",
+               dtype_name(want), ", got dtype code ", u.dtype);
+    return u.sizes;
+  }
+  KILN_CHECK(false, op_, "expected operand ", i, " described without data, got ",
+             opt(i) ? "data" : "an absent operand");
+  __builtin_unreachable();
 }
 
 TensorImpl& Args::t(size_t i) const {

@@ -23,6 +23,9 @@ class Args {
   // Tensor i (inputs then outputs); null when absent.
   TensorImpl* opt(size_t i) const { return tensors_.at(i).get(); }
   TensorImpl& t(size_t i) const;
+  // Operand i's shape when the caller described it but passed no data (a value the kernel
+  // computes itself: a generated prologue's), else "<op>: expected ..." naming the operand.
+  const Dims& shape_without_data(size_t i, DType want) const;
   size_t num_tensors() const { return tensors_.size(); }
   // Attributes, in order.
   int64_t i() { return *attr_++; }
@@ -44,6 +47,13 @@ class Args {
 
  private:
   std::vector<TensorImplPtr> tensors_;
+  // Operands described without data (rare: no allocation otherwise): index, dtype, sizes.
+  struct Unbacked {
+    size_t index;
+    int64_t dtype;
+    Dims sizes;
+  };
+  std::vector<Unbacked> unbacked_;
   const int64_t* attr_ = nullptr;
   const char* op_;
 };

@@ -398,6 +398,42 @@ extern "C" void kiln_abi_linear_fused_epilogue(void* const* data, const int64_t*
   });
 }
 
+// The input (described, without data) computed by the generated prologue block by block.
+extern "C" void kiln_abi_linear_prologue(void* const* data, const int64_t* desc, void** slot,
+                                         kiln_abi_block_epilogue prologue, const void* prologue_ctx,
+                                         kiln_abi_block_epilogue epilogue,
+                                         const void* epilogue_ctx) {
+  abi::guarded("linear", [&] {
+    abi::Args a(data, desc, "linear");
+    Epilogue e;
+    e.block = block_epilogue(epilogue, epilogue_ctx);
+    linear_prologue_out(a.shape_without_data(0, DType::Float32),
+                        block_epilogue(prologue, prologue_ctx), *contiguous(a.t(1)), a.opt(2),
+                        nullptr, e, a.t(3), linear_weight(slot, a));
+  });
+}
+
+extern "C" void kiln_abi_linear_fused_prologue(void* const* data, const int64_t* desc, void** slot,
+                                               kiln_abi_block_epilogue prologue,
+                                               const void* prologue_ctx,
+                                               kiln_abi_block_epilogue epilogue,
+                                               const void* epilogue_ctx) {
+  abi::guarded("linear_fused", [&] {
+    abi::Args a(data, desc, "linear_fused");
+    TensorImplPtr w = contiguous(a.t(1));
+    TensorImplPtr b = a.opt(2) ? contiguous(*a.opt(2)) : TensorImplPtr();
+    TensorImplPtr residual = a.opt(3) ? contiguous(*a.opt(3)) : TensorImplPtr();
+    Epilogue e;
+    e.activation = static_cast<Activation>(a.i());
+    e.clamp_min = static_cast<float>(a.f());
+    e.clamp_max = static_cast<float>(a.f());
+    e.block = block_epilogue(epilogue, epilogue_ctx);
+    linear_prologue_out(a.shape_without_data(0, DType::Float32),
+                        block_epilogue(prologue, prologue_ctx), *w, b.get(), residual.get(), e,
+                        a.t(4), linear_weight(slot, a));
+  });
+}
+
 extern "C" void kiln_abi_conv2d_epilogue(void* const* data, const int64_t* desc, void** slot,
                                          kiln_abi_block_epilogue fn, const void* ctx) {
   abi::guarded("conv2d", [&] {

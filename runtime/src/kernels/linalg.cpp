@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <vector>
 
+#include "kiln/runtime/allocator.h"
+#include "kiln/runtime/checked_math.h"
 #include "kiln/runtime/cuda/cuda.h"
 #include "kiln/runtime/cuda/eager.h"
 #include "kiln/runtime/cuda/matmul.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/elementwise.h"
 #include "kiln/runtime/kernels/gemm.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 #include "kiln/runtime/views.h"
 
@@ -521,7 +524,7 @@ bool linear_gemm_out(const TensorImpl& x, const TensorImpl& w, const TensorImpl*
     e.residual = res->data_ptr<float>();
     e.ld_residual = N;
   }
-  e.block.origin = o.data_ptr<float>();
+  if (!e.block.origin) e.block.origin = o.data_ptr<float>();  // (a caller's row block: its own)
   if (packed && packed->is_b() && packed->outer() == N && packed->depth() == K)
     sgemm_packed_b(false, M, 1.0f, x.data_ptr<float>(), K, *packed, 0.0f, o.data_ptr<float>(), N,
                    e);
@@ -572,8 +575,75 @@ void linear_fused_out(const TensorImpl& x, const TensorImpl& w, const TensorImpl
     float* y = o.data_ptr<float>();
     const int64_t n = o.size(-1);
     BlockEpilogue b = e.block;
-    b.origin = y;
+    if (!b.origin) b.origin = y;
     b.apply(y, n, o.numel() / n, n);
+  }
+}
+
+namespace {
+// Scratch for a block of a prologue's rows (allocator.h: a lent region or cached size classes).
+class RowBlock {
+ public:
+  explicit RowBlock(size_t floats) : bytes_(std::max<size_t>(floats, 1) * sizeof(float)) {
+    p_ = static_cast<float*>(scratch_allocate(bytes_));
+  }
+  ~RowBlock() { scratch_deallocate(p_, bytes_); }
+  RowBlock(const RowBlock&) = delete;
+  RowBlock& operator=(const RowBlock&) = delete;
+  float* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  size_t bytes_;
+  float* p_;
+};
+}  // namespace
+
+void linear_prologue_out(const Dims& x_shape, const BlockEpilogue& prologue, const TensorImpl& w,
+                         const TensorImpl* bias, const TensorImpl* res, const Epilogue& e,
+                         TensorImpl& o, const SgemmPacked* packed) {
+  KILN_CHECK(!x_shape.empty(), "linear", "expected an input of at least 1 dim, got a 0-dim one");
+  KILN_CHECK(w.dim() == 2 && x_shape.back() == w.size(1), "linear", "expected input [..., ",
+             w.dim() == 2 ? w.size(1) : -1, "] for weight ", describe(w), ", got input ", x_shape);
+  Dims shape = x_shape;
+  shape.back() = w.size(0);
+  check_out_shape("linear", o, shape);
+  KILN_CHECK(o.dtype() == DType::Float32 && o.is_contiguous() && o.device() == Device::CPU,
+             "linear", "expected a dense float32 out on the CPU for a generated prologue, got ",
+             describe(o));
+  const int64_t K = x_shape.back(), N = w.size(0);
+  int64_t M = 1;
+  for (size_t d = 0; d + 1 < x_shape.size(); ++d)
+    KILN_CHECK(x_shape[d] >= 0 && mul_ok(M, x_shape[d], M), "linear",
+               "expected an input shape whose elements can be counted, got ", x_shape);
+  if (K == 0 || M == 0) {  // nothing to fill: out = bias (and the epilogues)
+    linear_fused_out(*empty(x_shape, DType::Float32), w, bias, res, e, o, packed);
+    return;
+  }
+  TensorImplPtr res_dense = res ? views::contiguous(*res) : TensorImplPtr();
+  // Blocks of rows that stay in the L2 while the product reads them (as sgemm's own operand
+  // blocks), each computed just before its product; the input as a whole is never stored.
+  const int64_t rows =
+      std::clamp<int64_t>(rt::target_params().l2_block_bytes / (K * 4), 1, std::max<int64_t>(M, 1));
+  int64_t block_floats = 0;
+  KILN_CHECK(mul_ok(rows, K, block_floats), "linear", "expected a row block of countable size");
+  RowBlock block(static_cast<size_t>(block_floats));
+  auto storage = make_intrusive<Storage>(block.get(), block.bytes(), std::function<void(void*)>());
+  BlockEpilogue fill = prologue;
+  Epilogue eb = e;
+  if (eb.block) eb.block.origin = o.data_ptr<float>();
+  for (int64_t r0 = 0; r0 < M; r0 += rows) {
+    const int64_t n = std::min(rows, M - r0);
+    float* xb = block.get();
+    fill.origin = xb - r0 * K;  // the offsets it is given are the whole input's
+    parallel_for(0, n, std::max<int64_t>(1, (int64_t(1) << 14) / K),
+                 [&](int64_t a, int64_t b) { fill.apply(xb + a * K, K, b - a, K); });
+    auto x_rows = make_intrusive<TensorImpl>(storage, Dims{n, K}, Dims{K, 1}, 0, DType::Float32);
+    auto o_rows = make_view(o, Dims{n, N}, Dims{N, 1}, o.storage_offset() + r0 * N);
+    auto res_rows = res_dense ? make_view(*res_dense, Dims{n, N}, Dims{N, 1},
+                                          res_dense->storage_offset() + r0 * N)
+                              : TensorImplPtr();
+    linear_fused_out(*x_rows, w, bias, res_rows.get(), eb, *o_rows, packed);
   }
 }
 

@@ -35,6 +35,11 @@ namespace kiln::ir {
 // computes its one float32 operand of the result's type, on each block of the output the GEMM
 // finishes (passes/FuseBlockEpilogues.cpp decides; codegen emits it, the portable plan ignores it).
 inline constexpr const char* kBlockEpilogueAttr = "kiln.block_epilogue";
+// A unit attribute on a kiln.fused: its one float32 result is only the input of the linear right
+// after it, which computes it block by block just before reading each block of rows
+// (passes/FuseBlockPrologues.cpp decides; codegen emits it; the memory plan keeps what the chain
+// reads live through the linear; the portable plan runs the two in turn).
+inline constexpr const char* kBlockPrologueAttr = "kiln.block_prologue";
 
 // Registers kiln plus the upstream dialects kiln modules use (func, arith, tensor, scf).
 void register_dialects(mlir::DialectRegistry& registry);

@@ -52,6 +52,11 @@ std::unique_ptr<mlir::Pass> create_fuse_epilogues_pass();
 // result in place is marked kiln.block_epilogue, to run on each block of the output the GEMM
 // finishes (after elementwise fusion).
 std::unique_ptr<mlir::Pass> create_fuse_block_epilogues_pass();
+// --kiln-fuse-block-prologues: the elementwise chain (kiln.fused, or one elementwise op) whose
+// float32 result is only the input of a linear / linear_fused is marked kiln.block_prologue and
+// moved to just before it, for the linear to compute it block by block as it reads it (after
+// block epilogues).
+std::unique_ptr<mlir::Pass> create_fuse_block_prologues_pass();
 
 // --kiln-fuse-mbconv: expand 1x1 -> depthwise -> project 1x1 chains of kiln.conv2d_fused
 // (MobileNetV2's inverted residual) become one kiln.mbconv when the expanded tensor holds at least
@@ -125,6 +130,8 @@ struct PipelineOptions {
   // --kiln-fuse-block-epilogues (false: the chains after convs and linears stay their own kernels;
   // benchmarks compare the two).
   bool block_epilogues = true;
+  // --kiln-fuse-block-prologues (false: a chain computing a linear's input stays its own kernel).
+  bool block_prologues = true;
   // Memory planning runs last (it annotates the final values): `memory_plan` when set, else the
   // hook from set_memory_plan_hook(), else --kiln-plan-memory. plan_memory = false skips it.
   bool plan_memory = true;

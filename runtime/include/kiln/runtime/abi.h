@@ -89,6 +89,17 @@ void kiln_abi_conv2d_epilogue(void* const* data, const int64_t* desc, void** slo
                               kiln_abi_block_epilogue fn, const void* ctx);
 void kiln_abi_conv2d_fused_epilogue(void* const* data, const int64_t* desc, void** slot,
                                     kiln_abi_block_epilogue fn, const void* ctx);
+// linear and linear_fused whose input generated code computes block by block: tensor 0 is
+// described (float32, its shape) with a null data pointer; `prologue` writes its elements at the
+// flat offsets it is given into the runtime's block of rows (the block epilogue's signature, c
+// written rather than mapped), the product reading each block right after; `epilogue` (or null)
+// as in kiln_abi_linear_epilogue.
+void kiln_abi_linear_prologue(void* const* data, const int64_t* desc, void** slot,
+                              kiln_abi_block_epilogue prologue, const void* prologue_ctx,
+                              kiln_abi_block_epilogue epilogue, const void* epilogue_ctx);
+void kiln_abi_linear_fused_prologue(void* const* data, const int64_t* desc, void** slot,
+                                    kiln_abi_block_epilogue prologue, const void* prologue_ctx,
+                                    kiln_abi_block_epilogue epilogue, const void* epilogue_ctx);
 // Frees what a *_prepared call site stored in its slot and resets the slot (the JIT calls the
 // generated <entry>_release(), which calls this for every slot, before unloading the code).
 void kiln_abi_release_prepared(void** slot);

@@ -47,9 +47,13 @@ struct CompileOptions {
   // upstream MLIR (linalg → vector); a positive width overrides it; negative leaves scalar loops
   // to LLVM's loop vectorizer (the earlier path, kept for comparison).
   int vector_bits = 0;
-  // The elementwise chain after a conv or linear runs as its GEMM's epilogue on each finished
-  // block of the output (passes::create_fuse_block_epilogues_pass); false: as its own kernel.
+  // The elementwise chain after a conv, linear or matmul runs as its GEMM's epilogue on each
+  // finished block of the output (passes::create_fuse_block_epilogues_pass); false: as its own
+  // kernel.
   bool block_epilogues = true;
+  // The elementwise chain that is only a linear's input is computed block by block as the linear
+  // reads it (passes::create_fuse_block_prologues_pass); false: as its own kernel.
+  bool block_prologues = true;
   bool memory_cache = true;
   bool disk_cache = true;
   std::string cache_dir;  // empty: $XDG_CACHE_HOME/kiln or ~/.cache/kiln
