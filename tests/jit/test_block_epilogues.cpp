@@ -10,9 +10,12 @@
 #include <gtest/gtest.h>
 
 #include "helpers.h"
+#include "kiln/control_flow.h"
 #include "kiln/jit/compile.h"
+#include "kiln/jit/save.h"
 #include "kiln/kiln.h"
 #include "kiln/passes/Passes.h"
+#include "kiln/runtime/model.h"
 #include "kiln/runtime/target.h"
 #include "kiln/runtime/thread_pool.h"
 #include "kiln/trace/freeze.h"
@@ -230,4 +233,29 @@ TEST(BlockPrologues, LinearInputsMatchEager) {
       rt::set_active_target(saved);
     }
   }
+}
+
+// In a loop body, reading the carried value: h = tanh(linear(relu(h + u) * 0.5, w)) for five
+// steps; the saved artifact (whose plan runs the chain as its own instruction) agrees too.
+TEST(BlockPrologues, InsideALoopBodyAndSaved) {
+  Tensor w = rnd({32, 32}, 41, 0.3);
+  auto fn = [&](const TensorList& in) {
+    return loop(5,
+                [&](const Tensor&, const TensorList& c) {
+                  return TensorList{tanh(linear(relu(c[0] + in[1]) * 0.5, w))};
+                },
+                {in[0]});
+  };
+  const TensorList in = {rnd({6, 32}, 42), rnd({6, 32}, 43)};
+  const Tensor want = fn(in)[0];
+  EXPECT_EQ(marked(fn, in, false, kPrologue), 1);
+  jit::TracedFunction traced = jit::trace(fn, in);
+  for (int bits : kiln::test::kVectorWidths) {
+    SCOPED_TRACE(testing::Message() << "vector_bits " << bits);
+    EXPECT_LE(max_rel_error(jit::compile(traced, blocked(true, bits))(in)[0], want), 1e-5);
+  }
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(traced));
+  rt::Session session(model);
+  std::vector<const TensorImpl*> args{in[0].impl(), in[1].impl()};
+  EXPECT_LE(max_rel_error(Tensor(session.run(args)[0]), want), 1e-5);
 }
