@@ -32,26 +32,16 @@ bool is_product(mlir::Operation* op) {
       op);
 }
 
-// (A matmul of two vectors, rank 0, has no blocks to run a chain on.)
-bool is_static_f32(mlir::Type t) {
-  auto r = mlir::dyn_cast<mlir::RankedTensorType>(t);
-  return r && r.getElementType().isF32() && r.hasStaticShape() && r.getRank() >= 1;
-}
-
 void fuse(mlir::Operation* product) {
   mlir::Value y = product->getResult(0);
-  if (y.use_empty() || !is_static_f32(y.getType())) return;
+  if (y.use_empty() || !is_block_value(y.getType())) return;
   mlir::Operation* user = *y.getUsers().begin();
   if (!llvm::all_of(y.getUsers(), [&](mlir::Operation* u) { return u == user; })) return;
   if (user->getBlock() != product->getBlock() || user->getNumResults() != 1 ||
       user->getResult(0).getType() != y.getType())
     return;
-  if (!mlir::isa<ir::FusedOp>(user)) {
-    if (!user->hasTrait<ir::traits::ScalarLoop>()) return;
-    user = materialize_fused({user});
-  }
-  user->setAttr(ir::kBlockEpilogueAttr, mlir::UnitAttr::get(user->getContext()));
-  product->moveBefore(user);
+  user = mark_block_chain(user, ir::kBlockEpilogueAttr);
+  if (user) product->moveBefore(user);
 }
 
 struct FuseBlockEpiloguesPass

@@ -24,24 +24,15 @@
 namespace kiln::passes {
 namespace {
 
-bool is_static_f32(mlir::Type t) {
-  auto r = mlir::dyn_cast<mlir::RankedTensorType>(t);
-  return r && r.getElementType().isF32() && r.hasStaticShape() && r.getRank() >= 1;
-}
-
 void fuse(mlir::Operation* linear) {
   mlir::Value x = linear->getOperand(0);
   mlir::Operation* producer = x.getDefiningOp();
   if (!producer || producer->getBlock() != linear->getBlock() || !x.hasOneUse() ||
-      producer->getNumResults() != 1 || !is_static_f32(x.getType()) ||
+      producer->getNumResults() != 1 || !is_block_value(x.getType()) ||
       producer->hasAttr(ir::kBlockEpilogueAttr))
     return;
-  if (!mlir::isa<ir::FusedOp>(producer)) {
-    if (!producer->hasTrait<ir::traits::ScalarLoop>()) return;
-    producer = materialize_fused({producer});
-  }
-  producer->setAttr(ir::kBlockPrologueAttr, mlir::UnitAttr::get(producer->getContext()));
-  producer->moveBefore(linear);
+  producer = mark_block_chain(producer, ir::kBlockPrologueAttr);
+  if (producer) producer->moveBefore(linear);
 }
 
 struct FuseBlockProloguesPass

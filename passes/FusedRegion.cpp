@@ -50,4 +50,18 @@ mlir::Operation* materialize_fused(llvm::ArrayRef<mlir::Operation*> group) {
   return fused;
 }
 
+mlir::Operation* mark_block_chain(mlir::Operation* chain, llvm::StringRef attr) {
+  if (!mlir::isa<ir::FusedOp>(chain)) {
+    if (!chain->hasTrait<ir::traits::ScalarLoop>()) return nullptr;
+    chain = materialize_fused({chain});
+  }
+  chain->setAttr(attr, mlir::UnitAttr::get(chain->getContext()));
+  return chain;
+}
+
+bool is_block_value(mlir::Type t) {
+  auto r = mlir::dyn_cast<mlir::RankedTensorType>(t);
+  return r && r.getElementType().isF32() && r.hasStaticShape() && r.getRank() >= 1;
+}
+
 }  // namespace kiln::passes

@@ -2,6 +2,7 @@
 // Building kiln.fused regions, shared by the fusion passes. Internal to passes/ (not installed).
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
 #include "mlir/IR/Operation.h"
 
 namespace kiln::passes {
@@ -11,5 +12,12 @@ namespace kiln::passes {
 // read from outside the group, its results the members' values used outside it. Returns the
 // kiln.fused op.
 mlir::Operation* materialize_fused(llvm::ArrayRef<mlir::Operation*> group);
+
+// For the block epilogue and prologue passes: `chain` marked `attr` (a unit attribute) as a
+// kiln.fused, wrapping a single elementwise op with generated loops into one; null, nothing
+// changed, when it is neither. And the values such a chain maps or writes block by block:
+// float32 tensors of static shape and rank >= 1 (a rank-0 value has no blocks).
+mlir::Operation* mark_block_chain(mlir::Operation* chain, llvm::StringRef attr);
+bool is_block_value(mlir::Type t);
 
 }  // namespace kiln::passes

@@ -65,8 +65,8 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   // Last: it moves products next to their chains, which cleanup's CSE could move apart again.
   if (options.block_epilogues)
     pm.addNestedPass<mlir::func::FuncOp>(create_fuse_block_epilogues_pass());
-  if (options.block_prologues)
-    pm.addNestedPass<mlir::func::FuncOp>(create_fuse_block_prologues_pass());
+  // (No block prologues: an artifact's plan runs the chain as its own instruction anyway, and
+  // moving it down to its linear would only keep its inputs live longer in the arena.)
   append_memory_plan(pm, options);
 }
 
@@ -95,7 +95,7 @@ void register_pipelines() {
       "attention fusion, conv/linear "
       "epilogue fusion, "
       "mbconv fusion, conv + global average pool fusion, channels-last mbconv chains, elementwise "
-      "fusion, cleanup, layout, block epilogues and prologues",
+      "fusion, cleanup, layout, block epilogues",
       [](mlir::OpPassManager& pm) { build_inference_pipeline(pm); });
   mlir::PassPipelineRegistration<>("kiln-training-pipeline",
                                    "cleanup, epilogue and elementwise fusion, layout, block "

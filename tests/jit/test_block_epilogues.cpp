@@ -8,6 +8,12 @@
 // stopped taking the block path.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "helpers.h"
 #include "kiln/control_flow.h"
@@ -57,6 +63,40 @@ int marked(const std::function<TensorList(const TensorList&)>& fn, const TensorL
   for (size_t at = text.find(attr); at != std::string::npos; at = text.find(attr, at + 1)) ++n;
   return n;
 }
+// The runtime entry points the code jit::compile generates calls (from its optimized LLVM IR,
+// KILN_CODEGEN_DUMP), so that a test sees which path the lowering took.
+std::string generated_calls(const jit::TracedFunction& traced, jit::CompileOptions o) {
+  const std::string path =
+      testing::TempDir() + "/kiln_block_test_" + std::to_string(getpid()) + ".ll";
+  o.memory_cache = false;
+  o.disk_cache = false;
+  setenv("KILN_CODEGEN_DUMP", path.c_str(), 1);
+  jit::compile(traced, o);
+  unsetenv("KILN_CODEGEN_DUMP");
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::remove(path.c_str());
+  return ss.str();
+}
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+// Calls of runtime entry points whose name ends with `suffix` ("_epilogue").
+int calls_ending(const std::string& ir, const std::string& suffix) {
+  const std::string call = "call void @kiln_abi_";
+  int n = 0;
+  for (size_t at = ir.find(call); at != std::string::npos; at = ir.find(call, at + 1)) {
+    const size_t name = at + call.size(), open = ir.find('(', name);
+    if (open != std::string::npos && open - name >= suffix.size() &&
+        ir.compare(open - suffix.size(), suffix.size(), suffix) == 0)
+      ++n;
+  }
+  return n;
+}
+
 constexpr const char* kEpilogue = "kiln.block_epilogue";
 constexpr const char* kPrologue = "kiln.block_prologue";
 
@@ -95,6 +135,7 @@ TEST(BlockEpilogues, ConvChainsMatchEagerOnEveryAlgorithm) {
       EXPECT_EQ(marked(fn, in, frozen, kEpilogue), 1);
       jit::TracedFunction traced = jit::trace(fn, in);
       if (frozen) jit::freeze(traced);
+      EXPECT_EQ(calls_ending(generated_calls(traced, blocked(true, -1)), "_epilogue"), 1);
       for (int bits : kiln::test::kVectorWidths) {
         SCOPED_TRACE(testing::Message() << "N" << c.N << " C" << c.C << " " << c.H << "x" << c.W
                                         << " O" << c.O << " k" << c.K << " g" << c.groups
@@ -128,6 +169,7 @@ TEST(BlockEpilogues, LinearChainsMatchEager) {
     EXPECT_EQ(marked(fn, in, frozen, kPrologue), 0);  // hs stays the first linear's epilogue
     jit::TracedFunction traced = jit::trace(fn, in);
     if (frozen) jit::freeze(traced);
+    EXPECT_EQ(calls_ending(generated_calls(traced, blocked(true, -1)), "_epilogue"), 2);
     for (int bits : kiln::test::kVectorWidths) {
       SCOPED_TRACE(testing::Message()
                    << (frozen ? "frozen" : "weights as arguments") << " vector_bits " << bits);
@@ -168,6 +210,9 @@ TEST(BlockEpilogues, MatmulChainsMatchEager) {
     const Tensor want = fn(in)[0];
     EXPECT_EQ(marked(fn, in, false, kEpilogue), 1);
     jit::TracedFunction traced = jit::trace(fn, in);
+    EXPECT_EQ(count_of(generated_calls(traced, blocked(true, -1)),
+                       "call void @kiln_abi_matmul_epilogue("),
+              1);
     for (int bits : kiln::test::kVectorWidths) {
       SCOPED_TRACE(testing::Message() << "a rank " << c.a.size() << " b rank " << c.b.size()
                                       << " vector_bits " << bits);
@@ -196,18 +241,19 @@ TEST(BlockEpilogues, MatmulChainsMatchEager) {
 
 // A linear's input computed by an elementwise chain, as the linear's block prologue: relu(x + r) *
 // mask[row] before the first linear (whose own epilogue chain runs too), exp(u * 0.1) * 0.5
-// before the second. On the host's description (one block of rows) and one with small caches
-// (many blocks, the last partial), frozen and not, at every vector width: the same as eager and as
-// the chains as kernels of their own.
+// before the second (a fused linear: bias, residual and relu). On the host's description (one block
+// of rows) and one with small caches (many blocks, the last partial), frozen and not, at every
+// vector width: the same as eager and as the chains as kernels of their own.
 TEST(BlockPrologues, LinearInputsMatchEager) {
   ThreadsForTheTest threads;
   Tensor w1 = rnd({96, 40}, 31, 0.2), b1 = rnd({96}, 32), w2 = rnd({24, 96}, 33, 0.2);
+  Tensor b2 = rnd({24}, 38);
   auto fn = [&](const TensorList& in) {
     Tensor h = linear(relu(in[0] + in[1]) * in[2], w1, b1);
-    return TensorList{tanh(h) * 0.5 + h, linear(exp(in[3] * 0.1) * 0.5, w2)};
+    return TensorList{tanh(h) * 0.5 + h, relu(linear(exp(in[3] * 0.1) * 0.5, w2, b2) + in[4])};
   };
   const TensorList in = {rnd({3, 70, 40}, 34), rnd({3, 70, 40}, 35), rnd({3, 70, 1}, 36),
-                         rnd({3, 70, 96}, 37)};
+                         rnd({3, 70, 96}, 37), rnd({3, 70, 24}, 39)};
   const TensorList want = fn(in);
   const rt::TargetDescription saved = rt::active_target();
   for (bool frozen : {false, true}) {
@@ -215,6 +261,9 @@ TEST(BlockPrologues, LinearInputsMatchEager) {
     EXPECT_EQ(marked(fn, in, frozen, kEpilogue), 1);
     jit::TracedFunction traced = jit::trace(fn, in);
     if (frozen) jit::freeze(traced);
+    const std::string calls = generated_calls(traced, blocked(true, -1));
+    EXPECT_EQ(count_of(calls, "call void @kiln_abi_linear_prologue("), 1);
+    EXPECT_EQ(count_of(calls, "call void @kiln_abi_linear_fused_prologue("), 1);
     for (int bits : kiln::test::kVectorWidths) {
       jit::CompileOptions separate_options = blocked(false, bits);
       separate_options.block_prologues = false;

@@ -34,11 +34,12 @@ func.func @single_op(%x: tensor<3x5xf32>, %w: tensor<8x5xf32>, %b: tensor<8xf32>
 }
 
 // Left alone: an input also returned (needed whole), an input that is also the residual, a
-// chain that is another linear's block epilogue, float64, and a chain feeding the weight.
+// chain that is another linear's block epilogue, float64, a chain feeding the weight, and a
+// kiln.fused with two results.
 // CHECK-LABEL: func.func @not_taken
 // CHECK-NOT: kiln.block_prologue
 // CHECK: return
-func.func @not_taken(%x: tensor<3x8xf32>, %w: tensor<8x8xf32>, %xd: tensor<3x8xf64>, %wd: tensor<8x8xf64>) -> (tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf64>, tensor<3x8xf32>) {
+func.func @not_taken(%x: tensor<3x8xf32>, %w: tensor<8x8xf32>, %xd: tensor<3x8xf64>, %wd: tensor<8x8xf64>) -> (tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf64>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>) {
   %n = kiln.none
   %0 = kiln.exp %x : tensor<3x8xf32> -> tensor<3x8xf32>
   %1 = kiln.linear %0, %w, %n : (tensor<3x8xf32>, tensor<8x8xf32>, none) -> tensor<3x8xf32>
@@ -55,5 +56,13 @@ func.func @not_taken(%x: tensor<3x8xf32>, %w: tensor<8x8xf32>, %xd: tensor<3x8xf
   %9 = kiln.linear %8, %wd, %n : (tensor<3x8xf64>, tensor<8x8xf64>, none) -> tensor<3x8xf64>
   %10 = kiln.neg %w : tensor<8x8xf32> -> tensor<8x8xf32>
   %11 = kiln.linear %x, %10, %n : (tensor<3x8xf32>, tensor<8x8xf32>, none) -> tensor<3x8xf32>
-  return %0, %1, %3, %7, %9, %11 : tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf64>, tensor<3x8xf32>
+  %12:2 = kiln.fused(%x) : (tensor<3x8xf32>) -> (tensor<3x8xf32>, tensor<3x8xf32>) {
+  ^bb0(%a: tensor<3x8xf32>):
+    %13 = kiln.tanh %a : tensor<3x8xf32> -> tensor<3x8xf32>
+    %14 = kiln.exp %a : tensor<3x8xf32> -> tensor<3x8xf32>
+    kiln.yield %13, %14 : tensor<3x8xf32>, tensor<3x8xf32>
+  }
+  %15 = kiln.linear %12#0, %w, %n : (tensor<3x8xf32>, tensor<8x8xf32>, none) -> tensor<3x8xf32>
+  %16 = kiln.linear %12#1, %w, %n : (tensor<3x8xf32>, tensor<8x8xf32>, none) -> tensor<3x8xf32>
+  return %0, %1, %3, %7, %9, %11, %15, %16 : tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf64>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>
 }

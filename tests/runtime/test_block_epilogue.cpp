@@ -261,6 +261,13 @@ struct Source {
   const float* src;
   int* visits;
 };
+void fill_nothing(const void*, float*, int64_t, int64_t, int64_t, int64_t) {}
+BlockEpilogue prologue_of_nothing() {
+  BlockEpilogue b;
+  b.fn = fill_nothing;
+  return b;
+}
+
 void test_prologue(const void* ctx, float* c, int64_t offset, int64_t ldc, int64_t rows,
                    int64_t cols) {
   const Source& s = *static_cast<const Source*>(ctx);
@@ -289,8 +296,8 @@ TEST(BlockEpilogue, LinearPrologueFillsTheInputOnceBeforeTheProduct) {
         Dims x;
         int64_t N;
       };
-      for (const Shape& sh :
-           {Shape{{3, 50, 40}, 33}, Shape{{301, 64}, 70}, Shape{{1, 24}, 9}, Shape{{7, 0}, 5}}) {
+      for (const Shape& sh : {Shape{{3, 50, 40}, 33}, Shape{{301, 64}, 70}, Shape{{1, 24}, 9},
+                              Shape{{24}, 9}, Shape{{7, 0}, 5}, Shape{{0, 16}, 5}}) {
         for (int variant = 0; variant < 3; ++variant) {  // plain; residual + relu; packed + block
           SCOPED_TRACE(testing::Message() << spec << " x " << shape_str(sh.x) << " N " << sh.N
                                           << " variant " << variant << " threads " << nt);
@@ -299,7 +306,15 @@ TEST(BlockEpilogue, LinearPrologueFillsTheInputOnceBeforeTheProduct) {
           auto src = rand_tensor(sh.x);
           Dims out_shape = sh.x;
           out_shape.back() = sh.N;
-          auto res = variant == 1 ? rand_tensor(out_shape) : nullptr;
+          // The residual strided (a transpose) where the shape allows.
+          TensorImplPtr res;
+          if (variant == 1 && out_shape.size() >= 2) {
+            Dims swapped = out_shape;
+            std::swap(swapped[swapped.size() - 1], swapped[swapped.size() - 2]);
+            res = views::transpose(*rand_tensor(swapped), -1, -2);
+          } else if (variant == 1) {
+            res = rand_tensor(out_shape);
+          }
           Epilogue e;
           if (variant == 1) e.activation = Activation::Relu;
           auto packed = variant == 2 ? prepare_linear_weight(*w) : nullptr;
@@ -307,7 +322,15 @@ TEST(BlockEpilogue, LinearPrologueFillsTheInputOnceBeforeTheProduct) {
           auto x_ref = empty(sh.x, DType::Float32);
           for (int64_t i = 0; i < x_ref->numel(); ++i)
             x_ref->data_ptr<float>()[i] = src->data_ptr<float>()[i] * 2.0f - 1.0f;
-          auto plain = empty(out_shape, DType::Float32), got = empty(out_shape, DType::Float32);
+          // `got` a dense view 5 elements into its storage.
+          auto plain = empty(out_shape, DType::Float32);
+          int64_t out_numel = 1;
+          for (int64_t d : out_shape) out_numel *= d;
+          Dims out_strides(out_shape.size(), 1);
+          for (size_t d = out_shape.size() - 1; d > 0; --d)
+            out_strides[d - 1] = out_strides[d] * out_shape[d];
+          auto got =
+              make_view(*empty(Dims{out_numel + 5}, DType::Float32), out_shape, out_strides, 5);
           const std::vector<float> aux = rand_floats(plain->numel());
           std::vector<int> epilogue_visits(plain->numel(), 0);
           Aux actx{aux.data(), epilogue_visits.data()};
@@ -342,7 +365,13 @@ TEST(BlockEpilogue, LinearPrologueFillsTheInputOnceBeforeTheProduct) {
   }
   rt::set_active_target(saved_target);
   set_num_threads(saved);
-  // Shapes from generated code are checked like linear's.
+  // Shapes from generated code are checked like linear's; a residual must be shaped like out.
+  EXPECT_NE(error_of([&] {
+              auto b = rand_tensor(Dims{4});
+              linear_prologue_out(Dims{5, 6}, prologue_of_nothing(), *rand_tensor(Dims{4, 6}),
+                                  nullptr, b.get(), {}, *empty(Dims{5, 4}, DType::Float32));
+            }).find("linear: expected a residual shaped like out"),
+            std::string::npos);
   auto w = rand_tensor(Dims{4, 6});
   auto out = empty(Dims{5, 4}, DType::Float32), t = empty(Dims{4, 5}, DType::Float32);
   BlockEpilogue prologue;

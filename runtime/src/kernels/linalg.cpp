@@ -611,11 +611,15 @@ void linear_prologue_out(const Dims& x_shape, const BlockEpilogue& prologue, con
   KILN_CHECK(o.dtype() == DType::Float32 && o.is_contiguous() && o.device() == Device::CPU,
              "linear", "expected a dense float32 out on the CPU for a generated prologue, got ",
              describe(o));
+  KILN_CHECK(!res || res->sizes() == o.sizes(), "linear", "expected a residual shaped like out ",
+             describe(o), " for a generated prologue, got ", res ? describe(*res) : "");
   const int64_t K = x_shape.back(), N = w.size(0);
-  int64_t M = 1;
+  int64_t M = 1, elements = 0;
   for (size_t d = 0; d + 1 < x_shape.size(); ++d)
     KILN_CHECK(x_shape[d] >= 0 && mul_ok(M, x_shape[d], M), "linear",
                "expected an input shape whose elements can be counted, got ", x_shape);
+  KILN_CHECK(mul_ok(M, K, elements), "linear",
+             "expected an input shape whose elements can be counted, got ", x_shape);
   if (K == 0 || M == 0) {  // nothing to fill: out = bias (and the epilogues)
     linear_fused_out(*empty(x_shape, DType::Float32), w, bias, res, e, o, packed);
     return;
@@ -624,20 +628,24 @@ void linear_prologue_out(const Dims& x_shape, const BlockEpilogue& prologue, con
   // Blocks of rows that stay in the L2 while the product reads them (as sgemm's own operand
   // blocks), each computed just before its product; the input as a whole is never stored.
   const int64_t rows =
-      std::clamp<int64_t>(rt::target_params().l2_block_bytes / (K * 4), 1, std::max<int64_t>(M, 1));
-  int64_t block_floats = 0;
-  KILN_CHECK(mul_ok(rows, K, block_floats), "linear", "expected a row block of countable size");
-  RowBlock block(static_cast<size_t>(block_floats));
+      std::clamp<int64_t>(rt::target_params().l2_block_bytes / 4 / K, 1, M);
+  // A weight not packed once yet is packed here, once, rather than by every block's product.
+  std::shared_ptr<const SgemmPacked> own;
+  if (rows < M && (!packed || !packed->is_b() || packed->outer() != N || packed->depth() != K)) {
+    own = prepare_linear_weight(w);
+    packed = own.get();
+  }
+  RowBlock block(static_cast<size_t>(rows * K));  // rows * K <= M * K: counted above
   auto storage = make_intrusive<Storage>(block.get(), block.bytes(), std::function<void(void*)>());
-  BlockEpilogue fill = prologue;
   Epilogue eb = e;
   if (eb.block) eb.block.origin = o.data_ptr<float>();
   for (int64_t r0 = 0; r0 < M; r0 += rows) {
     const int64_t n = std::min(rows, M - r0);
     float* xb = block.get();
-    fill.origin = xb - r0 * K;  // the offsets it is given are the whole input's
-    parallel_for(0, n, std::max<int64_t>(1, (int64_t(1) << 14) / K),
-                 [&](int64_t a, int64_t b) { fill.apply(xb + a * K, K, b - a, K); });
+    // Each row's offset is the whole input's (r0 + a) * K.
+    parallel_for(0, n, std::max<int64_t>(1, (int64_t(1) << 14) / K), [&](int64_t a, int64_t b) {
+      prologue.fn(prologue.ctx, xb + a * K, (r0 + a) * K, K, b - a, K);
+    });
     auto x_rows = make_intrusive<TensorImpl>(storage, Dims{n, K}, Dims{K, 1}, 0, DType::Float32);
     auto o_rows = make_view(o, Dims{n, N}, Dims{N, 1}, o.storage_offset() + r0 * N);
     auto res_rows = res_dense ? make_view(*res_dense, Dims{n, N}, Dims{N, 1},

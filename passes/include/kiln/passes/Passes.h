@@ -130,7 +130,9 @@ struct PipelineOptions {
   // --kiln-fuse-block-epilogues (false: the chains after convs and linears stay their own kernels;
   // benchmarks compare the two).
   bool block_epilogues = true;
-  // --kiln-fuse-block-prologues (false: a chain computing a linear's input stays its own kernel).
+  // --kiln-fuse-block-prologues in the training pipeline (the one the JIT and AOT compilers run;
+  // false: a chain computing a linear's input stays its own kernel). The inference pipeline,
+  // whose artifacts run the chain as an instruction of its own, never runs it.
   bool block_prologues = true;
   // Memory planning runs last (it annotates the final values): `memory_plan` when set, else the
   // hook from set_memory_plan_hook(), else --kiln-plan-memory. plan_memory = false skips it.
@@ -141,7 +143,7 @@ struct PipelineOptions {
 // Module-level pipelines (pm anchored on builtin.module). Inference: freeze folds, cleanup,
 // gradient elimination, cleanup, bn folding, epilogue fusion, mbconv fusion, cleanup, elementwise
 // fusion, cleanup, layout, block epilogues, memory plan. Training: cleanup, epilogue fusion,
-// elementwise fusion, cleanup, layout, block epilogues, memory plan.
+// elementwise fusion, cleanup, layout, block epilogues, block prologues, memory plan.
 void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& options = {});
 void build_training_pipeline(mlir::OpPassManager& pm, const PipelineOptions& options = {});
 

@@ -80,8 +80,10 @@ void linear_fused_out(const TensorImpl& input, const TensorImpl& weight, const T
 // linear_fused_out whose input x (of shape `x_shape`) is not computed: `prologue` (generated code,
 // gemm.h's BlockEpilogue signature) writes x's elements, at the flat offsets it is given, into a
 // scratch block of rows, and the product takes each block right after it is written, while it is
-// in cache; x is never stored whole. `out` must be dense float32 on the CPU; e.block, when set,
-// runs as in linear_fused_out. Shapes are checked as linear's ("linear: expected ...").
+// in cache; x is never stored whole. `out` must be dense float32 on the CPU and `res` (or null)
+// shaped like it; e.block, when set, runs as in linear_fused_out. A weight without `packed` is
+// packed once per call when the input takes several blocks. Shapes are checked as linear's
+// ("linear: expected ...").
 void linear_prologue_out(const Dims& x_shape, const BlockEpilogue& prologue, const TensorImpl& w,
                          const TensorImpl* bias, const TensorImpl* res, const Epilogue& e,
                          TensorImpl& o, const SgemmPacked* packed = nullptr);
