@@ -1,17 +1,18 @@
-// --kiln-fuse-block-prologues: an elementwise chain whose result is only a linear layer's input
-// runs as that product's prologue: the linear computes the input one block of rows at a time,
-// just before its GEMM reads those rows, so they are read from cache rather than written out
-// whole and read back from memory (a mask or dropout before a projection, an activation after a
-// residual add, a scale computed in a previous step).
+// --kiln-fuse-block-prologues: an elementwise chain whose result is only the input of a linear
+// layer (or of a matmul by a [K, N] matrix) runs as that product's prologue: the product computes
+// its input one block of rows at a time, just before its GEMM reads those rows, so they are read
+// from cache rather than written out whole and read back from memory (a mask or dropout before a
+// projection, an activation after a residual add, a scale computed in a previous step).
 //
 //   x = kiln.fused (a, b, ...) { ... }  (or a single elementwise op, which becomes one)
-//   y = kiln.linear / linear_fused (x, w, ...)      x float32, used by nothing else
+//   y = kiln.linear / linear_fused (x, w, ...), or kiln.matmul (x, m) with m [K, N]
 //
-// x is marked kiln.block_prologue and moved down to just before the linear, so that nothing runs
-// between them. Code generation emits the chain as a function the runtime's linear calls on
-// each block of rows (codegen block_epilogue.cpp, kernels::linear_prologue_out); the artifact's
-// portable plan runs the two ops one after the other. A chain that is already another product's
-// block epilogue stays one.
+// where x is float32 and used by nothing else. x is marked kiln.block_prologue and moved down to
+// just before the product, so that nothing runs between them. Code generation emits the chain as
+// a function the runtime's product calls on each block of rows (codegen block_epilogue.cpp,
+// kernels::linear_prologue_out / matmul_prologue_out); the training pipeline runs this pass (the
+// inference pipeline's artifacts would run the chain as its own instruction anyway). A chain that
+// is already another product's block epilogue stays one.
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -24,15 +25,22 @@
 namespace kiln::passes {
 namespace {
 
-void fuse(mlir::Operation* linear) {
-  mlir::Value x = linear->getOperand(0);
+// A matmul by a [K, N] matrix (any left operand of rank >= 1: its rows are the product's).
+bool is_matrix_product(mlir::Operation* op) {
+  if (!mlir::isa<ir::MatmulOp>(op)) return false;
+  auto rhs = mlir::dyn_cast<mlir::RankedTensorType>(op->getOperand(1).getType());
+  return rhs && rhs.getRank() == 2;
+}
+
+void fuse(mlir::Operation* product) {
+  mlir::Value x = product->getOperand(0);
   mlir::Operation* producer = x.getDefiningOp();
-  if (!producer || producer->getBlock() != linear->getBlock() || !x.hasOneUse() ||
+  if (!producer || producer->getBlock() != product->getBlock() || !x.hasOneUse() ||
       producer->getNumResults() != 1 || !is_block_value(x.getType()) ||
       producer->hasAttr(ir::kBlockEpilogueAttr))
     return;
   producer = mark_block_chain(producer, ir::kBlockPrologueAttr);
-  if (producer) producer->moveBefore(linear);
+  if (producer) producer->moveBefore(product);
 }
 
 struct FuseBlockProloguesPass
@@ -40,15 +48,16 @@ struct FuseBlockProloguesPass
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FuseBlockProloguesPass)
   llvm::StringRef getArgument() const override { return "kiln-fuse-block-prologues"; }
   llvm::StringRef getDescription() const override {
-    return "Compute the elementwise chain that is a linear's input as the linear's block "
-           "prologue";
+    return "Compute the elementwise chain that is a linear's or matmul's input as the product's "
+           "block prologue";
   }
   void runOnOperation() override {
-    llvm::SmallVector<mlir::Operation*> linears;
+    llvm::SmallVector<mlir::Operation*> products;
     getOperation().walk([&](mlir::Operation* op) {
-      if (mlir::isa<ir::LinearOp, ir::LinearFusedOp>(op)) linears.push_back(op);
+      if (mlir::isa<ir::LinearOp, ir::LinearFusedOp>(op) || is_matrix_product(op))
+        products.push_back(op);
     });
-    for (mlir::Operation* op : linears) fuse(op);
+    for (mlir::Operation* op : products) fuse(op);
   }
 };
 

@@ -284,6 +284,45 @@ TEST(BlockPrologues, LinearInputsMatchEager) {
   }
 }
 
+// A matmul by a matrix (an argument, and a frozen constant) whose input is a chain, with a chain
+// after it too: relu(x + r) * mask[row] @ W, then 30 * tanh(y / 30).
+TEST(BlockPrologues, MatmulInputsMatchEager) {
+  ThreadsForTheTest threads;
+  Tensor w = rnd({40, 56}, 51, 0.3);
+  auto fn = [&](const TensorList& in) {
+    Tensor y = matmul(relu(in[0] + in[1]) * in[2], in[3]);
+    Tensor z = matmul(exp(in[0] * 0.1), w);
+    return TensorList{tanh(y / 30.0) * 30.0, z};
+  };
+  const TensorList in = {rnd({3, 70, 40}, 52), rnd({3, 70, 40}, 53), rnd({3, 70, 1}, 54),
+                         rnd({40, 33}, 55)};
+  const TensorList want = fn(in);
+  const rt::TargetDescription saved = rt::active_target();
+  for (bool frozen : {false, true}) {
+    EXPECT_EQ(marked(fn, in, frozen, kPrologue), 2);
+    jit::TracedFunction traced = jit::trace(fn, in);
+    if (frozen) jit::freeze(traced);
+    EXPECT_EQ(calls_ending(generated_calls(traced, blocked(true, -1)), "matmul_prologue"), 2);
+    for (int bits : kiln::test::kVectorWidths) {
+      jit::CompileOptions separate_options = blocked(false, bits);
+      separate_options.block_prologues = false;
+      const jit::CompiledFunction separate = jit::compile(traced, separate_options);
+      const jit::CompiledFunction blocks = jit::compile(traced, blocked(true, bits));
+      for (const char* spec : {"host", "host,l1d=4K,l2=8K,l3=64K"}) {
+        SCOPED_TRACE(testing::Message() << (frozen ? "frozen" : "weights as arguments")
+                                        << " vector_bits " << bits << " " << spec);
+        rt::set_active_target(rt::parse_target(spec));
+        const TensorList sep = separate(in), got = blocks(in);
+        for (size_t k = 0; k < 2; ++k) {
+          EXPECT_LE(max_rel_error(got[k], want[k]), 1e-5);
+          EXPECT_LE(max_rel_error(got[k], sep[k]), 1e-5);
+        }
+      }
+      rt::set_active_target(saved);
+    }
+  }
+}
+
 // In a loop body, reading the carried value: h = tanh(linear(relu(h + u) * 0.5, w)) for five
 // steps; the saved artifact (whose plan runs the chain as its own instruction) agrees too.
 TEST(BlockPrologues, InsideALoopBodyAndSaved) {

@@ -33,6 +33,22 @@ func.func @single_op(%x: tensor<3x5xf32>, %w: tensor<8x5xf32>, %b: tensor<8xf32>
   return %1 : tensor<3x8xf32>
 }
 
+// A matmul by a matrix takes its input chain the same way; one by a batch of matrices does not
+// (its rows are not one product's).
+// CHECK-LABEL: func.func @matmuls
+// CHECK: %[[P:.*]] = kiln.fused(%arg0) {kiln.block_prologue}
+// CHECK-NEXT: ^bb0
+// CHECK: kiln.matmul %[[P]], %arg1
+// CHECK-NOT: kiln.block_prologue
+// CHECK: return
+func.func @matmuls(%x: tensor<2x3x5xf32>, %m: tensor<5x4xf32>, %bm: tensor<2x5x4xf32>) -> (tensor<2x3x4xf32>, tensor<2x3x4xf32>) {
+  %0 = kiln.sigmoid %x : tensor<2x3x5xf32> -> tensor<2x3x5xf32>
+  %1 = kiln.matmul %0, %m : tensor<2x3x5xf32>, tensor<5x4xf32>
+  %2 = kiln.tanh %x : tensor<2x3x5xf32> -> tensor<2x3x5xf32>
+  %3 = kiln.matmul %2, %bm : tensor<2x3x5xf32>, tensor<2x5x4xf32>
+  return %1, %3 : tensor<2x3x4xf32>, tensor<2x3x4xf32>
+}
+
 // Left alone: an input also returned (needed whole), an input that is also the residual, a
 // chain that is another linear's block epilogue, float64, a chain feeding the weight, and a
 // kiln.fused with two results.

@@ -387,6 +387,69 @@ TEST(BlockEpilogue, LinearPrologueFillsTheInputOnceBeforeTheProduct) {
             std::string::npos);
 }
 
+// matmul_prologue_out: the same for a matmul by a [K, N] matrix (rank-1 and 3-D inputs, the
+// right operand packed or not, with and without the generated epilogue), one block and many.
+TEST(BlockEpilogue, MatmulPrologueFillsTheInputOnceBeforeTheProduct) {
+  const int saved = num_threads();
+  const rt::TargetDescription saved_target = rt::active_target();
+  for (const char* spec : {"host", "host,l1d=4K,l2=8K,l3=64K"}) {
+    rt::set_active_target(rt::parse_target(spec));
+    for (int nt : {1, 2}) {
+      set_num_threads(nt);
+      struct Shape {
+        Dims x;
+        int64_t N;
+      };
+      for (const Shape& sh :
+           {Shape{{3, 50, 40}, 33}, Shape{{301, 64}, 70}, Shape{{24}, 9}, Shape{{7, 0}, 5}}) {
+        for (int variant = 0; variant < 2; ++variant) {  // plain; packed + epilogue
+          SCOPED_TRACE(testing::Message() << spec << " x " << shape_str(sh.x) << " N " << sh.N
+                                          << " variant " << variant << " threads " << nt);
+          const int64_t K = sh.x.back();
+          auto b = rand_tensor(Dims{K, sh.N}), src = rand_tensor(sh.x);
+          auto x_ref = empty(sh.x, DType::Float32);
+          for (int64_t i = 0; i < x_ref->numel(); ++i)
+            x_ref->data_ptr<float>()[i] = src->data_ptr<float>()[i] * 2.0f - 1.0f;
+          const Dims shape = matmul_shape(*x_ref, *b);
+          auto plain = empty(shape, DType::Float32), got = empty(shape, DType::Float32);
+          auto packed = variant == 1 ? prepare_matmul_operand(*b) : nullptr;
+          const std::vector<float> aux = rand_floats(plain->numel());
+          std::vector<int> ref_visits(plain->numel(), 0), visits_out(plain->numel(), 0);
+          Aux ref_ctx{aux.data(), ref_visits.data()}, out_ctx{aux.data(), visits_out.data()};
+          BlockEpilogue ref_block, block;
+          if (variant == 1) {
+            ref_block.fn = block.fn = test_epilogue;
+            ref_block.ctx = &ref_ctx;
+            block.ctx = &out_ctx;
+          }
+          matmul_epilogue_out(*x_ref, *b, *plain, ref_block, packed.get());
+          std::vector<int> visits(x_ref->numel(), 0);
+          Source sctx{src->data_ptr<float>(), visits.data()};
+          BlockEpilogue prologue;
+          prologue.fn = test_prologue;
+          prologue.ctx = &sctx;
+          matmul_prologue_out(sh.x, prologue, *b, *got, block, packed.get());
+          for (int64_t i = 0; i < x_ref->numel(); ++i)
+            ASSERT_EQ(visits[i], 1) << "input element " << i;
+          for (int64_t i = 0; i < got->numel(); ++i) {
+            const float want = plain->data_ptr<float>()[i];
+            ASSERT_NEAR(got->data_ptr<float>()[i], want, 1e-5f * (1.0f + std::fabs(want)))
+                << "element " << i;
+            if (variant == 1) ASSERT_EQ(visits_out[i], 1) << "element " << i;
+          }
+        }
+      }
+    }
+  }
+  rt::set_active_target(saved_target);
+  set_num_threads(saved);
+  EXPECT_NE(error_of([&] {
+              matmul_prologue_out(Dims{5, 6}, prologue_of_nothing(), *rand_tensor(Dims{2, 6, 4}),
+                                  *empty(Dims{5, 4}, DType::Float32));
+            }).find("matmul: expected a [K, N] right operand with K = 6"),
+            std::string::npos);
+}
+
 // Kernels that cannot run it say so instead of skipping it.
 TEST(BlockEpilogue, RefusedWhereItCannotRun) {
   auto x = rand_tensor(Dims{1, 2, 5, 5}, DType::Float64),

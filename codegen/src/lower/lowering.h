@@ -105,16 +105,17 @@ class Lowering {
   bool emit_column_kernel(mlir::Operation* op);
   // Emits a runtime call for op (false if the op is not an ABI op); with `epilogue`, the op's
   // kiln_abi_<op>_epilogue entry point, which runs it on each block of the result; with
-  // `prologue` (a linear's), kiln_abi_<op>_prologue, which computes the input (tensor 0) block by
-  // block with it, and runs the epilogue (or none).
+  // `prologue` (a linear's or matmul's), kiln_abi_<op>_prologue, which computes the input (tensor
+  // 0) block by block with it, and runs the epilogue (or none).
   bool emit_abi_call(mlir::Operation* op, const BlockEpilogueFn* epilogue = nullptr,
                      const BlockEpilogueFn* prologue = nullptr);
   // A conv2d / linear / matmul whose only user is a kiln.fused marked ir::kBlockEpilogueAttr (the
-  // product with the chain as its block epilogue, both results in one buffer), and a linear whose
-  // input is a deferred kiln.fused marked ir::kBlockPrologueAttr (computed block by block by the
-  // linear's call into its buffer). False: not such a product.
+  // product with the chain as its block epilogue, both results in one buffer), and a linear or
+  // matmul whose input is a deferred kiln.fused marked ir::kBlockPrologueAttr (computed block by
+  // block by the product's call, never stored whole). False: not such a product.
   bool emit_product_with_blocks(mlir::Operation* op);
-  // A kiln.fused marked ir::kBlockPrologueAttr whose value the next op, a linear, computes.
+  // A kiln.fused marked ir::kBlockPrologueAttr whose value the next op, a linear or a matmul by a
+  // [K, N] matrix, computes.
   bool is_block_prologue(mlir::Operation* op) const;
   bool has_constant_weight(mlir::Operation* op, llvm::StringRef name);
   void error(mlir::Operation* op, const std::string& message);

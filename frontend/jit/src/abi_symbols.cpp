@@ -33,6 +33,7 @@ const std::vector<std::pair<std::string, void*>>& abi_symbols() {
       KILN_SYM(kiln_abi_release_prepared),
       KILN_SYM(kiln_abi_matmul_epilogue),
       KILN_SYM(kiln_abi_linear_epilogue),
+      KILN_SYM(kiln_abi_matmul_prologue),
       KILN_SYM(kiln_abi_linear_prologue),
       KILN_SYM(kiln_abi_linear_fused_prologue),
       KILN_SYM(kiln_abi_linear_fused_epilogue),

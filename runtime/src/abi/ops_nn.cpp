@@ -413,6 +413,21 @@ extern "C" void kiln_abi_linear_prologue(void* const* data, const int64_t* desc,
   });
 }
 
+extern "C" void kiln_abi_matmul_prologue(void* const* data, const int64_t* desc, void** slot,
+                                         kiln_abi_block_epilogue prologue, const void* prologue_ctx,
+                                         kiln_abi_block_epilogue epilogue,
+                                         const void* epilogue_ctx) {
+  abi::guarded("matmul", [&] {
+    abi::Args a(data, desc, "matmul");
+    const SgemmPacked* packed =
+        slot ? prepared_in_slot<SgemmPacked>(slot, [&] { return prepare_matmul_operand(a.t(1)); })
+             : nullptr;
+    matmul_prologue_out(a.shape_without_data(0, DType::Float32),
+                        block_epilogue(prologue, prologue_ctx), a.t(1), a.t(2),
+                        block_epilogue(epilogue, epilogue_ctx), packed);
+  });
+}
+
 extern "C" void kiln_abi_linear_fused_prologue(void* const* data, const int64_t* desc, void** slot,
                                                kiln_abi_block_epilogue prologue,
                                                const void* prologue_ctx,

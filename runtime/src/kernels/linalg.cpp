@@ -392,7 +392,7 @@ void matmul_epilogue_out(const TensorImpl& a, const TensorImpl& b, TensorImpl& o
   if (packed && matmul_packed_out(a, b, *packed, out, block)) return;
   Epilogue e;
   e.block = block;
-  e.block.origin = out.data_ptr<float>();
+  if (!e.block.origin) e.block.origin = out.data_ptr<float>();  // (a caller's row block: its own)
   if (matmul_into(a, b, out, e) || out.numel() == 0) return;
   // No sgemm ran it (a dot or matrix-vector product): the whole result as one run.
   e.block.apply(out.data_ptr<float>(), out.numel(), 1, out.numel());
@@ -482,7 +482,7 @@ bool matmul_packed_out(const TensorImpl& a, const TensorImpl& b, const SgemmPack
   const int64_t M = a.numel() / K;
   Epilogue e;
   e.block = block;
-  e.block.origin = out.data_ptr<float>();
+  if (!e.block.origin) e.block.origin = out.data_ptr<float>();
   sgemm_packed_b(false, M, 1.0f, a.data_ptr<float>(), K, packed, 0.0f, out.data_ptr<float>(), N, e);
   return true;
 }
@@ -597,48 +597,18 @@ class RowBlock {
   size_t bytes_;
   float* p_;
 };
-}  // namespace
-
-void linear_prologue_out(const Dims& x_shape, const BlockEpilogue& prologue, const TensorImpl& w,
-                         const TensorImpl* bias, const TensorImpl* res, const Epilogue& e,
-                         TensorImpl& o, const SgemmPacked* packed) {
-  KILN_CHECK(!x_shape.empty(), "linear", "expected an input of at least 1 dim, got a 0-dim one");
-  KILN_CHECK(w.dim() == 2 && x_shape.back() == w.size(1), "linear", "expected input [..., ",
-             w.dim() == 2 ? w.size(1) : -1, "] for weight ", describe(w), ", got input ", x_shape);
-  Dims shape = x_shape;
-  shape.back() = w.size(0);
-  check_out_shape("linear", o, shape);
-  KILN_CHECK(o.dtype() == DType::Float32 && o.is_contiguous() && o.device() == Device::CPU,
-             "linear", "expected a dense float32 out on the CPU for a generated prologue, got ",
-             describe(o));
-  KILN_CHECK(!res || res->sizes() == o.sizes(), "linear", "expected a residual shaped like out ",
-             describe(o), " for a generated prologue, got ", res ? describe(*res) : "");
-  const int64_t K = x_shape.back(), N = w.size(0);
-  int64_t M = 1, elements = 0;
-  for (size_t d = 0; d + 1 < x_shape.size(); ++d)
-    KILN_CHECK(x_shape[d] >= 0 && mul_ok(M, x_shape[d], M), "linear",
-               "expected an input shape whose elements can be counted, got ", x_shape);
-  KILN_CHECK(mul_ok(M, K, elements), "linear",
-             "expected an input shape whose elements can be counted, got ", x_shape);
-  if (K == 0 || M == 0) {  // nothing to fill: out = bias (and the epilogues)
-    linear_fused_out(*empty(x_shape, DType::Float32), w, bias, res, e, o, packed);
-    return;
-  }
-  TensorImplPtr res_dense = res ? views::contiguous(*res) : TensorImplPtr();
-  // Blocks of rows that stay in the L2 while the product reads them (as sgemm's own operand
-  // blocks), each computed just before its product; the input as a whole is never stored.
-  const int64_t rows =
-      std::clamp<int64_t>(rt::target_params().l2_block_bytes / 4 / K, 1, M);
-  // A weight not packed once yet is packed here, once, rather than by every block's product.
-  std::shared_ptr<const SgemmPacked> own;
-  if (rows < M && (!packed || !packed->is_b() || packed->outer() != N || packed->depth() != K)) {
-    own = prepare_linear_weight(w);
-    packed = own.get();
-  }
-  RowBlock block(static_cast<size_t>(rows * K));  // rows * K <= M * K: counted above
+// The rows of an input [M, K] that `prologue` computes, a block of them at a time into scratch
+// (blocks that stay in the L2 while the product reads them, as sgemm's own operand blocks), each
+// block handed to product(x_rows [n, K], r0, n) right after: the input is never stored whole.
+// prepare(rows per block) runs first, so that the caller can do once what each block's product
+// would otherwise redo.
+template <typename Prepare, typename Product>
+void prologue_blocks(int64_t M, int64_t K, const BlockEpilogue& prologue, Prepare&& prepare,
+                     Product&& product) {
+  const int64_t rows = std::clamp<int64_t>(rt::target_params().l2_block_bytes / 4 / K, 1, M);
+  prepare(rows);
+  RowBlock block(static_cast<size_t>(rows * K));  // rows * K <= M * K: counted by the callers
   auto storage = make_intrusive<Storage>(block.get(), block.bytes(), std::function<void(void*)>());
-  Epilogue eb = e;
-  if (eb.block) eb.block.origin = o.data_ptr<float>();
   for (int64_t r0 = 0; r0 < M; r0 += rows) {
     const int64_t n = std::min(rows, M - r0);
     float* xb = block.get();
@@ -647,12 +617,102 @@ void linear_prologue_out(const Dims& x_shape, const BlockEpilogue& prologue, con
       prologue.fn(prologue.ctx, xb + a * K, (r0 + a) * K, K, b - a, K);
     });
     auto x_rows = make_intrusive<TensorImpl>(storage, Dims{n, K}, Dims{K, 1}, 0, DType::Float32);
-    auto o_rows = make_view(o, Dims{n, N}, Dims{N, 1}, o.storage_offset() + r0 * N);
-    auto res_rows = res_dense ? make_view(*res_dense, Dims{n, N}, Dims{N, 1},
-                                          res_dense->storage_offset() + r0 * N)
-                              : TensorImplPtr();
-    linear_fused_out(*x_rows, w, bias, res_rows.get(), eb, *o_rows, packed);
+    product(*x_rows, r0, n);
   }
+}
+
+// The rows M of an input of `x_shape` (all but its last dim), counted with overflow checks.
+int64_t prologue_rows(std::string_view op, const Dims& x_shape) {
+  KILN_CHECK(!x_shape.empty(), op, "expected an input of at least 1 dim, got a 0-dim one");
+  int64_t M = 1, elements = 0;
+  for (size_t d = 0; d + 1 < x_shape.size(); ++d)
+    KILN_CHECK(x_shape[d] >= 0 && mul_ok(M, x_shape[d], M), op,
+               "expected an input shape whose elements can be counted, got ", x_shape);
+  KILN_CHECK(x_shape.back() >= 0 && mul_ok(M, x_shape.back(), elements), op,
+             "expected an input shape whose elements can be counted, got ", x_shape);
+  return M;
+}
+
+void check_prologue_out(std::string_view op, const TensorImpl& o) {
+  KILN_CHECK(o.dtype() == DType::Float32 && o.is_contiguous() && o.device() == Device::CPU, op,
+             "expected a dense float32 out on the CPU for a generated prologue, got ", describe(o));
+}
+
+// Rows [r0, r0 + n) of a dense matrix of `width` columns.
+TensorImplPtr rows_of(const TensorImpl& t, int64_t r0, int64_t n, int64_t width) {
+  return make_view(t, Dims{n, width}, Dims{width, 1}, t.storage_offset() + r0 * width);
+}
+
+}  // namespace
+
+void linear_prologue_out(const Dims& x_shape, const BlockEpilogue& prologue, const TensorImpl& w,
+                         const TensorImpl* bias, const TensorImpl* res, const Epilogue& e,
+                         TensorImpl& o, const SgemmPacked* packed) {
+  const int64_t M = prologue_rows("linear", x_shape);
+  KILN_CHECK(w.dim() == 2 && x_shape.back() == w.size(1), "linear", "expected input [..., ",
+             w.dim() == 2 ? w.size(1) : -1, "] for weight ", describe(w), ", got input ", x_shape);
+  Dims shape = x_shape;
+  shape.back() = w.size(0);
+  check_out_shape("linear", o, shape);
+  check_prologue_out("linear", o);
+  KILN_CHECK(!res || res->sizes() == o.sizes(), "linear", "expected a residual shaped like out ",
+             describe(o), " for a generated prologue, got ", res ? describe(*res) : "");
+  const int64_t K = x_shape.back(), N = w.size(0);
+  if (K == 0 || M == 0) {  // nothing to fill: out = bias (and the epilogues)
+    linear_fused_out(*empty(x_shape, DType::Float32), w, bias, res, e, o, packed);
+    return;
+  }
+  TensorImplPtr res_dense = res ? views::contiguous(*res) : TensorImplPtr();
+  std::shared_ptr<const SgemmPacked> own;
+  Epilogue eb = e;
+  if (eb.block) eb.block.origin = o.data_ptr<float>();
+  prologue_blocks(
+      M, K, prologue,
+      [&](int64_t rows) {
+        // A weight not packed yet is packed once here rather than by every block's product.
+        if (rows < M &&
+            (!packed || !packed->is_b() || packed->outer() != N || packed->depth() != K)) {
+          own = prepare_linear_weight(w);
+          packed = own.get();
+        }
+      },
+      [&](const TensorImpl& x_rows, int64_t r0, int64_t n) {
+        auto res_rows = res_dense ? rows_of(*res_dense, r0, n, N) : TensorImplPtr();
+        linear_fused_out(x_rows, w, bias, res_rows.get(), eb, *rows_of(o, r0, n, N), packed);
+      });
+}
+
+void matmul_prologue_out(const Dims& x_shape, const BlockEpilogue& prologue, const TensorImpl& b,
+                         TensorImpl& o, const BlockEpilogue& block, const SgemmPacked* packed) {
+  const int64_t M = prologue_rows("matmul", x_shape);
+  KILN_CHECK(b.dim() == 2 && x_shape.back() == b.size(0), "matmul",
+             "expected a [K, N] right operand with K = ", x_shape.back(),
+             " for a generated prologue, got ", describe(b));
+  Dims shape = x_shape;
+  shape.back() = b.size(1);
+  check_out_shape("matmul", o, shape);
+  check_prologue_out("matmul", o);
+  const int64_t K = x_shape.back(), N = b.size(1);
+  if (K == 0 || M == 0) {  // nothing to fill (zeros, and the epilogue)
+    matmul_epilogue_out(*empty(x_shape, DType::Float32), b, o, block, packed);
+    return;
+  }
+  std::shared_ptr<const SgemmPacked> own;
+  BlockEpilogue whole = block;
+  if (whole) whole.origin = o.data_ptr<float>();
+  prologue_blocks(
+      M, K, prologue,
+      [&](int64_t rows) {
+        // A right operand not packed yet is packed once here.
+        if (rows < M &&
+            (!packed || !packed->is_b() || packed->outer() != N || packed->depth() != K)) {
+          own = prepare_matmul_operand(b);
+          packed = own.get();
+        }
+      },
+      [&](const TensorImpl& x_rows, int64_t r0, int64_t n) {
+        matmul_epilogue_out(x_rows, b, *rows_of(o, r0, n, N), whole, packed);
+      });
 }
 
 void linear_out(const TensorImpl& input, const TensorImpl& weight, const TensorImpl* bias,

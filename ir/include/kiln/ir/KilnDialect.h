@@ -35,10 +35,10 @@ namespace kiln::ir {
 // computes its one float32 operand of the result's type, on each block of the output the GEMM
 // finishes (passes/FuseBlockEpilogues.cpp decides; codegen emits it, the portable plan ignores it).
 inline constexpr const char* kBlockEpilogueAttr = "kiln.block_epilogue";
-// A unit attribute on a kiln.fused: its one float32 result is only the input of the linear right
-// after it, which computes it block by block just before reading each block of rows
-// (passes/FuseBlockPrologues.cpp decides; codegen emits it; the training pipeline, which the JIT
-// and AOT compilers run, marks it, the inference pipeline for artifacts does not).
+// A unit attribute on a kiln.fused: its one float32 result is only the input of the linear (or
+// matmul by a matrix) right after it, which computes it block by block just before reading each
+// block of rows (passes/FuseBlockPrologues.cpp decides; codegen emits it; the training pipeline,
+// which the JIT and AOT compilers run, marks it, the inference pipeline for artifacts does not).
 inline constexpr const char* kBlockPrologueAttr = "kiln.block_prologue";
 
 // Registers kiln plus the upstream dialects kiln modules use (func, arith, tensor, scf).

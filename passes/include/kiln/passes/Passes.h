@@ -53,9 +53,9 @@ std::unique_ptr<mlir::Pass> create_fuse_epilogues_pass();
 // finishes (after elementwise fusion).
 std::unique_ptr<mlir::Pass> create_fuse_block_epilogues_pass();
 // --kiln-fuse-block-prologues: the elementwise chain (kiln.fused, or one elementwise op) whose
-// float32 result is only the input of a linear / linear_fused is marked kiln.block_prologue and
-// moved to just before it, for the linear to compute it block by block as it reads it (after
-// block epilogues).
+// float32 result is only the input of a linear / linear_fused (or the left operand of a matmul by
+// a [K, N] matrix) is marked kiln.block_prologue and moved to just before it, for the product to
+// compute it block by block as it reads it (after block epilogues).
 std::unique_ptr<mlir::Pass> create_fuse_block_prologues_pass();
 
 // --kiln-fuse-mbconv: expand 1x1 -> depthwise -> project 1x1 chains of kiln.conv2d_fused

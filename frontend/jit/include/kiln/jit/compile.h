@@ -51,8 +51,8 @@ struct CompileOptions {
   // finished block of the output (passes::create_fuse_block_epilogues_pass); false: as its own
   // kernel.
   bool block_epilogues = true;
-  // The elementwise chain that is only a linear's input is computed block by block as the linear
-  // reads it (passes::create_fuse_block_prologues_pass); false: as its own kernel.
+  // The elementwise chain that is only a linear's (or matmul's) input is computed block by block
+  // as the product reads it (passes::create_fuse_block_prologues_pass); false: as its own kernel.
   bool block_prologues = true;
   bool memory_cache = true;
   bool disk_cache = true;

@@ -88,4 +88,11 @@ void linear_prologue_out(const Dims& x_shape, const BlockEpilogue& prologue, con
                          const TensorImpl* bias, const TensorImpl* res, const Epilogue& e,
                          TensorImpl& o, const SgemmPacked* packed = nullptr);
 
+// matmul_out of an input x (of `x_shape`, computed by `prologue` as for linear_prologue_out)
+// and a [K, N] right operand b, with `block` (or none) as matmul_epilogue_out's; `packed`: b from
+// prepare_matmul_operand, or null.
+void matmul_prologue_out(const Dims& x_shape, const BlockEpilogue& prologue, const TensorImpl& b,
+                         TensorImpl& o, const BlockEpilogue& block = {},
+                         const SgemmPacked* packed = nullptr);
+
 }  // namespace kiln::kernels
