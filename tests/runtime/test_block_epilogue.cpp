@@ -194,17 +194,20 @@ TEST(BlockEpilogue, LinearAppliesItOnceToEveryElement) {
   }
 }
 
-// matmul_epilogue_out on each of torch.matmul's shape rules: one GEMM, a batch folded into the
-// rows, broadcast batches (one product per thread, and products that use every thread), a vector
-// times a matrix, a right operand packed once, and the products no GEMM runs (matrix x vector, a
-// dot), where it runs over the whole result after it.
+// matmul_epilogue_out on each of torch.matmul's shape rules: one GEMM (b as it lies or a
+// transposed view), a batch folded into the rows, broadcast batches (one product per thread, and
+// products that use every thread), a vector times a matrix, a right operand packed once, and the
+// products no GEMM runs (matrix x vector, a dot), where it runs over the whole result after it.
 TEST(BlockEpilogue, MatmulAppliesItOnceToEveryElement) {
   const int saved = num_threads();
   struct Case {
     Dims a, b;
+    bool b_transposed = false;  // b a transposed view (the GEMM reads it as such: small-M dots)
   };
   const Case cases[] = {
       {{37, 20}, {20, 45}},
+      {{3, 20}, {20, 45}, true},
+      {{37, 20}, {20, 45}, true},
       {{3, 17, 20}, {20, 45}},
       {{4, 17, 20}, {4, 20, 45}},
       {{2, 1, 9, 20}, {3, 20, 7}},
@@ -221,8 +224,11 @@ TEST(BlockEpilogue, MatmulAppliesItOnceToEveryElement) {
     for (const Case& c : cases) {
       for (bool pack : {false, true}) {
         SCOPED_TRACE(testing::Message() << "a " << shape_str(c.a) << " b " << shape_str(c.b)
+                                        << (c.b_transposed ? " transposed" : "")
                                         << (pack ? " packed" : "") << " threads " << nt);
-        auto a = rand_tensor(c.a), b = rand_tensor(c.b);
+        auto a = rand_tensor(c.a);
+        auto b = c.b_transposed ? views::transpose(*rand_tensor(Dims{c.b[1], c.b[0]}), 0, 1)
+                                : rand_tensor(c.b);
         const Dims shape = matmul_shape(*a, *b);
         auto plain = empty(shape, DType::Float32), got = empty(shape, DType::Float32);
         auto packed = pack ? prepare_matmul_operand(*b) : nullptr;
