@@ -97,6 +97,31 @@ int calls_ending(const std::string& ir, const std::string& suffix) {
   return n;
 }
 
+// The traced function compiled with block prologues and without, at every vector width, run
+// on the host's description (one block of rows) and one with small caches (many blocks, the
+// last partial): each result as eager's (`want`) and as the chains as their own kernels.
+void expect_prologues_match(const jit::TracedFunction& traced, const TensorList& in,
+                            const TensorList& want) {
+  const rt::TargetDescription saved = rt::active_target();
+  for (int bits : kiln::test::kVectorWidths) {
+    jit::CompileOptions separate_options = blocked(false, bits);
+    separate_options.block_prologues = false;
+    const jit::CompiledFunction separate = jit::compile(traced, separate_options);
+    const jit::CompiledFunction blocks = jit::compile(traced, blocked(true, bits));
+    for (const char* spec : {"host", "host,l1d=4K,l2=8K,l3=64K"}) {
+      SCOPED_TRACE(testing::Message() << "vector_bits " << bits << " " << spec);
+      rt::set_active_target(rt::parse_target(spec));
+      const TensorList sep = separate(in), got = blocks(in);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t k = 0; k < want.size(); ++k) {
+        EXPECT_LE(max_rel_error(got[k], want[k]), 1e-5);
+        EXPECT_LE(max_rel_error(got[k], sep[k]), 1e-5);
+      }
+    }
+    rt::set_active_target(saved);
+  }
+}
+
 constexpr const char* kEpilogue = "kiln.block_epilogue";
 constexpr const char* kPrologue = "kiln.block_prologue";
 
@@ -255,7 +280,6 @@ TEST(BlockPrologues, LinearInputsMatchEager) {
   const TensorList in = {rnd({3, 70, 40}, 34), rnd({3, 70, 40}, 35), rnd({3, 70, 1}, 36),
                          rnd({3, 70, 96}, 37), rnd({3, 70, 24}, 39)};
   const TensorList want = fn(in);
-  const rt::TargetDescription saved = rt::active_target();
   for (bool frozen : {false, true}) {
     EXPECT_EQ(marked(fn, in, frozen, kPrologue), 2);
     EXPECT_EQ(marked(fn, in, frozen, kEpilogue), 1);
@@ -264,23 +288,8 @@ TEST(BlockPrologues, LinearInputsMatchEager) {
     const std::string calls = generated_calls(traced, blocked(true, -1));
     EXPECT_EQ(count_of(calls, "call void @kiln_abi_linear_prologue("), 1);
     EXPECT_EQ(count_of(calls, "call void @kiln_abi_linear_fused_prologue("), 1);
-    for (int bits : kiln::test::kVectorWidths) {
-      jit::CompileOptions separate_options = blocked(false, bits);
-      separate_options.block_prologues = false;
-      const jit::CompiledFunction separate = jit::compile(traced, separate_options);
-      const jit::CompiledFunction blocks = jit::compile(traced, blocked(true, bits));
-      for (const char* spec : {"host", "host,l1d=4K,l2=8K,l3=64K"}) {
-        SCOPED_TRACE(testing::Message() << (frozen ? "frozen" : "weights as arguments")
-                                        << " vector_bits " << bits << " " << spec);
-        rt::set_active_target(rt::parse_target(spec));
-        const TensorList sep = separate(in), got = blocks(in);
-        for (size_t k = 0; k < 2; ++k) {
-          EXPECT_LE(max_rel_error(got[k], want[k]), 1e-5);
-          EXPECT_LE(max_rel_error(got[k], sep[k]), 1e-5);
-        }
-      }
-      rt::set_active_target(saved);
-    }
+    SCOPED_TRACE(frozen ? "frozen" : "weights as arguments");
+    expect_prologues_match(traced, in, want);
   }
 }
 
@@ -297,29 +306,13 @@ TEST(BlockPrologues, MatmulInputsMatchEager) {
   const TensorList in = {rnd({3, 70, 40}, 52), rnd({3, 70, 40}, 53), rnd({3, 70, 1}, 54),
                          rnd({40, 33}, 55)};
   const TensorList want = fn(in);
-  const rt::TargetDescription saved = rt::active_target();
   for (bool frozen : {false, true}) {
     EXPECT_EQ(marked(fn, in, frozen, kPrologue), 2);
     jit::TracedFunction traced = jit::trace(fn, in);
     if (frozen) jit::freeze(traced);
     EXPECT_EQ(calls_ending(generated_calls(traced, blocked(true, -1)), "matmul_prologue"), 2);
-    for (int bits : kiln::test::kVectorWidths) {
-      jit::CompileOptions separate_options = blocked(false, bits);
-      separate_options.block_prologues = false;
-      const jit::CompiledFunction separate = jit::compile(traced, separate_options);
-      const jit::CompiledFunction blocks = jit::compile(traced, blocked(true, bits));
-      for (const char* spec : {"host", "host,l1d=4K,l2=8K,l3=64K"}) {
-        SCOPED_TRACE(testing::Message() << (frozen ? "frozen" : "weights as arguments")
-                                        << " vector_bits " << bits << " " << spec);
-        rt::set_active_target(rt::parse_target(spec));
-        const TensorList sep = separate(in), got = blocks(in);
-        for (size_t k = 0; k < 2; ++k) {
-          EXPECT_LE(max_rel_error(got[k], want[k]), 1e-5);
-          EXPECT_LE(max_rel_error(got[k], sep[k]), 1e-5);
-        }
-      }
-      rt::set_active_target(saved);
-    }
+    SCOPED_TRACE(frozen ? "frozen" : "weights as arguments");
+    expect_prologues_match(traced, in, want);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "kiln/runtime/kernels/conv.h"
@@ -285,6 +286,44 @@ void test_prologue(const void* ctx, float* c, int64_t offset, int64_t ldc, int64
     }
 }
 
+// The input test_prologue writes from `src` (src * 2 - 1), for the reference product.
+TensorImplPtr prologue_input(const TensorImpl& src) {
+  auto x = empty(src.sizes(), DType::Float32);
+  for (int64_t i = 0; i < x->numel(); ++i)
+    x->data_ptr<float>()[i] = src.data_ptr<float>()[i] * 2.0f - 1.0f;
+  return x;
+}
+
+// Every input element written once; the result the reference's to rounding (blocks of rows may
+// take another GEMM driver than the whole: another summation order); each output element through
+// the generated epilogue once where one ran.
+void expect_prologue_ran(const std::vector<int>& visits, const TensorImpl& got,
+                         const TensorImpl& plain, const std::vector<int>* epilogue_visits) {
+  for (size_t i = 0; i < visits.size(); ++i) ASSERT_EQ(visits[i], 1) << "input element " << i;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float want = plain.data_ptr<float>()[i];
+    ASSERT_NEAR(got.data_ptr<float>()[i], want, 1e-5f * (1.0f + std::fabs(want)))
+        << "element " << i;
+    if (epilogue_visits) ASSERT_EQ((*epilogue_visits)[i], 1) << "element " << i;
+  }
+}
+
+// fn(spec, threads) under the host's description (one block of rows) and one with small caches
+// (many, the last partial), on one and two threads; both restored after.
+void on_each_target(const std::function<void(const char*, int)>& fn) {
+  const int saved = num_threads();
+  const rt::TargetDescription saved_target = rt::active_target();
+  for (const char* spec : {"host", "host,l1d=4K,l2=8K,l3=64K"}) {
+    rt::set_active_target(rt::parse_target(spec));
+    for (int nt : {1, 2}) {
+      set_num_threads(nt);
+      fn(spec, nt);
+    }
+  }
+  rt::set_active_target(saved_target);
+  set_num_threads(saved);
+}
+
 }  // namespace
 
 // linear_prologue_out: each input element computed by the prologue once, before the product
@@ -292,85 +331,66 @@ void test_prologue(const void* ctx, float* c, int64_t offset, int64_t ldc, int64
 // and, under a description with small caches, on many (the last one partial), with a bias, a
 // residual, the fixed and the generated epilogue, a packed weight, one and two threads; and K = 0.
 TEST(BlockEpilogue, LinearPrologueFillsTheInputOnceBeforeTheProduct) {
-  const int saved = num_threads();
-  const rt::TargetDescription saved_target = rt::active_target();
-  for (const char* spec : {"host", "host,l1d=4K,l2=8K,l3=64K"}) {
-    rt::set_active_target(rt::parse_target(spec));
-    for (int nt : {1, 2}) {
-      set_num_threads(nt);
-      struct Shape {
-        Dims x;
-        int64_t N;
-      };
-      for (const Shape& sh : {Shape{{3, 50, 40}, 33}, Shape{{301, 64}, 70}, Shape{{1, 24}, 9},
-                              Shape{{24}, 9}, Shape{{7, 0}, 5}, Shape{{0, 16}, 5}}) {
-        for (int variant = 0; variant < 3; ++variant) {  // plain; residual + relu; packed + block
-          SCOPED_TRACE(testing::Message() << spec << " x " << shape_str(sh.x) << " N " << sh.N
-                                          << " variant " << variant << " threads " << nt);
-          const int64_t K = sh.x.back();
-          auto w = rand_tensor(Dims{sh.N, K}), b = rand_tensor(Dims{sh.N});
-          auto src = rand_tensor(sh.x);
-          Dims out_shape = sh.x;
-          out_shape.back() = sh.N;
-          // The residual strided (a transpose) where the shape allows.
-          TensorImplPtr res;
-          if (variant == 1 && out_shape.size() >= 2) {
-            Dims swapped = out_shape;
-            std::swap(swapped[swapped.size() - 1], swapped[swapped.size() - 2]);
-            res = views::transpose(*rand_tensor(swapped), -1, -2);
-          } else if (variant == 1) {
-            res = rand_tensor(out_shape);
-          }
-          Epilogue e;
-          if (variant == 1) e.activation = Activation::Relu;
-          auto packed = variant == 2 ? prepare_linear_weight(*w) : nullptr;
-          // The reference: the filled input computed first, then the same product.
-          auto x_ref = empty(sh.x, DType::Float32);
-          for (int64_t i = 0; i < x_ref->numel(); ++i)
-            x_ref->data_ptr<float>()[i] = src->data_ptr<float>()[i] * 2.0f - 1.0f;
-          // `got` a dense view 5 elements into its storage.
-          auto plain = empty(out_shape, DType::Float32);
-          int64_t out_numel = 1;
-          for (int64_t d : out_shape) out_numel *= d;
-          Dims out_strides(out_shape.size(), 1);
-          for (size_t d = out_shape.size() - 1; d > 0; --d)
-            out_strides[d - 1] = out_strides[d] * out_shape[d];
-          auto got =
-              make_view(*empty(Dims{out_numel + 5}, DType::Float32), out_shape, out_strides, 5);
-          const std::vector<float> aux = rand_floats(plain->numel());
-          std::vector<int> epilogue_visits(plain->numel(), 0);
-          Aux actx{aux.data(), epilogue_visits.data()};
-          if (variant == 2) {
-            e.block.fn = test_epilogue;
-            e.block.ctx = &actx;
-          }
-          std::vector<int> ref_visits(plain->numel(), 0);
-          Aux ref_ctx{aux.data(), ref_visits.data()};
-          Epilogue e_ref = e;
-          if (variant == 2) e_ref.block.ctx = &ref_ctx;
-          linear_fused_out(*x_ref, *w, b.get(), res.get(), e_ref, *plain, packed.get());
-          std::vector<int> visits(x_ref->numel(), 0);
-          Source sctx{src->data_ptr<float>(), visits.data()};
-          BlockEpilogue prologue;
-          prologue.fn = test_prologue;
-          prologue.ctx = &sctx;
-          linear_prologue_out(sh.x, prologue, *w, b.get(), res.get(), e, *got, packed.get());
-          for (int64_t i = 0; i < x_ref->numel(); ++i)
-            ASSERT_EQ(visits[i], 1) << "input element " << i;
-          for (int64_t i = 0; i < got->numel(); ++i) {
-            // (Blocks of rows may take another GEMM driver than the whole: another summation
-            // order.)
-            const float want = plain->data_ptr<float>()[i];
-            ASSERT_NEAR(got->data_ptr<float>()[i], want, 1e-5f * (1.0f + std::fabs(want)))
-                << "element " << i;
-            if (variant == 2) ASSERT_EQ(epilogue_visits[i], 1) << "element " << i;
-          }
+  on_each_target([](const char* spec, int nt) {
+    struct Shape {
+      Dims x;
+      int64_t N;
+    };
+    for (const Shape& sh : {Shape{{3, 50, 40}, 33}, Shape{{301, 64}, 70}, Shape{{1, 24}, 9},
+                            Shape{{24}, 9}, Shape{{7, 0}, 5}, Shape{{0, 16}, 5}}) {
+      for (int variant = 0; variant < 3; ++variant) {  // plain; residual + relu; packed + block
+        SCOPED_TRACE(testing::Message() << spec << " x " << shape_str(sh.x) << " N " << sh.N
+                                        << " variant " << variant << " threads " << nt);
+        const int64_t K = sh.x.back();
+        auto w = rand_tensor(Dims{sh.N, K}), b = rand_tensor(Dims{sh.N});
+        auto src = rand_tensor(sh.x);
+        Dims out_shape = sh.x;
+        out_shape.back() = sh.N;
+        // The residual strided (a transpose) where the shape allows.
+        TensorImplPtr res;
+        if (variant == 1 && out_shape.size() >= 2) {
+          Dims swapped = out_shape;
+          std::swap(swapped[swapped.size() - 1], swapped[swapped.size() - 2]);
+          res = views::transpose(*rand_tensor(swapped), -1, -2);
+        } else if (variant == 1) {
+          res = rand_tensor(out_shape);
         }
+        Epilogue e;
+        if (variant == 1) e.activation = Activation::Relu;
+        auto packed = variant == 2 ? prepare_linear_weight(*w) : nullptr;
+        // The reference: the filled input computed first, then the same product.
+        auto x_ref = prologue_input(*src);
+        // `got` a dense view 5 elements into its storage.
+        auto plain = empty(out_shape, DType::Float32);
+        int64_t out_numel = 1;
+        for (int64_t d : out_shape) out_numel *= d;
+        Dims out_strides(out_shape.size(), 1);
+        for (size_t d = out_shape.size() - 1; d > 0; --d)
+          out_strides[d - 1] = out_strides[d] * out_shape[d];
+        auto got =
+            make_view(*empty(Dims{out_numel + 5}, DType::Float32), out_shape, out_strides, 5);
+        const std::vector<float> aux = rand_floats(plain->numel());
+        std::vector<int> epilogue_visits(plain->numel(), 0);
+        Aux actx{aux.data(), epilogue_visits.data()};
+        if (variant == 2) {
+          e.block.fn = test_epilogue;
+          e.block.ctx = &actx;
+        }
+        std::vector<int> ref_visits(plain->numel(), 0);
+        Aux ref_ctx{aux.data(), ref_visits.data()};
+        Epilogue e_ref = e;
+        if (variant == 2) e_ref.block.ctx = &ref_ctx;
+        linear_fused_out(*x_ref, *w, b.get(), res.get(), e_ref, *plain, packed.get());
+        std::vector<int> visits(x_ref->numel(), 0);
+        Source sctx{src->data_ptr<float>(), visits.data()};
+        BlockEpilogue prologue;
+        prologue.fn = test_prologue;
+        prologue.ctx = &sctx;
+        linear_prologue_out(sh.x, prologue, *w, b.get(), res.get(), e, *got, packed.get());
+        expect_prologue_ran(visits, *got, *plain, variant == 2 ? &epilogue_visits : nullptr);
       }
     }
-  }
-  rt::set_active_target(saved_target);
-  set_num_threads(saved);
+  });
   // Shapes from generated code are checked like linear's; a residual must be shaped like out.
   EXPECT_NE(error_of([&] {
               auto b = rand_tensor(Dims{4});
@@ -396,59 +416,42 @@ TEST(BlockEpilogue, LinearPrologueFillsTheInputOnceBeforeTheProduct) {
 // matmul_prologue_out: the same for a matmul by a [K, N] matrix (rank-1 and 3-D inputs, the
 // right operand packed or not, with and without the generated epilogue), one block and many.
 TEST(BlockEpilogue, MatmulPrologueFillsTheInputOnceBeforeTheProduct) {
-  const int saved = num_threads();
-  const rt::TargetDescription saved_target = rt::active_target();
-  for (const char* spec : {"host", "host,l1d=4K,l2=8K,l3=64K"}) {
-    rt::set_active_target(rt::parse_target(spec));
-    for (int nt : {1, 2}) {
-      set_num_threads(nt);
-      struct Shape {
-        Dims x;
-        int64_t N;
-      };
-      for (const Shape& sh :
-           {Shape{{3, 50, 40}, 33}, Shape{{301, 64}, 70}, Shape{{24}, 9}, Shape{{7, 0}, 5}}) {
-        for (int variant = 0; variant < 2; ++variant) {  // plain; packed + epilogue
-          SCOPED_TRACE(testing::Message() << spec << " x " << shape_str(sh.x) << " N " << sh.N
-                                          << " variant " << variant << " threads " << nt);
-          const int64_t K = sh.x.back();
-          auto b = rand_tensor(Dims{K, sh.N}), src = rand_tensor(sh.x);
-          auto x_ref = empty(sh.x, DType::Float32);
-          for (int64_t i = 0; i < x_ref->numel(); ++i)
-            x_ref->data_ptr<float>()[i] = src->data_ptr<float>()[i] * 2.0f - 1.0f;
-          const Dims shape = matmul_shape(*x_ref, *b);
-          auto plain = empty(shape, DType::Float32), got = empty(shape, DType::Float32);
-          auto packed = variant == 1 ? prepare_matmul_operand(*b) : nullptr;
-          const std::vector<float> aux = rand_floats(plain->numel());
-          std::vector<int> ref_visits(plain->numel(), 0), visits_out(plain->numel(), 0);
-          Aux ref_ctx{aux.data(), ref_visits.data()}, out_ctx{aux.data(), visits_out.data()};
-          BlockEpilogue ref_block, block;
-          if (variant == 1) {
-            ref_block.fn = block.fn = test_epilogue;
-            ref_block.ctx = &ref_ctx;
-            block.ctx = &out_ctx;
-          }
-          matmul_epilogue_out(*x_ref, *b, *plain, ref_block, packed.get());
-          std::vector<int> visits(x_ref->numel(), 0);
-          Source sctx{src->data_ptr<float>(), visits.data()};
-          BlockEpilogue prologue;
-          prologue.fn = test_prologue;
-          prologue.ctx = &sctx;
-          matmul_prologue_out(sh.x, prologue, *b, *got, block, packed.get());
-          for (int64_t i = 0; i < x_ref->numel(); ++i)
-            ASSERT_EQ(visits[i], 1) << "input element " << i;
-          for (int64_t i = 0; i < got->numel(); ++i) {
-            const float want = plain->data_ptr<float>()[i];
-            ASSERT_NEAR(got->data_ptr<float>()[i], want, 1e-5f * (1.0f + std::fabs(want)))
-                << "element " << i;
-            if (variant == 1) ASSERT_EQ(visits_out[i], 1) << "element " << i;
-          }
+  on_each_target([](const char* spec, int nt) {
+    struct Shape {
+      Dims x;
+      int64_t N;
+    };
+    for (const Shape& sh :
+         {Shape{{3, 50, 40}, 33}, Shape{{301, 64}, 70}, Shape{{24}, 9}, Shape{{7, 0}, 5}}) {
+      for (int variant = 0; variant < 2; ++variant) {  // plain; packed + epilogue
+        SCOPED_TRACE(testing::Message() << spec << " x " << shape_str(sh.x) << " N " << sh.N
+                                        << " variant " << variant << " threads " << nt);
+        const int64_t K = sh.x.back();
+        auto b = rand_tensor(Dims{K, sh.N}), src = rand_tensor(sh.x);
+        auto x_ref = prologue_input(*src);
+        const Dims shape = matmul_shape(*x_ref, *b);
+        auto plain = empty(shape, DType::Float32), got = empty(shape, DType::Float32);
+        auto packed = variant == 1 ? prepare_matmul_operand(*b) : nullptr;
+        const std::vector<float> aux = rand_floats(plain->numel());
+        std::vector<int> ref_visits(plain->numel(), 0), visits_out(plain->numel(), 0);
+        Aux ref_ctx{aux.data(), ref_visits.data()}, out_ctx{aux.data(), visits_out.data()};
+        BlockEpilogue ref_block, block;
+        if (variant == 1) {
+          ref_block.fn = block.fn = test_epilogue;
+          ref_block.ctx = &ref_ctx;
+          block.ctx = &out_ctx;
         }
+        matmul_epilogue_out(*x_ref, *b, *plain, ref_block, packed.get());
+        std::vector<int> visits(x_ref->numel(), 0);
+        Source sctx{src->data_ptr<float>(), visits.data()};
+        BlockEpilogue prologue;
+        prologue.fn = test_prologue;
+        prologue.ctx = &sctx;
+        matmul_prologue_out(sh.x, prologue, *b, *got, block, packed.get());
+        expect_prologue_ran(visits, *got, *plain, variant == 1 ? &visits_out : nullptr);
       }
     }
-  }
-  rt::set_active_target(saved_target);
-  set_num_threads(saved);
+  });
   EXPECT_NE(error_of([&] {
               matmul_prologue_out(Dims{5, 6}, prologue_of_nothing(), *rand_tensor(Dims{2, 6, 4}),
                                   *empty(Dims{5, 4}, DType::Float32));
