@@ -172,9 +172,11 @@ bool Lowering::is_block_prologue(mlir::Operation* op) const {
     return false;
   mlir::Value x = op->getResult(0);
   mlir::Operation* user = *x.getUsers().begin();
-  auto rhs = mlir::dyn_cast<mlir::RankedTensorType>(user->getOperand(1).getType());
-  const bool product = mlir::isa<ir::LinearOp, ir::LinearFusedOp>(user) ||
-                       (mlir::isa<ir::MatmulOp>(user) && rhs && rhs.getRank() == 2);
+  bool product = mlir::isa<ir::LinearOp, ir::LinearFusedOp>(user);
+  if (mlir::isa<ir::MatmulOp>(user)) {  // by a [K, N] matrix
+    auto rhs = mlir::dyn_cast<mlir::RankedTensorType>(user->getOperand(1).getType());
+    product = rhs && rhs.getRank() == 2;
+  }
   return product && user->getOperand(0) == x && user == op->getNextNode() && !in_place_.count(x);
 }
 

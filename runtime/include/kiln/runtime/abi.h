@@ -90,11 +90,10 @@ void kiln_abi_conv2d_epilogue(void* const* data, const int64_t* desc, void** slo
 void kiln_abi_conv2d_fused_epilogue(void* const* data, const int64_t* desc, void** slot,
                                     kiln_abi_block_epilogue fn, const void* ctx);
 // linear, linear_fused and matmul (with a [K, N] right operand) whose input generated code
-// computes block by block: tensor 0 is
-// described (float32, its shape) with a null data pointer; `prologue` writes its elements at the
-// flat offsets it is given into the runtime's block of rows (the block epilogue's signature, c
-// written rather than mapped), the product reading each block right after; `epilogue` (or null)
-// as in kiln_abi_linear_epilogue.
+// computes block by block: tensor 0 is described (float32, its shape) with a null data pointer;
+// `prologue` writes its elements at the flat offsets it is given into the runtime's block of rows
+// (the block epilogue's signature, c written rather than mapped), the product reading each block
+// right after; `epilogue` (or null) as in kiln_abi_linear_epilogue.
 void kiln_abi_matmul_prologue(void* const* data, const int64_t* desc, void** slot,
                               kiln_abi_block_epilogue prologue, const void* prologue_ctx,
                               kiln_abi_block_epilogue epilogue, const void* epilogue_ctx);
