@@ -349,6 +349,22 @@ BENCHMARK(BM_CompiledLinearChainLarge)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// The same product and chain with the product's value returned too (as a training step keeps
+// it for its backward): the chain then writes its own buffer from each block, y stored as well.
+static void BM_CompiledLinearChainShared(benchmark::State& state) {
+  Tensor w = randn({4096, 256}) * 0.05, s = randn({4096}), t = randn({4096});
+  auto fn = [&](const TensorList& in) {
+    Tensor y = linear(in[0], w);
+    return TensorList{clamp(y * s + t, -1.0, std::nullopt), y};
+  };
+  time_block_epilogue(state, fn, {randn({8, 512, 256})});
+}
+BENCHMARK(BM_CompiledLinearChainShared)
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // Attention scores for 8 x 4 heads of 256 queries and keys, 64 wide (an 8 MB output), then a
 // chain: /x/0 logit soft-capping (Gemma 2), 30 * tanh(s / 30); /x/1 a scale and a floor, max(s *
 // 0.125, -4) (little arithmetic). A batched matmul's block epilogue (/1/) against the chain as its

@@ -8,9 +8,11 @@
 //   y = kiln.conv2d / conv2d_fused / linear / linear_fused / matmul (...)   (float32)
 //   z = kiln.fused (y, a, b) { ... }  (or a single elementwise op, which becomes one)
 //
-// where y is used only by z.
+// where z is y's first user. When y has no other user the chain maps each block in place (z
+// takes y's buffer); when later ops read y too (a training step's backward, a second output) y
+// is stored as before and the chain writes z's buffer from the block while it is in cache.
 //
-// z must have y's type (one result: the chain maps each element of y in place). z is marked
+// z must have y's type (one result, element for element of y). z is marked
 // kiln.block_epilogue and the product moves down to just before it, so every other input of the
 // chain is computed when the GEMM runs. Code generation emits the chain as a function the
 // runtime's kernel calls on each finished block (codegen kernels.cpp, kernels::BlockEpilogue);
@@ -35,11 +37,29 @@ bool is_product(mlir::Operation* op) {
 void fuse(mlir::Operation* product) {
   mlir::Value y = product->getResult(0);
   if (y.use_empty() || !is_block_value(y.getType())) return;
-  mlir::Operation* user = *y.getUsers().begin();
-  if (!llvm::all_of(y.getUsers(), [&](mlir::Operation* u) { return u == user; })) return;
-  if (user->getBlock() != product->getBlock() || user->getNumResults() != 1 ||
+  // The chain is y's first user in the block. Users after it (a training step's backward, a
+  // second output) read y as stored: the chain then writes its own buffer. The product moves
+  // down to the chain, so nothing may read y in between.
+  mlir::Block* block = product->getBlock();
+  mlir::Operation* user = nullptr;
+  for (mlir::Operation* u : y.getUsers()) {
+    mlir::Operation* at = block->findAncestorOpInBlock(*u);
+    if (!at) return;
+    if (!user || at->isBeforeInBlock(user)) user = at;
+  }
+  bool shared = false;
+  for (mlir::Operation* u : y.getUsers()) {
+    if (u == user) continue;
+    if (!user->isBeforeInBlock(block->findAncestorOpInBlock(*u))) return;
+    shared = true;
+  }
+  if (!llvm::is_contained(user->getOperands(), y) || user->getNumResults() != 1 ||
       user->getResult(0).getType() != y.getType())
     return;
+  // With y stored anyway, a chain that only feeds the next linear or matmul saves more as that
+  // product's prologue (--kiln-fuse-block-prologues: its value never stored) than as this one's
+  // epilogue (y not read back).
+  if (shared && prologue_product(user->getResult(0))) return;
   user = mark_block_chain(user, ir::kBlockEpilogueAttr);
   if (user) product->moveBefore(user);
 }

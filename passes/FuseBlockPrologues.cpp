@@ -25,17 +25,10 @@
 namespace kiln::passes {
 namespace {
 
-// A matmul by a [K, N] matrix (any left operand of rank >= 1: its rows are the product's).
-bool is_matrix_product(mlir::Operation* op) {
-  if (!mlir::isa<ir::MatmulOp>(op)) return false;
-  auto rhs = mlir::dyn_cast<mlir::RankedTensorType>(op->getOperand(1).getType());
-  return rhs && rhs.getRank() == 2;
-}
-
 void fuse(mlir::Operation* product) {
   mlir::Value x = product->getOperand(0);
   mlir::Operation* producer = x.getDefiningOp();
-  if (!producer || producer->getBlock() != product->getBlock() || !x.hasOneUse() ||
+  if (!producer || prologue_product(x) != product || producer->getBlock() != product->getBlock() ||
       producer->getNumResults() != 1 || !is_block_value(x.getType()) ||
       producer->hasAttr(ir::kBlockEpilogueAttr))
     return;
@@ -54,8 +47,7 @@ struct FuseBlockProloguesPass
   void runOnOperation() override {
     llvm::SmallVector<mlir::Operation*> products;
     getOperation().walk([&](mlir::Operation* op) {
-      if (mlir::isa<ir::LinearOp, ir::LinearFusedOp>(op) || is_matrix_product(op))
-        products.push_back(op);
+      if (mlir::isa<ir::LinearOp, ir::LinearFusedOp, ir::MatmulOp>(op)) products.push_back(op);
     });
     for (mlir::Operation* op : products) fuse(op);
   }

@@ -59,6 +59,17 @@ mlir::Operation* mark_block_chain(mlir::Operation* chain, llvm::StringRef attr) 
   return chain;
 }
 
+mlir::Operation* prologue_product(mlir::Value x) {
+  if (!x.hasOneUse()) return nullptr;
+  mlir::OpOperand& use = *x.getUses().begin();
+  mlir::Operation* user = use.getOwner();
+  if (use.getOperandNumber() != 0) return nullptr;
+  if (mlir::isa<ir::LinearOp, ir::LinearFusedOp>(user)) return user;
+  if (!mlir::isa<ir::MatmulOp>(user)) return nullptr;
+  auto rhs = mlir::dyn_cast<mlir::RankedTensorType>(user->getOperand(1).getType());
+  return rhs && rhs.getRank() == 2 ? user : nullptr;
+}
+
 bool is_block_value(mlir::Type t) {
   auto r = mlir::dyn_cast<mlir::RankedTensorType>(t);
   return r && r.getElementType().isF32() && r.hasStaticShape() && r.getRank() >= 1;

@@ -19,5 +19,9 @@ mlir::Operation* materialize_fused(llvm::ArrayRef<mlir::Operation*> group);
 // float32 tensors of static shape and rank >= 1 (a rank-0 value has no blocks).
 mlir::Operation* mark_block_chain(mlir::Operation* chain, llvm::StringRef attr);
 bool is_block_value(mlir::Type t);
+// The product that would take x as its block prologue: x's only user, a linear / linear_fused
+// reading it as its input or a matmul by a [K, N] matrix reading it as its left operand; else
+// null.
+mlir::Operation* prologue_product(mlir::Value x);
 
 }  // namespace kiln::passes

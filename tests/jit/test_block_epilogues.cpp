@@ -264,6 +264,40 @@ TEST(BlockEpilogues, MatmulChainsMatchEager) {
   }
 }
 
+// A product whose value is needed after its chain too (returned, or reduced later as a training
+// step's backward reads its forward values): the chain still runs on each block, into its own
+// buffer, for a conv, a linear and a batched matmul, at every vector width, frozen and not.
+TEST(BlockEpilogues, SharedValuesKeepTheirOwnBuffer) {
+  ThreadsForTheTest threads;
+  Tensor wc = rnd({12, 6, 3, 3}, 61, 0.3), wl = rnd({33, 40}, 62, 0.2), s = rnd({33}, 63);
+  auto fn = [&](const TensorList& in) {
+    Tensor c = conv2d(in[0], wc, {}, 1, 1);
+    Tensor cz = c * sigmoid(c);
+    Tensor l = linear(in[1], wl);
+    Tensor lz = tanh(l) * s;
+    Tensor m = matmul(in[2], in[3]);
+    Tensor mz = clamp(m * 0.125, -1.0, std::nullopt);
+    const int64_t all[] = {0, 1};
+    return TensorList{cz, c, lz, sum(l, all), mz, m};
+  };
+  const TensorList in = {rnd({2, 6, 9, 11}, 64), rnd({3, 20, 40}, 65), rnd({2, 17, 24}, 66),
+                         rnd({2, 24, 19}, 67)};
+  const TensorList want = fn(in);
+  for (bool frozen : {false, true}) {
+    EXPECT_EQ(marked(fn, in, frozen, kEpilogue), 3);
+    jit::TracedFunction traced = jit::trace(fn, in);
+    if (frozen) jit::freeze(traced);
+    EXPECT_EQ(calls_ending(generated_calls(traced, blocked(true, -1)), "_epilogue"), 3);
+    for (int bits : kiln::test::kVectorWidths) {
+      SCOPED_TRACE(testing::Message()
+                   << (frozen ? "frozen" : "weights as arguments") << " vector_bits " << bits);
+      const TensorList got = jit::compile(traced, blocked(true, bits))(in);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t k = 0; k < want.size(); ++k) EXPECT_LE(max_rel_error(got[k], want[k]), 1e-5);
+    }
+  }
+}
+
 // A linear's input computed by an elementwise chain, as the linear's block prologue: relu(x + r) *
 // mask[row] before the first linear (whose own epilogue chain runs too), exp(u * 0.1) * 0.5
 // before the second (a fused linear: bias, residual and relu). On the host's description (one block

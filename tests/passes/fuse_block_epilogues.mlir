@@ -64,20 +64,37 @@ func.func @dot_chain(%a: tensor<16xf32>, %b: tensor<16xf32>) -> tensor<f32> {
   return %1 : tensor<f32>
 }
 
-// Left alone: a product whose value has another user (both are needed), a chain that broadcasts
-// the product into a larger shape, a chain of another element type, and float64.
+// A product whose value is also returned: the chain is still marked (code generation then has it
+// write its own buffer from each block, the product's value stored as well).
+// CHECK-LABEL: func.func @shared_value
+// CHECK: %[[L:.*]] = kiln.linear
+// CHECK-NEXT: %[[F:.*]] = kiln.fused(%[[L]]) {kiln.block_epilogue}
+// CHECK: return %[[L]], %[[F]]
+func.func @shared_value(%x: tensor<3x5xf32>, %w: tensor<8x5xf32>, %b: tensor<8xf32>) -> (tensor<3x8xf32>, tensor<3x8xf32>) {
+  %0 = kiln.linear %x, %w, %b : (tensor<3x5xf32>, tensor<8x5xf32>, tensor<8xf32>) -> tensor<3x8xf32>
+  %1 = kiln.tanh %0 : tensor<3x8xf32> -> tensor<3x8xf32>
+  return %0, %1 : tensor<3x8xf32>, tensor<3x8xf32>
+}
+
+// Left alone: a product whose value another op reads before the chain, a shared value whose chain
+// only feeds the next linear (that linear's prologue instead), a chain that broadcasts the product
+// into a larger shape, a chain of another element type, and float64.
 // CHECK-LABEL: func.func @not_taken
 // CHECK-NOT: kiln.block_epilogue
 // CHECK: return
-func.func @not_taken(%x: tensor<3x5xf32>, %w: tensor<8x5xf32>, %b: tensor<8xf32>, %big: tensor<2x3x8xf32>, %xd: tensor<3x5xf64>, %wd: tensor<8x5xf64>) -> (tensor<3x8xf32>, tensor<3x8xf32>, tensor<2x3x8xf32>, tensor<3x8xi1>, tensor<3x8xf64>) {
+func.func @not_taken(%x: tensor<3x5xf32>, %w: tensor<8x5xf32>, %b: tensor<8xf32>, %big: tensor<2x3x8xf32>, %xd: tensor<3x5xf64>, %wd: tensor<8x5xf64>, %w8: tensor<8x8xf32>) -> (tensor<3x8xf32>, tensor<3x8xf32>, tensor<2x3x8xf32>, tensor<3x8xi1>, tensor<3x8xf64>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>) {
   %n = kiln.none
   %0 = kiln.linear %x, %w, %b : (tensor<3x5xf32>, tensor<8x5xf32>, tensor<8xf32>) -> tensor<3x8xf32>
+  %r = kiln.linear %0, %w8, %n : (tensor<3x8xf32>, tensor<8x8xf32>, none) -> tensor<3x8xf32>
   %1 = kiln.tanh %0 : tensor<3x8xf32> -> tensor<3x8xf32>
+  %p = kiln.linear %x, %w, %n : (tensor<3x5xf32>, tensor<8x5xf32>, none) -> tensor<3x8xf32>
+  %q = kiln.sigmoid %p : tensor<3x8xf32> -> tensor<3x8xf32>
+  %pq = kiln.linear %q, %w8, %n : (tensor<3x8xf32>, tensor<8x8xf32>, none) -> tensor<3x8xf32>
   %2 = kiln.linear %x, %w, %n : (tensor<3x5xf32>, tensor<8x5xf32>, none) -> tensor<3x8xf32>
   %3 = kiln.add %2, %big : tensor<3x8xf32>, tensor<2x3x8xf32>
   %4 = kiln.linear %x, %w, %n : (tensor<3x5xf32>, tensor<8x5xf32>, none) -> tensor<3x8xf32>
   %5 = kiln.gt %4, %b : tensor<3x8xf32>, tensor<8xf32>
   %6 = kiln.linear %xd, %wd, %n : (tensor<3x5xf64>, tensor<8x5xf64>, none) -> tensor<3x8xf64>
   %7 = kiln.exp %6 : tensor<3x8xf64> -> tensor<3x8xf64>
-  return %0, %1, %3, %5, %7 : tensor<3x8xf32>, tensor<3x8xf32>, tensor<2x3x8xf32>, tensor<3x8xi1>, tensor<3x8xf64>
+  return %0, %1, %3, %5, %7, %r, %p, %pq : tensor<3x8xf32>, tensor<3x8xf32>, tensor<2x3x8xf32>, tensor<3x8xi1>, tensor<3x8xf64>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>
 }

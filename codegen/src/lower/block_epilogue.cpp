@@ -24,7 +24,8 @@ namespace kiln::codegen::detail {
 namespace LLVM = mlir::LLVM;
 namespace arith = mlir::arith;
 
-std::optional<KernelEmitter::BlockFunction> KernelEmitter::emit_block_epilogue(Value product) {
+std::optional<KernelEmitter::BlockFunction> KernelEmitter::emit_block_epilogue(Value product,
+                                                                               bool in_place) {
   collect(root_, /*is_root=*/true);
   for (const Leaf& leaf : leaves_)
     if (leaf.value != product && leaf.view.base == dest_.base) return std::nullopt;
@@ -42,14 +43,16 @@ std::optional<KernelEmitter::BlockFunction> KernelEmitter::emit_block_epilogue(V
   b_.setInsertionPointToStart(block);
   Value ctx = block->getArgument(0), c = block->getArgument(1), offset = block->getArgument(2);
   Value ldc = block->getArgument(3), rows = block->getArgument(4), cols = block->getArgument(5);
-  // dest's (virtual) base: c - offset elements, so that element i of dest is out_ptr_[i] and the
-  // product's value is read through the same pointer (c may be the kernel's own scratch copy of
-  // the output, never dest's buffer itself).
+  // The product's (virtual) base: c - offset elements, so that its element i is at [i] (c may be
+  // the kernel's own scratch copy of the output, never dest's buffer itself). In place, dest's
+  // elements are the same; else dest's base comes last in ctx.
   Type mem = memory_type(dest_.elem);
   Value neg = b_.create<arith::SubIOp>(loc_, b_.create<arith::ConstantIntOp>(loc_, 0, 64), offset);
-  out_ptr_ = b_.create<LLVM::GEPOp>(loc_, ptr, mem, c, mlir::ValueRange{neg});
+  Value product_ptr = b_.create<LLVM::GEPOp>(loc_, ptr, mem, c, mlir::ValueRange{neg});
+  const int64_t dest_slot = static_cast<int64_t>(leaves_.size());
+  out_ptr_ = in_place ? product_ptr : context_pointer(ctx, dest_slot);
   for (size_t k = 0; k < leaves_.size(); ++k)
-    leaves_[k].ptr = leaves_[k].value == product ? out_ptr_ : context_pointer(ctx, k);
+    leaves_[k].ptr = leaves_[k].value == product ? product_ptr : context_pointer(ctx, k);
 
   Value zero = b_.create<arith::ConstantIntOp>(loc_, 0, 64);
   Value one = b_.create<arith::ConstantIntOp>(loc_, 1, 64);
@@ -65,12 +68,15 @@ std::optional<KernelEmitter::BlockFunction> KernelEmitter::emit_block_epilogue(V
   mlir::OpBuilder& b = low_.builder();
   BlockFunction out;
   out.name = name_;
-  out.ctx = low_.stack_array(std::max<int64_t>(1, static_cast<int64_t>(leaves_.size())));
-  for (size_t k = 0; k < leaves_.size(); ++k) {
+  llvm::SmallVector<Value> bases;
+  for (const Leaf& leaf : leaves_) bases.push_back(leaf.view.base);
+  if (!in_place) bases.push_back(dest_.base);
+  out.ctx = low_.stack_array(std::max<int64_t>(1, static_cast<int64_t>(bases.size())));
+  for (size_t k = 0; k < bases.size(); ++k) {
     auto gep = b.create<LLVM::GEPOp>(loc_, ptr, ptr, out.ctx,
                                      llvm::ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(k)});
-    b.create<LLVM::StoreOp>(loc_, leaves_[k].view.base, gep);
-    out.bases.push_back(leaves_[k].view.base);
+    b.create<LLVM::StoreOp>(loc_, bases[k], gep);
+    out.bases.push_back(bases[k]);
   }
   return out;
 }
@@ -202,28 +208,29 @@ bool Lowering::emit_product_with_blocks(mlir::Operation* op) {
       views_[x] = dx;
     }
   }
-  // The result's epilogue.
+  // The result's epilogue: the op right after the product (the pass put the product there).
   mlir::Value y = op->getResult(0);
-  mlir::Operation* user = y.use_empty() ? nullptr : *y.getUsers().begin();
+  mlir::Operation* user = op->getNextNode();
   const bool has_epilogue =
       user && mlir::isa<ir::FusedOp>(user) && user->hasAttr(ir::kBlockEpilogueAttr) &&
-      user->getBlock() == op->getBlock() && user->getNumResults() == 1 &&
-      user->getResult(0).getType() == y.getType() &&
-      llvm::all_of(y.getUsers(), [&](mlir::Operation* u) { return u == user; }) &&
+      user->getNumResults() == 1 && user->getResult(0).getType() == y.getType() &&
+      llvm::is_contained(user->getOperands(), y) &&
       !in_place_.count(user->getResult(0));  // a loop's carried buffer: the chain may read it
   if (!has_epilogue) {
     if (!prologue) return false;
     emit_abi_call(op, nullptr, &*prologue);
     return true;
   }
+  // In place in the chain's buffer, unless the product's value is needed too (its own buffer).
+  const bool in_place = llvm::all_of(y.getUsers(), [&](mlir::Operation* u) { return u == user; });
   mlir::Value z = user->getResult(0);
   const View dest = destination(z);  // otherwise dense, at offset 0 (the function's base)
-  views_[y] = dest;
+  views_[y] = in_place ? dest : destination(y);
   KernelEmitter chain(*this, z, dest);
-  std::optional<BlockEpilogueFn> fn = chain.emit_block_epilogue(y);
+  std::optional<BlockEpilogueFn> fn = chain.emit_block_epilogue(y, in_place);
   if (!fn) {
     // The product into a buffer of its own, then the chain as its own kernel.
-    views_.erase(y);
+    if (in_place) views_.erase(y);
     emit_abi_call(op, nullptr, prologue ? &*prologue : nullptr);
     emit_kernel(z, dest);
   } else {

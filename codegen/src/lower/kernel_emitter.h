@@ -50,14 +50,17 @@ class KernelEmitter {
   }
 
   // The kernel as a product's block epilogue (a kiln.fused marked ir::kBlockEpilogueAttr; root:
-  // its result, `product`: the product's result, already given dest as its view, read in place):
+  // its result, `product`: the product's result):
   //   void kiln_epilogue_N(ptr ctx, ptr c, i64 offset, i64 ldc, i64 rows, i64 cols)
-  // maps c[r * ldc + j] (element offset + r * ldc + j of dest) for r < rows, j < cols, as
-  // kernels::BlockEpilogue calls it; ctx holds the leaves' base pointers. Nothing is emitted, and
-  // nullopt returned, when another leaf shares dest's buffer (its elements would be overwritten
-  // by the product before the epilogue reads them).
+  // computes the chain for c[r * ldc + j] (element offset + r * ldc + j of the product's value)
+  // for r < rows, j < cols, as kernels::BlockEpilogue calls it; ctx holds the leaves' base
+  // pointers. `in_place`: the product's value is already given dest as its view and is mapped in
+  // place; else (the value is needed too) the chain writes dest's element at the same offset,
+  // dest's base the last entry of ctx. Nothing is emitted, and nullopt returned, when another
+  // leaf shares dest's buffer (its elements would be overwritten before the chain reads them).
+  // With no `product` the same function writes the chain's value at c (a block prologue).
   using BlockFunction = BlockEpilogueFn;
-  std::optional<BlockFunction> emit_block_epilogue(Value product);
+  std::optional<BlockFunction> emit_block_epilogue(Value product, bool in_place = true);
 
   void emit() {
     collect(root_, /*is_root=*/true);
