@@ -298,6 +298,56 @@ TEST(BlockEpilogues, SharedValuesKeepTheirOwnBuffer) {
   }
 }
 
+// A training step (forward, backward, SGD update) of an MLP whose activation is written out,
+// QuickGELU l * sigmoid(1.702 l): the backward's products take the chains after them as block
+// epilogues (the activation's derivative after the hidden gradient's matmul, the SGD update after
+// a weight gradient's), and the compiled step follows eager step for step.
+TEST(BlockEpilogues, TrainingStepWithAWrittenOutActivationFollowsEager) {
+  auto make = [] {
+    return TensorList{rnd({48, 16}, 81, 0.3).requires_grad_(), zeros({48}).requires_grad_(),
+                      rnd({5, 48}, 82, 0.3).requires_grad_()};
+  };
+  auto step = [](TensorList& p) {
+    return [&p](const TensorList& x) {
+      Tensor l = linear(x[0], p[0], p[1]);
+      Tensor h = l * sigmoid(l * 1.702);
+      Tensor loss = cross_entropy(linear(h, p[2]), x[1]);
+      loss.backward();
+      {
+        autograd::NoGradGuard no_grad;
+        for (Tensor& w : p) {
+          sub_(w, w.grad(), 0.1);
+          w.set_grad(Tensor());
+        }
+      }
+      return TensorList{loss.detach()};
+    };
+  };
+  const Tensor x = rnd({24, 16}, 83);
+  const Tensor y = tensor({0.0, 2.0, 1.0, 4.0, 3.0, 2.0, 0.0, 1.0, 1.0, 3.0, 4.0, 0.0,
+                           2.0, 2.0, 1.0, 0.0, 3.0, 4.0, 1.0, 2.0, 0.0, 3.0, 1.0, 4.0},
+                          DType::Int64);
+  TensorList eager_params = make(), compiled_params = make();
+  auto eager_step = step(eager_params);
+  auto traced_step = step(compiled_params);
+  jit::TraceOptions options;
+  options.named_captures = {{"fc1.weight", compiled_params[0]},
+                            {"fc1.bias", compiled_params[1]},
+                            {"fc2.weight", compiled_params[2]}};
+  jit::TracedFunction traced = jit::trace(traced_step, {x, y}, options);  // step 1, eagerly
+  eager_step({x, y});
+  EXPECT_GE(calls_ending(generated_calls(traced, blocked(true, -1)), "_epilogue"), 1);
+  const jit::CompiledFunction compiled = jit::compile(traced, blocked(true, 0));
+  for (int s = 0; s < 3; ++s) {
+    const Tensor eager_loss = eager_step({x, y})[0];
+    const Tensor compiled_loss = compiled({x, y})[0];
+    EXPECT_LE(kiln::test::max_abs_diff(compiled_loss, eager_loss), 1e-5) << "step " << s;
+    for (size_t i = 0; i < compiled_params.size(); ++i)
+      EXPECT_LE(kiln::test::max_abs_diff(compiled_params[i], eager_params[i]), 1e-5)
+          << "parameter " << i << " after step " << s;
+  }
+}
+
 // A linear's input computed by an elementwise chain, as the linear's block prologue: relu(x + r) *
 // mask[row] before the first linear (whose own epilogue chain runs too), exp(u * 0.1) * 0.5
 // before the second (a fused linear: bias, residual and relu). On the host's description (one block
