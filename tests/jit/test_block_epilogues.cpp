@@ -20,6 +20,7 @@
 #include "kiln/jit/compile.h"
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
+#include "kiln/optim.h"
 #include "kiln/passes/Passes.h"
 #include "kiln/runtime/model.h"
 #include "kiln/runtime/target.h"
@@ -308,18 +309,15 @@ TEST(BlockEpilogues, TrainingStepWithAWrittenOutActivationFollowsEager) {
                       rnd({5, 48}, 82, 0.3).requires_grad_()};
   };
   auto step = [](TensorList& p) {
-    return [&p](const TensorList& x) {
+    auto sgd = std::make_shared<optim::SGD>(std::vector<Tensor>(p.begin(), p.end()),
+                                            optim::SGDOptions(0.1));
+    return [&p, sgd](const TensorList& x) {
       Tensor l = linear(x[0], p[0], p[1]);
       Tensor h = l * sigmoid(l * 1.702);
       Tensor loss = cross_entropy(linear(h, p[2]), x[1]);
+      sgd->zero_grad();
       loss.backward();
-      {
-        autograd::NoGradGuard no_grad;
-        for (Tensor& w : p) {
-          sub_(w, w.grad(), 0.1);
-          w.set_grad(Tensor());
-        }
-      }
+      sgd->step();
       return TensorList{loss.detach()};
     };
   };
