@@ -13,6 +13,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../runtime/src/kernels/conv_internal.h"  // depthwise_nhwc_f32 alone
@@ -21,6 +22,7 @@
 #include "kiln/runtime/kernels/mbconv.h"
 #include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/kernels/qgemm.h"
+#include "kiln/runtime/target.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/thread_pool.h"
 
@@ -233,6 +235,23 @@ TensorImplPtr filled(const Dims& dims, float scale = 1.0f) {
   return t;
 }
 
+// The strategy --kiln-fuse-mbconv records on the block: channels-last when one image's expanded
+// tensor is within the target's mbconv_whole_image_bytes before and after the depthwise.
+MBConvStrategy target_strategy(const Block& b, int64_t Ho) {
+  const int64_t limit = rt::target_params().mbconv_whole_image_bytes;
+  return b.E * b.H * b.H * 4 <= limit && b.E * Ho * Ho * 4 <= limit ? MBConvStrategy::ChannelsLast
+                                                                    : MBConvStrategy::Banded;
+}
+
+// The fused rows' strategy: KILN_MBCONV_STRATEGY=banded|channels-last, to compare the two with
+// bench/paired.py, else the target's.
+MBConvStrategy strategy_for(const Block& b, int64_t Ho) {
+  const char* e = std::getenv("KILN_MBCONV_STRATEGY");
+  if (e && std::string_view(e) == "banded") return MBConvStrategy::Banded;
+  if (e && std::string_view(e) == "channels-last") return MBConvStrategy::ChannelsLast;
+  return target_strategy(b, Ho);
+}
+
 void BM_MBConv(benchmark::State& state, Block blk) {
   const int64_t N = state.range(0);
   const bool fused = state.range(1) != 0;
@@ -257,9 +276,10 @@ void BM_MBConv(benchmark::State& state, Block blk) {
   p.stride_h = p.stride_w = blk.stride;
   p.pad_h = p.pad_w = 1;
   p.expand.activation = p.dw.activation = Activation::Relu6;
+  p.strategy = strategy_for(blk, Ho);
   Conv2dParams pw, dw;
   dw.stride_h = dw.stride_w = blk.stride, dw.pad_h = dw.pad_w = 1, dw.groups = blk.E;
-  auto prep = prepare_mbconv(ops);
+  auto prep = prepare_mbconv(ops, p.strategy);
   auto prep_e = expand ? prepare_conv2d_weight(*we, pw, x->sizes()) : nullptr;
   auto prep_p = prepare_conv2d_weight(*wp, pw, d->sizes());
   ConvEpilogue relu6, proj;
@@ -269,14 +289,16 @@ void BM_MBConv(benchmark::State& state, Block blk) {
   MBConvOperands dw_proj = ops;
   dw_proj.input = expand ? e.get() : x.get();
   dw_proj.expand_weight = nullptr, dw_proj.expand_bias = nullptr;
-  auto prep_dp = prepare_mbconv(dw_proj);
+  auto prep_dp = prepare_mbconv(dw_proj, p.strategy);
   // Mode 3: fused, with channels-last input, residual and output (a block inside a chain of them:
   // --kiln-mbconv-channels-last); the timing does not depend on the values.
   MBConvParams p_cl = p;
   p_cl.input_channels_last = p_cl.output_channels_last = true;
+  p_cl.strategy = MBConvStrategy::ChannelsLast;
+  auto prep_cl = prepare_mbconv(ops, p_cl.strategy);
   for (auto _ : state) {
     if (state.range(1) == 3) {
-      mbconv_out(ops, p_cl, *y, prep.get());
+      mbconv_out(ops, p_cl, *y, prep_cl.get());
     } else if (state.range(1) == 2) {
       if (expand) conv2d_out(*x, *we, be.get(), pw, *e, relu6, prep_e.get());
       mbconv_out(dw_proj, p, *y, prep_dp.get());
@@ -511,9 +533,9 @@ const int kRegistered = [] {
                   ->Args({8, 1})
                   ->Args({8, 2})
                   ->Unit(benchmark::kMicrosecond);
-    // Channels-last operands only exist between small blocks: the kernel rejects them on a block
-    // whose expanded image holds more than 160K floats (conv_mbconv.cpp's kChannelsLastFloats).
-    if (b.E * b.H * b.H <= (int64_t(160) << 10)) r->Args({1, 3})->Args({8, 3});
+    // Channels-last operands only pass between blocks that run channels-last.
+    const int64_t Ho = (b.H + 2 - 3) / b.stride + 1;
+    if (target_strategy(b, Ho) == MBConvStrategy::ChannelsLast) r->Args({1, 3})->Args({8, 3});
   }
   timing(benchmark::RegisterBenchmark("DepthwiseNhwc", BM_DepthwiseNhwc))
       ->ArgNames({"C", "H", "stride"})

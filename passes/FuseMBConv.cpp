@@ -5,17 +5,20 @@
 // where e and d are each used by the next conv only, becomes one kiln.mbconv: the runtime runs it
 // in bands of output rows so e and d never leave the cache (kernels/mbconv.h).
 //
-// When the expanded tensor e holds at least `min-bytes` (default 1 MB; without an expansion: x, and
-// at least 8 MB), the runtime runs the block in bands of rows. Since the bands' expansion writes
-// the depthwise's channel-interleaved layout and the depthwise the projection's packed operand,
-// the fused 112x112 and 56x56 blocks beat three convs at batch 1 too (2 threads, paired:
+// The pass records how the runtime runs each block (kiln.mbconv's `strategy`; the kernel follows
+// it). When the expanded tensor e holds at least `min-bytes` (default 1 MB; without an expansion:
+// x, and at least 8 MB), the block runs in bands of rows (`banded`). Since the bands' expansion
+// writes the depthwise's channel-interleaved layout and the depthwise the projection's packed
+// operand, the fused 112x112 and 56x56 blocks beat three convs at batch 1 too (2 threads, paired:
 // 96@112 stride 2 0.84, 144@56 0.95, 144@56 stride 2 0.82; batch 8 0.69-0.79), so MobileNetV2's
 // blocks 2-4 (1.8-4.8 MB at batch 1) fuse at every batch. When one image's expanded tensor (e, or
-// x without expansion) holds at most `small-max-bytes` (default 640 KB: MobileNetV2's 28x28, 14x14
-// and 7x7 blocks), the runtime runs it channels-last, a whole image at a time, which spares the
-// transposes NCHW costs on small maps. Measured on Zen 3 with bench/paired.py (2 threads, median
-// within-round ratio to three convs): channels-last 0.87-0.92 at batch 1 and 0.89-0.92 at batch 8
-// for 192@28 stride 2 and the 14x14/7x7 blocks, 0.96-1.05 for 384@14 and 192@28.
+// x without expansion) holds at most `small-max-bytes` before and after the depthwise (the
+// target's mbconv_whole_image_bytes, which kiln::jit::save passes; 640 KB by default:
+// MobileNetV2's 28x28, 14x14 and 7x7 blocks), it runs channels-last, a whole image at a time
+// (`channels_last`), which spares the transposes NCHW costs on small maps. Measured on Zen 3 with
+// bench/paired.py (2 threads, median within-round ratio to three convs): channels-last 0.87-0.92 at
+// batch 1 and 0.89-0.92 at batch 8 for 192@28 stride 2 and the 14x14/7x7 blocks, 0.96-1.05 for
+// 384@14 and 192@28.
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -118,6 +121,10 @@ bool fuse(mlir::Operation* dw, int64_t min_bytes, int64_t small_max_bytes) {
   for (int64_t d : e_shape) elems *= d;
   const int64_t image_bytes = e_shape[0] > 0 ? elems / e_shape[0] * 4 : 0;
   const bool small = elems > 0 && image_bytes <= small_max_bytes;
+  // The depthwise output's image too (a stride-1 kernel with wide padding grows the map).
+  llvm::ArrayRef<int64_t> d_shape = shape_of(dw->getResult(0));
+  const int64_t d_image_bytes = d_shape[1] * d_shape[2] * d_shape[3] * 4;
+  const bool whole_images = small && d_image_bytes <= small_max_bytes;
   // Without an expansion, bands save only the depthwise output's round trip, which pays once it
   // no longer stays in the L3 (kMBConvNoExpandMinBytes whatever min-bytes asks): MobileNetV2's t=1
   // block fused is 1.13-1.27x two convs at batch 1 (1.6 MB) and 0.91-0.95x at batch 8 (12.8 MB);
@@ -138,6 +145,10 @@ bool fuse(mlir::Operation* dw, int64_t min_bytes, int64_t small_max_bytes) {
   copy_activation(state, b, expand, "expand");
   copy_activation(state, b, dw, "dw");
   copy_activation(state, b, project, "project");
+  state.addAttribute(
+      "strategy",
+      b.getI64IntegerAttr(static_cast<int64_t>(whole_images ? ir::MBConvStrategy::ChannelsLast
+                                                            : ir::MBConvStrategy::Banded)));
   state.addTypes(project->getResult(0).getType());
   mlir::Operation* block = b.create(state);
   project->getResult(0).replaceAllUsesWith(block->getResult(0));

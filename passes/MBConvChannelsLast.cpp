@@ -1,5 +1,5 @@
-// --kiln-mbconv-channels-last: consecutive kiln.mbconv blocks that the runtime runs channels-last
-// (one image's expanded tensor within kMBConvSmallMaxBytes: MobileNetV2's 28x28, 14x14 and 7x7
+// --kiln-mbconv-channels-last: consecutive kiln.mbconv blocks whose recorded strategy is
+// channels_last (--kiln-fuse-mbconv's choice for small maps: MobileNetV2's 28x28, 14x14 and 7x7
 // blocks) pass their activations channels-last: the producer gets `channels_last_out`, each
 // consumer `channels_last_in`. The producer's projection then writes [N, Ho, Wo, P] directly
 // instead of transposing it back into NCHW, and the consumer's expansion reads it as the GEMM's
@@ -22,24 +22,15 @@
 namespace kiln::passes {
 namespace {
 
-constexpr unsigned kInput = 0, kDwWeight = 3, kResidual = 7;
+constexpr unsigned kInput = 0, kResidual = 7;
 
 bool is_mbconv(mlir::Operation* op) {
   return mlir::isa_and_nonnull<ir::MbconvOp>(op);
 }
 
-// Mirrors the runtime's choice (kernels/conv_mbconv.cpp channels_last_fits).
+// The strategy --kiln-fuse-mbconv recorded.
 bool runs_channels_last(mlir::Operation* op) {
-  auto x = mlir::dyn_cast<mlir::RankedTensorType>(op->getOperand(kInput).getType());
-  auto w = mlir::dyn_cast<mlir::RankedTensorType>(op->getOperand(kDwWeight).getType());
-  auto y = mlir::dyn_cast<mlir::RankedTensorType>(op->getResult(0).getType());
-  if (!x || !w || !y || !x.hasStaticShape() || !w.hasStaticShape() || !y.hasStaticShape() ||
-      x.getRank() != 4 || y.getRank() != 4)
-    return false;
-  const int64_t E = w.getShape()[0];
-  const int64_t in = E * x.getShape()[2] * x.getShape()[3] * 4;
-  const int64_t out = E * y.getShape()[2] * y.getShape()[3] * 4;
-  return in <= kMBConvSmallMaxBytes && out <= kMBConvSmallMaxBytes;
+  return mlir::cast<ir::MbconvOp>(op).getStrategy() == ir::MBConvStrategy::ChannelsLast;
 }
 
 mlir::Value residual_of(mlir::Operation* op) {

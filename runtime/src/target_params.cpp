@@ -68,6 +68,12 @@ TargetParams derive_target_params(const TargetDescription& t) {
   // The fused inverted-residual block's bands: 3/4 of L2, so the expanded band and the
   // depthwise's output stay there between the three stages.
   p.mbconv_band_bytes = t.l2_bytes * 3 / 4;
+  // An inverted-residual block whose one image's expanded tensor (before and after the depthwise)
+  // holds at most this runs whole images channels-last, sparing the transposes NCHW costs on
+  // small maps (--kiln-fuse-mbconv records the choice on each kiln.mbconv). Not a cache fit: the
+  // strategy stayed ahead of the bands for every MobileNetV2 block within 640 KB with 512 KB
+  // (Zen 3) and 1 MB (Zen 4) of L2 alike, so every target gets that until one measures otherwise.
+  p.mbconv_whole_image_bytes = int64_t(640) << 10;
   // The channel-interleaved depthwise band: 1/8 of L2, its output beside it.
   p.depthwise_band_bytes = t.l2_bytes / 8;
   // Non-temporal stores for elementwise outputs of half the last-level cache or more: larger

@@ -171,7 +171,7 @@ TEST_F(IrTest, OpsBuiltWithoutResultTypesInferThem) {
                   {size("stride", {2, 2}), size("padding", {1, 1}), act("expand_activation"),
                    f64_attr("expand_clamp_min"), f64_attr("expand_clamp_max"), act("dw_activation"),
                    f64_attr("dw_clamp_min"), f64_attr("dw_clamp_max"), act("project_activation"),
-                   f64_attr("project_clamp_min"), f64_attr("project_clamp_max")}),
+                   f64_attr("project_clamp_min"), f64_attr("project_clamp_max"), act("strategy")}),
             SmallVector<Type>{t({1, 8, 5, 5}, f32)});
 }
 

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -12,6 +13,7 @@
 #include "kiln/kiln.h"
 #include "kiln/models.h"
 #include "kiln/runtime/model.h"
+#include "kiln/runtime/target.h"
 
 namespace kiln {
 namespace {
@@ -173,6 +175,55 @@ TEST(Save, MobileNetV2WithFusedBlocksMatchesEager) {
   auto out2 = session.run({x2.impl()});
   const double scale2 = amax(abs(want2.to(DType::Float64))).item<double>();
   EXPECT_LE(max_abs_diff(out2[0], want2) / scale2, 1e-4) << "second input";
+}
+
+// The strategy of each fused block is chosen when saving, from the active target's
+// mbconv_whole_image_bytes, and recorded in the artifact: at 128x128 MobileNetV2's early blocks
+// run in bands and the later ones channels-last (what the runtime prepared for each, from the
+// artifact alone), and the artifact still matches eager.
+TEST(Save, MobileNetV2BlocksCarryTheStrategyChosenWhenSaving) {
+  manual_seed(7);
+  auto m = models::mobilenet_v2(10);
+  const Tensor x = randn({1, 3, 128, 128});
+  jit::SaveOptions so;
+  so.mbconv_min_bytes = 0;
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(trace_module(*m, x), so));
+  // The blocks' (expansion t, output channels c, repeats n, first stride s), after the stride-2
+  // stem: one image's expanded tensor before and after the depthwise decides.
+  const int64_t limit = rt::target_params().mbconv_whole_image_bytes;
+  size_t want_channels_last = 0, want_banded = 0;
+  int64_t C = 32, H = 64;
+  for (auto [t, c, n, s] : std::vector<std::array<int64_t, 4>>{{1, 16, 1, 1},
+                                                               {6, 24, 2, 2},
+                                                               {6, 32, 3, 2},
+                                                               {6, 64, 4, 2},
+                                                               {6, 96, 3, 1},
+                                                               {6, 160, 3, 2},
+                                                               {6, 320, 1, 1}})
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t E = C * t, Ho = (H - 1) / (i == 0 ? s : 1) + 1;
+      const bool whole = E * H * H * 4 <= limit && E * Ho * Ho * 4 <= limit;
+      ++(whole ? want_channels_last : want_banded);
+      C = c, H = Ho;
+    }
+  ASSERT_GT(want_channels_last, 0u);
+  ASSERT_GT(want_banded, 0u);
+  rt::Session session(model);
+  size_t channels_last = 0, banded = 0;
+  for (const auto& [what, n] : model->prepared_stats().counts) {
+    if (what == "mbconv: channels-last") channels_last = n;
+    if (what == "mbconv: banded") banded = n;
+  }
+  EXPECT_EQ(channels_last, want_channels_last);
+  EXPECT_EQ(banded, want_banded);
+  Tensor want;
+  {
+    autograd::NoGradGuard no_grad;
+    want = m->forward(x);
+  }
+  auto out = session.run({x.impl()});
+  const double scale = amax(abs(want.to(DType::Float64))).item<double>();
+  EXPECT_LE(max_abs_diff(out[0], want) / scale, 1e-4);
 }
 
 TEST(Save, TransformerClassifierMatchesEager) {

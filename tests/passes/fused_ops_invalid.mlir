@@ -68,7 +68,7 @@ func.func @clamp_bounds(%x: tensor<2x3xf32>, %w: tensor<4x3xf32>) -> tensor<2x4x
 func.func @mbconv_project_weight(%x: tensor<1x4x8x8xf32>, %we: tensor<12x4x1x1xf32>, %wd: tensor<12x1x3x3xf32>, %wp: tensor<4x10x1x1xf32>) -> tensor<1x4x8x8xf32> {
   %n = kiln.none
   // expected-error @+1 {{'kiln.mbconv' op project_weight must be [P, 12, 1, 1]}}
-  %0 = kiln.mbconv %x, %we, %n, %wd, %n, %wp, %n, %n {dw_activation = 2 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 2 : i64, expand_clamp_max = 6.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, stride = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<12x4x1x1xf32>, none, tensor<12x1x3x3xf32>, none, tensor<4x10x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
+  %0 = kiln.mbconv %x, %we, %n, %wd, %n, %wp, %n, %n {dw_activation = 2 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 2 : i64, expand_clamp_max = 6.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, strategy = 0 : i64, stride = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<12x4x1x1xf32>, none, tensor<12x1x3x3xf32>, none, tensor<4x10x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
   return %0 : tensor<1x4x8x8xf32>
 }
 
@@ -77,7 +77,7 @@ func.func @mbconv_project_weight(%x: tensor<1x4x8x8xf32>, %we: tensor<12x4x1x1xf
 func.func @mbconv_result(%x: tensor<1x4x8x8xf32>, %we: tensor<12x4x1x1xf32>, %wd: tensor<12x1x3x3xf32>, %wp: tensor<4x12x1x1xf32>) -> tensor<1x4x8x8xf32> {
   %n = kiln.none
   // expected-error @+1 {{'kiln.mbconv' op result must be [1, 4, 4, 4]}}
-  %0 = kiln.mbconv %x, %we, %n, %wd, %n, %wp, %n, %n {dw_activation = 2 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 2 : i64, expand_clamp_max = 6.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, stride = array<i64: 2, 2>} : (tensor<1x4x8x8xf32>, tensor<12x4x1x1xf32>, none, tensor<12x1x3x3xf32>, none, tensor<4x12x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
+  %0 = kiln.mbconv %x, %we, %n, %wd, %n, %wp, %n, %n {dw_activation = 2 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 2 : i64, expand_clamp_max = 6.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, strategy = 1 : i64, stride = array<i64: 2, 2>} : (tensor<1x4x8x8xf32>, tensor<12x4x1x1xf32>, none, tensor<12x1x3x3xf32>, none, tensor<4x12x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
   return %0 : tensor<1x4x8x8xf32>
 }
 
@@ -86,7 +86,16 @@ func.func @mbconv_result(%x: tensor<1x4x8x8xf32>, %we: tensor<12x4x1x1xf32>, %wd
 func.func @mbconv_activation(%x: tensor<1x12x8x8xf32>, %wd: tensor<12x1x3x3xf32>, %wp: tensor<4x12x1x1xf32>) -> tensor<1x4x8x8xf32> {
   %n = kiln.none
   // expected-error @+1 {{'kiln.mbconv' op dw_activation must be one of Activation's values none (0), relu (1), relu6 (2), clamp (3), gelu (4), gelu_tanh (5), silu (6), sigmoid (7), tanh (8); got 11}}
-  %0 = kiln.mbconv %x, %n, %n, %wd, %n, %wp, %n, %n {dw_activation = 11 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 0 : i64, expand_clamp_max = 0.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, stride = array<i64: 1, 1>} : (tensor<1x12x8x8xf32>, none, none, tensor<12x1x3x3xf32>, none, tensor<4x12x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
+  %0 = kiln.mbconv %x, %n, %n, %wd, %n, %wp, %n, %n {dw_activation = 11 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 0 : i64, expand_clamp_max = 0.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, strategy = 0 : i64, stride = array<i64: 1, 1>} : (tensor<1x12x8x8xf32>, none, none, tensor<12x1x3x3xf32>, none, tensor<4x12x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
+  return %0 : tensor<1x4x8x8xf32>
+}
+
+// -----
+
+func.func @mbconv_strategy(%x: tensor<1x12x8x8xf32>, %wd: tensor<12x1x3x3xf32>, %wp: tensor<4x12x1x1xf32>) -> tensor<1x4x8x8xf32> {
+  %n = kiln.none
+  // expected-error @+1 {{'kiln.mbconv' op strategy must be one of MBConvStrategy's values banded (0), channels_last (1); got 2}}
+  %0 = kiln.mbconv %x, %n, %n, %wd, %n, %wp, %n, %n {dw_activation = 0 : i64, dw_clamp_max = 0.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 0 : i64, expand_clamp_max = 0.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, strategy = 2 : i64, stride = array<i64: 1, 1>} : (tensor<1x12x8x8xf32>, none, none, tensor<12x1x3x3xf32>, none, tensor<4x12x1x1xf32>, none, none) -> tensor<1x4x8x8xf32>
   return %0 : tensor<1x4x8x8xf32>
 }
 

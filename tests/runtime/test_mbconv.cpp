@@ -146,12 +146,14 @@ struct BlockData {
   }
 };
 
-void run_block(const Block& b, bool prepared, bool noncontiguous) {
+void run_block(const Block& b, MBConvStrategy strategy, bool prepared, bool noncontiguous) {
   SCOPED_TRACE(testing::Message() << "N" << b.N << " C" << b.C << " " << b.H << "x" << b.W << " E"
                                   << b.E << " P" << b.P << " k" << b.K << " s" << b.stride << " p"
-                                  << b.pad << " expand" << b.expand << " res" << b.residual
-                                  << " prepared" << prepared << " nc" << noncontiguous);
+                                  << b.pad << " expand" << b.expand << " res" << b.residual << " "
+                                  << mbconv_strategy_name(strategy) << " prepared" << prepared
+                                  << " nc" << noncontiguous);
   BlockData d(b);
+  d.p.strategy = strategy;
   auto y = empty(Dims{b.N, b.P, d.Ho, d.Wo}, DType::Float32);
   if (noncontiguous) {
     d.x = noncontig(*d.x);
@@ -160,17 +162,27 @@ void run_block(const Block& b, bool prepared, bool noncontiguous) {
     d.bind(b);
   }
   ASSERT_EQ(mbconv_output_shape(d.ops, d.p), (Dims{b.N, b.P, d.Ho, d.Wo}));
-  auto prep = prepared ? prepare_mbconv(d.ops) : nullptr;
+  auto prep = prepared ? prepare_mbconv(d.ops, strategy) : nullptr;
   if (prepared) {
     EXPECT_GT(prep->nbytes(), 0u);
-    EXPECT_STREQ(prep->algorithm(), d.E * b.H * b.W <= (160 << 10) ? "channels-last" : "banded");
+    EXPECT_STREQ(prep->algorithm(),
+                 strategy == MBConvStrategy::ChannelsLast ? "channels-last" : "banded");
   }
   mbconv_out(d.ops, d.p, *y, prep.get());
   expect_close(to_vec(*y), reference(b, d.v), 1e-4, 1e-4, "mbconv");
+  if (prepared) {  // an object prepared for the other strategy is not used
+    const MBConvStrategy other = strategy == MBConvStrategy::ChannelsLast
+                                     ? MBConvStrategy::Banded
+                                     : MBConvStrategy::ChannelsLast;
+    auto wrong = prepare_mbconv(d.ops, other);
+    auto y2 = empty(Dims{b.N, b.P, d.Ho, d.Wo}, DType::Float32);
+    mbconv_out(d.ops, d.p, *y2, wrong.get());
+    expect_close(to_vec(*y2), reference(b, d.v), 1e-4, 1e-4, "mbconv, other strategy's weights");
+  }
 }
 
-// Small maps (one image's expanded tensor within 160K floats) run channels-last, larger ones in
-// bands: kBlocks lists both (run_block checks which one the prepared block reports).
+// Blocks the compiler would run channels-last (small maps) and in bands (larger ones); every test
+// runs each under both strategies.
 const std::vector<Block> kBlocks = {
     // Channels-last. MobileNetV2's kinds: expand + stride 1 + residual, expand + stride 2, no
     // expansion; channel counts off the 8- and 32-wide vector steps; batch 3 (no even split of
@@ -214,12 +226,12 @@ void run_block_channels_last(const Block& b, bool in_cl, bool out_cl, bool prepa
   BlockData d(b, in_cl);
   auto y = empty(Dims{b.N, b.P, d.Ho, d.Wo}, DType::Float32);
   d.p.input_channels_last = in_cl, d.p.output_channels_last = out_cl;
-  auto prep = prepared ? prepare_mbconv(d.ops) : nullptr;
+  // Channels-last operands need that strategy.
+  expect_error([&] { mbconv_out(d.ops, d.p, *y); },
+               {"mbconv", "channels_last strategy for channels-last operands", "banded"});
+  d.p.strategy = MBConvStrategy::ChannelsLast;
+  auto prep = prepared ? prepare_mbconv(d.ops, d.p.strategy) : nullptr;
   auto run = [&](TensorImpl& out) { mbconv_out(d.ops, d.p, out, prep.get()); };
-  if (d.E * b.H * b.W > (160 << 10) || d.E * d.Ho * d.Wo > (160 << 10)) {  // beyond the limit
-    expect_error([&] { run(*y); }, {"mbconv", "channels-last operands only on a block"});
-    return;
-  }
   if (b.residual && in_cl != out_cl) {
     expect_error([&] { run(*y); },
                  {"mbconv", "residual", in_cl ? "input channels-last" : "input NCHW"});
@@ -238,8 +250,7 @@ void run_block_channels_last(const Block& b, bool in_cl, bool out_cl, bool prepa
 }  // namespace
 
 // Every block of kBlocks with each layout combination, prepared or not, on 1 and 2 threads (batch
-// 1 with 2 threads splits each step; batch 2 gives each thread an image); the banded-size ones are
-// refused (beyond the channels-last strategy's limit).
+// 1 with 2 threads splits each step; batch 2 gives each thread an image).
 TEST(MBConv, ChannelsLastOperands) {
   const int saved = num_threads();
   for (int nt : {1, 2}) {
@@ -256,7 +267,8 @@ TEST(MBConv, MatchesThreeConvsInFloat64) {
   for (int nt : {1, 2}) {  // with 2 threads, batch 1 splits rows between threads
     set_num_threads(nt);
     for (const Block& b : kBlocks)
-      for (bool prepared : {false, true}) run_block(b, prepared, false);
+      for (MBConvStrategy strategy : {MBConvStrategy::Banded, MBConvStrategy::ChannelsLast})
+        for (bool prepared : {false, true}) run_block(b, strategy, prepared, false);
   }
   set_num_threads(saved);
 }
@@ -272,13 +284,15 @@ TEST(MBConv, BandedUnderEveryGemmIsa) {
     set_sgemm_isa(isa);
     for (const Block& b :
          {kBlocks[7], kBlocks[8], kBlocks[10], kBlocks[13], kBlocks[14], kBlocks[15]})
-      run_block(b, true, false);
+      run_block(b, MBConvStrategy::Banded, true, false);
   }
   set_sgemm_isa(saved);
 }
 
 TEST(MBConv, NonContiguousOperands) {
-  for (const Block& b : {kBlocks[0], kBlocks[1], kBlocks[2], kBlocks[7]}) run_block(b, true, true);
+  for (const Block& b : {kBlocks[0], kBlocks[1], kBlocks[2], kBlocks[7]})
+    for (MBConvStrategy strategy : {MBConvStrategy::Banded, MBConvStrategy::ChannelsLast})
+      run_block(b, strategy, true, true);
 }
 
 TEST(MBConv, ErrorsNameTheOperand) {
@@ -326,10 +340,17 @@ TEST(MBConv, HostileShapesAreRejected) {
   ops.project_weight = wp.get();
   MBConvParams p;
   expect_error([&] { mbconv_output_shape(ops, p); }, {"mbconv", "band", "at most"});
+  MBConvParams whole = p;  // whole images: one image's expanded tensor is bounded as well
+  whole.strategy = MBConvStrategy::ChannelsLast;
+  expect_error([&] { mbconv_output_shape(ops, whole); }, {"mbconv", "at most"});
+  // A strategy outside the enum (an artifact's attribute) is an error naming the value.
+  expect_error([&] { mbconv_strategy(2, "mbconv"); }, {"mbconv", "strategy", "got 2"});
   auto x2 = rand_tensor(Dims{1, 2, 4, 4});
   auto flat = empty(Dims{1, 1024, 0, 1}, DType::Float32);  // zero-sized, declared [1, E, 0, 1]
   ops.input = x2.get(), ops.project_weight = flat.get();
-  expect_error([&] { prepare_mbconv(ops); }, {"mbconv", "project_weight", "[1, 1024, 1, 1]"});
+  for (MBConvStrategy strategy : {MBConvStrategy::Banded, MBConvStrategy::ChannelsLast})
+    expect_error([&] { prepare_mbconv(ops, strategy); },
+                 {"mbconv", "project_weight", "[1, 1024, 1, 1]"});
   auto x0 = empty(Dims{1, 0, 4, 4}, DType::Float32);
   auto we0 = empty(Dims{1024, 0, 1, 1}, DType::Float32);
   ops.input = x0.get(), ops.expand_weight = we0.get(), ops.project_weight = wp.get();

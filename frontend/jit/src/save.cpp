@@ -23,6 +23,7 @@
 #include "kiln/ir/KilnDialect.h"
 #include "kiln/passes/Passes.h"
 #include "kiln/runtime/registry.h"
+#include "kiln/runtime/target.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -114,6 +115,9 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
       po.memory_plan = add_memory_plan;
       po.plan_memory = !native;
       if (options.mbconv_min_bytes >= 0) po.mbconv_min_bytes = options.mbconv_min_bytes;
+      // The cost model's parameter from the active target (KILN_CPU or the host): the artifact
+      // records the strategy chosen with it on each block.
+      po.mbconv_small_max_bytes = rt::target_params().mbconv_whole_image_bytes;
       passes::build_inference_pipeline(pm, po);
     });
     KILN_CHECK(err.empty(), "kiln::jit::save", "inference pipeline: ", err);

@@ -155,6 +155,7 @@ Tensor mbconv(const TensorList& x, const Attrs& a, mlir::Operation* op) {
   p.expand = epilogue("expand"), p.dw = epilogue("dw"), p.project = epilogue("project");
   p.input_channels_last = a.b("channels_last_in");
   p.output_channels_last = a.b("channels_last_out");
+  p.strategy = kernels::mbconv_strategy(a.i("strategy"), a.op_name());
   auto opt = [&](size_t i) { return x[i].defined() ? x[i].impl() : nullptr; };
   kernels::MBConvOperands o;
   o.input = x[0].impl(), o.expand_weight = opt(1), o.expand_bias = opt(2);

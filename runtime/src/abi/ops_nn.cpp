@@ -114,7 +114,7 @@ const PreparedConv2dWeight* prepared_weight(void** slot, const TensorImpl& x, co
 
 // mbconv: input, expand_weight?, expand_bias?, dw_weight, dw_bias?, project_weight,
 // project_bias?, residual?, out; stride[], padding[], then activation, clamp_min, clamp_max of
-// the expand, dw and project steps, then channels_last_in, channels_last_out.
+// the expand, dw and project steps, then channels_last_in, channels_last_out, strategy.
 MBConvOperands mbconv_operands(abi::Args& a) {
   MBConvOperands o;
   o.input = &a.t(0), o.expand_weight = a.opt(1), o.expand_bias = a.opt(2), o.dw_weight = &a.t(3);
@@ -132,6 +132,7 @@ MBConvParams mbconv_params(abi::Args& a) {
   p.project = conv_epilogue(a, nullptr);
   p.input_channels_last = a.b();
   p.output_channels_last = a.b();
+  p.strategy = mbconv_strategy(a.i(), "mbconv");
   return p;
 }
 
@@ -217,8 +218,9 @@ extern "C" void kiln_abi_mbconv_prepared(void* const* data, const int64_t* desc,
     abi::Args a(data, desc, "mbconv");
     const MBConvOperands o = mbconv_operands(a);
     const MBConvParams p = mbconv_params(a);
-    mbconv_out(o, p, a.t(8),
-               prepared_in_slot<PreparedMBConv>(slot, [&] { return prepare_mbconv(o); }));
+    mbconv_out(o, p, a.t(8), prepared_in_slot<PreparedMBConv>(slot, [&] {
+                 return prepare_mbconv(o, p.strategy);
+               }));
   });
 }
 

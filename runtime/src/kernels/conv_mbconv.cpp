@@ -18,8 +18,8 @@
 // writes the projection's packed right operand, which the GEMM reads as it is. Without (and where
 // those kernels do not apply) the expanded band is NCHW planes and each step repacks its input.
 //
-// Small maps (one image's expanded tensor within kChannelsLastFloats: MobileNetV2's 28x28, 14x14
-// and 7x7 blocks) run channels-last instead, a whole image at a time:
+// The channels-last strategy (MBConvParams::strategy; the compiler picks it for small maps:
+// MobileNetV2's 28x28, 14x14 and 7x7 blocks) runs a whole image at a time instead:
 //   1. eᵀ[HW, E] = xᵀ · Weᵀ (the GEMM's rows are pixels, its vector lanes channels);
 //   2. the depthwise runs on eᵀ as a channels-last image (conv_depthwise_nhwc.cpp) into dᵀ;
 //   3. yᵀ[HoWo, P] = dᵀ · Wpᵀ, transposed into y with the residual and activation.
@@ -28,7 +28,6 @@
 // and back, and the projection would transpose its input while packing it. With one image per
 // thread or more, threads take whole images; otherwise each step is parallel.
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <vector>
@@ -69,24 +68,6 @@ struct Geometry {
   bool channels_last;  // the small-map strategy (eb: eᵀ, db: dᵀ, yt_floats: yᵀ)
   int64_t yt_floats;
 };
-
-// One image's expanded tensor at most this many floats (640 KB: chosen on Zen 4's 1 MB L2, and
-// still ahead of the banded path on Zen 3's 512 KB for every MobileNetV2 block below it):
-// channels-last. --kiln-fuse-mbconv fuses such blocks (passes' kMBConvSmallMaxBytes: keep equal).
-constexpr int64_t kChannelsLastFloats = 160 << 10;
-
-bool channels_last_fits(int64_t E, int64_t H, int64_t W) {
-  // KILN_MBCONV_STRATEGY=banded|channels-last forces the strategy (up to 2^30 floats), to compare
-  // them with bench/paired.py when retuning kChannelsLastFloats for another cache size.
-  static const int force = [] {
-    const char* e = std::getenv("KILN_MBCONV_STRATEGY");
-    if (!e) return 0;
-    return std::string_view(e) == "banded" ? -1 : std::string_view(e) == "channels-last" ? 1 : 0;
-  }();
-  int64_t n = 0;
-  const bool fits = mul_ok(E, H, n) && mul_ok(n, W, n) && n <= kChannelsLastFloats;
-  return force < 0 ? false : force > 0 ? fits || n <= (int64_t(1) << 30) : fits;
-}
 
 // a * b, or a kiln::Error when it exceeds `limit` (sizes from an artifact may be anything: a
 // zero-element tensor can carry huge extents).
@@ -171,26 +152,20 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
                       total <= kLimit;
   g.ebi_block = ebi_ok ? block : -1;
   g.ebi_floats = ebi_ok ? total : -1;
-  g.channels_last = channels_last_fits(g.E, g.H, g.W) && channels_last_fits(g.E, g.Ho, g.Wo);
+  g.channels_last = p.strategy == MBConvStrategy::ChannelsLast;
   if (p.input_channels_last || p.output_channels_last) {
-    // Channels-last operands take that strategy (whatever KILN_MBCONV_STRATEGY says), which holds
-    // whole images: only blocks within its size limit, as --kiln-mbconv-channels-last marks.
-    const int64_t e_in = checked_mul(g.E, g.H * g.W, kLimit, "one image's expanded tensor");
-    const int64_t e_out = checked_mul(g.E, g.Ho * g.Wo, kLimit, "one image's depthwise output");
-    KILN_CHECK(
-        e_in <= kChannelsLastFloats && e_out <= kChannelsLastFloats, kOp,
-        "expected channels-last operands only on a block whose expanded image holds at most ",
-        kChannelsLastFloats, " floats, got ", e_in, " (", g.E, " x ", g.H, " x ", g.W, ")");
+    KILN_CHECK(g.channels_last, kOp,
+               "expected the channels_last strategy for channels-last operands, got ",
+               mbconv_strategy_name(p.strategy));
     KILN_CHECK(!ops.residual || p.input_channels_last == p.output_channels_last, kOp,
                "expected a residual in the output's layout: input and output both channels-last or "
                "both not, got input ",
                p.input_channels_last ? "channels-last" : "NCHW", " and output ",
                p.output_channels_last ? "channels-last" : "NCHW");
-    g.channels_last = true;
   }
   if (g.channels_last) {
-    g.eb_floats = g.E * g.H * g.W;
-    g.db_floats = g.E * g.Ho * g.Wo;
+    g.eb_floats = checked_mul(g.E, g.H * g.W, kLimit, "one image's expanded tensor");
+    g.db_floats = checked_mul(g.E, g.Ho * g.Wo, kLimit, "one image's depthwise output");
     g.yt_floats = checked_mul(g.P, g.Ho * g.Wo, kLimit, "the projection's output");
   }
   return g;
@@ -459,7 +434,18 @@ Dims mbconv_output_shape(const MBConvOperands& ops, const MBConvParams& p) {
   return Dims{g.N, g.P, g.Ho, g.Wo};
 }
 
-std::shared_ptr<const PreparedMBConv> prepare_mbconv(const MBConvOperands& ops) {
+const char* mbconv_strategy_name(MBConvStrategy s) {
+  return s == MBConvStrategy::ChannelsLast ? "channels_last" : "banded";
+}
+
+MBConvStrategy mbconv_strategy(int64_t value, std::string_view op) {
+  KILN_CHECK(value == 0 || value == 1, op,
+             "expected strategy 0 (banded) or 1 (channels_last), got ", value);
+  return static_cast<MBConvStrategy>(value);
+}
+
+std::shared_ptr<const PreparedMBConv> prepare_mbconv(const MBConvOperands& ops,
+                                                     MBConvStrategy strategy) {
   // The weights' shapes, checked against each other before any of their bytes is read.
   KILN_CHECK(ops.input && ops.input->dim() == 4 && ops.dw_weight && ops.dw_weight->dim() == 4 &&
                  ops.project_weight,
@@ -469,10 +455,7 @@ std::shared_ptr<const PreparedMBConv> prepare_mbconv(const MBConvOperands& ops) 
     check_dims(ops.expand_weight, "expand_weight", Dims{E, ops.input->size(1), 1, 1});
   check_dims(ops.project_weight, "project_weight", Dims{ops.project_weight->size(0), E, 1, 1});
   auto out = std::make_shared<Prepared>();
-  // The strategy mbconv_out will pick for this input (up to the output size, which the
-  // parameters decide: it is checked again there).
-  out->channels_last = ops.input->size(2) >= 0 && ops.input->size(3) >= 0 &&
-                       channels_last_fits(E, ops.input->size(2), ops.input->size(3));
+  out->channels_last = strategy == MBConvStrategy::ChannelsLast;
   auto pack = [&](const TensorImpl& w) {
     auto c = views::contiguous(w);
     // [O, K] as the left operand, or its transpose [K, O] as the right one.

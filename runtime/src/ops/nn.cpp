@@ -99,6 +99,7 @@ std::unique_ptr<KernelParams> decode_mbconv(const AttrMap& a) {
   p->p.project = conv_epilogue(decode_fusion(a, "project_"));
   p->p.input_channels_last = a.b("channels_last_in");
   p->p.output_channels_last = a.b("channels_last_out");
+  p->p.strategy = kernels::mbconv_strategy(a.i("strategy"), "mbconv");
   return p;
 }
 kernels::MBConvOperands mbconv_operands(const KernelCall& c) {
@@ -117,7 +118,7 @@ PreparedInputs prepare_mbconv(const KernelCall& c, uint32_t constant_inputs) {
   const bool expand = opt_in(c, 1) != nullptr;
   if ((constant_inputs & 0b101000u) != 0b101000u || (expand && (constant_inputs & 0b10u) == 0))
     return {};
-  auto p = kernels::prepare_mbconv(mbconv_operands(c));
+  auto p = kernels::prepare_mbconv(mbconv_operands(c), params<MBConvParams>(c).p.strategy);
   const size_t bytes = p->nbytes();
   const char* algorithm = p->algorithm();
   return {std::move(p), bytes, algorithm};

@@ -62,8 +62,9 @@ std::unique_ptr<mlir::Pass> create_fuse_block_prologues_pass();
 // (MobileNetV2's inverted residual) become one kiln.mbconv when the expanded tensor holds at least
 // `min_bytes` (without an expansion: x, and at least kMBConvNoExpandMinBytes; the runtime runs it
 // band by band), or when one image's share of it is at most `small_max_bytes` (channels-last);
-// blocks in between run as fast unfused (see FuseMBConv.cpp).
-// kMBConvSmallMaxBytes is the runtime's channels-last limit (kernels/conv_mbconv.cpp).
+// blocks in between run as fast unfused (see FuseMBConv.cpp). The strategy is recorded on the op.
+// kMBConvSmallMaxBytes is the default of kiln-opt and the pass tests; kiln::jit::save passes the
+// target description's mbconv_whole_image_bytes.
 constexpr int64_t kMBConvMinBytes = int64_t(1) << 20;
 constexpr int64_t kMBConvNoExpandMinBytes = int64_t(8) << 20;
 constexpr int64_t kMBConvSmallMaxBytes = int64_t(640) << 10;

@@ -54,14 +54,15 @@ struct GemmBlocking {
 };
 struct TargetParams {
   GemmBlocking gemm_avx512, gemm_avx2, gemm_neon, gemm_portable;
-  int64_t l1_panel_bytes = 0;        // an operand panel re-read per sliver stays under this (L1)
-  int64_t l2_block_bytes = 0;        // an operand block re-read per sliver stays under this (L2)
-  int64_t conv_tile_bytes = 0;       // im2col column tile (K x columns) of the GEMM convolution
-  int64_t winograd_v_bytes = 0;      // Winograd's shared transformed-input block
-  int64_t winograd_m_bytes = 0;      // Winograd's per-thread product buffer
-  int64_t mbconv_band_bytes = 0;     // a fused inverted-residual block's band buffers
-  int64_t depthwise_band_bytes = 0;  // the channel-interleaved depthwise's input band
-  int64_t stream_store_bytes = 0;    // elementwise outputs this large bypass the caches
+  int64_t l1_panel_bytes = 0;     // an operand panel re-read per sliver stays under this (L1)
+  int64_t l2_block_bytes = 0;     // an operand block re-read per sliver stays under this (L2)
+  int64_t conv_tile_bytes = 0;    // im2col column tile (K x columns) of the GEMM convolution
+  int64_t winograd_v_bytes = 0;   // Winograd's shared transformed-input block
+  int64_t winograd_m_bytes = 0;   // Winograd's per-thread product buffer
+  int64_t mbconv_band_bytes = 0;  // a fused inverted-residual block's band buffers
+  int64_t mbconv_whole_image_bytes = 0;  // such a block runs whole images channels-last up to this
+  int64_t depthwise_band_bytes = 0;      // the channel-interleaved depthwise's input band
+  int64_t stream_store_bytes = 0;        // elementwise outputs this large bypass the caches
 
   // The blocking of the GEMM family `isa` selects (Scalar: the portable one).
   const GemmBlocking& gemm(VectorIsa isa) const {

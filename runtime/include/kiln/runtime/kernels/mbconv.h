@@ -8,17 +8,28 @@
 // thread, row ranges) through the three steps: e and d live in per-thread band buffers that stay
 // in cache, and only x and y travel to memory. Expanded rows shared by consecutive bands are kept,
 // not recomputed. Same arithmetic as the three convs (same GEMM and depthwise kernels). Small maps
-// (one image's e within 640 KB) run a whole image at a time channels-last instead, which spares
-// the transposes NCHW costs there (conv_mbconv.cpp).
+// run a whole image at a time channels-last instead, which spares the transposes NCHW costs there
+// (conv_mbconv.cpp): the caller chooses (MBConvParams::strategy; the compiler records its choice
+// on kiln.mbconv from the target's mbconv_whole_image_bytes), the kernel never re-decides.
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/tensor.h"
 
 namespace kiln::kernels {
+
+// How the block runs (the values of kiln.mbconv's `strategy`, ir/ops.toml's MBConvStrategy).
+enum class MBConvStrategy : uint8_t {
+  Banded = 0,        // bands of output rows in NCHW; the expanded band stays in L2
+  ChannelsLast = 1,  // whole images channels-last (scratch: one image's expanded tensor)
+};
+const char* mbconv_strategy_name(MBConvStrategy s);
+// The strategy an attribute holds; kiln::Error naming `op` and the value when it is none.
+MBConvStrategy mbconv_strategy(int64_t value, std::string_view op);
 
 struct MBConvParams {
   int64_t stride_h = 1, stride_w = 1;  // of the depthwise conv
@@ -28,8 +39,9 @@ struct MBConvParams {
   // Channels-last operands between consecutive blocks (--kiln-mbconv-channels-last): the input
   // (and the residual, which must then be the same layout as the output) holds [N, H, W, C] data,
   // the output [N, Ho, Wo, P], under the same [N, C, H, W] sizes. Only the channels-last strategy
-  // reads and writes them; a block with either set always runs it.
+  // reads and writes them (either set with the banded one is an error).
   bool input_channels_last = false, output_channels_last = false;
+  MBConvStrategy strategy = MBConvStrategy::Banded;
 };
 
 struct MBConvOperands {
@@ -47,8 +59,8 @@ struct MBConvOperands {
 Dims mbconv_output_shape(const MBConvOperands& ops, const MBConvParams& p);
 
 // The weights prepared once (constant weights of artifacts and compiled code): the two 1x1 weights
-// packed for the GEMM and, for channels-last blocks, the depthwise weight reordered. Prepared for
-// `ops.input`'s sizes, which choose the strategy; any input runs correctly with it.
+// packed for the GEMM and, for channels-last blocks, the depthwise weight reordered, in the layouts
+// `strategy` computes in (mbconv_out ignores an object prepared for another strategy).
 class PreparedMBConv {
  public:
   virtual ~PreparedMBConv() = default;
@@ -56,7 +68,8 @@ class PreparedMBConv {
   // "banded" or "channels-last".
   virtual const char* algorithm() const = 0;
 };
-std::shared_ptr<const PreparedMBConv> prepare_mbconv(const MBConvOperands& ops);
+std::shared_ptr<const PreparedMBConv> prepare_mbconv(const MBConvOperands& ops,
+                                                     MBConvStrategy strategy);
 
 // out = the block above. `prepared` (from exactly these three weights' values) may be null.
 void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& out,
