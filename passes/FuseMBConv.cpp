@@ -97,7 +97,7 @@ void copy_activation(mlir::OperationState& state, mlir::OpBuilder& b, mlir::Oper
                      fused ? from->getAttr("clamp_max") : b.getF64FloatAttr(0));
 }
 
-bool fuse(mlir::Operation* dw, int64_t min_bytes, int64_t small_max_bytes) {
+bool fuse(mlir::Operation* dw, const MBConvThresholds& t) {
   if (!is_depthwise(dw)) return false;
   // What kiln.mbconv accepts beyond conv2d: padding below the kernel, stride within the padded
   // input (a conv outside those stays as it is).
@@ -120,16 +120,16 @@ bool fuse(mlir::Operation* dw, int64_t min_bytes, int64_t small_max_bytes) {
   int64_t elems = 1;
   for (int64_t d : e_shape) elems *= d;
   const int64_t image_bytes = e_shape[0] > 0 ? elems / e_shape[0] * 4 : 0;
-  const bool small = elems > 0 && image_bytes <= small_max_bytes;
+  const bool small = elems > 0 && image_bytes <= t.small_max_bytes;
   // The depthwise output's image too (a stride-1 kernel with wide padding grows the map).
   llvm::ArrayRef<int64_t> d_shape = shape_of(dw->getResult(0));
   const int64_t d_image_bytes = d_shape[1] * d_shape[2] * d_shape[3] * 4;
-  const bool whole_images = small && d_image_bytes <= small_max_bytes;
+  const bool whole_images = small && d_image_bytes <= t.small_max_bytes;
   // Without an expansion, bands save only the depthwise output's round trip, which pays once it
-  // no longer stays in the L3 (kMBConvNoExpandMinBytes whatever min-bytes asks): MobileNetV2's t=1
+  // no longer stays in the L3 (no-expand-min-bytes, whatever min-bytes asks): MobileNetV2's t=1
   // block fused is 1.13-1.27x two convs at batch 1 (1.6 MB) and 0.91-0.95x at batch 8 (12.8 MB);
   // 0.92-1.04 and 0.78 since the expanded blocks' rework, which left its own path as it was.
-  const bool large = elems * 4 >= min_bytes && (expand || elems * 4 >= kMBConvNoExpandMinBytes);
+  const bool large = elems * 4 >= t.min_bytes && (expand || elems * 4 >= t.no_expand_min_bytes);
   if (!small && !large) return false;
 
   mlir::OpBuilder b(project);
@@ -162,9 +162,10 @@ struct FuseMBConvPass : mlir::PassWrapper<FuseMBConvPass, mlir::OperationPass<ml
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FuseMBConvPass)
   FuseMBConvPass() = default;
   FuseMBConvPass(const FuseMBConvPass& other) : PassWrapper(other) {}
-  FuseMBConvPass(int64_t min_bytes, int64_t small_max_bytes) {
-    min_bytes_ = min_bytes;
-    small_max_bytes_ = small_max_bytes;
+  explicit FuseMBConvPass(const MBConvThresholds& t) {
+    min_bytes_ = t.min_bytes;
+    no_expand_min_bytes_ = t.no_expand_min_bytes;
+    small_max_bytes_ = t.small_max_bytes;
   }
   llvm::StringRef getArgument() const override { return "kiln-fuse-mbconv"; }
   llvm::StringRef getDescription() const override {
@@ -175,23 +176,29 @@ struct FuseMBConvPass : mlir::PassWrapper<FuseMBConvPass, mlir::OperationPass<ml
     getOperation().walk([&](mlir::Operation* op) {
       if (is_depthwise(op)) depthwise.push_back(op);
     });
-    for (mlir::Operation* op : depthwise) fuse(op, min_bytes_, small_max_bytes_);
+    const MBConvThresholds t{min_bytes_, no_expand_min_bytes_, small_max_bytes_};
+    for (mlir::Operation* op : depthwise) fuse(op, t);
   }
   Option<int64_t> min_bytes_{*this, "min-bytes",
                              llvm::cl::desc("fuse only blocks whose expanded tensor has this many "
                                             "bytes or more"),
-                             llvm::cl::init(kMBConvMinBytes)};
+                             llvm::cl::init(MBConvThresholds{}.min_bytes)};
+  Option<int64_t> no_expand_min_bytes_{
+      *this, "no-expand-min-bytes",
+      llvm::cl::desc("fuse a block without expansion only when its input has this many bytes or "
+                     "more (whatever min-bytes says)"),
+      llvm::cl::init(MBConvThresholds{}.no_expand_min_bytes)};
   Option<int64_t> small_max_bytes_{
       *this, "small-max-bytes",
       llvm::cl::desc("also fuse blocks whose expanded tensor has at most this many bytes per "
                      "image (-1: none)"),
-      llvm::cl::init(kMBConvSmallMaxBytes)};
+      llvm::cl::init(MBConvThresholds{}.small_max_bytes)};
 };
 
 }  // namespace
 
-std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes, int64_t small_max_bytes) {
-  return std::make_unique<FuseMBConvPass>(min_bytes, small_max_bytes);
+std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(const MBConvThresholds& thresholds) {
+  return std::make_unique<FuseMBConvPass>(thresholds);
 }
 
 }  // namespace kiln::passes

@@ -52,8 +52,7 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   // Before elementwise fusion, which would take the scale and the mask add.
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_attention_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_epilogues_pass());
-  pm.addNestedPass<mlir::func::FuncOp>(
-      create_fuse_mbconv_pass(options.mbconv_min_bytes, options.mbconv_small_max_bytes));
+  pm.addNestedPass<mlir::func::FuncOp>(create_fuse_mbconv_pass(options.mbconv));
   pm.addNestedPass<mlir::func::FuncOp>(create_fuse_conv_avgpool_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_mbconv_channels_last_pass());
   pm.addNestedPass<mlir::func::FuncOp>(create_cleanup_pass());

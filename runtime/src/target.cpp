@@ -568,9 +568,10 @@ std::string describe(const TargetDescription& t) {
   os << "L1 panel " << size_str(p.l1_panel_bytes) << ", L2 block " << size_str(p.l2_block_bytes)
      << "\nconv: im2col tile " << size_str(p.conv_tile_bytes) << ", Winograd V "
      << size_str(p.winograd_v_bytes) << " / M " << size_str(p.winograd_m_bytes) << ", mbconv band "
-     << size_str(p.mbconv_band_bytes) << ", mbconv whole images up to "
-     << size_str(p.mbconv_whole_image_bytes) << ", depthwise band "
-     << size_str(p.depthwise_band_bytes) << "\nelementwise: non-temporal stores from "
+     << size_str(p.mbconv_band_bytes) << ", depthwise band " << size_str(p.depthwise_band_bytes)
+     << "\nmbconv fused: banded from " << size_str(p.mbconv_banded_min_bytes)
+     << " (no expansion: " << size_str(p.mbconv_no_expand_min_bytes) << "), whole images up to "
+     << size_str(p.mbconv_whole_image_bytes) << "\nelementwise: non-temporal stores from "
      << size_str(p.stream_store_bytes) << "\n";
   return os.str();
 }

@@ -74,7 +74,7 @@ TEST(JitPipeline, MobileNetV2FoldedAndFused) {
 TEST(JitPipeline, MobileNetV2WithFusedBlocks) {
   auto m = models::mobilenet_v2(10);
   passes::PipelineOptions po;
-  po.mbconv_min_bytes = 0;
+  po.mbconv.min_bytes = 0;
   expect_optimized_compiled_matches_eager(*m, rnd({2, 3, 64, 64}, 3), rnd({2, 3, 64, 64}, 4), po,
                                           "kiln.mbconv");
 }

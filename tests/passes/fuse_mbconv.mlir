@@ -2,6 +2,7 @@
 // RUN: kiln-opt %s --kiln-fuse-mbconv | FileCheck %s --check-prefix=DEFAULT
 // RUN: kiln-opt %s --kiln-fuse-mbconv=small-max-bytes=-1 | FileCheck %s --check-prefix=LARGE
 // RUN: kiln-opt %s --kiln-fuse-mbconv=small-max-bytes=4096 | FileCheck %s --check-prefix=GROW
+// RUN: kiln-opt %s '--kiln-fuse-mbconv=no-expand-min-bytes=1048576' | FileCheck %s --check-prefix=SMALLL3
 
 // expand 1x1 (relu6) -> depthwise 3x3 (relu6) -> project 1x1 + residual: one kiln.mbconv with
 // every operand and each step's activation.
@@ -95,6 +96,9 @@ func.func @banded(%x: tensor<1x8x112x112xf32>, %we: tensor<64x8x1x1xf32>, %wd: t
 // CHECK-LABEL: func.func @large_no_expansion
 // CHECK-NOT: kiln.mbconv
 // CHECK: return
+// With a smaller L3's threshold (a target with 4 MB of L3: 1 MB) it fuses, banded.
+// SMALLL3-LABEL: func.func @large_no_expansion
+// SMALLL3: kiln.mbconv {{.*}}strategy = 0 : i64
 func.func @large_no_expansion(%x: tensor<1x32x112x112xf32>, %wd: tensor<32x1x3x3xf32>, %wp: tensor<16x32x1x1xf32>) -> tensor<1x16x112x112xf32> {
   %none = kiln.none
   %d = kiln.conv2d_fused %x, %wd, %none, %none {activation = 2 : i64, clamp_max = 6.0 : f64, clamp_min = 0.0 : f64, dilation = array<i64: 1, 1>, groups = 32 : i64, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x32x112x112xf32>, tensor<32x1x3x3xf32>, none, none) -> tensor<1x32x112x112xf32>

@@ -110,6 +110,15 @@ TEST(Target, DerivedParametersFollowTheRules) {
   EXPECT_EQ(z3.l2_block_bytes, 256 << 10);
   EXPECT_EQ(z3.conv_tile_bytes, 1536 << 10);
   EXPECT_EQ(z3.stream_store_bytes, 16 << 20);
+  // The inverted-residual fusion thresholds the compiler records: bands from an L2-sized expanded
+  // tensor (a quarter of the L3 without an expansion), whole images up to 640 KB on every target.
+  EXPECT_EQ(z3.mbconv_banded_min_bytes, 512 << 10);
+  EXPECT_EQ(z3.mbconv_no_expand_min_bytes, 8 << 20);
+  EXPECT_EQ(z3.mbconv_whole_image_bytes, 640 << 10);
+  const TargetParams small = derive_target_params(parse_target("znver3,l2=256K,l3=4M"));
+  EXPECT_EQ(small.mbconv_banded_min_bytes, 256 << 10);
+  EXPECT_EQ(small.mbconv_no_expand_min_bytes, 1 << 20);
+  EXPECT_EQ(small.mbconv_whole_image_bytes, 640 << 10);
 
   const TargetParams spr = derive_target_params(parse_target("sapphirerapids"));
   EXPECT_EQ(spr.gemm_avx512.kc, 256);

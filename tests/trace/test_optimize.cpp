@@ -364,7 +364,7 @@ TEST(Optimize, MobileNetV2EveryConvFoldedAndFused) {
   jit::freeze(t);
   // Blocks left as convs (at 64x64 every block is small enough for kiln.mbconv by default).
   passes::PipelineOptions no_blocks;
-  no_blocks.mbconv_small_max_bytes = -1;
+  no_blocks.mbconv.small_max_bytes = -1;
   run(t.module(),
       [&](mlir::OpPassManager& pm) { passes::build_inference_pipeline(pm, no_blocks); });
   expect_all_fused(t.module());

@@ -35,8 +35,9 @@ const char* kHelp =
     "                    `kiln compile OUT.kiln` can compile the artifact to native code)\n"
     "  --no-optimize     write the trace as is (no pass pipeline, no memory planning)\n"
     "  --mbconv-min-bytes N  fuse inverted-residual blocks (MobileNetV2) whose expanded tensor\n"
-    "                    has at least N bytes into one cache-resident kernel (default 1048576;\n"
-    "                    a block without an expansion needs 8388608 whatever N is)\n"
+    "                    has at least N bytes into one cache-resident kernel (default: the\n"
+    "                    CPU's L2 size, KILN_CPU or the host; a block without an expansion\n"
+    "                    needs a quarter of its L3 whatever N is)\n"
     "  -o, --output FILE where to write the artifact (required)\n";
 
 std::string help() {

@@ -114,10 +114,13 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
       passes::PipelineOptions po;
       po.memory_plan = add_memory_plan;
       po.plan_memory = !native;
-      if (options.mbconv_min_bytes >= 0) po.mbconv_min_bytes = options.mbconv_min_bytes;
-      // The cost model's parameter from the active target (KILN_CPU or the host): the artifact
-      // records the strategy chosen with it on each block.
-      po.mbconv_small_max_bytes = rt::target_params().mbconv_whole_image_bytes;
+      // The fusion thresholds from the active target (KILN_CPU or the host): the artifact
+      // records the blocks fused and the strategy chosen for each.
+      const rt::TargetParams& tp = rt::target_params();
+      po.mbconv.min_bytes =
+          options.mbconv_min_bytes >= 0 ? options.mbconv_min_bytes : tp.mbconv_banded_min_bytes;
+      po.mbconv.no_expand_min_bytes = tp.mbconv_no_expand_min_bytes;
+      po.mbconv.small_max_bytes = tp.mbconv_whole_image_bytes;
       passes::build_inference_pipeline(pm, po);
     });
     KILN_CHECK(err.empty(), "kiln::jit::save", "inference pipeline: ", err);

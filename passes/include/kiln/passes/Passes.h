@@ -60,16 +60,17 @@ std::unique_ptr<mlir::Pass> create_fuse_block_prologues_pass();
 
 // --kiln-fuse-mbconv: expand 1x1 -> depthwise -> project 1x1 chains of kiln.conv2d_fused
 // (MobileNetV2's inverted residual) become one kiln.mbconv when the expanded tensor holds at least
-// `min_bytes` (without an expansion: x, and at least kMBConvNoExpandMinBytes; the runtime runs it
+// `min_bytes` (without an expansion: x, and at least `no_expand_min_bytes`; the runtime runs it
 // band by band), or when one image's share of it is at most `small_max_bytes` (channels-last);
 // blocks in between run as fast unfused (see FuseMBConv.cpp). The strategy is recorded on the op.
-// kMBConvSmallMaxBytes is the default of kiln-opt and the pass tests; kiln::jit::save passes the
-// target description's mbconv_whole_image_bytes.
-constexpr int64_t kMBConvMinBytes = int64_t(1) << 20;
-constexpr int64_t kMBConvNoExpandMinBytes = int64_t(8) << 20;
-constexpr int64_t kMBConvSmallMaxBytes = int64_t(640) << 10;
-std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(int64_t min_bytes = kMBConvMinBytes,
-                                                    int64_t small_max_bytes = kMBConvSmallMaxBytes);
+// kiln::jit::save passes the target description's values (runtime/target.h mbconv_*); these
+// defaults (Zen 4's) serve kiln-opt and the pass tests.
+struct MBConvThresholds {
+  int64_t min_bytes = int64_t(1) << 20;
+  int64_t no_expand_min_bytes = int64_t(8) << 20;
+  int64_t small_max_bytes = int64_t(640) << 10;  // -1: no small blocks
+};
+std::unique_ptr<mlir::Pass> create_fuse_mbconv_pass(const MBConvThresholds& thresholds = {});
 // --kiln-fold-qdq: dequantize -> conv2d / linear / add (-> relu) -> quantize, the QDQ form of an
 // int8 layer, becomes one kiln.qconv2d / kiln.qlinear / kiln.qadd (a float bias becomes int32 at
 // x_scale * w_scale when the scales and bias are constants); an average pool between them,
@@ -125,9 +126,9 @@ std::unique_ptr<mlir::Pass> create_choose_layout_pass();
 
 struct PipelineOptions {
   bool drop_loss_head = false;
-  // --kiln-fuse-mbconv's thresholds (min 0: fuse every matching block; small -1: no small ones).
-  int64_t mbconv_min_bytes = kMBConvMinBytes;
-  int64_t mbconv_small_max_bytes = kMBConvSmallMaxBytes;
+  // --kiln-fuse-mbconv's thresholds (min 0: fuse every matching block with an expansion; small
+  // -1: no small ones).
+  MBConvThresholds mbconv;
   // --kiln-fuse-block-epilogues (false: the chains after convs and linears stay their own kernels;
   // benchmarks compare the two).
   bool block_epilogues = true;

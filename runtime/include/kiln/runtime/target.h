@@ -60,9 +60,13 @@ struct TargetParams {
   int64_t winograd_v_bytes = 0;   // Winograd's shared transformed-input block
   int64_t winograd_m_bytes = 0;   // Winograd's per-thread product buffer
   int64_t mbconv_band_bytes = 0;  // a fused inverted-residual block's band buffers
-  int64_t mbconv_whole_image_bytes = 0;  // such a block runs whole images channels-last up to this
-  int64_t depthwise_band_bytes = 0;      // the channel-interleaved depthwise's input band
-  int64_t stream_store_bytes = 0;        // elementwise outputs this large bypass the caches
+  // Which inverted-residual blocks the compiler fuses (kiln.mbconv) and how they run: in bands
+  // from this expanded tensor size (without an expansion: this input size), whole images
+  // channels-last up to this size of one image's expanded tensor.
+  int64_t mbconv_banded_min_bytes = 0, mbconv_no_expand_min_bytes = 0;
+  int64_t mbconv_whole_image_bytes = 0;
+  int64_t depthwise_band_bytes = 0;  // the channel-interleaved depthwise's input band
+  int64_t stream_store_bytes = 0;    // elementwise outputs this large bypass the caches
 
   // The blocking of the GEMM family `isa` selects (Scalar: the portable one).
   const GemmBlocking& gemm(VectorIsa isa) const {

@@ -23,7 +23,9 @@ struct SaveOptions {
   std::vector<std::string> input_names, output_names;
   bool optimize = true;  // run the pass pipeline before writing
   // Inverted-residual blocks (MobileNetV2) whose expanded tensor has at least this many bytes run
-  // as one fused kernel (--kiln-fuse-mbconv); -1: the pipeline's default (1 MB), 0: every one.
+  // as one fused kernel (--kiln-fuse-mbconv); -1: the active target description's
+  // mbconv_banded_min_bytes (its L2; KILN_CPU or the host), 0: every one with an expansion. The
+  // other thresholds, and the strategy recorded on each block, come from that description too.
   int64_t mbconv_min_bytes = -1;
   // Store the module too (MLIR bytecode whose weight constants refer to the artifact's own
   // weights, so it adds little): what `kiln compile M.kiln` compiles to native code.
