@@ -457,6 +457,9 @@ void BM_QConv(benchmark::State& state, Shape s) {
   state.counters["fp32peak%"] =
       benchmark::Counter(f.flops * 100.0 / (measured_fma_peak_per_thread() * num_threads()),
                          benchmark::Counter::kIsIterationInvariantRate);
+  // The activations' bytes in and out (the weights stay in cache): what bounds the thin layers.
+  state.counters["GB/s"] = benchmark::Counter(double(x->numel() + y->numel()) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Wall clock by default; process CPU time with KILN_BENCH_CPU=1.
@@ -492,6 +495,18 @@ const int kRegistered = [] {
                                         BM_QConv, b8))
         ->ArgName("mode")
         ->Arg(2)
+        ->Unit(benchmark::kMicrosecond);
+  }
+  // MobileNetV2's int8 layers as its channels-last int8 artifact runs them (mode 4), batch 8:
+  // 1x1s with few input channels and the depthwise convs, bound by the activations' bytes.
+  for (const auto& s : {kMobileNetGemm[1], kMobileNetGemm[2], kMobileNetGemm[3], kMobileNetGemm[4],
+                        kMobileNetDw[0], kMobileNetDw[1], kMobileNetDw[2]}) {
+    Shape b8 = s;
+    b8.N = 8;
+    timing(benchmark::RegisterBenchmark((std::string("MobileNetV2Int8/") + s.name + "_b8").c_str(),
+                                        BM_QConv, b8))
+        ->ArgName("mode")
+        ->Arg(4)
         ->Unit(benchmark::kMicrosecond);
   }
   timing(benchmark::RegisterBenchmark("ResNet18Int8/l1_3x3_64-64@56", BM_QConv, kResNet18[1]))

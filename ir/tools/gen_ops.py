@@ -65,8 +65,15 @@ def check_default(op, attr, ty, default, schema):
         raise SchemaError(f"op {op}: attribute {attr}: default '{default}' is no {ty}")
 
 
+def optional_enum(ty, schema):
+    """'Enum?' -> 'Enum' for an enum of the schema (an optional attribute whose absence reads as
+    the enum's first value, as an absent bool? reads as false), else None."""
+    return ty[:-1] if ty.endswith("?") and ty[:-1] in schema["enum"] else None
+
+
 def default_number(ty, default, schema):
     """The default as the runtime's AttrSpec::fallback (a double) in C++."""
+    ty = optional_enum(ty, schema) or ty
     if ty in schema["enum"]:
         return str(schema["enum"][ty]["values"].index(default))
     if default in ("true", "false"):
@@ -94,12 +101,16 @@ class Op:
         self.ir_optional = set(base.get("attrs", {})) if "attrs" not in spec else set()
         for a, t in pick("attrs", {}).items():
             ty, _, default = (p.strip() for p in t.partition("="))
-            if ty not in ATTR_ODS and ty not in schema["enum"]:
+            if ty not in ATTR_ODS and ty not in schema["enum"] and not optional_enum(ty, schema):
                 raise SchemaError(f"op {name}: attribute {a} has unknown type '{ty}'")
+            if default and optional_enum(ty, schema):
+                raise SchemaError(f"op {name}: attribute {a}: an optional enum has no default "
+                                  "(absent reads as its first value)")
             if default:
                 check_default(name, a, ty, default, schema)
             self.attrs.append((a, ty, default or None))
-        self.enum_types = set(schema["enum"])  # attribute types that are enums
+        # Attribute types that are enums (an optional one too: "Enum?").
+        self.enum_types = set(schema["enum"]) | {e + "?" for e in schema["enum"]}
         self.traits = spec.get("traits", [])
         for t in self.traits:
             if t not in TRAITS:
@@ -208,6 +219,8 @@ def td(schema, ops):
             args.append(f"{f'Variadic<{t}>' if variadic else t}:${name}")
         for name, ty, default in op.attrs:
             ods = ATTR_ODS.get(ty, f"Kiln_{ty}")
+            if optional_enum(ty, schema):
+                ods = f"OptionalAttr<Kiln_{ty[:-1]}>"
             if default is not None and name in op.ir_optional:
                 ods = f'DefaultValuedAttr<{ods}, "{default}">'
             args.append(f"{ods}:${name}")
@@ -324,6 +337,8 @@ def cpp_arg(op, arg, on="", results=None):
             return f"{getter}.value_or(false)"
         if ty in ("bool", "i64[]"):
             return getter
+        if ty in op.enum_types and ty.endswith("?"):  # absent: the enum's first value
+            return f"{getter}.value_or(static_cast<::kiln::ir::{ty[:-1]}>(0))"
         if ty in op.enum_types:
             return getter  # the rules take the C++ enum (kiln::ir::<Enum>)
         return f"static_cast<int64_t>({getter})"
@@ -407,23 +422,27 @@ def verifiers(schema, ops):
     out = [f"// {HEADER}", "// Included by ir/lib/KilnOps.cpp inside namespace kiln::ir."]
     w = out.append
     for op in ops:
-        enums = [(n, ty) for n, ty, _ in op.attrs if ty in schema["enum"]]
+        enums = [(n, ty) for n, ty, _ in op.attrs if ty in op.enum_types]
         if not enums:
             continue
         # The op's enum attributes hold one of their cases (also called by hand-written verifiers).
         w(f"[[maybe_unused]] LogicalResult verify_enum_attrs({camel(op.name)}Op op) {{")
         for name, ty in enums:
-            values = schema["enum"][ty]["values"]
+            base = ty.rstrip("?")
+            values = schema["enum"][base]["values"]
             listing = ", ".join(f"{v} ({i})" for i, v in enumerate(values))
-            w(f"  if (const int64_t v = static_cast<int64_t>(op.get{camel(name)}()); "
+            value = f"op.get{camel(name)}()"
+            if ty.endswith("?"):  # absent: valid (the first value)
+                value = f"{value}.value_or(static_cast<::kiln::ir::{base}>(0))"
+            w(f"  if (const int64_t v = static_cast<int64_t>({value}); "
               f"v < 0 || v >= {len(values)})")
-            w(f'    return op.emitOpError("{name} must be one of {ty}\'s values {listing}; got ") << v;')
+            w(f'    return op.emitOpError("{name} must be one of {base}\'s values {listing}; got ") << v;')
         w("  return success();\n}")
     for op in ops:
         if not op.generated_verifier():
             continue
         w(f"LogicalResult {camel(op.name)}Op::verify() {{")
-        if any(ty in schema["enum"] for _, ty, _ in op.attrs):
+        if any(ty in op.enum_types for _, ty, _ in op.attrs):
             w("  if (failed(verify_enum_attrs(*this))) return failure();")
         for name, args in rule_calls(op):
             cpp = ", ".join(["getOperation()"] + [cpp_arg(op, a) for a in args])
@@ -469,7 +488,7 @@ def codegen(schema, ops):
     for op in ops:
         if op.name not in calls:
             continue
-        names = [a + ("?" if t == "bool?" else "") for a, t, _ in op.attrs]
+        names = [a + ("?" if t.endswith("?") else "") for a, t, _ in op.attrs]
         lines.append(f'{{"{op.name}", {{{", ".join(chr(34) + a + chr(34) for a in names)}}}}},')
     lines += ["#undef KILN_ABI_OPS", "#endif"]
     return "\n".join(lines) + "\n"
@@ -515,6 +534,8 @@ def runtime_signatures(schema, ops):
             kind = kinds.get(ty, "Int")  # enums are integers
             if ty == "bool?":
                 default = "false"
+            elif optional_enum(ty, schema):
+                default = schema["enum"][ty[:-1]]["values"][0]
             required = "false" if default is not None else "true"
             fallback = default_number(ty, default, schema) if default is not None else "0"
             specs.append(f'{{"{a}", AttrType::{kind}, {required}, {fallback}}}')

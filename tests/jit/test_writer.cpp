@@ -1,12 +1,14 @@
 // The artifact writer on hand-written modules: frozen constants (dense_resource blobs, dense
-// literals, splats stored as one element, i1 masks) become weights, offsets come from --kiln-plan-memory when it ran
-// and from the writer's own fallback when it did not; missing parameter weights are named.
+// literals, splats stored as one element, i1 masks) become weights, offsets come from
+// --kiln-plan-memory when it ran and from the writer's own fallback when it did not; missing
+// parameter weights are named.
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "kiln/codegen/artifact.h"
+#include "kiln/kiln.h"
 #include "kiln/passes/Passes.h"
 #include "kiln/runtime/model.h"
 #include "kiln/trace/module.h"
@@ -106,6 +108,56 @@ TEST(Writer, MissingParameterWeightsAreNamed) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Two inverted-residual blocks handing their activation over channels-last, as artifacts written
+// before kiln.mbconv recorded its strategy hold them: no `strategy` attribute (the module still
+// parses), channels_last_out on the first and channels_last_in on the second. The runtime runs
+// both channels-last (the hand-over implies it) and matches the blocks computed by eager convs.
+constexpr const char* kOldMBConvChain = R"(
+func.func @forward(%x: tensor<1x8x8x8xf32>, %we: tensor<24x8x1x1xf32>, %wd: tensor<24x1x3x3xf32>, %wp: tensor<8x24x1x1xf32>) -> tensor<1x8x8x8xf32>
+    attributes {kiln.arg_names = ["x", "we", "wd", "wp"]} {
+  %n = kiln.none
+  %a = kiln.mbconv %x, %we, %n, %wd, %n, %wp, %n, %n {channels_last_out = true, dw_activation = 2 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 2 : i64, expand_clamp_max = 6.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, stride = array<i64: 1, 1>} : (tensor<1x8x8x8xf32>, tensor<24x8x1x1xf32>, none, tensor<24x1x3x3xf32>, none, tensor<8x24x1x1xf32>, none, none) -> tensor<1x8x8x8xf32>
+  %b = kiln.mbconv %a, %we, %n, %wd, %n, %wp, %n, %n {channels_last_in = true, dw_activation = 2 : i64, dw_clamp_max = 6.0 : f64, dw_clamp_min = 0.0 : f64, expand_activation = 2 : i64, expand_clamp_max = 6.0 : f64, expand_clamp_min = 0.0 : f64, padding = array<i64: 1, 1>, project_activation = 0 : i64, project_clamp_max = 0.0 : f64, project_clamp_min = 0.0 : f64, stride = array<i64: 1, 1>} : (tensor<1x8x8x8xf32>, tensor<24x8x1x1xf32>, none, tensor<24x1x3x3xf32>, none, tensor<8x24x1x1xf32>, none, none) -> tensor<1x8x8x8xf32>
+  return %b : tensor<1x8x8x8xf32>
+}
+)";
+
+TEST(Writer, MBConvBlocksWithoutARecordedStrategyStillRun) {
+  manual_seed(11);
+  const Tensor x = randn({1, 8, 8, 8}), we = randn({24, 8, 1, 1}) * 0.3;
+  const Tensor wd = randn({24, 1, 3, 3}) * 0.3, wp = randn({8, 24, 1, 1}) * 0.3;
+  auto ctx = jit::make_context();
+  mlir::ModuleOp m = jit::parse_module(*ctx, kOldMBConvChain);
+  codegen::ArtifactOptions o;
+  o.num_inputs = 1;
+  auto bytes_of = [](const Tensor& t) {
+    return std::span<const uint8_t>(static_cast<const uint8_t*>(t.impl()->data()),
+                                    t.impl()->nbytes());
+  };
+  o.weights["we"] = bytes_of(we), o.weights["wd"] = bytes_of(wd), o.weights["wp"] = bytes_of(wp);
+  std::vector<uint8_t> bytes = codegen::write_artifact(m, o);
+  m->erase();
+  auto model = rt::Model::from_bytes(bytes);
+  rt::Session session(model);
+  auto out = session.run({x.impl()});
+  auto block = [&](const Tensor& in) {
+    Tensor e = clamp(conv2d(in, we), 0.0, 6.0);
+    Tensor d = clamp(conv2d(e, wd, {}, 1, 1, 1, 24), 0.0, 6.0);
+    return conv2d(d, wp);
+  };
+  const Tensor want = block(block(x));
+  ASSERT_EQ(out.size(), 1u);
+  const float* got = out[0]->data_ptr<float>();
+  const float* ref = want.data_ptr<float>();
+  for (int64_t i = 0; i < want.numel(); ++i)
+    EXPECT_NEAR(got[i], ref[i], 1e-4 * (1.0 + std::abs(ref[i]))) << i;
+  // The runtime prepared both blocks for the strategy the hand-over implies.
+  size_t channels_last = 0;
+  for (const auto& [what, n] : model->prepared_stats().counts)
+    if (what == "mbconv: channels-last") channels_last = n;
+  EXPECT_EQ(channels_last, 2u);
 }
 
 }  // namespace

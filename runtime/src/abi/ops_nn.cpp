@@ -219,7 +219,7 @@ extern "C" void kiln_abi_mbconv_prepared(void* const* data, const int64_t* desc,
     const MBConvOperands o = mbconv_operands(a);
     const MBConvParams p = mbconv_params(a);
     mbconv_out(o, p, a.t(8), prepared_in_slot<PreparedMBConv>(slot, [&] {
-                 return prepare_mbconv(o, p.strategy);
+                 return prepare_mbconv(o, mbconv_run_strategy(p));
                }));
   });
 }

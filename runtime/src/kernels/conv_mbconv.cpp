@@ -152,11 +152,11 @@ Geometry geometry(const MBConvOperands& ops, const MBConvParams& p) {
                       total <= kLimit;
   g.ebi_block = ebi_ok ? block : -1;
   g.ebi_floats = ebi_ok ? total : -1;
-  g.channels_last = p.strategy == MBConvStrategy::ChannelsLast;
+  // Channels-last operands exist only between blocks of that strategy (--kiln-mbconv-channels-
+  // last), and imply it: artifacts written before kiln.mbconv recorded its strategy carry them
+  // without it.
+  g.channels_last = mbconv_run_strategy(p) == MBConvStrategy::ChannelsLast;
   if (p.input_channels_last || p.output_channels_last) {
-    KILN_CHECK(g.channels_last, kOp,
-               "expected the channels_last strategy for channels-last operands, got ",
-               mbconv_strategy_name(p.strategy));
     KILN_CHECK(!ops.residual || p.input_channels_last == p.output_channels_last, kOp,
                "expected a residual in the output's layout: input and output both channels-last or "
                "both not, got input ",
@@ -436,6 +436,11 @@ Dims mbconv_output_shape(const MBConvOperands& ops, const MBConvParams& p) {
 
 const char* mbconv_strategy_name(MBConvStrategy s) {
   return s == MBConvStrategy::ChannelsLast ? "channels_last" : "banded";
+}
+
+MBConvStrategy mbconv_run_strategy(const MBConvParams& p) {
+  return p.input_channels_last || p.output_channels_last ? MBConvStrategy::ChannelsLast
+                                                         : p.strategy;
 }
 
 MBConvStrategy mbconv_strategy(int64_t value, std::string_view op) {

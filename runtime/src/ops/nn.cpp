@@ -118,7 +118,8 @@ PreparedInputs prepare_mbconv(const KernelCall& c, uint32_t constant_inputs) {
   const bool expand = opt_in(c, 1) != nullptr;
   if ((constant_inputs & 0b101000u) != 0b101000u || (expand && (constant_inputs & 0b10u) == 0))
     return {};
-  auto p = kernels::prepare_mbconv(mbconv_operands(c), params<MBConvParams>(c).p.strategy);
+  auto p = kernels::prepare_mbconv(mbconv_operands(c),
+                                   kernels::mbconv_run_strategy(params<MBConvParams>(c).p));
   const size_t bytes = p->nbytes();
   const char* algorithm = p->algorithm();
   return {std::move(p), bytes, algorithm};

@@ -39,7 +39,7 @@ struct MBConvParams {
   // Channels-last operands between consecutive blocks (--kiln-mbconv-channels-last): the input
   // (and the residual, which must then be the same layout as the output) holds [N, H, W, C] data,
   // the output [N, Ho, Wo, P], under the same [N, C, H, W] sizes. Only the channels-last strategy
-  // reads and writes them (either set with the banded one is an error).
+  // reads and writes them: either set runs it, whatever `strategy` says.
   bool input_channels_last = false, output_channels_last = false;
   MBConvStrategy strategy = MBConvStrategy::Banded;
 };
@@ -60,7 +60,8 @@ Dims mbconv_output_shape(const MBConvOperands& ops, const MBConvParams& p);
 
 // The weights prepared once (constant weights of artifacts and compiled code): the two 1x1 weights
 // packed for the GEMM and, for channels-last blocks, the depthwise weight reordered, in the layouts
-// `strategy` computes in (mbconv_out ignores an object prepared for another strategy).
+// `strategy` computes in (mbconv_out ignores an object prepared for another strategy): the one
+// mbconv_run_strategy names for the parameters the block runs with.
 class PreparedMBConv {
  public:
   virtual ~PreparedMBConv() = default;
@@ -70,6 +71,8 @@ class PreparedMBConv {
 };
 std::shared_ptr<const PreparedMBConv> prepare_mbconv(const MBConvOperands& ops,
                                                      MBConvStrategy strategy);
+// p.strategy, or channels-last where p has channels-last operands.
+MBConvStrategy mbconv_run_strategy(const MBConvParams& p);
 
 // out = the block above. `prepared` (from exactly these three weights' values) may be null.
 void mbconv_out(const MBConvOperands& ops, const MBConvParams& p, TensorImpl& out,
