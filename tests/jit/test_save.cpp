@@ -177,6 +177,49 @@ TEST(Save, MobileNetV2WithFusedBlocksMatchesEager) {
   EXPECT_LE(max_abs_diff(out2[0], want2) / scale2, 1e-4) << "second input";
 }
 
+// What --kiln-fuse-mbconv makes of MobileNetV2's 17 inverted-residual blocks on an input of
+// `batch` x 3 x `size` x `size` under these target parameters (`min_bytes` >= 0: that threshold
+// instead of the target's): the blocks fused channels-last and fused banded.
+struct ExpectedBlocks {
+  size_t channels_last = 0, banded = 0;
+};
+ExpectedBlocks expected_mbconv_blocks(const rt::TargetParams& tp, int64_t batch, int64_t size,
+                                      int64_t min_bytes = -1) {
+  ExpectedBlocks want;
+  const int64_t limit = tp.mbconv_whole_image_bytes;
+  const int64_t banded_min = min_bytes >= 0 ? min_bytes : tp.mbconv_banded_min_bytes;
+  // (expansion t, output channels c, repeats n, first stride s), after the stride-2 stem.
+  int64_t C = 32, H = size / 2;
+  for (auto [t, c, n, s] : std::vector<std::array<int64_t, 4>>{{1, 16, 1, 1},
+                                                               {6, 24, 2, 2},
+                                                               {6, 32, 3, 2},
+                                                               {6, 64, 4, 2},
+                                                               {6, 96, 3, 1},
+                                                               {6, 160, 3, 2},
+                                                               {6, 320, 1, 1}})
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t E = C * t, Ho = (H - 1) / (i == 0 ? s : 1) + 1;
+      const int64_t image = E * H * H * 4, all = batch * image;
+      const bool small = image <= limit;
+      const bool large = all >= banded_min && (t > 1 || all >= tp.mbconv_no_expand_min_bytes);
+      if (small && E * Ho * Ho * 4 <= limit)
+        ++want.channels_last;
+      else if (small || large)
+        ++want.banded;
+      C = c, H = Ho;
+    }
+  return want;
+}
+
+ExpectedBlocks prepared_mbconv_blocks(const rt::Model& model) {
+  ExpectedBlocks got;
+  for (const auto& [what, n] : model.prepared_stats().counts) {
+    if (what == "mbconv: channels-last") got.channels_last = n;
+    if (what == "mbconv: banded") got.banded = n;
+  }
+  return got;
+}
+
 // The strategy of each fused block is chosen when saving, from the active target's
 // mbconv_whole_image_bytes, and recorded in the artifact: at 128x128 MobileNetV2's early blocks
 // run in bands and the later ones channels-last (what the runtime prepared for each, from the
@@ -188,42 +231,45 @@ TEST(Save, MobileNetV2BlocksCarryTheStrategyChosenWhenSaving) {
   jit::SaveOptions so;
   so.mbconv_min_bytes = 0;
   auto model = rt::Model::from_bytes(jit::save_to_bytes(trace_module(*m, x), so));
-  // The blocks' (expansion t, output channels c, repeats n, first stride s), after the stride-2
-  // stem: one image's expanded tensor before and after the depthwise decides.
-  const int64_t limit = rt::target_params().mbconv_whole_image_bytes;
-  size_t want_channels_last = 0, want_banded = 0;
-  int64_t C = 32, H = 64;
-  for (auto [t, c, n, s] : std::vector<std::array<int64_t, 4>>{{1, 16, 1, 1},
-                                                               {6, 24, 2, 2},
-                                                               {6, 32, 3, 2},
-                                                               {6, 64, 4, 2},
-                                                               {6, 96, 3, 1},
-                                                               {6, 160, 3, 2},
-                                                               {6, 320, 1, 1}})
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t E = C * t, Ho = (H - 1) / (i == 0 ? s : 1) + 1;
-      const bool whole = E * H * H * 4 <= limit && E * Ho * Ho * 4 <= limit;
-      ++(whole ? want_channels_last : want_banded);
-      C = c, H = Ho;
-    }
-  ASSERT_GT(want_channels_last, 0u);
-  ASSERT_GT(want_banded, 0u);
+  const ExpectedBlocks want = expected_mbconv_blocks(rt::target_params(), 1, 128, 0);
+  ASSERT_GT(want.channels_last, 0u);
+  ASSERT_GT(want.banded, 0u);
   rt::Session session(model);
-  size_t channels_last = 0, banded = 0;
-  for (const auto& [what, n] : model->prepared_stats().counts) {
-    if (what == "mbconv: channels-last") channels_last = n;
-    if (what == "mbconv: banded") banded = n;
-  }
-  EXPECT_EQ(channels_last, want_channels_last);
-  EXPECT_EQ(banded, want_banded);
-  Tensor want;
+  const ExpectedBlocks got = prepared_mbconv_blocks(*model);
+  EXPECT_EQ(got.channels_last, want.channels_last);
+  EXPECT_EQ(got.banded, want.banded);
+  Tensor want_y;
   {
     autograd::NoGradGuard no_grad;
-    want = m->forward(x);
+    want_y = m->forward(x);
   }
   auto out = session.run({x.impl()});
-  const double scale = amax(abs(want.to(DType::Float64))).item<double>();
-  EXPECT_LE(max_abs_diff(out[0], want) / scale, 1e-4);
+  const double scale = amax(abs(want_y.to(DType::Float64))).item<double>();
+  EXPECT_LE(max_abs_diff(out[0], want_y) / scale, 1e-4);
+}
+
+// Which blocks fuse follows the target description active when saving (KILN_CPU, or
+// rt::set_active_target): a small L2 and L3 fuse more blocks in bands than large ones.
+TEST(Save, MBConvFusionFollowsTheActiveTarget) {
+  manual_seed(8);
+  auto m = models::mobilenet_v2(10);
+  const Tensor x = randn({2, 3, 128, 128});
+  const jit::TracedFunction traced = trace_module(*m, x);
+  const rt::TargetDescription saved = rt::active_target();
+  std::vector<size_t> fused;
+  for (const char* spec : {"host,l2=128K,l3=2M", "host,l2=4M,l3=64M"}) {
+    SCOPED_TRACE(spec);
+    rt::set_active_target(rt::parse_target(spec));
+    auto model = rt::Model::from_bytes(jit::save_to_bytes(traced));
+    const ExpectedBlocks want = expected_mbconv_blocks(rt::target_params(), 2, 128);
+    rt::Session session(model);
+    const ExpectedBlocks got = prepared_mbconv_blocks(*model);
+    EXPECT_EQ(got.channels_last, want.channels_last);
+    EXPECT_EQ(got.banded, want.banded);
+    fused.push_back(got.channels_last + got.banded);
+  }
+  rt::set_active_target(saved);
+  EXPECT_GT(fused[0], fused[1]);
 }
 
 TEST(Save, TransformerClassifierMatchesEager) {
