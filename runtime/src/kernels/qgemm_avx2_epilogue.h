@@ -16,7 +16,8 @@ inline __m256i requantize8(__m256i acc, __m256i bias, __m256 mult, __m256 lo, __
                            __m256i zp) {
   __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(acc, bias)), mult);
   v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-  v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // Converted in the current rounding mode, as requantize_value's nearbyint rounds (half to even
+  // by default): one rounding instruction, not a round then a conversion.
   return _mm256_add_epi32(_mm256_cvtps_epi32(v), zp);
 }
 

@@ -38,10 +38,9 @@ inline __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) {
 // Requantizes the first m rows of a kRows-row tile of accumulators into t.
 template <int kRows>
 void store_tile(const __m512i (&acc)[kRows][2], int m, int n, const TileOut& t) {
-  store_rows_avx512(m, n, t, [&](int r, __m512i& a0, __m512i& a1) {
-    const int i = r < kRows ? r : kRows - 1;  // r < m <= kRows; said so for the compiler
-    a0 = acc[i][0];
-    a1 = acc[i][1];
+  store_rows_avx512<kRows>(m, n, t, [&](int r, __m512i& a0, __m512i& a1) {
+    a0 = acc[r][0];
+    a1 = acc[r][1];
   });
 }
 

@@ -18,7 +18,8 @@ inline __m512i requantize16(__m512i acc, __m512i bias, __m512 mult, __m512 lo, _
                             __m512i zp) {
   __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, bias)), mult);
   v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-  v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // Converted in the current rounding mode, as requantize_value's nearbyint rounds (half to even
+  // by default): one rounding instruction, not a round then a conversion.
   return _mm512_add_epi32(_mm512_cvtps_epi32(v), zp);
 }
 
@@ -44,7 +45,9 @@ inline void store16_f32(__m512 v, float* dst, int n) {
 
 // Requantizes rows r < m, columns j < n (<= 32) of a tile whose row r is acc[r * ld_acc ...]
 // (two vectors of 16 lanes each, both readable) into `t` (or dequantizes them: t.float_out).
-template <typename Row>
+// kRows > 0: at most that many rows, the loop unrolled so that a tile held in registers is read
+// with constant indices (a runtime index would store the whole tile to the stack first).
+template <int kRows = 0, typename Row>
 inline void store_rows_avx512(int m, int n, const TileOut& t, Row&& row) {
   const TileOut e = t;  // a local copy: the stores below could alias its fields
   const __m512 lo = _mm512_set1_ps(e.lo), hi = _mm512_set1_ps(e.hi);
@@ -58,7 +61,7 @@ inline void store_rows_avx512(int m, int n, const TileOut& t, Row&& row) {
       col_fbias[v] = e.fbias ? _mm512_loadu_ps(e.fbias + 16 * v) : _mm512_setzero_ps();
     }
   }
-  for (int r = 0; r < m; ++r) {
+  auto one_row = [&](int r) {
     __m512 mult[2], fbias[2];
     __m512i bias[2];
     if (e.col_step) {
@@ -77,11 +80,18 @@ inline void store_rows_avx512(int m, int n, const TileOut& t, Row&& row) {
       float* out = static_cast<float*>(e.out) + r * e.ld;
       store16_f32(dequantize16(acc0, bias[0], mult[0], fbias[0]), out, n);
       store16_f32(dequantize16(acc1, bias[1], mult[1], fbias[1]), out + 16, n - 16);
-      continue;
+      return;
     }
     char* dst = static_cast<char*>(e.out) + r * e.ld;
     store16(requantize16(acc0, bias[0], mult[0], lo, hi, zp), e.out_signed, dst, n);
     store16(requantize16(acc1, bias[1], mult[1], lo, hi, zp), e.out_signed, dst + 16, n - 16);
+  };
+  if constexpr (kRows > 0) {
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r)
+      if (r < m) one_row(r);
+  } else {
+    for (int r = 0; r < m; ++r) one_row(r);
   }
 }
 
