@@ -488,27 +488,22 @@ const int kRegistered = [] {
         ->Arg(3)
         ->Arg(4)
         ->Unit(benchmark::kMicrosecond);
-  for (const Shape& s : {kResNet18[1], kResNet18[9]}) {  // batch 8: the weights shared by 8 images
-    Shape b8 = s;
-    b8.N = 8;
-    timing(benchmark::RegisterBenchmark((std::string("ResNet18Int8/") + s.name + "_b8").c_str(),
-                                        BM_QConv, b8))
+  // An int8 layer at batch 8 in one mode.
+  auto int8_b8 = [](const std::string& family, Shape s, int64_t mode) {
+    const std::string name = family + "/" + s.name + "_b8";
+    s.N = 8;
+    timing(benchmark::RegisterBenchmark(name.c_str(), BM_QConv, s))
         ->ArgName("mode")
-        ->Arg(2)
+        ->Arg(mode)
         ->Unit(benchmark::kMicrosecond);
-  }
-  // MobileNetV2's int8 layers as its channels-last int8 artifact runs them (mode 4), batch 8:
-  // 1x1s with few input channels and the depthwise convs, bound by the activations' bytes.
+  };
+  // The weights shared by 8 images.
+  for (const Shape& s : {kResNet18[1], kResNet18[9]}) int8_b8("ResNet18Int8", s, 2);
+  // MobileNetV2's int8 layers as its channels-last int8 artifact runs them (mode 4): 1x1s with
+  // few input channels and the depthwise convs, bound by the activations' bytes.
   for (const auto& s : {kMobileNetGemm[1], kMobileNetGemm[2], kMobileNetGemm[3], kMobileNetGemm[4],
-                        kMobileNetDw[0], kMobileNetDw[1], kMobileNetDw[2]}) {
-    Shape b8 = s;
-    b8.N = 8;
-    timing(benchmark::RegisterBenchmark((std::string("MobileNetV2Int8/") + s.name + "_b8").c_str(),
-                                        BM_QConv, b8))
-        ->ArgName("mode")
-        ->Arg(4)
-        ->Unit(benchmark::kMicrosecond);
-  }
+                        kMobileNetDw[0], kMobileNetDw[1], kMobileNetDw[2]})
+    int8_b8("MobileNetV2Int8", s, 4);
   timing(benchmark::RegisterBenchmark("ResNet18Int8/l1_3x3_64-64@56", BM_QConv, kResNet18[1]))
       ->ArgName("mode")
       ->Arg(1)
