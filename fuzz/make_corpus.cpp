@@ -180,7 +180,8 @@ ArtifactSpec conv_blocks() {
         {"padding", K::Ints, 0, 0, {1, 1}},
         {"expand_activation", K::Int, 2},
         {"dw_activation", K::Int, 2},
-        {"project_activation", K::Int, 0}}},
+        {"project_activation", K::Int, 0},
+        {"strategy", K::Int, 1}}},  // channels-last: whole images
       {"conv2d", {11, 12, 13}, {14}, conv_attrs(2, 0)},
       {"conv2d_avgpool", {11, 12, 13}, {15}, pooled_attrs},
   };

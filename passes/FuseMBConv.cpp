@@ -6,8 +6,10 @@
 // in bands of output rows so e and d never leave the cache (kernels/mbconv.h).
 //
 // The pass records how the runtime runs each block (kiln.mbconv's `strategy`; the kernel follows
-// it). When the expanded tensor e holds at least `min-bytes` (default 1 MB; without an expansion:
-// x, and at least 8 MB), the block runs in bands of rows (`banded`). Since the bands' expansion
+// it). A block fuses when the expanded tensor e holds at least `min-bytes` (without an expansion:
+// x, and at least `no-expand-min-bytes`; kiln::jit::save passes the target description's L2 and a
+// quarter of its L3, the defaults are Zen 4's 1 MB and 8 MB), and runs in bands of rows
+// (`banded`) unless one image is small (below). Since the bands' expansion
 // writes the depthwise's channel-interleaved layout and the depthwise the projection's packed
 // operand, the fused 112x112 and 56x56 blocks beat three convs at batch 1 too (2 threads, paired:
 // 96@112 stride 2 0.84, 144@56 0.95, 144@56 stride 2 0.82; batch 8 0.69-0.79), so MobileNetV2's

@@ -221,9 +221,10 @@ ExpectedBlocks prepared_mbconv_blocks(const rt::Model& model) {
 }
 
 // The strategy of each fused block is chosen when saving, from the active target's
-// mbconv_whole_image_bytes, and recorded in the artifact: at 128x128 MobileNetV2's early blocks
-// run in bands and the later ones channels-last (what the runtime prepared for each, from the
-// artifact alone), and the artifact still matches eager.
+// mbconv_whole_image_bytes, and recorded in the artifact: at 128x128 (every block fused) one
+// block runs in bands (the first expanded one, 96 x 64 x 64 floats) and the others whole images
+// channels-last (what the runtime prepared for each, from the artifact alone), and the artifact
+// still matches eager.
 TEST(Save, MobileNetV2BlocksCarryTheStrategyChosenWhenSaving) {
   manual_seed(7);
   auto m = models::mobilenet_v2(10);

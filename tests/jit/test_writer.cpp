@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "helpers.h"
 #include "kiln/codegen/artifact.h"
 #include "kiln/kiln.h"
 #include "kiln/passes/Passes.h"
@@ -112,8 +113,9 @@ TEST(Writer, MissingParameterWeightsAreNamed) {
 
 // Two inverted-residual blocks handing their activation over channels-last, as artifacts written
 // before kiln.mbconv recorded its strategy hold them: no `strategy` attribute (the module still
-// parses), channels_last_out on the first and channels_last_in on the second. The runtime runs
-// both channels-last (the hand-over implies it) and matches the blocks computed by eager convs.
+// parses), channels_last_out on the first and channels_last_in on the second. The runtime and the
+// reference interpreter run both channels-last (the hand-over implies it) and match the blocks
+// computed by eager convs.
 constexpr const char* kOldMBConvChain = R"(
 func.func @forward(%x: tensor<1x8x8x8xf32>, %we: tensor<24x8x1x1xf32>, %wd: tensor<24x1x3x3xf32>, %wp: tensor<8x24x1x1xf32>) -> tensor<1x8x8x8xf32>
     attributes {kiln.arg_names = ["x", "we", "wd", "wp"]} {
@@ -138,6 +140,9 @@ TEST(Writer, MBConvBlocksWithoutARecordedStrategyStillRun) {
   };
   o.weights["we"] = bytes_of(we), o.weights["wd"] = bytes_of(wd), o.weights["wp"] = bytes_of(wp);
   std::vector<uint8_t> bytes = codegen::write_artifact(m, o);
+  // The reference interpreter reads the absent strategy as banded, the channels-last hand-over
+  // as the runtime does.
+  const TensorList interpreted = jit::interpret(m, {x, we, wd, wp});
   m->erase();
   auto model = rt::Model::from_bytes(bytes);
   rt::Session session(model);
@@ -148,6 +153,9 @@ TEST(Writer, MBConvBlocksWithoutARecordedStrategyStillRun) {
     return conv2d(d, wp);
   };
   const Tensor want = block(block(x));
+  ASSERT_EQ(interpreted.size(), 1u);
+  EXPECT_LE(test::max_abs_diff(interpreted[0], want),
+            1e-4 * (1.0 + amax(abs(want)).item<double>()));
   ASSERT_EQ(out.size(), 1u);
   const float* got = out[0]->data_ptr<float>();
   const float* ref = want.data_ptr<float>();

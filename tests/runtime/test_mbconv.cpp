@@ -340,9 +340,16 @@ TEST(MBConv, HostileShapesAreRejected) {
   ops.project_weight = wp.get();
   MBConvParams p;
   expect_error([&] { mbconv_output_shape(ops, p); }, {"mbconv", "band", "at most"});
-  MBConvParams whole = p;  // whole images: one image's expanded tensor is bounded as well
+  // Whole images: one image's expanded tensor is bounded as well, where the bands' rows are not
+  // (1024 channels x 1024 x 2048 pixels: 2^31 floats per image, a band row 2^22).
+  auto x_wide = empty(Dims{0, 2, 1024, 2048}, DType::Float32);
+  MBConvOperands wide_ops = ops;
+  wide_ops.input = x_wide.get();
+  EXPECT_EQ(mbconv_output_shape(wide_ops, p), (Dims{0, 1, 1024, 2048}));
+  MBConvParams whole = p;
   whole.strategy = MBConvStrategy::ChannelsLast;
-  expect_error([&] { mbconv_output_shape(ops, whole); }, {"mbconv", "at most"});
+  expect_error([&] { mbconv_output_shape(wide_ops, whole); },
+               {"mbconv", "one image's expanded tensor", "at most"});
   // A strategy outside the enum (an artifact's attribute) is an error naming the value.
   expect_error([&] { mbconv_strategy(2, "mbconv"); }, {"mbconv", "strategy", "got 2"});
   auto x2 = rand_tensor(Dims{1, 2, 4, 4});

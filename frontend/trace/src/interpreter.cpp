@@ -155,7 +155,10 @@ Tensor mbconv(const TensorList& x, const Attrs& a, mlir::Operation* op) {
   p.expand = epilogue("expand"), p.dw = epilogue("dw"), p.project = epilogue("project");
   p.input_channels_last = a.b("channels_last_in");
   p.output_channels_last = a.b("channels_last_out");
-  p.strategy = kernels::mbconv_strategy(a.i("strategy"), a.op_name());
+  // Absent (modules written before kiln.mbconv recorded it): the enum's first value, banded.
+  const auto strategy = mlir::cast<ir::MbconvOp>(op).getStrategy();
+  p.strategy =
+      kernels::mbconv_strategy(strategy ? static_cast<int64_t>(*strategy) : 0, a.op_name());
   auto opt = [&](size_t i) { return x[i].defined() ? x[i].impl() : nullptr; };
   kernels::MBConvOperands o;
   o.input = x[0].impl(), o.expand_weight = opt(1), o.expand_bias = opt(2);

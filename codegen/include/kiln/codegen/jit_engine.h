@@ -26,7 +26,8 @@ bool entry_signature(mlir::ModuleOp module, EntrySignature* signature, std::stri
 // The version of the contract between generated code and the runtime's C ABI (descriptor layout,
 // attribute orders, entry point convention; kiln/runtime/abi.h). Part of every cache key: bump it
 // whenever that contract changes, so objects cached by an older build are never loaded.
-inline constexpr int kAbiVersion = 2;
+//   3: kiln_abi_mbconv reads its strategy after channels_last_out.
+inline constexpr int kAbiVersion = 3;
 // The revision of the code generator's output for a given module (lowering, buffer placement,
 // LLVM pipeline). Also in every cache key: bump it whenever generated code changes (a fix or an
 // improvement), so a newer build never reuses an older build's objects.
