@@ -19,6 +19,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 #include "conv_internal.h"
 #include "kiln/runtime/kernels/quantize.h"
 #include "kiln/runtime/target.h"
@@ -220,10 +224,12 @@ Requant requant_of(std::string_view op, const TensorImpl& x, const TensorImpl& w
 
 // ---- The tile loop ------------------------------------------------------------------------------
 
-// out[M, N] (row stride t.ld) = requantize(A . B) from packed operands; `t` describes tile (0, 0)
-// and its constants advance with the tile's rows and columns.
-void run_tiles(const QFamily& f, QMicroKernelFn kernel, int64_t M, int64_t N, int64_t words,
-               const int32_t* a, const int32_t* b, const TileOut& t) {
+// Calls tile(s, q, m, n, tile_out) for every tile (sliver s of mr rows, panel q of nr columns) of
+// out[M, N] (row stride t.ld), `t` describing tile (0, 0) and its constants advancing with the
+// tile's rows and columns, over the threads.
+template <typename Tile>
+void for_tiles(const QFamily& f, int64_t M, int64_t N, int64_t words, const TileOut& t,
+               Tile&& tile_fn) {
   const int64_t slivers = ceil_div(M, f.mr), panels = ceil_div(N, f.nr);
   // The larger operand is read once, in order, and the smaller one again per tile from cache:
   // panel-major (consecutive tiles of a thread share a B panel; A re-read) when B is larger,
@@ -245,8 +251,16 @@ void run_tiles(const QFamily& f, QMicroKernelFn kernel, int64_t M, int64_t N, in
       if (t.fbias) tile.fbias = t.fbias + c;
       const int m = static_cast<int>(std::min<int64_t>(f.mr, M - s * f.mr));
       const int n = static_cast<int>(std::min<int64_t>(f.nr, N - q * f.nr));
-      kernel(words, a + s * words * f.mr, b + q * words * f.nr, m, n, tile);
+      tile_fn(s, q, m, n, tile);
     }
+  });
+}
+
+// out[M, N] = requantize(A . B) from packed operands (for_tiles).
+void run_tiles(const QFamily& f, QMicroKernelFn kernel, int64_t M, int64_t N, int64_t words,
+               const int32_t* a, const int32_t* b, const TileOut& t) {
+  for_tiles(f, M, N, words, t, [&](int64_t s, int64_t q, int m, int n, const TileOut& tile) {
+    kernel(words, a + s * words * f.mr, b + q * words * f.nr, m, n, tile);
   });
 }
 
@@ -298,14 +312,56 @@ void pack_row_words(const Layout& l, int64_t row_words, Word word, int32_t* dst)
 // byte turns int8 into uint8 quads and back: v + 128 = v - 128 = v ^ 0x80 modulo 256).
 void pack_row_quads(const Layout& l, const uint8_t* x, uint32_t flip, int32_t* dst) {
   const int64_t K = l.K;
-  pack_row_words(
-      l, K / 4,
-      [=](int64_t line, int64_t p) {
-        uint32_t v;
-        std::memcpy(&v, x + line * K + 4 * p, 4);
-        return static_cast<int32_t>(v ^ flip);
-      },
-      dst);
+  auto word = [=](int64_t line, int64_t p) {
+    uint32_t v;
+    std::memcpy(&v, x + line * K + 4 * p, 4);
+    return static_cast<int32_t>(v ^ flip);
+  };
+#if defined(__SSE2__)
+  // Four rows' four words at a time, transposed in registers (a channels-last 1x1's pixel rows
+  // as B's columns: packing word by word cost about as much as that product's tiles).
+  const int64_t row_words = K / 4, words = l.words(), width = l.width, lines = l.lines;
+  if (width % 4 == 0) {
+    parallel_for(0, l.blocks(), 1, [=](int64_t b0, int64_t b1) {
+      const __m128i f = _mm_set1_epi32(static_cast<int32_t>(flip));
+      for (int64_t b = b0; b < b1; ++b) {
+        int32_t* const o = dst + b * words * width;
+        for (int64_t r = 0; r < width; r += 4) {
+          const int64_t line = b * width + r;
+          int64_t p = 0;
+          if (line + 4 <= lines) {
+            const uint8_t* x0 = x + line * K;
+            auto load = [&](int64_t row, int64_t q) {
+              return _mm_xor_si128(
+                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(x0 + row * K + 4 * q)), f);
+            };
+            for (; p + 4 <= row_words; p += 4) {
+              const __m128i a0 = load(0, p), a1 = load(1, p), a2 = load(2, p), a3 = load(3, p);
+              const __m128i t0 = _mm_unpacklo_epi32(a0, a1), t1 = _mm_unpacklo_epi32(a2, a3);
+              const __m128i t2 = _mm_unpackhi_epi32(a0, a1), t3 = _mm_unpackhi_epi32(a2, a3);
+              auto store = [&](int64_t q, __m128i v) {
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(o + q * width + r), v);
+              };
+              store(p, _mm_unpacklo_epi64(t0, t1));
+              store(p + 1, _mm_unpackhi_epi64(t0, t1));
+              store(p + 2, _mm_unpacklo_epi64(t2, t3));
+              store(p + 3, _mm_unpackhi_epi64(t2, t3));
+            }
+          }
+          for (int64_t rr = r; rr < r + 4; ++rr) {  // the rest: words past p, rows past lines
+            const int64_t ln = b * width + rr;
+            int64_t q = ln < lines ? p : 0;
+            if (ln < lines)
+              for (; q < row_words; ++q) o[q * width + rr] = word(ln, q);
+            for (; q < words; ++q) o[q * width + rr] = 0;
+          }
+        }
+      }
+    });
+    return;
+  }
+#endif
+  pack_row_words(l, K / 4, word, dst);
 }
 
 // Rows of K % 2 == 0 bytes as int16 pairs minus the zero point (the int16-pair families).
@@ -657,14 +713,18 @@ void linear_tiles(const PreparedQWeight& pw, const Requant& rq, const TensorImpl
   // B: the weights (columns: output features); A: the activations.
   const QFamily& f = *pw.family;
   const Layout la = a_layout(f, s.M, s.K);
-  ConvScratch<int32_t> a(la.total_words());
+  const bool x_signed = xc.dtype() == DType::Int8;
+  // Rows whose bytes are the family's quads as they lie are read in place: nothing packed.
+  const bool in_place =
+      f.group == 4 && f.kernel_a_rows && !la.rows && la.K % 4 == 0 && x_signed == f.signed_quads;
+  ConvScratch<int32_t> a(in_place ? 0 : la.total_words());
   std::vector<int32_t> bias;
   if (f.group == 4) {
     // The activations as the family's quads, their zero point through the bias.
-    pack_activations_quads(f, la, xc, a.get());
-    bias = quad_bias(rq, pw.sums, quad_zero_point(f, rq, xc.dtype() == DType::Int8));
+    if (!in_place) pack_activations_quads(f, la, xc, a.get());
+    bias = quad_bias(rq, pw.sums, quad_zero_point(f, rq, x_signed));
   } else if (!la.rows && la.group == 2 && la.K % 2 == 0) {
-    if (xc.dtype() == DType::Int8)
+    if (x_signed)
       pack_row_pairs(la, xc.data_ptr<int8_t>(), rq.x_zp, a.get());
     else
       pack_row_pairs(la, xc.data_ptr<uint8_t>(), rq.x_zp, a.get());
@@ -679,7 +739,13 @@ void linear_tiles(const PreparedQWeight& pw, const Requant& rq, const TensorImpl
     t.float_out = true;
     t.fbias = fbias;
   }
-  run_tiles(f, f.kernel, s.M, s.N, la.words(), a.get(), pw.words.data(), t);
+  if (!in_place) return run_tiles(f, f.kernel, s.M, s.N, la.words(), a.get(), pw.words.data(), t);
+  const auto* x = static_cast<const uint8_t*>(xc.data());
+  for_tiles(f, s.M, s.N, la.words(), t,
+            [&](int64_t sliver, int64_t q, int m, int n, const TileOut& tile) {
+              f.kernel_a_rows(la.words(), x + sliver * f.mr * s.K, s.K,
+                              pw.words.data() + q * la.words() * f.nr, m, n, tile);
+            });
 }
 
 }  // namespace

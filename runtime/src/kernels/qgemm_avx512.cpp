@@ -68,6 +68,40 @@ void qtile_vnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n,
   store_tile(acc, m, n, t);
 }
 
+// qtile_vnni<true> with the sliver's quads read from row-major rows `a_stride` bytes apart
+// (QRowsKernelFn): the same products without packing the activations. kFull: m == kRows, each
+// row addressed from a and the stride; otherwise a row past m re-reads row m - 1 (its results
+// are not stored).
+template <int kRows, bool kFull>
+void qtile_vnni_rows(int64_t words, const uint8_t* a, int64_t a_stride, const int32_t* b, int m,
+                     int n, const TileOut& t) {
+  __m512i acc[kRows][2];
+  for (auto& row : acc) row[0] = row[1] = _mm512_setzero_si512();
+  const uint8_t* rows[kRows];
+  if constexpr (!kFull)
+    for (int r = 0; r < kRows; ++r) rows[r] = a + (r < m ? r : m - 1) * a_stride;
+  for (int64_t p = 0; p < words; ++p) {
+    const __m512i b0 = _mm512_loadu_si512(b + p * kNR);
+    const __m512i b1 = _mm512_loadu_si512(b + p * kNR + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      int32_t quad;
+      std::memcpy(&quad, (kFull ? a + r * a_stride : rows[r]) + 4 * p, 4);
+      const __m512i av = _mm512_set1_epi32(quad);
+      acc[r][0] = dpbusd(acc[r][0], av, b0);
+      acc[r][1] = dpbusd(acc[r][1], av, b1);
+    }
+  }
+  store_tile(acc, m, n, t);
+}
+
+void qkernel_vnni_rows(int64_t words, const uint8_t* a, int64_t a_stride, const int32_t* b, int m,
+                       int n, const TileOut& t) {
+  if (m == kMR) return qtile_vnni_rows<kMR, true>(words, a, a_stride, b, m, n, t);
+  with_tile_rows<kMR>(
+      m, [&](auto rows) { qtile_vnni_rows<rows, false>(words, a, a_stride, b, m, n, t); });
+}
+
 // The direct convolution's tile (QDirectKernelFn): per K block (16 quads of one filter row) the
 // kRows rows' quads come from the image at that block's offset, rows `a_stride` bytes apart;
 // the activations are the uint8 operand, as in qkernel_vnni<true>.
@@ -117,7 +151,7 @@ const QFamily* qgemm_avx512vnni_family() {
       // Between the ratios bench_conv's int8 rows ran faster direct (1) and slower (the stem's K
       // ratio 2.3; 24 and 16 channels' column ratios 1.33 and 2), on Zen 4, the one VNNI-only
       // CPU measured so far (bench/README.md): to re-measure on the next.
-      1.2, 1.2};
+      1.2, 1.2, qkernel_vnni_rows};
   return &f;
 }
 

@@ -252,6 +252,11 @@ inline constexpr int64_t kDirectBlockBytes = 64;
 // b (16 words: kDirectBlockBytes of uint8 activations) at a + a_offsets[b] + r * a_stride bytes,
 // so no im2col copy is made; B is a packed panel as for the GEMM kernels. Every hardware row of A
 // is read (rows past m too: the caller's buffer holds them); m rows are stored.
+// A tile of `kernel` whose A sliver is row-major in place: row r's word p at
+// a + r * a_stride + 4 * p (rows past m are not read).
+using QRowsKernelFn = void (*)(int64_t words, const uint8_t* a, int64_t a_stride, const int32_t* b,
+                               int m, int n, const TileOut& t);
+
 using QDirectKernelFn = void (*)(int64_t words, const uint8_t* a, int64_t a_stride,
                                  const int64_t* a_offsets, const int32_t* b, int m, int n,
                                  const TileOut& t);
@@ -278,6 +283,9 @@ struct QFamily {
   // The column bound also decides a channels-last 1x1 convolution's orientation (qgemm.cpp
   // pointwise_by_rows): output channels across B's columns within it, else across A's rows.
   double direct_max_k_ratio = 0.0, direct_max_column_ratio = 0.0;
+  // Group 4 with a_tile_words 0: `kernel` with A's quads read in place from rows of `stride`
+  // bytes (the activations as they lie, when their bytes are already the family's quads), or null.
+  QRowsKernelFn kernel_a_rows = nullptr;
 };
 const QFamily* qgemm_avx2_family();        // null where the build has no AVX2
 const QFamily* qgemm_avx512vnni_family();  // null where the build has no AVX-512
