@@ -44,27 +44,40 @@ void store_tile(const __m512i (&acc)[kRows][2], int m, int n, const TileOut& t) 
   });
 }
 
+// One K word of a tile: B's word panel (32 columns from b_word) times each row's quad(r),
+// accumulated into acc; kAUnsigned: the rows' quads are the uint8 operand.
+template <bool kAUnsigned, int kRows, typename Quad>
+inline void dot_word(__m512i (&acc)[kRows][2], const int32_t* b_word, Quad&& quad) {
+  const __m512i b0 = _mm512_loadu_si512(b_word);
+  const __m512i b1 = _mm512_loadu_si512(b_word + 16);
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    const __m512i av = _mm512_set1_epi32(quad(r));
+    if constexpr (kAUnsigned) {
+      acc[r][0] = dpbusd(acc[r][0], av, b0);
+      acc[r][1] = dpbusd(acc[r][1], av, b1);
+    } else {
+      acc[r][0] = dpbusd(acc[r][0], b0, av);
+      acc[r][1] = dpbusd(acc[r][1], b1, av);
+    }
+  }
+}
+
+// The 4 bytes at p as one word.
+inline int32_t quad_at(const uint8_t* p) {
+  int32_t quad;
+  std::memcpy(&quad, p, 4);
+  return quad;
+}
+
 // The first kRows rows of the tile (with_tile_rows): a one-row product costs two `vpdpbusd` per
 // K quad, not sixteen.
 template <bool kAUnsigned, int kRows>
 void qtile_vnni(int64_t words, const int32_t* a, const int32_t* b, int m, int n, const TileOut& t) {
   __m512i acc[kRows][2];
   for (auto& row : acc) row[0] = row[1] = _mm512_setzero_si512();
-  for (int64_t p = 0; p < words; ++p) {
-    const __m512i b0 = _mm512_loadu_si512(b + p * kNR);
-    const __m512i b1 = _mm512_loadu_si512(b + p * kNR + 16);
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      const __m512i av = _mm512_set1_epi32(a[p * kMR + r]);
-      if constexpr (kAUnsigned) {
-        acc[r][0] = dpbusd(acc[r][0], av, b0);
-        acc[r][1] = dpbusd(acc[r][1], av, b1);
-      } else {
-        acc[r][0] = dpbusd(acc[r][0], b0, av);
-        acc[r][1] = dpbusd(acc[r][1], b1, av);
-      }
-    }
-  }
+  for (int64_t p = 0; p < words; ++p)
+    dot_word<kAUnsigned>(acc, b + p * kNR, [&](int r) { return a[p * kMR + r]; });
   store_tile(acc, m, n, t);
 }
 
@@ -80,18 +93,9 @@ void qtile_vnni_rows(int64_t words, const uint8_t* a, int64_t a_stride, const in
   const uint8_t* rows[kRows];
   if constexpr (!kFull)
     for (int r = 0; r < kRows; ++r) rows[r] = a + (r < m ? r : m - 1) * a_stride;
-  for (int64_t p = 0; p < words; ++p) {
-    const __m512i b0 = _mm512_loadu_si512(b + p * kNR);
-    const __m512i b1 = _mm512_loadu_si512(b + p * kNR + 16);
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      int32_t quad;
-      std::memcpy(&quad, (kFull ? a + r * a_stride : rows[r]) + 4 * p, 4);
-      const __m512i av = _mm512_set1_epi32(quad);
-      acc[r][0] = dpbusd(acc[r][0], av, b0);
-      acc[r][1] = dpbusd(acc[r][1], av, b1);
-    }
-  }
+  for (int64_t p = 0; p < words; ++p)
+    dot_word<true>(acc, b + p * kNR,
+                   [&](int r) { return quad_at((kFull ? a + r * a_stride : rows[r]) + 4 * p); });
   store_tile(acc, m, n, t);
 }
 
@@ -114,18 +118,8 @@ void qdirect_tile_vnni(int64_t words, const uint8_t* a, int64_t a_stride, const 
   for (int64_t p = 0, block = 0; p < words; p += kBlockWords, ++block) {
     const uint8_t* ak = a + a_offsets[block];
     const int32_t* bk = b + p * kNR;
-    for (int w = 0; w < kBlockWords; ++w) {
-      const __m512i b0 = _mm512_loadu_si512(bk + w * kNR);
-      const __m512i b1 = _mm512_loadu_si512(bk + w * kNR + 16);
-#pragma GCC unroll 8
-      for (int r = 0; r < kRows; ++r) {
-        int32_t quad;
-        std::memcpy(&quad, ak + r * a_stride + 4 * w, 4);
-        const __m512i av = _mm512_set1_epi32(quad);
-        acc[r][0] = dpbusd(acc[r][0], av, b0);
-        acc[r][1] = dpbusd(acc[r][1], av, b1);
-      }
-    }
+    for (int w = 0; w < kBlockWords; ++w)
+      dot_word<true>(acc, bk + w * kNR, [&](int r) { return quad_at(ak + r * a_stride + 4 * w); });
   }
   store_tile(acc, m, n, t);
 }
