@@ -621,6 +621,16 @@ void prologue_blocks(int64_t M, int64_t K, const BlockEpilogue& prologue, Prepar
   }
 }
 
+// A right operand for several blocks' products: `packed` when it holds it packed as B (N x K),
+// else `prepare()`'s packing, kept in `own`, so that it is packed once, not by every block.
+template <typename Prepare>
+const SgemmPacked* packed_once(const SgemmPacked* packed, int64_t N, int64_t K,
+                               std::shared_ptr<const SgemmPacked>& own, Prepare&& prepare) {
+  if (packed && packed->is_b() && packed->outer() == N && packed->depth() == K) return packed;
+  own = prepare();
+  return own.get();
+}
+
 // The rows M of an input of `x_shape` (all but its last dim), counted with overflow checks.
 int64_t prologue_rows(std::string_view op, const Dims& x_shape) {
   KILN_CHECK(!x_shape.empty(), op, "expected an input of at least 1 dim, got a 0-dim one");
@@ -669,12 +679,8 @@ void linear_prologue_out(const Dims& x_shape, const BlockEpilogue& prologue, con
   prologue_blocks(
       M, K, prologue,
       [&](int64_t rows) {
-        // A weight not packed yet is packed once here rather than by every block's product.
-        if (rows < M &&
-            (!packed || !packed->is_b() || packed->outer() != N || packed->depth() != K)) {
-          own = prepare_linear_weight(w);
-          packed = own.get();
-        }
+        if (rows < M)
+          packed = packed_once(packed, N, K, own, [&] { return prepare_linear_weight(w); });
       },
       [&](const TensorImpl& x_rows, int64_t r0, int64_t n) {
         auto res_rows = res_dense ? rows_of(*res_dense, r0, n, N) : TensorImplPtr();
@@ -703,12 +709,8 @@ void matmul_prologue_out(const Dims& x_shape, const BlockEpilogue& prologue, con
   prologue_blocks(
       M, K, prologue,
       [&](int64_t rows) {
-        // A right operand not packed yet is packed once here.
-        if (rows < M &&
-            (!packed || !packed->is_b() || packed->outer() != N || packed->depth() != K)) {
-          own = prepare_matmul_operand(b);
-          packed = own.get();
-        }
+        if (rows < M)
+          packed = packed_once(packed, N, K, own, [&] { return prepare_matmul_operand(b); });
       },
       [&](const TensorImpl& x_rows, int64_t r0, int64_t n) {
         matmul_epilogue_out(x_rows, b, *rows_of(o, r0, n, N), whole, packed);

@@ -318,8 +318,8 @@ void pack_row_quads(const Layout& l, const uint8_t* x, uint32_t flip, int32_t* d
     return static_cast<int32_t>(v ^ flip);
   };
 #if defined(__SSE2__)
-  // Four rows' four words at a time, transposed in registers (a channels-last 1x1's pixel rows
-  // as B's columns: packing word by word cost about as much as that product's tiles).
+  // Four rows' four words at a time, transposed in registers: a channels-last 1x1's pixel rows
+  // as B's columns, whose packing is a large share of a product with few output channels.
   const int64_t row_words = K / 4, words = l.words(), width = l.width, lines = l.lines;
   if (width % 4 == 0) {
     parallel_for(0, l.blocks(), 1, [=](int64_t b0, int64_t b1) {
@@ -717,21 +717,22 @@ void linear_tiles(const PreparedQWeight& pw, const Requant& rq, const TensorImpl
   // Rows whose bytes are the family's quads as they lie are read in place: nothing packed.
   const bool in_place =
       f.group == 4 && f.kernel_a_rows && !la.rows && la.K % 4 == 0 && x_signed == f.signed_quads;
-  ConvScratch<int32_t> a(in_place ? 0 : la.total_words());
+  std::optional<ConvScratch<int32_t>> a;  // the packed activations (none in place)
+  if (!in_place) a.emplace(la.total_words());
   std::vector<int32_t> bias;
   if (f.group == 4) {
     // The activations as the family's quads, their zero point through the bias.
-    if (!in_place) pack_activations_quads(f, la, xc, a.get());
+    if (!in_place) pack_activations_quads(f, la, xc, a->get());
     bias = quad_bias(rq, pw.sums, quad_zero_point(f, rq, x_signed));
   } else if (!la.rows && la.group == 2 && la.K % 2 == 0) {
     if (x_signed)
-      pack_row_pairs(la, xc.data_ptr<int8_t>(), rq.x_zp, a.get());
+      pack_row_pairs(la, xc.data_ptr<int8_t>(), rq.x_zp, a->get());
     else
-      pack_row_pairs(la, xc.data_ptr<uint8_t>(), rq.x_zp, a.get());
+      pack_row_pairs(la, xc.data_ptr<uint8_t>(), rq.x_zp, a->get());
     bias = rq.bias;
   } else {
     pack_minus_zero_point(
-        la, xc, [zp = rq.x_zp](int64_t) { return zp; }, a.get());
+        la, xc, [zp = rq.x_zp](int64_t) { return zp; }, a->get());
     bias = rq.bias;
   }
   TileOut t = tile_out(rq, bias, out, s.N, false);
@@ -739,7 +740,7 @@ void linear_tiles(const PreparedQWeight& pw, const Requant& rq, const TensorImpl
     t.float_out = true;
     t.fbias = fbias;
   }
-  if (!in_place) return run_tiles(f, f.kernel, s.M, s.N, la.words(), a.get(), pw.words.data(), t);
+  if (!in_place) return run_tiles(f, f.kernel, s.M, s.N, la.words(), a->get(), pw.words.data(), t);
   const auto* x = static_cast<const uint8_t*>(xc.data());
   for_tiles(f, s.M, s.N, la.words(), t,
             [&](int64_t sliver, int64_t q, int m, int n, const TileOut& tile) {

@@ -45,8 +45,8 @@ inline void store16_f32(__m512 v, float* dst, int n) {
 
 // Requantizes rows r < m, columns j < n (<= 32) of a tile whose row r is acc[r * ld_acc ...]
 // (two vectors of 16 lanes each, both readable) into `t` (or dequantizes them: t.float_out).
-// kRows > 0: at most that many rows, the loop unrolled so that a tile held in registers is read
-// with constant indices (a runtime index would store the whole tile to the stack first).
+// kRows > 0: at most that many rows, the loop unrolled over them so that a tile's accumulators
+// are read with constant indices.
 template <int kRows = 0, typename Row>
 inline void store_rows_avx512(int m, int n, const TileOut& t, Row&& row) {
   const TileOut e = t;  // a local copy: the stores below could alias its fields
