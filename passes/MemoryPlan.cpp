@@ -147,9 +147,14 @@ struct PlanMemoryPass : mlir::PassWrapper<PlanMemoryPass, mlir::OperationPass<ml
           buffer_last[buffer] = std::max(buffer_last[buffer], last_use(res));
           continue;
         }
-        if (is_inplace_op(name) && !op.hasAttr("kiln.symbol")) {
+        // A group with generated code that is also its product's block epilogue
+        // (`kiln.block_symbol`: the product right before it maps each block of its output in
+        // place) takes the product's buffer and no other.
+        mlir::Operation* product = op.hasAttr("kiln.block_symbol") ? op.getPrevNode() : nullptr;
+        if ((is_inplace_op(name) && !op.hasAttr("kiln.symbol")) || product) {
           bool reused = false;
           for (mlir::Value operand : op.getOperands()) {
+            if (product && operand.getDefiningOp() != product) continue;
             auto ot = buffer_of.find(operand);
             if (ot == buffer_of.end() || operand.getType() != res.getType()) continue;
             const int64_t buffer = ot->second;         // copied: inserting res may rehash the map

@@ -245,6 +245,7 @@ class Writer {
     std::vector<int32_t> ins;
     for (mlir::Value v : g.inputs) ins.push_back(operand_slot(v, &first));
     const size_t k = instrs_.size();
+    const auto before = last_kernel_;  // (the portable form's ops are written next)
     instrs_.emplace_back();
     for (mlir::Operation* op : g.ops) {
       grouped_.insert(op);
@@ -259,10 +260,22 @@ class Writer {
       instrs_.erase(instrs_.begin() + static_cast<std::ptrdiff_t>(k));
       return;
     }
+    // Its block form (kiln.fbs: Instruction.block_epilogue) where the plan put the chain's
+    // value in the product's bytes, as the code maps them in place.
+    flatbuffers::Offset<flatbuffers::String> block;
+    if (auto name = first.getAttrOfType<mlir::StringAttr>("kiln.block_symbol")) {
+      mlir::Operation* product = first.getPrevNode();
+      const bool after_product = product && before.first == product && before.second + 1 == k;
+      const int32_t y = after_product ? operand_slot(product->getResult(0), &first) : -1;
+      if (y >= 0 && outs.size() == 1 && slot_bytes_[y] == slot_bytes_[outs[0]] &&
+          slot_bytes_[y].first >= 0)
+        block = fbb_.CreateString(name.str());
+    }
     auto ins_v = fbb_.CreateVector(ins), outs_v = fbb_.CreateVector(outs);
     auto symbol = fbb_.CreateString(g.symbol);
     fb::InstructionBuilder b(fbb_);
     b.add_symbol(symbol);
+    if (!block.IsNull()) b.add_block_epilogue(block);
     b.add_control(fb::Control::Generated);
     b.add_inputs(ins_v);
     b.add_outputs(outs_v);
@@ -545,6 +558,7 @@ class Writer {
     }
     instrs_.push_back(
         fb::CreateInstructionDirect(fbb_, kernel.c_str(), nullptr, &attrs, &ins, &outs));
+    last_kernel_ = {&op, instrs_.size() - 1};
   }
 
   void finish_outputs(const std::vector<int32_t>& results) {
@@ -605,7 +619,10 @@ class Writer {
   // named kArtifactBlobResourcePrefix + blob name, without data) instead of repeating them.
   std::vector<uint8_t> module_bytecode() {
     mlir::OwningOpRef<mlir::ModuleOp> copy(mlir::cast<mlir::ModuleOp>(module_->clone()));
-    copy->walk([](mlir::Operation* op) { op->removeAttr("kiln.symbol"); });  // this file's code
+    copy->walk([](mlir::Operation* op) {  // this file's code
+      op->removeAttr("kiln.symbol");
+      op->removeAttr("kiln.block_symbol");
+    });
     auto& manager = mlir::DenseResourceElementsHandle::getManagerInterface(module_.getContext());
     copy->walk([&](ir::ConstantOp c) {
       auto it = resource_blobs_.find(c.getValue().getAsOpaquePointer());
@@ -644,6 +661,8 @@ class Writer {
   int32_t none_ = -1;
   int constants_ = 0;
   bool control_flow_ = false;           // an If or For was written: format version 2
+  // The op the last kernel instruction was written for, and that instruction's index.
+  std::pair<mlir::Operation*, size_t> last_kernel_{nullptr, 0};
   bool generated_ = false;              // a Generated instruction was written: format version 3
   bool splat_ = false;                  // a splat weight was written: format version 3
   std::set<mlir::Operation*> grouped_;  // ops written with their generated group

@@ -26,6 +26,9 @@ namespace kiln::codegen {
 namespace {
 
 constexpr char kSymbolAttr[] = "kiln.symbol";
+// On a group that is also compiled as its product's block epilogue: that entry point's name
+// (the memory plan then computes the group's output in the product's buffer).
+constexpr char kBlockSymbolAttr[] = "kiln.block_symbol";
 
 // The C ABI's core, which the builtin registry offers any code object (register_abi_core,
 // runtime/src/abi/memory.cpp). A group whose code calls anything else (a runtime kernel) stays
@@ -143,14 +146,41 @@ mlir::OwningOpRef<mlir::ModuleOp> outline(const GeneratedGroup& g) {
   return module;
 }
 
+// A group that a conv2d / linear / matmul right before it can run on each block of its output
+// (an elementwise chain --kiln-fuse-block-epilogues marked, the product's value read by it
+// alone, so mapped in place): the product's value's position among the group's inputs, or -1.
+int block_epilogue_input(const GeneratedGroup& g) {
+  if (g.ops.size() != 1 || g.outputs.size() != 1) return -1;
+  mlir::Operation* chain = g.ops[0];
+  mlir::Operation* product = chain->getPrevNode();
+  if (!mlir::isa<ir::FusedOp>(chain) || !chain->hasAttr(ir::kBlockEpilogueAttr) || !product ||
+      !mlir::isa<ir::Conv2dOp, ir::Conv2dFusedOp, ir::LinearOp, ir::LinearFusedOp, ir::MatmulOp>(
+          product))
+    return -1;
+  mlir::Value y = product->getResult(0);
+  auto type = mlir::dyn_cast<mlir::RankedTensorType>(y.getType());
+  if (!type || !type.getElementType().isF32() || g.outputs[0].getType() != type) return -1;
+  for (mlir::Operation* user : y.getUsers())
+    if (user != chain) return -1;
+  auto at = std::find(g.inputs.begin(), g.inputs.end(), y);
+  return at == g.inputs.end() ? -1 : static_cast<int>(at - g.inputs.begin());
+}
+
+std::string block_symbol(const GeneratedGroup& g) {
+  return g.symbol + "_block";
+}
+
 // The group's code as optimized LLVM IR in `ctx` (only its entry point global), or null when it
-// cannot be lowered or calls a runtime kernel (`why` says which).
+// cannot be lowered or calls a runtime kernel (`why` says which). `block_input` >= 0: the group
+// as its product's block epilogue (LowerOptions::block_epilogue_input), named block_symbol(g).
 std::unique_ptr<llvm::Module> compile_group(const GeneratedGroup& g, llvm::LLVMContext& ctx,
-                                            llvm::TargetMachine& tm, std::string* why) {
+                                            llvm::TargetMachine& tm, std::string* why,
+                                            int block_input = -1) {
   mlir::OwningOpRef<mlir::ModuleOp> module = outline(g);
   LowerOptions options;
-  options.entry_name = g.symbol;
+  options.entry_name = block_input >= 0 ? block_symbol(g) : g.symbol;
   options.vector_bits = vector_register_bits(tm);
+  options.block_epilogue_input = block_input;
   if (!lower_to_llvm_dialect(*module, options, why)) return nullptr;
   std::unique_ptr<llvm::Module> ir = translate_to_llvm_ir(*module, ctx, why);
   if (!ir) return nullptr;
@@ -162,7 +192,7 @@ std::unique_ptr<llvm::Module> compile_group(const GeneratedGroup& g, llvm::LLVMC
   }
   optimize_llvm_module(*ir, tm, 3);
   for (llvm::Function& f : *ir)
-    if (!f.isDeclaration() && f.getName() != g.symbol)
+    if (!f.isDeclaration() && f.getName() != options.entry_name)
       f.setLinkage(llvm::GlobalValue::InternalLinkage);
   for (llvm::GlobalVariable& v : ir->globals())
     if (!v.isDeclaration()) v.setLinkage(llvm::GlobalValue::InternalLinkage);
@@ -260,7 +290,10 @@ std::vector<CodeBlob> compile_native_code(mlir::ModuleOp module,
                                           const std::vector<Target>& targets) {
   auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
   if (!forward) throw AotError("generated code: the module has no func.func @forward");
-  forward.walk([](mlir::Operation* op) { op->removeAttr(kSymbolAttr); });
+  forward.walk([](mlir::Operation* op) {
+    op->removeAttr(kSymbolAttr);
+    op->removeAttr(kBlockSymbolAttr);
+  });
   if (targets.empty()) return {};
   std::vector<std::vector<mlir::Operation*>> groups;
   collect_groups(forward.getBody().front(), groups);
@@ -296,6 +329,19 @@ std::vector<CodeBlob> compile_native_code(mlir::ModuleOp module,
       if (llvm::Linker::linkModules(*code, std::move(ir)))
         throw AotError("generated code: linking " + g.symbol + " failed");
       blob.symbols.push_back(g.symbol);
+      // Its block form beside it, where the product before it can run it (else the group runs
+      // after the product, as its own instruction).
+      const int block_input = block_epilogue_input(g);
+      if (block_input < 0 || (t > 0 && !first->hasAttr(kBlockSymbolAttr))) continue;
+      std::unique_ptr<llvm::Module> block = compile_group(g, ctx, *tm, &why, block_input);
+      if (!block && t == 0) continue;
+      if (!block)
+        throw AotError("generated code: " + block_symbol(g) + " compiled for " +
+                       targets[0].triple + " but not for " + targets[t].triple + ": " + why);
+      if (llvm::Linker::linkModules(*code, std::move(block)))
+        throw AotError("generated code: linking " + block_symbol(g) + " failed");
+      blob.symbols.push_back(block_symbol(g));
+      first->setAttr(kBlockSymbolAttr, mlir::StringAttr::get(module.getContext(), block_symbol(g)));
     }
     if (blob.symbols.empty()) return {};  // nothing the compiler generates
     blob.imports = bind_runtime_calls(*code);

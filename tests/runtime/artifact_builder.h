@@ -37,6 +37,7 @@ struct InstrSpec {
   std::vector<int32_t> yields, else_yields, carried;
   int32_t counter = -1;
   int64_t begin = 0, end = 0, step = 1;
+  std::string block_epilogue;  // Generated: its block form (kiln.fbs)
 };
 
 struct CodeSpec {
@@ -81,7 +82,8 @@ struct ArtifactSpec {
           b, in.kernel.empty() ? nullptr : in.kernel.c_str(),
           in.symbol.empty() ? nullptr : in.symbol.c_str(), &attrs, &in.inputs, &in.outputs,
           in.control, in.body_size, in.else_size, list(in.yields), list(in.else_yields),
-          list(in.carried), in.counter, in.begin, in.end, in.step));
+          list(in.carried), in.counter, in.begin, in.end, in.step,
+          in.block_epilogue.empty() ? nullptr : in.block_epilogue.c_str()));
     }
     auto io = [&](const std::vector<std::pair<std::string, uint32_t>>& v) {
       std::vector<flatbuffers::Offset<fb::Io>> out;

@@ -1,6 +1,8 @@
 /* A stand-in for codegen output: a compiled function with the artifact ABI
  * `void symbol(void* const* operand_data)` (inputs, then outputs; shapes fixed at compile time).
  * Built as a shared object and embedded in a hand-built artifact by test_artifact.cpp. */
+#include <stdint.h>
+
 void kiln_test_axpb(void* const* operands) {
   const float* x = (const float*)operands[0];
   const float* y = (const float*)operands[1];
@@ -18,4 +20,21 @@ void kiln_code_bind(void* const* functions) {
 void kiln_test_fails(void* const* operands) {
   (void)operands;
   kiln_test_set_error("the compiled code failed on purpose");
+}
+
+/* z = 2y + t over 32 floats (operands y, t, z), and the same chain as a product's block
+ * epilogue (kiln.fbs: Instruction.block_epilogue): c[r * ldc + j] is element
+ * offset + r * ldc + j of y, mapped in place; ctx holds the instruction's operand pointers. */
+void kiln_test_twice_plus(void* const* operands) {
+  const float* y = (const float*)operands[0];
+  const float* t = (const float*)operands[1];
+  float* z = (float*)operands[2];
+  for (int i = 0; i < 32; ++i) z[i] = 2.0f * y[i] + t[i];
+}
+void kiln_test_twice_plus_block(const void* ctx, float* c, int64_t offset, int64_t ldc,
+                                int64_t rows, int64_t cols) {
+  const float* t = (const float*)((void* const*)ctx)[1];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j)
+      c[r * ldc + j] = 2.0f * c[r * ldc + j] + t[offset + r * ldc + j];
 }

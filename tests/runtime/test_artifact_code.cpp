@@ -238,6 +238,121 @@ TEST(Artifact, GeneratedCodeCallsTheRuntimeThroughItsImports) {
   expect_axpb(rt::Model::from_bytes(a.build(), rt::builtin_registry(), no_native));
 }
 
+// z = 2 (a b) + t: a matmul (a [4, 8] by b [8, 8]) and the chain as a generated instruction
+// whose block form (kiln_test_twice_plus_block) the matmul runs on each block of its output, z in
+// y's bytes; the portable form (y + y) + t into slots of its own.
+ArtifactSpec block_epilogue_spec() {
+  ArtifactSpec a;
+  a.version = 3;
+  a.blobs = {{"code:x86_64", compiled_object()}};
+  a.slots = {{fb::SlotKind::Arena, fb::DType::Float32, {4, 8}, 0, 0},     // 0: a
+             {fb::SlotKind::Arena, fb::DType::Float32, {8, 8}, 128, 0},   // 1: b
+             {fb::SlotKind::Arena, fb::DType::Float32, {4, 8}, 384, 0},   // 2: t
+             {fb::SlotKind::Arena, fb::DType::Float32, {4, 8}, 512, 0},   // 3: y = a b
+             {fb::SlotKind::Arena, fb::DType::Float32, {4, 8}, 512, 0},   // 4: z, in y's bytes
+             {fb::SlotKind::Arena, fb::DType::Float32, {4, 8}, 640, 0},   // 5: y + y
+             {fb::SlotKind::Arena, fb::DType::Float32, {4, 8}, 768, 0}};  // 6: (y + y) + t
+  InstrSpec gen;
+  gen.control = fb::Control::Generated;
+  gen.symbol = "kiln_test_twice_plus";
+  gen.block_epilogue = "kiln_test_twice_plus_block";
+  gen.inputs = {3, 2};
+  gen.outputs = {4};
+  gen.body_size = 2;
+  gen.yields = {6};
+  a.instrs = {{"matmul", {0, 1}, {3}, {}}, gen, {"add", {3, 3}, {5}, {}}, {"add", {5, 2}, {6}, {}}};
+  a.inputs = {{"a", 0}, {"b", 1}, {"t", 2}};
+  a.outputs = {{"z", 4}};
+  a.arena_bytes = 896;
+  a.code = {{"x86_64-unknown-linux-gnu",
+             0,
+             {"kiln_test_twice_plus", "kiln_test_twice_plus_block"}}};
+  return a;
+}
+
+// Runs the model on fixed inputs against 2 (a b) + t in double; returns the session's profile.
+std::vector<rt::Session::InstructionTime> expect_twice_plus(
+    const std::shared_ptr<const rt::Model>& m) {
+  rt::Session s(m);
+  s.enable_profiling();
+  std::vector<float> a = random_floats(32, 41), b = random_floats(64, 42), t = random_floats(32, 43);
+  TensorImplPtr at = kiln::from_blob(a.data(), std::vector<int64_t>{4, 8}, DType::Float32);
+  TensorImplPtr bt = kiln::from_blob(b.data(), std::vector<int64_t>{8, 8}, DType::Float32);
+  TensorImplPtr tt = kiln::from_blob(t.data(), std::vector<int64_t>{4, 8}, DType::Float32);
+  auto z = s.run({at.get(), bt.get(), tt.get()});
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double y = 0;
+      for (int k = 0; k < 8; ++k) y += double(a[i * 8 + k]) * b[k * 8 + j];
+      EXPECT_NEAR(z[0]->data_ptr<float>()[i * 8 + j], 2 * y + t[i * 8 + j], 1e-5) << i << "," << j;
+    }
+  return s.profile();
+}
+
+TEST(Artifact, BlockEpilogueRunsInsideTheProductBeforeIt) {
+  auto model = rt::Model::from_bytes(block_epilogue_spec().build());
+  EXPECT_EQ(model->stats().native_instructions, 1u);
+  EXPECT_EQ(model->stats().block_epilogues, 1u);
+  // The chain is not an instruction of its own any more: one row, the matmul with it.
+  const auto profile = expect_twice_plus(model);
+  ASSERT_EQ(profile.size(), 1u);
+  EXPECT_NE(profile[0].what.find("matmul (+ generated epilogue)"), std::string::npos)
+      << profile[0].what;
+  // Without native code: the matmul, then the portable form (two adds).
+  rt::LoadOptions no_native;
+  no_native.allow_native_code = false;
+  auto portable = rt::Model::from_bytes(block_epilogue_spec().build(), rt::builtin_registry(),
+                                        no_native);
+  EXPECT_EQ(portable->stats().block_epilogues, 0u);
+  EXPECT_EQ(expect_twice_plus(portable).size(), 4u);  // matmul, the region, two adds
+  // Code that defines the chain's symbol but not its block form: the chain's own call.
+  ArtifactSpec no_block = block_epilogue_spec();
+  no_block.code[0].symbols = {"kiln_test_twice_plus"};
+  auto unblocked = rt::Model::from_bytes(no_block.build());
+  EXPECT_EQ(unblocked->stats().native_instructions, 1u);
+  EXPECT_EQ(unblocked->stats().block_epilogues, 0u);
+  EXPECT_EQ(expect_twice_plus(unblocked).size(), 2u);
+}
+
+TEST(Artifact, BlockEpilogueIsVerifiedWhicheverFormRuns) {
+  for (bool native : {true, false}) {
+    rt::LoadOptions options;
+    options.allow_native_code = native;
+    auto error = [&](const ArtifactSpec& a) { return error_of(a.build(), options); };
+    ArtifactSpec a = block_epilogue_spec();
+    a.instrs[0].kernel = "add";  // not a product
+    EXPECT_NE(error(a).find("follows a conv2d, conv2d_fused, linear, linear_fused or matmul, "
+                            "not add"),
+              std::string::npos)
+        << error(a);
+    a = block_epilogue_spec();
+    a.slots[4].offset = 256;  // its output is not the product's bytes (it overlaps b's)
+    EXPECT_NE(error(a).find("the product's float32 output in place"), std::string::npos)
+        << error(a);
+    a = block_epilogue_spec();
+    a.slots[4].offset = 896;  // nor here, where it overlaps nothing
+    a.arena_bytes = 1024;
+    EXPECT_NE(error(a).find("the product's float32 output in place"), std::string::npos)
+        << error(a);
+    a = block_epilogue_spec();
+    a.instrs[1].inputs = {2, 2};  // does not read the product's output
+    EXPECT_NE(error(a).find("reads the output of matmul"), std::string::npos) << error(a);
+    a = block_epilogue_spec();  // first in the program: no product before it
+    a.instrs = {a.instrs[1], {"add", {2, 2}, {5}, {}}, a.instrs[3], a.instrs[0]};
+    a.instrs[0].inputs = {2, 2};
+    EXPECT_NE(error(a).find("a block epilogue follows the product"), std::string::npos)
+        << error(a);
+    a = block_epilogue_spec();
+    a.instrs[1].block_epilogue = a.instrs[1].symbol;
+    EXPECT_NE(error(a).find("names a symbol of its own"), std::string::npos) << error(a);
+    a = block_epilogue_spec();
+    a.instrs[0].block_epilogue = "kiln_test_twice_plus_block";  // on a kernel instruction
+    EXPECT_NE(error(a).find("only a generated instruction names a block epilogue"),
+              std::string::npos)
+        << error(a);
+  }
+}
+
 #endif
 
 }  // namespace

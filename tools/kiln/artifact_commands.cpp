@@ -236,8 +236,10 @@ int inspect_artifact(int argc, char** argv) {
               st.arena_bytes ? double(st.naive_bytes) / double(st.arena_bytes) : 0.0);
   std::printf("weights:  %zu bytes (%.2f MiB)\n", st.weight_bytes - st.code_bytes,
               (st.weight_bytes - st.code_bytes) / 1048576.0);
-  std::printf("code:     %zu bytes; %zu generated instructions, %zu run compiled code here\n",
-              st.code_bytes, st.generated_instructions, st.native_instructions);
+  std::printf(
+      "code:     %zu bytes; %zu generated instructions, %zu run compiled code here (%zu of them "
+      "as block epilogues of the product before them)\n",
+      st.code_bytes, st.generated_instructions, st.native_instructions, st.block_epilogues);
   for (const rt::CodeObjectInfo& c : st.code_objects) {
     std::string features;
     for (const std::string& f : c.cpu_features) features += " +" + f;

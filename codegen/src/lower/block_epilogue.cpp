@@ -172,6 +172,57 @@ void KernelEmitter::vector_segment(Value n) {
 
 // ---- Lowering ----
 
+bool Lowering::emit_block_entry(mlir::Block& body, mlir::func::ReturnOp ret) {
+  const int64_t index = options_.block_epilogue_input;
+  mlir::Operation* chain =
+      ret.getNumOperands() == 1 ? ret.getOperand(0).getDefiningOp() : nullptr;
+  const bool is_chain = index < static_cast<int64_t>(body.getNumArguments()) && chain &&
+                        mlir::isa<ir::FusedOp>(chain) && chain->getNumResults() == 1 &&
+                        llvm::is_contained(chain->getOperands(), body.getArgument(index)) &&
+                        chain->getResult(0).getType() == body.getArgument(index).getType() &&
+                        mlir::cast<mlir::RankedTensorType>(chain->getResult(0).getType())
+                            .getElementType()
+                            .isF32();
+  if (!is_chain) {
+    errors_ += "cannot compile a block epilogue: @forward is not one kiln.fused over float32 "
+               "argument " +
+               std::to_string(index) + " returning a value of its type\n";
+    return false;
+  }
+  Type ptr = ptr_type(), i64 = builder_.getI64Type();
+  builder_.setInsertionPointToEnd(module_.getBody());
+  entry_ = builder_.create<mlir::func::FuncOp>(
+      loc_, options_.entry_name, builder_.getFunctionType({ptr, ptr, i64, i64, i64, i64}, {}));
+  mlir::Block* entry = entry_.addEntryBlock();
+  builder_.setInsertionPointToStart(entry);
+  auto buffer = [&](mlir::Value v, int64_t i) {
+    auto gep = builder_.create<LLVM::GEPOp>(loc_, ptr, ptr, entry->getArgument(0),
+                                            llvm::ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
+    auto type = mlir::cast<mlir::RankedTensorType>(v.getType());
+    View view;
+    view.base = builder_.create<LLVM::LoadOp>(loc_, ptr, gep);
+    view.sizes.assign(type.getShape().begin(), type.getShape().end());
+    view.strides = contiguous_strides(view.sizes);
+    view.elem = type.getElementType();
+    return view;
+  };
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    views_[body.getArgument(i)] = buffer(body.getArgument(i), i);
+  mlir::Value y = body.getArgument(index), z = chain->getResult(0);
+  const View dest = buffer(z, body.getNumArguments());
+  KernelEmitter emitter(*this, z, dest);
+  std::optional<BlockEpilogueFn> fn = emitter.emit_block_epilogue(y, /*in_place=*/true);
+  if (!fn) {
+    errors_ += "cannot compile a block epilogue: another input shares the output's buffer\n";
+    return false;
+  }
+  llvm::SmallVector<mlir::Value> args = {fn->ctx};
+  for (unsigned i = 1; i < 6; ++i) args.push_back(entry->getArgument(i));
+  builder_.create<mlir::func::CallOp>(loc_, fn->name, mlir::TypeRange{}, args);
+  builder_.create<mlir::func::ReturnOp>(loc_);
+  return true;
+}
+
 bool Lowering::is_block_prologue(mlir::Operation* op) const {
   if (!mlir::isa<ir::FusedOp>(op) || !op->hasAttr(ir::kBlockPrologueAttr) ||
       op->getNumResults() != 1 || !op->getResult(0).hasOneUse())

@@ -613,7 +613,9 @@ bool Lowering::run(std::string* error_out, EntrySignature* signature) {
   for (size_t i = 0; i < ret.getNumOperands(); ++i) {
     if (auto s = spec(ret.getOperand(i).getType(), "result", i)) sig.results.push_back(*s);
   }
-  if (errors_.empty()) {
+  if (errors_.empty() && options_.block_epilogue_input >= 0) {
+    emit_block_entry(body, ret);
+  } else if (errors_.empty()) {
     builder_.setInsertionPointToEnd(module_.getBody());
     entry_ = builder_.create<mlir::func::FuncOp>(loc_, options_.entry_name,
                                                  builder_.getFunctionType({ptr_type()}, {}));

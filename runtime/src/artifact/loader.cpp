@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "kiln/runtime/checked_math.h"
 #include "kiln_generated.h"
@@ -213,6 +214,10 @@ struct Checker {
 
   // Why no code object defines a symbol (for the error of an instruction without a portable form).
   std::string code_skipped{};
+  // Generated instructions naming a block epilogue: its symbol, and its function where both it
+  // and the instruction's own code were loaded.
+  std::map<uint32_t, std::string> block_symbols{};
+  std::map<uint32_t, BlockEpilogueFn> block_fns{};
 
   // Compiled code for this host, loaded now so a missing symbol is a load-time error: in file
   // order, each object for this architecture whose CPU features the host has and that defines a
@@ -383,8 +388,18 @@ struct Checker {
           "): a generated instruction has no else-region, carried slots or counter");
       info.body_size = ins.body_size();
       if (auto it = symbols.find(symbol); it != symbols.end()) info.fn = it->second;
+      if (ins.block_epilogue()) {
+        const std::string block = ins.block_epilogue()->str();
+        KILN_CHECK(!block.empty() && block != symbol, kOp, "instruction ", k, " (", symbol,
+                   "): a block epilogue names a symbol of its own");
+        block_symbols[k] = block;
+        if (auto it = symbols.find(block); it != symbols.end() && info.fn)
+          block_fns[k] = reinterpret_cast<BlockEpilogueFn>(it->second);
+      }
       return info;
     }
+    KILN_CHECK(!ins.block_epilogue(), kOp, "instruction ", k,
+               ": only a generated instruction names a block epilogue");
     if (info.control != Control::None) {
       info.name = info.control == Control::If ? "if" : "for";
       KILN_CHECK(kernel.empty() && symbol.empty(), kOp, "instruction ", k, " (", info.name,
@@ -501,7 +516,9 @@ struct Checker {
   // region, outputs in the arena, regions nested inside their parents.
   // `runs`: how many times each instruction of the region runs per call (loops around it).
   void check_region(uint32_t begin, uint32_t end, Defined& defined, int depth, uint64_t runs) {
+    int64_t prev = -1;  // the region's instruction before k (-1: k is its first)
     for (uint32_t k = begin; k < end;) {
+      const int64_t before = std::exchange(prev, k);
       InstrInfo& info = out.instrs[k];
       const std::string where = "instruction " + std::to_string(k) + " (" + info.name + ")";
       for (int32_t s : info.inputs) {
@@ -520,6 +537,7 @@ struct Checker {
       }
       if (info.control == Control::Generated) {
         check_generated(k, end, defined, depth, runs);
+        if (block_symbols.count(k)) check_block_epilogue(k, before);
         k += 1 + info.body_size;
         continue;
       }
@@ -622,6 +640,38 @@ struct Checker {
     for (int32_t s : info.outputs) defined.set(s);
     if (info.fn)
       for (uint64_t j = k + 1; j < body_end; ++j) out.instrs[j].unused = true;
+  }
+
+  // A generated instruction naming a block epilogue (kiln.fbs): the instruction before it in
+  // its region is a product kernel whose output is one of its inputs and, as its one float32
+  // output of the same shape, the very bytes it writes. Where the code runs here, the product
+  // runs it on each block it finishes and the instruction is skipped.
+  void check_block_epilogue(uint32_t k, int64_t before) {
+    InstrInfo& info = out.instrs[k];
+    const std::string where = "instruction " + std::to_string(k) + " (" + info.name + ")";
+    KILN_CHECK(before >= 0 && before == int64_t{k} - 1, kOp, where,
+               ": a block epilogue follows the product it completes, in the same region");
+    InstrInfo& product = out.instrs[k - 1];
+    KILN_CHECK(product.control == Control::None && product.def && product.def->block_epilogue &&
+                   product.outputs.size() == 1,
+               kOp, where, ": a block epilogue follows a conv2d, conv2d_fused, linear, "
+               "linear_fused or matmul, not ", product.name);
+    const int32_t y = product.outputs[0];
+    KILN_CHECK(info.outputs.size() == 1 && std::count(info.inputs.begin(), info.inputs.end(), y),
+               kOp, where, ": a block epilogue reads the output of ", product.name,
+               " and has one output");
+    const SlotInfo &ys = out.slots[y], &zs = out.slots[info.outputs[0]];
+    KILN_CHECK(ys.dtype == DType::Float32 && zs.dtype == DType::Float32 && ys.shape == zs.shape &&
+                   ys.offset == zs.offset && ys.nbytes == zs.nbytes,
+               kOp, where, ": a block epilogue's output is the product's float32 output in place (",
+               describe_spec(zs.shape, zs.dtype), " at byte ", zs.offset, ", the product's ",
+               describe_spec(ys.shape, ys.dtype), " at byte ", ys.offset, ")");
+    auto fn = block_fns.find(k);
+    if (fn == block_fns.end()) return;  // the code does not run here
+    product.block_fn = fn->second;
+    product.block_chain = k;
+    info.by_product = true;
+    ++out.stats.block_epilogues;
   }
 
   void instructions() {

@@ -47,6 +47,12 @@ struct InstrInfo {
   bool staged = false;
   // The portable form of a generated instruction whose code runs (never executed).
   bool unused = false;
+  // A product kernel whose output's elementwise chain (the generated instruction `block_chain`
+  // right after it) its kernel runs on each finished block through `block_fn`; that instruction
+  // then has `by_product` set and is skipped (kiln.fbs: Instruction.block_epilogue).
+  BlockEpilogueFn block_fn = nullptr;
+  uint32_t block_chain = 0;
+  bool by_product = false;
 };
 
 struct BlobInfo {

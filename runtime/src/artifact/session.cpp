@@ -360,7 +360,8 @@ void Session::run_range(size_t begin, size_t end) {
         }
         break;
       case Control::Generated:
-        if (in.fn) {
+        if (in.by_product) {  // the product before it ran the code on each block
+        } else if (in.fn) {
           run_instruction(k);
         } else {
           run_range(k + 1, body_end);
@@ -403,10 +404,15 @@ void Session::run_instruction(size_t k) {
   ScratchLease lease(gap.size ? static_cast<char*>(s_->arena) + gap.offset : nullptr, gap.size);
   try {
     if (in.def) {
+      // A generated block epilogue reads the operands of its own instruction.
+      const void* block_ctx =
+          in.block_fn ? s_->pointers.data() + s_->steps[in.block_chain].in_begin : nullptr;
       in.def->run(KernelCall{in.params.get(),
                              {ops + st.in_begin, st.n_in},
                              {ops + st.out_begin, st.n_out},
-                             m.prepared[k].data.get()});
+                             m.prepared[k].data.get(),
+                             in.block_fn,
+                             block_ctx});
     } else {
       in.fn(s_->pointers.data() + st.in_begin);
       // Generated code records a failure (an allocation it could not make) for this thread.
@@ -441,8 +447,8 @@ std::vector<Session::InstructionTime> Session::profile() const {
   std::vector<InstructionTime> out;
   for (size_t k = 0; k < s_->instr_ns.size(); ++k) {
     const InstrInfo& in = m.instrs[k];
-    if (in.unused) continue;
-    std::string what = in.name + (in.fn ? " (compiled)" : "");
+    if (in.unused || in.by_product) continue;
+    std::string what = in.name + (in.fn ? " (compiled)" : in.block_fn ? " (+ generated epilogue)" : "");
     if (!in.outputs.empty() && in.outputs[0] >= 0) {
       const SlotInfo& o = m.slots[in.outputs[0]];
       what += " -> " + describe_spec(o.shape, o.dtype);

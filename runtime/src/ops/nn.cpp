@@ -54,6 +54,13 @@ std::unique_ptr<KernelParams> decode_conv2d(const AttrMap& a) {
   if (a.op() == "conv2d_fused" || a.op() == "conv2d_avgpool") p->fusion = decode_fusion(a);
   return p;
 }
+// The generated chain an artifact's code runs on each finished block (KernelCall::block_fn).
+kernels::BlockEpilogue block_epilogue(const KernelCall& c) {
+  kernels::BlockEpilogue b;
+  b.fn = c.block_fn;
+  b.ctx = c.block_ctx;
+  return b;
+}
 void run_conv2d(const KernelCall& c) {
   const auto& p = params<FusedConvParams>(c);
   kernels::ConvEpilogue ep;
@@ -61,6 +68,7 @@ void run_conv2d(const KernelCall& c) {
   ep.activation = p.fusion.activation;
   ep.clamp_min = p.fusion.clamp_min;
   ep.clamp_max = p.fusion.clamp_max;
+  ep.block = block_epilogue(c);
   kernels::conv2d_out(in(c, 0), in(c, 1), opt_in(c, 2), p.p, out(c), ep,
                       static_cast<const kernels::PreparedConv2dWeight*>(c.prepared));
 }
@@ -164,7 +172,9 @@ PreparedInputs prepare_linear(const KernelCall& c, uint32_t constant_inputs) {
 // when there is one (kernels::linear_fused_out): the operands' own memory, no view objects,
 // nothing allocated per call.
 void run_linear(const KernelCall& c) {
-  kernels::linear_fused_out(in(c, 0), in(c, 1), opt_in(c, 2), nullptr, {}, out(c),
+  kernels::Epilogue e;
+  e.block = block_epilogue(c);
+  kernels::linear_fused_out(in(c, 0), in(c, 1), opt_in(c, 2), nullptr, e, out(c),
                             static_cast<const kernels::SgemmPacked*>(c.prepared));
 }
 
@@ -182,6 +192,7 @@ void run_linear_fused(const KernelCall& c) {
   e.activation = f.activation;
   e.clamp_min = f.clamp_min;
   e.clamp_max = f.clamp_max;
+  e.block = block_epilogue(c);
   kernels::linear_fused_out(in(c, 0), in(c, 1), opt_in(c, 2), opt_in(c, 3), e, out(c),
                             static_cast<const kernels::SgemmPacked*>(c.prepared));
 }
@@ -202,6 +213,11 @@ void run_attention(const KernelCall& c) {
 }
 
 void run_matmul(const KernelCall& c) {
+  if (c.block_fn) {
+    kernels::matmul_epilogue_out(in(c, 0), in(c, 1), out(c), block_epilogue(c),
+                                 static_cast<const kernels::SgemmPacked*>(c.prepared));
+    return;
+  }
   if (c.prepared &&
       kernels::matmul_packed_out(in(c, 0), in(c, 1),
                                  *static_cast<const kernels::SgemmPacked*>(c.prepared), out(c)))
@@ -384,12 +400,16 @@ kernels::Pool2dParams pool2d_params(const AttrMap& a) {
 }
 
 void register_nn(Registry& r) {
-  r.add(with_signature(
-      {.name = "conv2d", .decode = decode_conv2d, .run = run_conv2d, .prepare = prepare_conv2d}));
+  r.add(with_signature({.name = "conv2d",
+                        .decode = decode_conv2d,
+                        .run = run_conv2d,
+                        .prepare = prepare_conv2d,
+                        .block_epilogue = true}));
   r.add(with_signature({.name = "conv2d_fused",
                         .decode = decode_conv2d,
                         .run = run_conv2d,
-                        .prepare = prepare_conv2d}));
+                        .prepare = prepare_conv2d,
+                        .block_epilogue = true}));
   r.add(with_signature({.name = "conv2d_avgpool",
                         .decode = decode_conv2d,
                         .run = run_conv2d_avgpool,
@@ -420,12 +440,19 @@ void register_nn(Registry& r) {
   r.add(with_signature({.name = "interpolate_backward",
                         .decode = decode_interpolate,
                         .run = run_interpolate_backward}));
-  r.add(with_signature({.name = "linear", .run = run_linear, .prepare = prepare_linear}));
+  r.add(with_signature({.name = "linear",
+                        .run = run_linear,
+                        .prepare = prepare_linear,
+                        .block_epilogue = true}));
   r.add(with_signature({.name = "linear_fused",
                         .decode = decode_linear_fused,
                         .run = run_linear_fused,
-                        .prepare = prepare_linear}));
-  r.add(with_signature({.name = "matmul", .run = run_matmul, .prepare = prepare_matmul}));
+                        .prepare = prepare_linear,
+                        .block_epilogue = true}));
+  r.add(with_signature({.name = "matmul",
+                        .run = run_matmul,
+                        .prepare = prepare_matmul,
+                        .block_epilogue = true}));
   r.add(with_signature({.name = "attention", .decode = decode_attention, .run = run_attention}));
   // Indices are only computed when something reads them (training); inference discards them.
   r.add(with_signature({.name = "max_pool2d",

@@ -49,6 +49,15 @@ struct LowerOptions {
   // scalar loops that LLVM's loop vectorizer widens (the path before the vector pipeline,
   // kept for comparison).
   int vector_bits = 0;
+  // When >= 0: @forward is one elementwise chain (a kiln.fused) over its argument of this index,
+  // a product's float32 output of the chain's type, and the entry point is the chain as that
+  // product's block epilogue, mapping a block of the output in place:
+  //     void entry(const void* ctx, float* c, int64_t offset, int64_t ldc, int64_t rows,
+  //                int64_t cols)
+  // c[r * ldc + j] is element offset + r * ldc + j (r < rows, j < cols); ctx holds the buffers of
+  // @forward's arguments, then of its result, as `buffers` above (the runtime's
+  // kernels::BlockEpilogue; an artifact's Instruction.block_epilogue).
+  int block_epilogue_input = -1;
 };
 
 // The vector width the lowering tiles for on a target machine (its CPU's features and the

@@ -86,6 +86,9 @@ struct ModelStats {
   // Generated instructions, and those of them running compiled code here (the others run their
   // portable form).
   size_t generated_instructions = 0, native_instructions = 0;
+  // Of those, elementwise chains a product's kernel runs here on each block of its output
+  // (generated block epilogues).
+  size_t block_epilogues = 0;
 };
 
 // What the kernels prepared once from the model's constant weights (GEMM-packed conv, linear and

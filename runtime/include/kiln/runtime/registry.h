@@ -82,6 +82,13 @@ struct KernelParams {
   virtual ~KernelParams() = default;
 };
 
+// An elementwise chain the artifact's generated code computes on each block of a product's output
+// while it is in cache (kiln.fbs: Instruction.block_epilogue; kernels::BlockEpilogue): fn(ctx, c,
+// offset, ldc, rows, cols) maps c[r * ldc + j], element offset + r * ldc + j of the dense float32
+// output, in place.
+using BlockEpilogueFn = void (*)(const void* ctx, float* c, int64_t offset, int64_t ldc,
+                                 int64_t rows, int64_t cols);
+
 // Operands of one call: absent optional inputs are nullptr. Outputs are preallocated by the
 // executor with the shapes and dtypes the artifact declares.
 struct KernelCall {
@@ -90,6 +97,10 @@ struct KernelCall {
   std::span<TensorImpl* const> outputs;
   // What KernelDef::prepare returned for this instruction (null: nothing prepared).
   const void* prepared = nullptr;
+  // Only for a kernel whose KernelDef::block_epilogue is set: the generated chain to run on each
+  // finished block of output 0 (null: none).
+  BlockEpilogueFn block_fn = nullptr;
+  const void* block_ctx = nullptr;
 };
 
 // Work done once per instruction before its first run, from the inputs that are constants (the
@@ -129,6 +140,9 @@ struct KernelDef {
   // Bit i set: output i may be passed as nullptr, which the loader does when nothing reads it
   // (max_pool2d's indices in an inference plan): the kernel skips that work.
   uint32_t optional_outputs = 0;
+  // The kernel runs KernelCall::block_fn on each block of its (float32, dense) output 0 it
+  // finishes: a product whose elementwise chain the artifact's generated code computes.
+  bool block_epilogue = false;
 };
 
 // What the op schema (ir/ops.toml) says about a kernel's interface: inputs (optional ones may be
