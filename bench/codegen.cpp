@@ -308,42 +308,95 @@ void time_block_epilogue(benchmark::State& state,
   }
 }
 
+// The same chains saved as an artifact with generated code for this CPU (SaveOptions::native_code)
+// and run by kiln_runtime's Session: Arg 1, the chain as generated code the product's kernel runs
+// on each block (Instruction.block_epilogue); Arg 0 (SaveOptions::block_epilogues off), its
+// generated code as an instruction of its own after the product.
+struct ChainModel {
+  std::function<TensorList(const TensorList&)> fn;
+  TensorList inputs;
+};
+void time_artifact_block_epilogue(benchmark::State& state, const ChainModel& m) {
+  autograd::NoGradGuard no_grad;
+  jit::SaveOptions so;
+  so.native_code = {"host"};
+  so.block_epilogues = state.range(0) != 0;
+  auto artifact = rt::Model::from_bytes(jit::save_to_bytes(jit::trace(m.fn, m.inputs), so));
+  rt::Session session(artifact);
+  std::vector<const TensorImpl*> in;
+  for (const Tensor& t : m.inputs) in.push_back(t.impl());
+  for (auto _ : state) {
+    auto y = session.run(in);
+    benchmark::DoNotOptimize(y[0].get());
+  }
+  state.counters["block_epilogues"] = static_cast<double>(artifact->stats().block_epilogues);
+  state.counters["arena_MB"] = static_cast<double>(artifact->stats().arena_bytes) / 1e6;
+}
+
 // A 3x3 conv, 64 -> 64 channels at 56 x 56, batch 8 (ResNet-18's first stage), then hardswish
 // written out and a per-channel scale: y * clamp(y + 3, 0, 6) / 6 * s.
-static void BM_CompiledConvChain(benchmark::State& state) {
+ChainModel conv_chain() {
   Tensor w = randn({64, 64, 3, 3}) * 0.05, b = randn({64}), s = randn({64, 1, 1});
-  auto fn = [&](const TensorList& t) {
+  auto fn = [=](const TensorList& t) {
     Tensor y = conv2d(t[0], w, b, 1, 1);
     return TensorList{y * clamp(y + 3.0, 0.0, 6.0) / 6.0 * s};
   };
-  time_block_epilogue(state, fn, {randn({8, 64, 56, 56})});
+  return {fn, {randn({8, 64, 56, 56})}};
+}
+static void BM_CompiledConvChain(benchmark::State& state) {
+  const ChainModel m = conv_chain();
+  time_block_epilogue(state, m.fn, m.inputs);
 }
 BENCHMARK(BM_CompiledConvChain)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+static void BM_ArtifactConvChain(benchmark::State& state) {
+  time_artifact_block_epilogue(state, conv_chain());
+}
+BENCHMARK(BM_ArtifactConvChain)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // A feed-forward layer's first product, 256 -> 1024 over 8 x 128 tokens (a 4 MB output), then
 // QuickGELU (x * sigmoid(1.702 x), CLIP's activation: arithmetic enough to hide the second pass's
 // memory traffic).
-static void BM_CompiledLinearChain(benchmark::State& state) {
+ChainModel linear_chain() {
   Tensor w = randn({1024, 256}) * 0.05, b = randn({1024});
-  auto fn = [&](const TensorList& t) {
+  auto fn = [=](const TensorList& t) {
     Tensor y = linear(t[0], w, b);
     return TensorList{y * sigmoid(y * 1.702)};
   };
-  time_block_epilogue(state, fn, {randn({8, 128, 256})});
+  return {fn, {randn({8, 128, 256})}};
+}
+static void BM_CompiledLinearChain(benchmark::State& state) {
+  const ChainModel m = linear_chain();
+  time_block_epilogue(state, m.fn, m.inputs);
 }
 BENCHMARK(BM_CompiledLinearChain)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+static void BM_ArtifactLinearChain(benchmark::State& state) {
+  time_artifact_block_epilogue(state, linear_chain());
+}
+BENCHMARK(BM_ArtifactLinearChain)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // 256 -> 4096 over 8 x 512 tokens (a 64 MB output: past the L3 of most CPUs), then a
 // per-feature scale and shift with a floor, max(y * s + t, -1): two loads and a store per
 // element in the second pass, little arithmetic.
-static void BM_CompiledLinearChainLarge(benchmark::State& state) {
+ChainModel linear_chain_large() {
   Tensor w = randn({4096, 256}) * 0.05, s = randn({4096}), t = randn({4096});
-  auto fn = [&](const TensorList& in) {
+  auto fn = [=](const TensorList& in) {
     return TensorList{clamp(linear(in[0], w) * s + t, -1.0, std::nullopt)};
   };
-  time_block_epilogue(state, fn, {randn({8, 512, 256})});
+  return {fn, {randn({8, 512, 256})}};
+}
+static void BM_CompiledLinearChainLarge(benchmark::State& state) {
+  const ChainModel m = linear_chain_large();
+  time_block_epilogue(state, m.fn, m.inputs);
 }
 BENCHMARK(BM_CompiledLinearChainLarge)
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+static void BM_ArtifactLinearChainLarge(benchmark::State& state) {
+  time_artifact_block_epilogue(state, linear_chain_large());
+}
+BENCHMARK(BM_ArtifactLinearChainLarge)
     ->Arg(0)
     ->Arg(1)
     ->Unit(benchmark::kMillisecond)

@@ -16,7 +16,8 @@
 // kiln.block_epilogue and the product moves down to just before it, so every other input of the
 // chain is computed when the GEMM runs. Code generation emits the chain as a function the
 // runtime's kernel calls on each finished block (codegen kernels.cpp, kernels::BlockEpilogue);
-// the artifact's portable plan runs the two ops one after the other, as before.
+// so does an artifact's generated code (codegen/native_code.h) where y has no other user, while
+// its portable plan runs the two ops one after the other.
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"

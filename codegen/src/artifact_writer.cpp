@@ -660,7 +660,7 @@ class Writer {
   uint64_t arena_ = 0, planned_arena_ = 0, naive_ = 0, naive_extra_ = 0;
   int32_t none_ = -1;
   int constants_ = 0;
-  bool control_flow_ = false;           // an If or For was written: format version 2
+  bool control_flow_ = false;  // an If or For was written: format version 2
   // The op the last kernel instruction was written for, and that instruction's index.
   std::pair<mlir::Operation*, size_t> last_kernel_{nullptr, 0};
   bool generated_ = false;              // a Generated instruction was written: format version 3

@@ -336,8 +336,8 @@ std::vector<CodeBlob> compile_native_code(mlir::ModuleOp module,
       std::unique_ptr<llvm::Module> block = compile_group(g, ctx, *tm, &why, block_input);
       if (!block && t == 0) continue;
       if (!block)
-        throw AotError("generated code: " + block_symbol(g) + " compiled for " +
-                       targets[0].triple + " but not for " + targets[t].triple + ": " + why);
+        throw AotError("generated code: " + block_symbol(g) + " compiled for " + targets[0].triple +
+                       " but not for " + targets[t].triple + ": " + why);
       if (llvm::Linker::linkModules(*code, std::move(block)))
         throw AotError("generated code: linking " + block_symbol(g) + " failed");
       blob.symbols.push_back(block_symbol(g));

@@ -39,7 +39,8 @@ struct Net {
             tanh(m / 30.0) * 30.0, shared, relu(shared * 0.5 - 0.1)};
   }
 
-  std::vector<uint8_t> save(const std::vector<std::string>& native_code) const {
+  std::vector<uint8_t> save(const std::vector<std::string>& native_code,
+                            bool block_epilogues = true) const {
     jit::TraceOptions options;
     for (size_t i = 0; i < weights.size(); ++i)
       options.named_captures.push_back({"w" + std::to_string(i), weights[i]});
@@ -48,6 +49,7 @@ struct Net {
         jit::trace([&](const TensorList& in) { return forward(in); }, inputs, options);
     jit::SaveOptions so;
     so.native_code = native_code;
+    so.block_epilogues = block_epilogues;
     return jit::save_to_bytes(traced, so);
   }
 
@@ -101,6 +103,11 @@ TEST(ArtifactBlockEpilogues, ProductsRunTheirChainsOnEachBlock) {
   auto portable = rt::Model::from_bytes(bytes, rt::builtin_registry(), no_native);
   EXPECT_EQ(portable->stats().block_epilogues, 0u);
   net.expect_matches_eager(portable, "portable form");
+  // Saved without block epilogues: every chain an instruction of its own, the same results.
+  auto unblocked = rt::Model::from_bytes(net.save({"host"}, /*block_epilogues=*/false));
+  EXPECT_EQ(unblocked->stats().block_epilogues, 0u);
+  EXPECT_EQ(unblocked->stats().native_instructions, unblocked->stats().generated_instructions);
+  net.expect_matches_eager(unblocked, "without block epilogues");
   // Nor does a file without generated code have any.
   auto plain = rt::Model::from_bytes(net.save({}));
   EXPECT_EQ(plain->stats().block_epilogues, 0u);

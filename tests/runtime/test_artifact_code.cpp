@@ -264,9 +264,8 @@ ArtifactSpec block_epilogue_spec() {
   a.inputs = {{"a", 0}, {"b", 1}, {"t", 2}};
   a.outputs = {{"z", 4}};
   a.arena_bytes = 896;
-  a.code = {{"x86_64-unknown-linux-gnu",
-             0,
-             {"kiln_test_twice_plus", "kiln_test_twice_plus_block"}}};
+  a.code = {
+      {"x86_64-unknown-linux-gnu", 0, {"kiln_test_twice_plus", "kiln_test_twice_plus_block"}}};
   return a;
 }
 
@@ -275,7 +274,8 @@ std::vector<rt::Session::InstructionTime> expect_twice_plus(
     const std::shared_ptr<const rt::Model>& m) {
   rt::Session s(m);
   s.enable_profiling();
-  std::vector<float> a = random_floats(32, 41), b = random_floats(64, 42), t = random_floats(32, 43);
+  std::vector<float> a = random_floats(32, 41), b = random_floats(64, 42),
+                     t = random_floats(32, 43);
   TensorImplPtr at = kiln::from_blob(a.data(), std::vector<int64_t>{4, 8}, DType::Float32);
   TensorImplPtr bt = kiln::from_blob(b.data(), std::vector<int64_t>{8, 8}, DType::Float32);
   TensorImplPtr tt = kiln::from_blob(t.data(), std::vector<int64_t>{4, 8}, DType::Float32);
@@ -301,8 +301,8 @@ TEST(Artifact, BlockEpilogueRunsInsideTheProductBeforeIt) {
   // Without native code: the matmul, then the portable form (two adds).
   rt::LoadOptions no_native;
   no_native.allow_native_code = false;
-  auto portable = rt::Model::from_bytes(block_epilogue_spec().build(), rt::builtin_registry(),
-                                        no_native);
+  auto portable =
+      rt::Model::from_bytes(block_epilogue_spec().build(), rt::builtin_registry(), no_native);
   EXPECT_EQ(portable->stats().block_epilogues, 0u);
   EXPECT_EQ(expect_twice_plus(portable).size(), 4u);  // matmul, the region, two adds
   // Code that defines the chain's symbol but not its block form: the chain's own call.
@@ -340,8 +340,7 @@ TEST(Artifact, BlockEpilogueIsVerifiedWhicheverFormRuns) {
     a = block_epilogue_spec();  // first in the program: no product before it
     a.instrs = {a.instrs[1], {"add", {2, 2}, {5}, {}}, a.instrs[3], a.instrs[0]};
     a.instrs[0].inputs = {2, 2};
-    EXPECT_NE(error(a).find("a block epilogue follows the product"), std::string::npos)
-        << error(a);
+    EXPECT_NE(error(a).find("a block epilogue follows the product"), std::string::npos) << error(a);
     a = block_epilogue_spec();
     a.instrs[1].block_epilogue = a.instrs[1].symbol;
     EXPECT_NE(error(a).find("names a symbol of its own"), std::string::npos) << error(a);

@@ -174,19 +174,18 @@ void KernelEmitter::vector_segment(Value n) {
 
 bool Lowering::emit_block_entry(mlir::Block& body, mlir::func::ReturnOp ret) {
   const int64_t index = options_.block_epilogue_input;
-  mlir::Operation* chain =
-      ret.getNumOperands() == 1 ? ret.getOperand(0).getDefiningOp() : nullptr;
-  const bool is_chain = index < static_cast<int64_t>(body.getNumArguments()) && chain &&
-                        mlir::isa<ir::FusedOp>(chain) && chain->getNumResults() == 1 &&
-                        llvm::is_contained(chain->getOperands(), body.getArgument(index)) &&
-                        chain->getResult(0).getType() == body.getArgument(index).getType() &&
-                        mlir::cast<mlir::RankedTensorType>(chain->getResult(0).getType())
-                            .getElementType()
-                            .isF32();
+  mlir::Operation* chain = ret.getNumOperands() == 1 ? ret.getOperand(0).getDefiningOp() : nullptr;
+  const bool is_chain =
+      index < static_cast<int64_t>(body.getNumArguments()) && chain &&
+      mlir::isa<ir::FusedOp>(chain) && chain->getNumResults() == 1 &&
+      llvm::is_contained(chain->getOperands(), body.getArgument(index)) &&
+      chain->getResult(0).getType() == body.getArgument(index).getType() &&
+      mlir::cast<mlir::RankedTensorType>(chain->getResult(0).getType()).getElementType().isF32();
   if (!is_chain) {
-    errors_ += "cannot compile a block epilogue: @forward is not one kiln.fused over float32 "
-               "argument " +
-               std::to_string(index) + " returning a value of its type\n";
+    errors_ +=
+        "cannot compile a block epilogue: @forward is not one kiln.fused over float32 "
+        "argument " +
+        std::to_string(index) + " returning a value of its type\n";
     return false;
   }
   Type ptr = ptr_type(), i64 = builder_.getI64Type();

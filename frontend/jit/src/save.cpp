@@ -114,6 +114,7 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
       passes::PipelineOptions po;
       po.memory_plan = add_memory_plan;
       po.plan_memory = !native;
+      po.block_epilogues = options.block_epilogues;
       // The fusion thresholds from the active target (KILN_CPU or the host): the artifact
       // records the blocks fused and the strategy chosen for each.
       const rt::TargetParams& tp = rt::target_params();
@@ -125,10 +126,11 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
     });
     KILN_CHECK(err.empty(), "kiln::jit::save", "inference pipeline: ", err);
   } else if (options.optimize) {
-    const std::string err = run_pipeline(ctx, *module, [native](mlir::OpPassManager& pm) {
+    const std::string err = run_pipeline(ctx, *module, [&](mlir::OpPassManager& pm) {
       passes::PipelineOptions po;
       po.memory_plan = add_memory_plan;
       po.plan_memory = !native;
+      po.block_epilogues = options.block_epilogues;
       passes::build_training_pipeline(pm, po);
     });
     KILN_CHECK(err.empty(), "kiln::jit::save", "training pipeline: ", err);

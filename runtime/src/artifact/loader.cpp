@@ -654,8 +654,10 @@ struct Checker {
     InstrInfo& product = out.instrs[k - 1];
     KILN_CHECK(product.control == Control::None && product.def && product.def->block_epilogue &&
                    product.outputs.size() == 1,
-               kOp, where, ": a block epilogue follows a conv2d, conv2d_fused, linear, "
-               "linear_fused or matmul, not ", product.name);
+               kOp, where,
+               ": a block epilogue follows a conv2d, conv2d_fused, linear, "
+               "linear_fused or matmul, not ",
+               product.name);
     const int32_t y = product.outputs[0];
     KILN_CHECK(info.outputs.size() == 1 && std::count(info.inputs.begin(), info.inputs.end(), y),
                kOp, where, ": a block epilogue reads the output of ", product.name,

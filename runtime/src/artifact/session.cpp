@@ -448,7 +448,9 @@ std::vector<Session::InstructionTime> Session::profile() const {
   for (size_t k = 0; k < s_->instr_ns.size(); ++k) {
     const InstrInfo& in = m.instrs[k];
     if (in.unused || in.by_product) continue;
-    std::string what = in.name + (in.fn ? " (compiled)" : in.block_fn ? " (+ generated epilogue)" : "");
+    std::string what = in.name + (in.fn         ? " (compiled)"
+                                  : in.block_fn ? " (+ generated epilogue)"
+                                                : "");
     if (!in.outputs.empty() && in.outputs[0] >= 0) {
       const SlotInfo& o = m.slots[in.outputs[0]];
       what += " -> " + describe_spec(o.shape, o.dtype);

@@ -440,19 +440,15 @@ void register_nn(Registry& r) {
   r.add(with_signature({.name = "interpolate_backward",
                         .decode = decode_interpolate,
                         .run = run_interpolate_backward}));
-  r.add(with_signature({.name = "linear",
-                        .run = run_linear,
-                        .prepare = prepare_linear,
-                        .block_epilogue = true}));
+  r.add(with_signature(
+      {.name = "linear", .run = run_linear, .prepare = prepare_linear, .block_epilogue = true}));
   r.add(with_signature({.name = "linear_fused",
                         .decode = decode_linear_fused,
                         .run = run_linear_fused,
                         .prepare = prepare_linear,
                         .block_epilogue = true}));
-  r.add(with_signature({.name = "matmul",
-                        .run = run_matmul,
-                        .prepare = prepare_matmul,
-                        .block_epilogue = true}));
+  r.add(with_signature(
+      {.name = "matmul", .run = run_matmul, .prepare = prepare_matmul, .block_epilogue = true}));
   r.add(with_signature({.name = "attention", .decode = decode_attention, .run = run_attention}));
   // Indices are only computed when something reads them (training); inference discards them.
   r.add(with_signature({.name = "max_pool2d",

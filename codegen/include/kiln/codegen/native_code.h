@@ -8,7 +8,13 @@
 // its own as a function `void SYMBOL(void* const* buffers)` (its inputs, then its outputs), for
 // every target into one ELF shared object. The artifact writer then writes each group as a
 // generated instruction followed by its portable form (the same ops as runtime kernels), so a
-// runtime runs the code on a CPU it was built for and the kernels anywhere else.
+// runtime runs the code on a CPU it was built for and the kernels anywhere else. A group that is
+// the block epilogue of the conv2d / linear / matmul right before it (a kiln.fused the pass
+// --kiln-fuse-block-epilogues marked, the only reader of the product's value) is compiled a second
+// time in that form, `SYMBOL_block` (kiln/codegen/lower.h: LowerOptions::block_epilogue_input),
+// and marked `kiln.block_symbol`: the memory plan gives its value the product's buffer and the
+// writer names the symbol in the instruction (kiln.fbs: Instruction.block_epilogue), which the
+// product's kernel then runs on each block of its output.
 //
 // A group whose code would call a runtime kernel is not marked (the runtime runs those kernels
 // already); the code may call only the C ABI's core (kiln_abi_alloc, kiln_abi_free, the scratch

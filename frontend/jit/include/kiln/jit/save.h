@@ -39,6 +39,11 @@ struct SaveOptions {
   // LoadOptions::allow_native_code), runtime kernels otherwise. Most specialized first. Needs the
   // system toolchain to link (as kiln compile).
   std::vector<std::string> native_code;
+  // The elementwise chain after a conv2d, linear or matmul whose value only it reads runs as
+  // the product's block epilogue (passes::create_fuse_block_epilogues_pass): with native code,
+  // generated code the product's kernel calls on each block of its output, in place (kiln.fbs:
+  // Instruction.block_epilogue); false: as an instruction of its own after the product.
+  bool block_epilogues = true;
   // The kernels of the runtime that will run the artifact (a program may register only what its
   // models need); null: every builtin kernel. Saving fails, before anything is written, with one
   // error listing every op it lacks and where each is.
