@@ -310,8 +310,8 @@ void time_block_epilogue(benchmark::State& state,
 
 // The same chains saved as an artifact with generated code for this CPU (SaveOptions::native_code)
 // and run by kiln_runtime's Session: Arg 1, the chain as generated code the product's kernel runs
-// on each block (Instruction.block_epilogue); Arg 0 (SaveOptions::block_epilogues off), its
-// generated code as an instruction of its own after the product.
+// on each block (Instruction.block_epilogue / block_prologue); Arg 0 (SaveOptions::block_epilogues
+// off), its generated code as an instruction of its own.
 struct ChainModel {
   std::function<TensorList(const TensorList&)> fn;
   TensorList inputs;
@@ -330,6 +330,7 @@ void time_artifact_block_epilogue(benchmark::State& state, const ChainModel& m) 
     benchmark::DoNotOptimize(y[0].get());
   }
   state.counters["block_epilogues"] = static_cast<double>(artifact->stats().block_epilogues);
+  state.counters["block_prologues"] = static_cast<double>(artifact->stats().block_prologues);
   state.counters["arena_MB"] = static_cast<double>(artifact->stats().arena_bytes) / 1e6;
 }
 
@@ -439,17 +440,25 @@ BENCHMARK(BM_CompiledMatmulChain)
 // MB input: past the L3 of most CPUs): the chain as the linear's block prologue (/1), each
 // block of input rows computed just before the GEMM reads it, against the chain as its own kernel
 // (/0).
-static void BM_CompiledLinearPrologue(benchmark::State& state) {
+ChainModel linear_prologue() {
   Tensor w = randn({256, 1024}) * 0.03;
-  auto fn = [&](const TensorList& in) {
+  auto fn = [=](const TensorList& in) {
     return TensorList{linear(relu(in[0] + in[1]) * in[2], w)};
   };
-  time_block_epilogue(state, fn,
-                      {randn({8, 1024, 1024}), randn({8, 1024, 1024}),
-                       (randn({8, 1024, 1}) > 0.0).to(DType::Float32)},
-                      /*prologues=*/true);
+  return {fn,
+          {randn({8, 1024, 1024}), randn({8, 1024, 1024}),
+           (randn({8, 1024, 1}) > 0.0).to(DType::Float32)}};
+}
+static void BM_CompiledLinearPrologue(benchmark::State& state) {
+  const ChainModel m = linear_prologue();
+  time_block_epilogue(state, m.fn, m.inputs, /*prologues=*/true);
 }
 BENCHMARK(BM_CompiledLinearPrologue)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+// The same saved with generated code (Instruction.block_prologue), /0 without.
+static void BM_ArtifactLinearPrologue(benchmark::State& state) {
+  time_artifact_block_epilogue(state, linear_prologue());
+}
+BENCHMARK(BM_ArtifactLinearPrologue)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Masked mean pooling over the sequence, mean(x * mask, 1) for [8, 128, 256] tokens and an [8,
 // 128, 1] mask (a sentence embedding's head): a generated column kernel with the product in its

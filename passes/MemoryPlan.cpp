@@ -124,11 +124,14 @@ struct PlanMemoryPass : mlir::PassWrapper<PlanMemoryPass, mlir::OperationPass<ml
     // compile_native_code) run as one call: what the group reads stays live to its last op, and
     // no op of it writes over an operand (the generated loops vectorize only on distinct
     // buffers: LLVM's runtime alias check sends an exact alias down the scalar loop).
+    // A group that is also the block prologue of the product after it (`kiln.prologue_symbol`)
+    // runs inside that product, so what it reads stays live through the product too.
     auto group_end = [&](mlir::Operation& op) {
       const mlir::Attribute symbol = op.getAttr("kiln.symbol");
       mlir::Operation* last = &op;
       while (symbol && last->getNextNode() && last->getNextNode()->getAttr("kiln.symbol") == symbol)
         last = last->getNextNode();
+      if (last->hasAttr("kiln.prologue_symbol") && last->getNextNode()) last = last->getNextNode();
       return position[last];
     };
     for (mlir::Operation& op : block) {

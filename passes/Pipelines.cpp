@@ -64,8 +64,10 @@ void build_inference_pipeline(mlir::OpPassManager& pm, const PipelineOptions& op
   // Last: it moves products next to their chains, which cleanup's CSE could move apart again.
   if (options.block_epilogues)
     pm.addNestedPass<mlir::func::FuncOp>(create_fuse_block_epilogues_pass());
-  // (No block prologues: an artifact's plan runs the chain as its own instruction anyway, and
-  // moving it down to its linear would only keep its inputs live longer in the arena.)
+  // Block prologues only with generated code: a portable plan runs the chain as its own
+  // instruction anyway, and moving it down to its linear would only keep its inputs live longer.
+  if (options.block_prologues && options.native_code)
+    pm.addNestedPass<mlir::func::FuncOp>(create_fuse_block_prologues_pass());
   append_memory_plan(pm, options);
 }
 

@@ -271,11 +271,21 @@ class Writer {
           slot_bytes_[y].first >= 0)
         block = fbb_.CreateString(name.str());
     }
+    // Its prologue form (Instruction.block_prologue): the product right after it is written
+    // next, as one instruction (emit_op), reading the group's one output as its input 0 only.
+    flatbuffers::Offset<flatbuffers::String> prologue;
+    if (auto name = first.getAttrOfType<mlir::StringAttr>("kiln.prologue_symbol")) {
+      mlir::Operation* product = first.getNextNode();
+      if (product && g.outputs.size() == 1 && g.outputs[0].hasOneUse() &&
+          product->getOperand(0) == g.outputs[0] && block.IsNull())
+        prologue = fbb_.CreateString(name.str());
+    }
     auto ins_v = fbb_.CreateVector(ins), outs_v = fbb_.CreateVector(outs);
     auto symbol = fbb_.CreateString(g.symbol);
     fb::InstructionBuilder b(fbb_);
     b.add_symbol(symbol);
     if (!block.IsNull()) b.add_block_epilogue(block);
+    if (!prologue.IsNull()) b.add_block_prologue(prologue);
     b.add_control(fb::Control::Generated);
     b.add_inputs(ins_v);
     b.add_outputs(outs_v);
@@ -622,6 +632,7 @@ class Writer {
     copy->walk([](mlir::Operation* op) {  // this file's code
       op->removeAttr("kiln.symbol");
       op->removeAttr("kiln.block_symbol");
+      op->removeAttr("kiln.prologue_symbol");
     });
     auto& manager = mlir::DenseResourceElementsHandle::getManagerInterface(module_.getContext());
     copy->walk([&](ir::ConstantOp c) {

@@ -29,6 +29,9 @@ constexpr char kSymbolAttr[] = "kiln.symbol";
 // On a group that is also compiled as its product's block epilogue: that entry point's name
 // (the memory plan then computes the group's output in the product's buffer).
 constexpr char kBlockSymbolAttr[] = "kiln.block_symbol";
+// Likewise its form as the block prologue of the product after it (the memory plan then keeps
+// the group's inputs live through that product, which runs it).
+constexpr char kPrologueSymbolAttr[] = "kiln.prologue_symbol";
 
 // The C ABI's core, which the builtin registry offers any code object (register_abi_core,
 // runtime/src/abi/memory.cpp). A group whose code calls anything else (a runtime kernel) stays
@@ -146,41 +149,65 @@ mlir::OwningOpRef<mlir::ModuleOp> outline(const GeneratedGroup& g) {
   return module;
 }
 
-// A group that a conv2d / linear / matmul right before it can run on each block of its output
-// (an elementwise chain --kiln-fuse-block-epilogues marked, the product's value read by it
-// alone, so mapped in place): the product's value's position among the group's inputs, or -1.
-int block_epilogue_input(const GeneratedGroup& g) {
-  if (g.ops.size() != 1 || g.outputs.size() != 1) return -1;
+// A group's second entry point, where the product next to it can run it block by block (an
+// elementwise chain alone in its group, its one float32 value of the product's shape):
+// - the block epilogue of a conv2d / linear / matmul right before it (marked by
+//   --kiln-fuse-block-epilogues; the product's value read by the chain alone, so mapped in
+//   place): `epilogue_input` is that value's position among the group's inputs;
+// - the block prologue of a linear / linear_fused / matmul by a [K, N] matrix right after it
+//   (marked by --kiln-fuse-block-prologues; its value that product's input 0 and nothing else).
+struct BlockForm {
+  const char* attr = nullptr;  // kBlockSymbolAttr or kPrologueSymbolAttr; null: none
+  const char* suffix = "";
+  int epilogue_input = -1;
+};
+
+BlockForm block_form(const GeneratedGroup& g) {
+  if (g.ops.size() != 1 || g.outputs.size() != 1) return {};
   mlir::Operation* chain = g.ops[0];
+  auto type = mlir::dyn_cast<mlir::RankedTensorType>(g.outputs[0].getType());
+  if (!mlir::isa<ir::FusedOp>(chain) || !type || !type.getElementType().isF32()) return {};
+  if (chain->hasAttr(ir::kBlockPrologueAttr)) {
+    mlir::Value x = g.outputs[0];
+    mlir::Operation* product = chain->getNextNode();
+    if (!x.hasOneUse() || !product || *x.getUsers().begin() != product ||
+        product->getOperand(0) != x)
+      return {};
+    bool takes = mlir::isa<ir::LinearOp, ir::LinearFusedOp>(product);
+    if (mlir::isa<ir::MatmulOp>(product)) {
+      auto rhs = mlir::dyn_cast<mlir::RankedTensorType>(product->getOperand(1).getType());
+      takes = rhs && rhs.getRank() == 2;
+    }
+    return takes ? BlockForm{kPrologueSymbolAttr, "_prologue"} : BlockForm{};
+  }
   mlir::Operation* product = chain->getPrevNode();
-  if (!mlir::isa<ir::FusedOp>(chain) || !chain->hasAttr(ir::kBlockEpilogueAttr) || !product ||
+  if (!chain->hasAttr(ir::kBlockEpilogueAttr) || !product ||
       !mlir::isa<ir::Conv2dOp, ir::Conv2dFusedOp, ir::LinearOp, ir::LinearFusedOp, ir::MatmulOp>(
           product))
-    return -1;
+    return {};
   mlir::Value y = product->getResult(0);
-  auto type = mlir::dyn_cast<mlir::RankedTensorType>(y.getType());
-  if (!type || !type.getElementType().isF32() || g.outputs[0].getType() != type) return -1;
+  if (y.getType() != type) return {};
   for (mlir::Operation* user : y.getUsers())
-    if (user != chain) return -1;
+    if (user != chain) return {};
   auto at = std::find(g.inputs.begin(), g.inputs.end(), y);
-  return at == g.inputs.end() ? -1 : static_cast<int>(at - g.inputs.begin());
-}
-
-std::string block_symbol(const GeneratedGroup& g) {
-  return g.symbol + "_block";
+  if (at == g.inputs.end()) return {};
+  return {kBlockSymbolAttr, "_block", static_cast<int>(at - g.inputs.begin())};
 }
 
 // The group's code as optimized LLVM IR in `ctx` (only its entry point global), or null when it
-// cannot be lowered or calls a runtime kernel (`why` says which). `block_input` >= 0: the group
-// as its product's block epilogue (LowerOptions::block_epilogue_input), named block_symbol(g).
+// cannot be lowered or calls a runtime kernel (`why` says which). With `form`, its block form
+// (LowerOptions::block_epilogue_input / block_prologue), named SYMBOL + form->suffix.
 std::unique_ptr<llvm::Module> compile_group(const GeneratedGroup& g, llvm::LLVMContext& ctx,
                                             llvm::TargetMachine& tm, std::string* why,
-                                            int block_input = -1) {
+                                            const BlockForm* form = nullptr) {
   mlir::OwningOpRef<mlir::ModuleOp> module = outline(g);
   LowerOptions options;
-  options.entry_name = block_input >= 0 ? block_symbol(g) : g.symbol;
+  options.entry_name = g.symbol + (form ? form->suffix : "");
   options.vector_bits = vector_register_bits(tm);
-  options.block_epilogue_input = block_input;
+  if (form) {
+    options.block_epilogue_input = form->epilogue_input;
+    options.block_prologue = form->epilogue_input < 0;
+  }
   if (!lower_to_llvm_dialect(*module, options, why)) return nullptr;
   std::unique_ptr<llvm::Module> ir = translate_to_llvm_ir(*module, ctx, why);
   if (!ir) return nullptr;
@@ -293,6 +320,7 @@ std::vector<CodeBlob> compile_native_code(mlir::ModuleOp module,
   forward.walk([](mlir::Operation* op) {
     op->removeAttr(kSymbolAttr);
     op->removeAttr(kBlockSymbolAttr);
+    op->removeAttr(kPrologueSymbolAttr);
   });
   if (targets.empty()) return {};
   std::vector<std::vector<mlir::Operation*>> groups;
@@ -329,19 +357,20 @@ std::vector<CodeBlob> compile_native_code(mlir::ModuleOp module,
       if (llvm::Linker::linkModules(*code, std::move(ir)))
         throw AotError("generated code: linking " + g.symbol + " failed");
       blob.symbols.push_back(g.symbol);
-      // Its block form beside it, where the product before it can run it (else the group runs
-      // after the product, as its own instruction).
-      const int block_input = block_epilogue_input(g);
-      if (block_input < 0 || (t > 0 && !first->hasAttr(kBlockSymbolAttr))) continue;
-      std::unique_ptr<llvm::Module> block = compile_group(g, ctx, *tm, &why, block_input);
+      // Its block form beside it, where the product next to it can run it (else the group
+      // runs as its own instruction).
+      const BlockForm form = block_form(g);
+      if (!form.attr || (t > 0 && !first->hasAttr(form.attr))) continue;
+      const std::string name = g.symbol + form.suffix;
+      std::unique_ptr<llvm::Module> block = compile_group(g, ctx, *tm, &why, &form);
       if (!block && t == 0) continue;
       if (!block)
-        throw AotError("generated code: " + block_symbol(g) + " compiled for " + targets[0].triple +
+        throw AotError("generated code: " + name + " compiled for " + targets[0].triple +
                        " but not for " + targets[t].triple + ": " + why);
       if (llvm::Linker::linkModules(*code, std::move(block)))
-        throw AotError("generated code: linking " + block_symbol(g) + " failed");
-      blob.symbols.push_back(block_symbol(g));
-      first->setAttr(kBlockSymbolAttr, mlir::StringAttr::get(module.getContext(), block_symbol(g)));
+        throw AotError("generated code: linking " + name + " failed");
+      blob.symbols.push_back(name);
+      first->setAttr(form.attr, mlir::StringAttr::get(module.getContext(), name));
     }
     if (blob.symbols.empty()) return {};  // nothing the compiler generates
     blob.imports = bind_runtime_calls(*code);

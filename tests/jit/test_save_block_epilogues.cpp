@@ -1,8 +1,10 @@
-// Block epilogues in artifacts (SaveOptions::native_code; kiln.fbs Instruction.block_epilogue):
-// the elementwise chain after a conv2d, linear or matmul saved as generated code that the
-// product's runtime kernel runs on each block of its output, in place, instead of an instruction
-// of its own; the portable form (and a runtime without the code) runs product and chain one after
-// the other. Both against eager.
+// Block epilogues and prologues in artifacts (SaveOptions::native_code; kiln.fbs
+// Instruction.block_epilogue / block_prologue): the elementwise chain after a conv2d, linear or
+// matmul saved as generated code that the product's runtime kernel runs on each block of its
+// output, in place, and the chain computing a linear's or matmul's input as code the product
+// runs for each block of rows it reads, instead of instructions of their own; the portable form
+// (and a runtime without the code) runs products and chains one after the other. All against
+// eager.
 
 #include <gtest/gtest.h>
 
@@ -23,11 +25,17 @@ using test::rnd;
 // reads an input the session may pass straight from the caller), Gemma 2's soft-capping after a
 // batched matmul of two inputs; and a linear whose value is returned too, so that its chain
 // cannot map the product's blocks in place (it stays an instruction of its own).
+//
+// And chains whose value is only a product's input, computed by the product block by block: a
+// gated unit silu(g) * u into a linear (a LLaMA feed-forward's down projection), and a chain
+// into a matmul by a [K, N] input.
 struct Net {
-  TensorList inputs{rnd({2, 16, 20, 20}, 1), rnd({3, 40, 64}, 2), rnd({3, 40, 1}, 3),
-                    rnd({2, 4, 24, 32}, 4), rnd({2, 4, 32, 24}, 5)};
+  TensorList inputs{rnd({2, 16, 20, 20}, 1), rnd({3, 40, 64}, 2),    rnd({3, 40, 1}, 3),
+                    rnd({2, 4, 24, 32}, 4),  rnd({2, 4, 32, 24}, 5), rnd({3, 40, 96}, 12),
+                    rnd({3, 40, 96}, 13),    rnd({40, 64}, 14),      rnd({64, 56}, 15)};
   TensorList weights{rnd({24, 16, 3, 3}, 6, 0.1), rnd({24}, 7),       rnd({1, 24, 1, 1}, 8),
-                     rnd({80, 64}, 9, 0.1),       rnd({80}, 10, 0.1), rnd({48, 64}, 11, 0.1)};
+                     rnd({80, 64}, 9, 0.1),       rnd({80}, 10, 0.1), rnd({48, 64}, 11, 0.1),
+                     rnd({64, 96}, 16, 0.1),      rnd({64}, 17, 0.1)};
 
   TensorList forward(const TensorList& x) const {
     const TensorList& w = weights;
@@ -35,8 +43,13 @@ struct Net {
     const Tensor l = linear(x[1], w[3], w[4]);
     const Tensor m = matmul(x[3], x[4]);
     const Tensor shared = linear(x[1], w[5]);
-    return {c * clamp(c + 3.0, 0.0, 6.0) / 6.0 * w[2], l * sigmoid(l * 1.702) + x[2],
-            tanh(m / 30.0) * 30.0, shared, relu(shared * 0.5 - 0.1)};
+    return {c * clamp(c + 3.0, 0.0, 6.0) / 6.0 * w[2],
+            l * sigmoid(l * 1.702) + x[2],
+            tanh(m / 30.0) * 30.0,
+            shared,
+            relu(shared * 0.5 - 0.1),
+            linear(x[5] * sigmoid(x[5]) * x[6], w[6], w[7]),
+            matmul(tanh(x[7]) * 2.0 + 1.0, x[8])};
   }
 
   std::vector<uint8_t> save(const std::vector<std::string>& native_code,
@@ -82,6 +95,8 @@ TEST(ArtifactBlockEpilogues, ProductsRunTheirChainsOnEachBlock) {
   const rt::ModelStats& st = model->stats();
   // The conv's, the linear's and the matmul's chains; not the chain of the returned linear.
   EXPECT_EQ(st.block_epilogues, 3u);
+  // The gated unit and the matmul's input.
+  EXPECT_EQ(st.block_prologues, 2u);
   EXPECT_EQ(st.native_instructions, st.generated_instructions);
   for (int threads : {1, 2}) {
     Threads t(threads);
@@ -92,20 +107,23 @@ TEST(ArtifactBlockEpilogues, ProductsRunTheirChainsOnEachBlock) {
   std::vector<const TensorImpl*> in;
   for (const Tensor& t : net.inputs) in.push_back(t.impl());
   session.run(in);
-  size_t with_epilogue = 0;
-  for (const auto& p : session.profile())
+  size_t with_epilogue = 0, with_prologue = 0;
+  for (const auto& p : session.profile()) {
     with_epilogue += p.what.find("(+ generated epilogue)") != std::string::npos;
+    with_prologue += p.what.find("(+ generated prologue)") != std::string::npos;
+  }
   EXPECT_EQ(with_epilogue, 3u);
+  EXPECT_EQ(with_prologue, 2u);
 
   // The same file without native code: products and chains one after the other.
   rt::LoadOptions no_native;
   no_native.allow_native_code = false;
   auto portable = rt::Model::from_bytes(bytes, rt::builtin_registry(), no_native);
-  EXPECT_EQ(portable->stats().block_epilogues, 0u);
+  EXPECT_EQ(portable->stats().block_epilogues + portable->stats().block_prologues, 0u);
   net.expect_matches_eager(portable, "portable form");
   // Saved without block epilogues: every chain an instruction of its own, the same results.
   auto unblocked = rt::Model::from_bytes(net.save({"host"}, /*block_epilogues=*/false));
-  EXPECT_EQ(unblocked->stats().block_epilogues, 0u);
+  EXPECT_EQ(unblocked->stats().block_epilogues + unblocked->stats().block_prologues, 0u);
   EXPECT_EQ(unblocked->stats().native_instructions, unblocked->stats().generated_instructions);
   net.expect_matches_eager(unblocked, "without block epilogues");
   // Nor does a file without generated code have any.

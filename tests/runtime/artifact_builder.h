@@ -37,7 +37,7 @@ struct InstrSpec {
   std::vector<int32_t> yields, else_yields, carried;
   int32_t counter = -1;
   int64_t begin = 0, end = 0, step = 1;
-  std::string block_epilogue;  // Generated: its block form (kiln.fbs)
+  std::string block_epilogue, block_prologue;  // Generated: its block forms (kiln.fbs)
 };
 
 struct CodeSpec {
@@ -83,7 +83,8 @@ struct ArtifactSpec {
           in.symbol.empty() ? nullptr : in.symbol.c_str(), &attrs, &in.inputs, &in.outputs,
           in.control, in.body_size, in.else_size, list(in.yields), list(in.else_yields),
           list(in.carried), in.counter, in.begin, in.end, in.step,
-          in.block_epilogue.empty() ? nullptr : in.block_epilogue.c_str()));
+          in.block_epilogue.empty() ? nullptr : in.block_epilogue.c_str(),
+          in.block_prologue.empty() ? nullptr : in.block_prologue.c_str()));
     }
     auto io = [&](const std::vector<std::pair<std::string, uint32_t>>& v) {
       std::vector<flatbuffers::Offset<fb::Io>> out;

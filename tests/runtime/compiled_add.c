@@ -38,3 +38,15 @@ void kiln_test_twice_plus_block(const void* ctx, float* c, int64_t offset, int64
     for (int64_t j = 0; j < cols; ++j)
       c[r * ldc + j] = 2.0f * c[r * ldc + j] + t[offset + r * ldc + j];
 }
+/* The chain 2y + t as a linear's block prologue: writes elements offset + r * ldc + j of its
+ * value into c[r * ldc + j] (ctx: y, t, the output). */
+void kiln_test_twice_plus_prologue(const void* ctx, float* c, int64_t offset, int64_t ldc,
+                                   int64_t rows, int64_t cols) {
+  const float* y = (const float*)((void* const*)ctx)[0];
+  const float* t = (const float*)((void* const*)ctx)[1];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t i = offset + r * ldc + j;
+      c[r * ldc + j] = 2.0f * y[i] + t[i];
+    }
+}

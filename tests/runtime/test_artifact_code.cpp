@@ -346,7 +346,111 @@ TEST(Artifact, BlockEpilogueIsVerifiedWhicheverFormRuns) {
     EXPECT_NE(error(a).find("names a symbol of its own"), std::string::npos) << error(a);
     a = block_epilogue_spec();
     a.instrs[0].block_epilogue = "kiln_test_twice_plus_block";  // on a kernel instruction
-    EXPECT_NE(error(a).find("only a generated instruction names a block epilogue"),
+    EXPECT_NE(error(a).find("only a generated instruction names a block epilogue or prologue"),
+              std::string::npos)
+        << error(a);
+  }
+}
+
+// out = (2y + t) w^T: the chain as a generated instruction whose prologue form
+// (kiln_test_twice_plus_prologue) the linear after it runs to compute its input block by block;
+// the portable form (y + y) + t.
+ArtifactSpec block_prologue_spec() {
+  ArtifactSpec a;
+  a.version = 3;
+  a.blobs = {{"code:x86_64", compiled_object()}};
+  a.slots = {{fb::SlotKind::Arena, fb::DType::Float32, {4, 8}, 0, 0},     // 0: y
+             {fb::SlotKind::Arena, fb::DType::Float32, {4, 8}, 128, 0},   // 1: t
+             {fb::SlotKind::Arena, fb::DType::Float32, {6, 8}, 256, 0},   // 2: w
+             {fb::SlotKind::Arena, fb::DType::Float32, {4, 8}, 448, 0},   // 3: x = 2y + t
+             {fb::SlotKind::Arena, fb::DType::Float32, {4, 8}, 576, 0},   // 4: y + y
+             {fb::SlotKind::Arena, fb::DType::Float32, {4, 8}, 704, 0},   // 5: (y + y) + t
+             {fb::SlotKind::Arena, fb::DType::Float32, {4, 6}, 832, 0}};  // 6: x w^T
+  InstrSpec gen;
+  gen.control = fb::Control::Generated;
+  gen.symbol = "kiln_test_twice_plus";
+  gen.block_prologue = "kiln_test_twice_plus_prologue";
+  gen.inputs = {0, 1};
+  gen.outputs = {3};
+  gen.body_size = 2;
+  gen.yields = {5};
+  a.instrs = {
+      gen, {"add", {0, 0}, {4}, {}}, {"add", {4, 1}, {5}, {}}, {"linear", {3, 2, -1}, {6}, {}}};
+  a.inputs = {{"y", 0}, {"t", 1}, {"w", 2}};
+  a.outputs = {{"out", 6}};
+  a.arena_bytes = 928;
+  a.code = {
+      {"x86_64-unknown-linux-gnu", 0, {"kiln_test_twice_plus", "kiln_test_twice_plus_prologue"}}};
+  return a;
+}
+
+// Runs the model against (2y + t) w^T in double; returns the session's profile.
+std::vector<rt::Session::InstructionTime> expect_prologue_linear(
+    const std::shared_ptr<const rt::Model>& m, const char* what) {
+  rt::Session s(m);
+  s.enable_profiling();
+  std::vector<float> y = random_floats(32, 51), t = random_floats(32, 52),
+                     w = random_floats(48, 53);
+  TensorImplPtr yt = kiln::from_blob(y.data(), std::vector<int64_t>{4, 8}, DType::Float32);
+  TensorImplPtr tt = kiln::from_blob(t.data(), std::vector<int64_t>{4, 8}, DType::Float32);
+  TensorImplPtr wt = kiln::from_blob(w.data(), std::vector<int64_t>{6, 8}, DType::Float32);
+  auto out = s.run({yt.get(), tt.get(), wt.get()});
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 6; ++j) {
+      double want = 0;
+      for (int k = 0; k < 8; ++k) want += (2.0 * y[i * 8 + k] + t[i * 8 + k]) * w[j * 8 + k];
+      EXPECT_NEAR(out[0]->data_ptr<float>()[i * 6 + j], want, 1e-5)
+          << what << ": " << i << "," << j;
+    }
+  return s.profile();
+}
+
+TEST(Artifact, BlockPrologueRunsInsideTheProductAfterIt) {
+  auto model = rt::Model::from_bytes(block_prologue_spec().build());
+  EXPECT_EQ(model->stats().block_prologues, 1u);
+  const auto profile = expect_prologue_linear(model, "prologue");
+  ASSERT_EQ(profile.size(), 1u);
+  EXPECT_NE(profile[0].what.find("linear (+ generated prologue)"), std::string::npos)
+      << profile[0].what;
+  rt::LoadOptions no_native;
+  no_native.allow_native_code = false;
+  auto portable =
+      rt::Model::from_bytes(block_prologue_spec().build(), rt::builtin_registry(), no_native);
+  EXPECT_EQ(portable->stats().block_prologues, 0u);
+  EXPECT_EQ(expect_prologue_linear(portable, "portable").size(),
+            4u);  // the region, two adds, linear
+}
+
+TEST(Artifact, BlockPrologueIsVerifiedWhicheverFormRuns) {
+  for (bool native : {true, false}) {
+    rt::LoadOptions options;
+    options.allow_native_code = native;
+    auto error = [&](const ArtifactSpec& a) { return error_of(a.build(), options); };
+    ArtifactSpec a = block_prologue_spec();
+    a.instrs[3] = {"relu", {3}, {6}, {}};  // not a linear or matmul
+    a.slots[6].shape = {4, 8};
+    a.arena_bytes = 960;
+    EXPECT_NE(error(a).find("precedes a linear, linear_fused or matmul in its region, not relu"),
+              std::string::npos)
+        << error(a);
+    a = block_prologue_spec();
+    a.instrs.pop_back();  // nothing after it
+    a.outputs = {{"x", 3}};
+    EXPECT_NE(error(a).find("not the region's end"), std::string::npos) << error(a);
+    a = block_prologue_spec();
+    a.outputs.push_back({"x", 3});  // its value is a model output too
+    EXPECT_NE(error(a).find("is read by linear's input 0 alone"), std::string::npos) << error(a);
+    a = block_prologue_spec();
+    a.instrs[3].inputs = {2, 3, -1};  // the linear reads it as its weight
+    a.slots[6].shape = {6, 4};
+    EXPECT_NE(error(a).find("computes the float32 input 0 of linear"), std::string::npos)
+        << error(a);
+    a = block_prologue_spec();
+    a.instrs[0].block_epilogue = "kiln_test_twice_plus_block";  // both forms at once
+    EXPECT_NE(error(a).find("no block epilogue beside it"), std::string::npos) << error(a);
+    a = block_prologue_spec();
+    a.instrs[3].block_prologue = "kiln_test_twice_plus_prologue";  // on a kernel instruction
+    EXPECT_NE(error(a).find("only a generated instruction names a block epilogue or prologue"),
               std::string::npos)
         << error(a);
   }

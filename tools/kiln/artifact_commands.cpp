@@ -238,8 +238,9 @@ int inspect_artifact(int argc, char** argv) {
               (st.weight_bytes - st.code_bytes) / 1048576.0);
   std::printf(
       "code:     %zu bytes; %zu generated instructions, %zu run compiled code here (%zu of them "
-      "as block epilogues of the product before them)\n",
-      st.code_bytes, st.generated_instructions, st.native_instructions, st.block_epilogues);
+      "as block epilogues of the product before them, %zu as block prologues of the one after)\n",
+      st.code_bytes, st.generated_instructions, st.native_instructions, st.block_epilogues,
+      st.block_prologues);
   for (const rt::CodeObjectInfo& c : st.code_objects) {
     std::string features;
     for (const std::string& f : c.cpu_features) features += " +" + f;

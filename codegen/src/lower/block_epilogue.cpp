@@ -173,19 +173,22 @@ void KernelEmitter::vector_segment(Value n) {
 // ---- Lowering ----
 
 bool Lowering::emit_block_entry(mlir::Block& body, mlir::func::ReturnOp ret) {
-  const int64_t index = options_.block_epilogue_input;
+  const int64_t index = options_.block_epilogue_input;  // -1: a prologue
+  const std::string what = index >= 0 ? "block epilogue" : "block prologue";
   mlir::Operation* chain = ret.getNumOperands() == 1 ? ret.getOperand(0).getDefiningOp() : nullptr;
-  const bool is_chain =
-      index < static_cast<int64_t>(body.getNumArguments()) && chain &&
-      mlir::isa<ir::FusedOp>(chain) && chain->getNumResults() == 1 &&
-      llvm::is_contained(chain->getOperands(), body.getArgument(index)) &&
-      chain->getResult(0).getType() == body.getArgument(index).getType() &&
+  bool is_chain =
+      chain && mlir::isa<ir::FusedOp>(chain) && chain->getNumResults() == 1 &&
       mlir::cast<mlir::RankedTensorType>(chain->getResult(0).getType()).getElementType().isF32();
+  if (index >= 0)
+    is_chain = is_chain && index < static_cast<int64_t>(body.getNumArguments()) &&
+               llvm::is_contained(chain->getOperands(), body.getArgument(index)) &&
+               chain->getResult(0).getType() == body.getArgument(index).getType();
   if (!is_chain) {
-    errors_ +=
-        "cannot compile a block epilogue: @forward is not one kiln.fused over float32 "
-        "argument " +
-        std::to_string(index) + " returning a value of its type\n";
+    errors_ += "cannot compile a " + what +
+               ": @forward is not one kiln.fused returning a float32 value" +
+               (index >= 0 ? " of the type of its argument " + std::to_string(index) + ", over it"
+                           : std::string()) +
+               "\n";
     return false;
   }
   Type ptr = ptr_type(), i64 = builder_.getI64Type();
@@ -197,22 +200,22 @@ bool Lowering::emit_block_entry(mlir::Block& body, mlir::func::ReturnOp ret) {
   auto buffer = [&](mlir::Value v, int64_t i) {
     auto gep = builder_.create<LLVM::GEPOp>(loc_, ptr, ptr, entry->getArgument(0),
                                             llvm::ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
-    auto type = mlir::cast<mlir::RankedTensorType>(v.getType());
-    View view;
+    View view = destination_shape(v);
     view.base = builder_.create<LLVM::LoadOp>(loc_, ptr, gep);
-    view.sizes.assign(type.getShape().begin(), type.getShape().end());
-    view.strides = contiguous_strides(view.sizes);
-    view.elem = type.getElementType();
     return view;
   };
   for (unsigned i = 0; i < body.getNumArguments(); ++i)
     views_[body.getArgument(i)] = buffer(body.getArgument(i), i);
-  mlir::Value y = body.getArgument(index), z = chain->getResult(0);
-  const View dest = buffer(z, body.getNumArguments());
+  // An epilogue maps the product's value y in place; a prologue writes z's elements into the
+  // block (z described without a buffer).
+  mlir::Value y = index >= 0 ? body.getArgument(index) : mlir::Value(), z = chain->getResult(0);
+  View dest = destination_shape(z);
+  dest.base = index >= 0 ? buffer(z, body.getNumArguments()).base
+                         : builder_.create<LLVM::ZeroOp>(loc_, ptr).getResult();
   KernelEmitter emitter(*this, z, dest);
   std::optional<BlockEpilogueFn> fn = emitter.emit_block_epilogue(y, /*in_place=*/true);
   if (!fn) {
-    errors_ += "cannot compile a block epilogue: another input shares the output's buffer\n";
+    errors_ += "cannot compile a " + what + ": another input shares the output's buffer\n";
     return false;
   }
   llvm::SmallVector<mlir::Value> args = {fn->ctx};

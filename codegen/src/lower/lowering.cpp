@@ -613,7 +613,7 @@ bool Lowering::run(std::string* error_out, EntrySignature* signature) {
   for (size_t i = 0; i < ret.getNumOperands(); ++i) {
     if (auto s = spec(ret.getOperand(i).getType(), "result", i)) sig.results.push_back(*s);
   }
-  if (errors_.empty() && options_.block_epilogue_input >= 0) {
+  if (errors_.empty() && (options_.block_epilogue_input >= 0 || options_.block_prologue)) {
     emit_block_entry(body, ret);
   } else if (errors_.empty()) {
     builder_.setInsertionPointToEnd(module_.getBody());

@@ -124,8 +124,9 @@ class Lowering {
 
  private:
   bool lower_op(mlir::Operation* op);
-  // LowerOptions::block_epilogue_input: the entry point as the chain's block epilogue
-  // (block_epilogue.cpp). False, with errors_ set, when @forward is not such a chain.
+  // LowerOptions::block_epilogue_input / block_prologue: the entry point as the chain's block
+  // epilogue or prologue (block_epilogue.cpp). False, with errors_ set, when @forward is not
+  // such a chain.
   bool emit_block_entry(mlir::Block& body, mlir::func::ReturnOp ret);
   // checks.cpp: every op of @forward that cannot be compiled, into errors_ (`body`: its block).
   void check_module(mlir::Block& body);

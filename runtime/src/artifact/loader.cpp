@@ -218,6 +218,9 @@ struct Checker {
   // and the instruction's own code were loaded.
   std::map<uint32_t, std::string> block_symbols{};
   std::map<uint32_t, BlockEpilogueFn> block_fns{};
+  // The same for block prologues.
+  std::map<uint32_t, std::string> prologue_symbols{};
+  std::map<uint32_t, BlockEpilogueFn> prologue_fns{};
 
   // Compiled code for this host, loaded now so a missing symbol is a load-time error: in file
   // order, each object for this architecture whose CPU features the host has and that defines a
@@ -396,10 +399,20 @@ struct Checker {
         if (auto it = symbols.find(block); it != symbols.end() && info.fn)
           block_fns[k] = reinterpret_cast<BlockEpilogueFn>(it->second);
       }
+      if (ins.block_prologue()) {
+        const std::string block = ins.block_prologue()->str();
+        KILN_CHECK(
+            !block.empty() && block != symbol && !ins.block_epilogue(), kOp, "instruction ", k,
+            " (", symbol,
+            "): a block prologue names a symbol of its own, and no block epilogue beside it");
+        prologue_symbols[k] = block;
+        if (auto it = symbols.find(block); it != symbols.end() && info.fn)
+          prologue_fns[k] = reinterpret_cast<BlockEpilogueFn>(it->second);
+      }
       return info;
     }
-    KILN_CHECK(!ins.block_epilogue(), kOp, "instruction ", k,
-               ": only a generated instruction names a block epilogue");
+    KILN_CHECK(!ins.block_epilogue() && !ins.block_prologue(), kOp, "instruction ", k,
+               ": only a generated instruction names a block epilogue or prologue");
     if (info.control != Control::None) {
       info.name = info.control == Control::If ? "if" : "for";
       KILN_CHECK(kernel.empty() && symbol.empty(), kOp, "instruction ", k, " (", info.name,
@@ -538,6 +551,7 @@ struct Checker {
       if (info.control == Control::Generated) {
         check_generated(k, end, defined, depth, runs);
         if (block_symbols.count(k)) check_block_epilogue(k, before);
+        if (prologue_symbols.count(k)) check_block_prologue(k, end);
         k += 1 + info.body_size;
         continue;
       }
@@ -674,6 +688,50 @@ struct Checker {
     product.block_chain = k;
     info.by_product = true;
     ++out.stats.block_epilogues;
+  }
+
+  // A generated instruction naming a block prologue (kiln.fbs): its one float32 output is input
+  // 0 of the instruction right after its portable form in its region, a linear, linear_fused or
+  // matmul by a [K, N] matrix, and is read nowhere else (bound, the slot is never written).
+  void check_block_prologue(uint32_t k, uint32_t end) {
+    InstrInfo& info = out.instrs[k];
+    const std::string where = "instruction " + std::to_string(k) + " (" + info.name + ")";
+    const uint64_t at = uint64_t{k} + 1 + info.body_size;
+    InstrInfo* product = at < end ? &out.instrs[at] : nullptr;
+    KILN_CHECK(product && product->control == Control::None && product->def &&
+                   product->def->block_prologue,
+               kOp, where,
+               ": a block prologue precedes a linear, linear_fused or matmul in its "
+               "region, not ",
+               product ? product->name : "the region's end");
+    KILN_CHECK(info.outputs.size() == 1, kOp, where, ": a block prologue has one output");
+    const int32_t x = info.outputs[0];
+    const SlotInfo& xs = out.slots[x];
+    KILN_CHECK(xs.dtype == DType::Float32 && !product->inputs.empty() && product->inputs[0] == x,
+               kOp, where, ": a block prologue computes the float32 input 0 of ", product->name);
+    if (product->name == "matmul") {
+      const int32_t b = product->inputs.size() > 1 ? product->inputs[1] : -1;
+      KILN_CHECK(b >= 0 && out.slots[b].shape.size() == 2, kOp, where,
+                 ": a block prologue of a matmul by a [K, N] matrix");
+    }
+    // Read by nothing else: no other operand, region copy, model output or training state.
+    // (Its own yields, copied into it by its portable form, do not read it.)
+    size_t reads = std::count(info.inputs.begin(), info.inputs.end(), x);
+    for (size_t j = 0; j < out.instrs.size(); ++j) {
+      const InstrInfo& in = out.instrs[j];
+      for (const auto* list : {&in.inputs, &in.yields, &in.else_yields, &in.carried})
+        if (j != k) reads += std::count(list->begin(), list->end(), x);
+    }
+    for (uint32_t s : out.output_slots) reads += s == static_cast<uint32_t>(x);
+    for (const auto& [v, blob] : out.state_updates) reads += v == static_cast<uint32_t>(x);
+    KILN_CHECK(reads == 1, kOp, where, ": a block prologue's output is read by ", product->name,
+               "'s input 0 alone");
+    auto fn = prologue_fns.find(k);
+    if (fn == prologue_fns.end()) return;  // the code does not run here
+    product->prologue_fn = fn->second;
+    product->prologue_chain = k;
+    info.by_product = true;
+    ++out.stats.block_prologues;
   }
 
   void instructions() {

@@ -52,6 +52,10 @@ struct InstrInfo {
   // then has `by_product` set and is skipped (kiln.fbs: Instruction.block_epilogue).
   BlockEpilogueFn block_fn = nullptr;
   uint32_t block_chain = 0;
+  // Likewise a linear or matmul whose input 0 the generated instruction `prologue_chain` before
+  // it computes block by block through `prologue_fn` (Instruction.block_prologue).
+  BlockEpilogueFn prologue_fn = nullptr;
+  uint32_t prologue_chain = 0;
   bool by_product = false;
 };
 

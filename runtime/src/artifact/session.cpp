@@ -68,6 +68,9 @@ std::vector<std::pair<int64_t, int64_t>> live_extents(const Model::Impl& m) {
     const int64_t region_end = k + in.body_size + in.else_size;
     extent[k] = {k, region_end};
   }
+  // A block prologue's operands are read while the product after it runs (prologue_chain).
+  for (int64_t k = 0; k < n; ++k)
+    if (m.instrs[k].prologue_fn) extent[m.instrs[k].prologue_chain].second = k;
   for (int64_t k = 0; k < n; ++k) {  // outer loops first: they come first
     const InstrInfo& in = m.instrs[k];
     if (in.control != Control::For) continue;
@@ -405,14 +408,18 @@ void Session::run_instruction(size_t k) {
   try {
     if (in.def) {
       // A generated block epilogue reads the operands of its own instruction.
-      const void* block_ctx =
-          in.block_fn ? s_->pointers.data() + s_->steps[in.block_chain].in_begin : nullptr;
+      void* const* pointers = s_->pointers.data();
+      const void* block_ctx = in.block_fn ? pointers + s_->steps[in.block_chain].in_begin : nullptr;
+      const void* prologue_ctx =
+          in.prologue_fn ? pointers + s_->steps[in.prologue_chain].in_begin : nullptr;
       in.def->run(KernelCall{in.params.get(),
                              {ops + st.in_begin, st.n_in},
                              {ops + st.out_begin, st.n_out},
                              m.prepared[k].data.get(),
                              in.block_fn,
-                             block_ctx});
+                             block_ctx,
+                             in.prologue_fn,
+                             prologue_ctx});
     } else {
       in.fn(s_->pointers.data() + st.in_begin);
       // Generated code records a failure (an allocation it could not make) for this thread.
@@ -448,9 +455,9 @@ std::vector<Session::InstructionTime> Session::profile() const {
   for (size_t k = 0; k < s_->instr_ns.size(); ++k) {
     const InstrInfo& in = m.instrs[k];
     if (in.unused || in.by_product) continue;
-    std::string what = in.name + (in.fn         ? " (compiled)"
-                                  : in.block_fn ? " (+ generated epilogue)"
-                                                : "");
+    std::string what = in.name + (in.fn ? " (compiled)" : "");
+    if (in.prologue_fn) what += " (+ generated prologue)";
+    if (in.block_fn) what += " (+ generated epilogue)";
     if (!in.outputs.empty() && in.outputs[0] >= 0) {
       const SlotInfo& o = m.slots[in.outputs[0]];
       what += " -> " + describe_spec(o.shape, o.dtype);

@@ -61,6 +61,13 @@ kernels::BlockEpilogue block_epilogue(const KernelCall& c) {
   b.ctx = c.block_ctx;
   return b;
 }
+// The generated chain computing input 0 block by block (KernelCall::prologue_fn).
+kernels::BlockEpilogue block_prologue(const KernelCall& c) {
+  kernels::BlockEpilogue b;
+  b.fn = c.prologue_fn;
+  b.ctx = c.prologue_ctx;
+  return b;
+}
 void run_conv2d(const KernelCall& c) {
   const auto& p = params<FusedConvParams>(c);
   kernels::ConvEpilogue ep;
@@ -171,11 +178,20 @@ PreparedInputs prepare_linear(const KernelCall& c, uint32_t constant_inputs) {
 // act(x W^T + bias + residual) as one GEMM with its epilogue on the weight packed at preparation
 // when there is one (kernels::linear_fused_out): the operands' own memory, no view objects,
 // nothing allocated per call.
+// linear and linear_fused: the input read, or computed by a generated prologue.
+void linear_or_prologue(const KernelCall& c, const TensorImpl* residual,
+                        const kernels::Epilogue& e) {
+  const auto* packed = static_cast<const kernels::SgemmPacked*>(c.prepared);
+  if (c.prologue_fn)
+    kernels::linear_prologue_out(in(c, 0).sizes(), block_prologue(c), in(c, 1), opt_in(c, 2),
+                                 residual, e, out(c), packed);
+  else
+    kernels::linear_fused_out(in(c, 0), in(c, 1), opt_in(c, 2), residual, e, out(c), packed);
+}
 void run_linear(const KernelCall& c) {
   kernels::Epilogue e;
   e.block = block_epilogue(c);
-  kernels::linear_fused_out(in(c, 0), in(c, 1), opt_in(c, 2), nullptr, e, out(c),
-                            static_cast<const kernels::SgemmPacked*>(c.prepared));
+  linear_or_prologue(c, nullptr, e);
 }
 
 struct LinearParams : KernelParams {
@@ -193,8 +209,7 @@ void run_linear_fused(const KernelCall& c) {
   e.clamp_min = f.clamp_min;
   e.clamp_max = f.clamp_max;
   e.block = block_epilogue(c);
-  kernels::linear_fused_out(in(c, 0), in(c, 1), opt_in(c, 2), opt_in(c, 3), e, out(c),
-                            static_cast<const kernels::SgemmPacked*>(c.prepared));
+  linear_or_prologue(c, opt_in(c, 3), e);
 }
 
 struct AttentionParams : KernelParams {
@@ -213,6 +228,12 @@ void run_attention(const KernelCall& c) {
 }
 
 void run_matmul(const KernelCall& c) {
+  if (c.prologue_fn) {
+    kernels::matmul_prologue_out(in(c, 0).sizes(), block_prologue(c), in(c, 1), out(c),
+                                 block_epilogue(c),
+                                 static_cast<const kernels::SgemmPacked*>(c.prepared));
+    return;
+  }
   if (c.block_fn) {
     kernels::matmul_epilogue_out(in(c, 0), in(c, 1), out(c), block_epilogue(c),
                                  static_cast<const kernels::SgemmPacked*>(c.prepared));
@@ -440,15 +461,22 @@ void register_nn(Registry& r) {
   r.add(with_signature({.name = "interpolate_backward",
                         .decode = decode_interpolate,
                         .run = run_interpolate_backward}));
-  r.add(with_signature(
-      {.name = "linear", .run = run_linear, .prepare = prepare_linear, .block_epilogue = true}));
+  r.add(with_signature({.name = "linear",
+                        .run = run_linear,
+                        .prepare = prepare_linear,
+                        .block_epilogue = true,
+                        .block_prologue = true}));
   r.add(with_signature({.name = "linear_fused",
                         .decode = decode_linear_fused,
                         .run = run_linear_fused,
                         .prepare = prepare_linear,
-                        .block_epilogue = true}));
-  r.add(with_signature(
-      {.name = "matmul", .run = run_matmul, .prepare = prepare_matmul, .block_epilogue = true}));
+                        .block_epilogue = true,
+                        .block_prologue = true}));
+  r.add(with_signature({.name = "matmul",
+                        .run = run_matmul,
+                        .prepare = prepare_matmul,
+                        .block_epilogue = true,
+                        .block_prologue = true}));
   r.add(with_signature({.name = "attention", .decode = decode_attention, .run = run_attention}));
   // Indices are only computed when something reads them (training); inference discards them.
   r.add(with_signature({.name = "max_pool2d",

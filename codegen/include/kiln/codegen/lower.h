@@ -58,6 +58,11 @@ struct LowerOptions {
   // @forward's arguments, then of its result, as `buffers` above (the runtime's
   // kernels::BlockEpilogue; an artifact's Instruction.block_epilogue).
   int block_epilogue_input = -1;
+  // When true: @forward is one elementwise chain (a kiln.fused) returning a float32 value, and
+  // the entry point (the signature above) is the chain as a linear's or matmul's block prologue:
+  // it writes the value's elements offset + r * ldc + j into c[r * ldc + j] (the runtime's
+  // kernels::linear_prologue_out; an artifact's Instruction.block_prologue).
+  bool block_prologue = false;
 };
 
 // The vector width the lowering tiles for on a target machine (its CPU's features and the

@@ -14,7 +14,11 @@
 // time in that form, `SYMBOL_block` (kiln/codegen/lower.h: LowerOptions::block_epilogue_input),
 // and marked `kiln.block_symbol`: the memory plan gives its value the product's buffer and the
 // writer names the symbol in the instruction (kiln.fbs: Instruction.block_epilogue), which the
-// product's kernel then runs on each block of its output.
+// product's kernel then runs on each block of its output. Likewise a group that is the block
+// prologue of the linear / matmul right after it (a kiln.fused --kiln-fuse-block-prologues marked)
+// becomes `SYMBOL_prologue` (LowerOptions::block_prologue), marked `kiln.prologue_symbol`: the plan
+// keeps its inputs live through the product, which computes its input block by block with it
+// (Instruction.block_prologue).
 //
 // A group whose code would call a runtime kernel is not marked (the runtime runs those kernels
 // already); the code may call only the C ABI's core (kiln_abi_alloc, kiln_abi_free, the scratch

@@ -133,9 +133,13 @@ struct PipelineOptions {
   // benchmarks compare the two).
   bool block_epilogues = true;
   // --kiln-fuse-block-prologues in the training pipeline (the one the JIT and AOT compilers run;
-  // false: a chain computing a linear's input stays its own kernel). The inference pipeline,
-  // whose artifacts run the chain as an instruction of its own, never runs it.
+  // false: a chain computing a linear's input stays its own kernel). The inference pipeline runs
+  // it only for a module that will carry generated code (`native_code`): a portable plan runs
+  // the chain as an instruction of its own anyway.
   bool block_prologues = true;
+  // The module's groups will be compiled as an artifact's generated code
+  // (codegen::compile_native_code), which runs block prologues too.
+  bool native_code = false;
   // Memory planning runs last (it annotates the final values): `memory_plan` when set, else the
   // hook from set_memory_plan_hook(), else --kiln-plan-memory. plan_memory = false skips it.
   bool plan_memory = true;

@@ -87,8 +87,9 @@ struct ModelStats {
   // portable form).
   size_t generated_instructions = 0, native_instructions = 0;
   // Of those, elementwise chains a product's kernel runs here on each block of its output
-  // (generated block epilogues).
-  size_t block_epilogues = 0;
+  // (generated block epilogues), and chains a linear's or matmul's kernel runs to compute each
+  // block of its input (generated block prologues).
+  size_t block_epilogues = 0, block_prologues = 0;
 };
 
 // What the kernels prepared once from the model's constant weights (GEMM-packed conv, linear and

@@ -101,6 +101,10 @@ struct KernelCall {
   // finished block of output 0 (null: none).
   BlockEpilogueFn block_fn = nullptr;
   const void* block_ctx = nullptr;
+  // Only for a kernel whose KernelDef::block_prologue is set: generated code computing input 0
+  // block by block (that input's tensor then holds no values; null: none).
+  BlockEpilogueFn prologue_fn = nullptr;
+  const void* prologue_ctx = nullptr;
 };
 
 // Work done once per instruction before its first run, from the inputs that are constants (the
@@ -143,6 +147,9 @@ struct KernelDef {
   // The kernel runs KernelCall::block_fn on each block of its (float32, dense) output 0 it
   // finishes: a product whose elementwise chain the artifact's generated code computes.
   bool block_epilogue = false;
+  // The kernel can compute its input 0 block by block with KernelCall::prologue_fn instead of
+  // reading it: a linear or matmul whose input is an elementwise chain of generated code.
+  bool block_prologue = false;
 };
 
 // What the op schema (ir/ops.toml) says about a kernel's interface: inputs (optional ones may be
