@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "artifact_values.h"
 #include "kiln/codegen/artifact.h"
@@ -45,6 +46,7 @@ class Writer {
     if (auto a = fn->getAttrOfType<mlir::IntegerAttr>("kiln.arena_bytes")) arena_ = a.getInt();
     if (auto a = fn->getAttrOfType<mlir::IntegerAttr>("kiln.naive_bytes")) naive_ = a.getInt();
     planned_arena_ = arena_;
+    outside_pools_ = arena_;
     std::vector<std::string> arg_names;
     if (auto names = fn->getAttrOfType<mlir::ArrayAttr>("kiln.arg_names")) {
       for (mlir::Attribute a : names) arg_names.push_back(mlir::cast<mlir::StringAttr>(a).str());
@@ -119,10 +121,16 @@ class Writer {
 
   int32_t arena_slot(mlir::Value v, int64_t offset, const std::string& where) {
     const size_t bytes = value_bytes(v, where);
-    if (offset < 0) {  // not planned: space of its own after the planned arena
+    if (offset < 0 && pool_ && pool_->last_use.count(v)) {  // a fused body's intermediate
+      offset = static_cast<int64_t>(pool_->take(bytes, pool_->last_use.lookup(v)));
+      naive_extra_ += align64(bytes);
+    } else if (offset < 0) {  // not planned: space of its own after everything so far
       offset = align64(arena_);
       arena_ = offset + bytes;
       naive_extra_ += align64(bytes);
+      outside_pools_ = std::max<uint64_t>(outside_pools_, offset + bytes);
+    } else {
+      outside_pools_ = std::max<uint64_t>(outside_pools_, offset + bytes);
     }
     arena_ = std::max<uint64_t>(arena_, offset + bytes);
     slot_list_.push_back(slot_table(v, fb::SlotKind::Arena, offset, 0, where));
@@ -519,9 +527,41 @@ class Writer {
     emit_op(op, name.substr(5));
   }
 
+  // A fused body's intermediates (values only its own ops read) in one region after all other
+  // slots so far, at `base`: a block is taken again once its last reader has run (never by that
+  // reader's own results), and every body starts the region afresh, since bodies run one at a
+  // time and none of these values outlives its body.
+  struct BodyPool {
+    struct Block {
+      uint64_t offset, bytes;
+      size_t free_after;  // the body op that reads it last
+    };
+    uint64_t end = 0;
+    std::vector<Block> blocks;
+    llvm::DenseMap<mlir::Value, size_t> last_use;  // intermediate -> its last reader
+    size_t now = 0;                                // the body op whose results are placed
+    bool in_place = false;  // its kernel may write over a same-sized input it reads last
+    uint64_t take(uint64_t bytes, size_t last) {
+      Block* best = nullptr;
+      for (Block& b : blocks) {
+        const bool free =
+            b.free_after < now || (in_place && b.free_after == now && b.bytes == bytes);
+        if (free && b.bytes >= bytes && (!best || b.bytes < best->bytes)) best = &b;
+      }
+      if (best) {
+        best->free_after = last;
+        return best->offset;
+      }
+      const uint64_t offset = align64(end);
+      end = offset + bytes;
+      blocks.push_back({offset, bytes, last});
+      return offset;
+    }
+  };
+
   // A fused elementwise region without compiled code runs its body op by op. The values it
   // yields take the offsets the memory plan gave the fused op's results; the body's
-  // intermediates get space of their own.
+  // intermediates share a region of their own (BodyPool).
   void inline_fused(mlir::Operation& op) {
     mlir::Block& body = op.getRegion(0).front();
     for (unsigned i = 0; i < body.getNumArguments(); ++i) {
@@ -530,6 +570,25 @@ class Writer {
     mlir::Operation* yield = body.getTerminator();
     if (!yield || op_name(yield) != "kiln.yield")
       fail("kiln.fused: the body does not end in kiln.yield");
+    BodyPool pool;
+    pool.end = align64(outside_pools_);
+    llvm::DenseMap<mlir::Operation*, size_t> index;
+    for (mlir::Operation& inner : body) {
+      const size_t at = index.size();
+      index[&inner] = at;
+    }
+    for (mlir::Operation& inner : body) {
+      for (mlir::Value r : inner.getResults()) {
+        size_t last = index[&inner];
+        bool internal = true;
+        for (mlir::Operation* user : r.getUsers()) {
+          internal &= user != yield && user->getBlock() == &body;
+          if (internal) last = std::max(last, index[user]);
+        }
+        if (internal) pool.last_use[r] = last;
+      }
+    }
+    BodyPool* const outer = std::exchange(pool_, &pool);
     if (auto offsets = op.getAttrOfType<mlir::DenseI64ArrayAttr>("kiln.arena_offsets")) {
       for (unsigned i = 0; i < yield->getNumOperands() && i < offsets.size(); ++i) {
         mlir::Value v = yield->getOperand(i);
@@ -541,8 +600,12 @@ class Writer {
     }
     for (mlir::Operation& inner : body) {
       if (&inner == yield) continue;
+      pool.now = index[&inner];
+      const ir::OpSchema* schema = ir::find_op_schema(op_name(&inner));
+      pool.in_place = schema && (schema->traits & ir::kTraitInplace) && inner.getNumResults() == 1;
       emit_one(inner);
     }
+    pool_ = outer;
     for (unsigned i = 0; i < yield->getNumOperands(); ++i) {
       slots_[op.getResult(i)] = operand_slot(yield->getOperand(i), yield);
     }
@@ -669,6 +732,10 @@ class Writer {
   std::vector<flatbuffers::Offset<fb::StateUpdate>> state_;
   std::vector<uint8_t> segment_;
   uint64_t arena_ = 0, planned_arena_ = 0, naive_ = 0, naive_extra_ = 0;
+  // The end of every slot outside fused bodies' pools (where the next pool starts), and the pool
+  // of the body being written (null: none).
+  uint64_t outside_pools_ = 0;
+  BodyPool* pool_ = nullptr;
   int32_t none_ = -1;
   int constants_ = 0;
   bool control_flow_ = false;  // an If or For was written: format version 2

@@ -9,6 +9,7 @@
 
 #include "helpers.h"
 #include "kiln/codegen/artifact.h"
+#include "kiln/jit/save.h"
 #include "kiln/kiln.h"
 #include "kiln/passes/Passes.h"
 #include "kiln/runtime/model.h"
@@ -166,6 +167,31 @@ TEST(Writer, MBConvBlocksWithoutARecordedStrategyStillRun) {
   for (const auto& [what, n] : model->prepared_stats().counts)
     if (what == "mbconv: channels-last") channels_last = n;
   EXPECT_EQ(channels_last, 2u);
+}
+
+// A fused chain without generated code runs its body op by op; the body's intermediates share
+// a few blocks (reused once read for the last time, in place where the kernel allows) instead of
+// one buffer each: the arena holds the input, the output and at most two such blocks, and the
+// results are eager's. (Each of the seven intermediates had a buffer of its own before.)
+TEST(Writer, FusedBodiesReuseTheirIntermediatesBlocks) {
+  const Tensor x = test::rnd({64, 256}, 31), a = test::rnd({256}, 32), b = test::rnd({64, 1}, 33);
+  auto fn = [&](const TensorList& in) {
+    const Tensor& v = in[0];
+    return TensorList{tanh(sigmoid(relu(v * a + b) * 0.5 - 1.0) + v) * a - b};
+  };
+  autograd::NoGradGuard no_grad;
+  jit::TracedFunction traced = jit::trace(fn, {x});
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(traced));
+  const size_t bytes = 64 * 256 * sizeof(float);
+  EXPECT_LE(model->stats().arena_bytes, 4 * bytes) << model->describe_plan();
+  EXPECT_GE(model->stats().num_instructions, 8u);  // the body, op by op
+  rt::Session session(model);
+  for (uint32_t seed : {31u, 34u}) {  // a second run reuses the arena
+    const Tensor xi = test::rnd({64, 256}, seed);
+    auto out = session.run({xi.impl()});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_LE(test::max_rel_error(Tensor(out[0]), fn({xi})[0]), 1e-6);
+  }
 }
 
 }  // namespace
