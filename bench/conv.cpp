@@ -457,6 +457,10 @@ void BM_QConv(benchmark::State& state, Shape s) {
   state.counters["fp32peak%"] =
       benchmark::Counter(f.flops * 100.0 / (measured_fma_peak_per_thread() * num_threads()),
                          benchmark::Counter::kIsIterationInvariantRate);
+  // Against the int8 (AVX-512 VNNI) peak of the threads in use, where the CPU has one.
+  if (const double vnni = kiln::bench::measured_vnni_peak_per_thread(); vnni > 0)
+    state.counters["int8peak%"] = benchmark::Counter(
+        f.flops * 100.0 / (vnni * num_threads()), benchmark::Counter::kIsIterationInvariantRate);
   // The activations' bytes in and out (the weights stay in cache): what bounds the thin layers.
   state.counters["GB/s"] = benchmark::Counter(double(x->numel() + y->numel()) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
