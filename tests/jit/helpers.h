@@ -2,12 +2,14 @@
 // Shared helpers of the JIT tests: seeded random tensors and error measures in float64.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
 
 #include "kiln/jit/compile.h"
 #include "kiln/kiln.h"
+#include "kiln/runtime/thread_pool.h"
 #include "kiln/trace/trace.h"
 
 namespace kiln::test {
@@ -27,6 +29,17 @@ inline jit::CompileOptions at_vector_width(int bits) {
   o.vector_bits = bits;
   return o;
 }
+
+// The thread pool at `n` threads while a test runs (at least two: kernels then run on shares of
+// their outer dim), restored after.
+struct ScopedThreads {
+  explicit ScopedThreads(int n) : saved(num_threads()) { set_num_threads(n); }
+  ScopedThreads() : ScopedThreads(std::max(num_threads(), 2)) {}
+  ~ScopedThreads() { set_num_threads(saved); }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+  int saved;
+};
 
 inline Tensor rnd(Dims sizes, uint32_t seed, double scale = 1.0) {
   std::mt19937 gen(seed);

@@ -36,12 +36,6 @@ using kiln::test::rnd;
 
 namespace {
 
-struct ThreadsForTheTest {
-  ThreadsForTheTest() : saved(num_threads()) { set_num_threads(std::max(saved, 2)); }
-  ~ThreadsForTheTest() { set_num_threads(saved); }
-  int saved;
-};
-
 jit::CompileOptions blocked(bool on, int vector_bits) {
   jit::CompileOptions o = kiln::test::at_vector_width(vector_bits);
   o.block_epilogues = on;
@@ -136,7 +130,7 @@ struct ConvCase {
 // value read twice; row[w] broadcasts over the rows, so the chain's innermost dim is the width and
 // the GEMM's blocks (runs of output positions) cross it.
 TEST(BlockEpilogues, ConvChainsMatchEagerOnEveryAlgorithm) {
-  ThreadsForTheTest threads;
+  kiln::test::ScopedThreads threads;
   const ConvCase cases[] = {
       {2, 16, 20, 20, 24, 3, 1, 1, 1},   // 3x3 stride 1 on a large map
       {1, 3, 40, 41, 32, 3, 2, 1, 1},    // few input channels (a stem)
@@ -179,7 +173,7 @@ TEST(BlockEpilogues, ConvChainsMatchEagerOnEveryAlgorithm) {
 // per-feature gain, plus a per-row offset: the fused linear's block epilogue, on a 3-D input,
 // with several products in one function, one of whose chains reads another product's value.
 TEST(BlockEpilogues, LinearChainsMatchEager) {
-  ThreadsForTheTest threads;
+  kiln::test::ScopedThreads threads;
   Tensor w1 = rnd({96, 40}, 11, 0.2), b1 = rnd({96}, 12), gain = rnd({96}, 13);
   Tensor w2 = rnd({33, 96}, 14, 0.2);
   auto fn = [&](const TensorList& in) {
@@ -213,7 +207,7 @@ TEST(BlockEpilogues, LinearChainsMatchEager) {
 // arguments, and a frozen right operand read by two products (so it stays a matmul, its packed
 // form kept by the call site).
 TEST(BlockEpilogues, MatmulChainsMatchEager) {
-  ThreadsForTheTest threads;
+  kiln::test::ScopedThreads threads;
   struct Case {
     std::vector<int64_t> a, b;
   };
@@ -269,7 +263,7 @@ TEST(BlockEpilogues, MatmulChainsMatchEager) {
 // step's backward reads its forward values): the chain still runs on each block, into its own
 // buffer, for a conv, a linear and a batched matmul, at every vector width, frozen and not.
 TEST(BlockEpilogues, SharedValuesKeepTheirOwnBuffer) {
-  ThreadsForTheTest threads;
+  kiln::test::ScopedThreads threads;
   Tensor wc = rnd({12, 6, 3, 3}, 61, 0.3), wl = rnd({33, 40}, 62, 0.2), s = rnd({33}, 63);
   auto fn = [&](const TensorList& in) {
     Tensor c = conv2d(in[0], wc, {}, 1, 1);
@@ -352,7 +346,7 @@ TEST(BlockEpilogues, TrainingStepWithAWrittenOutActivationFollowsEager) {
 // of rows) and one with small caches (many blocks, the last partial), frozen and not, at every
 // vector width: the same as eager and as the chains as kernels of their own.
 TEST(BlockPrologues, LinearInputsMatchEager) {
-  ThreadsForTheTest threads;
+  kiln::test::ScopedThreads threads;
   Tensor w1 = rnd({96, 40}, 31, 0.2), b1 = rnd({96}, 32), w2 = rnd({24, 96}, 33, 0.2);
   Tensor b2 = rnd({24}, 38);
   auto fn = [&](const TensorList& in) {
@@ -378,7 +372,7 @@ TEST(BlockPrologues, LinearInputsMatchEager) {
 // A matmul by a matrix (an argument, and a frozen constant) whose input is a chain, with a chain
 // after it too: relu(x + r) * mask[row] @ W, then 30 * tanh(y / 30).
 TEST(BlockPrologues, MatmulInputsMatchEager) {
-  ThreadsForTheTest threads;
+  kiln::test::ScopedThreads threads;
   Tensor w = rnd({40, 56}, 51, 0.3);
   auto fn = [&](const TensorList& in) {
     Tensor y = matmul(relu(in[0] + in[1]) * in[2], in[3]);

@@ -82,12 +82,6 @@ struct Net {
   }
 };
 
-struct Threads {
-  explicit Threads(int n) : saved(num_threads()) { set_num_threads(n); }
-  ~Threads() { set_num_threads(saved); }
-  int saved;
-};
-
 TEST(ArtifactBlockEpilogues, ProductsRunTheirChainsOnEachBlock) {
   const Net net;
   const std::vector<uint8_t> bytes = net.save({"host"});
@@ -99,7 +93,7 @@ TEST(ArtifactBlockEpilogues, ProductsRunTheirChainsOnEachBlock) {
   EXPECT_EQ(st.block_prologues, 2u);
   EXPECT_EQ(st.native_instructions, st.generated_instructions);
   for (int threads : {1, 2}) {
-    Threads t(threads);
+    test::ScopedThreads t(threads);
     net.expect_matches_eager(model, "block epilogues, " + std::to_string(threads) + " threads");
   }
   rt::Session session(model);

@@ -25,18 +25,11 @@ constexpr auto& kWidths = kiln::test::kVectorWidths;
 
 jit::CompileOptions at_width(int bits) {
   jit::CompileOptions o = kiln::test::at_vector_width(bits);
-  // Small kernels split over the threads too (two, see ThreadsForTheTest): shares start past 0,
+  // Small kernels split over the threads too (two, see ScopedThreads): shares start past 0,
   // and a 1-D share's remainder is masked.
   o.parallel_min_elements = 64;
   return o;
 }
-
-// At least two threads while a test runs, so that kernels run on shares of their outer dim.
-struct ThreadsForTheTest {
-  ThreadsForTheTest() : saved(num_threads()) { set_num_threads(std::max(saved, 2)); }
-  ~ThreadsForTheTest() { set_num_threads(saved); }
-  int saved;
-};
 
 // Broadcast over a 37-wide inner dim (two whole 16-float tiles, a remainder of 5), a comparison
 // stored as bytes, integer arithmetic, a dense chain of 100003 elements, a transposed read (left
@@ -68,7 +61,7 @@ TensorList mixed_inputs() {
 }  // namespace
 
 TEST(VectorKernels, EveryWidthComputesWhatEagerComputes) {
-  ThreadsForTheTest threads;
+  kiln::test::ScopedThreads threads;
   const TensorList in = mixed_inputs();
   const TensorList want = mixed(in);
   // float64 references of the exact ones.
@@ -97,7 +90,7 @@ TEST(VectorKernels, EveryWidthComputesWhatEagerComputes) {
 }
 
 TEST(VectorKernels, Float64LibmCallsAndFusedResults) {
-  ThreadsForTheTest threads;
+  kiln::test::ScopedThreads threads;
   // tanh of float64 calls libm: that tile stays a scalar loop; the rest of the kernel does not
   // change. Two results of one elementwise chain share their subexpression.
   auto fn = [](const TensorList& in) {
@@ -127,7 +120,7 @@ TEST(VectorKernels, UpdateInTheCarriedBufferIsInPlaceAndExact) {
   // result (every element filled after two steps) needs each step to read the previous step's
   // fills: a kernel that read another operand, the input or a stale copy in place of the carry
   // would leave elements unfilled.
-  ThreadsForTheTest threads;
+  kiln::test::ScopedThreads threads;
   auto fn = [](const TensorList& in) {
     return loop(3,
                 [&](const Tensor&, const TensorList& c) {
@@ -151,7 +144,7 @@ TEST(VectorKernels, UpdateInTheCarriedBufferIsInPlaceAndExact) {
 TEST(VectorKernels, ZeroSizeAndSingleElementKernels) {
   // Nothing to tile (a zero-size inner or outer dim) and a single element: scalar code, no
   // compile error, eager's results.
-  ThreadsForTheTest threads;
+  kiln::test::ScopedThreads threads;
   auto fn = [](const TensorList& in) {
     return TensorList{in[0] * 2.0 + 1.0, in[1] * 2.0 + 1.0, in[2] * 2.0 + 1.0};
   };
@@ -172,7 +165,7 @@ TEST(VectorKernels, TransposingKernelsMatchAnIndexedReference) {
   // transpose, a 2-D transpose split over the threads with shares starting past 0 and remainders
   // of run-time size; a middle dim with a static remainder), beside a contiguous operand, in
   // float32, float64, int64 and bytes. Every element against the index formula.
-  ThreadsForTheTest threads;
+  kiln::test::ScopedThreads threads;
   auto fn = [](const TensorList& in) {
     return TensorList{
         in[0].permute({1, 2, 0}) + 1.0,       // [128, 4, 64] -> [4, 64, 128]
