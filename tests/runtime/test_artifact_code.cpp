@@ -342,6 +342,11 @@ TEST(Artifact, BlockEpilogueIsVerifiedWhicheverFormRuns) {
     a.instrs[0].inputs = {2, 2};
     EXPECT_NE(error(a).find("a block epilogue follows the product"), std::string::npos) << error(a);
     a = block_epilogue_spec();
+    a.slots[2].offset = 512;  // t, read by the chain, in the bytes the matmul writes
+    a.slots[2].shape = {4, 8};
+    EXPECT_NE(error(a).find("input slot 2 overlaps the output of matmul"), std::string::npos)
+        << error(a);
+    a = block_epilogue_spec();
     a.instrs[1].block_epilogue = a.instrs[1].symbol;
     EXPECT_NE(error(a).find("names a symbol of its own"), std::string::npos) << error(a);
     a = block_epilogue_spec();
@@ -444,6 +449,11 @@ TEST(Artifact, BlockPrologueIsVerifiedWhicheverFormRuns) {
     a.instrs[3].inputs = {2, 3, -1};  // the linear reads it as its weight
     a.slots[6].shape = {6, 4};
     EXPECT_NE(error(a).find("computes the float32 input 0 of linear"), std::string::npos)
+        << error(a);
+    a = block_prologue_spec();
+    a.slots[6].offset = 128;  // the linear's output over t, which the prologue reads meanwhile
+    a.arena_bytes = 832;
+    EXPECT_NE(error(a).find("input slot 1 overlaps the output of linear"), std::string::npos)
         << error(a);
     a = block_prologue_spec();
     a.instrs[0].block_epilogue = "kiln_test_twice_plus_block";  // both forms at once

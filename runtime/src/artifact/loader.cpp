@@ -656,6 +656,14 @@ struct Checker {
       for (uint64_t j = k + 1; j < body_end; ++j) out.instrs[j].unused = true;
   }
 
+  // Whether slots a and b (either may be -1: absent) share arena bytes.
+  bool arena_overlap(int32_t a, int32_t b) const {
+    if (a < 0 || b < 0) return false;
+    const SlotInfo &x = out.slots[a], &y = out.slots[b];
+    return x.kind == SlotKind::Arena && y.kind == SlotKind::Arena && x.nbytes > 0 && y.nbytes > 0 &&
+           x.offset < y.offset + y.nbytes && y.offset < x.offset + x.nbytes;
+  }
+
   // A generated instruction naming a block epilogue (kiln.fbs): the instruction before it in
   // its region is a product kernel whose output is one of its inputs and, as its one float32
   // output of the same shape, the very bytes it writes. Where the code runs here, the product
@@ -682,6 +690,10 @@ struct Checker {
                kOp, where, ": a block epilogue's output is the product's float32 output in place (",
                describe_spec(zs.shape, zs.dtype), " at byte ", zs.offset, ", the product's ",
                describe_spec(ys.shape, ys.dtype), " at byte ", ys.offset, ")");
+    // Its other inputs are read while the product writes those bytes.
+    for (int32_t s : info.inputs)
+      KILN_CHECK(s == y || !arena_overlap(s, y), kOp, where, ": a block epilogue's input slot ", s,
+                 " overlaps the output of ", product.name);
     auto fn = block_fns.find(k);
     if (fn == block_fns.end()) return;  // the code does not run here
     product.block_fn = fn->second;
@@ -726,6 +738,11 @@ struct Checker {
     for (const auto& [v, blob] : out.state_updates) reads += v == static_cast<uint32_t>(x);
     KILN_CHECK(reads == 1, kOp, where, ": a block prologue's output is read by ", product->name,
                "'s input 0 alone");
+    // Its inputs are read while the product writes its output.
+    for (int32_t s : info.inputs)
+      for (int32_t o : product->outputs)
+        KILN_CHECK(!arena_overlap(s, o), kOp, where, ": a block prologue's input slot ", s,
+                   " overlaps the output of ", product->name);
     auto fn = prologue_fns.find(k);
     if (fn == prologue_fns.end()) return;  // the code does not run here
     product->prologue_fn = fn->second;
