@@ -191,6 +191,43 @@ ArtifactSpec conv_blocks() {
   return a;
 }
 
+// Generated instructions naming block forms (format version 3), without code: a matmul whose
+// chain 2y + t names a block epilogue (its output in the matmul's bytes), then z + t naming a
+// block prologue of the linear after it. Both run their portable forms.
+ArtifactSpec block_forms() {
+  ArtifactSpec a;
+  a.version = 3;
+  auto f32 = [](std::vector<int64_t> shape, uint64_t offset) {
+    return kiln::testing::SlotSpec{fb::SlotKind::Arena, fb::DType::Float32, shape, offset, 0};
+  };
+  a.slots = {f32({4, 8}, 0),    f32({8, 8}, 128),  f32({4, 8}, 384), f32({4, 8}, 512),
+             f32({4, 8}, 512),  f32({4, 8}, 640),  f32({4, 8}, 768), f32({4, 8}, 896),
+             f32({4, 8}, 1024), f32({6, 8}, 1152), f32({4, 6}, 1344)};
+  kiln::testing::InstrSpec epilogue;
+  epilogue.control = fb::Control::Generated;
+  epilogue.symbol = "kiln_gen_0";
+  epilogue.block_epilogue = "kiln_gen_0_block";
+  epilogue.inputs = {3, 2};
+  epilogue.outputs = {4};
+  epilogue.body_size = 2;
+  epilogue.yields = {6};
+  kiln::testing::InstrSpec prologue;
+  prologue.control = fb::Control::Generated;
+  prologue.symbol = "kiln_gen_1";
+  prologue.block_prologue = "kiln_gen_1_prologue";
+  prologue.inputs = {4, 2};
+  prologue.outputs = {7};
+  prologue.body_size = 1;
+  prologue.yields = {8};
+  a.instrs = {{"matmul", {0, 1}, {3}, {}},     epilogue, {"add", {3, 3}, {5}, {}},
+              {"add", {5, 2}, {6}, {}},        prologue, {"add", {4, 2}, {8}, {}},
+              {"linear", {7, 9, -1}, {10}, {}}};
+  a.inputs = {{"a", 0}, {"b", 1}, {"t", 2}, {"w", 9}};
+  a.outputs = {{"out", 10}};
+  a.arena_bytes = 1440;
+  return a;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,6 +241,7 @@ int main(int argc, char** argv) {
   write(seeds + "/mixed_ops.kiln", mixed_ops().build());
   write(seeds + "/conv_blocks.kiln", conv_blocks().build());
   write(seeds + "/control_flow.kiln", kiln::testing::control_flow_spec().build());
+  write(seeds + "/block_forms.kiln", block_forms().build());
 
   const std::vector<uint8_t> good = linear_relu().build();
   auto variant = [&](const std::string& name, const std::function<void(ArtifactSpec&)>& f) {
@@ -254,6 +292,19 @@ int main(int argc, char** argv) {
   control("loop_counter_float", [](ArtifactSpec& a) { a.slots[8].dtype = fb::DType::Float32; });
   control("loop_step_zero", [](ArtifactSpec& a) { a.instrs[3].step = 0; });
   control("control_in_version_1", [](ArtifactSpec& a) { a.version = 1; });
+  auto blocks = [&](const std::string& name, const std::function<void(ArtifactSpec&)>& f) {
+    ArtifactSpec a = block_forms();
+    f(a);
+    write(broken + "/" + name + ".kiln", a.build());
+  };
+  blocks("block_epilogue_not_in_place", [](ArtifactSpec& a) { a.slots[4].offset = 1024; });
+  blocks("block_epilogue_after_an_add", [](ArtifactSpec& a) { a.instrs[0].kernel = "add"; });
+  blocks("block_prologue_value_read_twice", [](ArtifactSpec& a) { a.outputs.push_back({"x", 7}); });
+  blocks("block_prologue_before_an_add", [](ArtifactSpec& a) {
+    a.instrs[6] = {"add", {7, 2}, {10}, {}};
+    a.slots[10].shape = {4, 8};
+    a.arena_bytes = 1472;
+  });
   variant("missing_symbol", [](ArtifactSpec& a) {
     a.instrs[1].kernel.clear();
     a.instrs[1].symbol = "kiln_fn_0";
