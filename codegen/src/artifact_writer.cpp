@@ -122,13 +122,16 @@ class Writer {
   int32_t arena_slot(mlir::Value v, int64_t offset, const std::string& where) {
     const size_t bytes = value_bytes(v, where);
     if (offset < 0 && pool_ && pool_->last_use.count(v)) {  // a fused body's intermediate
-      offset = static_cast<int64_t>(pool_->take(bytes, pool_->last_use.lookup(v)));
+      offset = static_cast<int64_t>(pool_->take(v, bytes, pool_->last_use.lookup(v)));
       naive_extra_ += align64(bytes);
     } else if (offset < 0) {  // not planned: space of its own after everything so far
-      offset = align64(arena_);
+      offset = align64(std::max<uint64_t>(arena_, pool_ ? pool_->end : 0));
       arena_ = offset + bytes;
       naive_extra_ += align64(bytes);
       outside_pools_ = std::max<uint64_t>(outside_pools_, offset + bytes);
+      // (a body's value that outlives it, placed while its pool is in use: the pool's next
+      // blocks go after it)
+      if (pool_) pool_->end = std::max<uint64_t>(pool_->end, offset + bytes);
     } else {
       outside_pools_ = std::max<uint64_t>(outside_pools_, offset + bytes);
     }
@@ -534,27 +537,34 @@ class Writer {
   struct BodyPool {
     struct Block {
       uint64_t offset, bytes;
-      size_t free_after;  // the body op that reads it last
+      size_t free_after;  // the body op that reads its value last
+      mlir::Value value;  // the value it holds now
     };
     uint64_t end = 0;
     std::vector<Block> blocks;
     llvm::DenseMap<mlir::Value, size_t> last_use;  // intermediate -> its last reader
     size_t now = 0;                                // the body op whose results are placed
-    bool in_place = false;  // its kernel may write over a same-sized input it reads last
-    uint64_t take(uint64_t bytes, size_t last) {
+    mlir::Operation* op = nullptr;                 // that op
+    bool in_place = false;  // its kernel may write its result over an operand of its type
+    uint64_t take(mlir::Value v, uint64_t bytes, size_t last) {
       Block* best = nullptr;
       for (Block& b : blocks) {
-        const bool free =
-            b.free_after < now || (in_place && b.free_after == now && b.bytes == bytes);
+        // Free once its value's last reader has run; or now, when that reader is this op, the
+        // value one of its operands of the result's type, and the kernel runs in place (the
+        // exact alias the loader accepts).
+        const bool free = b.free_after < now ||
+                          (in_place && b.free_after == now && b.value.getType() == v.getType() &&
+                           llvm::is_contained(op->getOperands(), b.value));
         if (free && b.bytes >= bytes && (!best || b.bytes < best->bytes)) best = &b;
       }
       if (best) {
         best->free_after = last;
+        best->value = v;
         return best->offset;
       }
       const uint64_t offset = align64(end);
       end = offset + bytes;
-      blocks.push_back({offset, bytes, last});
+      blocks.push_back({offset, bytes, last, v});
       return offset;
     }
   };
@@ -601,6 +611,7 @@ class Writer {
     for (mlir::Operation& inner : body) {
       if (&inner == yield) continue;
       pool.now = index[&inner];
+      pool.op = &inner;
       const ir::OpSchema* schema = ir::find_op_schema(op_name(&inner));
       pool.in_place = schema && (schema->traits & ir::kTraitInplace) && inner.getNumResults() == 1;
       emit_one(inner);

@@ -216,6 +216,12 @@ std::unique_ptr<llvm::Module> compile_group(const GeneratedGroup& g, llvm::LLVMC
       *why = "calls the runtime kernel " + f.getName().str();
       return nullptr;
     }
+    // A block form runs on the product's worker threads, where a failure it reported (or
+    // anything it asked of the runtime) would go unseen: it calls nothing.
+    if (form && f.isDeclaration() && f.getName().starts_with("kiln_abi_")) {
+      *why = "its block form calls " + f.getName().str();
+      return nullptr;
+    }
   }
   optimize_llvm_module(*ir, tm, 3);
   for (llvm::Function& f : *ir)

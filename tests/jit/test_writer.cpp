@@ -9,6 +9,7 @@
 
 #include "helpers.h"
 #include "kiln/codegen/artifact.h"
+#include "kiln/control_flow.h"
 #include "kiln/jit/save.h"
 #include "kiln/kiln.h"
 #include "kiln/passes/Passes.h"
@@ -192,6 +193,68 @@ TEST(Writer, FusedBodiesReuseTheirIntermediatesBlocks) {
     ASSERT_EQ(out.size(), 1u);
     EXPECT_LE(test::max_rel_error(Tensor(out[0]), fn({xi})[0]), 1e-6);
   }
+}
+
+// Inside a loop body the fused body's yielded values get space of their own while its pool is
+// in use: the pool's next blocks go after them (an LSTM-like cell whose chain yields a value it
+// also reads on).
+TEST(Writer, FusedBodiesInLoopsKeepWhatTheyYieldApart) {
+  auto cell = [](const TensorList& in) {
+    return loop(3,
+                [&](const Tensor&, const TensorList& c) {
+                  const Tensor a = c[0] * in[1];
+                  const Tensor cn = a + in[2];
+                  return TensorList{cn, tanh(cn) * in[3] + a};
+                },
+                {in[0], in[0]});
+  };
+  TensorList in;
+  for (uint32_t seed = 1; seed <= 4; ++seed) in.push_back(test::rnd({16, 32}, seed));
+  autograd::NoGradGuard no_grad;
+  auto model = rt::Model::from_bytes(jit::save_to_bytes(jit::trace(cell, in)));
+  rt::Session session(model);
+  std::vector<const TensorImpl*> args;
+  for (const Tensor& t : in) args.push_back(t.impl());
+  auto out = session.run(args);
+  const TensorList want = cell(in);
+  ASSERT_EQ(out.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_LE(test::max_rel_error(Tensor(out[i]), want[i]), 1e-6) << "output " << i;
+}
+
+// A body op runs in place over its operand's block only when that operand has the result's type
+// (the loader's exact alias): here the broadcast add reads a [64, 1] value from a block that held
+// a [64, 256] one before.
+TEST(Writer, FusedBodiesRunInPlaceOnlyOverAnOperandOfTheirType) {
+  constexpr const char* kBody = R"(
+func.func @forward(%x: tensor<64x256xf32>, %b: tensor<64x1xf32>) -> tensor<64x256xf32>
+    attributes {kiln.num_inputs = 2 : i64} {
+  %0 = kiln.fused(%x, %b) : (tensor<64x256xf32>, tensor<64x1xf32>) -> tensor<64x256xf32> {
+  ^bb0(%p: tensor<64x256xf32>, %q: tensor<64x1xf32>):
+    %u = kiln.exp %p : tensor<64x256xf32> -> tensor<64x256xf32>
+    %m = kiln.gt %u, %p : tensor<64x256xf32>, tensor<64x256xf32>
+    %s = kiln.neg %q : tensor<64x1xf32> -> tensor<64x1xf32>
+    %r = kiln.add %s, %p : tensor<64x1xf32>, tensor<64x256xf32>
+    %o = kiln.where %m, %r, %p : (tensor<64x256xi1>, tensor<64x256xf32>, tensor<64x256xf32>) -> tensor<64x256xf32>
+    kiln.yield %o : tensor<64x256xf32>
+  }
+  return %0 : tensor<64x256xf32>
+}
+)";
+  auto ctx = jit::make_context();
+  mlir::ModuleOp m = jit::parse_module(*ctx, kBody);
+  mlir::PassManager pm(ctx.get());
+  pm.addNestedPass<mlir::func::FuncOp>(passes::create_plan_memory_pass());
+  ASSERT_TRUE(mlir::succeeded(pm.run(m)));
+  codegen::ArtifactOptions o;
+  o.num_inputs = 2;
+  const std::vector<uint8_t> bytes = codegen::write_artifact(m, o);
+  m->erase();
+  auto model = rt::Model::from_bytes(bytes);
+  const Tensor x = test::rnd({64, 256}, 41), b = test::rnd({64, 1}, 42);
+  auto out = rt::Session(model).run({x.impl(), b.impl()});
+  const Tensor want = where(exp(x) > x, x - b, x);
+  EXPECT_LE(test::max_rel_error(Tensor(out[0]), want), 1e-6);
 }
 
 }  // namespace

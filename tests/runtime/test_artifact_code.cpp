@@ -456,6 +456,13 @@ TEST(Artifact, BlockPrologueIsVerifiedWhicheverFormRuns) {
     EXPECT_NE(error(a).find("input slot 1 overlaps the output of linear"), std::string::npos)
         << error(a);
     a = block_prologue_spec();
+    a.slots[2] = {fb::SlotKind::Arena, fb::DType::Float32, {4, 8}, 448, 0};  // w in x's bytes
+    a.slots[6].shape = {4, 4};
+    a.arena_bytes = 896;
+    EXPECT_NE(error(a).find("linear's input 1 shares bytes with the block prologue's output"),
+              std::string::npos)
+        << error(a);
+    a = block_prologue_spec();
     a.instrs[0].block_epilogue = "kiln_test_twice_plus_block";  // both forms at once
     EXPECT_NE(error(a).find("no block epilogue beside it"), std::string::npos) << error(a);
     a = block_prologue_spec();

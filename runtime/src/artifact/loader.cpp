@@ -656,6 +656,22 @@ struct Checker {
       for (uint64_t j = k + 1; j < body_end; ++j) out.instrs[j].unused = true;
   }
 
+  // How many times each slot is read: as an operand, a region's copy, a model output or training
+  // state (counted once, when a block prologue first asks).
+  const std::vector<uint32_t>& slot_reads() {
+    if (reads_.empty()) {
+      reads_.assign(out.slots.size(), 0);
+      for (const InstrInfo& in : out.instrs)
+        for (const auto* list : {&in.inputs, &in.yields, &in.else_yields, &in.carried})
+          for (int32_t s : *list)
+            if (s >= 0) ++reads_[s];
+      for (uint32_t s : out.output_slots) ++reads_[s];
+      for (const auto& [v, blob] : out.state_updates) ++reads_[v];
+    }
+    return reads_;
+  }
+  std::vector<uint32_t> reads_{};
+
   // Whether slots a and b (either may be -1: absent) share arena bytes.
   bool arena_overlap(int32_t a, int32_t b) const {
     if (a < 0 || b < 0) return false;
@@ -726,18 +742,15 @@ struct Checker {
       KILN_CHECK(b >= 0 && out.slots[b].shape.size() == 2, kOp, where,
                  ": a block prologue of a matmul by a [K, N] matrix");
     }
-    // Read by nothing else: no other operand, region copy, model output or training state.
-    // (Its own yields, copied into it by its portable form, do not read it.)
-    size_t reads = std::count(info.inputs.begin(), info.inputs.end(), x);
-    for (size_t j = 0; j < out.instrs.size(); ++j) {
-      const InstrInfo& in = out.instrs[j];
-      for (const auto* list : {&in.inputs, &in.yields, &in.else_yields, &in.carried})
-        if (j != k) reads += std::count(list->begin(), list->end(), x);
-    }
-    for (uint32_t s : out.output_slots) reads += s == static_cast<uint32_t>(x);
-    for (const auto& [v, blob] : out.state_updates) reads += v == static_cast<uint32_t>(x);
+    // Read by nothing else: no other operand, region copy, model output or training state
+    // (its own yields, copied into it by its portable form, do not read it); and the product's
+    // other operands do not share its bytes (bound, they are never overwritten by it).
+    const size_t reads = slot_reads()[x] - std::count(info.yields.begin(), info.yields.end(), x);
     KILN_CHECK(reads == 1, kOp, where, ": a block prologue's output is read by ", product->name,
                "'s input 0 alone");
+    for (size_t j = 1; j < product->inputs.size(); ++j)
+      KILN_CHECK(!arena_overlap(product->inputs[j], x), kOp, where, ": ", product->name,
+                 "'s input ", j, " shares bytes with the block prologue's output");
     // Its inputs are read while the product writes its output.
     for (int32_t s : info.inputs)
       for (int32_t o : product->outputs)
