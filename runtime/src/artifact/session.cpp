@@ -363,7 +363,7 @@ void Session::run_range(size_t begin, size_t end) {
         }
         break;
       case Control::Generated:
-        if (in.by_product) {  // the product before it ran the code on each block
+        if (in.by_product) {  // a product next to it runs its code (block epilogue or prologue)
         } else if (in.fn) {
           run_instruction(k);
         } else {
@@ -407,7 +407,7 @@ void Session::run_instruction(size_t k) {
   ScratchLease lease(gap.size ? static_cast<char*>(s_->arena) + gap.offset : nullptr, gap.size);
   try {
     if (in.def) {
-      // A generated block epilogue reads the operands of its own instruction.
+      // A generated block epilogue or prologue reads the operands of its own instruction.
       void* const* pointers = s_->pointers.data();
       const void* block_ctx = in.block_fn ? pointers + s_->steps[in.block_chain].in_begin : nullptr;
       const void* prologue_ctx =
