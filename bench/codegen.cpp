@@ -311,7 +311,7 @@ void time_block_epilogue(benchmark::State& state,
 // The same chains saved as an artifact with generated code for this CPU (SaveOptions::native_code)
 // and run by kiln_runtime's Session: Arg 1, the chain as generated code the product's kernel runs
 // on each block (Instruction.block_epilogue / block_prologue); Arg 0 (SaveOptions::block_epilogues
-// off), its generated code as an instruction of its own.
+// and block_prologues off), its generated code as an instruction of its own.
 struct ChainModel {
   std::function<TensorList(const TensorList&)> fn;
   TensorList inputs;
@@ -320,7 +320,7 @@ void time_artifact_block_epilogue(benchmark::State& state, const ChainModel& m) 
   autograd::NoGradGuard no_grad;
   jit::SaveOptions so;
   so.native_code = {"host"};
-  so.block_epilogues = state.range(0) != 0;
+  so.block_epilogues = so.block_prologues = state.range(0) != 0;
   auto artifact = rt::Model::from_bytes(jit::save_to_bytes(jit::trace(m.fn, m.inputs), so));
   rt::Session session(artifact);
   std::vector<const TensorImpl*> in;

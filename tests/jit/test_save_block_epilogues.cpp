@@ -53,7 +53,7 @@ struct Net {
   }
 
   std::vector<uint8_t> save(const std::vector<std::string>& native_code,
-                            bool block_epilogues = true) const {
+                            bool block_epilogues = true, bool block_prologues = true) const {
     jit::TraceOptions options;
     for (size_t i = 0; i < weights.size(); ++i)
       options.named_captures.push_back({"w" + std::to_string(i), weights[i]});
@@ -63,6 +63,7 @@ struct Net {
     jit::SaveOptions so;
     so.native_code = native_code;
     so.block_epilogues = block_epilogues;
+    so.block_prologues = block_prologues;
     return jit::save_to_bytes(traced, so);
   }
 
@@ -115,11 +116,17 @@ TEST(ArtifactBlockEpilogues, ProductsRunTheirChainsOnEachBlock) {
   auto portable = rt::Model::from_bytes(bytes, rt::builtin_registry(), no_native);
   EXPECT_EQ(portable->stats().block_epilogues + portable->stats().block_prologues, 0u);
   net.expect_matches_eager(portable, "portable form");
-  // Saved without block epilogues: every chain an instruction of its own, the same results.
-  auto unblocked = rt::Model::from_bytes(net.save({"host"}, /*block_epilogues=*/false));
-  EXPECT_EQ(unblocked->stats().block_epilogues + unblocked->stats().block_prologues, 0u);
-  EXPECT_EQ(unblocked->stats().native_instructions, unblocked->stats().generated_instructions);
-  net.expect_matches_eager(unblocked, "without block epilogues");
+  // Saved without one block form or both: those chains instructions of their own, the same
+  // results.
+  for (const auto& [epilogues, prologues] :
+       {std::pair{false, true}, {true, false}, {false, false}}) {
+    auto m = rt::Model::from_bytes(net.save({"host"}, epilogues, prologues));
+    EXPECT_EQ(m->stats().block_epilogues, epilogues ? 3u : 0u);
+    EXPECT_EQ(m->stats().block_prologues, prologues ? 2u : 0u);
+    EXPECT_EQ(m->stats().native_instructions, m->stats().generated_instructions);
+    net.expect_matches_eager(m, std::string("block epilogues ") + (epilogues ? "on" : "off") +
+                                    ", prologues " + (prologues ? "on" : "off"));
+  }
   // Nor does a file without generated code have any.
   auto plain = rt::Model::from_bytes(net.save({}));
   EXPECT_EQ(plain->stats().block_epilogues, 0u);

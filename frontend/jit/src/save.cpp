@@ -115,7 +115,7 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
       po.memory_plan = add_memory_plan;
       po.plan_memory = !native;
       po.block_epilogues = options.block_epilogues;
-      po.block_prologues = options.block_epilogues;
+      po.block_prologues = options.block_prologues;
       po.native_code = native;
       // The fusion thresholds from the active target (KILN_CPU or the host): the artifact
       // records the blocks fused and the strategy chosen for each.
@@ -133,7 +133,7 @@ std::vector<uint8_t> save_to_bytes(const TracedFunction& fn, const SaveOptions& 
       po.memory_plan = add_memory_plan;
       po.plan_memory = !native;
       po.block_epilogues = options.block_epilogues;
-      po.block_prologues = options.block_epilogues;
+      po.block_prologues = options.block_prologues;
       passes::build_training_pipeline(pm, po);
     });
     KILN_CHECK(err.empty(), "kiln::jit::save", "training pipeline: ", err);

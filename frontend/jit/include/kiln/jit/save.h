@@ -42,11 +42,13 @@ struct SaveOptions {
   // The elementwise chain after a conv2d, linear or matmul whose value only it reads runs as
   // the product's block epilogue (passes::create_fuse_block_epilogues_pass): with native code,
   // generated code the product's kernel calls on each block of its output, in place (kiln.fbs:
-  // Instruction.block_epilogue); and with native code, a chain whose value is only a linear's
-  // (or a matmul's by a [K, N] matrix) input runs as its block prologue, computed a block of
-  // rows at a time as the product reads it, never stored whole (Instruction.block_prologue).
-  // false: each chain an instruction of its own.
+  // Instruction.block_epilogue); false: an instruction of its own after the product.
   bool block_epilogues = true;
+  // With native code, a chain whose value is only a linear's (or a matmul's by a [K, N] matrix)
+  // input runs as its block prologue (passes::create_fuse_block_prologues_pass), computed a block
+  // of rows at a time as the product reads it, never stored whole (Instruction.block_prologue);
+  // false: an instruction of its own before the product.
+  bool block_prologues = true;
   // The kernels of the runtime that will run the artifact (a program may register only what its
   // models need); null: every builtin kernel. Saving fails, before anything is written, with one
   // error listing every op it lacks and where each is.
