@@ -130,10 +130,19 @@ size_t Tensor::register_hook(Hook hook) const {
   return id;
 }
 
+size_t Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) const {
+  KILN_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook",
+             "expected a leaf tensor that requires grad");
+  const size_t id = g_hook_id.fetch_add(1) + 1;
+  ensure_autograd_meta().post_accumulate_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
 void Tensor::remove_hook(size_t handle) const {
   auto* m = autograd_meta();
   if (!m) return;
   std::erase_if(m->leaf_hooks, [&](const auto& h) { return h.first == handle; });
+  std::erase_if(m->post_accumulate_hooks, [&](const auto& h) { return h.first == handle; });
   if (m->grad_fn) {
     std::erase_if(m->grad_fn->pre_hooks, [&](const auto& h) { return h.second.first == handle; });
   }

@@ -92,7 +92,9 @@ struct AutogradMeta : AutogradMetaBase {
   std::mutex grad_accumulator_mutex;
   std::weak_ptr<Node> grad_accumulator;             // guarded by grad_accumulator_mutex
   std::vector<std::pair<size_t, Hook>> leaf_hooks;  // hooks on a leaf's gradient
-  std::string name;                                 // optional, used in messages and by the tracer
+  // Run after AccumulateGrad updated .grad.
+  std::vector<std::pair<size_t, PostAccumulateGradHook>> post_accumulate_hooks;
+  std::string name;      // optional, used in messages and by the tracer
   bool is_view = false;  // a view of a tensor with history: in-place writes are refused
 };
 
@@ -149,6 +151,11 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs,
 // Accumulates into the leaves reachable from `roots`.
 void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool retain_graph = false,
               bool create_graph = false);
+
+// Runs `callback` once the backward pass that is running on this thread has finished (PyTorch's
+// Variable._execution_engine.queue_callback): how a hook that starts work during backward (a
+// data-parallel gradient all-reduce) waits for it at the end. Throws when no backward is running.
+void queue_callback(std::function<void()> callback);
 
 // --- used by op implementations
 // True when grad mode is on and any input requires grad.

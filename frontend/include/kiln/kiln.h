@@ -6,6 +6,7 @@
 #include "kiln/custom_function.h"
 #include "kiln/data.h"
 #include "kiln/dispatch.h"
+#include "kiln/distributed.h"
 #include "kiln/nn.h"
 #include "kiln/nn_ops.h"
 #include "kiln/ops.h"

@@ -70,6 +70,7 @@ using TensorIndex = std::variant<int64_t, Slice, NoneIndex, EllipsisIndex>;
 class Tensor;
 using TensorList = std::vector<Tensor>;
 using Hook = std::function<std::optional<Tensor>(const Tensor& grad)>;
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
 
 class Tensor {
  public:
@@ -209,6 +210,10 @@ class Tensor {
   // Returns a handle for remove_hook.
   size_t register_hook(Hook hook) const;
   void remove_hook(size_t handle) const;
+  // Runs on a leaf after backward accumulated into its .grad (PyTorch's
+  // register_post_accumulate_grad_hook): the argument is the leaf, its grad() the new sum.
+  // Returns a handle for remove_hook.
+  size_t register_post_accumulate_grad_hook(PostAccumulateGradHook hook) const;
   uint64_t version() const { return checked().storage()->version(); }
 
   autograd::AutogradMeta* autograd_meta() const;

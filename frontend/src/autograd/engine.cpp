@@ -14,6 +14,8 @@ namespace kiln::autograd {
 namespace {
 
 thread_local bool tls_grad_enabled = true;
+// Callbacks queued by the backward pass running on this thread (null when none runs).
+thread_local std::vector<std::function<void()>>* tls_final_callbacks = nullptr;
 thread_local bool tls_inference_mode = false;
 std::atomic<uint64_t> g_sequence{0};
 
@@ -115,6 +117,14 @@ void run_engine(const TensorList& roots, const TensorList& grad_roots, bool keep
     }
   }
 
+  // Callbacks belong to this pass; a backward run from inside a hook keeps its own.
+  std::vector<std::function<void()>> final_callbacks;
+  struct CallbackScope {
+    std::vector<std::function<void()>>* prev = tls_final_callbacks;
+    explicit CallbackScope(std::vector<std::function<void()>>* mine) { tls_final_callbacks = mine; }
+    ~CallbackScope() { tls_final_callbacks = prev; }
+  } callback_scope(&final_callbacks);
+
   GradModeGuard mode(create_graph);
   while (!ready.empty()) {
     Node* node = ready.top();
@@ -156,11 +166,22 @@ void run_engine(const TensorList& roots, const TensorList& grad_roots, bool keep
     }
     keep_alive.erase(node);
   }
+  // A callback may queue another: run until none is left.
+  for (size_t i = 0; i < final_callbacks.size(); ++i) {
+    auto callback = std::move(final_callbacks[i]);
+    callback();
+  }
 }
 
 }  // namespace
 
 Node::Node() : sequence_nr_(g_sequence.fetch_add(1, std::memory_order_relaxed)) {}
+
+void queue_callback(std::function<void()> callback) {
+  KILN_CHECK(tls_final_callbacks != nullptr, "queue_callback",
+             "no backward pass is running on this thread");
+  tls_final_callbacks->push_back(std::move(callback));
+}
 
 bool grad_enabled() {
   return tls_grad_enabled;
@@ -193,6 +214,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   } else {
     meta.grad = meta.grad + g;
   }
+  for (const auto& [id, hook] : meta.post_accumulate_hooks) hook(leaf);
   return {};
 }
 

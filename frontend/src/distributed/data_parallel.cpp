@@ -1,0 +1,230 @@
+// DistributedDataParallel's reducer: gradient hooks mark parameters ready, full buckets start
+// their all-reduce in bucket order, and a callback at the end of backward finishes the rest.
+
+#include "kiln/distributed/data_parallel.h"
+
+#include <cstring>
+#include <map>
+#include <unordered_set>
+
+#include "kiln/autograd.h"
+#include "kiln/ops.h"
+#include "kiln/runtime/kernels/copy.h"
+
+namespace kiln::distributed {
+namespace {
+
+// Copies src into dst (same element count) without autograd: gradient and parameter storage.
+void copy_flat(const Tensor& dst, const Tensor& src) {
+  if (dst.impl()->raw_data() == src.impl()->raw_data() && src.is_contiguous()) return;
+  kernels::copy_(*dst.impl(), *src.reshape(dst.sizes()).impl());
+}
+
+}  // namespace
+
+void broadcast_coalesced(ProcessGroup& group, const TensorList& tensors, int root) {
+  if (group.size() == 1) return;
+  std::map<DType, TensorList> by_dtype;
+  for (const Tensor& t : tensors) {
+    if (t.defined() && t.numel() > 0) by_dtype[t.dtype()].push_back(t.detach());
+  }
+  for (auto& [dtype, list] : by_dtype) {
+    int64_t total = 0;
+    for (const Tensor& t : list) total += t.numel();
+    Tensor flat = empty({total}, TensorOptions(dtype));
+    int64_t at = 0;
+    for (const Tensor& t : list) {
+      copy_flat(flat.narrow(0, at, t.numel()), t);
+      at += t.numel();
+    }
+    group.broadcast(flat, root);
+    at = 0;
+    for (const Tensor& t : list) {
+      copy_flat(t, flat.narrow(0, at, t.numel()));
+      t.impl()->storage()->bump_version();
+      at += t.numel();
+    }
+  }
+}
+
+struct DistributedDataParallel::Reducer {
+  struct Bucket {
+    std::vector<size_t> params;  // indices into `params`
+    std::vector<int64_t> offsets;
+    Tensor flat;
+    size_t pending = 0;
+    Work work;
+  };
+
+  std::shared_ptr<ProcessGroup> group;
+  TensorList params;
+  std::vector<size_t> handles;  // hook handles, per parameter
+  std::vector<size_t> bucket_of;
+  std::vector<Bucket> buckets;
+  std::vector<bool> ready;
+  size_t next_launch = 0;
+  bool callback_queued = false;
+  bool sync = true;
+  bool at_end = false;  // finish() is launching
+  DistributedDataParallel::Stats stats;
+
+  void build(double bucket_cap_mb) {
+    const double cap = bucket_cap_mb * 1024 * 1024;
+    bucket_of.assign(params.size(), 0);
+    ready.assign(params.size(), false);
+    // Reverse registration order: backward finishes the last layers first. A bucket holds one
+    // dtype; it closes once it reaches the cap.
+    std::map<DType, size_t> open;  // dtype -> bucket index being filled
+    for (size_t k = params.size(); k-- > 0;) {
+      const Tensor& p = params[k];
+      auto it = open.find(p.dtype());
+      if (it == open.end()) {
+        buckets.emplace_back();
+        it = open.emplace(p.dtype(), buckets.size() - 1).first;
+      }
+      Bucket& b = buckets[it->second];
+      const int64_t at = b.offsets.empty() ? 0 : b.offsets.back() + params[b.params.back()].numel();
+      b.params.push_back(k);
+      b.offsets.push_back(at);
+      bucket_of[k] = it->second;
+      const double bytes = double(at + p.numel()) * double(dtype_size(p.dtype()));
+      if (bytes >= cap) open.erase(it);
+    }
+    for (Bucket& b : buckets) {
+      const int64_t total = b.offsets.back() + params[b.params.back()].numel();
+      b.flat = empty({total}, TensorOptions(params[b.params.front()].dtype()));
+      b.pending = b.params.size();
+    }
+  }
+
+  void on_grad_ready(size_t k) {
+    if (!sync) return;
+    if (!callback_queued) {
+      callback_queued = true;
+      autograd::queue_callback([this] { finish(); });
+    }
+    if (ready[k]) return;
+    ready[k] = true;
+    if (--buckets[bucket_of[k]].pending == 0) launch_ready();
+  }
+
+  void launch_ready() {
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) launch(next_launch++);
+  }
+
+  void launch(size_t index) {
+    Bucket& b = buckets[index];
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const Tensor& p = params[b.params[j]];
+      Tensor slot = b.flat.narrow(0, b.offsets[j], p.numel());
+      Tensor g = p.grad();
+      if (g.defined()) {
+        copy_flat(slot, g);
+      } else {
+        std::memset(slot.impl()->raw_data(), 0, p.numel() * dtype_size(p.dtype()));
+      }
+    }
+    b.work = group->all_reduce_async(b.flat, ReduceOp::Avg);
+    ++(at_end ? stats.buckets_at_end : stats.buckets_overlapped);
+  }
+
+  // The end of backward: start what a missing gradient held back, wait, hand out the averages.
+  void finish() {
+    struct Reset {
+      Reducer& r;
+      ~Reset() {
+        r.callback_queued = false;
+        r.at_end = false;
+        r.next_launch = 0;
+        r.ready.assign(r.params.size(), false);
+        for (Bucket& b : r.buckets) b.pending = b.params.size();
+      }
+    } reset{*this};
+    for (Bucket& b : buckets) b.pending = 0;
+    at_end = true;
+    launch_ready();
+    for (Bucket& b : buckets) {
+      b.work.wait();
+      b.work = Work();
+      for (size_t j = 0; j < b.params.size(); ++j) {
+        Tensor& p = params[b.params[j]];
+        p.set_grad(b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes()));
+      }
+    }
+  }
+};
+
+DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module,
+                                                 DistributedDataParallelOptions options)
+    : nn::Module("DistributedDataParallel"),
+      module_(std::move(module)),
+      group_(options.group ? options.group : default_group()),
+      options_(std::move(options)),
+      reducer_(std::make_shared<Reducer>()) {
+  KILN_CHECK(module_, "DistributedDataParallel", "expected a module, got null");
+  KILN_CHECK(options_.bucket_cap_mb > 0, "DistributedDataParallel",
+             "expected bucket_cap_mb > 0, got ", options_.bucket_cap_mb);
+  register_module("module", module_);
+  for (const Tensor& p : module_->parameters()) {
+    KILN_CHECK(p.device() == Device::CPU, "DistributedDataParallel",
+               "expected parameters on the cpu, got one on ", device_name(p.device()),
+               " (the NCCL backend for cuda is not built yet)");
+  }
+  broadcast_coalesced(*group_, module_->parameters());
+  broadcast_coalesced(*group_, module_->buffers());
+
+  Reducer& r = *reducer_;
+  r.group = group_;
+  std::unordered_set<const TensorImpl*> seen;
+  for (const Tensor& p : module_->parameters()) {
+    if (p.requires_grad() && seen.insert(p.impl()).second) r.params.push_back(p);
+  }
+  r.build(options_.bucket_cap_mb);
+  for (size_t k = 0; k < r.params.size(); ++k) {
+    std::weak_ptr<Reducer> weak = reducer_;
+    r.handles.push_back(r.params[k].register_post_accumulate_grad_hook([weak, k](const Tensor&) {
+      if (auto reducer = weak.lock()) reducer->on_grad_ready(k);
+    }));
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (size_t k = 0; k < reducer_->params.size(); ++k) {
+    reducer_->params[k].remove_hook(reducer_->handles[k]);
+  }
+}
+
+int DistributedDataParallel::bucket_count() const {
+  return static_cast<int>(reducer_->buckets.size());
+}
+
+DistributedDataParallel::Stats DistributedDataParallel::stats() const {
+  return reducer_->stats;
+}
+
+void DistributedDataParallel::sync_buffers() {
+  if (options_.broadcast_buffers && is_training() && group_->size() > 1) {
+    broadcast_coalesced(*group_, module_->buffers());
+  }
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& input) {
+  sync_buffers();
+  return (*module_)(input);
+}
+
+TensorList DistributedDataParallel::forward_list(const TensorList& inputs) {
+  sync_buffers();
+  return module_->call(inputs);
+}
+
+DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
+    : ddp_(ddp), prev_(ddp.reducer_->sync) {
+  ddp_.reducer_->sync = false;
+}
+
+DistributedDataParallel::NoSyncGuard::~NoSyncGuard() {
+  ddp_.reducer_->sync = prev_;
+}
+
+}  // namespace kiln::distributed

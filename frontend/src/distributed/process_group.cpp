@@ -1,0 +1,369 @@
+// ProcessGroup: the rendezvous, the collectives' thread and queue, the checks each collective
+// makes before moving data. The algorithms are in ring.cpp.
+
+#include "kiln/distributed/process_group.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "kiln/ops.h"
+#include "kiln/runtime/kernels/copy.h"
+#include "ring.h"
+
+namespace kiln::distributed {
+
+using detail::Clock;
+using detail::Socket;
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Product:
+      return "product";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Max:
+      return "max";
+  }
+  return "?";
+}
+
+struct Work::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+
+  void finish(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      error = std::move(e);
+    }
+    cv.notify_all();
+  }
+};
+
+void Work::wait() const {
+  KILN_CHECK(state_, "Work::wait", "an empty Work handle");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Work::is_completed() const {
+  if (!state_) return false;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+namespace {
+
+enum class Kind : uint32_t { AllReduce = 1, Broadcast = 2, AllGather = 3, Barrier = 4 };
+
+const char* kind_name(uint32_t k) {
+  switch (static_cast<Kind>(k)) {
+    case Kind::AllReduce:
+      return "all_reduce";
+    case Kind::Broadcast:
+      return "broadcast";
+    case Kind::AllGather:
+      return "all_gather";
+    case Kind::Barrier:
+      return "barrier";
+  }
+  return "an unknown collective";
+}
+
+// What each rank says about the collective it is about to run; neighbours compare.
+struct Header {
+  uint64_t sequence = 0;
+  uint32_t kind = 0;
+  uint32_t op = 0;
+  uint32_t dtype = 0;
+  int32_t root = 0;
+  int64_t numel = 0;
+};
+
+std::string describe(const Header& h) {
+  std::string s = kiln::detail::concat("collective #", h.sequence, " ", kind_name(h.kind));
+  if (static_cast<Kind>(h.kind) == Kind::Barrier) return s;
+  s += kiln::detail::concat(" of ", h.numel, " ", dtype_name(static_cast<DType>(h.dtype)),
+                            " elements");
+  if (static_cast<Kind>(h.kind) == Kind::AllReduce)
+    s += kiln::detail::concat(" (", reduce_op_name(static_cast<ReduceOp>(h.op)), ")");
+  if (static_cast<Kind>(h.kind) == Kind::Broadcast)
+    s += kiln::detail::concat(" from rank ", h.root);
+  return s;
+}
+
+std::string rank_name(int r) {
+  return "rank " + std::to_string(r);
+}
+
+}  // namespace
+
+struct ProcessGroup::Impl {
+  std::shared_ptr<Store> store;
+  detail::Ring ring;
+  uint64_t sequence = 0;  // touched by the worker only
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<std::function<void()>, std::shared_ptr<Work::State>>> queue;
+  bool stopping = false;
+  bool running = false;
+  std::exception_ptr failure;  // the first error; later collectives rethrow it
+  std::thread worker;
+
+  void run() {
+    for (;;) {
+      std::pair<std::function<void()>, std::shared_ptr<Work::State>> task;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (queue.empty()) return;
+        task = std::move(queue.front());
+        queue.pop_front();
+        running = true;
+      }
+      std::exception_ptr error;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        error = failure;
+      }
+      if (error) {
+        try {
+          std::rethrow_exception(error);
+        } catch (const Error& e) {
+          error = std::make_exception_ptr(
+              Error(e.op(), "the process group failed earlier: " + e.message()));
+        } catch (...) {
+        }
+      } else {
+        try {
+          task.first();
+        } catch (...) {
+          error = std::current_exception();
+          // Neighbours blocked on this rank see the connection close at once instead of waiting
+          // for their timeout.
+          ring.next.shutdown();
+          ring.prev.shutdown();
+          std::lock_guard<std::mutex> lock(mu);
+          failure = error;
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        running = false;
+      }
+      task.second->finish(error);
+    }
+  }
+
+  Work submit(std::function<void()> fn) {
+    auto state = std::make_shared<Work::State>();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      queue.emplace_back(std::move(fn), state);
+    }
+    cv.notify_one();
+    return Work(state);
+  }
+
+  // Compares this collective's header with the previous rank's (and sends ours to the next).
+  void check_header(Header mine) {
+    mine.sequence = sequence++;
+    if (ring.size == 1) return;
+    Header theirs{};
+    const char* name = kind_name(mine.kind);
+    detail::send_recv(ring.next, &mine, sizeof(mine), ring.next_name, ring.prev, &theirs,
+                      sizeof(theirs), ring.prev_name, ring.deadline(), name);
+    if (std::memcmp(&mine, &theirs, sizeof(mine)) != 0) {
+      fail(name, "ranks disagree: ", rank_name(ring.rank), " runs ", describe(mine), ", ",
+           ring.prev_name, " runs ", describe(theirs),
+           "; every rank must call the same collectives in the same order with tensors of one "
+           "shape and dtype");
+    }
+  }
+};
+
+namespace {
+
+Socket connect_ring(detail::Ring& ring, Store& store, const std::string& prefix,
+                    const Socket& listener, Clock::time_point deadline) {
+  const int next = (ring.rank + 1) % ring.size;
+  const std::string where = store.get_string(prefix + "/addr/" + std::to_string(next));
+  const size_t colon = where.rfind(':');
+  KILN_CHECK(colon != std::string::npos, "init_process_group", "bad address '", where,
+             "' published by ", rank_name(next));
+  const std::string host = where.substr(0, colon);
+  const int port = std::stoi(where.substr(colon + 1));
+  ring.next = Socket::connect(host, port, deadline, "init_process_group");
+  const int32_t hello[2] = {ring.rank, ring.size};
+  ring.next.send_all(hello, sizeof(hello), deadline, "init_process_group", ring.next_name);
+  return listener.accept(deadline, "init_process_group");
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_size,
+                           ProcessGroupOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  KILN_CHECK(store, "ProcessGroup", "expected a store, got null");
+  KILN_CHECK(world_size >= 1, "ProcessGroup", "expected a world size >= 1, got ", world_size);
+  KILN_CHECK(rank >= 0 && rank < world_size, "ProcessGroup", "expected a rank in [0, ", world_size,
+             "), got ", rank);
+  auto& ring = impl_->ring;
+  impl_->store = std::move(store);
+  ring.rank = rank;
+  ring.size = world_size;
+  ring.timeout = options.timeout;
+  ring.next_name = rank_name((rank + 1) % world_size);
+  ring.prev_name = rank_name((rank - 1 + world_size) % world_size);
+  if (world_size > 1) {
+    const auto deadline = Clock::now() + options.timeout;
+    const std::string prefix = "kiln/pg/" + options.name;
+    // Listen where the store's connection goes out: an interface the other ranks reach.
+    std::string address = "127.0.0.1";
+    if (auto* tcp = dynamic_cast<TCPStore*>(impl_->store.get())) address = tcp->local_address();
+    Socket listener = Socket::listen("", 0, "init_process_group");
+    impl_->store->set(prefix + "/addr/" + std::to_string(rank),
+                      address + ":" + std::to_string(listener.local_port()));
+    try {
+      ring.prev = connect_ring(ring, *impl_->store, prefix, listener, deadline);
+    } catch (const Error& e) {
+      fail("init_process_group", rank_name(rank), " of ", world_size,
+           " could not connect the ring: ", e.message());
+    }
+    int32_t hello[2] = {-1, -1};
+    ring.prev.recv_all(hello, sizeof(hello), deadline, "init_process_group", ring.prev_name);
+    const int expected = (rank - 1 + world_size) % world_size;
+    KILN_CHECK(hello[0] == expected && hello[1] == world_size, "init_process_group",
+               rank_name(rank), " of ", world_size, " expected ", rank_name(expected), " of ",
+               world_size, " to connect, got rank ", hello[0], " of ", hello[1],
+               " (do all ranks agree on the world size?)");
+  }
+  impl_->worker = std::thread([impl = impl_.get()] { impl->run(); });
+}
+
+ProcessGroup::~ProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+    // Queued collectives never run; one running is woken by closing its connections.
+    for (auto& [fn, state] : impl_->queue) {
+      state->finish(std::make_exception_ptr(
+          Error("ProcessGroup", "the process group was destroyed before this collective ran")));
+    }
+    impl_->queue.clear();
+    if (impl_->running) {
+      impl_->ring.next.shutdown();
+      impl_->ring.prev.shutdown();
+    }
+  }
+  impl_->cv.notify_all();
+  impl_->worker.join();
+}
+
+int ProcessGroup::rank() const {
+  return impl_->ring.rank;
+}
+int ProcessGroup::size() const {
+  return impl_->ring.size;
+}
+
+namespace {
+
+// The contiguous CPU tensor a collective works on: `t` itself, or a copy written back at the end.
+Tensor checked_buffer(const Tensor& t, const char* op) {
+  KILN_CHECK(t.defined(), op, "expected a tensor, got an undefined one");
+  KILN_CHECK(t.device() == Device::CPU, op, "expected a cpu tensor, got a ", device_name(t.device()), " one",
+             " (kiln's distributed backend is the CPU one; NCCL for cuda tensors is not built "
+             "yet: move the tensor with .cpu())");
+  return t.is_contiguous() ? t : t.detach().contiguous();
+}
+
+void write_back(const Tensor& t, const Tensor& buffer) {
+  if (buffer.impl() != t.impl()) kernels::copy_(*t.impl(), *buffer.impl());
+}
+
+}  // namespace
+
+Work ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
+  Tensor buffer = checked_buffer(tensor, "all_reduce");
+  const DType dtype = tensor.dtype();
+  KILN_CHECK(dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Int32 ||
+                 dtype == DType::Int64,
+             "all_reduce", "expected a float32, float64, int32 or int64 tensor, got ", dtype);
+  KILN_CHECK(op != ReduceOp::Avg || dtype == DType::Float32 || dtype == DType::Float64,
+             "all_reduce", "avg needs a floating-point tensor, got ", dtype);
+  tensor.impl()->storage()->bump_version();
+  return impl_->submit([impl = impl_.get(), tensor, buffer, op, dtype] {
+    Header h{0, uint32_t(Kind::AllReduce), uint32_t(op), uint32_t(dtype), 0, buffer.numel()};
+    impl->check_header(h);
+    impl->ring.all_reduce(buffer.impl()->raw_data(), buffer.numel(), dtype, op, "all_reduce");
+    write_back(tensor, buffer);
+  });
+}
+
+void ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
+  all_reduce_async(tensor, op).wait();
+}
+
+Work ProcessGroup::broadcast_async(const Tensor& tensor, int root) {
+  Tensor buffer = checked_buffer(tensor, "broadcast");
+  KILN_CHECK(root >= 0 && root < size(), "broadcast", "expected a root rank in [0, ", size(),
+             "), got ", root);
+  tensor.impl()->storage()->bump_version();
+  return impl_->submit([impl = impl_.get(), tensor, buffer, root] {
+    Header h{0, uint32_t(Kind::Broadcast), 0, uint32_t(buffer.dtype()), root, buffer.numel()};
+    impl->check_header(h);
+    impl->ring.broadcast(buffer.impl()->raw_data(), buffer.numel() * dtype_size(buffer.dtype()),
+                         root, "broadcast");
+    write_back(tensor, buffer);
+  });
+}
+
+void ProcessGroup::broadcast(const Tensor& tensor, int root) {
+  broadcast_async(tensor, root).wait();
+}
+
+TensorList ProcessGroup::all_gather(const Tensor& tensor) {
+  Tensor mine = checked_buffer(tensor, "all_gather");
+  TensorList parts;
+  std::vector<void*> pointers;
+  for (int r = 0; r < size(); ++r) {
+    parts.push_back(r == rank() ? mine.detach().clone()
+                                : empty(tensor.sizes(), TensorOptions(tensor.dtype())));
+    pointers.push_back(parts.back().impl()->raw_data());
+  }
+  impl_
+      ->submit([impl = impl_.get(), pointers, numel = mine.numel(), dtype = mine.dtype()] {
+        Header h{0, uint32_t(Kind::AllGather), 0, uint32_t(dtype), 0, numel};
+        impl->check_header(h);
+        impl->ring.all_gather(pointers, numel * dtype_size(dtype), "all_gather");
+      })
+      .wait();
+  return parts;
+}
+
+void ProcessGroup::barrier() {
+  impl_
+      ->submit([impl = impl_.get()] {
+        Header h{0, uint32_t(Kind::Barrier), 0, 0, 0, 0};
+        impl->check_header(h);
+        int64_t token = 0;
+        impl->ring.all_reduce(&token, 1, DType::Int64, ReduceOp::Sum, "barrier");
+      })
+      .wait();
+}
+
+}  // namespace kiln::distributed

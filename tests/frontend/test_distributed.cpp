@@ -1,0 +1,342 @@
+// Process groups: the store, the ring collectives against float64 references computed from every
+// rank's inputs, the checks that stop mismatched or failed ranks, and the environment a launcher
+// sets. Ranks are threads here (distributed_util.h); examples/distributed runs them as processes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+
+#include "distributed_util.h"
+#include "kiln/kiln.h"
+
+namespace dist = kiln::distributed;
+using namespace std::chrono_literals;
+using kiln::DType;
+using kiln::Tensor;
+
+namespace {
+
+// Rank r's input: values that differ per rank and element, reproducible by every thread.
+std::vector<double> rank_values(int rank, int64_t n) {
+  std::mt19937_64 gen(1000 + rank);
+  std::uniform_real_distribution<double> u(-2, 2);
+  std::vector<double> v(n);
+  for (auto& x : v) x = u(gen);
+  return v;
+}
+
+Tensor as_tensor(const std::vector<double>& v, DType dtype) {
+  Tensor t = kiln::empty({int64_t(v.size())}, kiln::TensorOptions(dtype));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::Float32) t.data_ptr<float>()[i] = float(v[i]);
+    if (dtype == DType::Float64) t.data_ptr<double>()[i] = v[i];
+  }
+  return t;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(TCPStore, SetGetAddAcrossClientsAndGetWaitsForSet) {
+  dist::TCPStore server("", 0, true, 10s);
+  dist::TCPStore client("127.0.0.1", server.port(), false, 10s);
+  server.set("a", std::string("hello"));
+  EXPECT_EQ(client.get_string("a"), "hello");
+  EXPECT_EQ(client.add("n", 5), 5);
+  EXPECT_EQ(server.add("n", -2), 3);
+  std::thread late([&] {
+    std::this_thread::sleep_for(50ms);
+    server.set("later", std::string("x"));
+  });
+  EXPECT_EQ(client.get_string("later"), "x");  // blocks until the set
+  late.join();
+  // Values of any bytes, including an empty one.
+  client.set("empty", std::vector<uint8_t>{});
+  EXPECT_TRUE(server.get("empty").empty());
+}
+
+TEST(TCPStore, MissingKeyTimesOutNamingTheKey) {
+  dist::TCPStore server("", 0, true, 200ms);
+  const std::string m = message_of([&] { server.get("never/set"); });
+  EXPECT_NE(m.find("never/set"), std::string::npos) << m;
+  EXPECT_NE(m.find("timed out"), std::string::npos) << m;
+  // The failed connection says so instead of reading a stale reply.
+  const std::string again = message_of([&] { server.get("x"); });
+  EXPECT_NE(again.find("closed by an earlier error"), std::string::npos) << again;
+}
+
+TEST(TCPStore, NoServerIsAConnectError) {
+  int port = 0;
+  {
+    dist::TCPStore probe("", 0, true, 1s);  // a port that was free a moment ago
+    port = probe.port();
+  }
+  const std::string m = message_of([&] { dist::TCPStore("127.0.0.1", port, false, 300ms); });
+  EXPECT_NE(m.find("cannot connect to 127.0.0.1:" + std::to_string(port)), std::string::npos) << m;
+}
+
+TEST(ProcessGroup, AllReduceSumMatchesFloat64ReferenceOnEveryRankCount) {
+  for (int n : {1, 2, 3, 4}) {
+    for (int64_t numel : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{1000}, int64_t{300007}}) {
+      std::vector<std::vector<float>> results(n);
+      test::run_ranks(n, [&](const auto& group) {
+        Tensor t = as_tensor(rank_values(group->rank(), numel), DType::Float32);
+        group->all_reduce(t);
+        results[group->rank()].assign(t.data_ptr<float>(), t.data_ptr<float>() + numel);
+      });
+      std::vector<double> expected(numel, 0.0);
+      for (int r = 0; r < n; ++r) {
+        const auto v = rank_values(r, numel);
+        for (int64_t i = 0; i < numel; ++i) expected[i] += double(float(v[i]));
+      }
+      for (int64_t i = 0; i < numel; ++i) {
+        ASSERT_NEAR(results[0][i], expected[i], 1e-5 * (1 + std::abs(expected[i])))
+            << n << " ranks, " << numel << " elements, element " << i;
+      }
+      // Every rank holds the same bytes.
+      for (int r = 1; r < n; ++r) EXPECT_EQ(results[r], results[0]) << n << " ranks, rank " << r;
+    }
+  }
+}
+
+TEST(ProcessGroup, AllReduceOpsAndDtypes) {
+  test::run_ranks(3, [&](const auto& group) {
+    const int r = group->rank();
+    // int64: exact sums, products, extremes.
+    Tensor s = kiln::full({4}, double(r + 1), kiln::TensorOptions(DType::Int64));
+    group->all_reduce(s, dist::ReduceOp::Sum);
+    EXPECT_EQ(s.data_ptr<int64_t>()[3], 6);
+    Tensor p = kiln::full({5}, double(r + 2), kiln::TensorOptions(DType::Int64));
+    group->all_reduce(p, dist::ReduceOp::Product);
+    EXPECT_EQ(p.data_ptr<int64_t>()[0], 2 * 3 * 4);
+    Tensor lo = kiln::full({2}, double(10 - r), kiln::TensorOptions(DType::Int32));
+    group->all_reduce(lo, dist::ReduceOp::Min);
+    EXPECT_EQ(lo.data_ptr<int32_t>()[1], 8);
+    Tensor hi = kiln::full({7}, double(r) - 5, kiln::TensorOptions(DType::Float64));
+    group->all_reduce(hi, dist::ReduceOp::Max);
+    EXPECT_EQ(hi.data_ptr<double>()[6], -3.0);
+    // Avg divides the sum by the rank count.
+    Tensor a = kiln::full({3}, double(r), kiln::TensorOptions(DType::Float64));
+    group->all_reduce(a, dist::ReduceOp::Avg);
+    EXPECT_EQ(a.data_ptr<double>()[0], 1.0);
+    // Avg on integers and unsupported dtypes are refused before anything is sent.
+    Tensor i = kiln::zeros({2}, kiln::TensorOptions(DType::Int32));
+    EXPECT_NE(message_of([&] {
+                group->all_reduce(i, dist::ReduceOp::Avg);
+              }).find("avg needs a floating-point tensor, got int32"),
+              std::string::npos);
+    Tensor h = kiln::zeros({2}, kiln::TensorOptions(DType::Float16));
+    EXPECT_NE(message_of([&] { group->all_reduce(h); }).find("got float16"), std::string::npos);
+    // The group still works.
+    group->barrier();
+  });
+}
+
+TEST(ProcessGroup, NonContiguousTensorsAreReducedAndWrittenBackInPlace) {
+  test::run_ranks(2, [&](const auto& group) {
+    const int r = group->rank();
+    Tensor base = kiln::arange(0, 12).to(DType::Float32).view({3, 4}).add_(double(10 * r));
+    Tensor view = base.t();  // [4, 3], strided
+    group->all_reduce(view);
+    // base[i][j] = 2 * (4i + j) + 10 on both ranks.
+    for (int64_t i = 0; i < 3; ++i) {
+      for (int64_t j = 0; j < 4; ++j) {
+        EXPECT_EQ(base.data_ptr<float>()[i * 4 + j], 2.0f * (4 * i + j) + 10);
+      }
+    }
+  });
+}
+
+TEST(ProcessGroup, BroadcastFromAnyRootInPieces) {
+  const int64_t numel = (int64_t{3} << 20) / 4 + 5;  // 3 MiB: several of the chain's pieces
+  test::run_ranks(3, [&](const auto& group) {
+    const int r = group->rank();
+    Tensor t = as_tensor(rank_values(r, numel), DType::Float64);
+    group->broadcast(t, /*root=*/1);
+    const auto expected = rank_values(1, numel);
+    for (int64_t i = 0; i < numel; i += 997) ASSERT_EQ(t.data_ptr<double>()[i], expected[i]);
+    EXPECT_EQ(t.data_ptr<double>()[numel - 1], expected[numel - 1]);
+    EXPECT_NE(message_of([&] { group->broadcast(t, 3); }).find("root rank in [0, 3), got 3"),
+              std::string::npos);
+  });
+}
+
+TEST(ProcessGroup, AllGatherReturnsEveryRanksTensorInRankOrder) {
+  test::run_ranks(4, [&](const auto& group) {
+    Tensor mine = kiln::full({2, 3}, double(group->rank() * 10), kiln::TensorOptions(DType::Int64));
+    kiln::TensorList all = group->all_gather(mine);
+    ASSERT_EQ(all.size(), 4u);
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(all[r].sizes(), kiln::Dims({2, 3}));
+      EXPECT_EQ(all[r].data_ptr<int64_t>()[5], 10 * r);
+    }
+  });
+}
+
+TEST(ProcessGroup, BarrierWaitsForTheLastRank) {
+  std::atomic<bool> last_arrived{false};
+  test::run_ranks(3, [&](const auto& group) {
+    if (group->rank() == 2) {
+      std::this_thread::sleep_for(150ms);
+      last_arrived = true;
+    }
+    group->barrier();
+    EXPECT_TRUE(last_arrived.load()) << "rank " << group->rank() << " left the barrier early";
+  });
+}
+
+TEST(ProcessGroup, AsyncWorkCompletesInCallOrder) {
+  test::run_ranks(2, [&](const auto& group) {
+    std::vector<Tensor> ts;
+    std::vector<dist::Work> works;
+    for (int k = 0; k < 8; ++k) {
+      ts.push_back(
+          kiln::full({1000}, double(k + group->rank()), kiln::TensorOptions(DType::Float32)));
+      works.push_back(group->all_reduce_async(ts.back()));
+    }
+    works.back().wait();
+    for (int k = 0; k < 8; ++k) {
+      EXPECT_TRUE(works[k].is_completed());  // the queue runs in order
+      EXPECT_EQ(ts[k].data_ptr<float>()[999], float(2 * k + 1));
+    }
+  });
+}
+
+TEST(ProcessGroup, MismatchedCollectivesFailWithBothSidesNamed) {
+  std::vector<std::string> messages(2), later(2);
+  test::run_ranks(2, [&](const auto& group) {
+    const int r = group->rank();
+    Tensor t = kiln::zeros({r == 0 ? 10 : 20});
+    messages[r] = message_of([&] { group->all_reduce(t); });
+    later[r] = message_of([&] { group->barrier(); });
+  });
+  const std::string both = messages[0] + " | " + messages[1];
+  EXPECT_NE(both.find("ranks disagree"), std::string::npos) << both;
+  EXPECT_NE(both.find("all_reduce of 10 float32 elements (sum)"), std::string::npos) << both;
+  EXPECT_NE(both.find("all_reduce of 20 float32 elements (sum)"), std::string::npos) << both;
+  // Neither rank hangs; later collectives repeat the failure.
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(messages[r], "(no error)") << "rank " << r;
+    EXPECT_NE(later[r].find("failed earlier"), std::string::npos) << later[r];
+  }
+}
+
+TEST(ProcessGroup, ARankThatLeftIsReportedBeforeTheTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  test::run_ranks(
+      2,
+      [&](const auto& group) {
+        if (group->rank() == 1) return;  // destroys its group at once
+        Tensor t = kiln::ones({100});
+        message = message_of([&] { group->all_reduce(t); });
+      },
+      30s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  EXPECT_NE(message.find("rank 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("failed or exited"), std::string::npos) << message;
+}
+
+TEST(ProcessGroup, CpuTensorsOnly) {
+  test::run_ranks(1, [&](const auto& group) {
+    EXPECT_NE(message_of([&] { group->all_reduce(Tensor()); }).find("undefined"),
+              std::string::npos);
+    Tensor t = kiln::ones({3});
+    group->all_reduce(t, dist::ReduceOp::Avg);  // one rank: unchanged
+    EXPECT_EQ(t.data_ptr<float>()[2], 1.0f);
+  });
+}
+
+namespace {
+struct EnvGuard {
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  void set(const std::string& name, const char* value) {
+    const char* old = std::getenv(name.c_str());
+    saved.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+    if (value) {
+      setenv(name.c_str(), value, 1);
+    } else {
+      unsetenv(name.c_str());
+    }
+  }
+  ~EnvGuard() {
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
+      if (it->second) {
+        setenv(it->first.c_str(), it->second->c_str(), 1);
+      } else {
+        unsetenv(it->first.c_str());
+      }
+    }
+  }
+};
+}  // namespace
+
+TEST(InitProcessGroup, ReadsTorchrunThenOpenMpiEnvironment) {
+  EnvGuard env;
+  for (const char* name : {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                           "SLURM_PROCID", "SLURM_NTASKS", "MASTER_ADDR", "MASTER_PORT"}) {
+    env.set(name, nullptr);
+  }
+  EXPECT_NE(message_of([] { dist::resolve_init_options({}); }).find("torchrun"), std::string::npos);
+  env.set("OMPI_COMM_WORLD_RANK", "2");
+  env.set("OMPI_COMM_WORLD_SIZE", "4");
+  auto o = dist::resolve_init_options({});
+  EXPECT_EQ(o.rank, 2);
+  EXPECT_EQ(o.world_size, 4);
+  EXPECT_EQ(o.master_addr, "127.0.0.1");
+  EXPECT_EQ(o.master_port, 29500);
+  env.set("RANK", "1");  // torchrun's variables win
+  env.set("WORLD_SIZE", "2");
+  env.set("MASTER_ADDR", "10.0.0.7");
+  env.set("MASTER_PORT", "12345");
+  o = dist::resolve_init_options({});
+  EXPECT_EQ(o.rank, 1);
+  EXPECT_EQ(o.world_size, 2);
+  EXPECT_EQ(o.master_addr, "10.0.0.7");
+  EXPECT_EQ(o.master_port, 12345);
+  env.set("RANK", "5");
+  EXPECT_NE(message_of([] { dist::resolve_init_options({}); }).find("got 5 (RANK)"),
+            std::string::npos);
+  env.set("RANK", "one");
+  EXPECT_NE(message_of([] { dist::resolve_init_options({}); }).find("in RANK, got 'one'"),
+            std::string::npos);
+  dist::InitOptions nccl;
+  nccl.rank = 0;
+  nccl.world_size = 1;
+  nccl.backend = "nccl";
+  EXPECT_NE(message_of([&] { dist::resolve_init_options(nccl); }).find("NCCL is not built yet"),
+            std::string::npos);
+}
+
+TEST(InitProcessGroup, DefaultGroupOfOneRank) {
+  int port = 0;
+  {
+    dist::TCPStore probe("", 0, true, 1s);
+    port = probe.port();
+  }
+  dist::InitOptions o;
+  o.rank = 0;
+  o.world_size = 1;
+  o.master_port = port;
+  EXPECT_FALSE(dist::is_initialized());
+  dist::init_process_group(o);
+  EXPECT_TRUE(dist::is_initialized());
+  EXPECT_EQ(dist::get_world_size(), 1);
+  EXPECT_NE(message_of([&] { dist::init_process_group(o); }).find("already initialized"),
+            std::string::npos);
+  dist::default_group()->barrier();
+  dist::destroy_process_group();
+  EXPECT_FALSE(dist::is_initialized());
+  EXPECT_NE(message_of([] { dist::get_rank(); }).find("not initialized"), std::string::npos);
+}
