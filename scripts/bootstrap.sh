@@ -13,6 +13,8 @@ packages=(
   pybind11-dev python3-dev python3-numpy
   # ONNX import (frontend/onnx): protobuf and onnx.proto; its tests export models with PyTorch
   libprotobuf-dev protobuf-compiler libonnx-dev python3-onnx python3-torch
+  # examples/distributed's test launches its ranks with Open MPI's mpirun too
+  openmpi-bin
   # the loader fuzzer (scripts/sanitize.sh fuzz): libFuzzer comes with clang's runtime
   clang libclang-rt-14-dev
   # the ONNX importer fuzzer (scripts/sanitize.sh fuzz-onnx): kiln's eager headers need clang 15+

@@ -340,3 +340,20 @@ TEST(InitProcessGroup, DefaultGroupOfOneRank) {
   EXPECT_FALSE(dist::is_initialized());
   EXPECT_NE(message_of([] { dist::get_rank(); }).find("not initialized"), std::string::npos);
 }
+
+TEST(ProcessGroup, RanksStartedWithDifferentWorldSizesFailAtOnce) {
+  auto server = std::make_shared<dist::TCPStore>("", 0, true, 30s);
+  std::vector<std::string> messages(2);
+  const auto start = std::chrono::steady_clock::now();
+  std::thread other([&] {
+    auto store = std::make_shared<dist::TCPStore>("127.0.0.1", server->port(), false, 30s);
+    messages[1] = message_of([&] { dist::ProcessGroup(store, 1, 3); });
+  });
+  messages[0] = message_of([&] { dist::ProcessGroup(server, 0, 2); });
+  other.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  for (const std::string& m : messages) {
+    EXPECT_NE(m.find("rank 1 was started with a world size of 3, rank 0 with 2"), std::string::npos)
+        << m;
+  }
+}

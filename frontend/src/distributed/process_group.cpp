@@ -201,6 +201,7 @@ Socket connect_ring(detail::Ring& ring, Store& store, const std::string& prefix,
                     const Socket& listener, Clock::time_point deadline) {
   const int next = (ring.rank + 1) % ring.size;
   const std::string where = store.get_string(prefix + "/addr/" + std::to_string(next));
+  if (where.rfind("error: ", 0) == 0) fail("init_process_group", where.substr(7));
   const size_t colon = where.rfind(':');
   KILN_CHECK(colon != std::string::npos, "init_process_group", "bad address '", where,
              "' published by ", rank_name(next));
@@ -235,8 +236,25 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
     std::string address = "127.0.0.1";
     if (auto* tcp = dynamic_cast<TCPStore*>(impl_->store.get())) address = tcp->local_address();
     Socket listener = Socket::listen("", 0, "init_process_group");
-    impl_->store->set(prefix + "/addr/" + std::to_string(rank),
-                      address + ":" + std::to_string(listener.local_port()));
+    // Rank 0 states the world size; a rank that disagrees, or a rank taken twice, publishes the
+    // error where its address would be, so that the rank reading it fails too instead of waiting.
+    Store& store = *impl_->store;
+    const std::string addr_key = prefix + "/addr/" + std::to_string(rank);
+    if (rank == 0) store.set(prefix + "/world_size", std::to_string(world_size));
+    std::string problem;
+    const int64_t arrivals = store.add(prefix + "/joined/" + std::to_string(rank), 1);
+    const std::string stated = store.get_string(prefix + "/world_size");
+    if (stated != std::to_string(world_size)) {
+      problem = kiln::detail::concat(rank_name(rank), " was started with a world size of ",
+                                     world_size, ", rank 0 with ", stated);
+    } else if (arrivals != 1) {
+      problem = kiln::detail::concat("two processes were started as ", rank_name(rank));
+    }
+    if (!problem.empty()) {
+      if (arrivals == 1) store.set(addr_key, "error: " + problem);
+      fail("init_process_group", problem);
+    }
+    store.set(addr_key, address + ":" + std::to_string(listener.local_port()));
     try {
       ring.prev = connect_ring(ring, *impl_->store, prefix, listener, deadline);
     } catch (const Error& e) {
@@ -285,7 +303,8 @@ namespace {
 // The contiguous CPU tensor a collective works on: `t` itself, or a copy written back at the end.
 Tensor checked_buffer(const Tensor& t, const char* op) {
   KILN_CHECK(t.defined(), op, "expected a tensor, got an undefined one");
-  KILN_CHECK(t.device() == Device::CPU, op, "expected a cpu tensor, got a ", device_name(t.device()), " one",
+  KILN_CHECK(t.device() == Device::CPU, op, "expected a cpu tensor, got a ",
+             device_name(t.device()), " one",
              " (kiln's distributed backend is the CPU one; NCCL for cuda tensors is not built "
              "yet: move the tensor with .cpu())");
   return t.is_contiguous() ? t : t.detach().contiguous();
