@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/runtime/error.h"
+#include "kiln/runtime/target.h"
 
 namespace kiln::distributed::detail {
 namespace {
@@ -62,13 +63,22 @@ void Ring::all_reduce(void* data, int64_t numel, DType dtype, ReduceOp op, const
   if (n > 1) {
     auto begin = [&](int chunk) { return numel * chunk / n; };
     auto count = [&](int chunk) { return begin(chunk + 1) - begin(chunk); };
-    scratch.resize(static_cast<size_t>(count(n - 1) + 1) * es);
-    // Reduce-scatter: after n-1 steps this rank holds chunk rank+1 summed over all ranks.
+    // Reduce-scatter: after n-1 steps this rank holds chunk rank+1 summed over all ranks. Each
+    // step moves its chunks in pieces and reduces a piece as soon as it arrived, while it is still
+    // in the L2 (a whole chunk received first would be read back from memory).
+    const int64_t piece =
+        std::max<int64_t>(1, rt::active_target().l2_bytes / 4 / static_cast<int64_t>(es));
+    scratch.resize(static_cast<size_t>(piece) * es);
     for (int s = 0; s < n - 1; ++s) {
       const int send = (rank - s + n) % n, recv = (rank - s - 1 + n) % n;
-      send_recv(next, bytes + begin(send) * es, count(send) * es, next_name, prev, scratch.data(),
-                count(recv) * es, prev_name, deadline(), name);
-      reduce_into(bytes + begin(recv) * es, scratch.data(), count(recv), dtype, op);
+      const int64_t longest = std::max(count(send), count(recv));
+      for (int64_t at = 0; at < longest; at += piece) {
+        const int64_t out = std::clamp<int64_t>(count(send) - at, 0, piece);
+        const int64_t in = std::clamp<int64_t>(count(recv) - at, 0, piece);
+        send_recv(next, bytes + (begin(send) + at) * es, out * es, next_name, prev, scratch.data(),
+                  in * es, prev_name, deadline(), name);
+        reduce_into(bytes + (begin(recv) + at) * es, scratch.data(), in, dtype, op);
+      }
     }
     // All-gather: pass the finished chunks around.
     for (int s = 0; s < n - 1; ++s) {

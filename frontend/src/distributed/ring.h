@@ -19,7 +19,7 @@ struct Ring {
   Socket next, prev;
   std::string next_name, prev_name;  // "rank 3", for errors
   std::chrono::milliseconds timeout{};
-  std::vector<char> scratch;  // reduce-scatter's receive buffer, kept between collectives
+  std::vector<char> scratch;  // reduce-scatter's piece buffer, kept between collectives
 
   Clock::time_point deadline() const { return Clock::now() + timeout; }
 

@@ -45,6 +45,9 @@ addrinfo* resolve(const std::string& host, int port, bool passive, const char* o
 void set_no_delay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  int bytes = 4 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 }
 
 [[noreturn]] void timed_out(const char* op, const char* what, const std::string& peer) {
