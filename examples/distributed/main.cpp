@@ -5,8 +5,9 @@
 //                    MASTER_PORT=29500 WORLD_SIZE=2 RANK=1 example_distributed
 //   Open MPI:        mpirun -np 2 example_distributed
 //
-// Every rank builds the same data (a teacher network's outputs), takes its share of each batch,
-// and trains a replica wrapped in DistributedDataParallel; the averaged gradients keep the
+// Every rank builds the same data (a teacher network's outputs), takes its share of each batch
+// (DataLoaderOptions::num_replicas / rank), and trains a replica wrapped in
+// DistributedDataParallel; the averaged gradients keep the
 // replicas equal, so every rank prints the same parameter checksum, which a run with one process
 // on the whole batch reproduces up to rounding.
 //
@@ -55,15 +56,22 @@ int main(int argc, char** argv) try {
     return 2;
   }
 
-  // The same data on every rank: a fixed teacher and fixed inputs.
+  // The same dataset on every rank (a fixed teacher's outputs on fixed inputs); each rank's
+  // loader takes its share of every epoch's shuffled order (as PyTorch's DistributedSampler).
   kiln::manual_seed(1234);
   auto teacher = make_mlp(32, 64, 10);
-  const kiln::Tensor x = kiln::randn({steps, batch, 32});
+  const kiln::Tensor x = kiln::randn({4 * batch, 32});
   kiln::Tensor y;
   {
     kiln::autograd::NoGradGuard no_grad;
-    y = (*teacher)(x.view({steps * batch, 32})).view({steps, batch, 10});
+    y = (*teacher)(x);
   }
+  kiln::data::DataLoader loader(std::make_shared<kiln::data::TensorDataset>(x, y),
+                                {.batch_size = batch / world,
+                                 .shuffle = true,
+                                 .seed = 5,
+                                 .num_replicas = world,
+                                 .rank = rank});
 
   // Ranks may start from different weights: the wrapper copies rank 0's.
   kiln::manual_seed(42 + rank);
@@ -72,21 +80,21 @@ int main(int argc, char** argv) try {
   auto model = std::make_shared<dist::DistributedDataParallel>(make_mlp(32, hidden, 10), options);
   kiln::optim::SGD opt(model->parameters(), kiln::optim::SGDOptions(0.05).momentum(0.9));
 
-  const int64_t rows = batch / world;
   double loss = 0;
-  for (int64_t s = 0; s < steps; ++s) {
-    const kiln::Tensor xs = x.select(0, s).narrow(0, rank * rows, rows);
-    const kiln::Tensor ys = y.select(0, s).narrow(0, rank * rows, rows);
-    opt.zero_grad();
-    kiln::Tensor local = kiln::mse_loss(model->forward(xs), ys);
-    local.backward();
-    opt.step();
-    // The whole batch's loss: the mean of the ranks' means (equal shards).
-    kiln::Tensor global = local.detach().clone();
-    group->all_reduce(global, dist::ReduceOp::Avg);
-    loss = global.item<double>();
-    if (rank == 0 && (s == 0 || s + 1 == steps)) {
-      std::printf("step %lld: loss %.6f\n", static_cast<long long>(s), loss);
+  for (int64_t s = 0; s < steps;) {
+    for (auto& shard : loader) {  // one epoch: 4 steps
+      opt.zero_grad();
+      kiln::Tensor local = kiln::mse_loss(model->forward(shard.data), shard.target);
+      local.backward();
+      opt.step();
+      // The whole batch's loss: the mean of the ranks' means (equal shards).
+      kiln::Tensor global = local.detach().clone();
+      group->all_reduce(global, dist::ReduceOp::Avg);
+      loss = global.item<double>();
+      if (rank == 0 && (s == 0 || s + 1 == steps)) {
+        std::printf("step %lld: loss %.6f\n", static_cast<long long>(s), loss);
+      }
+      if (++s == steps) break;
     }
   }
   double checksum = 0;

@@ -4,6 +4,7 @@
 // bytes as each other). Buckets, unused parameters and no_sync go through the same comparison.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "distributed_util.h"
@@ -247,4 +248,46 @@ TEST(Autograd, PostAccumulateGradHookAndQueuedCallbacks) {
   EXPECT_THROW(kiln::autograd::queue_callback([] {}), kiln::Error);
   Tensor t = kiln::ones({2});
   EXPECT_THROW(t.register_post_accumulate_grad_hook([](const Tensor&) {}), kiln::Error);
+}
+
+TEST(DataLoaderShards, RanksSplitEachEpochAsDistributedSamplerDoes) {
+  const int64_t n = 10;
+  auto dataset = std::make_shared<kiln::data::TensorDataset>(
+      kiln::arange(0, double(n)).to(kiln::DType::Float32).view({n, 1}));
+  for (bool shuffle : {false, true}) {
+    for (uint64_t epoch : {0, 1}) {
+      std::vector<int64_t> seen;
+      const int64_t ranks = 3;
+      for (int64_t r = 0; r < ranks; ++r) {
+        kiln::data::DataLoader loader(
+            dataset,
+            {.batch_size = 2, .shuffle = shuffle, .seed = 7, .num_replicas = ranks, .rank = r});
+        loader.set_epoch(epoch);
+        EXPECT_EQ(loader.size(), 2);  // ceil(10 / 3) = 4 examples, 2 batches
+        int64_t count = 0;
+        for (auto& batch : loader) {
+          for (int64_t i = 0; i < batch.data.size(0); ++i) {
+            seen.push_back(int64_t(batch.data.data_ptr<float>()[i]));
+            ++count;
+          }
+        }
+        EXPECT_EQ(count, 4);
+      }
+      // PyTorch's DistributedSampler: the epoch's order padded with its own first elements to
+      // 12, then indices[rank::3].
+      auto padded = kiln::data::epoch_permutation(n, shuffle, 7, epoch);
+      padded.push_back(padded[0]);
+      padded.push_back(padded[1]);
+      std::vector<int64_t> expected;
+      for (int64_t r = 0; r < 3; ++r) {
+        for (size_t i = size_t(r); i < padded.size(); i += 3) expected.push_back(padded[i]);
+      }
+      EXPECT_EQ(seen, expected) << "shuffle " << shuffle << " epoch " << epoch;
+      std::vector<int64_t> sorted = seen;
+      std::sort(sorted.begin(), sorted.end());
+      sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+      EXPECT_EQ(sorted.size(), size_t(n));
+    }
+  }
+  EXPECT_THROW(kiln::data::DataLoader(dataset, {.num_replicas = 2, .rank = 2}), kiln::Error);
 }

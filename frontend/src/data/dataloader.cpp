@@ -160,6 +160,23 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
              options_.num_workers);
   KILN_CHECK(options_.prefetch_factor >= 1, "DataLoader", "expected prefetch_factor >= 1, got ",
              options_.prefetch_factor);
+  KILN_CHECK(options_.num_replicas >= 1, "DataLoader", "expected num_replicas >= 1, got ",
+             options_.num_replicas);
+  KILN_CHECK(options_.rank >= 0 && options_.rank < options_.num_replicas, "DataLoader",
+             "expected a rank in [0, ", options_.num_replicas, "), got ", options_.rank);
+  KILN_CHECK(options_.num_replicas == 1 || dataset_->size() > 0, "DataLoader",
+             "cannot shard an empty dataset among ", options_.num_replicas, " replicas");
+}
+
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int64_t num_replicas,
+                                 int64_t rank) {
+  if (num_replicas == 1) return order;
+  const auto n = static_cast<int64_t>(order.size());
+  const int64_t per_rank = (n + num_replicas - 1) / num_replicas;
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(per_rank));
+  for (int64_t k = 0; k < per_rank; ++k) mine.push_back(order[(rank + k * num_replicas) % n]);
+  return mine;
 }
 
 DataLoader::~DataLoader() {
@@ -167,7 +184,8 @@ DataLoader::~DataLoader() {
 }
 
 int64_t DataLoader::size() const {
-  const int64_t n = dataset_->size();
+  const int64_t r = options_.num_replicas;
+  const int64_t n = r == 1 ? dataset_->size() : (dataset_->size() + r - 1) / r;
   const int64_t b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
@@ -177,7 +195,9 @@ DataLoader::Iterator DataLoader::begin() {
   auto e = std::make_shared<Epoch>();
   e->dataset = dataset_;
   e->opt = options_;
-  e->perm = epoch_permutation(dataset_->size(), options_.shuffle, options_.seed, next_epoch_++);
+  e->perm = shard_order(
+      epoch_permutation(dataset_->size(), options_.shuffle, options_.seed, next_epoch_++),
+      options_.num_replicas, options_.rank);
   e->num_batches = size();
   current_ = e;
   e->start();

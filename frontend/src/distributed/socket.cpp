@@ -42,9 +42,11 @@ addrinfo* resolve(const std::string& host, int port, bool passive, const char* o
   return result;
 }
 
-void set_no_delay(int fd) {
+void tune_stream(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // Room for a reduce-scatter piece in flight each way, so that a step's send and receive
+  // rarely wait for the peer to drain the kernel's buffer (the kernel caps it at its limits).
   int bytes = 4 << 20;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
@@ -106,7 +108,7 @@ Socket Socket::connect(const std::string& host, int port, Clock::time_point dead
     const int rc = ::connect(s.fd(), info->ai_addr, info->ai_addrlen);
     freeaddrinfo(info);
     if (rc == 0) {
-      set_no_delay(s.fd());
+      tune_stream(s.fd());
       return s;
     }
     last_error = errno_text();
@@ -132,7 +134,7 @@ Socket Socket::accept(Clock::time_point deadline, const char* op) const {
     Socket s(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
     if (!s.valid() && (errno == EINTR || errno == EAGAIN)) continue;
     KILN_CHECK(s.valid(), op, "accept failed: ", errno_text());
-    set_no_delay(s.fd());
+    tune_stream(s.fd());
     return s;
   }
 }

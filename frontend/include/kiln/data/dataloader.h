@@ -27,10 +27,20 @@ struct DataLoaderOptions {
   int num_workers = 0;     // 0: load in the calling thread
   // Batches loaded ahead, per worker (the queue holds at most num_workers * prefetch_factor).
   int prefetch_factor = 2;
+  // Data-parallel sharding (PyTorch's DistributedSampler): each epoch's order, the same on every
+  // rank (same seed), is wrapped around to a multiple of num_replicas and this loader takes
+  // every num_replicas-th element from position `rank`, so the ranks see disjoint examples
+  // (except the few repeated to even them out) and the same number of batches. Call
+  // set_epoch(e) on every rank so that their epochs shuffle alike.
+  int64_t num_replicas = 1;
+  int64_t rank = 0;
 };
 
 // The permutation DataLoader uses for `epoch` (identity when !shuffle).
 std::vector<int64_t> epoch_permutation(int64_t n, bool shuffle, uint64_t seed, uint64_t epoch);
+// Rank `rank`'s share of `order` among num_replicas (see DataLoaderOptions::num_replicas).
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int64_t num_replicas,
+                                 int64_t rank);
 
 class DataLoader {
   struct Epoch;
