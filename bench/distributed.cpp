@@ -27,6 +27,7 @@ std::shared_ptr<dist::ProcessGroup> g_group;
 void BM_AllReduce(benchmark::State& state) {
   const int64_t bytes = state.range(0);
   Tensor t = kiln::ones({bytes / 4});
+  for (int warmup = 0; warmup < 3; ++warmup) g_group->all_reduce(t);  // as the peer script
   g_group->barrier();
   for (auto _ : state) g_group->all_reduce(t);
   const int n = g_group->size();
@@ -67,12 +68,14 @@ void BM_DdpStep(benchmark::State& state) {
   }
   nn::Module& m = ddp ? static_cast<nn::Module&>(*ddp) : *model;
   kiln::optim::SGD opt(m.parameters(), kiln::optim::SGDOptions(0.01).momentum(0.9));
-  g_group->barrier();
-  for (auto _ : state) {
+  auto step = [&] {
     opt.zero_grad();
     kiln::cross_entropy(m(x), y).backward();
     opt.step();
-  }
+  };
+  for (int warmup = 0; warmup < 2; ++warmup) step();  // as the peer script
+  g_group->barrier();
+  for (auto _ : state) step();
   if (ddp) state.counters["buckets"] = ddp->bucket_count();
   g_group->barrier();
 }

@@ -12,7 +12,8 @@
 // on the whole batch reproduces up to rounding.
 //
 // Options: --steps N (default 30), --batch B (global batch, default 64, a multiple of the world
-// size), --hidden H (default 256), --bucket-mb M (default 25, may be fractional).
+// size), --hidden H (default 256), --bucket-mb M (default 25, may be fractional), --timeout S
+// (seconds any wait for another rank may last, default 1800).
 
 #include <kiln/kiln.h>
 
@@ -47,8 +48,11 @@ int main(int argc, char** argv) try {
   const auto batch = static_cast<int64_t>(arg(argc, argv, "--batch", 64));
   const auto hidden = static_cast<int64_t>(arg(argc, argv, "--hidden", 256));
   const double bucket_mb = arg(argc, argv, "--bucket-mb", 25);
+  const double timeout_s = arg(argc, argv, "--timeout", 1800);
 
-  auto group = dist::init_process_group();
+  dist::InitOptions init;
+  init.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  auto group = dist::init_process_group(init);
   const int rank = group->rank(), world = group->size();
   if (batch % world != 0) {
     std::fprintf(stderr, "the batch (%lld) must be a multiple of the world size (%d)\n",

@@ -5,23 +5,33 @@
 # to rounding.
 set -euo pipefail
 bin=$1
-args=(--steps 12 --batch 48 --hidden 96 --bucket-mb 0.02)
+args=(--steps 12 --batch 48 --hidden 96 --bucket-mb 0.02 --timeout 60)
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 
 checksum() { sed -n 's/.*parameter checksum \([^ ]*\)$/\1/p' "$1"; }
 
-# Ranks as background processes on a random free-looking port; retried once on a port clash.
+# Ranks as background processes on a random port; when one fails the others are stopped (they
+# would wait for it), and a port clash ("cannot listen") is retried on another port.
 run_env() {
-  local world=$1 attempt port r ok
+  local world=$1 attempt port r ok pids
   for attempt in 1 2 3; do
     port=$((20000 + RANDOM % 30000))
     ok=1
+    pids=()
     for ((r = 0; r < world; r++)); do
       MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=$world RANK=$r \
         "$bin" "${args[@]}" > "$tmp/env$world.$r" 2>&1 &
+      pids+=($!)
     done
-    for ((r = 0; r < world; r++)); do wait -n || ok=0; done
+    for ((r = 0; r < world; r++)); do
+      if ! wait -n; then
+        ok=0
+        kill "${pids[@]}" 2> /dev/null || true
+        break
+      fi
+    done
+    wait 2> /dev/null || true
     if [ $ok = 1 ]; then return 0; fi
     if ! grep -q "cannot listen" "$tmp/env$world".*; then cat "$tmp/env$world".*; return 1; fi
   done

@@ -35,6 +35,15 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   return (a.to(kiln::DType::Float64) - b.to(kiln::DType::Float64)).abs().max().item<double>();
 }
 
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 // What one rank ends with.
 struct RankResult {
   kiln::TensorList params;  // after training
@@ -228,10 +237,68 @@ TEST(DistributedDataParallel, HooksAreRemovedWithTheWrapper) {
   test::run_ranks(1, [&](const auto& group) {
     dist::DistributedDataParallelOptions o;
     o.group = group;
-    { dist::DistributedDataParallel ddp(model, o); }
-    // Without the wrapper, backward runs no reducer (nothing queued, no collective).
-    kiln::mse_loss((*model)(kiln::ones({2, 6})), kiln::zeros({2, 3})).backward();
-    EXPECT_TRUE(model->parameters()[0].grad().defined());
+    {
+      dist::DistributedDataParallel ddp(model, o);
+      EXPECT_EQ(model->parameters()[0].autograd_meta()->post_accumulate_hooks.size(), 1u);
+    }
+    for (const Tensor& p : model->parameters()) {
+      EXPECT_TRUE(p.autograd_meta()->post_accumulate_hooks.empty());
+    }
+  });
+}
+
+TEST(DistributedDataParallel, ABackwardThatThrowsIsReportedAndTheNextStepsAverageAgain) {
+  kiln::manual_seed(21);
+  const Tensor x = kiln::randn({4, 6}), y = kiln::randn({4, 3});
+  const auto initial = make_mlp(22);
+  std::vector<nn::ModulePtr> replicas{clone_of(initial, 23), clone_of(initial, 24)};
+  std::vector<std::string> reported(2);
+  std::vector<kiln::TensorList> grads(2);
+  test::run_ranks(2, [&](const auto& group) {
+    const int r = group->rank();
+    dist::DistributedDataParallelOptions o;
+    o.group = group;
+    o.bucket_cap_mb = 0.0005;  // the last layers' buckets start before the hook throws
+    dist::DistributedDataParallel ddp(replicas[r], o);
+    const Tensor xs = x.narrow(0, 2 * r, 2), ys = y.narrow(0, 2 * r, 2);
+    // Backward throws on both ranks at the first layer's output gradient.
+    const auto layers = replicas[r]->children();
+    Tensor hidden = (*layers[0])(xs);
+    hidden.register_hook(
+        [](const Tensor&) -> std::optional<Tensor> { kiln::fail("test hook", "stop"); });
+    Tensor out = hidden;
+    for (size_t k = 1; k < layers.size(); ++k) out = (*layers[k])(out);
+    EXPECT_THROW(kiln::mse_loss(out, ys).backward(), kiln::Error);
+    reported[r] = message_of([&] { ddp.forward(xs); });
+    // The reducer is reset: the next step averages as if nothing happened.
+    ddp.zero_grad();
+    kiln::mse_loss(ddp.forward(xs), ys).backward();
+    for (const Tensor& p : ddp.parameters()) grads[r].push_back(p.grad().clone());
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(reported[r].find("previous backward ended with an error"), std::string::npos)
+        << reported[r];
+  }
+  auto ref = clone_of(initial, 25);
+  kiln::mse_loss((*ref)(x), y).backward();
+  const auto ref_params = ref->parameters();
+  for (size_t k = 0; k < ref_params.size(); ++k) {
+    EXPECT_LT(max_abs_diff(grads[0][k], ref_params[k].grad()), 1e-6) << "param " << k;
+    EXPECT_EQ(max_abs_diff(grads[1][k], grads[0][k]), 0.0) << "param " << k;
+  }
+}
+
+TEST(DistributedDataParallel, MovingTheModuleAfterWrappingIsAnError) {
+  auto model = make_mlp(4);
+  test::run_ranks(1, [&](const auto& group) {
+    dist::DistributedDataParallelOptions o;
+    o.group = group;
+    dist::DistributedDataParallel ddp(model, o);
+    model->to(kiln::DType::Float64);
+    EXPECT_NE(message_of([&] {
+                ddp.forward(kiln::ones({1, 6}, kiln::DType::Float64));
+              }).find("wrap the module after moving it"),
+              std::string::npos);
   });
 }
 

@@ -9,6 +9,11 @@
 #include <mutex>
 #include <random>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "distributed_util.h"
 #include "kiln/kiln.h"
 
@@ -77,13 +82,33 @@ TEST(TCPStore, MissingKeyTimesOutNamingTheKey) {
 }
 
 TEST(TCPStore, NoServerIsAConnectError) {
-  int port = 0;
-  {
-    dist::TCPStore probe("", 0, true, 1s);  // a port that was free a moment ago
-    port = probe.port();
-  }
+  // A port held by a socket that is bound but not listening: connections to it are refused.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
   const std::string m = message_of([&] { dist::TCPStore("127.0.0.1", port, false, 300ms); });
+  ::close(fd);
   EXPECT_NE(m.find("cannot connect to 127.0.0.1:" + std::to_string(port)), std::string::npos) << m;
+  // A server whose own client cannot connect fails cleanly (its thread stopped), not abort().
+  const std::string unresolved =
+      message_of([&] { dist::TCPStore("no-such-host.invalid", 0, true, 300ms); });
+  EXPECT_NE(unresolved.find("no-such-host.invalid"), std::string::npos) << unresolved;
+}
+
+TEST(TCPStore, AnOversizedKeyIsRefusedWithoutClosingTheConnection) {
+  dist::TCPStore server("", 0, true, 10s);
+  EXPECT_NE(message_of([&] {
+              server.set(std::string(5000, 'k'), std::string("v"));
+            }).find("key of 5000 bytes"),
+            std::string::npos);
+  server.set("fine", std::string("ok"));
+  EXPECT_EQ(server.get_string("fine"), "ok");
 }
 
 TEST(ProcessGroup, AllReduceSumMatchesFloat64ReferenceOnEveryRankCount) {
@@ -248,14 +273,41 @@ TEST(ProcessGroup, ARankThatLeftIsReportedBeforeTheTimeout) {
   EXPECT_NE(message.find("failed or exited"), std::string::npos) << message;
 }
 
-TEST(ProcessGroup, CpuTensorsOnly) {
-  test::run_ranks(1, [&](const auto& group) {
+TEST(ProcessGroup, ACallRefusedOnOneRankFailsTheOthersInsteadOfShiftingThem) {
+  // Refused everywhere: the group goes on.
+  test::run_ranks(2, [&](const auto& group) {
     EXPECT_NE(message_of([&] { group->all_reduce(Tensor()); }).find("undefined"),
               std::string::npos);
     Tensor t = kiln::ones({3});
-    group->all_reduce(t, dist::ReduceOp::Avg);  // one rank: unchanged
+    group->all_reduce(t, dist::ReduceOp::Avg);
     EXPECT_EQ(t.data_ptr<float>()[2], 1.0f);
   });
+  // Refused on rank 1 only: rank 0's all_reduce of the same size must not pair with rank 1's
+  // next one.
+  std::vector<std::string> first(2), second(2);
+  test::run_ranks(2, [&](const auto& group) {
+    const int r = group->rank();
+    Tensor t = r == 1 ? kiln::zeros({4}, kiln::TensorOptions(DType::Int32)) : kiln::ones({4});
+    first[r] = message_of([&] { group->all_reduce(t, dist::ReduceOp::Avg); });
+    Tensor u = kiln::ones({4});
+    second[r] = message_of([&] { group->all_reduce(u, dist::ReduceOp::Avg); });
+  });
+  EXPECT_NE(first[1].find("avg needs a floating-point tensor"), std::string::npos) << first[1];
+  const std::string rank0 = first[0] + " | " + second[0];
+  EXPECT_NE(rank0.find("a refused call (all_reduce failed its checks on that rank)"),
+            std::string::npos)
+      << rank0;
+}
+
+TEST(ProcessGroup, SameElementCountOfAnotherShapeIsAMismatch) {
+  std::vector<std::string> messages(2);
+  test::run_ranks(2, [&](const auto& group) {
+    const int r = group->rank();
+    Tensor t = r == 0 ? kiln::zeros({2, 3}) : kiln::zeros({3, 2});
+    messages[r] = message_of([&] { group->broadcast(t, 0); });
+  });
+  EXPECT_NE((messages[0] + messages[1]).find("of another shape"), std::string::npos)
+      << messages[0] << " | " << messages[1];
 }
 
 namespace {
@@ -320,15 +372,13 @@ TEST(InitProcessGroup, ReadsTorchrunThenOpenMpiEnvironment) {
 }
 
 TEST(InitProcessGroup, DefaultGroupOfOneRank) {
-  int port = 0;
-  {
-    dist::TCPStore probe("", 0, true, 1s);
-    port = probe.port();
-  }
+  struct Destroy {
+    ~Destroy() { dist::destroy_process_group(); }
+  } destroy;
   dist::InitOptions o;
   o.rank = 0;
   o.world_size = 1;
-  o.master_port = port;
+  o.master_port = 0;  // any free port: nobody else connects
   EXPECT_FALSE(dist::is_initialized());
   dist::init_process_group(o);
   EXPECT_TRUE(dist::is_initialized());

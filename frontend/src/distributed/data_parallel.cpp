@@ -14,24 +14,35 @@
 namespace kiln::distributed {
 namespace {
 
-// Copies src into dst (same element count) without autograd: gradient and parameter storage.
+// Copies src into dst (same element count, same device) without autograd: gradient and
+// parameter storage.
 void copy_flat(const Tensor& dst, const Tensor& src) {
   if (dst.impl()->raw_data() == src.impl()->raw_data() && src.is_contiguous()) return;
-  kernels::copy_(*dst.impl(), *src.reshape(dst.sizes()).impl());
+  if (dst.device() == Device::CPU) {
+    kernels::copy_(*dst.impl(), *src.reshape(dst.sizes()).impl());
+  } else {
+    autograd::NoGradGuard no_grad;
+    dst.detach().copy_(src.detach().reshape(dst.sizes()));
+  }
+}
+
+Tensor empty_on(int64_t numel, DType dtype, Device device) {
+  Tensor t = empty({numel}, TensorOptions(dtype));
+  return device == Device::CPU ? t : t.to(device);
 }
 
 }  // namespace
 
 void broadcast_coalesced(ProcessGroup& group, const TensorList& tensors, int root) {
   if (group.size() == 1) return;
-  std::map<DType, TensorList> by_dtype;
+  std::map<std::pair<Device, DType>, TensorList> groups;
   for (const Tensor& t : tensors) {
-    if (t.defined() && t.numel() > 0) by_dtype[t.dtype()].push_back(t.detach());
+    if (t.defined() && t.numel() > 0) groups[{t.device(), t.dtype()}].push_back(t.detach());
   }
-  for (auto& [dtype, list] : by_dtype) {
+  for (auto& [key, list] : groups) {
     int64_t total = 0;
     for (const Tensor& t : list) total += t.numel();
-    Tensor flat = empty({total}, TensorOptions(dtype));
+    Tensor flat = empty_on(total, key.second, key.first);
     int64_t at = 0;
     for (const Tensor& t : list) {
       copy_flat(flat.narrow(0, at, t.numel()), t);
@@ -47,7 +58,8 @@ void broadcast_coalesced(ProcessGroup& group, const TensorList& tensors, int roo
   }
 }
 
-struct DistributedDataParallel::Reducer {
+struct DistributedDataParallel::Reducer
+    : std::enable_shared_from_this<DistributedDataParallel::Reducer> {
   struct Bucket {
     std::vector<size_t> params;  // indices into `params`
     std::vector<int64_t> offsets;
@@ -92,7 +104,8 @@ struct DistributedDataParallel::Reducer {
     }
     for (Bucket& b : buckets) {
       const int64_t total = b.offsets.back() + params[b.params.back()].numel();
-      b.flat = empty({total}, TensorOptions(params[b.params.front()].dtype()));
+      const Tensor& first = params[b.params.front()];
+      b.flat = empty_on(total, first.dtype(), first.device());
       b.pending = b.params.size();
     }
   }
@@ -101,7 +114,7 @@ struct DistributedDataParallel::Reducer {
     if (!sync) return;
     if (!callback_queued) {
       callback_queued = true;
-      autograd::queue_callback([this] { finish(); });
+      autograd::queue_callback([self = shared_from_this()] { self->finish(); });
     }
     if (ready[k]) return;
     ready[k] = true;
@@ -120,25 +133,52 @@ struct DistributedDataParallel::Reducer {
       Tensor g = p.grad();
       if (g.defined()) {
         copy_flat(slot, g);
-      } else {
+      } else if (slot.device() == Device::CPU) {
         std::memset(slot.impl()->raw_data(), 0, p.numel() * dtype_size(p.dtype()));
+      } else {
+        autograd::NoGradGuard no_grad;
+        slot.zero_();
       }
     }
     b.work = group->all_reduce_async(b.flat, ReduceOp::Avg);
     ++(at_end ? stats.buckets_at_end : stats.buckets_overlapped);
   }
 
+  void reset() {
+    callback_queued = false;
+    at_end = false;
+    next_launch = 0;
+    ready.assign(params.size(), false);
+    for (Bucket& b : buckets) b.pending = b.params.size();
+  }
+
+  // A backward that threw after its first gradient never ran finish(): its started all-reduces
+  // are waited for (their buffers are about to be refilled) and the reducer reset; the caller
+  // hears of it, since that step's gradients were never averaged.
+  void recover_from_failed_backward() {
+    if (!callback_queued) return;
+    std::string errors;
+    for (Bucket& b : buckets) {
+      if (!b.work.valid()) continue;
+      try {
+        b.work.wait();
+      } catch (const Error& e) {
+        errors = e.what();
+      }
+      b.work = Work();
+    }
+    reset();
+    fail("DistributedDataParallel",
+         "the previous backward ended with an error before its gradients were averaged (they "
+         "are this rank's alone; zero them before the next step)",
+         errors.empty() ? "" : "; its all-reduce also failed: ", errors);
+  }
+
   // The end of backward: start what a missing gradient held back, wait, hand out the averages.
   void finish() {
     struct Reset {
       Reducer& r;
-      ~Reset() {
-        r.callback_queued = false;
-        r.at_end = false;
-        r.next_launch = 0;
-        r.ready.assign(r.params.size(), false);
-        for (Bucket& b : r.buckets) b.pending = b.params.size();
-      }
+      ~Reset() { r.reset(); }
     } reset{*this};
     for (Bucket& b : buckets) b.pending = 0;
     at_end = true;
@@ -165,10 +205,11 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module,
   KILN_CHECK(options_.bucket_cap_mb > 0, "DistributedDataParallel",
              "expected bucket_cap_mb > 0, got ", options_.bucket_cap_mb);
   register_module("module", module_);
-  for (const Tensor& p : module_->parameters()) {
-    KILN_CHECK(p.device() == Device::CPU, "DistributedDataParallel",
-               "expected parameters on the cpu, got one on ", device_name(p.device()),
-               " (the NCCL backend for cuda is not built yet)");
+  const TensorList params = module_->parameters();
+  for (const Tensor& p : params) {
+    KILN_CHECK(p.device() == params.front().device(), "DistributedDataParallel",
+               "expected every parameter on one device, got ", device_name(params.front().device()),
+               " and ", device_name(p.device()));
   }
   broadcast_coalesced(*group_, module_->parameters());
   broadcast_coalesced(*group_, module_->buffers());
@@ -178,6 +219,11 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module,
   std::unordered_set<const TensorImpl*> seen;
   for (const Tensor& p : module_->parameters()) {
     if (p.requires_grad() && seen.insert(p.impl()).second) r.params.push_back(p);
+  }
+  for (const Tensor& p : r.params) {
+    KILN_CHECK(p.dtype() == DType::Float32 || p.dtype() == DType::Float64,
+               "DistributedDataParallel", "expected float32 or float64 parameters, got ",
+               dtype_name(p.dtype()));
   }
   r.build(options_.bucket_cap_mb);
   for (size_t k = 0; k < r.params.size(); ++k) {
@@ -208,13 +254,32 @@ void DistributedDataParallel::sync_buffers() {
   }
 }
 
-Tensor DistributedDataParallel::forward(const Tensor& input) {
+void DistributedDataParallel::prepare_forward() {
+  reducer_->recover_from_failed_backward();
+  // Module::to() after wrapping puts new tensors in the slots; the hooks stayed on the old ones.
+  size_t k = 0;
+  std::unordered_set<const TensorImpl*> seen;
+  for (const Tensor& p : module_->parameters()) {
+    if (!p.requires_grad() || !seen.insert(p.impl()).second) continue;
+    KILN_CHECK(k < reducer_->params.size() && reducer_->params[k].impl() == p.impl(),
+               "DistributedDataParallel",
+               "the module's parameters changed after it was wrapped (Module::to or a replaced "
+               "parameter): wrap the module after moving it");
+    ++k;
+  }
+  KILN_CHECK(k == reducer_->params.size(), "DistributedDataParallel",
+             "the module's parameters changed after it was wrapped (Module::to or a replaced "
+             "parameter): wrap the module after moving it");
   sync_buffers();
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& input) {
+  prepare_forward();
   return (*module_)(input);
 }
 
 TensorList DistributedDataParallel::forward_list(const TensorList& inputs) {
-  sync_buffers();
+  prepare_forward();
   return module_->call(inputs);
 }
 

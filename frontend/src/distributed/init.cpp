@@ -49,8 +49,10 @@ InitOptions resolve_init_options(InitOptions o) {
     o.master_port = env_int({"MASTER_PORT"}, &from);
     if (o.master_port < 0) o.master_port = 29500;
   }
-  KILN_CHECK(o.master_port > 0 && o.master_port <= 65535, "init_process_group",
-             "expected a master port in [1, 65535], got ", o.master_port);
+  // Port 0 (any free one) only serves a group of one: other ranks could not find it.
+  KILN_CHECK((o.master_port > 0 || (o.master_port == 0 && o.world_size == 1)) &&
+                 o.master_port <= 65535,
+             "init_process_group", "expected a master port in [1, 65535], got ", o.master_port);
   if (o.backend == "gloo") o.backend = "tcp";
   KILN_CHECK(o.backend == "tcp", "init_process_group", "unknown backend '", o.backend,
              "': kiln has the CPU backend 'tcp' (alias 'gloo'); NCCL is not built yet");

@@ -4,13 +4,16 @@
 #include "kiln/distributed/process_group.h"
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
 
+#include "kiln/autograd.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/cuda/cuda.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "ring.h"
 
@@ -66,7 +69,15 @@ bool Work::is_completed() const {
 
 namespace {
 
-enum class Kind : uint32_t { AllReduce = 1, Broadcast = 2, AllGather = 3, Barrier = 4 };
+// Refused: a call that failed its checks on one rank still takes its turn (with the refused
+// collective in `op`), so the ranks stay in step and a rank that did not refuse fails naming it.
+enum class Kind : uint32_t {
+  AllReduce = 1,
+  Broadcast = 2,
+  AllGather = 3,
+  Barrier = 4,
+  Refused = 5
+};
 
 const char* kind_name(uint32_t k) {
   switch (static_cast<Kind>(k)) {
@@ -78,6 +89,8 @@ const char* kind_name(uint32_t k) {
       return "all_gather";
     case Kind::Barrier:
       return "barrier";
+    case Kind::Refused:
+      return "a refused call";
   }
   return "an unknown collective";
 }
@@ -90,11 +103,25 @@ struct Header {
   uint32_t dtype = 0;
   int32_t root = 0;
   int64_t numel = 0;
+  uint64_t shape = 0;  // a hash of the tensor's sizes
 };
+
+uint64_t shape_hash(const Dims& sizes) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the sizes' bytes
+  for (int64_t d : sizes) {
+    for (int byte = 0; byte < 8; ++byte) {
+      h ^= static_cast<uint64_t>(d >> (8 * byte)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
 
 std::string describe(const Header& h) {
   std::string s = kiln::detail::concat("collective #", h.sequence, " ", kind_name(h.kind));
   if (static_cast<Kind>(h.kind) == Kind::Barrier) return s;
+  if (static_cast<Kind>(h.kind) == Kind::Refused)
+    return s + kiln::detail::concat(" (", kind_name(h.op), " failed its checks on that rank)");
   s += kiln::detail::concat(" of ", h.numel, " ", dtype_name(static_cast<DType>(h.dtype)),
                             " elements");
   if (static_cast<Kind>(h.kind) == Kind::AllReduce)
@@ -168,6 +195,20 @@ struct ProcessGroup::Impl {
     }
   }
 
+  // Runs a call's checks; when they fail, the call still takes its turn in the ring (a refused
+  // header) before the error reaches the caller.
+  template <typename F>
+  void checked(Kind kind, F&& checks) {
+    try {
+      checks();
+    } catch (const Error&) {
+      submit([this, kind] {
+        check_header(Header{0, uint32_t(Kind::Refused), uint32_t(kind), 0, 0, 0, 0});
+      });
+      throw;
+    }
+  }
+
   Work submit(std::function<void()> fn) {
     auto state = std::make_shared<Work::State>();
     {
@@ -187,8 +228,11 @@ struct ProcessGroup::Impl {
     detail::send_recv(ring.next, &mine, sizeof(mine), ring.next_name, ring.prev, &theirs,
                       sizeof(theirs), ring.prev_name, ring.deadline(), name);
     if (std::memcmp(&mine, &theirs, sizeof(mine)) != 0) {
+      Header a = mine, b = theirs;
+      a.shape = b.shape = 0;
+      const bool only_shape = std::memcmp(&a, &b, sizeof(a)) == 0;
       fail(name, "ranks disagree: ", rank_name(ring.rank), " runs ", describe(mine), ", ",
-           ring.prev_name, " runs ", describe(theirs),
+           ring.prev_name, " runs ", describe(theirs), only_shape ? " of another shape" : "",
            "; every rank must call the same collectives in the same order with tensors of one "
            "shape and dtype");
     }
@@ -206,7 +250,10 @@ Socket connect_ring(detail::Ring& ring, Store& store, const std::string& prefix,
   KILN_CHECK(colon != std::string::npos, "init_process_group", "bad address '", where,
              "' published by ", rank_name(next));
   const std::string host = where.substr(0, colon);
-  const int port = std::stoi(where.substr(colon + 1));
+  char* end = nullptr;
+  const long port = std::strtol(where.c_str() + colon + 1, &end, 10);
+  KILN_CHECK(*end == '\0' && port > 0 && port <= 65535, "init_process_group", "bad address '",
+             where, "' published by ", rank_name(next));
   ring.next = Socket::connect(host, port, deadline, "init_process_group");
   const int32_t hello[2] = {ring.rank, ring.size};
   ring.next.send_all(hello, sizeof(hello), deadline, "init_process_group", ring.next_name);
@@ -300,35 +347,81 @@ int ProcessGroup::size() const {
 
 namespace {
 
-// The contiguous CPU tensor a collective works on: `t` itself, or a copy written back at the end.
+// The contiguous tensor a collective works on: `t` itself, or a copy written back at the end.
 Tensor checked_buffer(const Tensor& t, const char* op) {
   KILN_CHECK(t.defined(), op, "expected a tensor, got an undefined one");
-  KILN_CHECK(t.device() == Device::CPU, op, "expected a cpu tensor, got a ",
-             device_name(t.device()), " one",
-             " (kiln's distributed backend is the CPU one; NCCL for cuda tensors is not built "
-             "yet: move the tensor with .cpu())");
   return t.is_contiguous() ? t : t.detach().contiguous();
 }
 
 void write_back(const Tensor& t, const Tensor& buffer) {
-  if (buffer.impl() != t.impl()) kernels::copy_(*t.impl(), *buffer.impl());
+  if (buffer.impl() == t.impl()) return;
+  if (t.device() == Device::CPU) {
+    kernels::copy_(*t.impl(), *buffer.impl());
+  } else {
+    autograd::NoGradGuard no_grad;  // on the group's thread: the data, not a graph
+    t.detach().copy_(buffer);
+  }
 }
+
+// A collective's bytes on the host. A CUDA tensor's are staged through host memory (as Gloo
+// does): copied out on the eager stream after the work that produced them, copied back before
+// the collective completes. The ring itself only ever sees host memory.
+class HostBytes {
+ public:
+  HostBytes(const Tensor& buffer, bool read) : buffer_(buffer) {
+    const size_t bytes = static_cast<size_t>(buffer.numel()) * dtype_size(buffer.dtype());
+    if (buffer.device() == Device::CPU) {
+      data_ = buffer.impl()->raw_data();
+      return;
+    }
+    staged_.resize(bytes);
+    data_ = staged_.data();
+    if (read) {
+      cuda::copy_to_host(data_, reinterpret_cast<cuda::DevicePtr>(buffer.impl()->raw_data()), bytes,
+                         cuda::current_stream());
+    }
+  }
+  void* data() const { return data_; }
+  // Copies staged bytes back to the device (a no-op for host tensors).
+  void store() {
+    if (staged_.empty()) return;
+    cuda::copy_to_device(reinterpret_cast<cuda::DevicePtr>(buffer_.impl()->raw_data()), data_,
+                         staged_.size(), cuda::current_stream());
+  }
+
+ private:
+  Tensor buffer_;
+  std::vector<char> staged_;
+  void* data_ = nullptr;
+};
 
 }  // namespace
 
 Work ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
-  Tensor buffer = checked_buffer(tensor, "all_reduce");
-  const DType dtype = tensor.dtype();
-  KILN_CHECK(dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Int32 ||
-                 dtype == DType::Int64,
-             "all_reduce", "expected a float32, float64, int32 or int64 tensor, got ", dtype);
-  KILN_CHECK(op != ReduceOp::Avg || dtype == DType::Float32 || dtype == DType::Float64,
-             "all_reduce", "avg needs a floating-point tensor, got ", dtype);
+  Tensor buffer;
+  DType dtype{};
+  impl_->checked(Kind::AllReduce, [&] {
+    buffer = checked_buffer(tensor, "all_reduce");
+    dtype = tensor.dtype();
+    KILN_CHECK(dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Int32 ||
+                   dtype == DType::Int64,
+               "all_reduce", "expected a float32, float64, int32 or int64 tensor, got ", dtype);
+    KILN_CHECK(op != ReduceOp::Avg || dtype == DType::Float32 || dtype == DType::Float64,
+               "all_reduce", "avg needs a floating-point tensor, got ", dtype);
+  });
   tensor.impl()->storage()->bump_version();
   return impl_->submit([impl = impl_.get(), tensor, buffer, op, dtype] {
-    Header h{0, uint32_t(Kind::AllReduce), uint32_t(op), uint32_t(dtype), 0, buffer.numel()};
+    const Header h{0,
+                   uint32_t(Kind::AllReduce),
+                   uint32_t(op),
+                   uint32_t(dtype),
+                   0,
+                   buffer.numel(),
+                   shape_hash(buffer.sizes())};
     impl->check_header(h);
-    impl->ring.all_reduce(buffer.impl()->raw_data(), buffer.numel(), dtype, op, "all_reduce");
+    HostBytes bytes(buffer, /*read=*/true);
+    impl->ring.all_reduce(bytes.data(), buffer.numel(), dtype, op, "all_reduce");
+    bytes.store();
     write_back(tensor, buffer);
   });
 }
@@ -338,16 +431,29 @@ void ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
 }
 
 Work ProcessGroup::broadcast_async(const Tensor& tensor, int root) {
-  Tensor buffer = checked_buffer(tensor, "broadcast");
-  KILN_CHECK(root >= 0 && root < size(), "broadcast", "expected a root rank in [0, ", size(),
-             "), got ", root);
+  Tensor buffer;
+  impl_->checked(Kind::Broadcast, [&] {
+    buffer = checked_buffer(tensor, "broadcast");
+    KILN_CHECK(root >= 0 && root < size(), "broadcast", "expected a root rank in [0, ", size(),
+               "), got ", root);
+  });
   tensor.impl()->storage()->bump_version();
   return impl_->submit([impl = impl_.get(), tensor, buffer, root] {
-    Header h{0, uint32_t(Kind::Broadcast), 0, uint32_t(buffer.dtype()), root, buffer.numel()};
+    const Header h{0,
+                   uint32_t(Kind::Broadcast),
+                   0,
+                   uint32_t(buffer.dtype()),
+                   root,
+                   buffer.numel(),
+                   shape_hash(buffer.sizes())};
     impl->check_header(h);
-    impl->ring.broadcast(buffer.impl()->raw_data(), buffer.numel() * dtype_size(buffer.dtype()),
-                         root, "broadcast");
-    write_back(tensor, buffer);
+    HostBytes bytes(buffer, /*read=*/impl->ring.rank == root);
+    impl->ring.broadcast(bytes.data(), buffer.numel() * dtype_size(buffer.dtype()), root,
+                         "broadcast");
+    if (impl->ring.rank != root) {
+      bytes.store();
+      write_back(tensor, buffer);
+    }
   });
 }
 
@@ -356,7 +462,13 @@ void ProcessGroup::broadcast(const Tensor& tensor, int root) {
 }
 
 TensorList ProcessGroup::all_gather(const Tensor& tensor) {
-  Tensor mine = checked_buffer(tensor, "all_gather");
+  Tensor mine;
+  impl_->checked(Kind::AllGather, [&] { mine = checked_buffer(tensor, "all_gather"); });
+  if (mine.device() != Device::CPU) {  // staged through the host, as the other collectives
+    TensorList parts = all_gather(mine.cpu());
+    for (Tensor& p : parts) p = p.to(mine.device());
+    return parts;
+  }
   TensorList parts;
   std::vector<void*> pointers;
   for (int r = 0; r < size(); ++r) {
@@ -365,8 +477,9 @@ TensorList ProcessGroup::all_gather(const Tensor& tensor) {
     pointers.push_back(parts.back().impl()->raw_data());
   }
   impl_
-      ->submit([impl = impl_.get(), pointers, numel = mine.numel(), dtype = mine.dtype()] {
-        Header h{0, uint32_t(Kind::AllGather), 0, uint32_t(dtype), 0, numel};
+      ->submit([impl = impl_.get(), pointers, numel = mine.numel(), dtype = mine.dtype(),
+                shape = shape_hash(mine.sizes())] {
+        const Header h{0, uint32_t(Kind::AllGather), 0, uint32_t(dtype), 0, numel, shape};
         impl->check_header(h);
         impl->ring.all_gather(pointers, numel * dtype_size(dtype), "all_gather");
       })

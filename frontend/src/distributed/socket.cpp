@@ -78,40 +78,103 @@ void Socket::shutdown() {
 }
 
 Socket Socket::listen(const std::string& host, int port, const char* op) {
-  addrinfo* info = resolve(host, port, /*passive=*/true, op);
-  Socket s(::socket(info->ai_family, info->ai_socktype | SOCK_CLOEXEC, info->ai_protocol));
-  if (!s.valid()) {
-    freeaddrinfo(info);
-    fail(op, "cannot create a socket: ", errno_text());
+  Socket s;
+  int rc = -1;
+  if (host.empty()) {
+    // Every interface, IPv6 and IPv4 alike (a dual-stack socket), so that a peer that reaches
+    // this host by either address family gets through; IPv4 alone where IPv6 is off.
+    s = Socket(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (s.valid()) {
+      int zero = 0, one = 1;
+      setsockopt(s.fd(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+      setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      sockaddr_in6 any{};
+      any.sin6_family = AF_INET6;
+      any.sin6_addr = in6addr_any;
+      any.sin6_port = htons(static_cast<uint16_t>(port));
+      rc = ::bind(s.fd(), reinterpret_cast<sockaddr*>(&any), sizeof(any));
+      if (rc != 0 && errno == EADDRINUSE) {
+        fail(op, "cannot listen on *:", port, ": ", errno_text());
+      }
+    }
   }
-  int one = 1;
-  setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  const int rc = ::bind(s.fd(), info->ai_addr, info->ai_addrlen);
-  freeaddrinfo(info);
+  if (rc != 0) {
+    addrinfo* info = resolve(host, port, /*passive=*/true, op);
+    s = Socket(::socket(info->ai_family, info->ai_socktype | SOCK_CLOEXEC, info->ai_protocol));
+    if (!s.valid()) {
+      freeaddrinfo(info);
+      fail(op, "cannot create a socket: ", errno_text());
+    }
+    int one = 1;
+    setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    rc = ::bind(s.fd(), info->ai_addr, info->ai_addrlen);
+    freeaddrinfo(info);
+  }
   KILN_CHECK(rc == 0, op, "cannot listen on ", host.empty() ? "*" : host, ":", port, ": ",
              errno_text());
   KILN_CHECK(::listen(s.fd(), 128) == 0, op, "listen failed: ", errno_text());
   return s;
 }
 
+namespace {
+
+// One connection attempt to `address` that gives up at `deadline`: a non-blocking connect
+// waited for with poll (a blocking one would wait for the kernel's own, minutes-long timeout
+// when the peer's packets are dropped). Returns an invalid socket and sets `error` on failure.
+Socket try_connect(const addrinfo& address, Clock::time_point deadline, std::string& error) {
+  Socket s(::socket(address.ai_family, address.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                    address.ai_protocol));
+  if (!s.valid()) {
+    error = errno_text();
+    return s;
+  }
+  if (::connect(s.fd(), address.ai_addr, address.ai_addrlen) != 0) {
+    if (errno != EINPROGRESS) {
+      error = errno_text();
+      return Socket();
+    }
+    for (;;) {
+      pollfd p{s.fd(), POLLOUT, 0};
+      const int rc = ::poll(&p, 1, millis_until(deadline));
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc <= 0) {
+        if (rc == 0 && Clock::now() < deadline) continue;
+        error = rc == 0 ? "timed out" : errno_text();
+        return Socket();
+      }
+      break;
+    }
+    int so_error = 0;
+    socklen_t len = sizeof(so_error);
+    getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &so_error, &len);
+    if (so_error != 0) {
+      error = std::strerror(so_error);
+      return Socket();
+    }
+  }
+  const int flags = fcntl(s.fd(), F_GETFL);
+  fcntl(s.fd(), F_SETFL, flags & ~O_NONBLOCK);
+  tune_stream(s.fd());
+  return s;
+}
+
+}  // namespace
+
 Socket Socket::connect(const std::string& host, int port, Clock::time_point deadline,
                        const char* op) {
   std::string last_error;
   auto pause = std::chrono::milliseconds(10);
   for (;;) {
+    // Every address the name resolves to (IPv6 and IPv4), in the resolver's order.
     addrinfo* info = resolve(host, port, /*passive=*/false, op);
-    Socket s(::socket(info->ai_family, info->ai_socktype | SOCK_CLOEXEC, info->ai_protocol));
-    if (!s.valid()) {
-      freeaddrinfo(info);
-      fail(op, "cannot create a socket: ", errno_text());
+    for (addrinfo* a = info; a; a = a->ai_next) {
+      Socket s = try_connect(*a, deadline, last_error);
+      if (s.valid()) {
+        freeaddrinfo(info);
+        return s;
+      }
     }
-    const int rc = ::connect(s.fd(), info->ai_addr, info->ai_addrlen);
     freeaddrinfo(info);
-    if (rc == 0) {
-      tune_stream(s.fd());
-      return s;
-    }
-    last_error = errno_text();
     // Nobody listens yet (the peer is still starting): retry until the deadline.
     if (Clock::now() + pause > deadline) {
       fail(op, "cannot connect to ", host, ":", port, " before the timeout: ", last_error);

@@ -163,18 +163,26 @@ TCPStore::TCPStore(std::string host, int port, bool is_server, std::chrono::mill
     if (host.empty()) host = "127.0.0.1";
   }
   client_ = std::make_unique<Client>();
-  client_->socket = Socket::connect(host, port_, Clock::now() + timeout_, "TCPStore");
+  try {
+    client_->socket = Socket::connect(host, port_, Clock::now() + timeout_, "TCPStore");
+  } catch (...) {
+    stop_server();  // a joinable thread must not outlive the constructor
+    throw;
+  }
+}
+
+void TCPStore::stop_server() {
+  if (!server_ || !server_->thread.joinable()) return;
+  const char byte = 0;
+  [[maybe_unused]] auto n = ::write(server_->wake[1], &byte, 1);
+  server_->thread.join();
+  ::close(server_->wake[0]);
+  ::close(server_->wake[1]);
 }
 
 TCPStore::~TCPStore() {
   client_.reset();
-  if (server_) {
-    const char byte = 0;
-    [[maybe_unused]] auto n = ::write(server_->wake[1], &byte, 1);
-    server_->thread.join();
-    ::close(server_->wake[0]);
-    ::close(server_->wake[1]);
-  }
+  stop_server();
 }
 
 std::string TCPStore::local_address() const {
@@ -182,10 +190,13 @@ std::string TCPStore::local_address() const {
 }
 
 namespace {
-void send_key(const Socket& s, uint8_t command, const std::string& key,
-              Clock::time_point deadline) {
+void check_key(const std::string& key) {
   KILN_CHECK(key.size() <= kMaxKey, "TCPStore", "key of ", key.size(),
              " bytes, expected <= ", kMaxKey);
+}
+
+void send_key(const Socket& s, uint8_t command, const std::string& key,
+              Clock::time_point deadline) {
   const uint32_t size = static_cast<uint32_t>(key.size());
   s.send_all(&command, 1, deadline, "TCPStore", "the store's server");
   s.send_all(&size, 4, deadline, "TCPStore", "the store's server");
@@ -194,6 +205,7 @@ void send_key(const Socket& s, uint8_t command, const std::string& key,
 }  // namespace
 
 void TCPStore::set(const std::string& key, const std::vector<uint8_t>& value) {
+  check_key(key);
   KILN_CHECK(value.size() <= kMaxValue, "TCPStore", "value of ", value.size(),
              " bytes, expected <= ", kMaxValue);
   client_->request([&](const Socket& s) {
@@ -208,6 +220,7 @@ void TCPStore::set(const std::string& key, const std::vector<uint8_t>& value) {
 }
 
 std::vector<uint8_t> TCPStore::get(const std::string& key) {
+  check_key(key);
   return client_->request([&](const Socket& s) {
     const auto deadline = Clock::now() + timeout_;
     send_key(s, kGet, key, deadline);
@@ -225,6 +238,7 @@ std::vector<uint8_t> TCPStore::get(const std::string& key) {
 }
 
 int64_t TCPStore::add(const std::string& key, int64_t delta) {
+  check_key(key);
   return client_->request([&](const Socket& s) {
     const auto deadline = Clock::now() + timeout_;
     send_key(s, kAdd, key, deadline);

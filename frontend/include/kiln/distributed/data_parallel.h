@@ -17,6 +17,10 @@
 // does with find_unused_parameters. Afterwards each parameter's .grad is a view of its bucket
 // (PyTorch's gradient_as_bucket_view): the next synchronized backward overwrites it.
 //
+// The parameters may be on the CPU or on a CUDA device (all on one); the buckets live there.
+// A backward that throws midway leaves that step's gradients local: the next forward completes
+// the all-reduces it started, resets, and throws to say so (PyTorch raises there too).
+//
 // Construction copies rank 0's parameters and buffers to every rank; with broadcast_buffers, each
 // training-mode forward copies rank 0's buffers (batch norm's running statistics) again. Move
 // the model to its device and dtype before wrapping it: the gradient hooks live on its parameters.
@@ -74,6 +78,9 @@ class DistributedDataParallel : public nn::Module {
 
  private:
   void sync_buffers();
+  // Before each forward: recovers from a backward that failed midway (and says so), checks the
+  // module still holds the parameters the hooks are on, copies rank 0's buffers.
+  void prepare_forward();
 
   nn::ModulePtr module_;
   std::shared_ptr<ProcessGroup> group_;

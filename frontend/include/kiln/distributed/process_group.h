@@ -1,10 +1,11 @@
 #pragma once
 // A process group: `size()` processes (ranks), usually one per machine or device, that run the
-// same program and exchange tensors through collectives (PyTorch's torch.distributed). The CPU
-// backend connects the ranks in a ring over TCP (as Gloo does) and runs each collective with the
-// ring algorithms, which move 2(n-1)/n of the data per rank whatever the rank count:
-// all_reduce = reduce-scatter then all-gather (Patarasuk and Yuan, "Bandwidth optimal all-reduce
-// algorithms for clusters of workstations", 2009), broadcast = a pipelined chain.
+// same program and exchange tensors through collectives (PyTorch's torch.distributed). The
+// backend (the only one so far; NCCL is not built) connects the ranks in a ring over TCP (as Gloo
+// does) and runs each collective with the ring algorithms, which move 2(n-1)/n of the data per rank
+// whatever the rank count: all_reduce = reduce-scatter then all-gather (Patarasuk and Yuan,
+// "Bandwidth optimal all-reduce algorithms for clusters of workstations", 2009), broadcast = a
+// pipelined chain.
 //
 // Collectives run in call order on the group's own thread; the *_async forms return at once with
 // a Work to wait on, so a caller can compute while the data moves (data-parallel training
@@ -64,8 +65,10 @@ class ProcessGroup {
   int size() const;
   const char* backend() const { return "tcp"; }
 
-  // In place on `tensor` (CPU; float32, float64, int32 or int64; any strides). Every rank ends
-  // with the same bytes. Avg is for floating types.
+  // In place on `tensor` (float32, float64, int32 or int64; any strides). Every rank ends with
+  // the same bytes. Avg is for floating types. A CUDA tensor is staged through host memory
+  // (copied out on the eager stream after the work that produced it, and back), as Gloo does:
+  // correct across machines and on one GPU shared by several ranks, at the host's bandwidth.
   void all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
   Work all_reduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
   // Copies `root`'s tensor into every rank's (same shape and dtype everywhere; any dtype).

@@ -54,6 +54,7 @@ class TCPStore final : public Store {
  private:
   struct Server;
   struct Client;
+  void stop_server();
   std::chrono::milliseconds timeout_;
   int port_ = 0;
   std::unique_ptr<Server> server_;
