@@ -11,9 +11,11 @@
 // a Work to wait on, so a caller can compute while the data moves (data-parallel training
 // overlaps backward with its gradients' all-reduce that way). Every rank must call the same
 // collectives in the same order with tensors of the same shape and dtype: each collective first
-// checks that against its ring neighbours and fails with both sides named rather than mixing data.
-// Any failure (a peer that exited, a timeout, a mismatch) fails this and every later collective
-// of the group with the first error.
+// compares a header (sequence number, collective, dtype, element count, shape hash) with its ring
+// neighbour and fails with both sides named rather than mixing data; a call refused by its checks
+// on one rank still takes its turn, so the others fail naming it. Any failure (a peer that
+// exited, a timeout, a mismatch) fails this and every later collective of the group with the
+// first error.
 
 #include <chrono>
 #include <memory>
