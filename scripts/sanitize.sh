@@ -45,7 +45,7 @@ run_asan() {
 
 # The concurrent parts. Hogwild's shared floats go through std::atomic_ref, so it is in scope.
 tsan_targets=(kiln_runtime_tests kiln_frontend_tests kiln_c_api_threads_test example_embed)
-tsan_tests='^(ThreadPool\.|Artifact\.SessionsRunConcurrently|ElementwiseThreads\.|Random\.ReproducibleAcrossThreads|Reduce\.SameResultOnOneAndTwoThreads|Conv\.Conv2d(ForwardSingleThreadAndBatchParallel|BackwardThreadingStrategies)|Hogwild\.|AutogradThreads\.|runtime/c_api_threads|examples/embed_corpus)'
+tsan_tests='^(ThreadPool\.|TCPStore\.|ProcessGroup\.|InitProcessGroup\.|DistributedDataParallel\.|Artifact\.SessionsRunConcurrently|ElementwiseThreads\.|Random\.ReproducibleAcrossThreads|Reduce\.SameResultOnOneAndTwoThreads|Conv\.Conv2d(ForwardSingleThreadAndBatchParallel|BackwardThreadingStrategies)|Hogwild\.|AutogradThreads\.|runtime/c_api_threads|examples/embed_corpus)'
 run_tsan() {
   configure tsan
   cmake --build --preset tsan -j "$jobs" --target "${tsan_targets[@]}"
