@@ -11,10 +11,11 @@ out=${OUT:-/tmp/kiln-gpu-check}
 mkdir -p "$out"
 { grep PRETTY_NAME /etc/os-release; nvidia-smi --query-gpu=name,driver_version,memory.total \
     --format=csv,noheader; } 2>&1 | tee "$out/machine.txt"
-# NVRTC and cuBLASLt: the toolkit's, else the ones PyTorch's wheels carry.
+# NVRTC, cuBLASLt and NCCL: the toolkit's, else the ones PyTorch's wheels carry.
 libdirs=.gpu/lib
-for lib in libnvrtc.so.13 libcublasLt.so.13; do
-  if ! ldconfig -p | grep -q "$lib" && [ ! -e "/usr/local/cuda/lib64/$lib" ]; then
+for lib in libnvrtc.so.13 libcublasLt.so.13 libnccl.so.2; do
+  if ! ldconfig -p | grep -q "$lib" && [ ! -e "/usr/local/cuda/lib64/$lib" ] &&
+    [ ! -e "/usr/local/cuda/lib/$lib" ]; then
     found=$(find / -name "$lib" -not -path "/proc/*" 2>/dev/null | head -1)
     [ -n "$found" ] && libdirs="$libdirs:$(dirname "$found")"
   fi

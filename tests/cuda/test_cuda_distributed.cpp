@@ -4,6 +4,7 @@
 
 #include "../frontend/distributed_util.h"
 #include "cuda_test_util.h"
+#include "kiln/runtime/cuda/nccl.h"
 
 namespace dist = kiln::distributed;
 using kiln::Tensor;
@@ -74,5 +75,108 @@ TEST(CudaDistributed, DataParallelOnTheDeviceMatchesTheHost) {
       const double diff = (on_device[r][k] - on_host[r][k]).abs().max().item<double>();
       EXPECT_LT(diff, 1e-5) << "rank " << r << " parameter " << k;
     }
+  }
+}
+
+namespace {
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::shared_ptr<dist::ProcessGroup> nccl_group_of_one() {
+  auto store = std::make_shared<dist::TCPStore>("", 0, true, std::chrono::seconds(30));
+  dist::ProcessGroupOptions o;
+  o.backend = "nccl";
+  return std::make_shared<dist::ProcessGroup>(store, 0, 1, o);
+}
+
+}  // namespace
+
+// NCCL loads and makes communicator ids without a device (CI has the toolkit, no GPU).
+TEST(CudaNccl, LoadsAndMakesDistinctIds) {
+  int version = 0;
+  try {
+    version = kiln::cuda::nccl::version();
+  } catch (const kiln::Error& e) {
+    GTEST_SKIP() << "needs NCCL: " << e.what();
+  }
+  EXPECT_GE(version, 21300);  // ncclGetLastError and ncclAvg: NCCL 2.13 and later
+  const auto a = kiln::cuda::nccl::unique_id(), b = kiln::cuda::nccl::unique_id();
+  EXPECT_NE(a, b);
+  EXPECT_NE(a, kiln::cuda::nccl::UniqueId{});
+}
+
+TEST(CudaNccl, AGroupWithoutADeviceSaysSo) {
+  if (kiln::cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
+  const std::string m = message_of([] { nccl_group_of_one(); });
+  EXPECT_NE(m.find("no CUDA device"), std::string::npos) << m;
+  auto store = std::make_shared<dist::TCPStore>("", 0, true, std::chrono::seconds(5));
+  dist::ProcessGroupOptions o;
+  o.backend = "mpi";
+  EXPECT_NE(message_of([&] { dist::ProcessGroup(store, 0, 1, o); }).find("unknown backend 'mpi'"),
+            std::string::npos);
+}
+
+// One rank (one GPU on the device machine): every NCCL collective on device tensors, and DDP
+// through NCCL training as the plain model does.
+TEST(CudaNccl, GroupOfOneRankRunsEveryCollectiveAndDdp) {
+  KILN_REQUIRE_CUDA_DEVICE();
+  try {
+    kiln::cuda::nccl::version();
+  } catch (const kiln::Error& e) {
+    GTEST_SKIP() << "needs NCCL: " << e.what();
+  }
+  auto group = nccl_group_of_one();
+  EXPECT_STREQ(group->backend(), "nccl");
+  kiln::manual_seed(3);
+  const Tensor host = kiln::randn({257, 3});
+  Tensor dev = host.cuda();
+  group->all_reduce(dev, dist::ReduceOp::Avg);
+  EXPECT_EQ(kiln::cuda_test::values(dev), kiln::cuda_test::values(host));
+  Tensor strided = host.cuda().t();
+  group->all_reduce(strided, dist::ReduceOp::Max);
+  EXPECT_EQ(kiln::cuda_test::values(strided), kiln::cuda_test::values(host.t()));
+  group->broadcast(dev, 0);
+  EXPECT_EQ(kiln::cuda_test::values(dev), kiln::cuda_test::values(host));
+  kiln::TensorList all = group->all_gather(dev);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(kiln::cuda_test::values(all[0]), kiln::cuda_test::values(host));
+  // Host tensors in an NCCL group go through the ring.
+  Tensor cpu = host.clone();
+  group->all_reduce(cpu);
+  EXPECT_EQ(kiln::cuda_test::values(cpu), kiln::cuda_test::values(host));
+
+  auto make = [] {
+    kiln::manual_seed(4);
+    return std::make_shared<kiln::nn::Sequential>(std::initializer_list<kiln::nn::ModulePtr>{
+        std::make_shared<kiln::nn::Linear>(3, 8), std::make_shared<kiln::nn::Tanh>(),
+        std::make_shared<kiln::nn::Linear>(8, 1)});
+  };
+  auto plain = make(), wrapped = make();
+  plain->to(kiln::Device::CUDA);
+  wrapped->to(kiln::Device::CUDA);
+  dist::DistributedDataParallelOptions o;
+  o.group = group;
+  o.bucket_cap_mb = 0.0001;
+  dist::DistributedDataParallel ddp(wrapped, o);
+  const Tensor x = host.cuda(), y = host.narrow(1, 0, 1).cuda();
+  for (kiln::nn::Module* m :
+       {static_cast<kiln::nn::Module*>(plain.get()), static_cast<kiln::nn::Module*>(&ddp)}) {
+    kiln::optim::SGD opt(m->parameters(), kiln::optim::SGDOptions(0.1));
+    for (int step = 0; step < 3; ++step) {
+      opt.zero_grad();
+      kiln::mse_loss((*m)(x), y).backward();
+      opt.step();
+    }
+  }
+  const auto a = plain->parameters(), b = wrapped->parameters();
+  for (size_t k = 0; k < a.size(); ++k) {
+    EXPECT_EQ(kiln::cuda_test::values(a[k]), kiln::cuda_test::values(b[k])) << "parameter " << k;
   }
 }

@@ -363,11 +363,17 @@ TEST(InitProcessGroup, ReadsTorchrunThenOpenMpiEnvironment) {
   env.set("RANK", "one");
   EXPECT_NE(message_of([] { dist::resolve_init_options({}); }).find("in RANK, got 'one'"),
             std::string::npos);
-  dist::InitOptions nccl;
-  nccl.rank = 0;
-  nccl.world_size = 1;
-  nccl.backend = "nccl";
-  EXPECT_NE(message_of([&] { dist::resolve_init_options(nccl); }).find("NCCL is not built yet"),
+  dist::InitOptions named;
+  named.rank = 0;
+  named.world_size = 1;
+  named.backend = "gloo";  // PyTorch scripts' name for the ring
+  EXPECT_EQ(dist::resolve_init_options(named).backend, "tcp");
+  named.backend = "nccl";
+  EXPECT_EQ(dist::resolve_init_options(named).backend, "nccl");
+  named.backend = "mpi";
+  EXPECT_NE(message_of([&] {
+              dist::resolve_init_options(named);
+            }).find("unknown backend 'mpi', expected tcp (alias gloo) or nccl"),
             std::string::npos);
 }
 

@@ -50,12 +50,12 @@ InitOptions resolve_init_options(InitOptions o) {
     if (o.master_port < 0) o.master_port = 29500;
   }
   // Port 0 (any free one) only serves a group of one: other ranks could not find it.
-  KILN_CHECK((o.master_port > 0 || (o.master_port == 0 && o.world_size == 1)) &&
-                 o.master_port <= 65535,
-             "init_process_group", "expected a master port in [1, 65535], got ", o.master_port);
+  KILN_CHECK(
+      (o.master_port > 0 || (o.master_port == 0 && o.world_size == 1)) && o.master_port <= 65535,
+      "init_process_group", "expected a master port in [1, 65535], got ", o.master_port);
   if (o.backend == "gloo") o.backend = "tcp";
-  KILN_CHECK(o.backend == "tcp", "init_process_group", "unknown backend '", o.backend,
-             "': kiln has the CPU backend 'tcp' (alias 'gloo'); NCCL is not built yet");
+  KILN_CHECK(o.backend == "tcp" || o.backend == "nccl", "init_process_group", "unknown backend '",
+             o.backend, "', expected tcp (alias gloo) or nccl");
   return o;
 }
 
@@ -67,6 +67,7 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
   auto store = std::make_shared<TCPStore>(o.master_addr, o.master_port, o.rank == 0, o.timeout);
   ProcessGroupOptions pg;
   pg.timeout = o.timeout;
+  pg.backend = o.backend;
   g_group = std::make_shared<ProcessGroup>(std::move(store), o.rank, o.world_size, pg);
   return g_group;
 }

@@ -14,6 +14,7 @@
 #include "kiln/autograd.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/cuda/cuda.h"
+#include "kiln/runtime/cuda/nccl.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "ring.h"
 
@@ -140,6 +141,9 @@ std::string rank_name(int r) {
 struct ProcessGroup::Impl {
   std::shared_ptr<Store> store;
   detail::Ring ring;
+  // With the "nccl" backend: CUDA tensors go through NCCL on the eager stream; host tensors,
+  // the headers and barriers through the ring.
+  std::unique_ptr<cuda::nccl::Communicator> nccl;
   uint64_t sequence = 0;  // touched by the worker only
 
   std::mutex mu;
@@ -183,6 +187,7 @@ struct ProcessGroup::Impl {
           // for their timeout.
           ring.next.shutdown();
           ring.prev.shutdown();
+          if (nccl) nccl->abort();  // peers blocked in NCCL kernels are released too
           std::lock_guard<std::mutex> lock(mu);
           failure = error;
         }
@@ -316,7 +321,29 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
                world_size, " to connect, got rank ", hello[0], " of ", hello[1],
                " (do all ranks agree on the world size?)");
   }
+  KILN_CHECK(options.backend == "tcp" || options.backend == "nccl", "ProcessGroup",
+             "unknown backend '", options.backend, "', expected tcp or nccl");
+  if (options.backend == "nccl") {
+    cuda::require_device("init_process_group");
+    // Rank 0's communicator id reaches the others through the store.
+    const std::string key = "kiln/pg/" + options.name + "/nccl_id";
+    cuda::nccl::UniqueId id{};
+    if (rank == 0) {
+      id = cuda::nccl::unique_id("init_process_group");
+      impl_->store->set(key, std::vector<uint8_t>(id.begin(), id.end()));
+    } else {
+      const std::vector<uint8_t> bytes = impl_->store->get(key);
+      KILN_CHECK(bytes.size() == id.size(), "init_process_group", "expected an NCCL id of ",
+                 id.size(), " bytes from rank 0, got ", bytes.size());
+      std::copy(bytes.begin(), bytes.end(), id.begin());
+    }
+    impl_->nccl = std::make_unique<cuda::nccl::Communicator>(id, rank, world_size);
+  }
   impl_->worker = std::thread([impl = impl_.get()] { impl->run(); });
+}
+
+const char* ProcessGroup::backend() const {
+  return impl_->nccl ? "nccl" : "tcp";
 }
 
 ProcessGroup::~ProcessGroup() {
@@ -361,6 +388,26 @@ void write_back(const Tensor& t, const Tensor& buffer) {
     autograd::NoGradGuard no_grad;  // on the group's thread: the data, not a graph
     t.detach().copy_(buffer);
   }
+}
+
+cuda::DevicePtr device_ptr(const Tensor& t) {
+  return reinterpret_cast<cuda::DevicePtr>(t.impl()->raw_data());
+}
+
+cuda::nccl::Reduction nccl_reduction(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return cuda::nccl::Reduction::Sum;
+    case ReduceOp::Avg:
+      return cuda::nccl::Reduction::Avg;
+    case ReduceOp::Product:
+      return cuda::nccl::Reduction::Product;
+    case ReduceOp::Min:
+      return cuda::nccl::Reduction::Min;
+    case ReduceOp::Max:
+      return cuda::nccl::Reduction::Max;
+  }
+  return cuda::nccl::Reduction::Sum;
 }
 
 // A collective's bytes on the host. A CUDA tensor's are staged through host memory (as Gloo
@@ -419,6 +466,12 @@ Work ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
                    buffer.numel(),
                    shape_hash(buffer.sizes())};
     impl->check_header(h);
+    if (impl->nccl && buffer.device() == Device::CUDA) {
+      impl->nccl->all_reduce(device_ptr(buffer), static_cast<size_t>(buffer.numel()), dtype,
+                             nccl_reduction(op), cuda::current_stream());
+      write_back(tensor, buffer);
+      return;
+    }
     HostBytes bytes(buffer, /*read=*/true);
     impl->ring.all_reduce(bytes.data(), buffer.numel(), dtype, op, "all_reduce");
     bytes.store();
@@ -447,6 +500,12 @@ Work ProcessGroup::broadcast_async(const Tensor& tensor, int root) {
                    buffer.numel(),
                    shape_hash(buffer.sizes())};
     impl->check_header(h);
+    if (impl->nccl && buffer.device() == Device::CUDA) {
+      impl->nccl->broadcast(device_ptr(buffer), static_cast<size_t>(buffer.numel()), buffer.dtype(),
+                            root, cuda::current_stream());
+      if (impl->ring.rank != root) write_back(tensor, buffer);
+      return;
+    }
     HostBytes bytes(buffer, /*read=*/impl->ring.rank == root);
     impl->ring.broadcast(bytes.data(), buffer.numel() * dtype_size(buffer.dtype()), root,
                          "broadcast");
@@ -464,6 +523,26 @@ void ProcessGroup::broadcast(const Tensor& tensor, int root) {
 TensorList ProcessGroup::all_gather(const Tensor& tensor) {
   Tensor mine;
   impl_->checked(Kind::AllGather, [&] { mine = checked_buffer(tensor, "all_gather"); });
+  if (mine.device() == Device::CUDA && impl_->nccl) {
+    // One device buffer of every rank's part, in rank order; the parts are views of it.
+    const int64_t numel = mine.numel();
+    Tensor gathered = empty({numel * size()}, TensorOptions(mine.dtype())).to(Device::CUDA);
+    impl_
+        ->submit([impl = impl_.get(), mine, gathered, shape = shape_hash(mine.sizes())] {
+          const Header h{
+              0, uint32_t(Kind::AllGather), 0, uint32_t(mine.dtype()), 0, mine.numel(), shape};
+          impl->check_header(h);
+          impl->nccl->all_gather(device_ptr(mine), device_ptr(gathered),
+                                 static_cast<size_t>(mine.numel()), mine.dtype(),
+                                 cuda::current_stream());
+        })
+        .wait();
+    TensorList parts;
+    for (int r = 0; r < size(); ++r) {
+      parts.push_back(gathered.narrow(0, r * numel, numel).view(mine.sizes()));
+    }
+    return parts;
+  }
   if (mine.device() != Device::CPU) {  // staged through the host, as the other collectives
     TensorList parts = all_gather(mine.cpu());
     for (Tensor& p : parts) p = p.to(mine.device());

@@ -14,28 +14,31 @@
 
 namespace kiln::cuda::api {
 
-#define KILN_CUDA_DRIVER_FUNCTIONS(X)                                                             \
-  X(cuInit)                                                                                       \
-  X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                     \
-      X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)  \
-          X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemHostAlloc)        \
-              X(cuMemFreeHost) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)     \
-                  X(cuMemsetD32Async) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) \
-                      X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)    \
-                          X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData)         \
-                              X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)          \
-                                  X(cuGetErrorName) X(cuGetErrorString)
+#define KILN_CUDA_DRIVER_FUNCTIONS(X)                                                              \
+  X(cuInit)                                                                                        \
+  X(cuDriverGetVersion)                                                                            \
+  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)                    \
+      X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize)       \
+          X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemHostAlloc) X(cuMemFreeHost)            \
+              X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD32Async)   \
+                  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamWaitEvent) \
+                      X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)    \
+                          X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)              \
+                              X(cuModuleGetFunction) X(cuLaunchKernel) X(cuGetErrorName)           \
+                                  X(cuGetErrorString)
 
-#define KILN_NVRTC_FUNCTIONS(X)                                                          \
-  X(nvrtcVersion)                                                                        \
-  X(nvrtcCreateProgram) X(nvrtcDestroyProgram) X(nvrtcCompileProgram) X(nvrtcGetPTXSize) \
-      X(nvrtcGetPTX) X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN) X(nvrtcGetProgramLogSize)     \
-          X(nvrtcGetProgramLog) X(nvrtcGetErrorString)
+#define KILN_NVRTC_FUNCTIONS(X)                                                             \
+  X(nvrtcVersion)                                                                           \
+  X(nvrtcCreateProgram)                                                                     \
+  X(nvrtcDestroyProgram) X(nvrtcCompileProgram) X(nvrtcGetPTXSize) X(nvrtcGetPTX)           \
+      X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN) X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog) \
+          X(nvrtcGetErrorString)
 
 #define KILN_CUBLASLT_FUNCTIONS(X)                                                                 \
   X(cublasLtCreate)                                                                                \
-  X(cublasLtDestroy) X(cublasLtGetVersion) X(cublasLtMatmul) X(cublasLtMatmulDescCreate)           \
-      X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) \
+  X(cublasLtDestroy)                                                                               \
+  X(cublasLtGetVersion) X(cublasLtMatmul) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) \
+      X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate)                              \
           X(cublasLtMatrixLayoutDestroy) X(cublasLtMatmulPreferenceCreate)                         \
               X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)           \
                   X(cublasLtMatmulAlgoGetHeuristic)
@@ -52,7 +55,7 @@ struct CublasLt {
   KILN_CUBLASLT_FUNCTIONS(KILN_CUDA_MEMBER)
 };
 
-// Loaded and initialized once (cuInit, device 0's primary context current on the calling thread);
+// Loaded and initialized once (cuInit, the device's primary context current on the calling thread);
 // throws kiln::Error(op, "no CUDA device: <why>") where there is none.
 const Driver& driver(std::string_view op);
 // The toolkit libraries: throw kiln::Error(op, "<library> not found: <where it looked>").
@@ -64,7 +67,11 @@ void check(CUresult r, std::string_view op, std::string_view what);
 void check(nvrtcResult r, std::string_view op, std::string_view what);
 void check(cublasStatus_t r, std::string_view op, std::string_view what);
 
-// Makes device 0's primary context current on this thread (each new thread needs it once).
+// Makes the device's primary context current on this thread (each new thread needs it once).
 void make_context_current(std::string_view op);
+// The ordinal of the device this process uses (see cuda.h's device_info).
+int device_ordinal(std::string_view op);
+// dlopen of a toolkit library from the places NVRTC is looked for; null with `error` set.
+void* open_toolkit_library(const char* soname, const char* plain, std::string& error);
 
 }  // namespace kiln::cuda::api

@@ -21,7 +21,8 @@ DeviceInfo read_device_info() {
   const api::Driver& d = api::driver(kOp);
   DeviceInfo info;
   CUdevice dev = 0;
-  api::check(d.cuDeviceGet(&dev, 0), kOp, "cuDeviceGet");
+  info.index = api::device_ordinal(kOp);
+  api::check(d.cuDeviceGet(&dev, info.index), kOp, "cuDeviceGet");
   char name[256] = {};
   api::check(d.cuDeviceGetName(name, sizeof name, dev), kOp, "cuDeviceGetName");
   info.name = name;

@@ -34,6 +34,7 @@ std::vector<std::string> candidates(const char* soname, const char* plain) {
     out.push_back(std::string(KILN_CUDA_TOOLKIT_LIB_DIR) + "/" + name);
 #endif
     out.push_back(std::string("/usr/local/cuda/lib64/") + name);
+    out.push_back(std::string("/usr/local/cuda/lib/") + name);  // where the toolkit puts NCCL
   }
   return out;
 }
@@ -44,7 +45,7 @@ void* open_first(const std::vector<std::string>& paths, std::string& error) {
   }
   error = "not found (looked for " + paths.front() +
           ", then in the loader's path, the build's "
-          "toolkit and /usr/local/cuda/lib64; set KILN_CUDA_LIB_DIR)";
+          "toolkit and /usr/local/cuda/lib64 and lib; set KILN_CUDA_LIB_DIR)";
   return nullptr;
 }
 
@@ -58,7 +59,34 @@ struct DriverState {
   Driver table;
   std::string error;
   CUcontext context = nullptr;
+  int index = 0;  // the device's ordinal
 };
+
+// KILN_CUDA_DEVICE, else the launcher's rank on this machine (torchrun's LOCAL_RANK, Open MPI's
+// OMPI_COMM_WORLD_LOCAL_RANK) modulo the device count, so that the ranks of a process group on
+// a machine with several GPUs take one each; else device 0.
+int choose_device(int count, std::string& error) {
+  auto read = [](const char* name, long& v) {
+    const char* text = std::getenv(name);
+    if (!text || !*text) return false;
+    char* end = nullptr;
+    v = std::strtol(text, &end, 10);
+    return *end == '\0' && v >= 0;
+  };
+  long v = 0;
+  if (std::getenv("KILN_CUDA_DEVICE")) {
+    if (!read("KILN_CUDA_DEVICE", v) || v >= count) {
+      error = "no CUDA device: KILN_CUDA_DEVICE='" + std::string(std::getenv("KILN_CUDA_DEVICE")) +
+              "' is not a device ordinal below the device count " + std::to_string(count);
+      return 0;
+    }
+    return static_cast<int>(v);
+  }
+  if (read("LOCAL_RANK", v) || read("OMPI_COMM_WORLD_LOCAL_RANK", v)) {
+    return static_cast<int>(v % count);
+  }
+  return 0;
+}
 
 DriverState load_driver() {
   DriverState s;
@@ -85,8 +113,10 @@ DriverState load_driver() {
                                       (name ? name : "unknown error");
     return s;
   }
+  s.index = choose_device(count, s.error);
+  if (!s.error.empty()) return s;
   CUdevice dev = 0;
-  r = table.cuDeviceGet(&dev, 0);
+  r = table.cuDeviceGet(&dev, s.index);
   if (r == CUDA_SUCCESS) r = table.cuDevicePrimaryCtxRetain(&s.context, dev);
   if (r != CUDA_SUCCESS) {
     const char* name = nullptr;
@@ -131,6 +161,16 @@ const Driver& driver(std::string_view op) {
     fail(op, s.error);
   make_context_current(op);
   return s.table;
+}
+
+int device_ordinal(std::string_view op) {
+  const DriverState& s = driver_state();
+  if (!s.error.empty()) fail(op, s.error);
+  return s.index;
+}
+
+void* open_toolkit_library(const char* soname, const char* plain, std::string& error) {
+  return open_first(candidates(soname, plain), error);
 }
 
 void make_context_current(std::string_view op) {

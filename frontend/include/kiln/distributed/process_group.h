@@ -1,11 +1,11 @@
 #pragma once
 // A process group: `size()` processes (ranks), usually one per machine or device, that run the
-// same program and exchange tensors through collectives (PyTorch's torch.distributed). The
-// backend (the only one so far; NCCL is not built) connects the ranks in a ring over TCP (as Gloo
-// does) and runs each collective with the ring algorithms, which move 2(n-1)/n of the data per rank
-// whatever the rank count: all_reduce = reduce-scatter then all-gather (Patarasuk and Yuan,
-// "Bandwidth optimal all-reduce algorithms for clusters of workstations", 2009), broadcast = a
-// pipelined chain.
+// same program and exchange tensors through collectives (PyTorch's torch.distributed). A group
+// always connects the ranks in a ring over TCP (as Gloo does) and runs host tensors' collectives
+// with the ring algorithms, which move 2(n-1)/n of the data per rank whatever the rank count:
+// all_reduce = reduce-scatter then all-gather (Patarasuk and Yuan, "Bandwidth optimal all-reduce
+// algorithms for clusters of workstations", 2009), broadcast = a pipelined chain. With the "nccl"
+// backend, CUDA tensors go through NCCL instead (ProcessGroupOptions::backend).
 //
 // Collectives run in call order on the group's own thread; the *_async forms return at once with
 // a Work to wait on, so a caller can compute while the data moves (data-parallel training
@@ -51,6 +51,11 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
   // Keys in the store start with this: several groups may share one store.
   std::string name = "default";
+  // "tcp": every tensor through the ring (CUDA tensors staged through host memory). "nccl":
+  // CUDA tensors through NCCL, device to device on the eager stream (one GPU per rank: the
+  // device is KILN_CUDA_DEVICE, else the launcher's LOCAL_RANK); host tensors, the checks and
+  // barriers still through the ring. Needs a CUDA device and NCCL (libnccl.so.2).
+  std::string backend = "tcp";
 };
 
 class ProcessGroup {
@@ -65,7 +70,7 @@ class ProcessGroup {
 
   int rank() const;
   int size() const;
-  const char* backend() const { return "tcp"; }
+  const char* backend() const;
 
   // In place on `tensor` (float32, float64, int32 or int64; any strides). Every rank ends with
   // the same bytes. Avg is for floating types. A CUDA tensor is staged through host memory
@@ -97,7 +102,8 @@ struct InitOptions {
   int world_size = -1;
   std::string master_addr;
   int master_port = -1;
-  // "tcp" (the CPU backend; "gloo" is accepted as its name in PyTorch scripts).
+  // "tcp" (the ring; "gloo" is accepted as its name in PyTorch scripts) or "nccl" (see
+  // ProcessGroupOptions::backend).
   std::string backend = "tcp";
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
 };

@@ -23,7 +23,7 @@ CompiledCode compile(std::string_view op, const std::string& source, const std::
 // NVRTC's version, "13.0"; throws where NVRTC is not found.
 std::string nvrtc_version();
 
-// A kernel compiled for device 0.
+// A kernel compiled for the process's device.
 class Kernel {
  public:
   // args: pointers to each parameter's value, as cuLaunchKernel takes them.

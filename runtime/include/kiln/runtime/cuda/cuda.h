@@ -3,7 +3,8 @@
 // copies, pinned host memory and the device allocator. The driver is loaded with dlopen at first
 // use, so a program linking kiln_runtime starts on machines without CUDA; there every call below
 // except the queries throws kiln::Error("op", "no CUDA device: ...").
-// One device (device 0) for now; eager work is ordered on current_stream().
+// One device per process (device_info().index: KILN_CUDA_DEVICE, else the launcher's local rank
+// modulo the device count, else 0); eager work is ordered on current_stream().
 
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +26,7 @@ std::string unavailable_reason();
 void require_device(std::string_view op);
 
 struct DeviceInfo {
+  int index = 0;  // the ordinal: KILN_CUDA_DEVICE, else LOCAL_RANK modulo the count, else 0
   std::string name;
   int major = 0, minor = 0;  // compute capability
   int multiprocessors = 0;
