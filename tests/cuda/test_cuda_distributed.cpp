@@ -80,15 +80,6 @@ TEST(CudaDistributed, DataParallelOnTheDeviceMatchesTheHost) {
 
 namespace {
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 std::shared_ptr<dist::ProcessGroup> nccl_group_of_one() {
   auto store = std::make_shared<dist::TCPStore>("", 0, true, std::chrono::seconds(30));
   dist::ProcessGroupOptions o;
@@ -114,13 +105,14 @@ TEST(CudaNccl, LoadsAndMakesDistinctIds) {
 
 TEST(CudaNccl, AGroupWithoutADeviceSaysSo) {
   if (kiln::cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
-  const std::string m = message_of([] { nccl_group_of_one(); });
+  const std::string m = test::message_of([] { nccl_group_of_one(); });
   EXPECT_NE(m.find("no CUDA device"), std::string::npos) << m;
   auto store = std::make_shared<dist::TCPStore>("", 0, true, std::chrono::seconds(5));
   dist::ProcessGroupOptions o;
   o.backend = "mpi";
-  EXPECT_NE(message_of([&] { dist::ProcessGroup(store, 0, 1, o); }).find("unknown backend 'mpi'"),
-            std::string::npos);
+  EXPECT_NE(
+      test::message_of([&] { dist::ProcessGroup(store, 0, 1, o); }).find("unknown backend 'mpi'"),
+      std::string::npos);
 }
 
 // One rank (one GPU on the device machine): every NCCL collective on device tensors, and DDP

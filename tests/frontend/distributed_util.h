@@ -6,12 +6,23 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "kiln/distributed.h"
 
 namespace test {
+
+// The message of the kiln::Error f throws, or "(no error)".
+inline std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 inline void run_ranks(
     int world_size,

@@ -35,15 +35,6 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   return (a.to(kiln::DType::Float64) - b.to(kiln::DType::Float64)).abs().max().item<double>();
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 // What one rank ends with.
 struct RankResult {
   kiln::TensorList params;  // after training
@@ -269,7 +260,7 @@ TEST(DistributedDataParallel, ABackwardThatThrowsIsReportedAndTheNextStepsAverag
     Tensor out = hidden;
     for (size_t k = 1; k < layers.size(); ++k) out = (*layers[k])(out);
     EXPECT_THROW(kiln::mse_loss(out, ys).backward(), kiln::Error);
-    reported[r] = message_of([&] { ddp.forward(xs); });
+    reported[r] = test::message_of([&] { ddp.forward(xs); });
     // The reducer is reset: the next step averages as if nothing happened.
     ddp.zero_grad();
     kiln::mse_loss(ddp.forward(xs), ys).backward();
@@ -295,7 +286,7 @@ TEST(DistributedDataParallel, MovingTheModuleAfterWrappingIsAnError) {
     o.group = group;
     dist::DistributedDataParallel ddp(model, o);
     model->to(kiln::DType::Float64);
-    EXPECT_NE(message_of([&] {
+    EXPECT_NE(test::message_of([&] {
                 ddp.forward(kiln::ones({1, 6}, kiln::DType::Float64));
               }).find("wrap the module after moving it"),
               std::string::npos);

@@ -42,15 +42,6 @@ Tensor as_tensor(const std::vector<double>& v, DType dtype) {
   return t;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 }  // namespace
 
 TEST(TCPStore, SetGetAddAcrossClientsAndGetWaitsForSet) {
@@ -73,11 +64,11 @@ TEST(TCPStore, SetGetAddAcrossClientsAndGetWaitsForSet) {
 
 TEST(TCPStore, MissingKeyTimesOutNamingTheKey) {
   dist::TCPStore server("", 0, true, 200ms);
-  const std::string m = message_of([&] { server.get("never/set"); });
+  const std::string m = test::message_of([&] { server.get("never/set"); });
   EXPECT_NE(m.find("never/set"), std::string::npos) << m;
   EXPECT_NE(m.find("timed out"), std::string::npos) << m;
   // The failed connection says so instead of reading a stale reply.
-  const std::string again = message_of([&] { server.get("x"); });
+  const std::string again = test::message_of([&] { server.get("x"); });
   EXPECT_NE(again.find("closed by an earlier error"), std::string::npos) << again;
 }
 
@@ -92,18 +83,18 @@ TEST(TCPStore, NoServerIsAConnectError) {
   socklen_t len = sizeof(addr);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   const int port = ntohs(addr.sin_port);
-  const std::string m = message_of([&] { dist::TCPStore("127.0.0.1", port, false, 300ms); });
+  const std::string m = test::message_of([&] { dist::TCPStore("127.0.0.1", port, false, 300ms); });
   ::close(fd);
   EXPECT_NE(m.find("cannot connect to 127.0.0.1:" + std::to_string(port)), std::string::npos) << m;
   // A server whose own client cannot connect fails cleanly (its thread stopped), not abort().
   const std::string unresolved =
-      message_of([&] { dist::TCPStore("no-such-host.invalid", 0, true, 300ms); });
+      test::message_of([&] { dist::TCPStore("no-such-host.invalid", 0, true, 300ms); });
   EXPECT_NE(unresolved.find("no-such-host.invalid"), std::string::npos) << unresolved;
 }
 
 TEST(TCPStore, AnOversizedKeyIsRefusedWithoutClosingTheConnection) {
   dist::TCPStore server("", 0, true, 10s);
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(test::message_of([&] {
               server.set(std::string(5000, 'k'), std::string("v"));
             }).find("key of 5000 bytes"),
             std::string::npos);
@@ -157,12 +148,13 @@ TEST(ProcessGroup, AllReduceOpsAndDtypes) {
     EXPECT_EQ(a.data_ptr<double>()[0], 1.0);
     // Avg on integers and unsupported dtypes are refused before anything is sent.
     Tensor i = kiln::zeros({2}, kiln::TensorOptions(DType::Int32));
-    EXPECT_NE(message_of([&] {
+    EXPECT_NE(test::message_of([&] {
                 group->all_reduce(i, dist::ReduceOp::Avg);
               }).find("avg needs a floating-point tensor, got int32"),
               std::string::npos);
     Tensor h = kiln::zeros({2}, kiln::TensorOptions(DType::Float16));
-    EXPECT_NE(message_of([&] { group->all_reduce(h); }).find("got float16"), std::string::npos);
+    EXPECT_NE(test::message_of([&] { group->all_reduce(h); }).find("got float16"),
+              std::string::npos);
     // The group still works.
     group->barrier();
   });
@@ -192,7 +184,7 @@ TEST(ProcessGroup, BroadcastFromAnyRootInPieces) {
     const auto expected = rank_values(1, numel);
     for (int64_t i = 0; i < numel; i += 997) ASSERT_EQ(t.data_ptr<double>()[i], expected[i]);
     EXPECT_EQ(t.data_ptr<double>()[numel - 1], expected[numel - 1]);
-    EXPECT_NE(message_of([&] { group->broadcast(t, 3); }).find("root rank in [0, 3), got 3"),
+    EXPECT_NE(test::message_of([&] { group->broadcast(t, 3); }).find("root rank in [0, 3), got 3"),
               std::string::npos);
   });
 }
@@ -243,8 +235,8 @@ TEST(ProcessGroup, MismatchedCollectivesFailWithBothSidesNamed) {
   test::run_ranks(2, [&](const auto& group) {
     const int r = group->rank();
     Tensor t = kiln::zeros({r == 0 ? 10 : 20});
-    messages[r] = message_of([&] { group->all_reduce(t); });
-    later[r] = message_of([&] { group->barrier(); });
+    messages[r] = test::message_of([&] { group->all_reduce(t); });
+    later[r] = test::message_of([&] { group->barrier(); });
   });
   const std::string both = messages[0] + " | " + messages[1];
   EXPECT_NE(both.find("ranks disagree"), std::string::npos) << both;
@@ -265,7 +257,7 @@ TEST(ProcessGroup, ARankThatLeftIsReportedBeforeTheTimeout) {
       [&](const auto& group) {
         if (group->rank() == 1) return;  // destroys its group at once
         Tensor t = kiln::ones({100});
-        message = message_of([&] { group->all_reduce(t); });
+        message = test::message_of([&] { group->all_reduce(t); });
       },
       30s);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
@@ -276,7 +268,7 @@ TEST(ProcessGroup, ARankThatLeftIsReportedBeforeTheTimeout) {
 TEST(ProcessGroup, ACallRefusedOnOneRankFailsTheOthersInsteadOfShiftingThem) {
   // Refused everywhere: the group goes on.
   test::run_ranks(2, [&](const auto& group) {
-    EXPECT_NE(message_of([&] { group->all_reduce(Tensor()); }).find("undefined"),
+    EXPECT_NE(test::message_of([&] { group->all_reduce(Tensor()); }).find("undefined"),
               std::string::npos);
     Tensor t = kiln::ones({3});
     group->all_reduce(t, dist::ReduceOp::Avg);
@@ -288,9 +280,9 @@ TEST(ProcessGroup, ACallRefusedOnOneRankFailsTheOthersInsteadOfShiftingThem) {
   test::run_ranks(2, [&](const auto& group) {
     const int r = group->rank();
     Tensor t = r == 1 ? kiln::zeros({4}, kiln::TensorOptions(DType::Int32)) : kiln::ones({4});
-    first[r] = message_of([&] { group->all_reduce(t, dist::ReduceOp::Avg); });
+    first[r] = test::message_of([&] { group->all_reduce(t, dist::ReduceOp::Avg); });
     Tensor u = kiln::ones({4});
-    second[r] = message_of([&] { group->all_reduce(u, dist::ReduceOp::Avg); });
+    second[r] = test::message_of([&] { group->all_reduce(u, dist::ReduceOp::Avg); });
   });
   EXPECT_NE(first[1].find("avg needs a floating-point tensor"), std::string::npos) << first[1];
   const std::string rank0 = first[0] + " | " + second[0];
@@ -304,7 +296,7 @@ TEST(ProcessGroup, SameElementCountOfAnotherShapeIsAMismatch) {
   test::run_ranks(2, [&](const auto& group) {
     const int r = group->rank();
     Tensor t = r == 0 ? kiln::zeros({2, 3}) : kiln::zeros({3, 2});
-    messages[r] = message_of([&] { group->broadcast(t, 0); });
+    messages[r] = test::message_of([&] { group->broadcast(t, 0); });
   });
   EXPECT_NE((messages[0] + messages[1]).find("of another shape"), std::string::npos)
       << messages[0] << " | " << messages[1];
@@ -340,7 +332,8 @@ TEST(InitProcessGroup, ReadsTorchrunThenOpenMpiEnvironment) {
                            "SLURM_PROCID", "SLURM_NTASKS", "MASTER_ADDR", "MASTER_PORT"}) {
     env.set(name, nullptr);
   }
-  EXPECT_NE(message_of([] { dist::resolve_init_options({}); }).find("torchrun"), std::string::npos);
+  EXPECT_NE(test::message_of([] { dist::resolve_init_options({}); }).find("torchrun"),
+            std::string::npos);
   env.set("OMPI_COMM_WORLD_RANK", "2");
   env.set("OMPI_COMM_WORLD_SIZE", "4");
   auto o = dist::resolve_init_options({});
@@ -358,10 +351,10 @@ TEST(InitProcessGroup, ReadsTorchrunThenOpenMpiEnvironment) {
   EXPECT_EQ(o.master_addr, "10.0.0.7");
   EXPECT_EQ(o.master_port, 12345);
   env.set("RANK", "5");
-  EXPECT_NE(message_of([] { dist::resolve_init_options({}); }).find("got 5 (RANK)"),
+  EXPECT_NE(test::message_of([] { dist::resolve_init_options({}); }).find("got 5 (RANK)"),
             std::string::npos);
   env.set("RANK", "one");
-  EXPECT_NE(message_of([] { dist::resolve_init_options({}); }).find("in RANK, got 'one'"),
+  EXPECT_NE(test::message_of([] { dist::resolve_init_options({}); }).find("in RANK, got 'one'"),
             std::string::npos);
   dist::InitOptions named;
   named.rank = 0;
@@ -371,7 +364,7 @@ TEST(InitProcessGroup, ReadsTorchrunThenOpenMpiEnvironment) {
   named.backend = "nccl";
   EXPECT_EQ(dist::resolve_init_options(named).backend, "nccl");
   named.backend = "mpi";
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(test::message_of([&] {
               dist::resolve_init_options(named);
             }).find("unknown backend 'mpi', expected tcp (alias gloo) or nccl"),
             std::string::npos);
@@ -389,12 +382,12 @@ TEST(InitProcessGroup, DefaultGroupOfOneRank) {
   dist::init_process_group(o);
   EXPECT_TRUE(dist::is_initialized());
   EXPECT_EQ(dist::get_world_size(), 1);
-  EXPECT_NE(message_of([&] { dist::init_process_group(o); }).find("already initialized"),
+  EXPECT_NE(test::message_of([&] { dist::init_process_group(o); }).find("already initialized"),
             std::string::npos);
   dist::default_group()->barrier();
   dist::destroy_process_group();
   EXPECT_FALSE(dist::is_initialized());
-  EXPECT_NE(message_of([] { dist::get_rank(); }).find("not initialized"), std::string::npos);
+  EXPECT_NE(test::message_of([] { dist::get_rank(); }).find("not initialized"), std::string::npos);
 }
 
 TEST(ProcessGroup, RanksStartedWithDifferentWorldSizesFailAtOnce) {
@@ -403,9 +396,9 @@ TEST(ProcessGroup, RanksStartedWithDifferentWorldSizesFailAtOnce) {
   const auto start = std::chrono::steady_clock::now();
   std::thread other([&] {
     auto store = std::make_shared<dist::TCPStore>("127.0.0.1", server->port(), false, 30s);
-    messages[1] = message_of([&] { dist::ProcessGroup(store, 1, 3); });
+    messages[1] = test::message_of([&] { dist::ProcessGroup(store, 1, 3); });
   });
-  messages[0] = message_of([&] { dist::ProcessGroup(server, 0, 2); });
+  messages[0] = test::message_of([&] { dist::ProcessGroup(server, 0, 2); });
   other.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
   for (const std::string& m : messages) {
