@@ -172,3 +172,27 @@ TEST(CudaNccl, GroupOfOneRankRunsEveryCollectiveAndDdp) {
     EXPECT_EQ(kiln::cuda_test::values(a[k]), kiln::cuda_test::values(b[k])) << "parameter " << k;
   }
 }
+
+// Ranks that ask for different backends, or cannot run NCCL, fail together before any of them
+// waits in NCCL's setup (which has no deadline).
+TEST(CudaNccl, RanksDisagreeingOnTheBackendFailAtOnce) {
+  auto server = std::make_shared<dist::TCPStore>("", 0, true, std::chrono::seconds(20));
+  std::vector<std::string> messages(2);
+  const auto start = std::chrono::steady_clock::now();
+  std::thread other([&] {
+    auto store = std::make_shared<dist::TCPStore>("127.0.0.1", server->port(), false,
+                                                  std::chrono::seconds(20));
+    dist::ProcessGroupOptions o;
+    o.backend = "nccl";
+    messages[1] = test::message_of([&] { dist::ProcessGroup(store, 1, 2, o); });
+  });
+  messages[0] = test::message_of([&] { dist::ProcessGroup(server, 0, 2); });  // tcp
+  other.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_NE(messages[0].find("rank 1 asked for the nccl backend, rank 0 for tcp"),
+            std::string::npos)
+      << messages[0];
+  EXPECT_NE(messages[1].find("rank 0 asked for the tcp backend, rank 1 for nccl"),
+            std::string::npos)
+      << messages[1];
+}

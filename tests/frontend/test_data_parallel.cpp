@@ -349,3 +349,38 @@ TEST(DataLoaderShards, RanksSplitEachEpochAsDistributedSamplerDoes) {
   }
   EXPECT_THROW(kiln::data::DataLoader(dataset, {.num_replicas = 2, .rank = 2}), kiln::Error);
 }
+
+TEST(DistributedDataParallel, ABackwardThatThrowsOnOneRankIsAnErrorOnBoth) {
+  kiln::manual_seed(31);
+  const Tensor x = kiln::randn({4, 6}), y = kiln::randn({4, 3});
+  const auto initial = make_mlp(32);
+  std::vector<nn::ModulePtr> replicas{clone_of(initial, 33), clone_of(initial, 34)};
+  std::vector<std::string> errors(2);
+  test::run_ranks(
+      2,
+      [&](const auto& group) {
+        const int r = group->rank();
+        dist::DistributedDataParallelOptions o;
+        o.group = group;
+        o.bucket_cap_mb = 0.0005;
+        dist::DistributedDataParallel ddp(replicas[r], o);
+        const Tensor xs = x.narrow(0, 2 * r, 2), ys = y.narrow(0, 2 * r, 2);
+        for (int attempt = 0; attempt < 3 && errors[r].empty(); ++attempt) {
+          errors[r] = test::message_of([&] {
+            Tensor out = ddp.forward(xs);
+            if (r == 1 && attempt == 0) {
+              out.register_hook(
+                  [](const Tensor&) -> std::optional<Tensor> { kiln::fail("test hook", "stop"); });
+            }
+            kiln::mse_loss(out, ys).backward();
+          });
+          if (r == 1 && attempt == 0) errors[r].clear();  // its own failure, expected
+        }
+      },
+      std::chrono::seconds(20));
+  // Rank 0 waited for the rest of step 1's buckets; rank 1's next buckets are step 2's (or its
+  // forward reported the failed backward): never a silent average of different steps.
+  EXPECT_NE(errors[0].find("ranks disagree"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("tagged"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1], "(no error)");
+}

@@ -27,8 +27,7 @@ void copy_flat(const Tensor& dst, const Tensor& src) {
 }
 
 Tensor empty_on(int64_t numel, DType dtype, Device device) {
-  Tensor t = empty({numel}, TensorOptions(dtype));
-  return device == Device::CPU ? t : t.to(device);
+  return Tensor(kiln::empty(Dims{numel}, dtype, device));
 }
 
 }  // namespace
@@ -78,6 +77,10 @@ struct DistributedDataParallel::Reducer
   bool callback_queued = false;
   bool sync = true;
   bool at_end = false;  // finish() is launching
+  // Training forwards so far: with the bucket, the tag of each all-reduce, so that ranks whose
+  // steps went out of step (a backward that failed on one of them) get an error, not each
+  // other's gradients of another step.
+  uint64_t step = 0;
   DistributedDataParallel::Stats stats;
 
   void build(double bucket_cap_mb) {
@@ -140,7 +143,7 @@ struct DistributedDataParallel::Reducer
         slot.zero_();
       }
     }
-    b.work = group->all_reduce_async(b.flat, ReduceOp::Avg);
+    b.work = group->all_reduce_async(b.flat, ReduceOp::Avg, (step << 20) | (index + 1));
     ++(at_end ? stats.buckets_at_end : stats.buckets_overlapped);
   }
 
@@ -256,6 +259,7 @@ void DistributedDataParallel::sync_buffers() {
 
 void DistributedDataParallel::prepare_forward() {
   reducer_->recover_from_failed_backward();
+  if (is_training() && autograd::grad_enabled()) ++reducer_->step;
   // Module::to() after wrapping puts new tensors in the slots; the hooks stayed on the old ones.
   size_t k = 0;
   std::unordered_set<const TensorImpl*> seen;

@@ -104,8 +104,12 @@ struct Header {
   uint32_t dtype = 0;
   int32_t root = 0;
   int64_t numel = 0;
-  uint64_t shape = 0;  // a hash of the tensor's sizes
+  uint64_t shape = 0;      // a hash of the tensor's sizes
+  uint64_t tag = 0;        // the caller's label (DistributedDataParallel: step and bucket)
+  uint32_t transport = 0;  // 0: the ring, 1: NCCL
+  uint32_t reserved = 0;   // (no padding: headers compare bytewise)
 };
+static_assert(sizeof(Header) == 56);
 
 uint64_t shape_hash(const Dims& sizes) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the sizes' bytes
@@ -129,6 +133,8 @@ std::string describe(const Header& h) {
     s += kiln::detail::concat(" (", reduce_op_name(static_cast<ReduceOp>(h.op)), ")");
   if (static_cast<Kind>(h.kind) == Kind::Broadcast)
     s += kiln::detail::concat(" from rank ", h.root);
+  if (h.tag != 0) s += kiln::detail::concat(" tagged ", h.tag);
+  s += h.transport == 1 ? " through NCCL" : " through the ring";
   return s;
 }
 
@@ -144,6 +150,7 @@ struct ProcessGroup::Impl {
   // With the "nccl" backend: CUDA tensors go through NCCL on the eager stream; host tensors,
   // the headers and barriers through the ring.
   std::unique_ptr<cuda::nccl::Communicator> nccl;
+  bool uses_nccl(const Tensor& t) const { return nccl && t.device() == Device::CUDA; }
   uint64_t sequence = 0;  // touched by the worker only
 
   std::mutex mu;
@@ -208,7 +215,10 @@ struct ProcessGroup::Impl {
       checks();
     } catch (const Error&) {
       submit([this, kind] {
-        check_header(Header{0, uint32_t(Kind::Refused), uint32_t(kind), 0, 0, 0, 0});
+        Header h{};
+        h.kind = uint32_t(Kind::Refused);
+        h.op = uint32_t(kind);
+        check_header(h);
       });
       throw;
     }
@@ -323,8 +333,35 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
   }
   KILN_CHECK(options.backend == "tcp" || options.backend == "nccl", "ProcessGroup",
              "unknown backend '", options.backend, "', expected tcp or nccl");
+  // Every rank says which backend it asked for and whether it can run it, before any rank waits
+  // in NCCL (whose setup has no deadline): a rank without a device or NCCL, or on another
+  // backend, fails them all at once, named.
+  std::string cannot;
   if (options.backend == "nccl") {
-    cuda::require_device("init_process_group");
+    try {
+      cuda::require_device("init_process_group");
+      cuda::nccl::version("init_process_group");
+    } catch (const Error& e) {
+      cannot = e.what();
+    }
+  }
+  if (world_size > 1) {
+    std::vector<int64_t> said(2 * static_cast<size_t>(world_size));
+    said[2 * rank] = options.backend == "nccl" ? 1 : 0;
+    said[2 * rank + 1] = cannot.empty() ? 1 : 0;
+    std::vector<void*> parts;
+    for (int r = 0; r < world_size; ++r) parts.push_back(&said[2 * r]);
+    impl_->ring.all_gather(parts, 2 * sizeof(int64_t), "init_process_group");
+    for (int r = 0; r < world_size; ++r) {
+      KILN_CHECK(said[2 * r] == said[2 * rank], "init_process_group", rank_name(r),
+                 " asked for the ", said[2 * r] ? "nccl" : "tcp", " backend, ", rank_name(rank),
+                 " for ", options.backend);
+      KILN_CHECK(said[2 * r + 1] == 1, "init_process_group", rank_name(r), " cannot use NCCL",
+                 r == rank ? ": " + cannot : std::string(" (see its error)"));
+    }
+  }
+  KILN_CHECK(cannot.empty(), "init_process_group", cannot);
+  if (options.backend == "nccl") {
     // Rank 0's communicator id reaches the others through the store.
     const std::string key = "kiln/pg/" + options.name + "/nccl_id";
     cuda::nccl::UniqueId id{};
@@ -390,6 +427,25 @@ void write_back(const Tensor& t, const Tensor& buffer) {
   }
 }
 
+size_t byte_count(const Tensor& t) {
+  return static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+}
+
+// The header of a collective on `buffer`. Broadcast and all_gather move bytes (any dtype; NCCL
+// sees them as uint8).
+Header header(Kind kind, uint32_t op, int root, const Tensor& buffer, uint64_t tag, bool nccl) {
+  Header h{};
+  h.kind = uint32_t(kind);
+  h.op = op;
+  h.dtype = uint32_t(buffer.dtype());
+  h.root = root;
+  h.numel = buffer.numel();
+  h.shape = shape_hash(buffer.sizes());
+  h.tag = tag;
+  h.transport = nccl ? 1 : 0;
+  return h;
+}
+
 cuda::DevicePtr device_ptr(const Tensor& t) {
   return reinterpret_cast<cuda::DevicePtr>(t.impl()->raw_data());
 }
@@ -444,7 +500,7 @@ class HostBytes {
 
 }  // namespace
 
-Work ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
+Work ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op, uint64_t tag) {
   Tensor buffer;
   DType dtype{};
   impl_->checked(Kind::AllReduce, [&] {
@@ -457,16 +513,10 @@ Work ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
                "all_reduce", "avg needs a floating-point tensor, got ", dtype);
   });
   tensor.impl()->storage()->bump_version();
-  return impl_->submit([impl = impl_.get(), tensor, buffer, op, dtype] {
-    const Header h{0,
-                   uint32_t(Kind::AllReduce),
-                   uint32_t(op),
-                   uint32_t(dtype),
-                   0,
-                   buffer.numel(),
-                   shape_hash(buffer.sizes())};
-    impl->check_header(h);
-    if (impl->nccl && buffer.device() == Device::CUDA) {
+  return impl_->submit([impl = impl_.get(), tensor, buffer, op, dtype, tag] {
+    const bool nccl = impl->uses_nccl(buffer);
+    impl->check_header(header(Kind::AllReduce, uint32_t(op), 0, buffer, tag, nccl));
+    if (nccl) {
       impl->nccl->all_reduce(device_ptr(buffer), static_cast<size_t>(buffer.numel()), dtype,
                              nccl_reduction(op), cuda::current_stream());
       write_back(tensor, buffer);
@@ -492,24 +542,18 @@ Work ProcessGroup::broadcast_async(const Tensor& tensor, int root) {
   });
   tensor.impl()->storage()->bump_version();
   return impl_->submit([impl = impl_.get(), tensor, buffer, root] {
-    const Header h{0,
-                   uint32_t(Kind::Broadcast),
-                   0,
-                   uint32_t(buffer.dtype()),
-                   root,
-                   buffer.numel(),
-                   shape_hash(buffer.sizes())};
-    impl->check_header(h);
-    if (impl->nccl && buffer.device() == Device::CUDA) {
-      impl->nccl->broadcast(device_ptr(buffer), static_cast<size_t>(buffer.numel()), buffer.dtype(),
-                            root, cuda::current_stream());
-      if (impl->ring.rank != root) write_back(tensor, buffer);
+    const bool nccl = impl->uses_nccl(buffer);
+    impl->check_header(header(Kind::Broadcast, 0, root, buffer, 0, nccl));
+    const bool receives = impl->ring.rank != root;
+    if (nccl) {
+      impl->nccl->broadcast(device_ptr(buffer), byte_count(buffer), DType::UInt8, root,
+                            cuda::current_stream());
+      if (receives) write_back(tensor, buffer);
       return;
     }
-    HostBytes bytes(buffer, /*read=*/impl->ring.rank == root);
-    impl->ring.broadcast(bytes.data(), buffer.numel() * dtype_size(buffer.dtype()), root,
-                         "broadcast");
-    if (impl->ring.rank != root) {
+    HostBytes bytes(buffer, /*read=*/!receives);
+    impl->ring.broadcast(bytes.data(), byte_count(buffer), root, "broadcast");
+    if (receives) {
       bytes.store();
       write_back(tensor, buffer);
     }
@@ -521,25 +565,25 @@ void ProcessGroup::broadcast(const Tensor& tensor, int root) {
 }
 
 TensorList ProcessGroup::all_gather(const Tensor& tensor) {
-  Tensor mine;
-  impl_->checked(Kind::AllGather, [&] { mine = checked_buffer(tensor, "all_gather"); });
-  if (mine.device() == Device::CUDA && impl_->nccl) {
-    // One device buffer of every rank's part, in rank order; the parts are views of it.
-    const int64_t numel = mine.numel();
-    Tensor gathered = empty({numel * size()}, TensorOptions(mine.dtype())).to(Device::CUDA);
+  Tensor mine, gathered;
+  impl_->checked(Kind::AllGather, [&] {
+    mine = checked_buffer(tensor, "all_gather");
+    // With NCCL: one device buffer of every rank's part, in rank order; the parts are views.
+    if (impl_->uses_nccl(mine)) {
+      gathered = Tensor(kiln::empty(Dims{mine.numel() * size()}, mine.dtype(), mine.device()));
+    }
+  });
+  if (gathered.defined()) {
     impl_
-        ->submit([impl = impl_.get(), mine, gathered, shape = shape_hash(mine.sizes())] {
-          const Header h{
-              0, uint32_t(Kind::AllGather), 0, uint32_t(mine.dtype()), 0, mine.numel(), shape};
-          impl->check_header(h);
-          impl->nccl->all_gather(device_ptr(mine), device_ptr(gathered),
-                                 static_cast<size_t>(mine.numel()), mine.dtype(),
-                                 cuda::current_stream());
+        ->submit([impl = impl_.get(), mine, gathered] {
+          impl->check_header(header(Kind::AllGather, 0, 0, mine, 0, /*nccl=*/true));
+          impl->nccl->all_gather(device_ptr(mine), device_ptr(gathered), byte_count(mine),
+                                 DType::UInt8, cuda::current_stream());
         })
         .wait();
     TensorList parts;
     for (int r = 0; r < size(); ++r) {
-      parts.push_back(gathered.narrow(0, r * numel, numel).view(mine.sizes()));
+      parts.push_back(gathered.narrow(0, r * mine.numel(), mine.numel()).view(mine.sizes()));
     }
     return parts;
   }
@@ -556,11 +600,9 @@ TensorList ProcessGroup::all_gather(const Tensor& tensor) {
     pointers.push_back(parts.back().impl()->raw_data());
   }
   impl_
-      ->submit([impl = impl_.get(), pointers, numel = mine.numel(), dtype = mine.dtype(),
-                shape = shape_hash(mine.sizes())] {
-        const Header h{0, uint32_t(Kind::AllGather), 0, uint32_t(dtype), 0, numel, shape};
-        impl->check_header(h);
-        impl->ring.all_gather(pointers, numel * dtype_size(dtype), "all_gather");
+      ->submit([impl = impl_.get(), pointers, mine] {
+        impl->check_header(header(Kind::AllGather, 0, 0, mine, 0, /*nccl=*/false));
+        impl->ring.all_gather(pointers, byte_count(mine), "all_gather");
       })
       .wait();
   return parts;

@@ -63,7 +63,8 @@ struct DriverState {
 };
 
 // KILN_CUDA_DEVICE, else the launcher's rank on this machine (torchrun's LOCAL_RANK, Open MPI's
-// OMPI_COMM_WORLD_LOCAL_RANK) modulo the device count, so that the ranks of a process group on
+// OMPI_COMM_WORLD_LOCAL_RANK, Slurm's SLURM_LOCALID, MPICH's MPI_LOCALRANKID) modulo the device
+// count, so that the ranks of a process group on
 // a machine with several GPUs take one each; else device 0.
 int choose_device(int count, std::string& error) {
   auto read = [](const char* name, long& v) {
@@ -82,7 +83,8 @@ int choose_device(int count, std::string& error) {
     }
     return static_cast<int>(v);
   }
-  if (read("LOCAL_RANK", v) || read("OMPI_COMM_WORLD_LOCAL_RANK", v)) {
+  if (read("LOCAL_RANK", v) || read("OMPI_COMM_WORLD_LOCAL_RANK", v) || read("SLURM_LOCALID", v) ||
+      read("MPI_LOCALRANKID", v)) {
     return static_cast<int>(v % count);
   }
   return 0;

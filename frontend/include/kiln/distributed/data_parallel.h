@@ -19,7 +19,10 @@
 //
 // The parameters may be on the CPU or on a CUDA device (all on one); the buckets live there.
 // A backward that throws midway leaves that step's gradients local: the next forward completes
-// the all-reduces it started, resets, and throws to say so (PyTorch raises there too).
+// the all-reduces it started, resets, and throws to say so (PyTorch raises there too). Each
+// bucket's all-reduce is tagged with the step (training-mode forwards with grad enabled, which
+// every rank must run alike) and the bucket: ranks that fell out of step fail with both sides
+// named instead of averaging different steps' gradients.
 //
 // Construction copies rank 0's parameters and buffers to every rank; with broadcast_buffers, each
 // training-mode forward copies rank 0's buffers (batch norm's running statistics) again. Move

@@ -77,7 +77,10 @@ class ProcessGroup {
   // (copied out on the eager stream after the work that produced it, and back), as Gloo does:
   // correct across machines and on one GPU shared by several ranks, at the host's bandwidth.
   void all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
-  Work all_reduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  // `tag` (0: none) is compared across ranks with the rest of the call: a caller that numbers
+  // its calls (DistributedDataParallel: step and bucket) gets an error instead of a pairing of
+  // different calls of the same size.
+  Work all_reduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::Sum, uint64_t tag = 0);
   // Copies `root`'s tensor into every rank's (same shape and dtype everywhere; any dtype).
   void broadcast(const Tensor& tensor, int root = 0);
   Work broadcast_async(const Tensor& tensor, int root = 0);
