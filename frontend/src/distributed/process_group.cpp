@@ -39,13 +39,34 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+namespace {
+// An error as text: each thread that reports it throws its own kiln::Error, so no exception
+// object is shared between the group's thread and its callers.
+struct Failure {
+  bool failed = false;
+  std::string op, message;
+
+  static Failure current() {  // inside a catch block
+    try {
+      throw;
+    } catch (const Error& e) {
+      return {true, e.op(), e.message()};
+    } catch (const std::exception& e) {
+      return {true, "distributed", e.what()};
+    } catch (...) {
+      return {true, "distributed", "unknown error"};
+    }
+  }
+};
+}  // namespace
+
 struct Work::State {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  std::exception_ptr error;
+  Failure error;
 
-  void finish(std::exception_ptr e) {
+  void finish(Failure e) {
     {
       std::lock_guard<std::mutex> lock(mu);
       done = true;
@@ -59,7 +80,7 @@ void Work::wait() const {
   KILN_CHECK(state_, "Work::wait", "an empty Work handle");
   std::unique_lock<std::mutex> lock(state_->mu);
   state_->cv.wait(lock, [&] { return state_->done; });
-  if (state_->error) std::rethrow_exception(state_->error);
+  if (state_->error.failed) throw Error(state_->error.op, state_->error.message);
 }
 
 bool Work::is_completed() const {
@@ -158,7 +179,7 @@ struct ProcessGroup::Impl {
   std::deque<std::pair<std::function<void()>, std::shared_ptr<Work::State>>> queue;
   bool stopping = false;
   bool running = false;
-  std::exception_ptr failure;  // the first error; later collectives rethrow it
+  Failure failure;  // the first error; later collectives repeat it
   std::thread worker;
 
   void run() {
@@ -172,24 +193,18 @@ struct ProcessGroup::Impl {
         queue.pop_front();
         running = true;
       }
-      std::exception_ptr error;
+      Failure error;
       {
         std::lock_guard<std::mutex> lock(mu);
         error = failure;
       }
-      if (error) {
-        try {
-          std::rethrow_exception(error);
-        } catch (const Error& e) {
-          error = std::make_exception_ptr(
-              Error(e.op(), "the process group failed earlier: " + e.message()));
-        } catch (...) {
-        }
+      if (error.failed) {
+        error.message = "the process group failed earlier: " + error.message;
       } else {
         try {
           task.first();
         } catch (...) {
-          error = std::current_exception();
+          error = Failure::current();
           // Neighbours blocked on this rank see the connection close at once instead of waiting
           // for their timeout.
           ring.next.shutdown();
@@ -389,8 +404,8 @@ ProcessGroup::~ProcessGroup() {
     impl_->stopping = true;
     // Queued collectives never run; one running is woken by closing its connections.
     for (auto& [fn, state] : impl_->queue) {
-      state->finish(std::make_exception_ptr(
-          Error("ProcessGroup", "the process group was destroyed before this collective ran")));
+      state->finish(
+          {true, "ProcessGroup", "the process group was destroyed before this collective ran"});
     }
     impl_->queue.clear();
     if (impl_->running) {
