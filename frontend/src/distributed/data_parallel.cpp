@@ -3,27 +3,30 @@
 
 #include "kiln/distributed/data_parallel.h"
 
-#include <cstring>
 #include <map>
 #include <unordered_set>
 
+#include "copy_values.h"
 #include "kiln/autograd.h"
 #include "kiln/ops.h"
-#include "kiln/runtime/kernels/copy.h"
 
 namespace kiln::distributed {
 namespace {
 
-// Copies src into dst (same element count, same device) without autograd: gradient and
-// parameter storage.
+// Copies src into dst (same element count) unless they are the same memory.
 void copy_flat(const Tensor& dst, const Tensor& src) {
   if (dst.impl()->raw_data() == src.impl()->raw_data() && src.is_contiguous()) return;
-  if (dst.device() == Device::CPU) {
-    kernels::copy_(*dst.impl(), *src.reshape(dst.sizes()).impl());
-  } else {
-    autograd::NoGradGuard no_grad;
-    dst.detach().copy_(src.detach().reshape(dst.sizes()));
+  detail::copy_values(dst, src.reshape(dst.sizes()));
+}
+
+// The parameters the reducer averages: those that require grad, each once.
+TensorList trainable_parameters(const nn::Module& module) {
+  TensorList out;
+  std::unordered_set<const TensorImpl*> seen;
+  for (const Tensor& p : module.parameters()) {
+    if (p.requires_grad() && seen.insert(p.impl()).second) out.push_back(p);
   }
+  return out;
 }
 
 Tensor empty_on(int64_t numel, DType dtype, Device device) {
@@ -136,8 +139,6 @@ struct DistributedDataParallel::Reducer
       Tensor g = p.grad();
       if (g.defined()) {
         copy_flat(slot, g);
-      } else if (slot.device() == Device::CPU) {
-        std::memset(slot.impl()->raw_data(), 0, p.numel() * dtype_size(p.dtype()));
       } else {
         autograd::NoGradGuard no_grad;
         slot.zero_();
@@ -219,10 +220,7 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module,
 
   Reducer& r = *reducer_;
   r.group = group_;
-  std::unordered_set<const TensorImpl*> seen;
-  for (const Tensor& p : module_->parameters()) {
-    if (p.requires_grad() && seen.insert(p.impl()).second) r.params.push_back(p);
-  }
+  r.params = trainable_parameters(*module_);
   for (const Tensor& p : r.params) {
     KILN_CHECK(p.dtype() == DType::Float32 || p.dtype() == DType::Float64,
                "DistributedDataParallel", "expected float32 or float64 parameters, got ",
@@ -261,17 +259,11 @@ void DistributedDataParallel::prepare_forward() {
   reducer_->recover_from_failed_backward();
   if (is_training() && autograd::grad_enabled()) ++reducer_->step;
   // Module::to() after wrapping puts new tensors in the slots; the hooks stayed on the old ones.
-  size_t k = 0;
-  std::unordered_set<const TensorImpl*> seen;
-  for (const Tensor& p : module_->parameters()) {
-    if (!p.requires_grad() || !seen.insert(p.impl()).second) continue;
-    KILN_CHECK(k < reducer_->params.size() && reducer_->params[k].impl() == p.impl(),
-               "DistributedDataParallel",
-               "the module's parameters changed after it was wrapped (Module::to or a replaced "
-               "parameter): wrap the module after moving it");
-    ++k;
-  }
-  KILN_CHECK(k == reducer_->params.size(), "DistributedDataParallel",
+  const TensorList now = trainable_parameters(*module_);
+  bool same = now.size() == reducer_->params.size();
+  for (size_t k = 0; same && k < now.size(); ++k)
+    same = now[k].impl() == reducer_->params[k].impl();
+  KILN_CHECK(same, "DistributedDataParallel",
              "the module's parameters changed after it was wrapped (Module::to or a replaced "
              "parameter): wrap the module after moving it");
   sync_buffers();

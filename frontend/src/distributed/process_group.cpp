@@ -11,11 +11,11 @@
 #include <mutex>
 #include <thread>
 
+#include "copy_values.h"
 #include "kiln/autograd.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/cuda/cuda.h"
 #include "kiln/runtime/cuda/nccl.h"
-#include "kiln/runtime/kernels/copy.h"
 #include "ring.h"
 
 namespace kiln::distributed {
@@ -433,13 +433,7 @@ Tensor checked_buffer(const Tensor& t, const char* op) {
 }
 
 void write_back(const Tensor& t, const Tensor& buffer) {
-  if (buffer.impl() == t.impl()) return;
-  if (t.device() == Device::CPU) {
-    kernels::copy_(*t.impl(), *buffer.impl());
-  } else {
-    autograd::NoGradGuard no_grad;  // on the group's thread: the data, not a graph
-    t.detach().copy_(buffer);
-  }
+  if (buffer.impl() != t.impl()) detail::copy_values(t, buffer);
 }
 
 size_t byte_count(const Tensor& t) {
