@@ -406,3 +406,62 @@ TEST(ProcessGroup, RanksStartedWithDifferentWorldSizesFailAtOnce) {
         << m;
   }
 }
+
+namespace {
+
+// A rank's view of the store with one key's value replaced: that rank reads a bad address for
+// its neighbour and fails after publishing its own.
+class StoreWithBadKey : public dist::Store {
+ public:
+  StoreWithBadKey(std::shared_ptr<dist::Store> inner, std::string key)
+      : inner_(std::move(inner)), key_(std::move(key)) {}
+  using dist::Store::set;
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    inner_->set(key, value);
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    std::vector<uint8_t> value = inner_->get(key);
+    if (key != key_) return value;
+    const std::string bad = "127.0.0.1:not-a-port";
+    return {bad.begin(), bad.end()};
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
+  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
+
+ private:
+  std::shared_ptr<dist::Store> inner_;
+  std::string key_;
+};
+
+}  // namespace
+
+// Rank 1 of 3 publishes its address, then fails to connect to rank 2: rank 2 would wait for
+// rank 1's connection and rank 0 retry rank 1's closed listener until the timeout; they fail at
+// once instead, naming rank 1's error.
+TEST(ProcessGroup, ARankFailingToConnectTheRingFailsTheOthersAtOnce) {
+  constexpr auto kTimeout = 60s;
+  auto server = std::make_shared<dist::TCPStore>("", 0, true, kTimeout);
+  std::vector<std::string> messages(3);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      std::shared_ptr<dist::Store> store = server;
+      if (r > 0)
+        store = std::make_shared<dist::TCPStore>("127.0.0.1", server->port(), false, kTimeout);
+      if (r == 1) store = std::make_shared<StoreWithBadKey>(store, "kiln/pg/default/addr/2");
+      dist::ProcessGroupOptions options;
+      options.timeout = kTimeout;
+      messages[r] = test::message_of([&] { dist::ProcessGroup(store, r, 3, options); });
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
+  EXPECT_NE(messages[1].find("rank 1 of 3 could not connect the ring: bad address"),
+            std::string::npos)
+      << messages[1];
+  EXPECT_NE(messages[2].find("rank 2 of 3 gives up: rank 1 of 3 could not connect the ring"),
+            std::string::npos)
+      << messages[2];
+  EXPECT_NE(messages[0], "(no error)");
+}

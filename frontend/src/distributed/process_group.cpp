@@ -271,8 +271,10 @@ struct ProcessGroup::Impl {
 
 namespace {
 
+// `check` runs while waiting for the neighbours and throws when another rank gave up.
 Socket connect_ring(detail::Ring& ring, Store& store, const std::string& prefix,
-                    const Socket& listener, Clock::time_point deadline) {
+                    const Socket& listener, Clock::time_point deadline,
+                    const std::function<void()>& check) {
   const int next = (ring.rank + 1) % ring.size;
   const std::string where = store.get_string(prefix + "/addr/" + std::to_string(next));
   if (where.rfind("error: ", 0) == 0) fail("init_process_group", where.substr(7));
@@ -284,10 +286,10 @@ Socket connect_ring(detail::Ring& ring, Store& store, const std::string& prefix,
   const long port = std::strtol(where.c_str() + colon + 1, &end, 10);
   KILN_CHECK(*end == '\0' && port > 0 && port <= 65535, "init_process_group", "bad address '",
              where, "' published by ", rank_name(next));
-  ring.next = Socket::connect(host, port, deadline, "init_process_group");
+  ring.next = Socket::connect(host, port, deadline, "init_process_group", check);
   const int32_t hello[2] = {ring.rank, ring.size};
   ring.next.send_all(hello, sizeof(hello), deadline, "init_process_group", ring.next_name);
-  return listener.accept(deadline, "init_process_group");
+  return listener.accept(deadline, "init_process_group", check);
 }
 
 }  // namespace
@@ -332,11 +334,30 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
       fail("init_process_group", problem);
     }
     store.set(addr_key, address + ":" + std::to_string(listener.local_port()));
-    try {
-      ring.prev = connect_ring(ring, *impl_->store, prefix, listener, deadline);
-    } catch (const Error& e) {
+    // A rank that fails to connect after publishing its address says so in the store: the others
+    // look between connection attempts and while waiting for their predecessor, and fail naming
+    // it instead of retrying until the timeout (its listener is gone, or it never connects).
+    const std::string failed_key = prefix + "/setup_failed", error_key = prefix + "/setup_error";
+    bool relayed = false;
+    auto check = [&] {
+      if (store.add(failed_key, 0) == 0) return;
+      relayed = true;
       fail("init_process_group", rank_name(rank), " of ", world_size,
-           " could not connect the ring: ", e.message());
+           " gives up: ", store.get_string(error_key));
+    };
+    try {
+      ring.prev = connect_ring(ring, store, prefix, listener, deadline, check);
+    } catch (const Error& e) {
+      if (relayed) throw;
+      const std::string problem = kiln::detail::concat(
+          rank_name(rank), " of ", world_size, " could not connect the ring: ", e.message());
+      try {
+        store.set(error_key, problem);
+        store.add(failed_key, 1);
+      } catch (const Error&) {
+        // The store itself failed: the others' own waits report it.
+      }
+      fail("init_process_group", problem);
     }
     int32_t hello[2] = {-1, -1};
     ring.prev.recv_all(hello, sizeof(hello), deadline, "init_process_group", ring.prev_name);

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -161,7 +162,7 @@ Socket try_connect(const addrinfo& address, Clock::time_point deadline, std::str
 }  // namespace
 
 Socket Socket::connect(const std::string& host, int port, Clock::time_point deadline,
-                       const char* op) {
+                       const char* op, const std::function<void()>& check) {
   std::string last_error;
   auto pause = std::chrono::milliseconds(10);
   for (;;) {
@@ -180,18 +181,23 @@ Socket Socket::connect(const std::string& host, int port, Clock::time_point dead
       fail(op, "cannot connect to ", host, ":", port, " before the timeout: ", last_error);
     }
     std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::milliseconds(200)) pause *= 2;
+    if (pause < kCheckInterval) pause *= 2;
+    if (check) check();
   }
 }
 
-Socket Socket::accept(Clock::time_point deadline, const char* op) const {
+Socket Socket::accept(Clock::time_point deadline, const char* op,
+                      const std::function<void()>& check) const {
   for (;;) {
     pollfd p{fd_, POLLIN, 0};
-    const int rc = ::poll(&p, 1, millis_until(deadline));
+    const int wait = check ? std::min<int>(millis_until(deadline), int(kCheckInterval.count()))
+                           : millis_until(deadline);
+    const int rc = ::poll(&p, 1, wait);
     if (rc < 0 && errno == EINTR) continue;
     KILN_CHECK(rc >= 0, op, "poll failed: ", errno_text());
     if (rc == 0) {
       if (Clock::now() >= deadline) timed_out(op, "waiting for a connection from", "a peer");
+      if (check) check();
       continue;
     }
     Socket s(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace kiln::distributed::detail {
@@ -31,11 +32,15 @@ class Socket {
 
   // A listening socket on `host` (empty: every interface) and `port` (0: one the kernel picks).
   static Socket listen(const std::string& host, int port, const char* op);
-  // Connects to host:port, retrying while nobody listens yet, until `deadline`.
+  // Connects to host:port, retrying while nobody listens yet, until `deadline`. `check` (if set)
+  // runs between attempts and may throw to give up early.
   static Socket connect(const std::string& host, int port, Clock::time_point deadline,
-                        const char* op);
-  // Waits for one connection until `deadline`.
-  Socket accept(Clock::time_point deadline, const char* op) const;
+                        const char* op, const std::function<void()>& check = {});
+  // Waits for one connection until `deadline`; `check` (if set) runs every kCheckInterval of the
+  // wait and may throw to give up early.
+  Socket accept(Clock::time_point deadline, const char* op,
+                const std::function<void()>& check = {}) const;
+  static constexpr std::chrono::milliseconds kCheckInterval{200};
 
   int local_port() const;
   // The local address this connected socket uses: the interface that reaches its peer.
