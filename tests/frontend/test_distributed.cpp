@@ -102,6 +102,56 @@ TEST(TCPStore, AnOversizedKeyIsRefusedWithoutClosingTheConnection) {
   EXPECT_EQ(server.get_string("fine"), "ok");
 }
 
+namespace {
+
+// A raw connection to a store's server on the loopback interface.
+int connect_raw(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+// One client stops halfway through a request, another asks for a large value and never reads
+// it: the server answers everyone else at once (it used to wait up to 30 s on each).
+TEST(TCPStore, AStalledClientHoldsUpNoOtherClient) {
+  dist::TCPStore server("", 0, true, 10s);
+  const std::vector<uint8_t> large(64 << 20, 7);  // far beyond the sockets' buffers
+  server.set("large", large);
+  const int half = connect_raw(server.port());
+  const int reader = connect_raw(server.port());
+  ASSERT_GE(half, 0);
+  ASSERT_GE(reader, 0);
+  const uint8_t partial[3] = {1, 4, 0};  // a set whose key length is cut short
+  ASSERT_EQ(::send(half, partial, sizeof partial, MSG_NOSIGNAL), ssize_t(sizeof partial));
+  const uint8_t get_large[10] = {2, 5, 0, 0, 0, 'l', 'a', 'r', 'g', 'e'};
+  ASSERT_EQ(::send(reader, get_large, sizeof get_large, MSG_NOSIGNAL), ssize_t(sizeof get_large));
+  std::this_thread::sleep_for(100ms);  // both requests reach the server first
+  const auto start = std::chrono::steady_clock::now();
+  dist::TCPStore client("127.0.0.1", server.port(), false, 10s);
+  client.set("k", std::string("v"));
+  EXPECT_EQ(server.get_string("k"), "v");
+  EXPECT_EQ(client.add("n", 3), 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  // The stalled reader still gets its whole value when it reads.
+  uint64_t size = 0;
+  ASSERT_EQ(::recv(reader, &size, 8, MSG_WAITALL), 8);
+  EXPECT_EQ(size, large.size());
+  std::vector<uint8_t> got(size);
+  ASSERT_EQ(::recv(reader, got.data(), size, MSG_WAITALL), ssize_t(size));
+  EXPECT_EQ(got, large);
+  ::close(half);
+  ::close(reader);
+}
+
 TEST(ProcessGroup, AllReduceSumMatchesFloat64ReferenceOnEveryRankCount) {
   for (int n : {1, 2, 3, 4}) {
     for (int64_t numel : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{1000}, int64_t{300007}}) {

@@ -1,12 +1,17 @@
 // TCPStore: the server is one thread polling its clients. Requests are
 // [u8 command][u32 key length][key] then, for set, [u64 length][value] and, for add, [i64 delta];
 // a get whose key is missing is parked until a set provides it. Every length read from the wire
-// is bounds-checked.
+// is bounds-checked. The server never blocks on one client: it reads what each socket holds into
+// that client's buffer and answers the requests completed there, and queues replies, sending what
+// each socket takes; so a client that stalls mid-request, or stops reading a large value, holds up
+// no one else.
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -26,106 +31,178 @@ namespace {
 enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
 constexpr uint32_t kMaxKey = 4096;
 constexpr uint64_t kMaxValue = uint64_t{1} << 30;
-// A request's bytes arrive together; a client that stalls mid-request is dropped after this.
-constexpr auto kRequestDeadline = std::chrono::seconds(30);
+
+template <typename T>
+T read_at(const std::vector<uint8_t>& bytes, size_t at) {
+  T v;
+  std::memcpy(&v, bytes.data() + at, sizeof v);
+  return v;
+}
 
 }  // namespace
 
 struct TCPStore::Server {
+  // One client connection: the bytes received and not yet parsed, the replies not yet sent.
+  struct Connection {
+    Socket socket;
+    std::vector<uint8_t> in, out;
+    size_t out_at = 0;  // bytes of `out` already sent
+    bool closed = false;
+  };
+
   Socket listener;
   int wake[2] = {-1, -1};
   std::thread thread;
   std::map<std::string, std::vector<uint8_t>> values;
-  std::vector<Socket> clients;
+  std::map<int, Connection> clients;        // by file descriptor
   std::multimap<std::string, int> waiting;  // key -> the fd of a client whose get waits for it
 
   void run() {
     for (;;) {
       std::vector<pollfd> fds{{wake[0], POLLIN, 0}, {listener.fd(), POLLIN, 0}};
-      for (const Socket& c : clients) fds.push_back({c.fd(), POLLIN, 0});
+      for (const auto& [fd, c] : clients) {
+        const bool pending = c.out_at < c.out.size();
+        fds.push_back({fd, short(POLLIN | (pending ? POLLOUT : 0)), 0});
+      }
       if (::poll(fds.data(), fds.size(), -1) < 0) continue;
       if (fds[0].revents) return;
       if (fds[1].revents) {
         try {
-          clients.push_back(listener.accept(Clock::now() + kRequestDeadline, "TCPStore"));
+          Socket s = listener.accept(Clock::now() + std::chrono::seconds(1), "TCPStore");
+          const int fd = s.fd();
+          clients[fd].socket = std::move(s);
         } catch (const Error&) {
         }
       }
-      std::vector<int> dropped;
       for (size_t i = 2; i < fds.size(); ++i) {
         if (!fds[i].revents) continue;
-        const Socket& c = clients[i - 2];
+        auto it = clients.find(fds[i].fd);
+        if (it == clients.end()) continue;
+        Connection& c = it->second;
         try {
-          serve(c);
+          if (fds[i].revents & POLLOUT) flush(c);
+          if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+            receive(c);
+            serve(c);
+          }
         } catch (const Error&) {
-          dropped.push_back(c.fd());
+          c.closed = true;  // a malformed request: the connection is out of step
         }
       }
-      for (int fd : dropped) {
+      for (auto it = clients.begin(); it != clients.end();) {
+        if (!it->second.closed) {
+          ++it;
+          continue;
+        }
+        const int fd = it->first;
         std::erase_if(waiting, [&](const auto& w) { return w.second == fd; });
-        std::erase_if(clients, [&](const Socket& c) { return c.fd() == fd; });
+        it = clients.erase(it);
       }
     }
   }
 
-  void serve(const Socket& c) {
-    const auto deadline = Clock::now() + kRequestDeadline;
-    uint8_t command = 0;
-    uint32_t key_size = 0;
-    c.recv_all(&command, 1, deadline, "TCPStore", "a client");
-    c.recv_all(&key_size, 4, deadline, "TCPStore", "a client");
-    KILN_CHECK(key_size <= kMaxKey, "TCPStore", "key of ", key_size,
-               " bytes, expected <= ", kMaxKey);
-    std::string key(key_size, '\0');
-    c.recv_all(key.data(), key_size, deadline, "TCPStore", "a client");
-    if (command == kSet) {
-      uint64_t size = 0;
-      c.recv_all(&size, 8, deadline, "TCPStore", "a client");
-      KILN_CHECK(size <= kMaxValue, "TCPStore", "value of ", size,
-                 " bytes, expected <= ", kMaxValue);
-      std::vector<uint8_t> value(size);
-      c.recv_all(value.data(), size, deadline, "TCPStore", "a client");
-      values[key] = std::move(value);
-      const uint8_t ok = 1;
-      c.send_all(&ok, 1, deadline, "TCPStore", "a client");
-      auto [first, last] = waiting.equal_range(key);
-      for (auto it = first; it != last; ++it) {
-        for (const Socket& w : clients) {
-          if (w.fd() == it->second) reply_value(w, key);
-        }
+  // Everything the socket holds now, without waiting.
+  static void receive(Connection& c) {
+    uint8_t buffer[65536];
+    for (;;) {
+      const ssize_t n = ::recv(c.socket.fd(), buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n > 0) {
+        c.in.insert(c.in.end(), buffer, buffer + n);
+        continue;
       }
-      waiting.erase(first, last);
-    } else if (command == kGet) {
-      if (values.count(key)) {
-        reply_value(c, key);
-      } else {
-        waiting.emplace(key, c.fd());
-      }
-    } else if (command == kAdd) {
-      int64_t delta = 0;
-      c.recv_all(&delta, 8, deadline, "TCPStore", "a client");
-      auto& v = values[key];
-      int64_t current = 0;
-      if (v.size() == 8) std::memcpy(&current, v.data(), 8);
-      current += delta;
-      v.resize(8);
-      std::memcpy(v.data(), &current, 8);
-      c.send_all(&current, 8, deadline, "TCPStore", "a client");
-    } else {
-      fail("TCPStore", "unknown command ", int(command));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      c.closed = true;  // end of stream or an error
+      return;
     }
   }
 
-  void reply_value(const Socket& c, const std::string& key) {
-    const auto deadline = Clock::now() + kRequestDeadline;
+  // As much of the queued replies as the socket takes now.
+  static void flush(Connection& c) {
+    while (c.out_at < c.out.size()) {
+      const ssize_t n = ::send(c.socket.fd(), c.out.data() + c.out_at, c.out.size() - c.out_at,
+                               MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        c.out_at += size_t(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      c.closed = true;
+      return;
+    }
+    c.out.clear();
+    c.out_at = 0;
+  }
+
+  static void reply(Connection& c, const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    c.out.insert(c.out.end(), p, p + n);
+  }
+
+  void reply_value(Connection& c, const std::string& key) {
     const auto& v = values[key];
     const uint64_t size = v.size();
-    try {
-      c.send_all(&size, 8, deadline, "TCPStore", "a client");
-      c.send_all(v.data(), size, deadline, "TCPStore", "a client");
-    } catch (const Error&) {
-      // The waiting client went away; its poll slot reports it next round.
+    reply(c, &size, 8);
+    reply(c, v.data(), v.size());
+    flush(c);
+  }
+
+  // Answers every request complete in c.in; a partial one stays for the next bytes.
+  void serve(Connection& c) {
+    size_t at = 0;
+    while (!c.closed) {
+      const size_t left = c.in.size() - at;
+      if (left < 5) break;
+      const uint8_t command = c.in[at];
+      const uint32_t key_size = read_at<uint32_t>(c.in, at + 1);
+      KILN_CHECK(key_size <= kMaxKey, "TCPStore", "key of ", key_size,
+                 " bytes, expected <= ", kMaxKey);
+      KILN_CHECK(command == kSet || command == kGet || command == kAdd, "TCPStore",
+                 "unknown command ", int(command));
+      size_t need = 5 + size_t(key_size) + (command == kGet ? 0 : 8);
+      if (left < need) break;
+      uint64_t value_size = 0;
+      if (command == kSet) {
+        value_size = read_at<uint64_t>(c.in, at + 5 + key_size);
+        KILN_CHECK(value_size <= kMaxValue, "TCPStore", "value of ", value_size,
+                   " bytes, expected <= ", kMaxValue);
+        need += value_size;
+        if (left < need) break;
+      }
+      const std::string key(reinterpret_cast<const char*>(c.in.data() + at + 5), key_size);
+      const size_t body = at + 5 + key_size;
+      if (command == kSet) {
+        values[key].assign(c.in.begin() + body + 8, c.in.begin() + body + 8 + value_size);
+        const uint8_t ok = 1;
+        reply(c, &ok, 1);
+        flush(c);
+        auto [first, last] = waiting.equal_range(key);
+        for (auto it = first; it != last; ++it) {
+          auto w = clients.find(it->second);
+          if (w != clients.end()) reply_value(w->second, key);
+        }
+        waiting.erase(first, last);
+      } else if (command == kGet) {
+        if (values.count(key)) {
+          reply_value(c, key);
+        } else {
+          waiting.emplace(key, c.socket.fd());
+        }
+      } else {
+        const int64_t delta = read_at<int64_t>(c.in, body);
+        auto& v = values[key];
+        int64_t current = 0;
+        if (v.size() == 8) std::memcpy(&current, v.data(), 8);
+        current += delta;
+        v.resize(8);
+        std::memcpy(v.data(), &current, 8);
+        reply(c, &current, 8);
+        flush(c);
+      }
+      at += need;
     }
+    c.in.erase(c.in.begin(), c.in.begin() + at);
   }
 };
 
