@@ -340,7 +340,16 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
     const std::string failed_key = prefix + "/setup_failed", error_key = prefix + "/setup_error";
     bool relayed = false;
     auto check = [&] {
-      if (store.add(failed_key, 0) == 0) return;
+      int64_t failed = 0;
+      try {
+        failed = store.add(failed_key, 0);
+      } catch (const Error& e) {
+        relayed = true;
+        fail("init_process_group", rank_name(rank), " of ", world_size,
+             " gives up: the store stopped answering (its host, rank 0 under init_process_group, ",
+             "failed or exited: see its error): ", e.message());
+      }
+      if (failed == 0) return;
       relayed = true;
       fail("init_process_group", rank_name(rank), " of ", world_size,
            " gives up: ", store.get_string(error_key));
@@ -348,16 +357,23 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
     try {
       ring.prev = connect_ring(ring, store, prefix, listener, deadline, check);
     } catch (const Error& e) {
-      if (relayed) throw;
-      const std::string problem = kiln::detail::concat(
-          rank_name(rank), " of ", world_size, " could not connect the ring: ", e.message());
-      try {
-        store.set(error_key, problem);
-        store.add(failed_key, 1);
-      } catch (const Error&) {
-        // The store itself failed: the others' own waits report it.
+      const std::string failure =
+          relayed ? std::string(e.message())
+                  : kiln::detail::concat(rank_name(rank), " of ", world_size,
+                                         " could not connect the ring: ", e.message());
+      if (!relayed) {
+        // The first failure is the cause; later ones (a neighbour losing its connection to this
+        // rank) would hide it. Readers that see the count wait in get() for the text.
+        try {
+          if (store.add(failed_key, 1) == 1) store.set(error_key, failure);
+        } catch (const Error&) {
+          // The store itself failed: the others' checks report that.
+        }
       }
-      fail("init_process_group", problem);
+      // Rank 0 hosts the store under init_process_group, which stops with this group: the others
+      // read the error at their next check (every Socket::kCheckInterval) before it goes.
+      if (rank == 0) std::this_thread::sleep_for(3 * Socket::kCheckInterval);
+      fail("init_process_group", failure);
     }
     int32_t hello[2] = {-1, -1};
     ring.prev.recv_all(hello, sizeof(hello), deadline, "init_process_group", ring.prev_name);

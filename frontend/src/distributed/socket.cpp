@@ -181,7 +181,7 @@ Socket Socket::connect(const std::string& host, int port, Clock::time_point dead
       fail(op, "cannot connect to ", host, ":", port, " before the timeout: ", last_error);
     }
     std::this_thread::sleep_for(pause);
-    if (pause < kCheckInterval) pause *= 2;
+    pause = std::min(pause * 2, kCheckInterval);
     if (check) check();
   }
 }

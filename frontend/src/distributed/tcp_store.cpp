@@ -31,6 +31,11 @@ namespace {
 enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
 constexpr uint32_t kMaxKey = 4096;
 constexpr uint64_t kMaxValue = uint64_t{1} << 30;
+// Bytes read from one connection per wake-up: a client streaming a large value takes turns with
+// the others instead of keeping the thread for the whole transfer.
+constexpr size_t kReadPerTurn = size_t{1} << 20;
+// A buffer that held a large value and is empty again gives its memory back above this.
+constexpr size_t kKeptCapacity = size_t{1} << 20;
 
 template <typename T>
 T read_at(const std::vector<uint8_t>& bytes, size_t at) {
@@ -46,8 +51,9 @@ struct TCPStore::Server {
   struct Connection {
     Socket socket;
     std::vector<uint8_t> in, out;
-    size_t out_at = 0;  // bytes of `out` already sent
-    bool closed = false;
+    size_t out_at = 0;    // bytes of `out` already sent
+    bool ended = false;   // the client closed its side: answer what arrived, send, then drop
+    bool closed = false;  // to be dropped
   };
 
   Socket listener;
@@ -62,12 +68,14 @@ struct TCPStore::Server {
       std::vector<pollfd> fds{{wake[0], POLLIN, 0}, {listener.fd(), POLLIN, 0}};
       for (const auto& [fd, c] : clients) {
         const bool pending = c.out_at < c.out.size();
-        fds.push_back({fd, short(POLLIN | (pending ? POLLOUT : 0)), 0});
+        fds.push_back({fd, short((c.ended ? 0 : POLLIN) | (pending ? POLLOUT : 0)), 0});
       }
       if (::poll(fds.data(), fds.size(), -1) < 0) continue;
       if (fds[0].revents) return;
       if (fds[1].revents) {
         try {
+          // poll() reported a pending connection: accept() returns at once (the deadline only
+          // bounds the case where the client already gave up).
           Socket s = listener.accept(Clock::now() + std::chrono::seconds(1), "TCPStore");
           const int fd = s.fd();
           clients[fd].socket = std::move(s);
@@ -80,13 +88,17 @@ struct TCPStore::Server {
         if (it == clients.end()) continue;
         Connection& c = it->second;
         try {
-          if (fds[i].revents & POLLOUT) flush(c);
-          if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+          if (fds[i].revents & (POLLOUT | POLLHUP | POLLERR)) flush(c);
+          if (!c.closed && !c.ended && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) {
             receive(c);
             serve(c);
           }
-        } catch (const Error&) {
-          c.closed = true;  // a malformed request: the connection is out of step
+          // A client that closed its side is dropped once its replies are sent.
+          if (c.ended && c.out_at >= c.out.size()) c.closed = true;
+        } catch (const std::exception&) {
+          // A malformed request (the connection is out of step) or a value this process cannot
+          // hold: that client is dropped, the others are served on.
+          c.closed = true;
         }
       }
       for (auto it = clients.begin(); it != clients.end();) {
@@ -101,18 +113,22 @@ struct TCPStore::Server {
     }
   }
 
-  // Everything the socket holds now, without waiting.
+  // What the socket holds now (up to kReadPerTurn), without waiting.
   static void receive(Connection& c) {
     uint8_t buffer[65536];
-    for (;;) {
+    for (size_t got = 0; got < kReadPerTurn;) {
       const ssize_t n = ::recv(c.socket.fd(), buffer, sizeof buffer, MSG_DONTWAIT);
       if (n > 0) {
         c.in.insert(c.in.end(), buffer, buffer + n);
+        got += size_t(n);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      c.closed = true;  // end of stream or an error
+      if (n == 0)
+        c.ended = true;  // requests that arrived before the end are still answered
+      else
+        c.closed = true;
       return;
     }
   }
@@ -133,6 +149,7 @@ struct TCPStore::Server {
     }
     c.out.clear();
     c.out_at = 0;
+    if (c.out.capacity() > kKeptCapacity) c.out.shrink_to_fit();
   }
 
   static void reply(Connection& c, const void* data, size_t n) {
@@ -168,7 +185,10 @@ struct TCPStore::Server {
         KILN_CHECK(value_size <= kMaxValue, "TCPStore", "value of ", value_size,
                    " bytes, expected <= ", kMaxValue);
         need += value_size;
-        if (left < need) break;
+        if (left < need) {
+          c.in.reserve(at + need);  // one allocation for the value still arriving
+          break;
+        }
       }
       const std::string key(reinterpret_cast<const char*>(c.in.data() + at + 5), key_size);
       const size_t body = at + 5 + key_size;
@@ -180,7 +200,7 @@ struct TCPStore::Server {
         auto [first, last] = waiting.equal_range(key);
         for (auto it = first; it != last; ++it) {
           auto w = clients.find(it->second);
-          if (w != clients.end()) reply_value(w->second, key);
+          if (w != clients.end() && !w->second.closed) reply_value(w->second, key);
         }
         waiting.erase(first, last);
       } else if (command == kGet) {
@@ -203,6 +223,7 @@ struct TCPStore::Server {
       at += need;
     }
     c.in.erase(c.in.begin(), c.in.begin() + at);
+    if (c.in.empty() && c.in.capacity() > kKeptCapacity) c.in.shrink_to_fit();
   }
 };
 
