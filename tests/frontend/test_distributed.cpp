@@ -104,7 +104,14 @@ TEST(TCPStore, AnOversizedKeyIsRefusedWithoutClosingTheConnection) {
 
 namespace {
 
-// A raw connection to a store's server on the loopback interface.
+// A raw connection to a store's server on the loopback interface, closed with the scope.
+struct RawConnection {
+  int fd;
+  ~RawConnection() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 int connect_raw(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -126,8 +133,9 @@ TEST(TCPStore, AStalledClientHoldsUpNoOtherClient) {
   dist::TCPStore server("", 0, true, 10s);
   const std::vector<uint8_t> large(64 << 20, 7);  // far beyond the sockets' buffers
   server.set("large", large);
-  const int half = connect_raw(server.port());
-  const int reader = connect_raw(server.port());
+  const RawConnection half_connection{connect_raw(server.port())};
+  const RawConnection reader_connection{connect_raw(server.port())};
+  const int half = half_connection.fd, reader = reader_connection.fd;
   ASSERT_GE(half, 0);
   ASSERT_GE(reader, 0);
   const uint8_t partial[3] = {1, 4, 0};  // a set whose key length is cut short
@@ -148,8 +156,6 @@ TEST(TCPStore, AStalledClientHoldsUpNoOtherClient) {
   std::vector<uint8_t> got(size);
   ASSERT_EQ(::recv(reader, got.data(), size, MSG_WAITALL), ssize_t(size));
   EXPECT_EQ(got, large);
-  ::close(half);
-  ::close(reader);
 }
 
 TEST(ProcessGroup, AllReduceSumMatchesFloat64ReferenceOnEveryRankCount) {
