@@ -1,11 +1,13 @@
 // The CUDA backend on a GPU (scripts/gpu_check.sh runs it; skips without a device): the
 // bandwidth of a device-to-device copy beside the generated pointwise kernel relu(x*a+b)*c,
 // fused and as four eager ops; cuBLASLt SGEMM 4096^3 in float32 and TF32; the eager launch
-// overhead of a small add. Device times come from CUDA events (manual time).
+// overhead of a small add; an MLP and ResNet-18 (cuDNN convolutions) in eager training and
+// inference. Device times come from CUDA events (manual time) unless said otherwise.
 
 #include <benchmark/benchmark.h>
 
 #include "kiln/kiln.h"
+#include "kiln/models.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/runtime/cuda/cuda.h"
@@ -136,6 +138,49 @@ void BM_MlpTrainStep(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_MlpTrainStep)->Unit(benchmark::kMillisecond);
+
+// ResNet-18 at batch 64 on 224x224 images, float32 with TF32 convolutions (the default, as
+// PyTorch's): inference in eval mode (device time of one forward), and one eager training step
+// (forward, MSE loss against random targets -- the CUDA backend has no cross-entropy yet --,
+// backward, SGD with momentum; host wall time, synchronized).
+void BM_ResNet18Inference(benchmark::State& state) {
+  if (skip_without_device(state)) return;
+  manual_seed(0);
+  auto model = models::resnet18();
+  model->to(Device::CUDA);
+  model->eval();
+  Tensor x = randn({64, 3, 224, 224}).cuda();
+  autograd::NoGradGuard no_grad;
+  time_device(state, [&] { benchmark::DoNotOptimize(model->forward(x)); });
+  state.counters["images/s"] =
+      benchmark::Counter(64.0 * state.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ResNet18Inference)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void BM_ResNet18TrainStep(benchmark::State& state) {
+  if (skip_without_device(state)) return;
+  manual_seed(0);
+  auto model = models::resnet18();
+  model->to(Device::CUDA);
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.01).momentum(0.9));
+  Tensor x = randn({64, 3, 224, 224}).cuda(), y = randn({64, 1000}).cuda();
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss = mse_loss(model->forward(x), y);
+    loss.backward();
+    opt.step();
+  };
+  for (int i = 0; i < 3; ++i) step();  // chooses and times cuDNN's plans once per shape
+  cuda::synchronize(cuda::current_stream());
+  cuda::device_allocator().reset_peak();
+  for (auto _ : state) {
+    step();
+    cuda::synchronize(cuda::current_stream());
+  }
+  const cuda::CachingAllocatorStats st = cuda::device_allocator().stats();
+  state.counters["peak_MB"] = static_cast<double>(st.peak_allocated_bytes) / 1e6;
+}
+BENCHMARK(BM_ResNet18TrainStep)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -26,6 +26,45 @@ def timed(fn, iters=20, warmup=3):
     return statistics.median(out)
 
 
+def resnet18_peer():
+    """ResNet-18 b64 224x224 float32, TF32 convolutions (PyTorch's default), as bench/cuda.cpp:
+    eval-mode inference (device time; eager and torch.compile) and an eager training step with
+    MSE against random targets and SGD with momentum (host wall time, synchronized)."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18().cuda().eval()
+    x = torch.randn(64, 3, 224, 224, device="cuda")
+    with torch.no_grad():
+        ms = timed(lambda: model(x))
+        print(f"RESULT torch resnet18_b64_infer_eager {ms:.3f} ms")
+        compiled = torch.compile(model)
+        ms = timed(lambda: compiled(x))
+        print(f"RESULT torch resnet18_b64_infer_compile {ms:.3f} ms")
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    y = torch.randn(64, 1000, device="cuda")
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    peak = torch.cuda.max_memory_allocated() / 1e6
+    print(f"RESULT torch resnet18_b64_train_step {statistics.median(times):.3f} ms (eager), "
+          f"peak {peak:.0f} MB")
+
+
 def main():
     dev = torch.cuda.get_device_properties(0)
     print(f"device {dev.name}, torch {torch.__version__}, cuda {torch.version.cuda}")
@@ -81,6 +120,7 @@ def main():
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
     print(f"RESULT torch mlp_train_step {statistics.median(times):.3f} ms (eager)")
+    resnet18_peer()
     p, q = torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
     for _ in range(100):
         p + q

@@ -51,7 +51,7 @@ Tensor BatchNormBase::forward(const Tensor& input) {
   if (is_training() && track_running_stats) {
     autograd::NoGradGuard no_grad;
     // A tensor op (not a read-back), so a traced training step counts its batches too.
-    add_(num_batches_tracked, ones({}, TensorOptions(num_batches_tracked.dtype())));
+    add_(num_batches_tracked, ones_like(num_batches_tracked));
     if (!momentum) factor = 1.0 / num_batches_tracked.item<double>();
   }
   const bool use_batch_stats = is_training() || !running_mean.defined();

@@ -35,8 +35,8 @@ void first_order_only(const char* op, const TensorList& grads) {
   }
 }
 
-Tensor new_tensor(std::span<const int64_t> sizes, DType dtype) {
-  return Tensor(kiln::empty(sizes, dtype));
+Tensor new_tensor(std::span<const int64_t> sizes, DType dtype, Device device) {
+  return Tensor(kiln::empty(sizes, dtype, device));
 }
 Tensor new_like(const Tensor& t) {
   return Tensor(kiln::empty(t.sizes(), t.dtype(), t.device()));
@@ -70,8 +70,8 @@ kernels::LossReduction to_kernel(Reduction r) {
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Pair2 stride,
               Pair2 padding, Pair2 dilation, int64_t groups) {
   const kernels::Conv2dParams p = detail::conv2d_params(stride, padding, dilation, groups);
-  Tensor out =
-      new_tensor(kernels::conv2d_output_shape(input.sizes(), weight.sizes(), p), input.dtype());
+  Tensor out = new_tensor(kernels::conv2d_output_shape(input.sizes(), weight.sizes(), p),
+                          input.dtype(), input.device());
   kernels::conv2d_out(*input.impl(), *weight.impl(), opt(bias), p, *out.impl());
   autograd::record(
       "Conv2dBackward", {input, weight, bias}, {out}, {input, weight}, {},
@@ -82,7 +82,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Pai
         const bool all = dispatch::tracer() != nullptr;
         Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
         Tensor gw = all || w.requires_grad() ? new_like(w) : Tensor();
-        Tensor gb = all || has_bias ? new_tensor(Dims{w.size(0)}, w.dtype()) : Tensor();
+        Tensor gb = all || has_bias ? new_tensor(Dims{w.size(0)}, w.dtype(), w.device()) : Tensor();
         kernels::conv2d_backward_out(*g[0].contiguous().impl(), *x.impl(), *w.impl(), p,
                                      opt_mut(gi), opt_mut(gw), opt_mut(gb));
         KILN_TRACE("conv2d_backward", TensorList({g[0], x, w}), TensorList({gi, gw, gb}),
@@ -101,8 +101,8 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Pai
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t stride,
               int64_t padding, int64_t dilation, int64_t groups) {
   kernels::Conv1dParams p{stride, padding, dilation, groups};
-  Tensor out =
-      new_tensor(kernels::conv1d_output_shape(input.sizes(), weight.sizes(), p), input.dtype());
+  Tensor out = new_tensor(kernels::conv1d_output_shape(input.sizes(), weight.sizes(), p),
+                          input.dtype(), input.device());
   kernels::conv1d_out(*input.impl(), *weight.impl(), opt(bias), p, *out.impl());
   autograd::record(
       "Conv1dBackward", {input, weight, bias}, {out}, {input, weight}, {},
@@ -113,7 +113,7 @@ Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int
         const bool all = dispatch::tracer() != nullptr;
         Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
         Tensor gw = all || w.requires_grad() ? new_like(w) : Tensor();
-        Tensor gb = all || has_bias ? new_tensor(Dims{w.size(0)}, w.dtype()) : Tensor();
+        Tensor gb = all || has_bias ? new_tensor(Dims{w.size(0)}, w.dtype(), w.device()) : Tensor();
         kernels::conv1d_backward_out(*g[0].contiguous().impl(), *x.impl(), *w.impl(), p,
                                      opt_mut(gi), opt_mut(gw), opt_mut(gb));
         KILN_TRACE("conv1d_backward", TensorList({g[0], x, w}), TensorList({gi, gw, gb}),
@@ -137,7 +137,7 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
   p.dilation_h = dilation.h, p.dilation_w = dilation.w;
   p.groups = groups;
   Tensor out = new_tensor(kernels::conv_transpose2d_output_shape(input.sizes(), weight.sizes(), p),
-                          input.dtype());
+                          input.dtype(), input.device());
   kernels::conv_transpose2d_out(*input.impl(), *weight.impl(), opt(bias), p, *out.impl());
   autograd::record(
       "ConvTranspose2dBackward", {input, weight, bias}, {out}, {input, weight}, {},
@@ -147,7 +147,8 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
         const bool all = dispatch::tracer() != nullptr;  // a trace records all three gradients
         Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
         Tensor gw = all || w.requires_grad() ? new_like(w) : Tensor();
-        Tensor gb = all || has_bias ? new_tensor(Dims{w.size(1) * p.groups}, w.dtype()) : Tensor();
+        Tensor gb = all || has_bias ? new_tensor(Dims{w.size(1) * p.groups}, w.dtype(), w.device())
+                                    : Tensor();
         kernels::conv_transpose2d_backward_out(*g[0].contiguous().impl(), *x.impl(), *w.impl(), p,
                                                opt_mut(gi), opt_mut(gw), opt_mut(gb));
         KILN_TRACE("conv_transpose2d_backward", TensorList({g[0], x, w}), TensorList({gi, gw, gb}),
@@ -173,15 +174,16 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, Pair2 ker
                                                   Pair2 dilation, bool ceil_mode) {
   auto p = detail::pool2d_params(kernel, stride, padding, dilation, ceil_mode);
   Dims shape = kernels::max_pool2d_output_shape(input.sizes(), p);
-  Tensor out = new_tensor(shape, input.dtype());
-  Tensor indices = new_tensor(shape, DType::Int64);
+  Tensor out = new_tensor(shape, input.dtype(), input.device());
+  Tensor indices = new_tensor(shape, DType::Int64, input.device());
   kernels::max_pool2d_out(*input.impl(), p, *out.impl(), indices.impl());
   Dims in = input.sizes();
   DType dt = input.dtype();
+  Device dev = input.device();
   autograd::record("MaxPool2dBackward", {input}, {out}, {indices}, {},
-                   [in, dt](const TensorList& s, const TensorList& g) {
+                   [in, dt, dev](const TensorList& s, const TensorList& g) {
                      first_order_only("max_pool2d", g);
-                     Tensor gi = new_tensor(in, dt);
+                     Tensor gi = new_tensor(in, dt, dev);
                      kernels::max_pool2d_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
                                                       *gi.impl());
                      KILN_TRACE("max_pool2d_backward", TensorList({g[0], s[0]}), {gi},
@@ -204,15 +206,17 @@ Tensor avg_pool2d(const Tensor& input, Pair2 kernel, std::optional<Pair2> stride
                   bool ceil_mode, bool count_include_pad) {
   auto p = detail::pool2d_params(kernel, stride, padding, 1, ceil_mode);
   p.count_include_pad = count_include_pad;
-  Tensor out = new_tensor(kernels::avg_pool2d_output_shape(input.sizes(), p), input.dtype());
+  Tensor out =
+      new_tensor(kernels::avg_pool2d_output_shape(input.sizes(), p), input.dtype(), input.device());
   kernels::avg_pool2d_out(*input.impl(), p, *out.impl());
   Dims in = input.sizes();
   DType dt = input.dtype();
+  Device dev = input.device();
   autograd::record(
       "AvgPool2dBackward", {input}, {out}, {}, {},
-      [in, dt, p](const TensorList&, const TensorList& g) {
+      [in, dt, dev, p](const TensorList&, const TensorList& g) {
         first_order_only("avg_pool2d", g);
-        Tensor gi = new_tensor(in, dt);
+        Tensor gi = new_tensor(in, dt, dev);
         kernels::avg_pool2d_backward_out(*g[0].contiguous().impl(), p, *gi.impl());
         KILN_TRACE("avg_pool2d_backward", {g[0]}, {gi}, {"kernel", Dims{p.kernel_h, p.kernel_w}},
                    {"stride", Dims{p.stride_h, p.stride_w}}, {"padding", Dims{p.pad_h, p.pad_w}},
@@ -229,15 +233,16 @@ Tensor avg_pool2d(const Tensor& input, Pair2 kernel, std::optional<Pair2> stride
 Tensor adaptive_avg_pool2d(const Tensor& input, Pair2 output_size) {
   Tensor out = new_tensor(
       kernels::adaptive_avg_pool2d_output_shape(input.sizes(), output_size.h, output_size.w),
-      input.dtype());
+      input.dtype(), input.device());
   kernels::adaptive_avg_pool2d_out(*input.impl(), *out.impl());
   Dims in = input.sizes();
   DType dt = input.dtype();
+  Device dev = input.device();
   autograd::record(
       "AdaptiveAvgPool2dBackward", {input}, {out}, {}, {},
-      [in, dt](const TensorList&, const TensorList& g) {
+      [in, dt, dev](const TensorList&, const TensorList& g) {
         first_order_only("adaptive_avg_pool2d", g);
-        Tensor gi = new_tensor(in, dt);
+        Tensor gi = new_tensor(in, dt, dev);
         kernels::adaptive_avg_pool2d_backward_out(*g[0].contiguous().impl(), *gi.impl());
         KILN_TRACE("adaptive_avg_pool2d_backward", {g[0]}, {gi}, {"input_size", spatial(in)});
         return TensorList{gi};
@@ -257,8 +262,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
              input.sizes());
   const int64_t C = input.size(1);
   Tensor out = new_like(input);
-  Tensor save_mean = training ? new_tensor(Dims{C}, stat_dtype(input)) : Tensor();
-  Tensor save_invstd = training ? new_tensor(Dims{C}, stat_dtype(input)) : Tensor();
+  Tensor save_mean = training ? new_tensor(Dims{C}, stat_dtype(input), input.device()) : Tensor();
+  Tensor save_invstd = training ? new_tensor(Dims{C}, stat_dtype(input), input.device()) : Tensor();
   kernels::batch_norm_out(*input.impl(), opt(weight), opt(bias), opt_mut(running_mean),
                           opt_mut(running_var), training, momentum, eps, *out.impl(),
                           opt_mut(save_mean), opt_mut(save_invstd));
@@ -276,11 +281,12 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
         const Tensor &x = s[0], &w = s[1];
         const bool all = dispatch::tracer() != nullptr;
         Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
-        Tensor gw = all || (w.defined() && w.requires_grad())
-                        ? new_tensor(Dims{x.size(1)}, w.defined() ? w.dtype() : x.dtype())
-                        : Tensor();
-        Tensor gb =
-            w.defined() ? new_tensor(w.sizes(), w.dtype()) : new_tensor(Dims{x.size(1)}, x.dtype());
+        Tensor gw =
+            all || (w.defined() && w.requires_grad())
+                ? new_tensor(Dims{x.size(1)}, w.defined() ? w.dtype() : x.dtype(), x.device())
+                : Tensor();
+        Tensor gb = w.defined() ? new_tensor(w.sizes(), w.dtype(), x.device())
+                                : new_tensor(Dims{x.size(1)}, x.dtype(), x.device());
         kernels::batch_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), opt(w), opt(s[4]),
                                          opt(s[5]), opt(s[2]), opt(s[3]), training, eps,
                                          opt_mut(gi), opt_mut(gw), opt_mut(gb));
@@ -305,29 +311,29 @@ Tensor layer_norm(const Tensor& input, std::span<const int64_t> normalized_shape
   Dims ns(normalized_shape);
   Dims stats = kernels::layer_norm_stats_shape(input.sizes(), ns);
   Tensor out = new_like(input);
-  Tensor mean = new_tensor(stats, stat_dtype(input));
-  Tensor rstd = new_tensor(stats, stat_dtype(input));
+  Tensor mean = new_tensor(stats, stat_dtype(input), input.device());
+  Tensor rstd = new_tensor(stats, stat_dtype(input), input.device());
   kernels::layer_norm_out(*input.impl(), ns, opt(weight), opt(bias), eps, *out.impl(), mean.impl(),
                           rstd.impl());
-  autograd::record("LayerNormBackward", {input, weight, bias}, {out}, {input, weight, mean, rstd},
-                   {},
-                   [ns, eps, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
-                     first_order_only("layer_norm", g);
-                     const Tensor &x = s[0], &w = s[1];
-                     const bool all = dispatch::tracer() != nullptr;  // all three, traced
-                     const bool want_w = w.defined() && w.requires_grad();
-                     Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
-                     Tensor gw = want_w ? new_like(w) : all ? new_tensor(ns, x.dtype()) : Tensor();
-                     Tensor gb = all || has_bias ? new_tensor(ns, x.dtype()) : Tensor();
-                     kernels::layer_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), ns,
-                                                      *s[2].impl(), *s[3].impl(), opt(w),
-                                                      opt_mut(gi), opt_mut(gw), opt_mut(gb));
-                     // The traced op recomputes mean and rstd from input (as batch_norm's does).
-                     KILN_TRACE("layer_norm_backward", TensorList({g[0], x, w}),
-                                TensorList({gi, gw, gb}), {"normalized_shape", ns}, {"eps", eps});
-                     return TensorList{x.requires_grad() ? gi : Tensor(), want_w ? gw : Tensor(),
-                                       has_bias ? gb : Tensor()};
-                   });
+  autograd::record(
+      "LayerNormBackward", {input, weight, bias}, {out}, {input, weight, mean, rstd}, {},
+      [ns, eps, has_bias = bias.defined()](const TensorList& s, const TensorList& g) {
+        first_order_only("layer_norm", g);
+        const Tensor &x = s[0], &w = s[1];
+        const bool all = dispatch::tracer() != nullptr;  // all three, traced
+        const bool want_w = w.defined() && w.requires_grad();
+        Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
+        Tensor gw = want_w ? new_like(w) : all ? new_tensor(ns, x.dtype(), x.device()) : Tensor();
+        Tensor gb = all || has_bias ? new_tensor(ns, x.dtype(), x.device()) : Tensor();
+        kernels::layer_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), ns, *s[2].impl(),
+                                         *s[3].impl(), opt(w), opt_mut(gi), opt_mut(gw),
+                                         opt_mut(gb));
+        // The traced op recomputes mean and rstd from input (as batch_norm's does).
+        KILN_TRACE("layer_norm_backward", TensorList({g[0], x, w}), TensorList({gi, gw, gb}),
+                   {"normalized_shape", ns}, {"eps", eps});
+        return TensorList{x.requires_grad() ? gi : Tensor(), want_w ? gw : Tensor(),
+                          has_bias ? gb : Tensor()};
+      });
   KILN_TRACE("layer_norm", TensorList({input, weight, bias}), {out}, {"normalized_shape", ns},
              {"eps", eps});
   return out;
@@ -338,8 +344,8 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
   KILN_CHECK(input.dim() >= 2, "group_norm", "expected input of at least 2 dims (N, C, ...), got ",
              input.sizes());
   Tensor out = new_like(input);
-  Tensor mean = new_tensor(Dims{input.size(0), num_groups}, stat_dtype(input));
-  Tensor rstd = new_tensor(Dims{input.size(0), num_groups}, stat_dtype(input));
+  Tensor mean = new_tensor(Dims{input.size(0), num_groups}, stat_dtype(input), input.device());
+  Tensor rstd = new_tensor(Dims{input.size(0), num_groups}, stat_dtype(input), input.device());
   kernels::group_norm_out(*input.impl(), num_groups, opt(weight), opt(bias), eps, *out.impl(),
                           mean.impl(), rstd.impl());
   autograd::record(
@@ -350,8 +356,10 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
         const bool all = dispatch::tracer() != nullptr;  // all three, traced
         const bool want_w = w.defined() && w.requires_grad();
         Tensor gi = all || x.requires_grad() ? new_like(x) : Tensor();
-        Tensor gw = want_w ? new_like(w) : all ? new_tensor(Dims{x.size(1)}, x.dtype()) : Tensor();
-        Tensor gb = all || has_bias ? new_tensor(Dims{x.size(1)}, x.dtype()) : Tensor();
+        Tensor gw = want_w ? new_like(w)
+                    : all  ? new_tensor(Dims{x.size(1)}, x.dtype(), x.device())
+                           : Tensor();
+        Tensor gb = all || has_bias ? new_tensor(Dims{x.size(1)}, x.dtype(), x.device()) : Tensor();
         kernels::group_norm_backward_out(*g[0].contiguous().impl(), *x.impl(), num_groups,
                                          *s[2].impl(), *s[3].impl(), opt(w), opt_mut(gi),
                                          opt_mut(gw), opt_mut(gb));
@@ -395,14 +403,16 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& o) {
     Wo = kernels::interpolate_output_size(op, W, s.back());
     if (!o.recompute_scale_factor()) p.scale_h = s[0], p.scale_w = s.back();
   }
-  Tensor out = new_tensor(Dims{input.size(0), input.size(1), Ho, Wo}, input.dtype());
+  Tensor out =
+      new_tensor(Dims{input.size(0), input.size(1), Ho, Wo}, input.dtype(), input.device());
   kernels::interpolate_out(*input.impl(), p, *out.impl());
   Dims in = input.sizes();
   DType dt = input.dtype();
+  Device dev = input.device();
   autograd::record("InterpolateBackward", {input}, {out}, {}, {},
-                   [in, dt, p](const TensorList&, const TensorList& g) {
+                   [in, dt, dev, p](const TensorList&, const TensorList& g) {
                      first_order_only("interpolate", g);
-                     Tensor gi = new_tensor(in, dt);
+                     Tensor gi = new_tensor(in, dt, dev);
                      kernels::interpolate_backward_out(*g[0].contiguous().impl(), p, *gi.impl());
                      KILN_TRACE("interpolate_backward", {g[0]}, {gi},
                                 {"mode", static_cast<int64_t>(p.mode)},
@@ -417,15 +427,16 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& o) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
-  Tensor out =
-      new_tensor(kernels::embedding_output_shape(indices.sizes(), weight.sizes()), weight.dtype());
+  Tensor out = new_tensor(kernels::embedding_output_shape(indices.sizes(), weight.sizes()),
+                          weight.dtype(), weight.device());
   kernels::embedding_out(*weight.impl(), *indices.impl(), *out.impl());
   Dims ws = weight.sizes();
   DType dt = weight.dtype();
+  Device dev = weight.device();
   autograd::record("EmbeddingBackward", {weight}, {out}, {indices}, {},
-                   [ws, dt, padding_idx](const TensorList& s, const TensorList& g) {
+                   [ws, dt, dev, padding_idx](const TensorList& s, const TensorList& g) {
                      first_order_only("embedding", g);
-                     Tensor gw = new_tensor(ws, dt);
+                     Tensor gw = new_tensor(ws, dt, dev);
                      kernels::embedding_backward_out(*g[0].contiguous().impl(), *s[0].impl(),
                                                      padding_idx, false, *gw.impl());
                      KILN_TRACE("embedding_backward", TensorList({g[0], s[0]}), {gw},
@@ -456,7 +467,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
   auto o = ce_options(weight, ignore_index, reduction, label_smoothing);
   Tensor out =
       new_tensor(kernels::cross_entropy_output_shape(input.sizes(), target.sizes(), o.reduction),
-                 input.dtype());
+                 input.dtype(), input.device());
   kernels::cross_entropy_out(*input.impl(), *target.impl(), o, *out.impl());
   autograd::record(
       "CrossEntropyBackward", {input}, {out}, {input, target, weight}, {},
@@ -482,7 +493,7 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
   auto o = ce_options(weight, ignore_index, reduction, 0.0);
   Tensor out =
       new_tensor(kernels::cross_entropy_output_shape(input.sizes(), target.sizes(), o.reduction),
-                 input.dtype());
+                 input.dtype(), input.device());
   kernels::nll_loss_out(*input.impl(), *target.impl(), o, *out.impl());
   autograd::record("NllLossBackward", {input}, {out}, {input, target, weight}, {},
                    [ignore_index, reduction](const TensorList& s, const TensorList& g) {
@@ -523,7 +534,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
   const auto r = to_kernel(reduction);
-  Tensor out = new_tensor(kernels::pointwise_loss_output_shape(input.sizes(), r), input.dtype());
+  Tensor out = new_tensor(kernels::pointwise_loss_output_shape(input.sizes(), r), input.dtype(),
+                          input.device());
   kernels::smooth_l1_loss_out(*input.impl(), *target.impl(), r, beta, *out.impl());
   autograd::record("SmoothL1LossBackward", {input, target}, {out}, {input, target}, {},
                    [r, beta](const TensorList& s, const TensorList& g) {
@@ -544,7 +556,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
                                         const Tensor& weight, const Tensor& pos_weight,
                                         Reduction reduction) {
   const auto r = to_kernel(reduction);
-  Tensor out = new_tensor(kernels::pointwise_loss_output_shape(input.sizes(), r), input.dtype());
+  Tensor out = new_tensor(kernels::pointwise_loss_output_shape(input.sizes(), r), input.dtype(),
+                          input.device());
   kernels::binary_cross_entropy_with_logits_out(*input.impl(), *target.impl(), opt(weight),
                                                 opt(pos_weight), r, *out.impl());
   autograd::record("BinaryCrossEntropyWithLogitsBackward", {input}, {out},

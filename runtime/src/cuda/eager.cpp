@@ -3,6 +3,9 @@
 
 #include "kiln/runtime/cuda/eager.h"
 
+#include <algorithm>
+
+#include "kiln/runtime/cuda/compile.h"
 #include "kiln/runtime/cuda/cuda.h"
 #include "kiln/runtime/cuda/pointwise.h"
 #include "kiln/runtime/error.h"
@@ -22,11 +25,78 @@ void check_same_device(std::string_view op, const TensorImpl& a, const char* a_w
              ")");
 }
 
+namespace {
+
+// Integer arithmetic on int64 tensors (counters such as batch norm's num_batches_tracked):
+// out[i] = a[i or 0] op b[i or 0] * alpha, each operand contiguous of out's size or a single
+// element (or a number).
+constexpr const char* kInt64Source = R"(
+extern "C" __global__ void kiln_int64_binary(long long* __restrict__ out,
+                                             const long long* __restrict__ a, long long a_value,
+                                             long long a_step, const long long* __restrict__ b,
+                                             long long b_value, long long b_step, long long alpha,
+                                             int op, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    const long long x = a ? a[i * a_step] : a_value;
+    const long long y = (b ? b[i * b_step] : b_value) * alpha;
+    out[i] = op == 0 ? x + y : op == 1 ? x - y : x * y;
+  }
+}
+)";
+
+bool integral(const Scalar& s) {
+  return !s.is_floating() || s.d == static_cast<double>(static_cast<int64_t>(s.d));
+}
+int64_t integer(const Scalar& s) {
+  return s.is_floating() ? static_cast<int64_t>(s.d) : s.i;
+}
+
+void int64_binary_out(std::string_view name, BinaryOp op, const TensorImpl* a, const Scalar& as,
+                      const TensorImpl* b, const Scalar& bs, TensorImpl& out, const Scalar& alpha) {
+  const int code = op == BinaryOp::Add ? 0 : op == BinaryOp::Sub ? 1 : op == BinaryOp::Mul ? 2 : -1;
+  KILN_CHECK(code >= 0 && integral(as) && integral(bs) && integral(alpha), name,
+             "int64 tensors on cuda support add, sub and mul by integers only so far");
+  KILN_CHECK(out.is_contiguous(), name, "expected a contiguous int64 output on cuda, got ",
+             describe(out));
+  long long steps[2] = {0, 0};
+  const TensorImpl* operands[2] = {a, b};
+  for (int k = 0; k < 2; ++k) {
+    const TensorImpl* t = operands[k];
+    if (!t) continue;
+    KILN_CHECK(t->dtype() == DType::Int64 &&
+                   (t->numel() == 1 || (t->is_contiguous() && t->numel() == out.numel())),
+               name,
+               "int64 operands on cuda must be int64, contiguous of the output's size or "
+               "single elements so far, got ",
+               describe(*t));
+    steps[k] = t->numel() == 1 ? 0 : 1;
+  }
+  long long n = out.numel();
+  if (n == 0) return;
+  void* o = out.raw_data();
+  void* ap = a ? a->raw_data() : nullptr;
+  void* bp = b ? b->raw_data() : nullptr;
+  long long av = integer(as), bv = integer(bs), al = integer(alpha);
+  int opcode = code;
+  void* args[] = {&o, &ap, &av, &steps[0], &bp, &bv, &steps[1], &al, &opcode, &n};
+  static const Kernel& k = kernel("int64", kInt64Source, "kiln_int64_binary");
+  const unsigned grid = static_cast<unsigned>(std::min<long long>((n + 255) / 256, 1024));
+  k.launch(name, grid, 256, args, current_stream());
+}
+
+}  // namespace
+
+std::string int64_source() {
+  return kInt64Source;
+}
+
 void binary_out(BinaryOp op, const TensorImpl* a, const Scalar& as, const TensorImpl* b,
                 const Scalar& bs, TensorImpl& out, const Scalar& alpha) {
   const std::string_view name = kernels::binary_op_name(op);
   if (a) check_same_device(name, *a, "self", out, "out");
   if (b) check_same_device(name, *b, "other", out, "out");
+  if (out.dtype() == DType::Int64) return int64_binary_out(name, op, a, as, b, bs, out, alpha);
   PointwiseExpr e;
   std::vector<const TensorImpl*> inputs;
   auto operand = [&](const TensorImpl* t, const Scalar& s) {

@@ -154,6 +154,11 @@ void resolve_nvrtc(void* lib, Nvrtc& table, std::string& missing) {
 void resolve_cublaslt(void* lib, CublasLt& table, std::string& missing) {
   KILN_CUBLASLT_FUNCTIONS(KILN_CUDA_RESOLVE)
 }
+#if KILN_HAVE_CUDNN
+void resolve_cudnn(void* lib, Cudnn& table, std::string& missing) {
+  KILN_CUDNN_FUNCTIONS(KILN_CUDA_RESOLVE)
+}
+#endif
 
 }  // namespace
 
@@ -197,6 +202,23 @@ const CublasLt& cublaslt(std::string_view op) {
   if (!l.error.empty()) fail(op, "cuBLASLt: ", l.error);
   return l.table;
 }
+
+#if KILN_HAVE_CUDNN
+const Cudnn& cudnn(std::string_view op) {
+  static const Loaded<Cudnn> l = load_library<Cudnn>("libcudnn.so.9", "libcudnn.so", resolve_cudnn);
+  if (!l.error.empty()) fail(op, "cuDNN 9: ", l.error);
+  return l.table;
+}
+
+void check(cudnnStatus_t r, std::string_view op, std::string_view what) {
+  if (r == CUDNN_STATUS_SUCCESS) [[likely]]
+    return;
+  const Cudnn& lib = cudnn(op);
+  char message[512] = {};
+  lib.cudnnGetLastErrorString(message, sizeof message);
+  fail(op, what, " failed: ", lib.cudnnGetErrorString(r), message[0] ? ": " : "", message);
+}
+#endif
 
 void check(CUresult r, std::string_view op, std::string_view what) {
   if (r == CUDA_SUCCESS) [[likely]]

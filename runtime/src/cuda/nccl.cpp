@@ -16,11 +16,13 @@
 namespace kiln::cuda::nccl {
 namespace {
 
-#define KILN_NCCL_FUNCTIONS(X)                                                              \
-  X(ncclGetVersion)                                                                         \
-  X(ncclGetUniqueId)                                                                        \
-  X(ncclCommInitRank) X(ncclCommDestroy) X(ncclCommAbort) X(ncclAllReduce) X(ncclBroadcast) \
-      X(ncclAllGather) X(ncclGetErrorString) X(ncclGetLastError)
+#define KILN_NCCL_FUNCTIONS(X) \
+  X(ncclGetVersion)            \
+  X(ncclGetUniqueId)           \
+  X(ncclCommInitRank)          \
+  X(ncclCommDestroy)           \
+  X(ncclCommAbort)             \
+  X(ncclAllReduce) X(ncclBroadcast) X(ncclAllGather) X(ncclGetErrorString) X(ncclGetLastError)
 
 #define KILN_NCCL_MEMBER(f) decltype(&::f) f = nullptr;
 struct Table {

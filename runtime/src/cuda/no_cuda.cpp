@@ -3,6 +3,7 @@
 #include "kiln/runtime/cuda/compile.h"
 #include "kiln/runtime/cuda/cuda.h"
 #include "kiln/runtime/cuda/matmul.h"
+#include "kiln/runtime/cuda/nn.h"
 #include "kiln/runtime/error.h"
 
 namespace kiln::cuda {
@@ -99,6 +100,22 @@ MatmulOptions& matmul_options() {
 void matmul_out(const TensorImpl&, const TensorImpl&, const TensorImpl*, bool, TensorImpl&,
                 const MatmulOptions&, StreamId) {
   absent("matmul");
+}
+
+ConvOptions& conv_options() {
+  static ConvOptions options;
+  return options;
+}
+std::string cudnn_version() {
+  absent("cudnn");
+}
+void conv2d_out(const TensorImpl&, const TensorImpl&, const TensorImpl*,
+                const kernels::Conv2dParams&, bool, TensorImpl&) {
+  absent("conv2d");
+}
+void conv2d_backward_out(const TensorImpl&, const TensorImpl&, const TensorImpl&,
+                         const kernels::Conv2dParams&, TensorImpl*, TensorImpl*, TensorImpl*) {
+  absent("conv2d_backward");
 }
 
 }  // namespace kiln::cuda

@@ -27,6 +27,7 @@
 #include "gemm_internal.h"
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/checked_math.h"
+#include "kiln/runtime/cuda/nn.h"
 #include "kiln/runtime/kernels/conv.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/pool.h"
@@ -1016,6 +1017,14 @@ void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorI
     check_same_dtype(op, input, *ep.residual, "residual");
     check_shape(op, *ep.residual, out_shape, "residual");
   }
+  if (input.device() == Device::CUDA || out.device() == Device::CUDA) {
+    KILN_CHECK(!ep.residual && !ep.block &&
+                   (ep.activation == Activation::None || ep.activation == Activation::Relu),
+               op,
+               "a fused residual, block epilogue or activation other than relu is not built "
+               "for cuda convolutions yet");
+    return cuda::conv2d_out(input, weight, bias, p, ep.activation == Activation::Relu, out);
+  }
   KILN_CHECK(!ep.block || input.dtype() == DType::Float32, op,
              "expected a float32 convolution for a generated epilogue, got ",
              dtype_name(input.dtype()));
@@ -1182,6 +1191,10 @@ void conv2d_backward_out(const TensorImpl& grad_output, const TensorImpl& input,
   if (grad_bias) {
     check_same_dtype(op, input, *grad_bias, "grad_bias");
     check_shape(op, *grad_bias, Dims{g.O}, "grad_bias");
+  }
+  if (input.device() == Device::CUDA || grad_output.device() == Device::CUDA) {
+    return cuda::conv2d_backward_out(grad_output, input, weight, p, grad_input, grad_weight,
+                                     grad_bias);
   }
   if (is_lowp(input.dtype())) {
     auto gy = to_f32(&grad_output), x = to_f32(&input), w = to_f32(&weight);

@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "kiln/runtime/cuda/nn.h"
 #include "kiln/runtime/kernels/norm.h"
 #include "kiln/runtime/thread_pool.h"
 #include "nn_common.h"
@@ -114,6 +115,10 @@ void batch_norm_out(const TensorImpl& input, const TensorImpl* weight, const Ten
     KILN_CHECK(running_mean && running_var, op,
                "expected running_mean and running_var in inference mode, got none");
   }
+  if (input.device() == Device::CUDA || out.device() == Device::CUDA) {
+    return cuda::batch_norm_out(input, weight, bias, running_mean, running_var, training, momentum,
+                                eps, out, save_mean, save_invstd);
+  }
   if (input.numel() == 0) {  // no statistics, running ones unchanged; no buffers of C (2^40?)
     if (save_mean) fill_param(*save_mean, 0.0);
     if (save_invstd) fill_param(*save_invstd, 0.0);
@@ -204,6 +209,11 @@ void batch_norm_backward_out(const TensorImpl& grad_output, const TensorImpl& in
   }
   check_param(op, grad_weight, cs, "grad_weight");
   check_param(op, grad_bias, cs, "grad_bias");
+  if (input.device() == Device::CUDA || grad_output.device() == Device::CUDA) {
+    return cuda::batch_norm_backward_out(grad_output, input, weight, running_mean, running_var,
+                                         save_mean, save_invstd, training, eps, grad_input,
+                                         grad_weight, grad_bias);
+  }
   std::vector<double> mean, invstd;
   if (training) {
     KILN_CHECK(save_mean && save_invstd, op,

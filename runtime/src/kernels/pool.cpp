@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "kiln/runtime/cuda/nn.h"
 #include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/thread_pool.h"
 #include "nn_common.h"
@@ -475,6 +476,9 @@ void max_pool2d_out(const TensorImpl& input, const Pool2dParams& p, TensorImpl& 
                dtype_name(indices->dtype()));
     check_shape(op, *indices, g.out_shape, "indices");
   }
+  if (input.device() == Device::CUDA || out.device() == Device::CUDA) {
+    return cuda::max_pool2d_out(input, p, out, indices);
+  }
   if (bytes) {  // quantized values: the max of the bytes is the max of what they stand for
     auto x = views::contiguous(input);
     OutTarget y(&out), id(indices);
@@ -515,6 +519,9 @@ void max_pool2d_backward_out(const TensorImpl& grad_output, const TensorImpl& in
   KILN_CHECK(indices.dtype() == DType::Int64, op, "expected indices of dtype int64, got ",
              dtype_name(indices.dtype()));
   check_shape(op, indices, grad_output.sizes(), "indices");
+  if (grad_input.device() == Device::CUDA || grad_output.device() == Device::CUDA) {
+    return cuda::max_pool2d_backward_out(grad_output, indices, grad_input);
+  }
   const int64_t r = grad_input.dim();
   const int64_t HW = grad_input.size(r - 2) * grad_input.size(r - 1);
   const int64_t howo = grad_output.size(r - 2) * grad_output.size(r - 1);
@@ -543,6 +550,9 @@ void avg_pool2d_out(const TensorImpl& input, const Pool2dParams& p, TensorImpl& 
   check_floating(op, input, "input");
   check_same_dtype(op, input, out, "out");
   check_shape(op, out, g.out_shape, "out");
+  if (input.device() == Device::CUDA || out.device() == Device::CUDA) {
+    return cuda::avg_pool2d_out(input, p, out);
+  }
   const DType cd = compute_dtype(input.dtype());
   auto x = input_as(input, cd);
   OutTarget y(&out, cd);
@@ -560,6 +570,9 @@ void avg_pool2d_backward_out(const TensorImpl& grad_output, const Pool2dParams& 
   const PoolGeom g = pool_geom(op, grad_input.sizes(), p, false);
   check_floating(op, grad_input, "grad_input");
   check_shape(op, grad_output, g.out_shape, "grad_output");
+  if (grad_input.device() == Device::CUDA || grad_output.device() == Device::CUDA) {
+    return cuda::avg_pool2d_backward_out(grad_output, p, grad_input);
+  }
   const DType cd = compute_dtype(grad_input.dtype());
   auto gy = input_as(grad_output, cd);
   OutTarget gx(&grad_input, cd);
@@ -591,6 +604,9 @@ void adaptive_avg_pool2d_out(const TensorImpl& input, TensorImpl& out) {
   KILN_CHECK(out.dim() == r, op, "expected out of rank ", r, ", got ", dims_str(out.sizes()));
   const int64_t Ho = out.size(r - 2), Wo = out.size(r - 1);
   check_shape(op, out, adaptive_avg_pool2d_output_shape(input.sizes(), Ho, Wo), "out");
+  if (input.device() == Device::CUDA || out.device() == Device::CUDA) {
+    return cuda::adaptive_avg_pool2d_out(input, out);
+  }
   const int64_t H = input.size(r - 2), W = input.size(r - 1);
   const int64_t planes = input.numel() / (H * W);
   const DType cd = compute_dtype(input.dtype());
@@ -611,6 +627,9 @@ void adaptive_avg_pool2d_backward_out(const TensorImpl& grad_output, TensorImpl&
   const int64_t Ho = grad_output.size(r - 2), Wo = grad_output.size(r - 1);
   KILN_CHECK(Ho >= 1 && Wo >= 1, op, "expected a non-empty grad_output, got ",
              dims_str(grad_output.sizes()));
+  if (grad_input.device() == Device::CUDA || grad_output.device() == Device::CUDA) {
+    return cuda::adaptive_avg_pool2d_backward_out(grad_output, grad_input);
+  }
   const int64_t H = grad_input.size(r - 2), W = grad_input.size(r - 1);
   const int64_t planes = grad_input.numel() / (H * W);
   const DType cd = compute_dtype(grad_input.dtype());
