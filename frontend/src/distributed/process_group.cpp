@@ -370,9 +370,24 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
           // The store itself failed: the others' checks report that.
         }
       }
-      // Rank 0 hosts the store under init_process_group, which stops with this group: the others
-      // read the error at their next check (every Socket::kCheckInterval) before it goes.
-      if (rank == 0) std::this_thread::sleep_for(3 * Socket::kCheckInterval);
+      // Rank 0 hosts the store under init_process_group, which stops with this group: it waits
+      // until every other rank has left setup (each counts itself out once it has read the
+      // error), so none finds the store gone before reading why; a rank that died never counts
+      // itself, hence the bound.
+      const std::string left_key = prefix + "/setup_left";
+      try {
+        if (rank != 0) {
+          store.add(left_key, 1);
+        } else {
+          const auto give_up = std::chrono::steady_clock::now() + 25 * Socket::kCheckInterval;
+          while (store.add(left_key, 0) < world_size - 1 &&
+                 std::chrono::steady_clock::now() < give_up) {
+            std::this_thread::sleep_for(Socket::kCheckInterval / 10);
+          }
+        }
+      } catch (const Error&) {
+        // The store itself failed: nothing to wait for.
+      }
       fail("init_process_group", failure);
     }
     int32_t hello[2] = {-1, -1};
