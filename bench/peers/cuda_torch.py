@@ -29,7 +29,7 @@ def timed(fn, iters=20, warmup=3):
 def resnet18_peer():
     """ResNet-18 b64 224x224 float32, TF32 convolutions (PyTorch's default), as bench/cuda.cpp:
     eval-mode inference (device time; eager and torch.compile) and an eager training step with
-    MSE against random targets and SGD with momentum (host wall time, synchronized)."""
+    cross-entropy against random classes and SGD with momentum (host wall time, synchronized)."""
     import torchvision
 
     torch.manual_seed(0)
@@ -43,11 +43,11 @@ def resnet18_peer():
         print(f"RESULT torch resnet18_b64_infer_compile {ms:.3f} ms")
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    y = torch.randn(64, 1000, device="cuda")
+    y = torch.randint(0, 1000, (64,), device="cuda")
 
     def step():
         opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
 
     for _ in range(3):

@@ -45,7 +45,8 @@ TEST(CudaNnCompile, PoolAndBatchNormKernelsCompileForSm90) {
   KILN_REQUIRE_NVRTC();
   for (const auto& [name, source] : {std::pair{"pool", cuda::pool_source()},
                                      {"batch_norm", cuda::batch_norm_source()},
-                                     {"int64", cuda::int64_source()}}) {
+                                     {"int64", cuda::int64_source()},
+                                     {"softmax_loss", cuda::softmax_loss_source()}}) {
     const cuda::CompiledCode code = cuda::compile(name, source, "sm_90");
     EXPECT_NE(code.ptx.find(".target sm_90"), std::string::npos) << name;
     EXPECT_GT(code.cubin.size(), 64u) << name;
@@ -213,6 +214,90 @@ TEST(CudaBatchNorm, TrainingAndInferenceMatchTheCpu) {
         EXPECT_LE(worst_error(values(bd.grad()), as_doubles(b64.grad()), 1e-4, 1e-4), 1.0) << what;
       }
     }
+  }
+}
+
+// softmax and log_softmax along every dim (rows contiguous or strided) and their gradients.
+TEST(CudaSoftmax, AlongEveryDimMatchesTheCpu) {
+  KILN_REQUIRE_CUDA_DEVICE();
+  const Tensor x = random_tensor({3, 37, 5}, 31) * 3.0;
+  for (bool log : {false, true}) {
+    for (int64_t dim : {0, 1, 2, -1}) {
+      const std::string what =
+          std::string(log ? "log_softmax" : "softmax") + " dim " + std::to_string(dim);
+      Tensor x64 = x.to(DType::Float64).requires_grad_(true);
+      Tensor y64 = log ? log_softmax(x64, dim) : softmax(x64, dim);
+      const Tensor g = random_tensor(y64.sizes(), 32);
+      (y64 * g.to(DType::Float64)).sum().backward();
+      Tensor xd = x.cuda().requires_grad_(true);
+      Tensor yd = log ? log_softmax(xd, dim) : softmax(xd, dim);
+      ASSERT_TRUE(yd.is_cuda()) << what;
+      (yd * g.cuda()).sum().backward();
+      EXPECT_LE(worst_error(values(yd), as_doubles(y64), 1e-5, 1e-6), 1.0) << what;
+      EXPECT_LE(worst_error(values(xd.grad()), as_doubles(x64.grad()), 1e-4, 1e-5), 1.0) << what;
+    }
+  }
+}
+
+Tensor class_targets(Dims shape, int64_t classes, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Tensor t = zeros(shape, TensorOptions(DType::Int64));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data_ptr<int64_t>()[i] = static_cast<int64_t>(rng() % classes);
+  return t;
+}
+
+// cross_entropy (logits) and nll_loss (log-probabilities) with every reduction, class weights,
+// ignore_index and label smoothing, on [N, C] and [N, C, d] inputs, against float64 on the CPU.
+TEST(CudaClassLoss, CrossEntropyAndNllMatchTheCpu) {
+  KILN_REQUIRE_CUDA_DEVICE();
+  struct Case {
+    Dims input;
+    bool weighted;
+    double smoothing;
+    Reduction reduction;
+  };
+  const Case cases[] = {
+      {{8, 10}, false, 0.0, Reduction::Mean},   {{8, 10}, true, 0.0, Reduction::Mean},
+      {{8, 10}, true, 0.1, Reduction::Sum},     {{4, 7, 3}, true, 0.2, Reduction::None},
+      {{4, 7, 3}, false, 0.0, Reduction::Mean}, {{6, 1000}, false, 0.0, Reduction::Mean}};
+  for (const Case& c : cases) {
+    const int64_t classes = c.input[1];
+    Dims target_shape{c.input[0]};
+    for (size_t d = 2; d < c.input.size(); ++d) target_shape.push_back(c.input[d]);
+    Tensor target = class_targets(target_shape, classes, 33);
+    target.data_ptr<int64_t>()[1] = -100;  // ignored
+    const Tensor x = random_tensor(c.input, 34) * 2.0;
+    const Tensor w = c.weighted ? random_tensor({classes}, 35).abs() + 0.1 : Tensor();
+    for (bool nll : {false, true}) {
+      if (nll && c.smoothing > 0) continue;
+      const std::string what = std::string(nll ? "nll_loss" : "cross_entropy") + " on " +
+                               std::to_string(c.input.size()) + "-d input, " +
+                               std::to_string(classes) + " classes";
+      auto loss = [&](const Tensor& in, const Tensor& t, const Tensor& weight) {
+        return nll ? nll_loss(log_softmax(in, 1), t, weight, -100, c.reduction)
+                   : cross_entropy(in, t, weight, -100, c.reduction, c.smoothing);
+      };
+      Tensor x64 = x.to(DType::Float64).requires_grad_(true);
+      Tensor l64 = loss(x64, target, c.weighted ? w.to(DType::Float64) : Tensor());
+      const Tensor g = random_tensor(l64.sizes(), 36);
+      (l64 * g.to(DType::Float64)).sum().backward();
+      Tensor xd = x.cuda().requires_grad_(true);
+      Tensor ld = loss(xd, target.cuda(), c.weighted ? w.cuda() : Tensor());
+      ASSERT_TRUE(ld.is_cuda()) << what;
+      (ld * g.cuda()).sum().backward();
+      EXPECT_LE(worst_error(values(ld), as_doubles(l64), 1e-5, 1e-6), 1.0) << what;
+      EXPECT_LE(worst_error(values(xd.grad()), as_doubles(x64.grad()), 1e-4, 1e-6), 1.0) << what;
+    }
+  }
+  // A class index out of range is named, not read past the row.
+  Tensor bad = class_targets({4}, 5, 37);
+  bad.data_ptr<int64_t>()[2] = 7;
+  try {
+    cross_entropy(random_tensor({4, 5}, 38).cuda(), bad.cuda());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("got 7 (out of range)"), std::string::npos) << e.what();
   }
 }
 

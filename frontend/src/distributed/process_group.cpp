@@ -308,6 +308,16 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
   ring.timeout = options.timeout;
   ring.next_name = rank_name((rank + 1) % world_size);
   ring.prev_name = rank_name((rank - 1 + world_size) % world_size);
+  // Whether this rank can run NCCL, told to the others during setup (below).
+  std::string cannot;
+  if (options.backend == "nccl") {
+    try {
+      cuda::require_device("init_process_group");
+      cuda::nccl::version("init_process_group");
+    } catch (const Error& e) {
+      cannot = e.what();
+    }
+  }
   if (world_size > 1) {
     const auto deadline = Clock::now() + options.timeout;
     const std::string prefix = "kiln/pg/" + options.name;
@@ -354,26 +364,52 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
       fail("init_process_group", rank_name(rank), " of ", world_size,
            " gives up: ", store.get_string(error_key));
     };
+    // Everything that exchanges with the other ranks: a failure here is relayed through the
+    // store (see check above) so that every rank names the first cause.
+    std::vector<int64_t> said(2 * static_cast<size_t>(world_size));
+    int32_t hello[2] = {-1, -1};
     try {
       ring.prev = connect_ring(ring, store, prefix, listener, deadline, check);
+      ring.prev.recv_all(hello, sizeof(hello), deadline, "init_process_group", ring.prev_name);
+      // Which backend each rank asked for and whether it can run it, before any rank waits in
+      // NCCL (whose setup has no deadline): a rank without a device or NCCL, or on another
+      // backend, fails them all at once, named.
+      said[2 * rank] = options.backend == "nccl" ? 1 : 0;
+      said[2 * rank + 1] = cannot.empty() ? 1 : 0;
+      if (hello[0] == (rank - 1 + world_size) % world_size && hello[1] == world_size) {
+        std::vector<void*> parts;
+        for (int r = 0; r < world_size; ++r) parts.push_back(&said[2 * r]);
+        ring.all_gather(parts, 2 * sizeof(int64_t), "init_process_group");
+      }
     } catch (const Error& e) {
-      const std::string failure =
-          relayed ? std::string(e.message())
-                  : kiln::detail::concat(rank_name(rank), " of ", world_size,
-                                         " could not connect the ring: ", e.message());
+      std::string failure = std::string(e.message());
       if (!relayed) {
-        // The first failure is the cause; later ones (a neighbour losing its connection to this
-        // rank) would hide it. Readers that see the count wait in get() for the text.
+        // A rank that got through connecting can still lose a neighbour that failed: the first
+        // failure recorded is the cause, and this rank's own error only a consequence.
+        std::string cause;
         try {
-          if (store.add(failed_key, 1) == 1) store.set(error_key, failure);
+          if (store.add(failed_key, 0) > 0) cause = store.get_string(error_key);
         } catch (const Error&) {
-          // The store itself failed: the others' checks report that.
+          // The store itself failed: this rank's own error is all there is.
+        }
+        if (!cause.empty()) {
+          failure = kiln::detail::concat(rank_name(rank), " of ", world_size, " gives up: ", cause);
+        } else {
+          failure = kiln::detail::concat(rank_name(rank), " of ", world_size,
+                                         " could not connect the ring: ", e.message());
+          // The first failure is the cause; later ones (a neighbour losing its connection to
+          // this rank) would hide it. Readers that see the count wait in get() for the text.
+          try {
+            if (store.add(failed_key, 1) == 1) store.set(error_key, failure);
+          } catch (const Error&) {
+            // The store itself failed: the others' checks report that.
+          }
         }
       }
       // Rank 0 hosts the store under init_process_group, which stops with this group: it waits
-      // until every other rank has left setup (each counts itself out once it has read the
-      // error), so none finds the store gone before reading why; a rank that died never counts
-      // itself, hence the bound.
+      // until every other rank has left setup (each counts itself out once it has its error), so
+      // none finds the store gone before reading why; a rank that died never counts itself,
+      // hence the bound.
       const std::string left_key = prefix + "/setup_left";
       try {
         if (rank != 0) {
@@ -390,35 +426,11 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
       }
       fail("init_process_group", failure);
     }
-    int32_t hello[2] = {-1, -1};
-    ring.prev.recv_all(hello, sizeof(hello), deadline, "init_process_group", ring.prev_name);
     const int expected = (rank - 1 + world_size) % world_size;
     KILN_CHECK(hello[0] == expected && hello[1] == world_size, "init_process_group",
                rank_name(rank), " of ", world_size, " expected ", rank_name(expected), " of ",
                world_size, " to connect, got rank ", hello[0], " of ", hello[1],
                " (do all ranks agree on the world size?)");
-  }
-  KILN_CHECK(options.backend == "tcp" || options.backend == "nccl", "ProcessGroup",
-             "unknown backend '", options.backend, "', expected tcp or nccl");
-  // Every rank says which backend it asked for and whether it can run it, before any rank waits
-  // in NCCL (whose setup has no deadline): a rank without a device or NCCL, or on another
-  // backend, fails them all at once, named.
-  std::string cannot;
-  if (options.backend == "nccl") {
-    try {
-      cuda::require_device("init_process_group");
-      cuda::nccl::version("init_process_group");
-    } catch (const Error& e) {
-      cannot = e.what();
-    }
-  }
-  if (world_size > 1) {
-    std::vector<int64_t> said(2 * static_cast<size_t>(world_size));
-    said[2 * rank] = options.backend == "nccl" ? 1 : 0;
-    said[2 * rank + 1] = cannot.empty() ? 1 : 0;
-    std::vector<void*> parts;
-    for (int r = 0; r < world_size; ++r) parts.push_back(&said[2 * r]);
-    impl_->ring.all_gather(parts, 2 * sizeof(int64_t), "init_process_group");
     for (int r = 0; r < world_size; ++r) {
       KILN_CHECK(said[2 * r] == said[2 * rank], "init_process_group", rank_name(r),
                  " asked for the ", said[2 * r] ? "nccl" : "tcp", " backend, ", rank_name(rank),
@@ -427,6 +439,8 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
                  r == rank ? ": " + cannot : std::string(" (see its error)"));
     }
   }
+  KILN_CHECK(options.backend == "tcp" || options.backend == "nccl", "ProcessGroup",
+             "unknown backend '", options.backend, "', expected tcp or nccl");
   KILN_CHECK(cannot.empty(), "init_process_group", cannot);
   if (options.backend == "nccl") {
     // Rank 0's communicator id reaches the others through the store.

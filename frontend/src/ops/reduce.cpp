@@ -280,7 +280,7 @@ Tensor log_softmax_backward(const Tensor& grad, const Tensor& out, int64_t dim);
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   KILN_CHECK(is_floating(x.dtype()), "softmax", "expected a floating-point input, got ", x.dtype());
-  Tensor out(kiln::empty(x.sizes(), x.dtype()));
+  Tensor out(kiln::empty(x.sizes(), x.dtype(), x.device()));
   kernels::softmax_out(*x.impl(), dim, *out.impl());
   autograd::record("SoftmaxBackward", {x}, {out}, {}, {out},
                    [dim](const TensorList& s, const TensorList& g) {
@@ -293,7 +293,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   KILN_CHECK(is_floating(x.dtype()), "log_softmax", "expected a floating-point input, got ",
              x.dtype());
-  Tensor out(kiln::empty(x.sizes(), x.dtype()));
+  Tensor out(kiln::empty(x.sizes(), x.dtype(), x.device()));
   kernels::log_softmax_out(*x.impl(), dim, *out.impl());
   autograd::record("LogSoftmaxBackward", {x}, {out}, {}, {out},
                    [dim](const TensorList& s, const TensorList& g) {
@@ -310,7 +310,7 @@ Tensor softmax_backward(const Tensor& grad, const Tensor& out, int64_t dim) {
   if (autograd::grad_enabled() && (grad.requires_grad() || out.requires_grad())) {
     return out * (grad - sum(grad * out, Dims{dim}, true));
   }
-  Tensor gi(kiln::empty(out.sizes(), out.dtype()));
+  Tensor gi(kiln::empty(out.sizes(), out.dtype(), out.device()));
   kernels::softmax_backward_out(*grad.contiguous().impl(), *out.impl(), dim, *gi.impl());
   KILN_TRACE("softmax_backward", TensorList({grad, out}), {gi}, {"dim", dim});
   return gi;
@@ -319,7 +319,7 @@ Tensor log_softmax_backward(const Tensor& grad, const Tensor& out, int64_t dim) 
   if (autograd::grad_enabled() && (grad.requires_grad() || out.requires_grad())) {
     return grad - exp(out) * sum(grad, Dims{dim}, true);
   }
-  Tensor gi(kiln::empty(out.sizes(), out.dtype()));
+  Tensor gi(kiln::empty(out.sizes(), out.dtype(), out.device()));
   kernels::log_softmax_backward_out(*grad.contiguous().impl(), *out.impl(), dim, *gi.impl());
   KILN_TRACE("log_softmax_backward", TensorList({grad, out}), {gi}, {"dim", dim});
   return gi;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/runtime/cuda/eager.h"
+#include "kiln/runtime/cuda/nn.h"
 #include "kiln/runtime/kernels/loss.h"
 #include "kiln/runtime/thread_pool.h"
 #include "nn_common.h"
@@ -214,8 +215,31 @@ struct ClassKernel {
   }
 };
 
+// The checks of class_args that need no values (its target range check reads the targets, which
+// the CUDA kernels do on the device), for tensors on the device.
+ClassGeom check_class_shapes(std::string_view op, const TensorImpl& input, const TensorImpl& target,
+                             const CrossEntropyOptions& opt) {
+  const ClassGeom g = class_geom(op, input.sizes(), target.sizes());
+  KILN_CHECK(opt.label_smoothing >= 0.0 && opt.label_smoothing <= 1.0, op,
+             "expected label_smoothing in [0, 1], got ", opt.label_smoothing);
+  if (opt.weight) check_shape(op, *opt.weight, Dims{g.C}, "weight");
+  return g;
+}
+
+bool on_device(std::initializer_list<const TensorImpl*> tensors) {
+  for (const TensorImpl* t : tensors) {
+    if (t && t->device() != Device::CPU) return true;
+  }
+  return false;
+}
+
 void class_loss_forward(std::string_view op, bool logits, const TensorImpl& input,
                         const TensorImpl& target, const CrossEntropyOptions& opt, TensorImpl& out) {
+  if (on_device({&input, &target, &out, opt.weight})) [[unlikely]] {
+    const ClassGeom g = check_class_shapes(op, input, target, opt);
+    check_reduced_out(op, out, opt.reduction, g.sample_shape, "out");
+    return cuda::cross_entropy_out(input, target, opt, !logits, out);
+  }
   const ClassArgs a = class_args(op, input, target, opt);
   check_same_dtype(op, input, out, "out");
   check_reduced_out(op, out, opt.reduction, a.g.sample_shape, "out");
@@ -247,6 +271,12 @@ void class_loss_forward(std::string_view op, bool logits, const TensorImpl& inpu
 void class_loss_backward(std::string_view op, bool logits, const TensorImpl& grad_output,
                          const TensorImpl& input, const TensorImpl& target,
                          const CrossEntropyOptions& opt, TensorImpl& grad_input) {
+  if (on_device({&grad_output, &input, &target, &grad_input, opt.weight})) [[unlikely]] {
+    const ClassGeom g = check_class_shapes(op, input, target, opt);
+    check_shape(op, grad_input, input.sizes(), "grad_input");
+    check_reduced_out(op, grad_output, opt.reduction, g.sample_shape, "grad_output");
+    return cuda::cross_entropy_backward_out(grad_output, input, target, opt, !logits, grad_input);
+  }
   const ClassArgs a = class_args(op, input, target, opt);
   check_same_dtype(op, input, grad_output, "grad_output");
   check_same_dtype(op, input, grad_input, "grad_input");

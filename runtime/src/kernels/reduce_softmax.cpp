@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "kiln/runtime/cuda/nn.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/kernels/loop.h"
 #include "kiln/runtime/kernels/reduce.h"
@@ -300,6 +301,9 @@ void softmax_impl(const TensorImpl& self, int64_t dim, TensorImpl& out, bool log
              dtype_name(self.dtype()));
   check_same(self, out, op, "out");
   const int64_t d = wrap_dim(dim, self.dim(), op);
+  if (self.device() == Device::CUDA || out.device() == Device::CUDA) {
+    return cuda::softmax_out(self, d, log, out);
+  }
   if (self.numel() == 0) return;
   const DType cd = compute_dtype(self.dtype());
   auto x = as_contiguous(self, cd);
@@ -329,6 +333,10 @@ void backward_impl(const TensorImpl& grad, const TensorImpl& output, int64_t dim
   check_same(output, grad, op, "grad_output");
   check_same(output, grad_input, op, "grad_input");
   const int64_t d = wrap_dim(dim, output.dim(), op);
+  if (output.device() == Device::CUDA || grad.device() == Device::CUDA ||
+      grad_input.device() == Device::CUDA) {
+    return cuda::softmax_backward_out(grad, output, d, log, grad_input);
+  }
   if (output.numel() == 0) return;
   const DType cd = compute_dtype(output.dtype());
   auto g = as_contiguous(grad, cd);

@@ -1,6 +1,7 @@
 #pragma once
 // The CNN layers on CUDA tensors: convolution through cuDNN 9's graph API (loaded with dlopen),
-// and pooling and batch normalization as kiln's own CUDA C kernels (compiled by NVRTC). The
+// and pooling, batch normalization, softmax and the classification losses as kiln's own CUDA C
+// kernels (compiled by NVRTC). The
 // runtime's kernels::conv2d_out / max_pool2d_out / batch_norm_out / ... come here when their
 // tensors are on the device, so nn::Conv2d, nn::BatchNorm2d, the pools and their gradients run
 // on the GPU unchanged. float32 only; the semantics are the CPU kernels' (kernels/conv.h,
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "kiln/runtime/kernels/conv.h"
+#include "kiln/runtime/kernels/loss.h"
 #include "kiln/runtime/kernels/pool.h"
 #include "kiln/runtime/tensor.h"
 
@@ -61,8 +63,26 @@ void batch_norm_backward_out(const TensorImpl& grad_output, const TensorImpl& in
                              TensorImpl* grad_input, TensorImpl* grad_weight,
                              TensorImpl* grad_bias);
 
-// The CUDA C of the pooling and batch-norm kernels (the NVRTC tests compile them).
+// softmax / log_softmax along `dim` and their gradients (kernels/reduce.h): one block per row,
+// the max subtracted before exp.
+void softmax_out(const TensorImpl& self, int64_t dim, bool log, TensorImpl& out);
+void softmax_backward_out(const TensorImpl& grad_output, const TensorImpl& output, int64_t dim,
+                          bool log, TensorImpl& grad_input);
+
+// cross_entropy from logits (log_softmax over dim 1, then the negative log-likelihood) and
+// nll_loss from log-probabilities, with class weights, ignore_index, label smoothing
+// (cross_entropy only) and reductions (kernels/loss.h). Targets are int64 device tensors; a
+// target outside [0, C) other than ignore_index is an error naming it (which reads one flag back
+// from the device).
+void cross_entropy_out(const TensorImpl& input, const TensorImpl& target,
+                       const kernels::CrossEntropyOptions& opt, bool log_input, TensorImpl& out);
+void cross_entropy_backward_out(const TensorImpl& grad_output, const TensorImpl& input,
+                                const TensorImpl& target, const kernels::CrossEntropyOptions& opt,
+                                bool log_input, TensorImpl& grad_input);
+
+// The CUDA C of the pooling, batch-norm, softmax and loss kernels (the NVRTC tests compile them).
 std::string pool_source();
 std::string batch_norm_source();
+std::string softmax_loss_source();
 
 }  // namespace kiln::cuda
