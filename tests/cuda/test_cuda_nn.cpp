@@ -108,7 +108,14 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{2, 8, 7, 7, 8, 3, 1, 1, 1, 8, true},     // depthwise
                       ConvCase{2, 16, 5, 5, 32, 1, 1, 0, 1, 1, false},  // 1x1
                       ConvCase{1, 3, 32, 32, 16, 7, 2, 3, 1, 1, false}  // ResNet's stem
-                      ));
+                      ),
+    [](const ::testing::TestParamInfo<ConvCase>& info) {
+      const ConvCase& k = info.param;
+      return "n" + std::to_string(k.n) + "c" + std::to_string(k.c) + "h" + std::to_string(k.h) +
+             "w" + std::to_string(k.w) + "o" + std::to_string(k.o) + "k" + std::to_string(k.k) +
+             "s" + std::to_string(k.stride) + "p" + std::to_string(k.pad) + "d" +
+             std::to_string(k.dilation) + "g" + std::to_string(k.groups) + (k.bias ? "bias" : "");
+    });
 
 // TF32 (the default, as PyTorch's cudnn.allow_tf32): the same products to TF32's precision.
 TEST(CudaConvTf32, TheDefaultRunsTf32WithinItsPrecision) {

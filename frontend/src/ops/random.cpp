@@ -93,11 +93,11 @@ Tensor dropout(const Tensor& input, double p, bool training) {
   KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout", "probability must be in [0, 1], got ", p);
   if (!training || p == 0.0) return input;
   // The mask is an explicit operand (seeded, reproducible); in a trace it is an input of the op.
-  Tensor mask(kiln::empty(input.sizes(), DType::Bool));
+  Tensor mask(kiln::empty(input.sizes(), DType::Bool, input.device()));
   RandomTrace trace;
   kernels::dropout_mask_out(p, *mask.impl());
   trace("dropout_mask", mask, {{"p", p}});
-  Tensor out(kiln::empty(input.sizes(), input.dtype()));
+  Tensor out(kiln::empty(input.sizes(), input.dtype(), input.device()));
   kernels::dropout_out(*input.impl(), *mask.impl(), p, *out.impl());
   autograd::record(
       "DropoutBackward", {input}, {out}, {mask}, {}, [p](const TensorList& s, const TensorList& g) {

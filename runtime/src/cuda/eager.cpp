@@ -29,7 +29,7 @@ namespace {
 
 // Integer arithmetic on int64 tensors (counters such as batch norm's num_batches_tracked):
 // out[i] = a[i or 0] op b[i or 0] * alpha, each operand contiguous of out's size or a single
-// element (or a number).
+// element (or a number); and the byte-to-float conversion of masks.
 constexpr const char* kInt64Source = R"(
 extern "C" __global__ void kiln_int64_binary(long long* __restrict__ out,
                                              const long long* __restrict__ a, long long a_value,
@@ -42,6 +42,13 @@ extern "C" __global__ void kiln_int64_binary(long long* __restrict__ out,
     const long long y = (b ? b[i * b_step] : b_value) * alpha;
     out[i] = op == 0 ? x + y : op == 1 ? x - y : x * y;
   }
+}
+// bool / uint8 to float32 (0 or the byte's value).
+extern "C" __global__ void kiln_bytes_to_float(float* __restrict__ out,
+                                               const unsigned char* __restrict__ in, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    out[i] = (float)in[i];
 }
 )";
 
@@ -185,6 +192,17 @@ void copy_out(TensorImpl& dst, const TensorImpl& src) {
     kernels::copy_(*host, src);
     TensorImplPtr staged = to_device(*host, Device::CUDA);
     return copy_out(dst, *staged);
+  }
+  // Masks to float32 (dropout's gradient): one byte to one float per element.
+  if ((src.dtype() == DType::Bool || src.dtype() == DType::UInt8) &&
+      dst.dtype() == DType::Float32 && src.is_contiguous() && dst.is_contiguous() &&
+      src.sizes() == dst.sizes()) {
+    long long n = dst.numel();
+    void *o = dst.raw_data(), *i = src.raw_data();
+    void* args[] = {&o, &i, &n};
+    static const Kernel& k = kernel("cast", kInt64Source, "kiln_bytes_to_float");
+    const unsigned grid = static_cast<unsigned>(std::min<long long>((n + 255) / 256, 1024));
+    return k.launch(op, grid, 256, args, current_stream());
   }
   // Device to device: an identity pointwise kernel (any strides, broadcasting).
   KILN_CHECK(src.dtype() == dst.dtype(), op, "the CUDA backend copies float32 only so far, got ",

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kiln/runtime/cuda/random.h"
 #include "kiln/runtime/kernels/loop.h"
 #include "kiln/runtime/thread_pool.h"
 #include "nn_common.h"
@@ -134,6 +135,10 @@ void dropout_impl(std::string_view op, const TensorImpl& input, const TensorImpl
   KILN_CHECK(mask.dtype() == DType::Bool || mask.dtype() == DType::UInt8, op,
              "expected mask of dtype bool or uint8, got ", dtype_name(mask.dtype()));
   KILN_CHECK(p >= 0.0 && p <= 1.0, op, "expected p in [0, 1], got ", p);
+  if (input.device() == Device::CUDA || mask.device() == Device::CUDA ||
+      out.device() == Device::CUDA) {
+    return cuda::dropout_out(input, mask, p, out);
+  }
   const Dims mstrides = broadcast_strides(mask, input.sizes(), op);
   const DType cd = input.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
   const double scale = p >= 1.0 ? 0.0 : 1.0 / (1.0 - p);

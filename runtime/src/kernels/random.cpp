@@ -2,6 +2,8 @@
 // values independent of the thread count.
 #include "kiln/runtime/kernels/random.h"
 
+#include "kiln/runtime/cuda/random.h"
+
 #include <cmath>
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -166,6 +168,7 @@ void uniform_(TensorImpl& t, double lo, double hi, Generator* gen) {
   KILN_CHECK(lo <= hi && std::isfinite(lo) && std::isfinite(hi), op,
              "expected finite lo <= hi, got [", lo, ", ", hi, ")");
   Generator& g = gen_or_default(gen);
+  if (t.device() == Device::CUDA) return cuda::uniform_(t, lo, hi, g);
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, double>) {
@@ -195,6 +198,7 @@ void normal_(TensorImpl& t, double mean, double std, Generator* gen) {
   KILN_CHECK(std >= 0 && std::isfinite(std) && std::isfinite(mean), op,
              "expected finite mean and std >= 0, got mean ", mean, ", std ", std);
   Generator& g = gen_or_default(gen);
+  if (t.device() == Device::CUDA) return cuda::normal_(t, mean, std, g);
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, double>) {
@@ -226,6 +230,7 @@ void normal_(TensorImpl& t, double mean, double std, Generator* gen) {
 void bernoulli_(TensorImpl& t, double p, Generator* gen) {
   check_prob(p, "bernoulli_");
   Generator& g = gen_or_default(gen);
+  if (t.device() == Device::CUDA) return cuda::bernoulli_(t, p, g);
   const uint64_t thr = threshold(p);
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -241,6 +246,7 @@ void dropout_mask_out(double p, TensorImpl& mask, Generator* gen) {
   KILN_CHECK(mask.dtype() == DType::Bool || mask.dtype() == DType::UInt8, op,
              "expected mask of dtype bool or uint8, got ", dtype_name(mask.dtype()));
   Generator& g = gen_or_default(gen);
+  if (mask.device() == Device::CUDA) return cuda::dropout_mask_out(p, mask, g);
   const uint64_t thr = threshold(p);
   visit_dtype(mask.dtype(), [&](auto tag) {
     using T = decltype(tag);

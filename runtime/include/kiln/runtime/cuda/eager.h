@@ -26,7 +26,8 @@ void reduce_out(std::string_view op, const TensorImpl& x, std::span<const int64_
                 TensorImpl& out);
 // The CUDA C of reduce_out's kernel (the NVRTC tests compile it).
 std::string reduce_source();
-// The CUDA C of the int64 add/sub/mul kernel binary_out runs for int64 outputs.
+// The CUDA C of the int64 add/sub/mul kernel binary_out runs for int64 outputs, and of the
+// byte-to-float conversion copy_out runs for masks.
 std::string int64_source();
 // out = mse loss of (input, target) with kernels::LossReduction r (0 none, 1 mean, 2 sum), and its
 // gradient w.r.t. input.
