@@ -12,6 +12,7 @@
 #include "kiln/runtime/cuda/nn.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/views.h"
+#include "scratch.h"
 
 namespace kiln::cuda {
 
@@ -162,9 +163,6 @@ const Kernel& bn_kernel(std::string_view op, const char* name) {
 void* address(const TensorImpl* t) {
   return t ? t->raw_data() : nullptr;
 }
-void* address(DevicePtr p) {
-  return reinterpret_cast<void*>(static_cast<uintptr_t>(p));
-}
 
 // A float32 [C] parameter or statistic on the device, contiguous (a copy if it is not, which
 // only reads may use).
@@ -206,12 +204,10 @@ Shape shape_of(std::string_view op, const TensorImpl& input) {
 }
 
 // Per-channel double sums (2 per channel) of x (forward) or of dy and dy (x - mean) (backward),
-// in a zeroed device buffer the caller frees.
-DevicePtr channel_sums(std::string_view op, const Shape& s, const TensorImpl& x,
-                       const TensorImpl* dy, const TensorImpl* mean, StreamId stream) {
-  const size_t bytes = static_cast<size_t>(2 * s.C) * sizeof(double);
-  const DevicePtr sums = device_allocator().allocate(bytes, stream);
-  fill32(sums, 0, bytes, stream);
+// into `sums` (2 C doubles), zeroed first.
+void channel_sums(std::string_view op, const Shape& s, const TensorImpl& x, const TensorImpl* dy,
+                  const TensorImpl* mean, const Scratch& sums, StreamId stream) {
+  fill32(sums.get(), 0, static_cast<size_t>(2 * s.C) * sizeof(double), stream);
   // Enough blocks to fill the device: each channel split into slices of at least 4096 values.
   const long long target_blocks = device_info().multiprocessors * 8LL;
   const long long splits = std::clamp<long long>((target_blocks + s.C - 1) / s.C, 1,
@@ -221,23 +217,15 @@ DevicePtr channel_sums(std::string_view op, const Shape& s, const TensorImpl& x,
   void* xp = x.raw_data();
   void* dyp = address(dy);
   void* mp = address(mean);
-  void* sp = address(sums);
+  void* sp = sums.address();
   void* args[] = {&xp, &dyp, &mp, &sp, &N, &C, &inner, &chunk};
   bn_kernel(op, "kiln_bn_sums").launch(op, static_cast<unsigned>(s.C * splits), 256, args, stream);
-  return sums;
 }
 
 unsigned elementwise_grid(long long total) {
   return static_cast<unsigned>(std::max<long long>(
       1, std::min<long long>((total + 255) / 256, device_info().multiprocessors * 16LL)));
 }
-
-struct FreeOnExit {
-  DevicePtr p;
-  ~FreeOnExit() {
-    if (p) device_allocator().free(p);
-  }
-};
 
 }  // namespace
 
@@ -278,9 +266,9 @@ void batch_norm_out(const TensorImpl& input, const TensorImpl* weight, const Ten
                describe(input));
     if (!sm) sm = (mean_buffer = empty(Dims{s.C}, DType::Float32, Device::CUDA)).get();
     if (!si) si = (invstd_buffer = empty(Dims{s.C}, DType::Float32, Device::CUDA)).get();
-    const DevicePtr sums = channel_sums(op, s, *x, nullptr, nullptr, stream);
-    FreeOnExit release{sums};
-    void* sp = address(sums);
+    const Scratch sums(static_cast<size_t>(2 * s.C) * sizeof(double), stream);
+    channel_sums(op, s, *x, nullptr, nullptr, sums, stream);
+    void* sp = sums.address();
     void *mp = sm->raw_data(), *ip = si->raw_data(), *rmp = address(rm), *rvp = address(rv);
     long long C = s.C, count = s.count;
     void* args[] = {&sp, &mp, &ip, &rmp, &rvp, &C, &count, &momentum, &eps};
@@ -293,11 +281,10 @@ void batch_norm_out(const TensorImpl& input, const TensorImpl* weight, const Ten
     KILN_CHECK(rm && rv, op, "expected running_mean and running_var in inference mode");
   }
   // y = x scale[c] + shift[c]: the per-channel work done once.
-  const DevicePtr coef = device_allocator().allocate(static_cast<size_t>(2 * s.C) * 4, stream);
-  FreeOnExit release_coef{coef};
+  const Scratch coef(static_cast<size_t>(2 * s.C) * sizeof(float), stream);
   {
     void *mp = address(mean), *vp = address(v), *wp = address(w.get()), *bp = address(b.get());
-    void* cp = address(coef);
+    void* cp = coef.address();
     long long C = s.C;
     void* args[] = {&mp, &vp, &from_running, &eps, &wp, &bp, &cp, &C};
     bn_kernel(op, "kiln_bn_coefficients")
@@ -306,7 +293,7 @@ void batch_norm_out(const TensorImpl& input, const TensorImpl* weight, const Ten
   TensorImplPtr y_buffer =
       out.is_contiguous() ? TensorImplPtr() : empty(out.sizes(), DType::Float32, Device::CUDA);
   TensorImpl& y = y_buffer ? *y_buffer : out;
-  void *yp = y.raw_data(), *xp = x->raw_data(), *cp = address(coef);
+  void *yp = y.raw_data(), *xp = x->raw_data(), *cp = coef.address();
   long long C = s.C, inner = s.inner, total = s.total;
   void* args[] = {&yp, &xp, &cp, &C, &inner, &total};
   bn_kernel(op, "kiln_bn_apply").launch(op, elementwise_grid(s.total), 256, args, stream);
@@ -344,15 +331,14 @@ void batch_norm_backward_out(const TensorImpl& grad_output, const TensorImpl& in
   const StreamId stream = current_stream();
   TensorImplPtr x = views::contiguous(input);
   TensorImplPtr dy = views::contiguous(grad_output);
-  const DevicePtr sums = channel_sums(op, s, *x, dy.get(), mean.get(), stream);
-  FreeOnExit release{sums};
+  const Scratch sums(static_cast<size_t>(2 * s.C) * sizeof(double), stream);
+  channel_sums(op, s, *x, dy.get(), mean.get(), sums, stream);
   int from_running = training ? 0 : 1;
   long long C = s.C, inner = s.inner, total = s.total, count = s.count;
-  const DevicePtr coef = device_allocator().allocate(static_cast<size_t>(3 * s.C) * 4, stream);
-  FreeOnExit release_coef{coef};
+  const Scratch coef(static_cast<size_t>(3 * s.C) * sizeof(float), stream);
   {
-    void *sp = address(sums), *mp = mean->raw_data(), *vp = v->raw_data(), *wp = address(w.get());
-    void *gwp = address(gw), *gbp = address(gb), *cp = address(coef);
+    void *sp = sums.address(), *mp = mean->raw_data(), *vp = v->raw_data(), *wp = address(w.get());
+    void *gwp = address(gw), *gbp = address(gb), *cp = coef.address();
     void* args[] = {&sp, &mp, &vp, &from_running, &eps, &wp, &gwp, &gbp, &cp, &C, &count};
     bn_kernel(op, "kiln_bn_backward_coefficients")
         .launch(op, static_cast<unsigned>((s.C + 127) / 128), 128, args, stream);
@@ -362,7 +348,7 @@ void batch_norm_backward_out(const TensorImpl& grad_output, const TensorImpl& in
                                   ? TensorImplPtr()
                                   : empty(input.sizes(), DType::Float32, Device::CUDA);
     TensorImpl& gx = gx_buffer ? *gx_buffer : *grad_input;
-    void *gxp = gx.raw_data(), *dyp = dy->raw_data(), *xp = x->raw_data(), *cp = address(coef);
+    void *gxp = gx.raw_data(), *dyp = dy->raw_data(), *xp = x->raw_data(), *cp = coef.address();
     void* args[] = {&gxp, &dyp, &xp, &cp, &C, &inner, &total};
     bn_kernel(op, "kiln_bn_input_grad").launch(op, elementwise_grid(s.total), 256, args, stream);
     if (gx_buffer) copy_out(*grad_input, gx);

@@ -20,6 +20,7 @@
 #include "kiln/runtime/cuda/pointwise.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/views.h"
+#include "scratch.h"
 
 namespace kiln::cuda {
 
@@ -49,7 +50,7 @@ void conv2d_backward_out(const TensorImpl&, const TensorImpl&, const TensorImpl&
 
 namespace {
 
-enum class ConvKind { Forward, BackwardData, BackwardFilter };
+enum class ConvKind { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
 
 const char* kind_name(ConvKind k) {
   switch (k) {
@@ -259,52 +260,41 @@ void build(const PlanKey& key, cudnnHandle_t h, Plan& plan) {
   // Groups are implied: the weight's input channels are the input's divided by the groups.
   const float alpha = 1.0f, beta = 0.0f;
   cudnnBackendDescriptor_t xd = x.get(), wd = w.get(), yd = y.get(), cd = conv.get();
-  Descriptor operation;
-  switch (key.kind) {
-    case ConvKind::Forward:
-      operation = Descriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    &xd, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    &wd, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    &yd, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha,
-                    op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, op);
-      break;
-    case ConvKind::BackwardData:
-      operation = Descriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    &xd, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    &wd, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    &yd, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha,
-                    op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta, op);
-      break;
-    case ConvKind::BackwardFilter:
-      operation = Descriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    &xd, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                    1, &wd, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                    1, &yd, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd, op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha,
-                    op);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta,
-                    op);
-      break;
-  }
+  // The operation's descriptor type and its attributes for the activation (x or dx), the weight
+  // (w or dw), the output side (y or dy), the convolution, alpha and beta.
+  struct OperationAttributes {
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+  };
+  static constexpr OperationAttributes kAttributes[] = {
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
+  };
+  const OperationAttributes& at = kAttributes[static_cast<int>(key.kind)];
+  Descriptor operation(at.type, op);
+  operation.set(at.x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xd, op);
+  operation.set(at.w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &wd, op);
+  operation.set(at.y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &yd, op);
+  operation.set(at.conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd, op);
+  operation.set(at.alpha, CUDNN_TYPE_FLOAT, 1, &alpha, op);
+  operation.set(at.beta, CUDNN_TYPE_FLOAT, 1, &beta, op);
   operation.finalize(op);
 
   Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, op);
@@ -347,18 +337,11 @@ Plan& plan_for(const PlanKey& key, cudnnHandle_t h) {
 bool execute(const Candidate& c, cudnnHandle_t h, void* x, void* w, void* y, StreamId stream,
              std::string_view op) {
   const api::Cudnn& lib = api::cudnn(op);
-  DevicePtr workspace =
-      c.workspace > 0 ? device_allocator().allocate(static_cast<size_t>(c.workspace), stream) : 0;
-  struct Free {
-    DevicePtr p;
-    ~Free() {
-      if (p) device_allocator().free(p);
-    }
-  } release{workspace};
+  const Scratch workspace(static_cast<size_t>(c.workspace), stream);
   Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, op);
   const int64_t uids[3] = {kUidX, kUidW, kUidY};
   void* ptrs[3] = {x, w, y};
-  void* ws = reinterpret_cast<void*>(static_cast<uintptr_t>(workspace));
+  void* ws = workspace.address();
   pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids, op);
   pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs, op);
   pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, op);
@@ -432,19 +415,6 @@ void check_float32_on_device(std::string_view op, const TensorImpl& t, const cha
              what, " ", describe(t));
 }
 
-// `out` itself when contiguous, else a fresh buffer that finish() copies back.
-struct Output {
-  TensorImpl& target;
-  TensorImplPtr buffer;
-  explicit Output(TensorImpl& t) : target(t) {
-    if (!t.is_contiguous()) buffer = empty(t.sizes(), t.dtype(), Device::CUDA);
-  }
-  TensorImpl& get() { return buffer ? *buffer : target; }
-  void finish() {
-    if (buffer) copy_out(target, *buffer);
-  }
-};
-
 double multiply_adds(const TensorImpl& y, const TensorImpl& w) {
   return static_cast<double>(y.numel()) * static_cast<double>(w.numel() / w.sizes()[0]);
 }
@@ -465,7 +435,7 @@ void conv2d_out(const TensorImpl& input, const TensorImpl& weight, const TensorI
   check_float32_on_device(op, out, "out");
   if (bias) check_float32_on_device(op, *bias, "bias");
   if (out.numel() == 0) return;
-  Output y(out);
+  ContiguousOutput y(out);
   if (input.numel() == 0 || weight.numel() == 0) {  // no input channels: an empty sum
     fill32(reinterpret_cast<uintptr_t>(y.get().raw_data()), 0, y.get().nbytes(), current_stream());
   } else {
@@ -507,7 +477,7 @@ void conv2d_backward_out(const TensorImpl& grad_output, const TensorImpl& input,
     fill32(reinterpret_cast<uintptr_t>(t.raw_data()), 0, t.nbytes(), stream);
   };
   if (grad_input && grad_input->numel() > 0) {
-    Output gx(*grad_input);
+    ContiguousOutput gx(*grad_input);
     if (empty_sum) {
       zero(gx.get());
     } else {
@@ -517,7 +487,7 @@ void conv2d_backward_out(const TensorImpl& grad_output, const TensorImpl& input,
     gx.finish();
   }
   if (grad_weight && grad_weight->numel() > 0) {
-    Output gw(*grad_weight);
+    ContiguousOutput gw(*grad_weight);
     if (empty_sum) {
       zero(gw.get());
     } else {
@@ -527,7 +497,7 @@ void conv2d_backward_out(const TensorImpl& grad_output, const TensorImpl& input,
     gw.finish();
   }
   if (grad_bias && grad_bias->numel() > 0) {
-    Output gb(*grad_bias);
+    ContiguousOutput gb(*grad_bias);
     const int64_t dims[3] = {0, 2, 3};
     reduce_out(op, *dy, dims, false, gb.get());
     gb.finish();

@@ -9,6 +9,7 @@
 #include "kiln/runtime/cuda/nn.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/views.h"
+#include "scratch.h"
 
 namespace kiln::cuda {
 
@@ -193,19 +194,6 @@ const Kernel& pool_kernel(std::string_view op, const char* name) {
   return kernel(op, kPoolSource, name);
 }
 
-// `t` itself when contiguous, else a fresh buffer that finish() copies back.
-struct Output {
-  TensorImpl& target;
-  TensorImplPtr buffer;
-  explicit Output(TensorImpl& t) : target(t) {
-    if (!t.is_contiguous()) buffer = empty(t.sizes(), t.dtype(), Device::CUDA);
-  }
-  TensorImpl& get() { return buffer ? *buffer : target; }
-  void finish() {
-    if (buffer) copy_out(target, *buffer);
-  }
-};
-
 void zero(TensorImpl& t) {
   fill32(reinterpret_cast<uintptr_t>(t.raw_data()), 0, t.nbytes(), current_stream());
 }
@@ -217,7 +205,7 @@ void avg_forward(std::string_view op, const TensorImpl& input, const kernels::Po
   PoolGeom g = geometry(op, input, out, p);
   if (out.numel() == 0) return;
   TensorImplPtr x = views::contiguous(input);
-  Output y(out);
+  ContiguousOutput y(out);
   void* yp = y.get().raw_data();
   void* xp = x->raw_data();
   void* args[] = {&yp, &xp, &g};
@@ -232,7 +220,7 @@ void avg_backward(std::string_view op, const TensorImpl& grad_output,
   PoolGeom g = geometry(op, grad_input, grad_output, p);
   if (grad_input.numel() == 0) return;
   TensorImplPtr gy = views::contiguous(grad_output);
-  Output gx(grad_input);
+  ContiguousOutput gx(grad_input);
   zero(gx.get());
   if (grad_output.numel() > 0) {
     void* gxp = gx.get().raw_data();
@@ -264,7 +252,7 @@ void max_pool2d_out(const TensorImpl& input, const kernels::Pool2dParams& p, Ten
   PoolGeom g = geometry(op, input, out, &p);
   if (out.numel() == 0) return;
   TensorImplPtr x = views::contiguous(input);
-  Output y(out);
+  ContiguousOutput y(out);
   void* yp = y.get().raw_data();
   void* ip = indices ? indices->raw_data() : nullptr;
   void* xp = x->raw_data();
@@ -294,27 +282,19 @@ void max_pool2d_backward_out(const TensorImpl& grad_output, const TensorImpl& in
   const StreamId stream = current_stream();
   TensorImplPtr gy = views::contiguous(grad_output);
   KILN_CHECK(indices.is_contiguous(), op, "expected contiguous indices, got ", describe(indices));
-  Output gx(grad_input);
+  ContiguousOutput gx(grad_input);
   zero(gx.get());
   if (grad_output.numel() > 0) {
-    // One 8-byte flag for an out-of-plane index, read back after the kernel.
-    const DevicePtr bad = device_allocator().allocate(8, stream);
-    struct Free {
-      DevicePtr p;
-      ~Free() { device_allocator().free(p); }
-    } release{bad};
-    const uint64_t none = ~uint64_t{0} >> 1;  // no index reaches it
-    copy_to_device(bad, &none, 8, stream);
+    const ErrorFlag bad(stream);  // an out-of-plane index, read back after the kernel
     void* gxp = gx.get().raw_data();
     void* gyp = gy->raw_data();
     void* ip = indices.raw_data();
-    void* badp = reinterpret_cast<void*>(static_cast<uintptr_t>(bad));
+    void* badp = bad.address();
     void* args[] = {&gxp, &gyp, &ip, &planes, &plane_in, &plane_out, &badp};
     pool_kernel(op, "kiln_max_pool2d_backward")
         .launch(op, grid_for(grad_output.numel()), 256, args, stream);
-    uint64_t seen = 0;
-    copy_to_host(&seen, bad, 8, stream);
-    KILN_CHECK(seen == none, op, "index ", static_cast<int64_t>(seen),
+    const uint64_t seen = bad.seen();
+    KILN_CHECK(seen == ErrorFlag::kClear, op, "index ", static_cast<int64_t>(seen),
                " is outside the input plane of ", plane_in, " elements");
   }
   gx.finish();

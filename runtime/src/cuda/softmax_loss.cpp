@@ -12,6 +12,7 @@
 #include "kiln/runtime/cuda/pointwise.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/views.h"
+#include "scratch.h"
 
 namespace kiln::cuda {
 
@@ -324,22 +325,16 @@ void cross_entropy_out(const TensorImpl& input, const TensorImpl& target,
                              ? TensorImplPtr(&out)
                              : empty(Dims{a.samples}, DType::Float32, Device::CUDA);
   TensorImplPtr weights = empty(Dims{a.samples}, DType::Float32, Device::CUDA);
-  const DevicePtr bad = device_allocator().allocate(8, stream);
-  struct Free {
-    DevicePtr p;
-    ~Free() { device_allocator().free(p); }
-  } release{bad};
-  const uint64_t none = ~uint64_t{0} >> 1;  // no target reaches it
-  copy_to_device(bad, &none, 8, stream);
+  const ErrorFlag bad(stream);  // a target out of range, read back after the kernel
   void *lp = losses->raw_data(), *wsp = weights->raw_data(), *xp = x->raw_data();
   void *tp = t->raw_data(), *wp = w ? w->raw_data() : nullptr;
-  void* badp = reinterpret_cast<void*>(static_cast<uintptr_t>(bad));
+  void* badp = bad.address();
   void* args[] = {&lp, &wsp, &xp, &tp, &wp, &a, &badp};
   loss_kernel(op, "kiln_class_loss").launch(op, grid_for(a.samples), block_for(a.C), args, stream);
-  uint64_t seen = 0;
-  copy_to_host(&seen, bad, 8, stream);
-  KILN_CHECK(seen == none, op, "expected target class indices in [0, ", a.C, ") or ignore_index (",
-             opt.ignore_index, "), got ", static_cast<int64_t>(seen), " (out of range)");
+  const uint64_t seen = bad.seen();
+  KILN_CHECK(seen == ErrorFlag::kClear, op, "expected target class indices in [0, ", a.C,
+             ") or ignore_index (", opt.ignore_index, "), got ", static_cast<int64_t>(seen),
+             " (out of range)");
   if (per_sample) {
     if (losses.get() != &out) {
       TensorImplPtr shaped = views::reshape(*losses, out.sizes());
@@ -379,14 +374,10 @@ void cross_entropy_backward_out(const TensorImpl& grad_output, const TensorImpl&
     ClassArgs weights_only = a;
     weights_only.logits = 0;
     weights_only.eps = 0;
-    const DevicePtr bad = device_allocator().allocate(8, stream);
-    struct Free {
-      DevicePtr p;
-      ~Free() { device_allocator().free(p); }
-    } release{bad};
+    const Scratch bad(8, stream);  // the forward has checked the targets
     void *lp = losses->raw_data(), *wsp = weights->raw_data(), *xp = x->raw_data();
     void *tp = t->raw_data(), *wp = w ? w->raw_data() : nullptr;
-    void* badp = reinterpret_cast<void*>(static_cast<uintptr_t>(bad));
+    void* badp = bad.address();
     void* args[] = {&lp, &wsp, &xp, &tp, &wp, &weights_only, &badp};
     loss_kernel(op, "kiln_class_loss").launch(op, grid_for(a.samples), 32, args, stream);
     denominator = empty(Dims{}, DType::Float32, Device::CUDA);
