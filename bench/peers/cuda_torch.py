@@ -29,40 +29,48 @@ def timed(fn, iters=20, warmup=3):
 def resnet18_peer():
     """ResNet-18 b64 224x224 float32, TF32 convolutions (PyTorch's default), as bench/cuda.cpp:
     eval-mode inference (device time; eager and torch.compile) and an eager training step with
-    cross-entropy against random classes and SGD with momentum (host wall time, synchronized)."""
+    cross-entropy against random classes and SGD with momentum (host wall time, synchronized).
+    Eager rows run twice: with cudnn.benchmark off (PyTorch's default: the heuristic's plan) and
+    on (every plan timed once, as kiln's convolutions do for large shapes)."""
     import torchvision
 
     torch.manual_seed(0)
     model = torchvision.models.resnet18().cuda().eval()
     x = torch.randn(64, 3, 224, 224, device="cuda")
-    with torch.no_grad():
-        ms = timed(lambda: model(x))
-        print(f"RESULT torch resnet18_b64_infer_eager {ms:.3f} ms")
-        compiled = torch.compile(model)
-        ms = timed(lambda: compiled(x))
-        print(f"RESULT torch resnet18_b64_infer_compile {ms:.3f} ms")
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     y = torch.randint(0, 1000, (64,), device="cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
 
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(20):
-        t0 = time.perf_counter()
-        step()
+    for benchmark in (False, True):
+        torch.backends.cudnn.benchmark = benchmark
+        tag = "benchmark" if benchmark else "default"
+        model.eval()
+        with torch.no_grad():
+            ms = timed(lambda: model(x))
+            print(f"RESULT torch resnet18_b64_infer_eager[{tag}] {ms:.3f} ms")
+            if not benchmark:
+                compiled = torch.compile(model)
+                ms = timed(lambda: compiled(x))
+                print(f"RESULT torch resnet18_b64_infer_compile {ms:.3f} ms")
+        model.train()
+        for _ in range(3):
+            step()
         torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    peak = torch.cuda.max_memory_allocated() / 1e6
-    print(f"RESULT torch resnet18_b64_train_step {statistics.median(times):.3f} ms (eager), "
-          f"peak {peak:.0f} MB")
+        torch.cuda.reset_peak_memory_stats()
+        times = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+        peak = torch.cuda.max_memory_allocated() / 1e6
+        print(f"RESULT torch resnet18_b64_train_step[{tag}] {statistics.median(times):.3f} ms "
+              f"(eager), peak {peak:.0f} MB")
+    torch.backends.cudnn.benchmark = False
 
 
 def main():

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <sstream>
 
 #include "cuda_test_util.h"
 #include "kiln/models.h"
@@ -111,10 +112,11 @@ INSTANTIATE_TEST_SUITE_P(
                       ),
     [](const ::testing::TestParamInfo<ConvCase>& info) {
       const ConvCase& k = info.param;
-      return "n" + std::to_string(k.n) + "c" + std::to_string(k.c) + "h" + std::to_string(k.h) +
-             "w" + std::to_string(k.w) + "o" + std::to_string(k.o) + "k" + std::to_string(k.k) +
-             "s" + std::to_string(k.stride) + "p" + std::to_string(k.pad) + "d" +
-             std::to_string(k.dilation) + "g" + std::to_string(k.groups) + (k.bias ? "bias" : "");
+      std::ostringstream name;
+      name << "n" << k.n << "c" << k.c << "h" << k.h << "w" << k.w << "o" << k.o << "k" << k.k
+           << "s" << k.stride << "p" << k.pad << "d" << k.dilation << "g" << k.groups
+           << (k.bias ? "bias" : "");
+      return name.str();
     });
 
 // TF32 (the default, as PyTorch's cudnn.allow_tf32): the same products to TF32's precision.

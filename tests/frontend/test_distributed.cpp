@@ -463,6 +463,28 @@ TEST(ProcessGroup, RanksStartedWithDifferentWorldSizesFailAtOnce) {
   }
 }
 
+// A rank asking for a backend that does not exist fails during setup, and so do the others,
+// naming it (instead of constructing and failing at the first collective).
+TEST(ProcessGroup, ARankWithAnUnknownBackendFailsTheOthersAtSetup) {
+  auto server = std::make_shared<dist::TCPStore>("", 0, true, 30s);
+  std::vector<std::string> messages(2);
+  const auto start = std::chrono::steady_clock::now();
+  std::thread other([&] {
+    auto store = std::make_shared<dist::TCPStore>("127.0.0.1", server->port(), false, 30s);
+    dist::ProcessGroupOptions options;
+    options.backend = "mpi";
+    messages[1] = test::message_of([&] { dist::ProcessGroup(store, 1, 2, options); });
+  });
+  messages[0] = test::message_of([&] { dist::ProcessGroup(server, 0, 2); });
+  other.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_NE(messages[1].find("unknown backend 'mpi', expected tcp or nccl"), std::string::npos)
+      << messages[1];
+  EXPECT_NE(messages[0].find("rank 1 asked for an unknown backend, rank 0 for tcp"),
+            std::string::npos)
+      << messages[0];
+}
+
 namespace {
 
 // A rank's view of the store with one key's value replaced: that rank reads a bad address for

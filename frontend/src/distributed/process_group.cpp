@@ -3,6 +3,7 @@
 
 #include "kiln/distributed/process_group.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -371,17 +372,25 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
     try {
       ring.prev = connect_ring(ring, store, prefix, listener, deadline, check);
       ring.prev.recv_all(hello, sizeof(hello), deadline, "init_process_group", ring.prev_name);
-      // Which backend each rank asked for and whether it can run it, before any rank waits in
-      // NCCL (whose setup has no deadline): a rank without a device or NCCL, or on another
-      // backend, fails them all at once, named.
-      said[2 * rank] = options.backend == "nccl" ? 1 : 0;
+      const int expected = (rank - 1 + world_size) % world_size;
+      KILN_CHECK(hello[0] == expected && hello[1] == world_size, "init_process_group",
+                 rank_name(rank), " of ", world_size, " expected ", rank_name(expected), " of ",
+                 world_size, " to connect, got rank ", hello[0], " of ", hello[1],
+                 " (do all ranks agree on the world size?)");
+      // Which backend each rank asked for (tcp 0, nccl 1, anything else 2) and whether it can
+      // run it, before any rank waits in NCCL (whose setup has no deadline): a rank without a
+      // device or NCCL, or on another backend, fails them all at once, named.
+      said[2 * rank] = options.backend == "tcp" ? 0 : options.backend == "nccl" ? 1 : 2;
       said[2 * rank + 1] = cannot.empty() ? 1 : 0;
-      if (hello[0] == (rank - 1 + world_size) % world_size && hello[1] == world_size) {
-        std::vector<void*> parts;
-        for (int r = 0; r < world_size; ++r) parts.push_back(&said[2 * r]);
-        ring.all_gather(parts, 2 * sizeof(int64_t), "init_process_group");
-      }
+      std::vector<void*> parts;
+      for (int r = 0; r < world_size; ++r) parts.push_back(&said[2 * r]);
+      ring.all_gather(parts, 2 * sizeof(int64_t), "init_process_group");
     } catch (const Error& e) {
+      // Neighbours blocked on this rank's connections (in the handshake or the exchange, which
+      // do not look at the store) get end of stream now, and come to read the cause.
+      ring.prev.shutdown();
+      ring.next.shutdown();
+      listener.close();
       std::string failure = std::string(e.message());
       if (!relayed) {
         // A rank that got through connecting can still lose a neighbour that failed: the first
@@ -426,14 +435,12 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
       }
       fail("init_process_group", failure);
     }
-    const int expected = (rank - 1 + world_size) % world_size;
-    KILN_CHECK(hello[0] == expected && hello[1] == world_size, "init_process_group",
-               rank_name(rank), " of ", world_size, " expected ", rank_name(expected), " of ",
-               world_size, " to connect, got rank ", hello[0], " of ", hello[1],
-               " (do all ranks agree on the world size?)");
+    KILN_CHECK(options.backend == "tcp" || options.backend == "nccl", "ProcessGroup",
+               "unknown backend '", options.backend, "', expected tcp or nccl");
     for (int r = 0; r < world_size; ++r) {
-      KILN_CHECK(said[2 * r] == said[2 * rank], "init_process_group", rank_name(r),
-                 " asked for the ", said[2 * r] ? "nccl" : "tcp", " backend, ", rank_name(rank),
+      const char* names[] = {"the tcp", "the nccl", "an unknown"};
+      KILN_CHECK(said[2 * r] == said[2 * rank], "init_process_group", rank_name(r), " asked for ",
+                 names[std::clamp<int64_t>(said[2 * r], 0, 2)], " backend, ", rank_name(rank),
                  " for ", options.backend);
       KILN_CHECK(said[2 * r + 1] == 1, "init_process_group", rank_name(r), " cannot use NCCL",
                  r == rank ? ": " + cannot : std::string(" (see its error)"));

@@ -44,7 +44,7 @@ extern "C" __global__ void kiln_bn_sums(const float* __restrict__ x, const float
     if (dy) {
       const float g = dy[at];
       s += g;
-      q += (double)(g * (v - m));
+      q += (double)g * ((double)v - m);
     } else {
       s += v;
       q += (double)v * v;
@@ -328,6 +328,7 @@ void batch_norm_backward_out(const TensorImpl& grad_output, const TensorImpl& in
                op, "expected grad_input of the input's shape ", describe(input), " on cuda, got ",
                describe(*grad_input));
   }
+  if (s.C == 0) return;  // no channels: nothing to compute
   const StreamId stream = current_stream();
   TensorImplPtr x = views::contiguous(input);
   TensorImplPtr dy = views::contiguous(grad_output);

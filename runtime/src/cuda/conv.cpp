@@ -166,9 +166,10 @@ Descriptor tensor(std::span<const int64_t> dims, int64_t uid, int64_t align, std
   return t;
 }
 
-// Whether an engine configuration computes float32 products in TF32 (or converts its inputs
-// down): PyTorch filters the same notes when TF32 is not allowed.
-bool uses_tensor_cores(cudnnBackendDescriptor_t config, std::string_view op) {
+// Whether to leave out an engine configuration by its numerical notes, as PyTorch does: engines
+// that convert float32 inputs down (to fp16/bf16) always, tensor-core (TF32) engines when TF32 is
+// not allowed.
+bool excluded(cudnnBackendDescriptor_t config, bool tf32, std::string_view op) {
   const api::Cudnn& lib = api::cudnn(op);
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR, op);
   cudnnBackendDescriptor_t e = engine.get();
@@ -182,9 +183,8 @@ bool uses_tensor_cores(cudnnBackendDescriptor_t config, std::string_view op) {
                                    CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes),
       op, "cudnnBackendGetAttribute (numerical notes)");
   for (int64_t i = 0; i < n; ++i) {
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
-        notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
-      return true;
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) return true;
+    if (!tf32 && notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) return true;
   }
   return false;
 }
@@ -220,7 +220,7 @@ void add_candidates(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode,
              op, "cudnnBackendGetAttribute (heuristic results)");
   for (Descriptor& c : configs) plan.sources.push_back(std::move(c));
   for (int64_t i = 0; i < got && out.size() < kMaxCandidates; ++i) {
-    if (!tf32 && uses_tensor_cores(raw[i], op)) continue;
+    if (excluded(raw[i], tf32, op)) continue;
     Candidate c;
     c.plan = Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, op);
     c.plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, op);

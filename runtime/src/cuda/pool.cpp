@@ -2,6 +2,7 @@
 // as the CPU kernels define them (kernels/pool_internal.h); the backward passes scatter each
 // output's gradient into its window with atomic adds after zeroing the input gradient.
 #include <algorithm>
+#include <optional>
 
 #include "kiln/runtime/cuda/compile.h"
 #include "kiln/runtime/cuda/cuda.h"
@@ -86,7 +87,7 @@ extern "C" __global__ void kiln_max_pool2d(float* __restrict__ out, long long* _
   }
 }
 // grad_input (zeroed) += grad_output at each output's index; an index outside the plane sets
-// *bad to it instead.
+// bad[0] to 1 and bad[1] to the index instead.
 extern "C" __global__ void kiln_max_pool2d_backward(float* __restrict__ grad_input,
                                                     const float* __restrict__ grad_output,
                                                     const long long* __restrict__ indices,
@@ -98,7 +99,8 @@ extern "C" __global__ void kiln_max_pool2d_backward(float* __restrict__ grad_inp
        o += (long long)gridDim.x * blockDim.x) {
     const long long k = indices[o];
     if (k < 0 || k >= plane_in) {
-      atomicExch(bad, (unsigned long long)k);
+      bad[1] = (unsigned long long)k;  // the value, then the flag
+      atomicExch(bad, 1ull);
       continue;
     }
     atomicAdd(grad_input + o / plane_out * plane_in + k, grad_output[o]);
@@ -167,6 +169,11 @@ PoolGeom geometry(std::string_view op, const TensorImpl& input, const TensorImpl
   g.W = static_cast<int>(input.sizes()[input.dim() - 1]);
   g.OH = static_cast<int>(out.sizes()[out.dim() - 2]);
   g.OW = static_cast<int>(out.sizes()[out.dim() - 1]);
+  // The kernels index within a plane in 32 bits.
+  KILN_CHECK(input.sizes()[input.dim() - 2] * input.sizes()[input.dim() - 1] < (int64_t{1} << 31) &&
+                 out.sizes()[out.dim() - 2] * out.sizes()[out.dim() - 1] < (int64_t{1} << 31),
+             op, "expected planes of fewer than 2^31 elements on cuda, got ", describe(input),
+             " and ", describe(out));
   if (p) {
     g.kh = static_cast<int>(p->kernel_h);
     g.kw = static_cast<int>(p->kernel_w);
@@ -293,9 +300,9 @@ void max_pool2d_backward_out(const TensorImpl& grad_output, const TensorImpl& in
     void* args[] = {&gxp, &gyp, &ip, &planes, &plane_in, &plane_out, &badp};
     pool_kernel(op, "kiln_max_pool2d_backward")
         .launch(op, grid_for(grad_output.numel()), 256, args, stream);
-    const uint64_t seen = bad.seen();
-    KILN_CHECK(seen == ErrorFlag::kClear, op, "index ", static_cast<int64_t>(seen),
-               " is outside the input plane of ", plane_in, " elements");
+    const std::optional<int64_t> seen = bad.seen();
+    KILN_CHECK(!seen, op, "index ", seen.value_or(0), " is outside the input plane of ", plane_in,
+               " elements");
   }
   gx.finish();
 }

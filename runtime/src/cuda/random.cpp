@@ -147,8 +147,8 @@ void dropout_mask_out(double p, TensorImpl& mask, Generator& g) {
   fill("dropout_mask", mask, g, kKeepMask, 0, 0, threshold(p));
 }
 
-void dropout_out(const TensorImpl& input, const TensorImpl& mask, double p, TensorImpl& out) {
-  constexpr std::string_view op = "dropout";
+void dropout_out(std::string_view op, const TensorImpl& input, const TensorImpl& mask, double p,
+                 TensorImpl& out) {
   for (const TensorImpl* t : {&input, &mask, static_cast<const TensorImpl*>(&out)}) {
     KILN_CHECK(t->device() == Device::CUDA, op, "expected every tensor on cuda, got ", describe(*t),
                " on ", device_name(t->device()));

@@ -3,6 +3,7 @@
 // allocator, a contiguous stand-in for an output view, and a device-side error flag.
 
 #include <cstdint>
+#include <optional>
 
 #include "kiln/runtime/cuda/cuda.h"
 #include "kiln/runtime/cuda/eager.h"
@@ -44,20 +45,22 @@ class ContiguousOutput {
   TensorImplPtr buffer_;
 };
 
-// A 64-bit value on the device that kernels overwrite when they meet bad input (an index out of
-// range); seen() reads it back, which waits for the stream.
+// Two 64-bit words on the device for kernels that meet bad input (an index out of range): such a
+// kernel writes the value to word 1, then 1 to word 0. seen() reads them back, which waits for
+// the stream.
 class ErrorFlag {
  public:
-  static constexpr uint64_t kClear = ~uint64_t{0} >> 1;  // no index reaches it
-  explicit ErrorFlag(StreamId stream) : scratch_(8, stream), stream_(stream) {
-    copy_to_device(scratch_.get(), &kClear, 8, stream);
+  explicit ErrorFlag(StreamId stream) : scratch_(16, stream), stream_(stream) {
+    const uint64_t clear[2] = {0, 0};
+    copy_to_device(scratch_.get(), clear, sizeof clear, stream);
   }
   void* address() const { return scratch_.address(); }
-  // The value a kernel wrote, or kClear.
-  uint64_t seen() const {
-    uint64_t v = kClear;
-    copy_to_host(&v, scratch_.get(), 8, stream_);
-    return v;
+  // The value a kernel reported, if any.
+  std::optional<int64_t> seen() const {
+    uint64_t words[2] = {0, 0};
+    copy_to_host(words, scratch_.get(), sizeof words, stream_);
+    if (words[0] == 0) return std::nullopt;
+    return static_cast<int64_t>(words[1]);
   }
 
  private:

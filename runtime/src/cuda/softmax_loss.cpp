@@ -4,6 +4,7 @@
 // follow the CPU kernel's formulas (kernels/loss.cpp), accumulating in double.
 
 #include <algorithm>
+#include <optional>
 
 #include "kiln/runtime/cuda/compile.h"
 #include "kiln/runtime/cuda/cuda.h"
@@ -105,7 +106,7 @@ __device__ double kiln_row_lse(const float* row, const KilnClassArgs& a, double*
   return m + log(kiln_block_reduce(se, false, shared));
 }
 // Per sample: loss[i] and weight[i] (w[t], 0 if ignored). A target outside [0, C) other than
-// ignore sets *bad to it.
+// ignore sets bad[0] to 1 and bad[1] to it.
 extern "C" __global__ void kiln_class_loss(float* __restrict__ loss, float* __restrict__ weight,
                                            const float* __restrict__ x,
                                            const long long* __restrict__ target,
@@ -116,7 +117,10 @@ extern "C" __global__ void kiln_class_loss(float* __restrict__ loss, float* __re
     const long long t = target[i];
     if (t == a.ignore || t < 0 || t >= a.C) {
       if (threadIdx.x == 0) {
-        if (t != a.ignore) atomicExch(bad, (unsigned long long)t);
+        if (t != a.ignore) {
+          bad[1] = (unsigned long long)t;  // the value, then the flag
+          atomicExch(bad, 1ull);
+        }
         loss[i] = 0.f;
         weight[i] = 0.f;
       }
@@ -331,10 +335,9 @@ void cross_entropy_out(const TensorImpl& input, const TensorImpl& target,
   void* badp = bad.address();
   void* args[] = {&lp, &wsp, &xp, &tp, &wp, &a, &badp};
   loss_kernel(op, "kiln_class_loss").launch(op, grid_for(a.samples), block_for(a.C), args, stream);
-  const uint64_t seen = bad.seen();
-  KILN_CHECK(seen == ErrorFlag::kClear, op, "expected target class indices in [0, ", a.C,
-             ") or ignore_index (", opt.ignore_index, "), got ", static_cast<int64_t>(seen),
-             " (out of range)");
+  const std::optional<int64_t> seen = bad.seen();
+  KILN_CHECK(!seen, op, "expected target class indices in [0, ", a.C, ") or ignore_index (",
+             opt.ignore_index, "), got ", seen.value_or(0), " (out of range)");
   if (per_sample) {
     if (losses.get() != &out) {
       TensorImplPtr shaped = views::reshape(*losses, out.sizes());
@@ -374,7 +377,7 @@ void cross_entropy_backward_out(const TensorImpl& grad_output, const TensorImpl&
     ClassArgs weights_only = a;
     weights_only.logits = 0;
     weights_only.eps = 0;
-    const Scratch bad(8, stream);  // the forward has checked the targets
+    const Scratch bad(16, stream);  // the forward has checked the targets
     void *lp = losses->raw_data(), *wsp = weights->raw_data(), *xp = x->raw_data();
     void *tp = t->raw_data(), *wp = w ? w->raw_data() : nullptr;
     void* badp = bad.address();

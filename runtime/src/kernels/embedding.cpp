@@ -137,7 +137,7 @@ void dropout_impl(std::string_view op, const TensorImpl& input, const TensorImpl
   KILN_CHECK(p >= 0.0 && p <= 1.0, op, "expected p in [0, 1], got ", p);
   if (input.device() == Device::CUDA || mask.device() == Device::CUDA ||
       out.device() == Device::CUDA) {
-    return cuda::dropout_out(input, mask, p, out);
+    return cuda::dropout_out(op, input, mask, p, out);
   }
   const Dims mstrides = broadcast_strides(mask, input.sizes(), op);
   const DType cd = input.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;

@@ -19,7 +19,8 @@ namespace kiln::cuda {
 struct ConvOptions {
   // TF32 tensor cores for float32 convolutions (10-bit mantissa products); on by default, as
   // PyTorch's torch.backends.cudnn.allow_tf32 (unlike matmuls, see MatmulOptions). Off: only
-  // cuDNN engines without the tensor-core numerical note run.
+  // cuDNN engines without the tensor-core numerical note run. Engines that convert float32 inputs
+  // down to 16 bits never run.
   bool allow_tf32 = true;
 };
 // The options eager convolutions on CUDA tensors use; set once at start-up.
@@ -51,7 +52,7 @@ void adaptive_avg_pool2d_out(const TensorImpl& input, TensorImpl& out);
 void adaptive_avg_pool2d_backward_out(const TensorImpl& grad_output, TensorImpl& grad_input);
 
 // Batch normalization (kernels/norm.h's batch_norm_out / batch_norm_backward_out): per-channel
-// statistics accumulated in double, one block per channel.
+// statistics accumulated in double over blocks that each take a slice of a channel.
 void batch_norm_out(const TensorImpl& input, const TensorImpl* weight, const TensorImpl* bias,
                     TensorImpl* running_mean, TensorImpl* running_var, bool training,
                     double momentum, double eps, TensorImpl& out, TensorImpl* save_mean,
