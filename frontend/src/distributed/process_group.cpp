@@ -386,11 +386,6 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
       for (int r = 0; r < world_size; ++r) parts.push_back(&said[2 * r]);
       ring.all_gather(parts, 2 * sizeof(int64_t), "init_process_group");
     } catch (const Error& e) {
-      // Neighbours blocked on this rank's connections (in the handshake or the exchange, which
-      // do not look at the store) get end of stream now, and come to read the cause.
-      ring.prev.shutdown();
-      ring.next.shutdown();
-      listener.close();
       std::string failure = std::string(e.message());
       if (!relayed) {
         // A rank that got through connecting can still lose a neighbour that failed: the first
@@ -415,6 +410,12 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int world_siz
           }
         }
       }
+      // Neighbours blocked on this rank's connections (in the handshake or the exchange, which
+      // do not look at the store) get end of stream now, and come to read the cause: only now,
+      // once it is recorded, or they would record their lost connection as the cause.
+      ring.prev.shutdown();
+      ring.next.shutdown();
+      listener.close();
       // Rank 0 hosts the store under init_process_group, which stops with this group: it waits
       // until every other rank has left setup (each counts itself out once it has its error), so
       // none finds the store gone before reading why; a rank that died never counts itself,
