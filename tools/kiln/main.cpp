@@ -19,6 +19,7 @@
 #endif
 #include "kiln/kiln.h"
 #include "kiln/runtime/cuda/cuda.h"
+#include "kiln/runtime/cuda/nn.h"
 #include "kiln/runtime/target.h"
 
 namespace {
@@ -55,8 +56,15 @@ int print_version(int argc, char** argv) {
   // named with the device it found, or why there is none.
   std::string cuda = "CUDA: not in this build";
   if (kiln::cuda::built_with_cuda()) {
+    // Convolutions need cuDNN: say whether it loads.
+    std::string cudnn;
+    try {
+      cudnn = ", cuDNN " + kiln::cuda::cudnn_version();
+    } catch (const kiln::Error&) {
+      cudnn = ", no cuDNN (convolutions unavailable)";
+    }
     cuda = kiln::cuda::is_available() ? "CUDA eager subset on " + kiln::cuda::device_info().name +
-                                            " (" + kiln::cuda::device_info().arch() + ")"
+                                            " (" + kiln::cuda::device_info().arch() + ")" + cudnn
                                       : "CUDA eager subset, " + kiln::cuda::unavailable_reason();
   }
   std::printf("kiln %s (%s build, backends: %s, %s, %d threads)\n", kiln::version(),
