@@ -310,6 +310,19 @@ TEST(CudaClassLoss, CrossEntropyAndNllMatchTheCpu) {
   }
 }
 
+// int64 fills and arithmetic stay on the device (batch norm's counter): ones_like, add_, mul.
+TEST(CudaInt64, FillsAndArithmeticOnTheDevice) {
+  KILN_REQUIRE_CUDA_DEVICE();
+  Tensor c = zeros({5}, TensorOptions(DType::Int64)).cuda();
+  Tensor one = ones_like(c);
+  ASSERT_TRUE(one.is_cuda());
+  add_(c, one);
+  add_(c, one);
+  Tensor d = c * full_like(c, 7.0);
+  Tensor host = d.cpu();
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(host.data_ptr<int64_t>()[i], 14) << i;
+}
+
 // ResNet-18 (conv, batch norm, relu, max pool, residual adds, adaptive pool, linear) trains on
 // the device: one SGD step's loss, gradients and updated weights follow the same model on the
 // CPU (in training mode, so batch statistics and running-stat updates are compared too).

@@ -7,6 +7,7 @@
 #include "kiln/dispatch.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/cuda/cuda.h"
+#include "kiln/runtime/cuda/eager.h"
 #include "kiln/runtime/kernels/copy.h"
 #include "kiln/runtime/views.h"
 
@@ -44,10 +45,16 @@ Tensor ones(std::span<const int64_t> sizes, TensorOptions o) {
 }
 
 namespace {
-// A tensor like `t` (its sizes, the dtype given or t's) on t's device. On CUDA, float32 fills run
-// on the device; other dtypes are made on the CPU and copied.
+// A tensor like `t` (its sizes, the dtype given or t's) on t's device. On CUDA, float32 and
+// integral int64 fills run on the device (a host copy would wait for the stream); other dtypes
+// are made on the CPU and copied.
 Tensor full_on_device_of(const Tensor& t, double value, DType dtype) {
   if (t.device() == Device::CPU) return full(t.sizes(), value, TensorOptions(dtype));
+  if (dtype == DType::Int64 && value == static_cast<double>(static_cast<int64_t>(value))) {
+    Tensor out(kiln::empty(t.sizes(), dtype, t.device()));
+    cuda::fill_int64(*out.impl(), static_cast<int64_t>(value));
+    return out;
+  }
   if (dtype != DType::Float32) return full(t.sizes(), value, TensorOptions(dtype)).to(t.device());
   Tensor out(kiln::empty(t.sizes(), dtype, t.device()));
   const float f = static_cast<float>(value);
@@ -147,7 +154,7 @@ Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorO
     v.insert(v.end(), row.begin(), row.end());
   }
   Tensor t(kiln::empty(Dims{r, c}, o.dtype_));
-  if (r * c) kernels::copy_(*t.impl(), *kiln::from_blob(v.data(), Dims{r, c}, DType::Float64));
+  if (r * c != 0) kernels::copy_(*t.impl(), *kiln::from_blob(v.data(), Dims{r, c}, DType::Float64));
   return finish(std::move(t), o);
 }
 

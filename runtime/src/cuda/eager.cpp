@@ -94,6 +94,12 @@ void int64_binary_out(std::string_view name, BinaryOp op, const TensorImpl* a, c
 
 }  // namespace
 
+void fill_int64(TensorImpl& out, int64_t value) {
+  KILN_CHECK(out.device() == Device::CUDA && out.dtype() == DType::Int64, "fill",
+             "expected an int64 tensor on cuda, got ", describe(out));
+  int64_binary_out("fill", BinaryOp::Add, nullptr, value, nullptr, int64_t{0}, out, int64_t{1});
+}
+
 std::string int64_source() {
   return kInt64Source;
 }

@@ -51,8 +51,7 @@ class ContiguousOutput {
 class ErrorFlag {
  public:
   explicit ErrorFlag(StreamId stream) : scratch_(16, stream), stream_(stream) {
-    const uint64_t clear[2] = {0, 0};
-    copy_to_device(scratch_.get(), clear, sizeof clear, stream);
+    fill32(scratch_.get(), 0, 16, stream);  // ordered on the stream: no host wait
   }
   void* address() const { return scratch_.address(); }
   // The value a kernel reported, if any.

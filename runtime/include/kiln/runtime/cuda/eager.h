@@ -26,6 +26,9 @@ void reduce_out(std::string_view op, const TensorImpl& x, std::span<const int64_
                 TensorImpl& out);
 // The CUDA C of reduce_out's kernel (the NVRTC tests compile it).
 std::string reduce_source();
+// Every element of a contiguous int64 device tensor set to `value`, ordered on the eager stream
+// (no host copy, so no wait: batch norm's counter increments by a device one each step).
+void fill_int64(TensorImpl& out, int64_t value);
 // The CUDA C of the int64 add/sub/mul kernel binary_out runs for int64 outputs, and of the
 // byte-to-float conversion copy_out runs for masks.
 std::string int64_source();
